@@ -1,0 +1,1 @@
+//! rankwise: distributed SVD and PCA of matrices too large for one machine.

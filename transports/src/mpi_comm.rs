@@ -1,0 +1,1 @@
+//! `Mpi`: the transport over rsmpi. (Filled in by the MPI work.)
