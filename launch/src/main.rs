@@ -1,1 +1,5 @@
-fn main() {}
+//! The `rankwise` command.
+
+fn main() {
+    std::process::exit(rankwise_launch::cli::main());
+}

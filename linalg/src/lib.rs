@@ -1,1 +1,67 @@
-//! rankwise linalg.
+//! rankwise linear algebra: panel kernels, the distributed TSQR over a fixed tree of global
+//! panel order, and the exact tall-and-skinny SVD built on it.
+
+pub mod kernels;
+pub mod svd;
+pub mod tree;
+
+pub use kernels::{init_blas_threads, PanelFactor};
+pub use svd::{svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult};
+pub use tree::Tree;
+
+use rankwise_runtime::RuntimeError;
+use rankwise_transports::TransportError;
+
+/// Errors of the linear algebra.
+#[derive(Debug, thiserror::Error)]
+pub enum LinalgError {
+    /// LAPACK reported a failure.
+    #[error("LAPACK: {0}")]
+    Lapack(String),
+    /// A runtime failure (options, budget, actors, sources).
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// A transport failure, including another rank's failure.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// A chunk source failed while producing a panel.
+    #[error("panel {panel} (rows {rows}): {message}")]
+    Panel {
+        /// Global panel index.
+        panel: usize,
+        /// Its rows, for the message.
+        rows: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The output sink refused a panel.
+    #[error("writing panel {panel}: {message}")]
+    Sink {
+        /// Global panel index.
+        panel: usize,
+        /// What went wrong.
+        message: String,
+    },
+    /// An argument of the API.
+    #[error("{option}: {message}")]
+    Option {
+        /// The option at fault.
+        option: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A malformed matrix message.
+    #[error("malformed matrix message from rank {peer}")]
+    Message {
+        /// Sender.
+        peer: usize,
+    },
+    /// A tree node that should have been present was not (an internal invariant).
+    #[error("reduction tree: node {node} at level {level} missing")]
+    Tree {
+        /// Level.
+        level: usize,
+        /// Node index.
+        node: usize,
+    },
+}

@@ -1,1 +1,57 @@
-//! rankwise runtime.
+//! The rankwise runtime: topology, pinned actors, the chunk grid and placement, chunk
+//! sources and the per-actor memory budget.
+//!
+//! A [`Runtime`] is one rank: it holds the transport ([`rankwise_transports::Comm`]) and the
+//! rank's actors, and knows every other rank's actors (the [`World`]) so that placement is
+//! computed identically everywhere without further messages.
+
+pub mod actor;
+pub mod budget;
+pub mod grid;
+mod runtime;
+pub mod source;
+pub mod topology;
+
+pub use actor::{Actor, ActorSpec};
+pub use budget::{parse_bytes, MemoryPlan, Residency};
+pub use grid::{ActorShape, Assignment, ChunkGrid, Placement, World};
+pub use runtime::{actor_specs, Runtime, RuntimeConfig};
+pub use source::{Dist, Generated, PanelSource, SourceError};
+pub use topology::Topology;
+
+use rankwise_transports::TransportError;
+
+/// Errors of the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A command-line option or API argument with a bad value.
+    #[error("{option}: {message}")]
+    Option {
+        /// The option at fault, as the user typed it (e.g. `--chunk-rows`).
+        option: &'static str,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// The memory budget cannot hold the work.
+    #[error("--memory-per-actor: {0}")]
+    Budget(String),
+    /// A transport failure (including another rank's failure).
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// A chunk source failure.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A job panicked inside an actor.
+    #[error("actor {actor} on rank {rank} panicked: {message}")]
+    Panic {
+        /// Rank of the actor.
+        rank: usize,
+        /// Actor index on its rank.
+        actor: usize,
+        /// The panic message.
+        message: String,
+    },
+    /// Starting a thread failed.
+    #[error("could not start actor threads: {0}")]
+    Spawn(#[from] std::io::Error),
+}

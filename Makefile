@@ -1,0 +1,35 @@
+# rankwise: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+BIN := target/release/rankwise
+# Tests that launch mpirun run as root in containers and on CI runners.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+
+.PHONY: deps build demo test test-gpu bench lint clean
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build --release --workspace --bins --examples
+
+# The main job on the embedded default: the exact SVD of a generated 10,000,000 × 20
+# float64 matrix in one process.
+demo: build
+	$(BIN) svd --rows 10000000 --cols 20 --chunk-rows 625000 --check
+
+# Everything in release mode: the multi-process tests run real mpirun jobs of the
+# release binary, and the accuracy tests use matrices up to 50,000 rows.
+test: build
+	$(CARGO) test --release --workspace
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+bench: build
+	bash benches/run.sh $(if $(QUICK),--quick,)
+
+clean:
+	$(CARGO) clean

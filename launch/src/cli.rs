@@ -1,0 +1,694 @@
+//! The `rankwise` command line.
+//!
+//! Every subcommand that computes runs the same function on every rank. An error on any
+//! rank is sent to all others ([`Comm::abort`]) and every rank prints the same line,
+//! `rankwise: rank R failed: …`, and exits with status 1; no rank waits for a peer that
+//! will never answer.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ndarray::ArrayView2;
+use rankwise_linalg::{svd, FactorSink, LinalgError, SvdOptions, SvdPlan, SvdProblem, SvdResult};
+use rankwise_runtime::budget::format_bytes;
+use rankwise_runtime::{actor_specs, parse_bytes, ChunkGrid, Dist, Runtime, RuntimeConfig, RuntimeError, Topology};
+use rankwise_transports::{Comm, LocalWorld, TransportError};
+use serde_json::json;
+
+use crate::launcher::LaunchInfo;
+use crate::output::{OutputError, OutputLayout, SvdOutput};
+use crate::report::{peak_rss_bytes, seconds};
+
+/// Distributed SVD and PCA of matrices too large for one machine.
+#[derive(Parser, Debug)]
+#[command(name = "rankwise", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Exact SVD of a tall-and-skinny (or short-and-fat) matrix by TSQR.
+    Svd(SvdArgs),
+    /// Print the placement and memory plan of an SVD without computing it.
+    Plan(PlanArgs),
+    /// Print what hwloc sees, the launcher, and the actors this rank would start.
+    Info(InfoArgs),
+}
+
+/// The generated matrix.
+#[derive(Args, Debug, Clone)]
+struct MatrixArgs {
+    /// Rows of the matrix.
+    #[arg(long)]
+    rows: u64,
+    /// Columns of the matrix.
+    #[arg(long)]
+    cols: u64,
+    /// Rows per panel (along the long dimension for a short-and-fat matrix).
+    #[arg(long)]
+    chunk_rows: u64,
+    /// Seed of the counter-based generator.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Distribution of the generated values: uniform, normal or genotype.
+    #[arg(long, default_value = "uniform")]
+    dist: Dist,
+}
+
+/// Which transport carries messages between ranks.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum TransportChoice {
+    /// Ranks are threads of this process (`--local-ranks`).
+    Local,
+    /// MPI, under mpirun or srun.
+    Mpi,
+}
+
+/// How ranks and actors are set up.
+#[derive(Args, Debug, Clone)]
+struct RunArgs {
+    /// Actors per rank (default: one per NUMA domain given to the rank).
+    #[arg(long)]
+    actors: Option<usize>,
+    /// Worker threads per actor (default: the cores the actor was given).
+    #[arg(long)]
+    threads_per_actor: Option<usize>,
+    /// Memory budget per actor, e.g. 2G (default: 70% of available memory, shared).
+    #[arg(long)]
+    memory_per_actor: Option<String>,
+    /// Ranks as threads of this process on the local transport.
+    #[arg(long, default_value_t = 1)]
+    local_ranks: usize,
+    /// Transport (default: mpi under mpirun/srun, local otherwise).
+    #[arg(long)]
+    transport: Option<TransportChoice>,
+    /// Do not pin worker threads to cores.
+    #[arg(long)]
+    no_pin: bool,
+    /// Seconds a rank waits for a message before it declares its peer gone.
+    #[arg(long, default_value_t = 600)]
+    comm_timeout: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+struct SvdArgs {
+    #[command(flatten)]
+    matrix: MatrixArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Write U, S, Vᵀ and the run report as a Zarr v3 group here (must not exist).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Check ‖A − UΣVᵀ‖/‖A‖ and the orthogonality of U and V (one more pass).
+    #[arg(long)]
+    check: bool,
+    /// Print the run report as JSON on stdout instead of the text summary.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+struct PlanArgs {
+    #[command(flatten)]
+    matrix: MatrixArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+struct InfoArgs {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Errors of the command line.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A bad option.
+    #[error("{option}: {message}")]
+    Option {
+        /// The option.
+        option: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// From the linear algebra.
+    #[error(transparent)]
+    Linalg(#[from] LinalgError),
+    /// From the runtime.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// From the transport.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// From the output writer.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    /// A panic on this rank.
+    #[error("panic: {0}")]
+    Panic(String),
+}
+
+impl CliError {
+    /// The failure of another rank this error reports, if that is what it is.
+    fn peer_failure(&self) -> Option<(usize, &str)> {
+        let t = match self {
+            CliError::Transport(t) => t,
+            CliError::Linalg(LinalgError::Transport(t)) => t,
+            CliError::Linalg(LinalgError::Runtime(RuntimeError::Transport(t))) => t,
+            CliError::Runtime(RuntimeError::Transport(t)) => t,
+            _ => return None,
+        };
+        match t {
+            TransportError::PeerFailed { rank, message } => Some((*rank, message)),
+            _ => None,
+        }
+    }
+}
+
+/// Runs the command line; returns the process exit status.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match cli.command {
+        Command::Info(a) => run_ranks(&a.run, move |rt, launch| info(rt, launch)),
+        Command::Plan(a) => {
+            let a = Arc::new(a);
+            run_ranks(&a.run.clone(), move |rt, _| plan(rt, &a))
+        }
+        Command::Svd(a) => {
+            let a = Arc::new(a);
+            run_ranks(&a.run.clone(), move |rt, launch| svd_command(rt, launch, &a))
+        }
+    }
+}
+
+fn runtime_config(run: &RunArgs, launch: &LaunchInfo) -> Result<RuntimeConfig, CliError> {
+    let memory_per_actor = match &run.memory_per_actor {
+        Some(s) => Some(parse_bytes(s).map_err(|message| CliError::Option {
+            option: "--memory-per-actor",
+            message,
+        })?),
+        None => None,
+    };
+    Ok(RuntimeConfig {
+        actors: run.actors,
+        threads_per_actor: run.threads_per_actor,
+        memory_per_actor,
+        local_rank: launch.local_rank.unwrap_or(0),
+        local_size: launch.local_size.unwrap_or(1),
+        pin: !run.no_pin,
+    })
+}
+
+type Job = dyn Fn(&Runtime, &LaunchInfo) -> Result<Option<String>, CliError> + Send + Sync;
+
+/// Runs `job` on every rank of the chosen transport and turns failures into one message
+/// on every rank.
+fn run_ranks<F>(run: &RunArgs, job: F) -> i32
+where
+    F: Fn(&Runtime, &LaunchInfo) -> Result<Option<String>, CliError> + Send + Sync + 'static,
+{
+    let launch = LaunchInfo::detect();
+    let transport = run.transport.unwrap_or(if launch.under_launcher() {
+        TransportChoice::Mpi
+    } else {
+        TransportChoice::Local
+    });
+    let job: Arc<Job> = Arc::new(job);
+    match transport {
+        TransportChoice::Local => run_local(run, launch, job),
+        TransportChoice::Mpi => run_mpi(run, launch, job),
+    }
+}
+
+fn run_local(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
+    if run.local_ranks == 0 {
+        eprintln!("rankwise: --local-ranks: at least one rank is needed");
+        return 2;
+    }
+    let handles: Vec<_> = LocalWorld::create(run.local_ranks)
+        .into_iter()
+        .enumerate()
+        .map(|(r, mut comm)| {
+            let job = Arc::clone(&job);
+            let run = run.clone();
+            let mut launch = launch.clone();
+            launch.local_rank = Some(r);
+            launch.local_size = Some(run.local_ranks);
+            comm.set_timeout(Duration::from_secs(run.comm_timeout));
+            std::thread::spawn(move || rank_main(Box::new(comm), &run, &launch, job.as_ref()))
+        })
+        .collect();
+    let outcomes: Vec<RankOutcome> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or(RankOutcome::Failed("rank thread died".into())))
+        .collect();
+    // One line for the failure, as every MPI rank would print it.
+    let mut status = 0;
+    for o in &outcomes {
+        if let RankOutcome::Failed(line) = o {
+            eprintln!("{line}");
+            status = 1;
+            break;
+        }
+    }
+    if let Some(RankOutcome::Done(Some(text))) = outcomes.first() {
+        print!("{text}");
+    }
+    status
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
+    if run.local_ranks != 1 {
+        eprintln!("rankwise: --local-ranks: not available with --transport mpi (use mpirun -np)");
+        return 2;
+    }
+    let mut comm = match rankwise_transports::MpiComm::init() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rankwise: cannot start MPI: {e}");
+            return 1;
+        }
+    };
+    comm.set_timeout(Duration::from_secs(run.comm_timeout));
+    let outcome = rank_main(Box::new(comm), run, &launch, job.as_ref());
+    match outcome {
+        RankOutcome::Done(text) => {
+            if let Some(t) = text {
+                print!("{t}");
+            }
+            0
+        }
+        RankOutcome::Failed(line) => {
+            eprintln!("{line}");
+            // Leave without MPI_Finalize: it would wait for peers that may be gone.
+            // mpirun/srun see the non-zero status and end the job.
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stderr().flush();
+            unsafe { libc::_exit(1) }
+        }
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_: &RunArgs, _: LaunchInfo, _: Arc<Job>) -> i32 {
+    eprintln!("rankwise: --transport mpi: this build has no MPI support");
+    2
+}
+
+enum RankOutcome {
+    Done(Option<String>),
+    Failed(String),
+}
+
+/// One rank's life: start the runtime, run the job, and on failure tell everyone.
+fn rank_main(comm: Box<dyn Comm>, run: &RunArgs, launch: &LaunchInfo, job: &Job) -> RankOutcome {
+    rankwise_linalg::init_blas_threads();
+    let me = comm.rank();
+    // Keep a way to reach the peers if the runtime cannot be built.
+    let result = catch_unwind(AssertUnwindSafe(|| -> Result<Option<String>, (Option<Box<dyn Comm>>, CliError)> {
+        let config = match runtime_config(run, launch) {
+            Ok(c) => c,
+            Err(e) => return Err((Some(comm), e)),
+        };
+        let specs = match actor_specs(&Topology::detect(), &config) {
+            Ok(s) => s,
+            Err(e) => return Err((Some(comm), e.into())),
+        };
+        let rt = Runtime::new(comm, specs).map_err(|e| (None, e.into()))?;
+        match catch_unwind(AssertUnwindSafe(|| job(&rt, launch))) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if e.peer_failure().is_none() {
+                    rt.comm().abort(&e.to_string());
+                }
+                Err((None, e))
+            }
+            Err(p) => {
+                let e = CliError::Panic(panic_text(p));
+                rt.comm().abort(&e.to_string());
+                Err((None, e))
+            }
+        }
+    }));
+    match result {
+        Ok(Ok(v)) => RankOutcome::Done(v),
+        Ok(Err((comm, e))) => {
+            if let Some(c) = comm {
+                c.abort(&e.to_string());
+            }
+            RankOutcome::Failed(match e.peer_failure() {
+                Some((rank, message)) => format!("rankwise: rank {rank} failed: {message}"),
+                None => format!("rankwise: rank {me} failed: {e}"),
+            })
+        }
+        Err(p) => RankOutcome::Failed(format!("rankwise: rank {me} failed: panic: {}", panic_text(p))),
+    }
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic".into()
+    }
+}
+
+/// Test hook: `RANKWISE_FAULT=RANK:KIND` makes rank RANK fail on purpose after start-up,
+/// with KIND `error`, `panic` or `exit` (leave abruptly, as a crash would). It exists so
+/// the failure tests exercise the real binary under the real launcher.
+fn injected_fault(rt: &Runtime, phase: &str) -> Result<(), CliError> {
+    let Ok(spec) = std::env::var("RANKWISE_FAULT") else {
+        return Ok(());
+    };
+    let mut parts = spec.split(':');
+    let (Some(rank), Some(kind)) = (parts.next(), parts.next()) else {
+        return Ok(());
+    };
+    let at = parts.next().unwrap_or("start");
+    if rank.parse::<usize>().ok() != Some(rt.rank()) || at != phase {
+        return Ok(());
+    }
+    match kind {
+        "error" => Err(CliError::Option {
+            option: "RANKWISE_FAULT",
+            message: format!("injected input error on rank {}", rt.rank()),
+        }),
+        "panic" => panic!("injected panic on rank {}", rt.rank()),
+        "exit" => unsafe { libc::_exit(3) },
+        _ => Ok(()),
+    }
+}
+
+fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
+    let topology = Topology::detect();
+    let mut lines = Vec::new();
+    let actors: Vec<String> = rt
+        .actors()
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            format!(
+                "  actor {i}: {} ({} threads, budget {}){}",
+                a.spec().device(),
+                a.threads(),
+                format_bytes(a.spec().memory),
+                a.pin_error().map(|e| format!(" — not pinned: {e}")).unwrap_or_default()
+            )
+        })
+        .collect();
+    lines.push(format!(
+        "rank {} of {} (transport {}; launcher {:?}; local rank {} of {})",
+        rt.rank(),
+        rt.comm().size(),
+        rt.comm().name(),
+        launch.launcher,
+        launch.local_rank.unwrap_or(0),
+        launch.local_size.unwrap_or(1)
+    ));
+    lines.extend(actors);
+    let mine = lines.join("\n") + "\n";
+    let all = rt.comm().gather_bytes(0, mine.as_bytes())?;
+    Ok(all.map(|all| {
+        let mut out = topology.summary();
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        for part in all {
+            out.push_str(&String::from_utf8_lossy(&part));
+        }
+        out
+    }))
+}
+
+fn problem(m: &MatrixArgs) -> Result<SvdProblem, CliError> {
+    Ok(SvdProblem::generated(m.rows, m.cols, m.chunk_rows, m.seed, m.dist)?)
+}
+
+fn plan(rt: &Runtime, a: &PlanArgs) -> Result<Option<String>, CliError> {
+    let p = problem(&a.matrix)?;
+    let plan = SvdPlan::new(p.grid, rt.world())?;
+    if rt.rank() != 0 {
+        return Ok(None);
+    }
+    if a.json {
+        return Ok(Some(serde_json::to_string_pretty(&plan).unwrap_or_default() + "\n"));
+    }
+    Ok(Some(plan_text(&plan, &p, rt)))
+}
+
+fn plan_text(plan: &SvdPlan, p: &SvdProblem, rt: &Runtime) -> String {
+    use std::fmt::Write;
+    let g = plan.grid;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "grid: {} × {} f64{} in {} panels of {} rows ({} per full panel)",
+        g.rows,
+        g.cols,
+        if p.transposed { " (the transpose of the input)" } else { "" },
+        g.panels(),
+        g.chunk_rows,
+        format_bytes(g.panel_bytes())
+    );
+    let _ = writeln!(s, "ranks: {}, actors: {}, transport {}", plan.ranks, rt.world().actors(), rt.comm().name());
+    let _ = writeln!(s, "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>10} {:>11}  residency", "rank", "actor", "device", "panels", "rows", "bytes", "budget");
+    for (a, m) in plan.placement.assignments.iter().zip(&plan.memory) {
+        let rows: u64 = a.panels.clone().map(|q| g.panel_rows(q).end - g.panel_rows(q).start).sum();
+        let panels = if a.panels.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{}..{}", a.panels.start, a.panels.end)
+        };
+        let _ = writeln!(
+            s,
+            "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>10} {:>11}  {:?} per pass",
+            a.rank,
+            a.actor,
+            rt.world().ranks[a.rank][a.actor].device,
+            panels,
+            rows,
+            format_bytes(rows * g.cols * 8),
+            format_bytes(m.budget),
+            m.residency
+        );
+    }
+    let _ = writeln!(s, "messages each rank sends (TSQR up-sweep + push-down):");
+    for (r, &n) in plan.messages_per_sweep.iter().enumerate() {
+        let bytes = n * (plan.words_up + plan.words_down) * 8;
+        let _ = writeln!(s, "  rank {r}: {} messages, {}", 2 * n, format_bytes(bytes as u64));
+    }
+    let _ = writeln!(s, "plus one broadcast of Σ, Vᵀ ({} values) from rank {}", plan.words_up, plan.placement.owner.first().copied().unwrap_or(0));
+    s
+}
+
+fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<String>, CliError> {
+    let start = Instant::now();
+    injected_fault(rt, "start")?;
+    let p = problem(&a.matrix)?;
+    let comm = rt.comm();
+    let me = rt.rank();
+    let (m, n) = (a.matrix.rows, a.matrix.cols);
+    let k = m.min(n);
+    // Make every rank refuse a bad budget before any output exists.
+    SvdPlan::new(p.grid, rt.world())?;
+
+    let mut output = None;
+    if let Some(out) = &a.out {
+        SvdOutput::check_target(out)?;
+        let mut token = if me == 0 {
+            format!("{}-{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)).into_bytes()
+        } else {
+            Vec::new()
+        };
+        comm.broadcast_bytes(0, &mut token)?;
+        let tmp = SvdOutput::temp_path(out, &String::from_utf8_lossy(&token));
+        let layout = OutputLayout {
+            m,
+            n,
+            k,
+            u_chunk_rows: if p.transposed { m.max(1) } else { a.matrix.chunk_rows },
+            vt_chunk_cols: if p.transposed { a.matrix.chunk_rows } else { n.max(1) },
+            attributes: serde_json::Map::from_iter([
+                ("source".to_string(), json!(p.source.describe())),
+                ("producer".to_string(), json!(format!("rankwise {}", env!("CARGO_PKG_VERSION")))),
+            ]),
+        };
+        let created = if me == 0 { SvdOutput::create(out, &tmp, layout.clone()).map(Some) } else { Ok(None) };
+        let created = match created {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = SvdOutput::abandon(&tmp);
+                return Err(e.into());
+            }
+        };
+        comm.barrier()?;
+        let o = match created {
+            Some(o) => o,
+            None => SvdOutput::open(out, &tmp, layout)?,
+        };
+        output = Some((Arc::new(o), tmp));
+    }
+
+    let result = run_svd(rt, launch, a, &p, output.as_ref().map(|o| Arc::clone(&o.0)), start);
+    match (result, output) {
+        (Ok(text), _) => Ok(text),
+        (Err(e), Some((o, tmp))) => {
+            if me == 0 {
+                drop(o);
+                let _ = SvdOutput::abandon(&tmp);
+            }
+            Err(e)
+        }
+        (Err(e), None) => Err(e),
+    }
+}
+
+fn run_svd(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs, p: &SvdProblem, output: Option<Arc<SvdOutput>>, start: Instant) -> Result<Option<String>, CliError> {
+    let comm = rt.comm();
+    let me = rt.rank();
+    let sink: Option<FactorSink> = output.clone().map(|o| {
+        let transposed = p.transposed;
+        Arc::new(move |_panel: usize, rows: std::ops::Range<u64>, f: ArrayView2<'_, f64>| -> Result<(), String> {
+            if transposed {
+                o.write_vt_cols(rows.start, f.t()).map_err(|e| e.to_string())
+            } else {
+                o.write_u_rows(rows.start, f).map_err(|e| e.to_string())
+            }
+        }) as FactorSink
+    });
+    injected_fault(rt, "before-svd")?;
+    let result = svd(rt, p, &SvdOptions { check: a.check }, sink)?;
+    injected_fault(rt, "after-svd")?;
+    let elapsed = start.elapsed().as_secs_f64();
+    // Every rank's figures, for the report.
+    let mine = json!({
+        "rank": me,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "bytes_generated": result.bytes_generated,
+        "timings": result.timings,
+        "actors": rt.actors().iter().map(|x| x.spec().device()).collect::<Vec<_>>(),
+        "hostname": hostname(),
+    });
+    let all = comm.gather_bytes(0, mine.to_string().as_bytes())?;
+    comm.barrier()?;
+    let Some(all) = all else {
+        return Ok(None);
+    };
+    let ranks: Vec<serde_json::Value> = all.iter().map(|b| serde_json::from_slice(b).unwrap_or(serde_json::Value::Null)).collect();
+    let report = report_json(rt, launch, a, p, &result, ranks, elapsed);
+    if let Some(o) = output {
+        if p.transposed {
+            o.write_u_rows(0, result.wt.t())?;
+        } else {
+            o.write_vt(result.wt.view())?;
+        }
+        o.write_s(&result.s)?;
+        o.write_report(&report)?;
+        let o = Arc::try_unwrap(o).map_err(|_| CliError::Option {
+            option: "--out",
+            message: "output still in use at commit".into(),
+        })?;
+        o.commit()?;
+    }
+    if a.json {
+        return Ok(Some(serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"));
+    }
+    Ok(Some(summary_text(rt, a, p, &result, elapsed)))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+fn report_json(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, ranks: Vec<serde_json::Value>, elapsed: f64) -> serde_json::Value {
+    let matrix_bytes = a.matrix.rows * a.matrix.cols * 8;
+    json!({
+        "command": "svd",
+        "shape": [a.matrix.rows, a.matrix.cols],
+        "dist": a.matrix.dist,
+        "seed": a.matrix.seed,
+        "transposed": p.transposed,
+        "grid": r.plan.grid,
+        "placement": r.plan.placement,
+        "memory": r.plan.memory,
+        "transport": rt.comm().name(),
+        "ranks": rt.comm().size(),
+        "actors": rt.world().actors(),
+        "launcher": format!("{:?}", launch.launcher),
+        "job_id": launch.job_id,
+        "singular_values": r.s,
+        "check": r.check,
+        "seconds": elapsed,
+        "matrix_bytes": matrix_bytes,
+        "matrix_gb_per_s": matrix_bytes as f64 / elapsed / 1e9,
+        "per_rank": ranks,
+    })
+}
+
+fn summary_text(rt: &Runtime, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, elapsed: f64) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let g = r.plan.grid;
+    let _ = writeln!(s, "rankwise svd: {}", p.source.describe());
+    let _ = writeln!(
+        s,
+        "  {} panels of {} rows{}; {} rank(s), {} actor(s), transport {}",
+        g.panels(),
+        g.chunk_rows,
+        if p.transposed { " (through the transpose)" } else { "" },
+        rt.comm().size(),
+        rt.world().actors(),
+        rt.comm().name()
+    );
+    let _ = writeln!(s, "singular values ({}):", r.s.len());
+    for (i, v) in r.s.iter().enumerate() {
+        let _ = writeln!(s, "  σ{:<3} {:.15e}", i + 1, v);
+    }
+    if let Some(c) = &r.check {
+        let _ = writeln!(s, "checks:");
+        let _ = writeln!(s, "  ‖A − UΣVᵀ‖_F / ‖A‖_F = {:.3e}", c.relative_residual);
+        let _ = writeln!(s, "  max |UᵀU − I|        = {:.3e}", c.u_orthogonality);
+        let _ = writeln!(s, "  max |VᵀV − I|        = {:.3e}", c.v_orthogonality);
+    }
+    let _ = writeln!(s, "phases (rank 0):");
+    for t in &r.timings {
+        let _ = writeln!(s, "  {:<40} {:>10}", t.phase, seconds(t.seconds));
+    }
+    let bytes = a.matrix.rows * a.matrix.cols * 8;
+    let _ = writeln!(
+        s,
+        "total {} for {} of matrix: {:.2} GB/s; peak RSS rank 0 {}",
+        seconds(elapsed),
+        format_bytes(bytes),
+        bytes as f64 / elapsed / 1e9,
+        peak_rss_bytes().map(format_bytes).unwrap_or_else(|| "unknown".into())
+    );
+    if let Some(out) = &a.out {
+        let _ = writeln!(s, "output: {}", out.display());
+    }
+    s
+}
+
+/// The grid of a generated matrix as the CLI would build it (for tests and tools).
+pub fn grid_for(rows: u64, cols: u64, chunk_rows: u64) -> Result<ChunkGrid, RuntimeError> {
+    ChunkGrid::new(rows.max(cols), rows.min(cols), chunk_rows)
+}

@@ -1,0 +1,229 @@
+//! Panel kernels: the local QR of a row panel, small QRs and SVDs, the sign convention.
+//!
+//! # Why panels are factored block by block
+//!
+//! LAPACK's `dgeqrf` on a tall panel with few columns (n = 20) never reaches its blocked
+//! code: it runs level-2 updates that stream the whole panel from memory once per column.
+//! A panel is therefore factored as a small TSQR of its own: row blocks sized to stay in
+//! cache ([`block_rows`]) are factored one after the other, straight after they are
+//! generated (or decoded), and their R factors are stacked and factored once more. The
+//! block boundaries depend only on the panel's height and `n`, so the result depends only
+//! on the panel, never on placement.
+
+use std::ops::Range;
+
+use ndarray::{s, Array1, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
+use ndarray_linalg::{JobSvd, QRInto, SVDDCInto};
+
+use crate::LinalgError;
+
+/// Bytes of one row block, chosen to sit in a core's L2 cache with room for LAPACK's work.
+const BLOCK_BYTES: usize = 256 * 1024;
+
+/// Rows per cache block of a panel with `n` columns (at least `2n`, so stacking the
+/// block R factors shrinks the problem).
+pub fn block_rows(n: usize) -> usize {
+    (BLOCK_BYTES / (8 * n.max(1))).max(2 * n).max(64)
+}
+
+/// Makes OpenBLAS single-threaded: rankwise's actors supply the parallelism, and a
+/// single-threaded BLAS makes every kernel's result independent of the machine's load.
+pub fn init_blas_threads() {
+    extern "C" {
+        fn openblas_set_num_threads(n: std::os::raw::c_int);
+    }
+    // SAFETY: a plain setter in OpenBLAS, safe to call at any time from any thread.
+    unsafe { openblas_set_num_threads(1) };
+}
+
+/// A factored panel: `panel = Q · R` with `Q = diag(Q_blocks) · Q_stack`.
+#[derive(Debug)]
+pub struct PanelFactor {
+    /// Explicit Q of each row block, `b_j × k_j`.
+    blocks: Vec<Array2<f64>>,
+    /// Q of the stacked block R factors, `Σ k_j × k` (absent with a single block).
+    stack_q: Option<Array2<f64>>,
+    /// The panel's R factor, `k × n` with `k = min(rows, n)`.
+    pub r: Array2<f64>,
+}
+
+impl PanelFactor {
+    /// Factors the panel of `rows` rows and `n` columns whose row blocks `fill` writes.
+    pub fn compute<F>(rows: usize, n: usize, mut fill: F) -> Result<PanelFactor, LinalgError>
+    where
+        F: FnMut(Range<usize>, ArrayViewMut2<'_, f64>) -> Result<(), LinalgError>,
+    {
+        let b = block_rows(n);
+        let mut blocks = Vec::with_capacity(rows.div_ceil(b));
+        let mut rs = Vec::with_capacity(blocks.capacity());
+        let mut start = 0;
+        while start < rows {
+            let end = (start + b).min(rows);
+            let mut a = Array2::<f64>::zeros((end - start, n).f());
+            fill(start..end, a.view_mut())?;
+            let (q, r) = qr(a)?;
+            blocks.push(q);
+            rs.push(r);
+            start = end;
+        }
+        if blocks.len() <= 1 {
+            let r = rs.pop().unwrap_or_else(|| Array2::zeros((0, n)));
+            return Ok(PanelFactor {
+                blocks,
+                stack_q: None,
+                r,
+            });
+        }
+        let stacked = stack_rows(&rs.iter().map(|r| r.view()).collect::<Vec<_>>());
+        let (q, r) = qr(stacked)?;
+        Ok(PanelFactor {
+            blocks,
+            stack_q: Some(q),
+            r,
+        })
+    }
+
+    /// Rows of the panel.
+    pub fn rows(&self) -> usize {
+        self.blocks.iter().map(|q| q.nrows()).sum()
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        let q: usize = self.blocks.iter().map(|q| q.len()).sum();
+        let s = self.stack_q.as_ref().map_or(0, |q| q.len());
+        ((q + s + self.r.len()) * 8) as u64
+    }
+
+    /// `Q · c` for `c` of shape `k × l`, written block by block into `out` (`rows × l`).
+    pub fn apply_into(&self, c: ArrayView2<'_, f64>, mut out: ArrayViewMut2<'_, f64>) {
+        let mut row = 0;
+        let mut off = 0;
+        for q in &self.blocks {
+            let kj = q.ncols();
+            let cj = match &self.stack_q {
+                Some(sq) => sq.slice(s![off..off + kj, ..]).dot(&c),
+                None => c.to_owned(),
+            };
+            let rows = q.nrows();
+            ndarray::linalg::general_mat_mul(
+                1.0,
+                q,
+                &cj,
+                0.0,
+                &mut out.slice_mut(s![row..row + rows, ..]),
+            );
+            row += rows;
+            off += kj;
+        }
+    }
+
+    /// `Q · c` as a new column-major array.
+    pub fn apply(&self, c: ArrayView2<'_, f64>) -> Array2<f64> {
+        let mut out = Array2::zeros((self.rows(), c.ncols()).f());
+        self.apply_into(c, out.view_mut());
+        out
+    }
+}
+
+/// Thin QR: `a = q · r` with `q` of shape `m × k`, `r` of shape `k × n`, `k = min(m, n)`.
+pub fn qr(a: Array2<f64>) -> Result<(Array2<f64>, Array2<f64>), LinalgError> {
+    if a.nrows() == 0 {
+        return Ok((Array2::zeros((0, 0)), Array2::zeros((0, a.ncols()))));
+    }
+    a.qr_into().map_err(|e| LinalgError::Lapack(format!("QR: {e}")))
+}
+
+/// Stacks matrices with the same column count on top of each other (column-major result).
+pub fn stack_rows(parts: &[ArrayView2<'_, f64>]) -> Array2<f64> {
+    let n = parts.first().map_or(0, |p| p.ncols());
+    let rows: usize = parts.iter().map(|p| p.nrows()).sum();
+    let mut out = Array2::zeros((rows, n).f());
+    let mut r = 0;
+    for p in parts {
+        out.slice_mut(s![r..r + p.nrows(), ..]).assign(p);
+        r += p.nrows();
+    }
+    out
+}
+
+/// Thin SVD of a small replicated matrix (`k × n`, `k ≤ n` or not): `(u, σ, vᵀ)` with σ
+/// descending, signs fixed by [`fix_signs`].
+pub fn small_svd(a: ArrayView2<'_, f64>) -> Result<(Array2<f64>, Array1<f64>, Array2<f64>), LinalgError> {
+    let (m, n) = a.dim();
+    if m == 0 || n == 0 {
+        let k = m.min(n);
+        return Ok((Array2::zeros((m, k)), Array1::zeros(k), Array2::zeros((k, n))));
+    }
+    let owned = a.to_owned();
+    let (u, s, vt) = owned
+        .svddc_into(JobSvd::Some)
+        .map_err(|e| LinalgError::Lapack(format!("SVD: {e}")))?;
+    let mut u = u.ok_or_else(|| LinalgError::Lapack("SVD returned no U".into()))?;
+    let mut vt = vt.ok_or_else(|| LinalgError::Lapack("SVD returned no Vᵀ".into()))?;
+    fix_signs(&mut u, &mut vt);
+    Ok((u, s, vt))
+}
+
+/// The sign convention: in each row of `vt`, the entry of largest magnitude (the first one
+/// on ties) is made positive, and the matching column of `u` flips with it. `vt` is the
+/// factor every rank holds whole, so every rank agrees without communication.
+pub fn fix_signs(u: &mut Array2<f64>, vt: &mut Array2<f64>) {
+    for i in 0..vt.nrows() {
+        let row = vt.row(i);
+        let mut best = 0;
+        for (j, v) in row.iter().enumerate() {
+            if v.abs() > row[best].abs() {
+                best = j;
+            }
+        }
+        if row.len() > 0 && row[best] < 0.0 {
+            vt.row_mut(i).mapv_inplace(|x| -x);
+            if i < u.ncols() {
+                u.column_mut(i).mapv_inplace(|x| -x);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(m: usize, n: usize, seed: u64) -> Array2<f64> {
+        let g = rankwise_runtime::Generated::new(m as u64, n as u64, seed, rankwise_runtime::Dist::Normal);
+        Array2::from_shape_fn((m, n), |(i, j)| g.value(i as u64, j as u64))
+    }
+
+    #[test]
+    fn blocked_panel_factor_reconstructs_the_panel() {
+        for &(m, n) in &[(1usize, 1usize), (3, 5), (5000, 20), (700, 64), (129, 3)] {
+            let a = random(m, n, (m * 31 + n) as u64);
+            let f = PanelFactor::compute(m, n, |r, mut out| {
+                out.assign(&a.slice(s![r, ..]));
+                Ok(())
+            })
+            .unwrap();
+            let q = f.apply(Array2::eye(f.r.nrows()).view());
+            let back = q.dot(&f.r);
+            let err = (&back - &a).mapv(|x| x * x).sum().sqrt() / a.mapv(|x| x * x).sum().sqrt();
+            assert!(err < 1e-13, "{m}x{n}: {err}");
+            let qtq = q.t().dot(&q) - Array2::<f64>::eye(q.ncols());
+            assert!(qtq.iter().all(|x| x.abs() < 1e-13), "{m}x{n}");
+        }
+    }
+
+    #[test]
+    fn svd_signs_are_fixed() {
+        let a = random(6, 4, 9);
+        let (u, s, vt) = small_svd(a.view()).unwrap();
+        for i in 0..vt.nrows() {
+            let row = vt.row(i);
+            let big = row.iter().fold(0.0f64, |m, x| if x.abs() > m.abs() { *x } else { m });
+            assert!(big > 0.0);
+        }
+        let back = (&u * &s).dot(&vt);
+        assert!((&back - &a).iter().all(|x| x.abs() < 1e-13));
+        assert!(s.windows(2).into_iter().all(|w| w[0] >= w[1]));
+    }
+}

@@ -1,0 +1,420 @@
+//! The exact SVD of a tall-and-skinny matrix (short-and-fat through the transpose).
+//!
+//! Pass 1: every actor factors its panels (`A_i = Q_i R_i`, [`PanelFactor`]). The R
+//! factors are reduced up the fixed [`Tree`] (`[R_a; R_b] = Q_node R`), the root's R is
+//! decomposed on its owner (`R = U_R Σ Vᵀ`) and broadcast, and `U_R` is pushed down the
+//! tree through the stored node Q factors. Pass 2: every actor forms its rows of U as
+//! `Q_i C_i`, either from the Q factors it kept (resident) or by factoring the panel again
+//! (regenerated): both give the same bits. Only R factors (n×n) and C blocks (n×k) travel.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ndarray::{s, Array2, ArrayView2, ShapeBuilder};
+use rankwise_runtime::{ChunkGrid, MemoryPlan, PanelSource, Placement, Residency, Runtime};
+use serde::Serialize;
+
+use crate::kernels::{block_rows, qr, small_svd, stack_rows, PanelFactor};
+use crate::tree::{decode, encode, Tree};
+use crate::LinalgError;
+
+/// Receives the distributed factor, panel by panel, on the actor that owns the panel.
+///
+/// Arguments: the global panel index, its global rows, and the panel's rows of the factor
+/// (`U` for a tall matrix; `V`, i.e. columns of `Vᵀ`, for a transposed one).
+pub type FactorSink = Arc<dyn Fn(usize, Range<u64>, ArrayView2<'_, f64>) -> Result<(), String> + Send + Sync>;
+
+/// The matrix to decompose.
+#[derive(Clone)]
+pub struct SvdProblem {
+    /// Where the panels come from; its shape is the (tall) matrix the algorithm sees.
+    pub source: Arc<dyn PanelSource>,
+    /// The panel grid over `source`.
+    pub grid: ChunkGrid,
+    /// True when `source` is the transpose of the user's matrix (short-and-fat input).
+    pub transposed: bool,
+}
+
+impl SvdProblem {
+    /// The generated `rows × cols` matrix in panels of `chunk_rows` rows. A short-and-fat
+    /// matrix (`rows < cols`) is decomposed through its transpose, whose panels are
+    /// `chunk_rows` columns of the matrix: panels always run along the long dimension.
+    pub fn generated(rows: u64, cols: u64, chunk_rows: u64, seed: u64, dist: rankwise_runtime::Dist) -> Result<SvdProblem, LinalgError> {
+        ChunkGrid::new(rows, cols, chunk_rows)?;
+        ChunkGrid::check_generated(rows, cols)?;
+        let g = rankwise_runtime::Generated::new(rows, cols, seed, dist);
+        let transposed = rows < cols;
+        let (source, grid): (Arc<dyn PanelSource>, ChunkGrid) = if transposed {
+            (Arc::new(g.transposed()), ChunkGrid::new(cols, rows, chunk_rows)?)
+        } else {
+            (Arc::new(g), ChunkGrid::new(rows, cols, chunk_rows)?)
+        };
+        Ok(SvdProblem {
+            source,
+            grid,
+            transposed,
+        })
+    }
+}
+
+/// Options of the SVD.
+#[derive(Clone, Debug, Default)]
+pub struct SvdOptions {
+    /// Compute ‖A − UΣVᵀ‖/‖A‖ and the orthogonality of U and V in pass 2.
+    pub check: bool,
+}
+
+/// What the plan decided, before any work.
+#[derive(Clone, Debug, Serialize)]
+pub struct SvdPlan {
+    /// The grid.
+    pub grid: ChunkGrid,
+    /// Rank count.
+    pub ranks: usize,
+    /// Which actor owns which panels.
+    pub placement: Placement,
+    /// Memory decision of every actor, in placement order.
+    pub memory: Vec<MemoryPlan>,
+    /// Tree messages each rank sends in one sweep (up or down).
+    pub messages_per_sweep: Vec<usize>,
+    /// f64 values in one up-sweep message (an R factor) and one down-sweep message.
+    pub words_up: usize,
+    /// f64 values in one down-sweep message (a C block).
+    pub words_down: usize,
+}
+
+impl SvdPlan {
+    /// Plans `grid` over the runtime's world. Pure: every rank computes the same plan.
+    pub fn new(grid: ChunkGrid, world: &rankwise_runtime::World) -> Result<SvdPlan, LinalgError> {
+        let placement = Placement::compute(grid.panels(), world);
+        let n = grid.cols as usize;
+        let k = grid.rows.min(grid.cols) as usize;
+        let chunk = grid.chunk_rows.min(grid.rows) as usize;
+        // Per thread: the panel's Q blocks and its rows of U (pass 2), one row block, and
+        // the stacked block R factors.
+        let blocks = chunk.div_ceil(block_rows(n));
+        let per_thread = (2 * chunk * n + block_rows(n) * n + 2 * blocks * n * n) as u64 * 8;
+        let mut memory = Vec::new();
+        for a in &placement.assignments {
+            let shape = &world.ranks[a.rank][a.actor];
+            let resident: u64 = a
+                .panels
+                .clone()
+                .map(|p| {
+                    let r = grid.panel_rows(p);
+                    (r.end - r.start) * (r.end - r.start).min(grid.cols) * 8
+                })
+                .sum();
+            memory.push(MemoryPlan::decide(shape.memory, per_thread, shape.threads, resident)?);
+        }
+        let tree = Tree::new(&placement.owner);
+        let messages_per_sweep = (0..world.ranks.len()).map(|r| tree.messages_sent_by(r)).collect();
+        Ok(SvdPlan {
+            grid,
+            ranks: world.ranks.len(),
+            placement,
+            memory,
+            messages_per_sweep,
+            words_up: 2 + k * n,
+            words_down: 2 + k * k,
+        })
+    }
+}
+
+/// Accuracy figures of a finished SVD.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    /// ‖A − UΣVᵀ‖_F / ‖A‖_F.
+    pub relative_residual: f64,
+    /// max |UᵀU − I|.
+    pub u_orthogonality: f64,
+    /// max |VᵀV − I|.
+    pub v_orthogonality: f64,
+}
+
+/// Wall time of one phase on this rank.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseTiming {
+    /// Phase name.
+    pub phase: String,
+    /// Seconds.
+    pub seconds: f64,
+}
+
+/// The result on one rank.
+#[derive(Clone, Debug)]
+pub struct SvdResult {
+    /// Singular values, descending (`k = min(m, n)` of them).
+    pub s: Vec<f64>,
+    /// The replicated factor: `Vᵀ` (`k × n`) for a tall matrix; for a transposed problem this
+    /// is `Uᵀ` of the user's matrix.
+    pub wt: Array2<f64>,
+    /// True when the problem was solved through the transpose.
+    pub transposed: bool,
+    /// Accuracy checks, when asked for.
+    pub check: Option<CheckReport>,
+    /// Phase timings on this rank.
+    pub timings: Vec<PhaseTiming>,
+    /// The plan that ran.
+    pub plan: SvdPlan,
+    /// Bytes of matrix values produced from the source on this rank, all passes.
+    pub bytes_generated: u64,
+}
+
+struct Pass1 {
+    r: Array2<f64>,
+    kept: Option<PanelFactor>,
+}
+
+fn fill_from(
+    source: &dyn PanelSource,
+    panel: usize,
+    rows: Range<u64>,
+) -> impl FnMut(Range<usize>, ndarray::ArrayViewMut2<'_, f64>) -> Result<(), LinalgError> + '_ {
+    move |r, out| {
+        let g = rows.start + r.start as u64..rows.start + r.end as u64;
+        source.fill(g.clone(), out).map_err(|e| LinalgError::Panel {
+            panel,
+            rows: format!("{}..{}", g.start, g.end),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// Computes the SVD. A collective call: every rank of the runtime makes it with the same
+/// problem and options. `sink` receives this rank's panels of the distributed factor.
+pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Option<FactorSink>) -> Result<SvdResult, LinalgError> {
+    let comm = rt.comm();
+    let me = comm.rank();
+    let grid = problem.grid;
+    let (m, n) = problem.source.shape();
+    if (m, n) != (grid.rows, grid.cols) {
+        return Err(LinalgError::Option {
+            option: "grid",
+            message: format!("grid {}×{} does not match the source's {m}×{n}", grid.rows, grid.cols),
+        });
+    }
+    let plan = SvdPlan::new(grid, rt.world())?;
+    let n = n as usize;
+    let k = (m as usize).min(n);
+    let my_actors: Vec<(usize, Range<usize>, Residency)> = plan
+        .placement
+        .assignments
+        .iter()
+        .zip(&plan.memory)
+        .filter(|(a, _)| a.rank == me)
+        .map(|(a, mp)| (a.actor, a.panels.clone(), mp.residency))
+        .collect();
+    let residency: Vec<Residency> = my_actors.iter().map(|a| a.2).collect();
+    let mut timings = Vec::new();
+    let mut bytes_generated = 0u64;
+    let my_panel_bytes: u64 = my_actors
+        .iter()
+        .flat_map(|a| a.1.clone())
+        .map(|p| {
+            let r = grid.panel_rows(p);
+            (r.end - r.start) * n as u64 * 8
+        })
+        .sum();
+
+    // Pass 1: panel factors.
+    let t = Instant::now();
+    let inputs: Vec<Vec<usize>> = my_actors.iter().map(|a| a.1.clone().collect()).collect();
+    let source = Arc::clone(&problem.source);
+    let res = residency.clone();
+    let pass1 = rt.map(inputs.clone(), move |actor, p| -> Result<Pass1, LinalgError> {
+        let rows = grid.panel_rows(p);
+        let h = (rows.end - rows.start) as usize;
+        let f = PanelFactor::compute(h, n, fill_from(source.as_ref(), p, rows))?;
+        let r = f.r.clone();
+        let kept = (res[actor] == Residency::Resident).then_some(f);
+        Ok(Pass1 { r, kept })
+    })?;
+    bytes_generated += my_panel_bytes;
+    let mut leaves = BTreeMap::new();
+    let mut kept: HashMap<usize, PanelFactor> = HashMap::new();
+    for (panels, results) in inputs.iter().zip(pass1) {
+        for (&p, r) in panels.iter().zip(results) {
+            let r = r?;
+            leaves.insert(p, r.r);
+            if let Some(f) = r.kept {
+                kept.insert(p, f);
+            }
+        }
+    }
+    timings.push(PhaseTiming {
+        phase: "pass 1: produce panels + panel QR".into(),
+        seconds: t.elapsed().as_secs_f64(),
+    });
+
+    // The tree: R factors up, node Q factors kept where they were formed.
+    let t = Instant::now();
+    let tree = Tree::new(&plan.placement.owner);
+    let mut node_q: HashMap<(usize, usize), (usize, Array2<f64>)> = HashMap::new();
+    let root = tree.up(comm, leaves, |level, j, a, b| {
+        let ka = a.nrows();
+        let (q, r) = qr(stack_rows(&[a.view(), b.view()]))?;
+        node_q.insert((level, j), (ka, q));
+        Ok(r)
+    })?;
+    timings.push(PhaseTiming {
+        phase: "tree: reduce R factors".into(),
+        seconds: t.elapsed().as_secs_f64(),
+    });
+
+    // SVD of the root's R on its owner, broadcast to all.
+    let t = Instant::now();
+    let root_owner = tree.root_owner();
+    let mut packed = Vec::new();
+    let mut u_r = None;
+    if me == root_owner {
+        let r = root.ok_or(LinalgError::Tree { level: tree.height(), node: 0 })?;
+        let (u, s, vt) = small_svd(r.view())?;
+        packed.extend(s.iter());
+        packed.extend(encode(&vt));
+        u_r = Some(u);
+    }
+    comm.broadcast_f64(root_owner, &mut packed)?;
+    if packed.len() < k {
+        return Err(LinalgError::Message { peer: root_owner });
+    }
+    let s = packed[..k].to_vec();
+    let wt = decode(root_owner, &packed[k..])?;
+    timings.push(PhaseTiming {
+        phase: "SVD of R + broadcast".into(),
+        seconds: t.elapsed().as_secs_f64(),
+    });
+
+    // Push U_R down the tree.
+    let t = Instant::now();
+    let c = tree.down(comm, u_r, |level, j, c| {
+        let (ka, q) = node_q.remove(&(level, j)).ok_or(LinalgError::Tree { level, node: j })?;
+        Ok((q.slice(s![..ka, ..]).dot(&c), q.slice(s![ka.., ..]).dot(&c)))
+    })?;
+    timings.push(PhaseTiming {
+        phase: "tree: push down U_R".into(),
+        seconds: t.elapsed().as_secs_f64(),
+    });
+
+    // Pass 2: rows of the distributed factor, and the checks.
+    let t = Instant::now();
+    let mut c = c;
+    let mut inputs2 = Vec::with_capacity(my_actors.len());
+    for a in &my_actors {
+        let mut items = Vec::new();
+        for p in a.1.clone() {
+            let ci = c.remove(&p).ok_or(LinalgError::Tree { level: 0, node: p })?;
+            items.push((p, ci, kept.remove(&p)));
+        }
+        inputs2.push(items);
+    }
+    let source = Arc::clone(&problem.source);
+    let check = options.check;
+    let s_arc = Arc::new(s.clone());
+    let wt_arc = Arc::new(wt.clone());
+    let pass2 = rt.map(inputs2, move |_, (p, ci, kept): (usize, Array2<f64>, Option<PanelFactor>)| -> Result<Array2<f64>, LinalgError> {
+        let rows = grid.panel_rows(p);
+        let h = (rows.end - rows.start) as usize;
+        let factor = match kept {
+            Some(f) => f,
+            None => PanelFactor::compute(h, n, fill_from(source.as_ref(), p, rows.clone()))?,
+        };
+        let u = factor.apply(ci.view());
+        drop(factor);
+        if let Some(sink) = &sink {
+            sink(p, rows.clone(), u.view()).map_err(|message| LinalgError::Sink { panel: p, message })?;
+        }
+        if !check {
+            return Ok(Array2::zeros((0, 0)));
+        }
+        // ‖A_i − U_i Σ Wᵀ‖², ‖A_i‖², U_iᵀU_i, one cache block of A at a time.
+        let sw = Array2::from_shape_fn((k, n), |(i, j)| s_arc[i] * wt_arc[[i, j]]);
+        let b = block_rows(n);
+        let (mut res, mut norm) = (0.0f64, 0.0f64);
+        let mut fill = fill_from(source.as_ref(), p, rows.clone());
+        let mut start = 0;
+        while start < h {
+            let end = (start + b).min(h);
+            let mut a = Array2::<f64>::zeros((end - start, n).f());
+            fill(start..end, a.view_mut())?;
+            norm += a.iter().map(|x| x * x).sum::<f64>();
+            ndarray::linalg::general_mat_mul(-1.0, &u.slice(s![start..end, ..]), &sw, 1.0, &mut a);
+            res += a.iter().map(|x| x * x).sum::<f64>();
+            start = end;
+        }
+        let utu = u.t().dot(&u);
+        let mut out = Array2::zeros((1, 2 + k * k));
+        out[[0, 0]] = res;
+        out[[0, 1]] = norm;
+        for (i, v) in utu.t().iter().enumerate() {
+            out[[0, 2 + i]] = *v;
+        }
+        Ok(out)
+    })?;
+    // Pass 2 produces the panels again where they were not kept, and once more for checks.
+    let regenerated: u64 = my_actors
+        .iter()
+        .filter(|a| a.2 == Residency::Regenerated)
+        .flat_map(|a| a.1.clone())
+        .map(|p| {
+            let r = grid.panel_rows(p);
+            (r.end - r.start) * n as u64 * 8
+        })
+        .sum();
+    bytes_generated += regenerated + if options.check { my_panel_bytes } else { 0 };
+    let mut stats = BTreeMap::new();
+    for (a, results) in my_actors.iter().zip(pass2) {
+        for (p, r) in a.1.clone().zip(results) {
+            stats.insert(p, r?);
+        }
+    }
+    timings.push(PhaseTiming {
+        phase: if check { "pass 2: form U + checks" } else { "pass 2: form U" }.into(),
+        seconds: t.elapsed().as_secs_f64(),
+    });
+
+    let check = if check {
+        let t = Instant::now();
+        let total = tree.sum_all(comm, stats, (1, 2 + k * k))?;
+        let rel = if total[[0, 1]] > 0.0 {
+            (total[[0, 0]] / total[[0, 1]]).sqrt()
+        } else {
+            total[[0, 0]].sqrt()
+        };
+        let mut u_orth = 0.0f64;
+        for i in 0..k {
+            for j in 0..k {
+                let v = total[[0, 2 + j * k + i]] - if i == j { 1.0 } else { 0.0 };
+                u_orth = u_orth.max(v.abs());
+            }
+        }
+        let vtv = wt.dot(&wt.t());
+        let mut v_orth = 0.0f64;
+        for ((i, j), v) in vtv.indexed_iter() {
+            v_orth = v_orth.max((v - if i == j { 1.0 } else { 0.0 }).abs());
+        }
+        timings.push(PhaseTiming {
+            phase: "checks: reduce".into(),
+            seconds: t.elapsed().as_secs_f64(),
+        });
+        Some(CheckReport {
+            relative_residual: rel,
+            u_orthogonality: u_orth,
+            v_orthogonality: v_orth,
+        })
+    } else {
+        None
+    };
+
+    Ok(SvdResult {
+        s,
+        wt,
+        transposed: problem.transposed,
+        check,
+        timings,
+        plan,
+        bytes_generated,
+    })
+}

@@ -1,0 +1,247 @@
+//! The chunk grid and row-panel placement.
+//!
+//! A matrix is cut into row panels of `chunk_rows` rows (the last one may be shorter). A
+//! panel is owned whole by one actor, so products with the panel and per-row work never
+//! communicate. Placement gives each actor, in global order (rank, then actor), a contiguous
+//! range of panels whose size is proportional to the actor's weight (its thread count). It
+//! is a pure function of the grid and the world: every rank computes the same placement
+//! without talking to the others, and `rankwise plan` prints it.
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use crate::source::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
+use crate::RuntimeError;
+
+/// A matrix cut into row panels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkGrid {
+    /// Rows of the matrix the algorithm sees.
+    pub rows: u64,
+    /// Columns.
+    pub cols: u64,
+    /// Rows per panel (the last panel may be shorter).
+    pub chunk_rows: u64,
+}
+
+impl ChunkGrid {
+    /// Checks the shape and returns the grid. The messages name the command-line options.
+    pub fn new(rows: u64, cols: u64, chunk_rows: u64) -> Result<Self, RuntimeError> {
+        if rows == 0 {
+            return Err(RuntimeError::Option {
+                option: "--rows",
+                message: "the matrix needs at least one row".into(),
+            });
+        }
+        if cols == 0 {
+            return Err(RuntimeError::Option {
+                option: "--cols",
+                message: "the matrix needs at least one column".into(),
+            });
+        }
+        if chunk_rows == 0 {
+            return Err(RuntimeError::Option {
+                option: "--chunk-rows",
+                message: "panels need at least one row".into(),
+            });
+        }
+        Ok(ChunkGrid {
+            rows,
+            cols,
+            chunk_rows,
+        })
+    }
+
+    /// Checks that a generated matrix of this grid's (untransposed) shape fits the
+    /// generator's index space.
+    pub fn check_generated(rows: u64, cols: u64) -> Result<(), RuntimeError> {
+        if rows > MAX_GENERATED_ROWS {
+            return Err(RuntimeError::Option {
+                option: "--rows",
+                message: format!("generated matrices have at most {MAX_GENERATED_ROWS} rows"),
+            });
+        }
+        if cols > MAX_GENERATED_COLS - 1 {
+            return Err(RuntimeError::Option {
+                option: "--cols",
+                message: format!(
+                    "generated matrices have at most {} columns",
+                    MAX_GENERATED_COLS - 1
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Number of panels.
+    pub fn panels(&self) -> usize {
+        self.rows.div_ceil(self.chunk_rows) as usize
+    }
+
+    /// Global rows of panel `p`.
+    pub fn panel_rows(&self, p: usize) -> Range<u64> {
+        let start = p as u64 * self.chunk_rows;
+        start..(start + self.chunk_rows).min(self.rows)
+    }
+
+    /// Bytes of one full f64 panel.
+    pub fn panel_bytes(&self) -> u64 {
+        self.chunk_rows.min(self.rows) * self.cols * 8
+    }
+}
+
+/// What one actor brings to the placement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActorShape {
+    /// Worker threads of the actor (its placement weight).
+    pub threads: usize,
+    /// The actor's memory budget in bytes.
+    pub memory: u64,
+    /// Where it runs, for reports: e.g. `numa0 cores 0-1`.
+    pub device: String,
+}
+
+/// Every rank's actors, as all ranks agree on them after start-up.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct World {
+    /// `ranks[r]` lists rank r's actors.
+    pub ranks: Vec<Vec<ActorShape>>,
+}
+
+impl World {
+    /// Total number of actors.
+    pub fn actors(&self) -> usize {
+        self.ranks.iter().map(Vec::len).sum()
+    }
+}
+
+/// One actor's share of the panels.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The rank hosting the actor.
+    pub rank: usize,
+    /// The actor's index on its rank.
+    pub actor: usize,
+    /// Its contiguous range of global panel indices.
+    pub panels: Range<usize>,
+}
+
+/// Which actor owns which panels.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Assignments in global actor order; ranges are contiguous and cover all panels.
+    pub assignments: Vec<Assignment>,
+    /// `owner[p]` = rank owning panel `p`.
+    pub owner: Vec<usize>,
+}
+
+impl Placement {
+    /// Places `panels` panels over the world's actors, weighted by threads.
+    pub fn compute(panels: usize, world: &World) -> Placement {
+        let actors: Vec<(usize, usize, usize)> = world
+            .ranks
+            .iter()
+            .enumerate()
+            .flat_map(|(r, a)| a.iter().enumerate().map(move |(i, s)| (r, i, s.threads.max(1))))
+            .collect();
+        let total: usize = actors.iter().map(|a| a.2).sum();
+        let mut assignments = Vec::with_capacity(actors.len());
+        let mut owner = vec![0usize; panels];
+        let mut cum = 0usize;
+        let mut start = 0usize;
+        for &(rank, actor, w) in &actors {
+            cum += w;
+            // Integer arithmetic: the same boundaries on every rank and every machine.
+            let end = if total == 0 {
+                panels
+            } else {
+                ((panels as u128 * cum as u128 + total as u128 / 2) / total as u128) as usize
+            };
+            let end = end.clamp(start, panels);
+            for o in &mut owner[start..end] {
+                *o = rank;
+            }
+            assignments.push(Assignment {
+                rank,
+                actor,
+                panels: start..end,
+            });
+            start = end;
+        }
+        Placement { assignments, owner }
+    }
+
+    /// Panels of actor `actor` on rank `rank`.
+    pub fn panels_of(&self, rank: usize, actor: usize) -> Range<usize> {
+        self.assignments
+            .iter()
+            .find(|a| a.rank == rank && a.actor == actor)
+            .map(|a| a.panels.clone())
+            .unwrap_or(0..0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn world(spec: &[&[usize]]) -> World {
+        World {
+            ranks: spec
+                .iter()
+                .map(|r| {
+                    r.iter()
+                        .map(|&t| ActorShape {
+                            threads: t,
+                            memory: 1 << 30,
+                            device: "cpu".into(),
+                        })
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn grid_counts_ragged_panels() {
+        let g = ChunkGrid::new(10, 3, 4).unwrap();
+        assert_eq!(g.panels(), 3);
+        assert_eq!(g.panel_rows(2), 8..10);
+        assert!(ChunkGrid::new(0, 3, 4).is_err());
+        assert!(ChunkGrid::new(3, 0, 4).is_err());
+        let e = ChunkGrid::new(3, 3, 0).unwrap_err().to_string();
+        assert!(e.contains("--chunk-rows"), "{e}");
+    }
+
+    #[test]
+    fn placement_is_contiguous_weighted_and_complete() {
+        for panels in [0usize, 1, 2, 3, 7, 16, 100] {
+            for spec in [&[&[1usize][..]][..], &[&[2, 2], &[1]], &[&[1], &[1], &[1], &[1]]] {
+                let w = world(spec);
+                let p = Placement::compute(panels, &w);
+                assert_eq!(p.assignments.len(), w.actors());
+                let mut next = 0;
+                for a in &p.assignments {
+                    assert_eq!(a.panels.start, next);
+                    next = a.panels.end;
+                    for q in a.panels.clone() {
+                        assert_eq!(p.owner[q], a.rank);
+                    }
+                }
+                assert_eq!(next, panels);
+                assert_eq!(p, Placement::compute(panels, &w), "pure function");
+            }
+        }
+        let p = Placement::compute(10, &world(&[&[3], &[1]]));
+        assert_eq!(p.assignments[0].panels, 0..8);
+    }
+
+    #[test]
+    fn more_actors_than_panels_leaves_some_empty() {
+        let p = Placement::compute(2, &world(&[&[1], &[1], &[1], &[1]]));
+        let owned: Vec<usize> = p.assignments.iter().map(|a| a.panels.len()).collect();
+        assert_eq!(owned.iter().sum::<usize>(), 2);
+        assert!(owned.contains(&0));
+    }
+}

@@ -1,0 +1,404 @@
+//! One rank: its transport, its actors, and the world they belong to.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use crossbeam_channel::unbounded;
+use rankwise_transports::Comm;
+
+use crate::actor::{Actor, ActorSpec};
+use crate::grid::{ActorShape, World};
+use crate::topology::Topology;
+use crate::RuntimeError;
+
+/// How a rank sets up its actors.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Actors on this rank; default one per NUMA domain given to the rank.
+    pub actors: Option<usize>,
+    /// Worker threads per actor; default the cores the actor was given.
+    pub threads_per_actor: Option<usize>,
+    /// Memory budget per actor in bytes; default 70% of available memory shared by all
+    /// actors of all ranks on the node.
+    pub memory_per_actor: Option<u64>,
+    /// This rank's index among the ranks on its node.
+    pub local_rank: usize,
+    /// Ranks on this node.
+    pub local_size: usize,
+    /// Pin worker threads to their cores.
+    pub pin: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            actors: None,
+            threads_per_actor: None,
+            memory_per_actor: None,
+            local_rank: 0,
+            local_size: 1,
+            pin: true,
+        }
+    }
+}
+
+/// Decides this rank's actors from the topology: the node's NUMA domains are shared out
+/// among the node's ranks (a domain shared by several ranks has its cores split between
+/// them), then the rank's cores among its actors.
+pub fn actor_specs(topology: &Topology, config: &RuntimeConfig) -> Result<Vec<ActorSpec>, RuntimeError> {
+    if config.actors == Some(0) {
+        return Err(RuntimeError::Option {
+            option: "--actors",
+            message: "a rank needs at least one actor".into(),
+        });
+    }
+    if config.threads_per_actor == Some(0) {
+        return Err(RuntimeError::Option {
+            option: "--threads-per-actor",
+            message: "an actor needs at least one thread".into(),
+        });
+    }
+    let local_size = config.local_size.max(1);
+    let local_rank = config.local_rank % local_size;
+    let domains: Vec<(usize, Vec<usize>)> = if topology.numa.is_empty() {
+        vec![(0, vec![0])]
+    } else {
+        topology
+            .numa
+            .iter()
+            .map(|d| (d.index, if d.cores.is_empty() { vec![0] } else { d.cores.clone() }))
+            .collect()
+    };
+    // Domains (with their cores) this rank gets.
+    let mine: Vec<(usize, Vec<usize>)> = if local_size <= domains.len() {
+        domains
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % local_size == local_rank)
+            .map(|(_, d)| d.clone())
+            .collect()
+    } else {
+        let d = local_rank % domains.len();
+        let sharers: Vec<usize> = (0..local_size).filter(|r| r % domains.len() == d).collect();
+        let pos = sharers.iter().position(|&r| r == local_rank).unwrap_or(0);
+        let cores = &domains[d].1;
+        let share: Vec<usize> = cores
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % sharers.len() == pos)
+            .map(|(_, &c)| c)
+            .collect();
+        let share = if share.is_empty() {
+            vec![cores[pos % cores.len()]]
+        } else {
+            share
+        };
+        vec![(domains[d].0, share)]
+    };
+    let n_actors = config.actors.unwrap_or(mine.len());
+    let all_cores: Vec<(usize, usize)> = mine
+        .iter()
+        .flat_map(|(d, cs)| cs.iter().map(move |&c| (*d, c)))
+        .collect();
+    let memory = match config.memory_per_actor {
+        Some(m) => m,
+        None => {
+            let avail = available_memory().unwrap_or(4 << 30);
+            (avail as f64 * 0.7 / (local_size * n_actors) as f64) as u64
+        }
+    };
+    let mut specs = Vec::with_capacity(n_actors);
+    for a in 0..n_actors {
+        let (domain, mut cores) = if config.actors.is_none() {
+            (mine[a].0, mine[a].1.clone())
+        } else {
+            // Split the rank's cores round-robin; with more actors than cores, share them.
+            let cs: Vec<(usize, usize)> = all_cores
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % n_actors == a)
+                .map(|(_, &x)| x)
+                .collect();
+            if cs.is_empty() {
+                let (d, c) = all_cores[a % all_cores.len()];
+                (d, vec![c])
+            } else {
+                (cs[0].0, cs.iter().map(|x| x.1).collect())
+            }
+        };
+        if let Some(t) = config.threads_per_actor {
+            cores = (0..t).map(|i| cores[i % cores.len()]).collect();
+        }
+        specs.push(ActorSpec {
+            domain,
+            cores,
+            memory,
+            pin: config.pin,
+        });
+    }
+    Ok(specs)
+}
+
+/// Available memory from /proc/meminfo, in bytes.
+pub(crate) fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// One rank of a rankwise job.
+pub struct Runtime {
+    comm: Box<dyn Comm>,
+    actors: Vec<Actor>,
+    world: World,
+}
+
+impl Runtime {
+    /// Starts this rank's actors and learns every other rank's (a collective call: every
+    /// rank of `comm` must make it).
+    pub fn new(comm: Box<dyn Comm>, specs: Vec<ActorSpec>) -> Result<Runtime, RuntimeError> {
+        let rank = comm.rank();
+        let mut actors = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.into_iter().enumerate() {
+            actors.push(Actor::spawn(&format!("r{rank}a{i}"), spec)?);
+        }
+        let shapes: Vec<ActorShape> = actors
+            .iter()
+            .map(|a| ActorShape {
+                threads: a.threads(),
+                memory: a.spec().memory,
+                device: a.spec().device(),
+            })
+            .collect();
+        let mine = encode_shapes(&shapes);
+        let all = comm.allgather_bytes(&mine)?;
+        let mut world = World::default();
+        for (r, bytes) in all.iter().enumerate() {
+            world.ranks.push(decode_shapes(bytes).ok_or_else(|| {
+                RuntimeError::Transport(rankwise_transports::TransportError::Length {
+                    peer: r,
+                    got: bytes.len(),
+                    expected: 0,
+                })
+            })?);
+        }
+        Ok(Runtime {
+            comm,
+            actors,
+            world,
+        })
+    }
+
+    /// The transport.
+    pub fn comm(&self) -> &dyn Comm {
+        self.comm.as_ref()
+    }
+
+    /// This rank's number.
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// This rank's actors.
+    pub fn actors(&self) -> &[Actor] {
+        &self.actors
+    }
+
+    /// Every rank's actors.
+    pub fn world(&self) -> &World {
+        &self.world
+    }
+
+    /// Runs `f(actor, item)` for every item of `inputs[actor]` on that actor's threads and
+    /// returns the results in the same shape. A panic inside a job becomes
+    /// [`RuntimeError::Panic`] naming the rank and actor; the other jobs still finish first,
+    /// so no actor is left holding work.
+    pub fn map<T, R, F>(&self, inputs: Vec<Vec<T>>, f: F) -> Result<Vec<Vec<R>>, RuntimeError>
+    where
+        T: Send + 'static,
+        R: Send + 'static,
+        F: Fn(usize, T) -> R + Send + Sync + 'static,
+    {
+        assert_eq!(inputs.len(), self.actors.len(), "one input list per actor");
+        let f = Arc::new(f);
+        let (tx, rx) = unbounded::<(usize, usize, Result<R, String>)>();
+        let mut counts = Vec::with_capacity(inputs.len());
+        for (a, items) in inputs.into_iter().enumerate() {
+            counts.push(items.len());
+            for (i, item) in items.into_iter().enumerate() {
+                let f = Arc::clone(&f);
+                let tx = tx.clone();
+                self.actors[a].submit(Box::new(move || {
+                    let r = catch_unwind(AssertUnwindSafe(|| f(a, item))).map_err(panic_message);
+                    let _ = tx.send((a, i, r));
+                }));
+            }
+        }
+        drop(tx);
+        let mut slots: Vec<Vec<Option<R>>> = counts
+            .iter()
+            .map(|&c| (0..c).map(|_| None).collect())
+            .collect();
+        let mut first_panic = None;
+        for (a, i, r) in rx.iter() {
+            match r {
+                Ok(v) => slots[a][i] = Some(v),
+                Err(message) => {
+                    first_panic.get_or_insert(RuntimeError::Panic {
+                        rank: self.rank(),
+                        actor: a,
+                        message,
+                    });
+                }
+            }
+        }
+        if let Some(e) = first_panic {
+            return Err(e);
+        }
+        Ok(slots
+            .into_iter()
+            .map(|v| v.into_iter().map(|x| x.expect("every job reported")).collect())
+            .collect())
+    }
+}
+
+fn panic_message(p: Box<dyn Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".into()
+    }
+}
+
+fn encode_shapes(shapes: &[ActorShape]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(shapes.len() as u64).to_le_bytes());
+    for s in shapes {
+        out.extend_from_slice(&(s.threads as u64).to_le_bytes());
+        out.extend_from_slice(&s.memory.to_le_bytes());
+        out.extend_from_slice(&(s.device.len() as u64).to_le_bytes());
+        out.extend_from_slice(s.device.as_bytes());
+    }
+    out
+}
+
+fn decode_shapes(mut b: &[u8]) -> Option<Vec<ActorShape>> {
+    let u64_at = |b: &mut &[u8]| -> Option<u64> {
+        let (h, t) = b.split_at_checked(8)?;
+        *b = t;
+        Some(u64::from_le_bytes(h.try_into().ok()?))
+    };
+    let n = u64_at(&mut b)? as usize;
+    let mut out = Vec::with_capacity(n.min(4096));
+    for _ in 0..n {
+        let threads = u64_at(&mut b)? as usize;
+        let memory = u64_at(&mut b)?;
+        let len = u64_at(&mut b)? as usize;
+        let (d, t) = b.split_at_checked(len)?;
+        b = t;
+        out.push(ActorShape {
+            threads,
+            memory,
+            device: String::from_utf8_lossy(d).into_owned(),
+        });
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::NumaDomain;
+
+    fn topo(domains: &[&[usize]]) -> Topology {
+        let mut t = Topology::detect();
+        t.numa = domains
+            .iter()
+            .enumerate()
+            .map(|(i, c)| NumaDomain {
+                index: i,
+                os_index: i,
+                cores: c.to_vec(),
+                memory_bytes: 1 << 30,
+            })
+            .collect();
+        t
+    }
+
+    #[test]
+    fn ranks_share_domains_and_cores() {
+        let t = topo(&[&[0, 1, 2, 3], &[4, 5, 6, 7]]);
+        let cfg = |lr, ls| RuntimeConfig {
+            local_rank: lr,
+            local_size: ls,
+            memory_per_actor: Some(1),
+            ..Default::default()
+        };
+        let one = actor_specs(&t, &cfg(0, 1)).unwrap();
+        assert_eq!(one.len(), 2);
+        assert_eq!(one[1].cores, vec![4, 5, 6, 7]);
+        let r1of2 = actor_specs(&t, &cfg(1, 2)).unwrap();
+        assert_eq!((r1of2.len(), r1of2[0].domain), (1, 1));
+        let r3of4 = actor_specs(&t, &cfg(3, 4)).unwrap();
+        assert_eq!((r3of4[0].domain, r3of4[0].cores.clone()), (1, vec![5, 7]));
+        let many = actor_specs(&t, &cfg(0, 16)).unwrap();
+        assert_eq!(many[0].cores.len(), 1);
+    }
+
+    #[test]
+    fn actor_override_splits_and_shares_cores() {
+        let t = topo(&[&[0, 1]]);
+        let cfg = RuntimeConfig {
+            actors: Some(4),
+            memory_per_actor: Some(1),
+            ..Default::default()
+        };
+        let s = actor_specs(&t, &cfg).unwrap();
+        assert_eq!(s.len(), 4);
+        assert!(s.iter().all(|a| a.cores.len() == 1));
+        let zero = RuntimeConfig {
+            actors: Some(0),
+            ..Default::default()
+        };
+        assert!(actor_specs(&t, &zero).unwrap_err().to_string().contains("--actors"));
+    }
+
+    #[test]
+    fn shapes_round_trip() {
+        let s = vec![ActorShape {
+            threads: 3,
+            memory: 77,
+            device: "cpu numa0".into(),
+        }];
+        assert_eq!(decode_shapes(&encode_shapes(&s)).unwrap(), s);
+        assert!(decode_shapes(&[1, 2]).is_none());
+    }
+
+    #[test]
+    fn map_runs_jobs_and_reports_panics() {
+        let comm = rankwise_transports::LocalWorld::create(1).remove(0);
+        let specs = vec![
+            ActorSpec {
+                domain: 0,
+                cores: vec![0, 0],
+                memory: 1,
+                pin: false,
+            };
+            2
+        ];
+        let rt = Runtime::new(Box::new(comm), specs).unwrap();
+        let out = rt.map(vec![vec![1, 2, 3], vec![4]], |a, x: i32| x * 10 + a as i32).unwrap();
+        assert_eq!(out, vec![vec![10, 20, 30], vec![41]]);
+        let err = rt
+            .map(vec![vec![1], vec![2]], |_, x: i32| {
+                assert!(x != 2, "boom");
+                x
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("actor 1 on rank 0 panicked: boom"), "{err}");
+    }
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian packages rankwise builds and tests against. Idempotent: when
+# everything is present it only asks dpkg and returns in a fraction of a second.
+set -euo pipefail
+
+packages=(
+  build-essential   # cc for -sys crates
+  pkg-config        # finds hwloc, UCX, OpenBLAS
+  libclang-dev      # bindgen (rsmpi's MPI bindings)
+  libopenmpi-dev    # MPI headers and libmpi
+  openmpi-bin       # mpirun for the multi-process tests
+  libucx-dev        # UCX transport
+  libhwloc-dev      # topology (hwlocality)
+  libudev-dev       # hwloc's PCI discovery
+  libopenblas-dev   # BLAS and LAPACK for ndarray-linalg
+)
+if [ "${RANKWISE_EXTRA_PACKAGES:-}" != "" ]; then
+  read -r -a extra <<<"$RANKWISE_EXTRA_PACKAGES"
+  packages+=("${extra[@]}")
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  if [ "$status" != "install ok installed" ]; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  sudo=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done" >&2

@@ -1,0 +1,154 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ndarray::{Array1, Array2};
+use ndarray_linalg::{JobSvd, SVDDCInto};
+use rankwise::linalg::{svd, FactorSink, SvdOptions, SvdProblem, SvdResult};
+use rankwise::runtime::{Dist, Generated, Runtime};
+
+/// A fresh seed per run (printed, and fixed by RANKWISE_TEST_SEED to reproduce a failure).
+pub fn test_seed() -> u64 {
+    let seed = std::env::var("RANKWISE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("RANKWISE_TEST_SEED={seed}");
+    seed
+}
+
+/// A small deterministic generator for test parameters (SplitMix64).
+pub struct Draw(pub u64);
+
+impl Draw {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        rankwise::runtime::source::mix64(self.0)
+    }
+    /// Uniform integer in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+    /// Log-uniform integer in `lo..=hi`.
+    pub fn log_range(&mut self, lo: u64, hi: u64) -> u64 {
+        let (a, b) = ((lo as f64).ln(), (hi as f64 + 1.0).ln());
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        ((a + u * (b - a)).exp() as u64).clamp(lo, hi)
+    }
+}
+
+/// The dense generated matrix.
+pub fn dense(rows: u64, cols: u64, seed: u64, dist: Dist) -> Array2<f64> {
+    let g = Generated::new(rows, cols, seed, dist);
+    Array2::from_shape_fn((rows as usize, cols as usize), |(i, j)| g.value(i as u64, j as u64))
+}
+
+/// LAPACK's singular values of `a`.
+pub fn lapack_sigma(a: &Array2<f64>) -> Array1<f64> {
+    a.clone().svddc_into(JobSvd::None).unwrap().1
+}
+
+/// The distributed SVD with the distributed factor gathered in memory.
+pub struct Gathered {
+    pub result: SvdResult,
+    /// U (m × k) of the user's matrix.
+    pub u: Array2<f64>,
+    /// Vᵀ (k × n) of the user's matrix.
+    pub vt: Array2<f64>,
+}
+
+/// Runs the SVD on `rt` and gathers the factor this rank wrote into `store`.
+pub fn run_svd(rt: &Runtime, problem: &SvdProblem, check: bool, store: Arc<Mutex<Array2<f64>>>) -> SvdResult {
+    let sink: FactorSink = Arc::new(move |_, rows, f| {
+        let mut s = store.lock().unwrap();
+        s.slice_mut(ndarray::s![rows.start as usize..rows.end as usize, ..]).assign(&f);
+        Ok(())
+    });
+    svd(rt, problem, &SvdOptions { check }, Some(sink)).unwrap()
+}
+
+/// Assembles U and Vᵀ of the user's matrix from the replicated factor and the gathered one.
+pub fn assemble(result: SvdResult, distributed: Array2<f64>) -> Gathered {
+    let (u, vt) = if result.transposed {
+        (result.wt.t().to_owned(), distributed.t().to_owned())
+    } else {
+        (distributed, result.wt.clone())
+    };
+    Gathered { result, u, vt }
+}
+
+/// The release binary `rankwise`, built by `make test` before the tests run.
+pub fn rankwise_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let bin = dir.join("rankwise");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (`cargo build --release --bins`; `make test` does)",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs a command with a hard deadline: a hang fails the test instead of hanging it.
+pub fn run_with_timeout(cmd: &mut Command, limit: Duration) -> (Output, Duration) {
+    let start = Instant::now();
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("spawn");
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => (out.expect("wait"), start.elapsed()),
+        Err(_) => {
+            // Kill the whole process group (mpirun and its ranks).
+            unsafe { libc_kill(-pid, 9) };
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+use std::os::unix::process::CommandExt;
+
+/// stdout and stderr as text.
+pub fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// A fresh scratch directory under the target dir.
+pub fn scratch(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("test-scratch")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
