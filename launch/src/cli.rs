@@ -603,10 +603,6 @@ fn run_svd(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs, p: &SvdProblem, outpu
         }
         o.write_s(&result.s)?;
         o.write_report(&report)?;
-        let o = Arc::try_unwrap(o).map_err(|_| CliError::Option {
-            option: "--out",
-            message: "output still in use at commit".into(),
-        })?;
         o.commit()?;
     }
     if a.json {

@@ -1,1 +1,7 @@
-//! rankwise launch.
+//! rankwise launch: launcher detection, rank → device binding, the `rankwise` command line,
+//! run reports and output writers.
+
+pub mod cli;
+pub mod launcher;
+pub mod output;
+pub mod report;

@@ -39,82 +39,180 @@ pub fn init_blas_threads() {
 /// A factored panel: `panel = Q · R` with `Q = diag(Q_blocks) · Q_stack`.
 #[derive(Debug)]
 pub struct PanelFactor {
-    /// Explicit Q of each row block, `b_j × k_j`.
-    blocks: Vec<Array2<f64>>,
+    /// Explicit Q of every row block, one after the other: block `j` is `b_j × k_j`,
+    /// column-major, at `blocks[j].2`.
+    q: Vec<f64>,
+    /// `(rows b_j, columns k_j, offset)` of each block in `q`.
+    blocks: Vec<(usize, usize, usize)>,
     /// Q of the stacked block R factors, `Σ k_j × k` (absent with a single block).
     stack_q: Option<Array2<f64>>,
     /// The panel's R factor, `k × n` with `k = min(rows, n)`.
     pub r: Array2<f64>,
 }
 
+/// Whether a factor's Q buffer is kept past the pass or recycled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Kept between passes (resident): a fresh allocation, backed by huge pages.
+    Kept,
+    /// Returned to the worker thread's scratch pool after use.
+    Scratch,
+}
+
+thread_local! {
+    /// Buffers of one worker thread, reused panel after panel: large allocations made
+    /// and freed per panel would otherwise go to mmap and page-fault on every touch.
+    static POOL: std::cell::RefCell<Vec<Vec<f64>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A zeroed buffer of `len` values from this thread's pool.
+pub fn take_scratch(len: usize) -> Vec<f64> {
+    let reused = POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let i = p.iter().position(|v| v.capacity() >= len)?;
+        Some(p.swap_remove(i))
+    });
+    match reused {
+        Some(mut v) => {
+            v.clear();
+            v.resize(len, 0.0);
+            v
+        }
+        None => alloc_zeroed(len),
+    }
+}
+
+/// Returns a buffer to this thread's pool.
+pub fn give_scratch(v: Vec<f64>) {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < 4 {
+            p.push(v);
+        }
+    });
+}
+
+/// Frees this thread's pool.
+pub fn clear_scratch() {
+    POOL.with(|p| p.borrow_mut().clear());
+}
+
+/// A zeroed allocation. (Transparent huge pages were tried for the kept factors: with the
+/// common `defrag=madvise` setting a fault can stall for seconds in compaction, so the
+/// kernels stay on ordinary pages and reuse buffers instead.)
+fn alloc_zeroed(len: usize) -> Vec<f64> {
+    vec![0.0f64; len]
+}
+
+fn lapack_error(what: &str, info: i32) -> LinalgError {
+    LinalgError::Lapack(format!("{what} returned info = {info}"))
+}
+
+/// `dgeqrf` then `dorgqr` in place on the column-major `m × n` matrix at `a` (lda = m):
+/// returns R (`k × n`) and leaves the explicit Q (`m × k`) in the first `m·k` values.
+fn qr_in_place(a: &mut [f64], m: usize, n: usize, work: &mut Vec<f64>) -> Result<Array2<f64>, LinalgError> {
+    let k = m.min(n);
+    let mut tau = vec![0.0f64; k.max(1)];
+    let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+    let lda = (m as i32).max(1);
+    let mut info = 0i32;
+    let lwork = (64 * n.max(1)) as i32;
+    if work.len() < lwork as usize {
+        work.resize(lwork as usize, 0.0);
+    }
+    // SAFETY: `a` holds m·n values with leading dimension m, `tau` holds k, `work` lwork.
+    unsafe {
+        lapack_sys::dgeqrf_(&mi, &ni, a.as_mut_ptr(), &lda, tau.as_mut_ptr(), work.as_mut_ptr(), &lwork, &mut info);
+    }
+    if info != 0 {
+        return Err(lapack_error("dgeqrf", info));
+    }
+    let mut r = Array2::<f64>::zeros((k, n).f());
+    for c in 0..n {
+        for i in 0..=c.min(k.saturating_sub(1)) {
+            if i < k {
+                r[[i, c]] = a[i + c * m];
+            }
+        }
+    }
+    // SAFETY: as above; dorgqr overwrites the first k columns with Q.
+    unsafe {
+        lapack_sys::dorgqr_(&mi, &ki, &ki, a.as_mut_ptr(), &lda, tau.as_ptr(), work.as_mut_ptr(), &lwork, &mut info);
+    }
+    if info != 0 {
+        return Err(lapack_error("dorgqr", info));
+    }
+    Ok(r)
+}
+
 impl PanelFactor {
     /// Factors the panel of `rows` rows and `n` columns whose row blocks `fill` writes.
-    pub fn compute<F>(rows: usize, n: usize, mut fill: F) -> Result<PanelFactor, LinalgError>
+    pub fn compute<F>(rows: usize, n: usize, keep: Keep, mut fill: F) -> Result<PanelFactor, LinalgError>
     where
         F: FnMut(Range<usize>, ArrayViewMut2<'_, f64>) -> Result<(), LinalgError>,
     {
         let b = block_rows(n);
+        // Block j's values start where block j−1's Q ends; the last block may need n·n more.
+        let len = rows * n + n * n;
+        let mut q = match keep {
+            Keep::Kept => alloc_zeroed(len),
+            Keep::Scratch => take_scratch(len),
+        };
         let mut blocks = Vec::with_capacity(rows.div_ceil(b));
         let mut rs = Vec::with_capacity(blocks.capacity());
+        let mut work = Vec::new();
         let mut start = 0;
+        let mut off = 0;
         while start < rows {
             let end = (start + b).min(rows);
-            let mut a = Array2::<f64>::zeros((end - start, n).f());
-            fill(start..end, a.view_mut())?;
-            let (q, r) = qr(a)?;
-            blocks.push(q);
-            rs.push(r);
+            let h = end - start;
+            let region = &mut q[off..off + h * n];
+            let view = ArrayViewMut2::from_shape((h, n).f(), region).expect("block fits its region");
+            if let Err(e) = fill(start..end, view) {
+                if keep == Keep::Scratch {
+                    give_scratch(q);
+                }
+                return Err(e);
+            }
+            rs.push(qr_in_place(&mut q[off..off + h * n], h, n, &mut work)?);
+            let kj = h.min(n);
+            blocks.push((h, kj, off));
+            off += h * kj;
             start = end;
         }
         if blocks.len() <= 1 {
             let r = rs.pop().unwrap_or_else(|| Array2::zeros((0, n)));
-            return Ok(PanelFactor {
-                blocks,
-                stack_q: None,
-                r,
-            });
+            return Ok(PanelFactor { q, blocks, stack_q: None, r });
         }
         let stacked = stack_rows(&rs.iter().map(|r| r.view()).collect::<Vec<_>>());
-        let (q, r) = qr(stacked)?;
-        Ok(PanelFactor {
-            blocks,
-            stack_q: Some(q),
-            r,
-        })
+        let (sq, r) = qr(stacked)?;
+        Ok(PanelFactor { q, blocks, stack_q: Some(sq), r })
     }
 
     /// Rows of the panel.
     pub fn rows(&self) -> usize {
-        self.blocks.iter().map(|q| q.nrows()).sum()
+        self.blocks.iter().map(|b| b.0).sum()
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
-        let q: usize = self.blocks.iter().map(|q| q.len()).sum();
         let s = self.stack_q.as_ref().map_or(0, |q| q.len());
-        ((q + s + self.r.len()) * 8) as u64
+        ((self.q.len() + s + self.r.len()) * 8) as u64
     }
 
     /// `Q · c` for `c` of shape `k × l`, written block by block into `out` (`rows × l`).
     pub fn apply_into(&self, c: ArrayView2<'_, f64>, mut out: ArrayViewMut2<'_, f64>) {
         let mut row = 0;
-        let mut off = 0;
-        for q in &self.blocks {
-            let kj = q.ncols();
+        let mut soff = 0;
+        for &(h, kj, off) in &self.blocks {
             let cj = match &self.stack_q {
-                Some(sq) => sq.slice(s![off..off + kj, ..]).dot(&c),
+                Some(sq) => sq.slice(s![soff..soff + kj, ..]).dot(&c),
                 None => c.to_owned(),
             };
-            let rows = q.nrows();
-            ndarray::linalg::general_mat_mul(
-                1.0,
-                q,
-                &cj,
-                0.0,
-                &mut out.slice_mut(s![row..row + rows, ..]),
-            );
-            row += rows;
-            off += kj;
+            let qj = ArrayView2::from_shape((h, kj).f(), &self.q[off..off + h * kj]).expect("block shape");
+            ndarray::linalg::general_mat_mul(1.0, &qj, &cj, 0.0, &mut out.slice_mut(s![row..row + h, ..]));
+            row += h;
+            soff += kj;
         }
     }
 
@@ -123,6 +221,11 @@ impl PanelFactor {
         let mut out = Array2::zeros((self.rows(), c.ncols()).f());
         self.apply_into(c, out.view_mut());
         out
+    }
+
+    /// Gives the Q buffer back to this thread's scratch pool.
+    pub fn recycle(self) {
+        give_scratch(self.q);
     }
 }
 
@@ -199,7 +302,7 @@ mod tests {
     fn blocked_panel_factor_reconstructs_the_panel() {
         for &(m, n) in &[(1usize, 1usize), (3, 5), (5000, 20), (700, 64), (129, 3)] {
             let a = random(m, n, (m * 31 + n) as u64);
-            let f = PanelFactor::compute(m, n, |r, mut out| {
+            let f = PanelFactor::compute(m, n, Keep::Scratch, |r, mut out| {
                 out.assign(&a.slice(s![r, ..]));
                 Ok(())
             })

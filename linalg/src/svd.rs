@@ -12,11 +12,11 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ndarray::{s, Array2, ArrayView2, ShapeBuilder};
+use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_runtime::{ChunkGrid, MemoryPlan, PanelSource, Placement, Residency, Runtime};
 use serde::Serialize;
 
-use crate::kernels::{block_rows, qr, small_svd, stack_rows, PanelFactor};
+use crate::kernels::{block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch, Keep, PanelFactor};
 use crate::tree::{decode, encode, Tree};
 use crate::LinalgError;
 
@@ -227,9 +227,16 @@ pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Optio
     let pass1 = rt.map(inputs.clone(), move |actor, p| -> Result<Pass1, LinalgError> {
         let rows = grid.panel_rows(p);
         let h = (rows.end - rows.start) as usize;
-        let f = PanelFactor::compute(h, n, fill_from(source.as_ref(), p, rows))?;
+        let keep = if res[actor] == Residency::Resident { Keep::Kept } else { Keep::Scratch };
+        let f = PanelFactor::compute(h, n, keep, fill_from(source.as_ref(), p, rows))?;
         let r = f.r.clone();
-        let kept = (res[actor] == Residency::Resident).then_some(f);
+        let kept = match keep {
+            Keep::Kept => Some(f),
+            Keep::Scratch => {
+                f.recycle();
+                None
+            }
+        };
         Ok(Pass1 { r, kept })
     })?;
     bytes_generated += my_panel_bytes;
@@ -319,39 +326,22 @@ pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Optio
         let h = (rows.end - rows.start) as usize;
         let factor = match kept {
             Some(f) => f,
-            None => PanelFactor::compute(h, n, fill_from(source.as_ref(), p, rows.clone()))?,
+            None => PanelFactor::compute(h, n, Keep::Scratch, fill_from(source.as_ref(), p, rows.clone()))?,
         };
-        let u = factor.apply(ci.view());
-        drop(factor);
+        let mut ubuf = take_scratch(h * k);
+        let mut u = ArrayViewMut2::from_shape((h, k).f(), &mut ubuf[..]).expect("U block shape");
+        factor.apply_into(ci.view(), u.view_mut());
+        factor.recycle();
+        let u = u.view();
         if let Some(sink) = &sink {
-            sink(p, rows.clone(), u.view()).map_err(|message| LinalgError::Sink { panel: p, message })?;
+            if let Err(message) = sink(p, rows.clone(), u.view()) {
+                give_scratch(ubuf);
+                return Err(LinalgError::Sink { panel: p, message });
+            }
         }
-        if !check {
-            return Ok(Array2::zeros((0, 0)));
-        }
-        // ‖A_i − U_i Σ Wᵀ‖², ‖A_i‖², U_iᵀU_i, one cache block of A at a time.
-        let sw = Array2::from_shape_fn((k, n), |(i, j)| s_arc[i] * wt_arc[[i, j]]);
-        let b = block_rows(n);
-        let (mut res, mut norm) = (0.0f64, 0.0f64);
-        let mut fill = fill_from(source.as_ref(), p, rows.clone());
-        let mut start = 0;
-        while start < h {
-            let end = (start + b).min(h);
-            let mut a = Array2::<f64>::zeros((end - start, n).f());
-            fill(start..end, a.view_mut())?;
-            norm += a.iter().map(|x| x * x).sum::<f64>();
-            ndarray::linalg::general_mat_mul(-1.0, &u.slice(s![start..end, ..]), &sw, 1.0, &mut a);
-            res += a.iter().map(|x| x * x).sum::<f64>();
-            start = end;
-        }
-        let utu = u.t().dot(&u);
-        let mut out = Array2::zeros((1, 2 + k * k));
-        out[[0, 0]] = res;
-        out[[0, 1]] = norm;
-        for (i, v) in utu.t().iter().enumerate() {
-            out[[0, 2 + i]] = *v;
-        }
-        Ok(out)
+        let stats = if check { panel_checks(source.as_ref(), p, rows, u, &s_arc, &wt_arc)? } else { Array2::zeros((0, 0)) };
+        give_scratch(ubuf);
+        Ok(stats)
     })?;
     // Pass 2 produces the panels again where they were not kept, and once more for checks.
     let regenerated: u64 = my_actors
@@ -417,4 +407,40 @@ pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Optio
         plan,
         bytes_generated,
     })
+}
+
+/// ‖A_i − U_i Σ Wᵀ‖², ‖A_i‖² and U_iᵀU_i of one panel, one cache block of A at a time.
+fn panel_checks(
+    source: &dyn PanelSource,
+    p: usize,
+    rows: Range<u64>,
+    u: ArrayView2<'_, f64>,
+    s: &[f64],
+    wt: &Array2<f64>,
+) -> Result<Array2<f64>, LinalgError> {
+    let (h, k) = u.dim();
+    let n = wt.ncols();
+    let sw = Array2::from_shape_fn((k, n), |(i, j)| s[i] * wt[[i, j]]);
+    let b = block_rows(n);
+    let (mut res, mut norm) = (0.0f64, 0.0f64);
+    let mut fill = fill_from(source, p, rows);
+    let mut a = Array2::<f64>::zeros((b.min(h), n).f());
+    let mut start = 0;
+    while start < h {
+        let end = (start + b).min(h);
+        let mut blk = a.slice_mut(s![..end - start, ..]);
+        fill(start..end, blk.view_mut())?;
+        norm += blk.iter().map(|x| x * x).sum::<f64>();
+        ndarray::linalg::general_mat_mul(-1.0, &u.slice(s![start..end, ..]), &sw, 1.0, &mut blk);
+        res += blk.iter().map(|x| x * x).sum::<f64>();
+        start = end;
+    }
+    let utu = u.t().dot(&u);
+    let mut out = Array2::zeros((1, 2 + k * k));
+    out[[0, 0]] = res;
+    out[[0, 1]] = norm;
+    for (i, v) in utu.t().iter().enumerate() {
+        out[[0, 2 + i]] = *v;
+    }
+    Ok(out)
 }

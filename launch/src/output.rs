@@ -1,0 +1,1270 @@
+//! The Zarr v3 output group of an SVD run.
+//!
+//! Layout of the group (`--out result.zarr`):
+//!
+//! ```text
+//! result.zarr/
+//!   zarr.json      group metadata; attributes = OutputLayout::attributes (+ updates)
+//!   S/             (k)      f64, one chunk
+//!   U/             (m, k)   f64, chunks of u_chunk_rows rows × k
+//!   Vt/            (k, n)   f64, chunks of k × vt_chunk_cols columns
+//!   <vectors>/     optional small 1-D f64 arrays (explained variance, ...)
+//!   report.json    the run report, a plain JSON file
+//! ```
+//!
+//! Arrays are uncompressed little-endian f64 (readable by any Zarr v3 implementation)
+//! with fill value NaN, so a chunk that was never written reads as NaN, never as
+//! plausible zeros.
+//!
+//! Several MPI ranks write into one group on a shared file system. The caller
+//! sequences the steps with barriers:
+//!
+//! 1. every rank: [`SvdOutput::check_target`] (cheap, gives early errors);
+//! 2. every rank: `tmp = SvdOutput::temp_path(out, token)` with the same token;
+//! 3. one rank: [`SvdOutput::create`]; barrier; other ranks: [`SvdOutput::open`];
+//! 4. every rank writes its own chunks ([`SvdOutput::write_u_rows`], possibly
+//!    from several threads at once); one rank writes S, Vt, vectors, the report;
+//! 5. barrier; one rank: [`SvdOutput::commit`] renames `tmp` to `out` atomically.
+//!    On failure: [`SvdOutput::abandon`] removes `tmp`.
+//!
+//! Nothing appears under the `--out` name before everything has been written.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use ndarray::{s, ArrayView2};
+use zarrs::array::{data_type, Array, ArrayBuilder};
+use zarrs::filesystem::FilesystemStore;
+use zarrs::group::{Group, GroupBuilder};
+
+/// Boxed error of the zarrs crate kept as the source of an [`OutputError`].
+type ZarrsError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors of writing the output group. Every message names the path involved
+/// (and the array and chunk where relevant).
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// The output path exists already.
+    #[error("--out {path}: already exists; --out must not exist (rankwise never overwrites results)", path = .path.display())]
+    Exists {
+        /// The `--out` path.
+        path: PathBuf,
+    },
+    /// The output path has no final component (e.g. `/` or `..`).
+    #[error("--out {path}: not a usable output path; --out must name a new directory such as result.zarr", path = .path.display())]
+    BadPath {
+        /// The `--out` path.
+        path: PathBuf,
+    },
+    /// The parent directory of the output path does not exist or is no directory.
+    #[error("--out {path}: parent directory {parent} {problem}; create it or choose another --out", path = .path.display(), parent = .parent.display())]
+    NoParent {
+        /// The `--out` path.
+        path: PathBuf,
+        /// Its parent directory.
+        parent: PathBuf,
+        /// "does not exist" or "is not a directory".
+        problem: &'static str,
+    },
+    /// The parent directory of the output path is not writable.
+    #[error("--out {path}: parent directory {parent} is not writable ({reason}); choose another --out", path = .path.display(), parent = .parent.display())]
+    NotWritable {
+        /// The `--out` path.
+        path: PathBuf,
+        /// Its parent directory.
+        parent: PathBuf,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// The temporary directory exists already (a leftover of an earlier attempt).
+    #[error("{path}: temporary output directory already exists (left over from an earlier run with the same job token?); remove it and retry", path = .path.display())]
+    TempExists {
+        /// The temporary directory.
+        path: PathBuf,
+    },
+    /// The temporary directory is missing when a rank opens it.
+    #[error("{path}: temporary output directory not found; SvdOutput::create must run on one rank before the others open it", path = .path.display())]
+    TempMissing {
+        /// The temporary directory.
+        path: PathBuf,
+    },
+    /// The output layout is invalid.
+    #[error("output layout: {0}")]
+    Layout(String),
+    /// A file system operation failed.
+    #[error("{path}: {op}: {source}", path = .path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The operating system error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The zarrs crate failed on an array or the group.
+    #[error("{path}: array {array}{chunk}: {source}", path = .path.display())]
+    Zarr {
+        /// The group directory.
+        path: PathBuf,
+        /// The array ("U", "S", "Vt", ...) or "(group)".
+        array: String,
+        /// ", chunk [i, j]" where a chunk is involved, else empty.
+        chunk: String,
+        /// The zarrs error.
+        #[source]
+        source: ZarrsError,
+    },
+    /// A block passed to a write method does not fit the array or its chunks.
+    #[error("{path}: array {array}: {message}", path = .path.display())]
+    Block {
+        /// The group directory.
+        path: PathBuf,
+        /// The array.
+        array: String,
+        /// What is wrong with the block.
+        message: String,
+    },
+    /// An existing array does not match the expected layout.
+    #[error("{path}: array {array}: {message}", path = .path.display())]
+    Mismatch {
+        /// The group directory.
+        path: PathBuf,
+        /// The array.
+        array: String,
+        /// Expected versus found.
+        message: String,
+    },
+    /// A write or commit after the group was committed.
+    #[error("{path}: output already committed; it can no longer be written", path = .path.display())]
+    Committed {
+        /// The committed output path.
+        path: PathBuf,
+    },
+    /// Serializing JSON failed.
+    #[error("{path}: encoding JSON: {source}", path = .path.display())]
+    Json {
+        /// The file being written.
+        path: PathBuf,
+        /// The serde_json error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Shape and chunking of the output arrays, and the group attributes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputLayout {
+    /// Rows of A (and of U).
+    pub m: u64,
+    /// Columns of A (and of Vt).
+    pub n: u64,
+    /// Number of singular values / components.
+    pub k: u64,
+    /// Rows per chunk of U (capped at m). Blocks written with
+    /// [`SvdOutput::write_u_rows`] start on multiples of this.
+    pub u_chunk_rows: u64,
+    /// Columns per chunk of Vt (capped at n). Blocks written with
+    /// [`SvdOutput::write_vt_cols`] start on multiples of this.
+    pub vt_chunk_cols: u64,
+    /// Attributes of the group (run metadata), stored in its `zarr.json`.
+    pub attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+impl OutputLayout {
+    /// Checks that every size is positive.
+    fn validate(&self) -> Result<(), OutputError> {
+        for (name, v) in [
+            ("m", self.m),
+            ("n", self.n),
+            ("k", self.k),
+            ("u_chunk_rows", self.u_chunk_rows),
+            ("vt_chunk_cols", self.vt_chunk_cols),
+        ] {
+            if v == 0 {
+                return Err(OutputError::Layout(format!("{name} must be positive")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows per U chunk as stored: `u_chunk_rows` capped at `m`.
+    pub fn u_chunk_rows_stored(&self) -> u64 {
+        self.u_chunk_rows.min(self.m).max(1)
+    }
+
+    /// Columns per Vt chunk as stored: `vt_chunk_cols` capped at `n`.
+    pub fn vt_chunk_cols_stored(&self) -> u64 {
+        self.vt_chunk_cols.min(self.n).max(1)
+    }
+}
+
+/// File name of the run report inside the group.
+pub const REPORT_FILE: &str = "report.json";
+/// Names reserved for the main arrays.
+const RESERVED: [&str; 3] = ["U", "S", "Vt"];
+
+/// An SVD output group being written under its temporary name.
+///
+/// `SvdOutput` is `Send + Sync`: threads of one rank may write disjoint chunks
+/// through a shared reference at the same time.
+pub struct SvdOutput {
+    /// Final path (`--out`).
+    out: PathBuf,
+    /// Temporary directory the group is written into.
+    tmp: PathBuf,
+    /// Layout (as given; stored chunk sizes via the helper methods).
+    layout: OutputLayout,
+    /// The file system store rooted at `tmp`.
+    store: Arc<FilesystemStore>,
+    /// U, m × k.
+    u: Array<FilesystemStore>,
+    /// S, k.
+    s: Array<FilesystemStore>,
+    /// Vt, k × n.
+    vt: Array<FilesystemStore>,
+    /// Set by [`SvdOutput::commit`]; later writes are refused.
+    committed: AtomicBool,
+}
+
+impl std::fmt::Debug for SvdOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SvdOutput")
+            .field("out", &self.out)
+            .field("tmp", &self.tmp)
+            .field("layout", &self.layout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SvdOutput {
+    /// Checks that `out` can be created: it must not exist, and its parent must be
+    /// an existing writable directory. Errors name the path and `--out`.
+    pub fn check_target(out: &Path) -> Result<(), OutputError> {
+        if out.file_name().is_none() {
+            return Err(OutputError::BadPath {
+                path: out.to_path_buf(),
+            });
+        }
+        match fs::symlink_metadata(out) {
+            Ok(_) => {
+                return Err(OutputError::Exists {
+                    path: out.to_path_buf(),
+                })
+            }
+            // A missing or non-directory parent is reported below.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) => {}
+            Err(e) => {
+                return Err(OutputError::Io {
+                    path: out.to_path_buf(),
+                    op: "checking --out",
+                    source: e,
+                })
+            }
+        }
+        let parent = parent_dir(out);
+        match fs::metadata(&parent) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => {
+                return Err(OutputError::NoParent {
+                    path: out.to_path_buf(),
+                    parent,
+                    problem: "is not a directory",
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(OutputError::NoParent {
+                    path: out.to_path_buf(),
+                    parent,
+                    problem: "does not exist",
+                })
+            }
+            Err(e) => {
+                return Err(OutputError::Io {
+                    path: parent,
+                    op: "checking the parent directory of --out",
+                    source: e,
+                })
+            }
+        }
+        if let Err(reason) = check_writable(&parent) {
+            return Err(OutputError::NotWritable {
+                path: out.to_path_buf(),
+                parent,
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    /// The temporary sibling directory `<out>.tmp-<job_token>` the group is written
+    /// into. Every rank must pass the same token (e.g. the Slurm job and step id,
+    /// or a value broadcast from rank 0). Characters other than ASCII letters,
+    /// digits, `-` and `_` in the token are replaced by `_`.
+    pub fn temp_path(out: &Path, job_token: &str) -> PathBuf {
+        let token: String = job_token
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        match out.file_name() {
+            Some(name) => {
+                let mut name = name.to_os_string();
+                name.push(format!(".tmp-{token}"));
+                out.with_file_name(name)
+            }
+            None => {
+                let mut s = out.as_os_str().to_os_string();
+                s.push(format!(".tmp-{token}"));
+                PathBuf::from(s)
+            }
+        }
+    }
+
+    /// Creates the group with arrays S, U and Vt and the layout's attributes in
+    /// the new directory `tmp` (call on ONE rank, then barrier). Fails if `out`
+    /// or `tmp` exists. On error nothing is left behind.
+    pub fn create(out: &Path, tmp: &Path, layout: OutputLayout) -> Result<SvdOutput, OutputError> {
+        layout.validate()?;
+        Self::check_target(out)?;
+        match fs::create_dir(tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(OutputError::TempExists {
+                    path: tmp.to_path_buf(),
+                })
+            }
+            Err(e) => {
+                return Err(OutputError::Io {
+                    path: tmp.to_path_buf(),
+                    op: "creating the temporary output directory",
+                    source: e,
+                })
+            }
+        }
+        match Self::create_in(out, tmp, layout) {
+            Ok(o) => Ok(o),
+            Err(e) => {
+                let _ = fs::remove_dir_all(tmp);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes group and array metadata into the (new, empty) `tmp`.
+    fn create_in(out: &Path, tmp: &Path, layout: OutputLayout) -> Result<SvdOutput, OutputError> {
+        let store = new_store(tmp)?;
+        let zerr = |array: &str, e: ZarrsError| OutputError::Zarr {
+            path: tmp.to_path_buf(),
+            array: array.to_string(),
+            chunk: String::new(),
+            source: e,
+        };
+        let group = GroupBuilder::new()
+            .attributes(layout.attributes.clone())
+            .build(store.clone(), "/")
+            .map_err(|e| zerr("(group)", e.into()))?;
+        group
+            .store_metadata()
+            .map_err(|e| zerr("(group)", e.into()))?;
+
+        let (m, n, k) = (layout.m, layout.n, layout.k);
+        let new_array = |name: &str, shape: Vec<u64>, chunks: Vec<u64>, dims: &[&str]| {
+            let array = ArrayBuilder::new(shape, chunks, data_type::float64(), f64::NAN)
+                .dimension_names(Some(dims.to_vec()))
+                .build(store.clone(), &format!("/{name}"))
+                .map_err(|e| zerr(name, e.into()))?;
+            array.store_metadata().map_err(|e| zerr(name, e.into()))
+        };
+        new_array("S", vec![k], vec![k], &["component"])?;
+        new_array(
+            "U",
+            vec![m, k],
+            vec![layout.u_chunk_rows_stored(), k],
+            &["row", "component"],
+        )?;
+        new_array(
+            "Vt",
+            vec![k, n],
+            vec![k, layout.vt_chunk_cols_stored()],
+            &["component", "column"],
+        )?;
+        Self::open_existing(out, tmp, layout, store)
+    }
+
+    /// Opens the group another rank created with [`SvdOutput::create`] (after a
+    /// barrier). Writes no metadata; checks that the arrays match `layout`.
+    pub fn open(out: &Path, tmp: &Path, layout: OutputLayout) -> Result<SvdOutput, OutputError> {
+        layout.validate()?;
+        if !tmp.is_dir() {
+            return Err(OutputError::TempMissing {
+                path: tmp.to_path_buf(),
+            });
+        }
+        let store = new_store(tmp)?;
+        Self::open_existing(out, tmp, layout, store)
+    }
+
+    /// Opens the three arrays and checks their shapes and chunking.
+    fn open_existing(
+        out: &Path,
+        tmp: &Path,
+        layout: OutputLayout,
+        store: Arc<FilesystemStore>,
+    ) -> Result<SvdOutput, OutputError> {
+        let (m, n, k) = (layout.m, layout.n, layout.k);
+        let open = |name: &str, shape: [u64; 2], chunk: [u64; 2], dims: usize| {
+            let array =
+                Array::open(store.clone(), &format!("/{name}")).map_err(|e| OutputError::Zarr {
+                    path: tmp.to_path_buf(),
+                    array: name.to_string(),
+                    chunk: String::new(),
+                    source: e.into(),
+                })?;
+            let mismatch = |message: String| OutputError::Mismatch {
+                path: tmp.to_path_buf(),
+                array: name.to_string(),
+                message,
+            };
+            if array.shape() != &shape[..dims] {
+                return Err(mismatch(format!(
+                    "shape {:?} on disk, expected {:?} (different layouts on different ranks?)",
+                    array.shape(),
+                    &shape[..dims]
+                )));
+            }
+            let found: Vec<u64> = array
+                .chunk_shape(&vec![0; dims])
+                .map_err(|e| mismatch(e.to_string()))?
+                .iter()
+                .map(|c| c.get())
+                .collect();
+            if found != chunk[..dims] {
+                return Err(mismatch(format!(
+                    "chunk shape {found:?} on disk, expected {:?}",
+                    &chunk[..dims]
+                )));
+            }
+            if array.data_type().fixed_size() != Some(8) {
+                return Err(mismatch("data type is not float64".to_string()));
+            }
+            Ok(array)
+        };
+        let s = open("S", [k, 0], [k, 0], 1)?;
+        let u = open("U", [m, k], [layout.u_chunk_rows_stored(), k], 2)?;
+        let vt = open("Vt", [k, n], [k, layout.vt_chunk_cols_stored()], 2)?;
+        Ok(SvdOutput {
+            out: out.to_path_buf(),
+            tmp: tmp.to_path_buf(),
+            layout,
+            store,
+            u,
+            s,
+            vt,
+            committed: AtomicBool::new(false),
+        })
+    }
+
+    /// The final path (`--out`).
+    pub fn out_path(&self) -> &Path {
+        &self.out
+    }
+
+    /// The temporary directory being written.
+    pub fn temp_dir(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// The layout the group was created or opened with.
+    pub fn layout(&self) -> &OutputLayout {
+        &self.layout
+    }
+
+    /// Writes rows `[row0, row0 + block.nrows())` of U. `block` has k columns and
+    /// any memory layout (C or Fortran order, strided). `row0` must be a multiple
+    /// of the U chunk height and the block must end on a chunk boundary or at
+    /// row m, so that every chunk is written whole by exactly one caller. May be
+    /// called concurrently from several threads and ranks for disjoint blocks.
+    pub fn write_u_rows(&self, row0: u64, block: ArrayView2<'_, f64>) -> Result<(), OutputError> {
+        self.ensure_open()?;
+        let chunk = self.layout.u_chunk_rows_stored();
+        let (rows, cols) = (block.nrows() as u64, block.ncols() as u64);
+        if cols != self.layout.k {
+            return Err(self.block_err(
+                "U",
+                format!(
+                    "block at row {row0} has {cols} columns, expected k = {}",
+                    self.layout.k
+                ),
+            ));
+        }
+        self.check_aligned("U", "row", row0, rows, chunk, self.layout.m)?;
+        let mut r = 0u64;
+        while r < rows {
+            let global = row0 + r;
+            let ci = global / chunk;
+            let h = chunk.min(rows - r);
+            let sub = block.slice(s![r as usize..(r + h) as usize, ..]);
+            let data = sub.as_standard_layout();
+            let values = to_c_vec(&data);
+            self.u
+                .store_chunk_subset(&[ci, 0], &[0..h, 0..cols], &values[..])
+                .map_err(|e| self.zarr_err("U", Some([ci, 0]), e.into()))?;
+            r += h;
+        }
+        Ok(())
+    }
+
+    /// Writes all of U (m × k, any memory layout).
+    pub fn write_u(&self, u: ArrayView2<'_, f64>) -> Result<(), OutputError> {
+        if u.nrows() as u64 != self.layout.m {
+            return Err(self.block_err(
+                "U",
+                format!("has {} rows, expected m = {}", u.nrows(), self.layout.m),
+            ));
+        }
+        self.write_u_rows(0, u)
+    }
+
+    /// Writes columns `[col0, col0 + block.ncols())` of Vt (k rows, any memory
+    /// layout). `col0` must be a multiple of the Vt chunk width and the block must
+    /// end on a chunk boundary or at column n. Callable concurrently for disjoint
+    /// blocks.
+    pub fn write_vt_cols(&self, col0: u64, block: ArrayView2<'_, f64>) -> Result<(), OutputError> {
+        self.ensure_open()?;
+        let chunk = self.layout.vt_chunk_cols_stored();
+        let (rows, cols) = (block.nrows() as u64, block.ncols() as u64);
+        if rows != self.layout.k {
+            return Err(self.block_err(
+                "Vt",
+                format!(
+                    "block at column {col0} has {rows} rows, expected k = {}",
+                    self.layout.k
+                ),
+            ));
+        }
+        self.check_aligned("Vt", "column", col0, cols, chunk, self.layout.n)?;
+        let mut c = 0u64;
+        while c < cols {
+            let global = col0 + c;
+            let cj = global / chunk;
+            let w = chunk.min(cols - c);
+            let sub = block.slice(s![.., c as usize..(c + w) as usize]);
+            let data = sub.as_standard_layout();
+            let values = to_c_vec(&data);
+            self.vt
+                .store_chunk_subset(&[0, cj], &[0..rows, 0..w], &values[..])
+                .map_err(|e| self.zarr_err("Vt", Some([0, cj]), e.into()))?;
+            c += w;
+        }
+        Ok(())
+    }
+
+    /// Writes all of Vt (k × n, any memory layout).
+    pub fn write_vt(&self, vt: ArrayView2<'_, f64>) -> Result<(), OutputError> {
+        if vt.ncols() as u64 != self.layout.n {
+            return Err(self.block_err(
+                "Vt",
+                format!("has {} columns, expected n = {}", vt.ncols(), self.layout.n),
+            ));
+        }
+        self.write_vt_cols(0, vt)
+    }
+
+    /// Writes the k singular values.
+    pub fn write_s(&self, s: &[f64]) -> Result<(), OutputError> {
+        self.ensure_open()?;
+        if s.len() as u64 != self.layout.k {
+            return Err(self.block_err(
+                "S",
+                format!("has {} values, expected k = {}", s.len(), self.layout.k),
+            ));
+        }
+        self.s
+            .store_chunk(&[0], s)
+            .map_err(|e| self.zarr_err("S", None, e.into()))
+    }
+
+    /// Adds a small 1-D f64 array `name` (e.g. "explained_variance") to the group
+    /// and writes `values` into it (one chunk). Call on one rank only. `name`
+    /// must be ASCII letters, digits, `_`, `-` or `.`, not start with `.` and not
+    /// be U, S or Vt.
+    pub fn write_vector(&self, name: &str, values: &[f64]) -> Result<(), OutputError> {
+        self.ensure_open()?;
+        let valid = !name.is_empty()
+            && !name.starts_with('.')
+            && !name.starts_with("__")
+            && name != REPORT_FILE
+            && !RESERVED.contains(&name)
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !valid {
+            return Err(self.block_err(
+                name,
+                "is not a valid name for an extra array (ASCII letters, digits, _ - .; not U, S, Vt)"
+                    .to_string(),
+            ));
+        }
+        let len = values.len() as u64;
+        let array = ArrayBuilder::new(vec![len], vec![len.max(1)], data_type::float64(), f64::NAN)
+            .dimension_names(Some(["component"]))
+            .build(self.store.clone(), &format!("/{name}"))
+            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        array
+            .store_metadata()
+            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        if len > 0 {
+            array
+                .store_chunk(&[0], values)
+                .map_err(|e| self.zarr_err(name, Some([0, 0]), e.into()))?;
+        }
+        Ok(())
+    }
+
+    /// Adds (or replaces) group attributes, e.g. results known only at the end of
+    /// the run. Call on one rank only.
+    pub fn update_attributes(
+        &self,
+        attributes: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), OutputError> {
+        self.ensure_open()?;
+        let mut group = Group::open(self.store.clone(), "/")
+            .map_err(|e| self.zarr_err("(group)", None, e.into()))?;
+        group.attributes_mut().extend(attributes);
+        group
+            .store_metadata()
+            .map_err(|e| self.zarr_err("(group)", None, e.into()))
+    }
+
+    /// Writes `report.json` (pretty-printed) as a plain file in the group
+    /// directory and returns its final path (valid after [`SvdOutput::commit`]).
+    pub fn write_report(&self, json: &serde_json::Value) -> Result<PathBuf, OutputError> {
+        self.ensure_open()?;
+        let path = self.tmp.join(REPORT_FILE);
+        let mut text = serde_json::to_vec_pretty(json).map_err(|source| OutputError::Json {
+            path: path.clone(),
+            source,
+        })?;
+        text.push(b'\n');
+        let io = |op, source| OutputError::Io {
+            path: path.clone(),
+            op,
+            source,
+        };
+        let mut file = fs::File::create(&path).map_err(|e| io("creating", e))?;
+        file.write_all(&text).map_err(|e| io("writing", e))?;
+        file.sync_all().map_err(|e| io("syncing", e))?;
+        Ok(self.out.join(REPORT_FILE))
+    }
+
+    /// Renames the temporary directory to `out` atomically (call on one rank, after
+    /// a barrier that follows every rank's last write). Takes `&self` so that an
+    /// output shared through an `Arc` can be committed; every write after a
+    /// successful commit fails with [`OutputError::Committed`]. Fails, leaving
+    /// the temporary directory in place, if `out` has appeared meanwhile.
+    pub fn commit(&self) -> Result<PathBuf, OutputError> {
+        if self.committed.swap(true, Ordering::SeqCst) {
+            return Err(OutputError::Committed {
+                path: self.out.clone(),
+            });
+        }
+        sync_dir(&self.tmp);
+        if let Err(e) = rename_no_replace(&self.tmp, &self.out) {
+            self.committed.store(false, Ordering::SeqCst);
+            return Err(e);
+        }
+        sync_dir(&parent_dir(&self.out));
+        Ok(self.out.clone())
+    }
+
+    /// Fails with [`OutputError::Committed`] once the output was committed.
+    fn ensure_open(&self) -> Result<(), OutputError> {
+        if self.committed.load(Ordering::SeqCst) {
+            Err(OutputError::Committed {
+                path: self.out.clone(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Removes a temporary output directory (error paths). A missing directory is
+    /// not an error. Refuses paths whose name does not contain `.tmp-`, so that a
+    /// wrong argument cannot delete real data.
+    pub fn abandon(tmp: &Path) -> Result<(), OutputError> {
+        let is_tmp = tmp
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.contains(".tmp-"));
+        if !is_tmp {
+            return Err(OutputError::Io {
+                path: tmp.to_path_buf(),
+                op: "refusing to remove a directory that is not a temporary output (*.tmp-*)",
+                source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            });
+        }
+        match fs::remove_dir_all(tmp) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(OutputError::Io {
+                path: tmp.to_path_buf(),
+                op: "removing the temporary output directory",
+                source: e,
+            }),
+        }
+    }
+
+    /// Checks that `[start, start + len)` is a whole-chunk-aligned range of `extent`.
+    fn check_aligned(
+        &self,
+        array: &str,
+        what: &str,
+        start: u64,
+        len: u64,
+        chunk: u64,
+        extent: u64,
+    ) -> Result<(), OutputError> {
+        let end = start.saturating_add(len);
+        if end > extent {
+            return Err(self.block_err(
+                array,
+                format!(
+                    "block of {what}s [{start}, {end}) exceeds the {extent} {what}s of the array"
+                ),
+            ));
+        }
+        if start % chunk != 0 {
+            return Err(self.block_err(
+                array,
+                format!(
+                    "block starts at {what} {start}, which is not a multiple of the chunk size {chunk}"
+                ),
+            ));
+        }
+        if end % chunk != 0 && end != extent {
+            return Err(self.block_err(
+                array,
+                format!(
+                    "block of {what}s [{start}, {end}) ends inside chunk {} (chunk size {chunk}); blocks must cover whole chunks",
+                    end / chunk
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A [`OutputError::Block`] for `array`.
+    fn block_err(&self, array: &str, message: String) -> OutputError {
+        OutputError::Block {
+            path: self.tmp.clone(),
+            array: array.to_string(),
+            message,
+        }
+    }
+
+    /// A [`OutputError::Zarr`] for `array` (and chunk).
+    fn zarr_err(&self, array: &str, chunk: Option<[u64; 2]>, source: ZarrsError) -> OutputError {
+        let chunk = match (array, chunk) {
+            (_, None) => String::new(),
+            ("U" | "Vt", Some(c)) => format!(", chunk [{}, {}]", c[0], c[1]),
+            (_, Some(c)) => format!(", chunk [{}]", c[0]),
+        };
+        OutputError::Zarr {
+            path: self.tmp.clone(),
+            array: array.to_string(),
+            chunk,
+            source,
+        }
+    }
+}
+
+/// Elements of a standard-layout (C order) array as a slice, copying only if the
+/// array is not contiguous.
+fn to_c_vec<'a>(data: &'a ndarray::CowArray<'_, f64, ndarray::Ix2>) -> std::borrow::Cow<'a, [f64]> {
+    match data.as_slice() {
+        Some(slice) => std::borrow::Cow::Borrowed(slice),
+        None => std::borrow::Cow::Owned(data.iter().copied().collect()),
+    }
+}
+
+/// A zarrs file system store rooted at `dir`.
+fn new_store(dir: &Path) -> Result<Arc<FilesystemStore>, OutputError> {
+    FilesystemStore::new(dir)
+        .map(Arc::new)
+        .map_err(|e| OutputError::Zarr {
+            path: dir.to_path_buf(),
+            array: "(store)".to_string(),
+            chunk: String::new(),
+            source: e.into(),
+        })
+}
+
+/// The directory containing `path` ("." for a bare name).
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Whether the current user may create entries in `dir`.
+#[cfg(unix)]
+fn check_writable(dir: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| "path contains a NUL byte".to_string())?;
+    // SAFETY: c is a valid NUL-terminated string.
+    let rc = unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().to_string())
+    }
+}
+
+/// Whether the current user may create entries in `dir` (read-only flag only).
+#[cfg(not(unix))]
+fn check_writable(dir: &Path) -> Result<(), String> {
+    match fs::metadata(dir) {
+        Ok(md) if md.permissions().readonly() => Err("read-only".to_string()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Best-effort fsync of a directory (makes renames and new entries durable).
+fn sync_dir(dir: &Path) {
+    if let Ok(f) = fs::File::open(dir) {
+        let _ = f.sync_all();
+    }
+}
+
+/// Renames `from` to `to`, failing if `to` exists (atomically with
+/// `renameat2(RENAME_NOREPLACE)` where the file system supports it).
+fn rename_no_replace(from: &Path, to: &Path) -> Result<(), OutputError> {
+    let exists = || OutputError::Exists {
+        path: to.to_path_buf(),
+    };
+    let rename_err = |source| OutputError::Io {
+        path: to.to_path_buf(),
+        op: "renaming the temporary output directory to --out",
+        source,
+    };
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        use std::os::unix::ffi::OsStrExt as _;
+        if let (Ok(a), Ok(b)) = (
+            std::ffi::CString::new(from.as_os_str().as_bytes()),
+            std::ffi::CString::new(to.as_os_str().as_bytes()),
+        ) {
+            // SAFETY: valid NUL-terminated paths; AT_FDCWD resolves them like rename(2).
+            let rc = unsafe {
+                libc::renameat2(
+                    libc::AT_FDCWD,
+                    a.as_ptr(),
+                    libc::AT_FDCWD,
+                    b.as_ptr(),
+                    libc::RENAME_NOREPLACE,
+                )
+            };
+            if rc == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EEXIST) => return Err(exists()),
+                // Not supported by this kernel or file system (e.g. NFS): fall back.
+                Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::ENOTSUP) => {}
+                _ => return Err(rename_err(e)),
+            }
+        }
+    }
+    // rename(2) would silently replace an empty directory: check first.
+    if fs::symlink_metadata(to).is_ok() {
+        return Err(exists());
+    }
+    fs::rename(from, to).map_err(rename_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{Array1, Array2, ShapeBuilder};
+
+    /// A fresh scratch directory under the system temp dir, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            use std::sync::atomic::{AtomicUsize, Ordering};
+            static N: AtomicUsize = AtomicUsize::new(0);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let dir = std::env::temp_dir().join(format!(
+                "rankwise-output-{tag}-{}-{nanos}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            fs::create_dir_all(&dir).expect("scratch dir");
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn layout(m: u64, n: u64, k: u64, cr: u64, cc: u64) -> OutputLayout {
+        let mut attributes = serde_json::Map::new();
+        attributes.insert("algorithm".into(), "tsqr".into());
+        attributes.insert("seed".into(), 42.into());
+        OutputLayout {
+            m,
+            n,
+            k,
+            u_chunk_rows: cr,
+            vt_chunk_cols: cc,
+            attributes,
+        }
+    }
+
+    /// Values with awkward bit patterns: negative zero, subnormals, irrationals.
+    fn value(i: u64, j: u64) -> f64 {
+        match (i + 3 * j) % 7 {
+            0 => -0.0,
+            1 => f64::MIN_POSITIVE / 3.0,
+            _ => ((i as f64) * 1.000_000_1 + (j as f64) * std::f64::consts::PI).sin() / 7.0,
+        }
+    }
+
+    fn read_all(dir: &Path, name: &str) -> (Vec<u64>, Vec<f64>) {
+        let store = Arc::new(FilesystemStore::new(dir).expect("store"));
+        let a = Array::open(store, &format!("/{name}")).expect("open array");
+        let v: Vec<f64> = a.retrieve_array_subset(&a.subset_all()).expect("read");
+        (a.shape().to_vec(), v)
+    }
+
+    fn assert_bits_eq(a: &[f64], b: &[f64]) {
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert_eq!(x.to_bits(), y.to_bits(), "element {i}: {x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn output_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<SvdOutput>();
+    }
+
+    #[test]
+    fn output_round_trip_two_threads() {
+        let scratch = Scratch::new("roundtrip");
+        let out = scratch.0.join("result.zarr");
+        let (m, n, k, cr, cc) = (103u64, 29u64, 5u64, 10u64, 8u64);
+        let tmp = SvdOutput::temp_path(&out, "job 17/step.0");
+        assert_eq!(tmp, scratch.0.join("result.zarr.tmp-job_17_step_0"));
+        SvdOutput::check_target(&out).expect("target ok");
+        let writer = SvdOutput::create(&out, &tmp, layout(m, n, k, cr, cc)).expect("create");
+        // A second rank opens the same group.
+        let other = SvdOutput::open(&out, &tmp, layout(m, n, k, cr, cc)).expect("open");
+
+        // U in Fortran order (as LAPACK returns it), written in blocks of 3, 2, 4
+        // and the ragged rest of chunks, from two threads through two handles.
+        let u = Array2::from_shape_fn((m as usize, k as usize).f(), |(i, j)| {
+            value(i as u64, j as u64)
+        });
+        let blocks: Vec<(u64, u64)> = vec![(0, 30), (30, 50), (50, 90), (90, 103)];
+        std::thread::scope(|sc| {
+            for (t, handle) in [&writer, &other].into_iter().enumerate() {
+                let u = &u;
+                let blocks = &blocks;
+                sc.spawn(move || {
+                    for &(r0, r1) in blocks.iter().skip(t).step_by(2) {
+                        let view = u.slice(s![r0 as usize..r1 as usize, ..]);
+                        handle.write_u_rows(r0, view).expect("write U block");
+                    }
+                });
+            }
+        });
+
+        let sv: Vec<f64> = (0..k).map(|i| 10.0 / (i as f64 + 1.0)).collect();
+        writer.write_s(&sv).expect("write S");
+        // Vt: a strided (transposed) view, written as two column blocks.
+        let v = Array2::from_shape_fn((n as usize, k as usize), |(i, j)| {
+            value(j as u64, i as u64 + 1000)
+        });
+        let vt = v.t();
+        other
+            .write_vt_cols(0, vt.slice(s![.., 0..16]))
+            .expect("vt block 0");
+        other
+            .write_vt_cols(16, vt.slice(s![.., 16..]))
+            .expect("vt block 1");
+        writer
+            .write_vector(
+                "explained_variance_ratio",
+                &[0.5, 0.25, 0.125, 0.0625, 0.03125],
+            )
+            .expect("vector");
+        let mut extra = serde_json::Map::new();
+        extra.insert("sigma_max".into(), sv[0].into());
+        writer.update_attributes(extra).expect("attributes");
+        let report = serde_json::json!({"phases": {"tsqr": 1.5}, "ranks": 2});
+        let report_path = writer.write_report(&report).expect("report");
+        assert_eq!(report_path, out.join(REPORT_FILE));
+        assert!(!out.exists(), "nothing visible under --out before commit");
+
+        drop(other);
+        let committed = writer.commit().expect("commit");
+        assert_eq!(committed, out);
+        assert!(!tmp.exists(), "tmp dir gone after commit");
+        let e = writer.write_s(&sv).unwrap_err().to_string();
+        assert!(e.contains("already committed"), "{e}");
+        assert!(writer.commit().is_err(), "second commit");
+        assert!(!tmp.exists(), "no write recreated the tmp dir");
+        drop(writer);
+
+        let (shape, u_read) = read_all(&out, "U");
+        assert_eq!(shape, vec![m, k]);
+        let u_c: Vec<f64> = u.as_standard_layout().iter().copied().collect();
+        assert_bits_eq(&u_read, &u_c);
+        let (shape, s_read) = read_all(&out, "S");
+        assert_eq!(shape, vec![k]);
+        assert_bits_eq(&s_read, &sv);
+        let (shape, vt_read) = read_all(&out, "Vt");
+        assert_eq!(shape, vec![k, n]);
+        let vt_c: Vec<f64> = vt.as_standard_layout().iter().copied().collect();
+        assert_bits_eq(&vt_read, &vt_c);
+        let (_, evr) = read_all(&out, "explained_variance_ratio");
+        assert_bits_eq(&evr, &[0.5, 0.25, 0.125, 0.0625, 0.03125]);
+
+        let store = Arc::new(FilesystemStore::new(&out).expect("store"));
+        let group = Group::open(store, "/").expect("group");
+        let attrs = group.attributes();
+        assert_eq!(attrs["algorithm"], "tsqr");
+        assert_eq!(attrs["seed"], 42);
+        assert_eq!(attrs["sigma_max"], 10.0);
+        let text = fs::read_to_string(out.join(REPORT_FILE)).expect("report.json");
+        let parsed: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(parsed, report);
+
+        // Optional: zarr-python must read the same values.
+        python_check(&out, &u_c, &sv, &vt_c, m, n, k);
+    }
+
+    /// Reads the committed group with zarr-python if it is installed.
+    fn python_check(out: &Path, u: &[f64], s: &[f64], vt: &[f64], m: u64, n: u64, k: u64) {
+        let python = std::env::var("RANKWISE_PYTHON").unwrap_or_else(|_| "python3".to_string());
+        let probe = std::process::Command::new(&python)
+            .args(["-c", "import zarr, numpy"])
+            .output();
+        match probe {
+            Ok(o) if o.status.success() => {}
+            _ => {
+                println!("skipping the zarr-python check: `{python} -c 'import zarr, numpy'` failed (set RANKWISE_PYTHON to a python with zarr>=3)");
+                return;
+            }
+        }
+        let dump = |name: &str, v: &[f64]| {
+            let p = out.with_extension(format!("{name}.bin"));
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            fs::write(&p, bytes).expect("write expected values");
+            p
+        };
+        let (pu, ps, pvt) = (dump("u", u), dump("s", s), dump("vt", vt));
+        let script = format!(
+            r#"
+import sys, json, numpy as np, zarr
+g = zarr.open_group(sys.argv[1], mode="r")
+assert g.attrs["algorithm"] == "tsqr", dict(g.attrs)
+for name, path, shape in [("U", sys.argv[2], ({m}, {k})), ("S", sys.argv[3], ({k},)), ("Vt", sys.argv[4], ({k}, {n}))]:
+    a = g[name][...]
+    want = np.fromfile(path, dtype="<f8").reshape(shape)
+    assert a.shape == shape, (name, a.shape)
+    assert a.dtype == np.float64, (name, a.dtype)
+    assert np.array_equal(a.view(np.uint64), want.view(np.uint64)), name
+assert sorted(g.array_keys()) == ["S", "U", "Vt", "explained_variance_ratio"], sorted(g.array_keys())
+print("zarr-python", zarr.__version__, "read the group bit for bit")
+"#
+        );
+        let o = std::process::Command::new(&python)
+            .arg("-c")
+            .arg(script)
+            .arg(out)
+            .args([&pu, &ps, &pvt])
+            .output()
+            .expect("run python");
+        println!("{}", String::from_utf8_lossy(&o.stdout));
+        assert!(
+            o.status.success(),
+            "zarr-python check failed:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    #[test]
+    fn output_rejects_misaligned_and_misshapen_blocks() {
+        let scratch = Scratch::new("misaligned");
+        let out = scratch.0.join("r.zarr");
+        let tmp = SvdOutput::temp_path(&out, "t");
+        let w = SvdOutput::create(&out, &tmp, layout(25, 12, 3, 10, 5)).expect("create");
+        let u = Array2::<f64>::zeros((10, 3));
+        let e = w.write_u_rows(5, u.view()).unwrap_err().to_string();
+        assert!(
+            e.contains("array U") && e.contains("multiple of the chunk size 10"),
+            "{e}"
+        );
+        assert!(e.contains(&tmp.display().to_string()), "{e}");
+        let e = w
+            .write_u_rows(0, u.slice(s![0..7, ..]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ends inside chunk 0"), "{e}");
+        let e = w.write_u_rows(20, u.view()).unwrap_err().to_string();
+        assert!(e.contains("exceeds the 25 rows"), "{e}");
+        let e = w
+            .write_u_rows(0, Array2::<f64>::zeros((10, 4)).view())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("4 columns, expected k = 3"), "{e}");
+        // The ragged last chunk is fine on its own.
+        w.write_u_rows(20, u.slice(s![0..5, ..]))
+            .expect("ragged last chunk");
+        let e = w
+            .write_vt_cols(3, Array2::<f64>::zeros((3, 5)).view())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("array Vt") && e.contains("column 3"), "{e}");
+        let e = w.write_s(&[1.0]).unwrap_err().to_string();
+        assert!(e.contains("array S") && e.contains("expected k = 3"), "{e}");
+        assert!(w.write_vector("U", &[1.0]).is_err());
+        assert!(w.write_vector("../evil", &[1.0]).is_err());
+        // Empty blocks are a no-op.
+        w.write_u_rows(10, u.slice(s![0..0, ..]))
+            .expect("empty block");
+        drop(w);
+        // A rank with a different layout is caught when opening.
+        let e = SvdOutput::open(&out, &tmp, layout(26, 12, 3, 10, 5))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("array U") && e.contains("shape"), "{e}");
+        SvdOutput::abandon(&tmp).expect("abandon");
+        assert!(!tmp.exists(), "tmp dir gone after abandon");
+        SvdOutput::abandon(&tmp).expect("abandon twice is fine");
+        assert!(!out.exists());
+    }
+
+    #[test]
+    fn output_check_target_errors() {
+        let scratch = Scratch::new("target");
+        // Exists already.
+        let e = SvdOutput::check_target(&scratch.0).unwrap_err().to_string();
+        assert!(e.contains("--out") && e.contains("must not exist"), "{e}");
+        assert!(e.contains(&scratch.0.display().to_string()), "{e}");
+        // Missing parent.
+        let bad = scratch.0.join("no/such/dir/result.zarr");
+        let e = SvdOutput::check_target(&bad).unwrap_err().to_string();
+        assert!(e.contains("--out") && e.contains("does not exist"), "{e}");
+        assert!(e.contains(&bad.display().to_string()), "{e}");
+        // Parent is a file.
+        let file = scratch.0.join("file");
+        fs::write(&file, b"x").expect("file");
+        let e = SvdOutput::check_target(&file.join("r.zarr"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not a directory"), "{e}");
+        // No final component.
+        assert!(SvdOutput::check_target(Path::new("/")).is_err());
+        // Fine.
+        SvdOutput::check_target(&scratch.0.join("new.zarr")).expect("ok");
+        SvdOutput::check_target(Path::new("rankwise-surely-not-here.zarr")).expect("bare name");
+    }
+
+    #[test]
+    fn output_check_target_unwritable_parent() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            println!("skipping: root may write anywhere");
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt as _;
+        let scratch = Scratch::new("ro");
+        let ro = scratch.0.join("ro");
+        fs::create_dir(&ro).expect("dir");
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).expect("chmod");
+        let e = SvdOutput::check_target(&ro.join("r.zarr"))
+            .unwrap_err()
+            .to_string();
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).expect("chmod back");
+        assert!(e.contains("--out") && e.contains("not writable"), "{e}");
+    }
+
+    #[test]
+    fn output_create_refuses_existing_tmp_and_out() {
+        let scratch = Scratch::new("exists");
+        let out = scratch.0.join("r.zarr");
+        let tmp = SvdOutput::temp_path(&out, "1");
+        fs::create_dir(&tmp).expect("stale tmp");
+        let e = SvdOutput::create(&out, &tmp, layout(4, 4, 2, 2, 2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("already exists") && e.contains(".tmp-1"), "{e}");
+        fs::remove_dir(&tmp).expect("rm");
+        let e = SvdOutput::open(&out, &tmp, layout(4, 4, 2, 2, 2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not found"), "{e}");
+        let e = SvdOutput::create(&out, &tmp, layout(4, 0, 2, 2, 2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("n must be positive"), "{e}");
+        assert!(!tmp.exists());
+
+        // --out appears while the group is being written: commit fails, tmp stays.
+        let w = SvdOutput::create(&out, &tmp, layout(4, 4, 2, 2, 2)).expect("create");
+        fs::create_dir(&out).expect("racing --out");
+        let e = w.commit().unwrap_err().to_string();
+        assert!(e.contains("must not exist"), "{e}");
+        assert!(tmp.is_dir());
+        // abandon refuses non-temporary paths.
+        assert!(SvdOutput::abandon(&out).is_err());
+        assert!(out.is_dir());
+        SvdOutput::abandon(&tmp).expect("abandon");
+        assert!(!tmp.exists());
+    }
+
+    #[test]
+    fn output_chunks_capped_and_unwritten_chunks_read_nan() {
+        let scratch = Scratch::new("cap");
+        let out = scratch.0.join("r.zarr");
+        let tmp = SvdOutput::temp_path(&out, "x");
+        let w = SvdOutput::create(&out, &tmp, layout(7, 3, 2, 4096, 4096)).expect("create");
+        assert_eq!(w.layout().u_chunk_rows_stored(), 7);
+        let vt = Array2::from_shape_fn((2, 3), |(i, j)| (i * 3 + j) as f64);
+        w.write_vt(vt.view()).expect("vt");
+        let s = Array1::from(vec![2.0, 1.0]);
+        w.write_s(s.as_slice().expect("slice")).expect("s");
+        w.commit().expect("commit");
+        let (_, u) = read_all(&out, "U");
+        assert!(u.iter().all(|x| x.is_nan()), "U never written reads NaN");
+        let (_, vt_read) = read_all(&out, "Vt");
+        assert_eq!(vt_read, vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    }
+}
