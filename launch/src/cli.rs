@@ -532,18 +532,30 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
                 ("producer".to_string(), json!(format!("rankwise {}", env!("CARGO_PKG_VERSION")))),
             ]),
         };
-        let created = if me == 0 { SvdOutput::create(out, &tmp, layout.clone()).map(Some) } else { Ok(None) };
-        let created = match created {
-            Ok(c) => c,
+        // From here on the temporary directory may exist: any failure removes it.
+        let opened = (|| -> Result<SvdOutput, CliError> {
+            let created = if me == 0 {
+                Some(SvdOutput::create(out, &tmp, layout.clone()).map_err(|e| CliError::Option {
+                    option: "--out",
+                    message: e.to_string(),
+                })?)
+            } else {
+                None
+            };
+            comm.barrier()?;
+            Ok(match created {
+                Some(o) => o,
+                None => SvdOutput::open(out, &tmp, layout)?,
+            })
+        })();
+        let o = match opened {
+            Ok(o) => o,
             Err(e) => {
-                let _ = SvdOutput::abandon(&tmp);
-                return Err(e.into());
+                if me == 0 {
+                    let _ = SvdOutput::abandon(&tmp);
+                }
+                return Err(e);
             }
-        };
-        comm.barrier()?;
-        let o = match created {
-            Some(o) => o,
-            None => SvdOutput::open(out, &tmp, layout)?,
         };
         output = Some((Arc::new(o), tmp));
     }

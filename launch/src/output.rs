@@ -1268,3 +1268,22 @@ print("zarr-python", zarr.__version__, "read the group bit for bit")
         assert_eq!(vt_read, vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
     }
 }
+
+/// Reads a whole f64 array of a rankwise output group: its shape and its values in C
+/// (row-major) order. For tests and tools that check results.
+pub fn read_f64_array(group: &Path, name: &str) -> Result<(Vec<u64>, Vec<f64>), OutputError> {
+    let store = Arc::new(FilesystemStore::new(group).map_err(|e| OutputError::Io {
+        path: group.to_path_buf(),
+        op: "open store",
+        source: std::io::Error::other(e.to_string()),
+    })?);
+    let zerr = |e: ZarrsError| OutputError::Zarr {
+        path: group.to_path_buf(),
+        array: name.to_string(),
+        chunk: String::new(),
+        source: e,
+    };
+    let a = Array::open(store, &format!("/{name}")).map_err(|e| zerr(Box::new(e)))?;
+    let v: Vec<f64> = a.retrieve_array_subset(&a.subset_all()).map_err(|e| zerr(Box::new(e)))?;
+    Ok((a.shape().to_vec(), v))
+}
