@@ -214,6 +214,9 @@ fn runtime_config(run: &RunArgs, launch: &LaunchInfo) -> Result<RuntimeConfig, C
     })
 }
 
+/// How long a failing MPI rank waits after printing its error before it exits.
+const FAILURE_GRACE: Duration = Duration::from_millis(1000);
+
 type Job = dyn Fn(&Runtime, &LaunchInfo) -> Result<Option<String>, CliError> + Send + Sync;
 
 /// Runs `job` on every rank of the chosen transport and turns failures into one message
@@ -297,10 +300,13 @@ fn run_mpi(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
         RankOutcome::Failed(line) => {
             eprintln!("{line}");
             // Leave without MPI_Finalize: it would wait for peers that may be gone.
-            // mpirun/srun see the non-zero status and end the job.
+            // mpirun/srun end the whole job at the first non-zero exit, so wait a moment
+            // first: the peers are told through the abort notice and print their own line.
             use std::io::Write;
             let _ = std::io::stdout().flush();
             let _ = std::io::stderr().flush();
+            std::thread::sleep(FAILURE_GRACE);
+            // SAFETY: ends the process at once, skipping destructors that would call MPI.
             unsafe { libc::_exit(1) }
         }
     }

@@ -1,1 +1,704 @@
-//! `Mpi`: the transport over rsmpi. (Filled in by the MPI work.)
+//! `Mpi`: the transport over MPI, through rsmpi.
+//!
+//! [`MpiComm`] moves bytes with non-blocking MPI calls and polls them, so that every wait
+//! also watches for abort notices from any rank and gives up after the timeout: a failure on
+//! one rank reaches every rank, and nothing hangs.
+//!
+//! # Threads
+//!
+//! MPI is initialized with `MPI_THREAD_SERIALIZED` when the library grants it (at least
+//! `MPI_THREAD_FUNNELED` is required). [`MpiComm`] is neither `Send` nor `Sync`, so every MPI
+//! call made through it stays on the thread that owns it — the thread that initialized MPI.
+//! Worker threads (actors) never talk to MPI directly; they hand their messages to that
+//! thread.
+//!
+//! # Wire format
+//!
+//! Every message of [`Comm::send_raw`] starts with a header message: the total length as a
+//! little-endian `u64`, followed by the payload itself when the payload is small (at most
+//! 64 KiB and within [`MpiComm::max_message_bytes`]). Larger payloads follow the header as
+//! pieces of at most [`MpiComm::max_message_bytes`] bytes (by default `i32::MAX`, the largest
+//! count one MPI call can carry), all on the same communicator, peer and tag, so MPI's
+//! non-overtaking rule keeps them in order.
+//!
+//! # Tags
+//!
+//! MPI tags are C ints no larger than the library's `MPI_TAG_UB` (at least 32767; Open MPI
+//! allows 2³¹−1). User tags are passed through unchanged and must be at most
+//! [`MpiComm::max_user_tag`] (`MPI_TAG_UB` − 1024); the top 1024 MPI tags carry the reserved
+//! tags of the collectives, and `MPI_TAG_UB` itself carries the abort notice. The mapping
+//! depends only on `MPI_TAG_UB`, which is the same on every rank of a job.
+//!
+//! All traffic runs on a duplicate of the communicator, so it never matches messages of the
+//! code that hosts rankwise.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::os::raw::c_int;
+use std::time::{Duration, Instant};
+
+pub use mpi;
+use mpi::attribute::{AttributeKey, CommAttribute};
+use mpi::environment::{Threading, Universe};
+use mpi::point_to_point::{Message, Status};
+use mpi::request::StaticScope;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+
+use crate::{
+    split_counts, Comm, Result, Tag, TransportError, ABORT_TAG, DEFAULT_TIMEOUT, RESERVED_TAG_BASE,
+};
+
+/// Default for [`MpiComm::max_message_bytes`]: the largest count one MPI call accepts.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
+
+/// Smallest value [`MpiComm::set_max_message_bytes`] accepts.
+pub const MIN_MAX_MESSAGE_BYTES: usize = 16;
+
+/// Payloads up to this size travel inside the header message (one MPI message in all).
+const INLINE_MAX: usize = 64 * 1024;
+
+/// Number of MPI tags at the top of the tag range that carry reserved tags.
+const RESERVED_MPI_TAGS: c_int = 1024;
+
+/// How long [`Comm::abort`] waits for its notices to leave before it returns anyway.
+const ABORT_LINGER: Duration = Duration::from_secs(2);
+
+/// Abort messages longer than this are truncated, so that the notice always goes eagerly.
+const ABORT_MESSAGE_MAX: usize = 1024;
+
+/// `MPI_TAG_UB`, a predefined attribute of `MPI_COMM_WORLD`.
+#[repr(C)]
+#[derive(Clone)]
+struct TagUb(c_int);
+
+impl CommAttribute for TagUb {
+    fn get_key() -> AttributeKey {
+        // SAFETY: MPI_TAG_UB is a predefined keyval; its value points at a C int.
+        unsafe { AttributeKey::new_unchecked(mpi::ffi::MPI_TAG_UB as i32) }
+    }
+}
+
+/// Maps a rankwise tag to an MPI tag for a library whose largest tag is `tag_ub`.
+///
+/// User tags map to themselves and must be at most `tag_ub - 1024`; reserved tag
+/// `RESERVED_TAG_BASE + k` maps to `tag_ub - 1023 + k` (`k < 1022`); `tag_ub - 1` carries
+/// the go-ahead of split messages ([`go_tag`]); [`ABORT_TAG`] maps to `tag_ub`. Returns
+/// `None` for a tag that has no MPI tag.
+fn map_tag(tag: Tag, tag_ub: c_int) -> Option<c_int> {
+    let band_start = tag_ub - RESERVED_MPI_TAGS + 1;
+    if tag == ABORT_TAG {
+        Some(tag_ub)
+    } else if tag >= RESERVED_TAG_BASE {
+        let k = tag - RESERVED_TAG_BASE;
+        if k < (RESERVED_MPI_TAGS - 2) as u32 {
+            Some(band_start + k as c_int)
+        } else {
+            None
+        }
+    } else if tag < band_start as u32 {
+        Some(tag as c_int)
+    } else {
+        None
+    }
+}
+
+/// MPI tag of the go-ahead a receiver sends when it starts receiving a split message.
+fn go_tag(tag_ub: c_int) -> c_int {
+    tag_ub - 1
+}
+
+/// What this rank knows about failures.
+enum State {
+    /// Nothing went wrong.
+    Ok,
+    /// A rank failed (this one, through [`Comm::abort`], or a peer whose notice arrived).
+    Failed { rank: usize, message: String },
+    /// A send had to be abandoned while MPI still held its buffer; no further
+    /// communication is attempted.
+    Broken(String),
+}
+
+/// Polls with a short spin first, then yields, then sleeps up to about 1 ms.
+struct Backoff {
+    start: Instant,
+    sleep: Duration,
+    /// Never sleep: the peer is known to be taking part, and MPI only moves data while this
+    /// rank is inside an MPI call (Open MPI has no progress thread).
+    hot: bool,
+}
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff {
+            start: Instant::now(),
+            sleep: Duration::from_micros(20),
+            hot: false,
+        }
+    }
+
+    fn hot() -> Backoff {
+        Backoff {
+            hot: true,
+            ..Backoff::new()
+        }
+    }
+
+    fn pause(&mut self) {
+        let waited = self.start.elapsed();
+        if waited < Duration::from_micros(50) {
+            std::hint::spin_loop();
+        } else if self.hot || waited < Duration::from_millis(2) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(self.sleep);
+            self.sleep = (self.sleep * 2).min(Duration::from_millis(1));
+        }
+    }
+}
+
+/// One rank of an MPI job: the [`Comm`] transport over rsmpi.
+///
+/// Create it with [`MpiComm::init`] (rankwise initializes and finalizes MPI) or
+/// [`MpiComm::from_communicator`] (the hosting code already initialized MPI and will
+/// finalize it).
+///
+/// `MpiComm` is neither `Send` nor `Sync`: MPI is initialized for one thread
+/// (`MPI_THREAD_FUNNELED`/`SERIALIZED`), and the type system keeps every call on the thread
+/// that owns the communicator.
+///
+/// If a rank is dropped while its thread panics, it first sends an abort notice to every
+/// other rank, so they fail instead of waiting for their timeout.
+///
+/// ```compile_fail
+/// fn needs_send<T: Send>() {}
+/// needs_send::<rankwise_transports::MpiComm>();
+/// ```
+///
+/// ```compile_fail
+/// fn needs_sync<T: Sync>() {}
+/// needs_sync::<rankwise_transports::MpiComm>();
+/// ```
+pub struct MpiComm {
+    // Field order matters: the duplicated communicator must be freed before the universe
+    // (MPI_Finalize) goes.
+    comm: SimpleCommunicator,
+    rank: usize,
+    size: usize,
+    tag_ub: c_int,
+    timeout: Duration,
+    max_message_bytes: usize,
+    state: RefCell<State>,
+    /// Messages this rank sent to itself, oldest first.
+    self_queue: RefCell<VecDeque<(Tag, Vec<u8>)>>,
+    threading: Option<Threading>,
+    universe: Option<Universe>,
+    _single_thread: PhantomData<*const ()>,
+}
+
+impl MpiComm {
+    /// Initializes MPI (`MPI_Init_thread`) and returns the world communicator. MPI is
+    /// finalized when the returned value is dropped.
+    ///
+    /// Call it on the main thread. Asks for `MPI_THREAD_SERIALIZED` and accepts
+    /// `MPI_THREAD_FUNNELED`; fails if the library grants less, if MPI was already
+    /// initialized (use [`MpiComm::from_communicator`]), or if only `FUNNELED` is granted and
+    /// this is not the main thread.
+    pub fn init() -> Result<MpiComm> {
+        let (universe, granted) = mpi::initialize_with_threading(Threading::Serialized)
+            .ok_or_else(|| {
+                TransportError::Mpi(
+                    "MPI is already initialized (or was finalized); use \
+                     MpiComm::from_communicator with the hosting code's communicator"
+                        .into(),
+                )
+            })?;
+        if granted < Threading::Funneled {
+            return Err(TransportError::Mpi(format!(
+                "the MPI library granted thread level {granted:?}; rankwise needs at least \
+                 Funneled (its actor threads run next to the MPI thread)"
+            )));
+        }
+        if granted == Threading::Funneled && !is_thread_main() {
+            return Err(TransportError::Mpi(
+                "MPI granted MPI_THREAD_FUNNELED only, so MPI must be initialized on the main \
+                 thread; call MpiComm::init from main"
+                    .into(),
+            ));
+        }
+        let world = universe.world();
+        let mut comm = MpiComm::from_communicator(world);
+        comm.threading = Some(granted);
+        comm.universe = Some(universe);
+        Ok(comm)
+    }
+
+    /// Wraps a communicator of code that already initialized MPI. The communicator is
+    /// duplicated (`MPI_Comm_dup`, collective over its ranks), so rankwise's messages never
+    /// mix with the caller's. MPI is not finalized when the result is dropped.
+    ///
+    /// The caller must have initialized MPI with at least `MPI_THREAD_FUNNELED` and must use
+    /// the result on the thread that makes its MPI calls.
+    pub fn from_communicator(comm: SimpleCommunicator) -> MpiComm {
+        let dup = comm.duplicate();
+        let tag_ub = SimpleCommunicator::world()
+            .get_attr::<TagUb>()
+            .map(|t| t.0)
+            .unwrap_or(32767)
+            .max(32767);
+        MpiComm {
+            rank: dup.rank() as usize,
+            size: dup.size() as usize,
+            comm: dup,
+            tag_ub,
+            timeout: DEFAULT_TIMEOUT,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            state: RefCell::new(State::Ok),
+            self_queue: RefCell::new(VecDeque::new()),
+            threading: None,
+            universe: None,
+            _single_thread: PhantomData,
+        }
+    }
+
+    /// The (duplicated) MPI communicator this transport uses, e.g. to exchange UCX worker
+    /// addresses or an NCCL unique id.
+    pub fn communicator(&self) -> &SimpleCommunicator {
+        &self.comm
+    }
+
+    /// The thread level MPI granted, when this value initialized MPI.
+    pub fn threading(&self) -> Option<Threading> {
+        self.threading
+    }
+
+    /// Whether this value initialized MPI and will finalize it on drop.
+    pub fn owns_mpi(&self) -> bool {
+        self.universe.is_some()
+    }
+
+    /// The largest user tag the MPI library can carry (`MPI_TAG_UB` − 1024).
+    pub fn max_user_tag(&self) -> Tag {
+        (self.tag_ub - RESERVED_MPI_TAGS) as Tag
+    }
+
+    /// The current receive/send timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Largest piece one MPI call carries; longer messages are split.
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_message_bytes
+    }
+
+    /// Sets the largest piece one MPI call carries (clamped to
+    /// [`MIN_MAX_MESSAGE_BYTES`]..=[`DEFAULT_MAX_MESSAGE_BYTES`]). Tests lower it to exercise
+    /// splitting with small messages; only the sender's setting matters.
+    pub fn set_max_message_bytes(&mut self, bytes: usize) {
+        self.max_message_bytes = bytes.clamp(MIN_MAX_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES);
+    }
+
+    /// Ends the process with exit status `code` after a failure (this rank's own, reported
+    /// with [`Comm::abort`], or a peer's), so that every rank gets to report it.
+    ///
+    /// Flushes stdout and stderr, then finalizes MPI when this value owns it, and exits.
+    /// `MPI_Finalize` waits for all ranks (in Open MPI it is a fence), and that is the point:
+    /// a rank that leaves first — with a non-zero status or without finalizing — makes
+    /// `mpirun` kill the others, often before they have printed why they fail. Ranks that
+    /// learn of the failure reach the fence within moments; a rank that never will (stuck
+    /// outside MPI) cannot hold the job: after `grace` this rank exits without finalizing,
+    /// and the launcher ends the rest.
+    pub fn exit_after_failure(self, code: i32, grace: Duration) -> ! {
+        use std::io::Write;
+        let flush = || {
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stderr().flush();
+        };
+        flush();
+        let watchdog_code = code;
+        std::thread::spawn(move || {
+            std::thread::sleep(grace);
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stderr().flush();
+            // SAFETY: _exit ends the process at once; nothing runs after it.
+            unsafe { libc::_exit(watchdog_code) }
+        });
+        drop(self);
+        flush();
+        std::process::exit(code)
+    }
+
+    /// Calls `MPI_Abort` on this communicator: the MPI runtime kills every process of the
+    /// job. The last resort when a rank cannot report its failure through [`Comm::abort`].
+    pub fn abort_job(&self, code: i32) -> ! {
+        self.comm.abort(code)
+    }
+
+    fn mpi_tag(&self, tag: Tag) -> Result<c_int> {
+        map_tag(tag, self.tag_ub).ok_or_else(|| {
+            if tag >= RESERVED_TAG_BASE {
+                TransportError::ReservedTag(tag)
+            } else {
+                TransportError::Mpi(format!(
+                    "tag {tag} is too large for this MPI library: user tags must be at most \
+                     {} (MPI_TAG_UB is {}, the top {RESERVED_MPI_TAGS} tags are reserved)",
+                    self.max_user_tag(),
+                    self.tag_ub
+                ))
+            }
+        })
+    }
+
+    /// Fails fast when an earlier failure is known.
+    fn check_state(&self) -> Result<()> {
+        match &*self.state.borrow() {
+            State::Ok => Ok(()),
+            State::Failed { rank, message } => Err(TransportError::PeerFailed {
+                rank: *rank,
+                message: message.clone(),
+            }),
+            State::Broken(why) => Err(TransportError::Mpi(why.clone())),
+        }
+    }
+
+    /// Receives a pending abort notice, if any, and turns it into an error.
+    fn poll_abort(&self) -> Result<()> {
+        let abort_tag = self.tag_ub;
+        if let Some(probed) = self
+            .comm
+            .any_process()
+            .immediate_matched_probe_with_tag(abort_tag)
+        {
+            let (bytes, status) = probed.matched_receive_vec::<u8>();
+            let rank = status.source_rank() as usize;
+            let message = String::from_utf8_lossy(&bytes).into_owned();
+            *self.state.borrow_mut() = State::Failed {
+                rank,
+                message: message.clone(),
+            };
+            return Err(TransportError::PeerFailed { rank, message });
+        }
+        Ok(())
+    }
+
+    fn timeout_error(&self, peer: usize, tag: Tag) -> TransportError {
+        TransportError::Timeout {
+            me: self.rank,
+            peer,
+            tag,
+            secs: self.timeout.as_secs(),
+        }
+    }
+
+    /// Waits for the next message from `src` with MPI tag `mtag`, watching for aborts.
+    fn wait_message(&self, src: usize, mtag: c_int, tag: Tag) -> Result<(Message, Status)> {
+        let mut backoff = Backoff::new();
+        let peer = self.comm.process_at_rank(src as c_int);
+        loop {
+            self.poll_abort()?;
+            if let Some(probed) = peer.immediate_matched_probe_with_tag(mtag) {
+                return Ok(probed);
+            }
+            if backoff.start.elapsed() >= self.timeout {
+                return Err(self.timeout_error(src, tag));
+            }
+            backoff.pause();
+        }
+    }
+
+    /// Sends one MPI message and waits for it to complete, watching for aborts. `hot` polls
+    /// without sleeping, for pieces the receiver is known to be receiving.
+    fn send_piece(&self, dest: usize, mtag: c_int, tag: Tag, buf: &[u8], hot: bool) -> Result<()> {
+        debug_assert!(buf.len() <= DEFAULT_MAX_MESSAGE_BYTES);
+        let peer = self.comm.process_at_rank(dest as c_int);
+        mpi::request::scope(|scope| {
+            let mut request = peer.immediate_send_with_tag(scope, buf, mtag);
+            let mut backoff = if hot { Backoff::hot() } else { Backoff::new() };
+            loop {
+                request = match request.test() {
+                    Ok(_) => return Ok(()),
+                    Err(pending) => pending,
+                };
+                let failed = match self.poll_abort() {
+                    Err(e) => Some(e),
+                    Ok(()) if backoff.start.elapsed() >= self.timeout => {
+                        Some(self.timeout_error(dest, tag))
+                    }
+                    Ok(()) => None,
+                };
+                if let Some(error) = failed {
+                    // MPI cannot take a started send back. Leave the request to MPI and make
+                    // no further calls that could progress it, because the caller may reuse
+                    // the buffer once we return.
+                    // SAFETY: the raw request is leaked, never completed; see above.
+                    let _ = unsafe { request.into_raw() };
+                    self.mark_broken(format!(
+                        "a send of {} bytes to rank {dest} (tag {tag:#x}) was abandoned: {error}",
+                        buf.len()
+                    ));
+                    return Err(error);
+                }
+                backoff.pause();
+            }
+        })
+    }
+
+    /// Receives one probed piece of a split message into `buf`, polling hot and watching
+    /// for aborts. On an error the receive is left to MPI, which may still write into
+    /// `buf`: the caller must then leak the buffer.
+    fn receive_piece(&self, message: Message, buf: &mut [u8], src: usize, tag: Tag) -> Result<()> {
+        let len = buf.len();
+        mpi::request::scope(|scope| {
+            let mut request = message.immediate_matched_receive_into(scope, buf);
+            let mut backoff = Backoff::hot();
+            loop {
+                request = match request.test() {
+                    Ok(_) => return Ok(()),
+                    Err(pending) => pending,
+                };
+                let failed = match self.poll_abort() {
+                    Err(e) => Some(e),
+                    Ok(()) if backoff.start.elapsed() >= self.timeout => {
+                        Some(self.timeout_error(src, tag))
+                    }
+                    Ok(()) => None,
+                };
+                if let Some(error) = failed {
+                    // SAFETY: the request is leaked, and so is its buffer (by the caller).
+                    let _ = unsafe { request.into_raw() };
+                    self.mark_broken(format!(
+                        "a receive of {len} bytes from rank {src} (tag {tag:#x}) was abandoned: \
+                         {error}"
+                    ));
+                    return Err(error);
+                }
+                backoff.pause();
+            }
+        })
+    }
+
+    /// After a split message was abandoned half-way, the byte stream between this rank and
+    /// its peer is out of step: refuse all further communication.
+    fn mark_broken(&self, why: String) {
+        let mut state = self.state.borrow_mut();
+        if matches!(*state, State::Ok) {
+            *state = State::Broken(why);
+        }
+    }
+
+    fn recv_from_self(&self, tag: Tag) -> Result<Vec<u8>> {
+        self.poll_abort()?;
+        let mut queue = self.self_queue.borrow_mut();
+        match queue.iter().position(|(t, _)| *t == tag) {
+            Some(i) => Ok(queue.remove(i).map(|(_, data)| data).unwrap_or_default()),
+            // Nobody else can ever send to this queue: waiting would only delay the error.
+            None => Err(self.timeout_error(self.rank, tag)),
+        }
+    }
+}
+
+impl Comm for MpiComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn send_raw(&self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        self.check_rank(dest)?;
+        self.check_state()?;
+        let mtag = self.mpi_tag(tag)?;
+        if dest == self.rank {
+            self.self_queue.borrow_mut().push_back((tag, data.to_vec()));
+            return Ok(());
+        }
+        let total = data.len();
+        let header_len = (total as u64).to_le_bytes();
+        if total <= INLINE_MAX.min(self.max_message_bytes - header_len.len()) {
+            let mut whole = Vec::with_capacity(header_len.len() + total);
+            whole.extend_from_slice(&header_len);
+            whole.extend_from_slice(data);
+            return self.send_piece(dest, mtag, tag, &whole, false);
+        }
+        // Split message: the header, then wait (cheaply) until the receiver has seen it and
+        // says go, then the pieces, polled without sleeping so that the data moves at full
+        // speed on transports where the sender must drive it (TCP, shared memory without
+        // single-copy).
+        self.send_piece(dest, mtag, tag, &header_len, false)?;
+        let (message, _) = self.wait_message(dest, go_tag(self.tag_ub), tag)?;
+        let mut go = [0u8; 8];
+        message.matched_receive_into(&mut go[..]);
+        if go != header_len {
+            return Err(TransportError::Mpi(format!(
+                "rank {dest} acknowledged a message of {} bytes, expected {total}",
+                u64::from_le_bytes(go)
+            )));
+        }
+        for (start, end) in split_counts(total, self.max_message_bytes) {
+            self.send_piece(dest, mtag, tag, &data[start..end], true)?;
+        }
+        Ok(())
+    }
+
+    fn recv_raw(&self, src: usize, tag: Tag) -> Result<Vec<u8>> {
+        self.check_rank(src)?;
+        self.check_state()?;
+        let mtag = self.mpi_tag(tag)?;
+        if src == self.rank {
+            return self.recv_from_self(tag);
+        }
+        let malformed = |got: usize, expected: usize| TransportError::Length {
+            peer: src,
+            got,
+            expected,
+        };
+
+        let (message, status) = self.wait_message(src, mtag, tag)?;
+        let count = status.count(u8::equivalent_datatype()) as usize;
+        let mut head = vec![0u8; count];
+        message.matched_receive_into(&mut head[..]);
+        if count < 8 {
+            return Err(malformed(count, 8));
+        }
+        let total = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
+        if count == 8 + total {
+            head.drain(..8);
+            return Ok(head);
+        }
+        if count != 8 {
+            return Err(malformed(count, 8 + total));
+        }
+        self.send_piece(src, go_tag(self.tag_ub), tag, &head[..8], false)?;
+
+        // Zeroed allocation: large ones come straight from the kernel, already zero.
+        let mut out = vec![0u8; total];
+        let mut filled = 0;
+        while filled < total {
+            let (message, status) = match self.wait_message(src, mtag, tag) {
+                Ok(probed) => probed,
+                Err(e) => {
+                    self.mark_broken(format!(
+                        "a receive of {total} bytes from rank {src} (tag {tag:#x}) stopped after \
+                         {filled} bytes: {e}"
+                    ));
+                    return Err(e);
+                }
+            };
+            let n = status.count(u8::equivalent_datatype()) as usize;
+            if n == 0 || filled + n > total {
+                let mut scratch = vec![0u8; n];
+                message.matched_receive_into(&mut scratch[..]);
+                let e = malformed(filled + n, total);
+                self.mark_broken(e.to_string());
+                return Err(e);
+            }
+            if let Err(e) = self.receive_piece(message, &mut out[filled..filled + n], src, tag) {
+                // MPI may still write into `out`.
+                std::mem::forget(out);
+                return Err(e);
+            }
+            filled += n;
+        }
+        Ok(out)
+    }
+
+    fn abort(&self, message: &str) {
+        {
+            let mut state = self.state.borrow_mut();
+            if !matches!(*state, State::Ok) {
+                // The original failure was already announced by the rank where it happened.
+                return;
+            }
+            *state = State::Failed {
+                rank: self.rank,
+                message: message.to_string(),
+            };
+        }
+        let mut end = message.len().min(ABORT_MESSAGE_MAX);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        // Leaked on purpose: a notice that cannot leave before the linger ends stays with
+        // MPI, and abort happens at most once per rank.
+        let notice: &'static [u8] =
+            Box::leak(message.as_bytes()[..end].to_vec().into_boxed_slice());
+        let mut pending = Vec::new();
+        for dest in (0..self.size).filter(|&d| d != self.rank) {
+            let peer = self.comm.process_at_rank(dest as c_int);
+            pending.push(peer.immediate_send_with_tag(StaticScope, notice, self.tag_ub));
+        }
+        let deadline = Instant::now() + ABORT_LINGER;
+        let mut backoff = Backoff::new();
+        while !pending.is_empty() && Instant::now() < deadline {
+            pending = pending
+                .into_iter()
+                .filter_map(|request| request.test().err())
+                .collect();
+            backoff.pause();
+        }
+        for request in pending {
+            // SAFETY: the buffer is 'static; the request is left to MPI.
+            let _ = unsafe { request.into_raw() };
+        }
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+}
+
+impl Drop for MpiComm {
+    fn drop(&mut self) {
+        if std::thread::panicking() && matches!(*self.state.borrow(), State::Ok) {
+            self.abort(&format!("rank {} panicked", self.rank));
+        }
+    }
+}
+
+fn is_thread_main() -> bool {
+    let mut flag: c_int = 0;
+    // SAFETY: MPI is initialized; flag is a valid out-pointer.
+    unsafe {
+        mpi::ffi::MPI_Is_thread_main(&mut flag);
+    }
+    flag != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_map_into_the_mpi_range_without_collisions() {
+        for &ub in &[32767, 1 << 21, i32::MAX] {
+            let band = ub - RESERVED_MPI_TAGS + 1;
+            assert_eq!(map_tag(0, ub), Some(0));
+            assert_eq!(map_tag(band as u32 - 1, ub), Some(band - 1));
+            assert_eq!(map_tag(band as u32, ub), None);
+            assert_eq!(map_tag(RESERVED_TAG_BASE - 1, ub), None);
+            assert_eq!(map_tag(ABORT_TAG, ub), Some(ub));
+            assert_eq!(go_tag(ub), ub - 1);
+            let mut seen = std::collections::HashSet::new();
+            let last_k = RESERVED_MPI_TAGS as u32 - 2;
+            for k in 0..last_k {
+                let t = map_tag(RESERVED_TAG_BASE + k, ub).unwrap();
+                assert!(t >= band && t < go_tag(ub), "{t}");
+                assert!(seen.insert(t));
+            }
+            assert_eq!(map_tag(RESERVED_TAG_BASE + last_k, ub), None);
+            assert_eq!(map_tag(ABORT_TAG - 1, ub), None);
+        }
+        // The collectives' tags all have MPI tags.
+        for t in [crate::TAG_BCAST, crate::TAG_GATHER, crate::TAG_BARRIER] {
+            assert!(map_tag(t, 32767).is_some());
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The `rankwise` binary under real `mpirun` with several processes: bit-identical results
+//! for any rank count, and failures that end every rank.
+
+mod common;
+#[path = "../transports/tests/mpirun_util/mod.rs"]
+mod mpirun_util;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use mpirun_util::{mpirun, mpirun_command, run_with_timeout};
+use rankwise::launch::output::read_f64_array;
+
+type Bits = (Vec<u64>, Vec<u64>, Vec<u64>);
+
+fn read_bits(dir: &Path) -> Bits {
+    let bits = |name| read_f64_array(dir, name).unwrap().1.iter().map(|x| x.to_bits()).collect();
+    (bits("S"), bits("U"), bits("Vt"))
+}
+
+fn embedded(args: &[&str], out: &Path) -> Bits {
+    let mut cmd = Command::new(rankwise_bin());
+    cmd.arg("svd").args(args).arg("--out").arg(out);
+    let (o, _) = common::run_with_timeout(&mut cmd, Duration::from_secs(120));
+    assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+    read_bits(out)
+}
+
+fn under_mpirun(np: usize, args: &[&str], out: &Path) -> Bits {
+    let mut all = vec!["svd", "--out", out.to_str().unwrap()];
+    all.extend(args);
+    let run = mpirun(np, &rankwise_bin(), &all, Duration::from_secs(120));
+    run.assert_success();
+    assert!(run.stdout.contains("transport mpi"), "{}", run.describe());
+    read_bits(out)
+}
+
+#[test]
+fn mpirun_1_to_4_ranks_match_the_embedded_run_bit_for_bit() {
+    let dir = scratch("mpi-bits");
+    let seed = test_seed().to_string();
+    let shapes: [[&str; 6]; 3] = [
+        // 14 panels, the last one ragged.
+        ["--rows", "20011", "--cols", "9", "--chunk-rows", "1500"],
+        // 3 panels: with 4 ranks one rank owns nothing.
+        ["--rows", "1000", "--cols", "16", "--chunk-rows", "400"],
+        // Short and fat, through the transpose: 5 column panels.
+        ["--rows", "7", "--cols", "50", "--chunk-rows", "12"],
+    ];
+    for (i, shape) in shapes.iter().enumerate() {
+        let mut args: Vec<&str> = shape.to_vec();
+        args.extend(["--seed", &seed, "--dist", "normal"]);
+        let reference = embedded(&args, &dir.join(format!("ref{i}.zarr")));
+        for np in 1..=4 {
+            let got = under_mpirun(np, &args, &dir.join(format!("s{i}-np{np}.zarr")));
+            assert_eq!(got.0, reference.0, "{shape:?} np {np}: S differs");
+            assert_eq!(got.1, reference.1, "{shape:?} np {np}: U differs");
+            assert_eq!(got.2, reference.2, "{shape:?} np {np}: Vᵀ differs");
+        }
+    }
+}
+
+#[test]
+fn two_ranks_of_two_actors_equal_one_rank_of_four() {
+    let dir = scratch("mpi-mixed");
+    let seed = test_seed().to_string();
+    let args = ["--rows", "30001", "--cols", "12", "--chunk-rows", "2000", "--seed", &seed];
+    let mut one = args.to_vec();
+    one.extend(["--actors", "4"]);
+    let reference = embedded(&one, &dir.join("one.zarr"));
+    let mut two = args.to_vec();
+    two.extend(["--actors", "2"]);
+    assert_eq!(under_mpirun(2, &two, &dir.join("two.zarr")), reference);
+}
+
+/// Every rank prints the same failure line.
+fn assert_every_rank_reports(run: &mpirun_util::RunOutput, np: usize, line: &str) {
+    let count = run.stderr.lines().filter(|l| l.contains(line)).count();
+    assert!(count >= np, "expected {np} ranks to print {line:?}, got {count}\n{}", run.describe());
+}
+
+#[test]
+fn an_error_or_panic_on_one_rank_ends_every_rank_with_its_message() {
+    let dir = scratch("mpi-fail");
+    let out = dir.join("r.zarr");
+    for (fault, line) in [
+        ("2:error", "rankwise: rank 2 failed: RANKWISE_FAULT: injected input error on rank 2"),
+        ("1:panic:before-svd", "rankwise: rank 1 failed: panic: injected panic on rank 1"),
+        ("0:error:after-svd", "rankwise: rank 0 failed: RANKWISE_FAULT: injected input error on rank 0"),
+    ] {
+        let mut cmd = mpirun_command(3, &rankwise_bin(), &["svd", "--rows", "50000", "--cols", "8", "--chunk-rows", "2000", "--out", out.to_str().unwrap()]);
+        cmd.env("RANKWISE_FAULT", fault);
+        let run = run_with_timeout(cmd, Duration::from_secs(60));
+        run.assert_finished();
+        assert_ne!(run.code, Some(0), "{fault}\n{}", run.describe());
+        assert!(run.elapsed < Duration::from_secs(10), "{fault}: took {:?}", run.elapsed);
+        assert_every_rank_reports(&run, 3, line);
+        assert!(!out.exists(), "{fault}: a failed run left {}", out.display());
+    }
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(names.is_empty(), "left behind: {names:?}");
+}
+
+#[test]
+fn bad_input_is_reported_by_every_rank() {
+    let run = mpirun(4, &rankwise_bin(), &["svd", "--rows", "1000", "--cols", "5", "--chunk-rows", "0"], Duration::from_secs(60));
+    run.assert_finished();
+    assert_ne!(run.code, Some(0));
+    assert!(run.elapsed < Duration::from_secs(10));
+    assert_every_rank_reports(&run, 4, "--chunk-rows: panels need at least one row");
+}
+
+/// Pids of the rank processes whose command line carries `marker`.
+fn ranks_with(marker: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains("rankwise svd") && cmdline.contains(marker) && !cmdline.contains("mpirun") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn a_rank_killed_by_sigkill_ends_the_job() {
+    // A run long enough to be killed in the middle: regenerated panels, two passes.
+    let marker = format!("{}", 1_000_000 + std::process::id());
+    let args = ["svd", "--rows", "40000000", "--cols", "20", "--chunk-rows", "500000", "--memory-per-actor", "600M", "--seed", &marker];
+    let cmd = mpirun_command(3, &rankwise_bin(), &args);
+    let runner = std::thread::spawn(move || run_with_timeout(cmd, Duration::from_secs(90)));
+    let start = Instant::now();
+    let mut pids = Vec::new();
+    while start.elapsed() < Duration::from_secs(30) {
+        pids = ranks_with(&marker);
+        if pids.len() == 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(pids.len(), 3, "the ranks did not start");
+    std::thread::sleep(Duration::from_millis(1500));
+    let victim = pids[1];
+    let killed_at = Instant::now();
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    let run = runner.join().unwrap();
+    run.assert_finished();
+    assert_ne!(run.code, Some(0), "{}", run.describe());
+    assert!(killed_at.elapsed() < Duration::from_secs(30), "took {:?} after the kill", killed_at.elapsed());
+    assert!(run.stderr.contains("signal 9") || run.stderr.contains("Killed"), "{}", run.describe());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(ranks_with(&marker).is_empty(), "ranks left running after the job ended");
+}
