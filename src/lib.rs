@@ -63,3 +63,17 @@ where
         .map(|h| h.join().expect("rank thread panicked"))
         .collect()
 }
+
+/// A runtime on a communicator of a program that already initialized MPI (for HPC codes
+/// that link rankwise): every rank of `comm` must call this, and rankwise never finalizes
+/// MPI. Call it on the thread that initialized MPI; the runtime stays on that thread.
+#[cfg(feature = "mpi")]
+pub fn from_mpi_communicator(
+    comm: rankwise_transports::mpi_comm::mpi::topology::SimpleCommunicator,
+    config: &RuntimeConfig,
+) -> Result<Runtime, RuntimeError> {
+    with_comm(
+        Box::new(rankwise_transports::MpiComm::from_communicator(comm)),
+        config,
+    )
+}

@@ -39,20 +39,36 @@ fn check_case(rt: &rankwise::runtime::Runtime, m: u64, n: u64, chunk: u64, seed:
     assert_eq!(lap.len(), k, "{case}");
     for i in 0..k {
         let d = (g.result.s[i] - lap[i]).abs();
-        assert!(d <= 1e-12 * lap[0].max(f64::MIN_POSITIVE), "{case}: σ{} = {} vs LAPACK {} (Δ {d:e})", i + 1, g.result.s[i], lap[i]);
+        assert!(
+            d <= 1e-12 * lap[0].max(f64::MIN_POSITIVE),
+            "{case}: σ{} = {} vs LAPACK {} (Δ {d:e})",
+            i + 1,
+            g.result.s[i],
+            lap[i]
+        );
         if i > 0 {
-            assert!(g.result.s[i] <= g.result.s[i - 1], "{case}: σ not descending");
+            assert!(
+                g.result.s[i] <= g.result.s[i - 1],
+                "{case}: σ not descending"
+            );
         }
     }
 
     // The run's own checks agree.
     let c = g.result.check.expect("check requested");
-    assert!(c.relative_residual <= 1e-13 && c.u_orthogonality <= 1e-13 && c.v_orthogonality <= 1e-13, "{case}: {c:?}");
+    assert!(
+        c.relative_residual <= 1e-13 && c.u_orthogonality <= 1e-13 && c.v_orthogonality <= 1e-13,
+        "{case}: {c:?}"
+    );
 }
 
 #[test]
 fn random_shapes_match_lapack() {
-    let rt = rankwise::embedded(&RuntimeConfig { actors: Some(2), ..Default::default() }).unwrap();
+    let rt = rankwise::embedded(&RuntimeConfig {
+        actors: Some(2),
+        ..Default::default()
+    })
+    .unwrap();
     let mut draw = Draw(test_seed());
     let dists = [Dist::Uniform, Dist::Normal, Dist::Genotype];
     for case in 0..24 {
@@ -60,7 +76,11 @@ fn random_shapes_match_lapack() {
         let n = draw.range(1, 64);
         // Panels from one row to the whole matrix, often ragged, often shorter than n.
         let chunk = draw.log_range(1, m.max(n));
-        let chunk = if m.max(n) / chunk > 2000 { m.max(n).div_ceil(2000) } else { chunk };
+        let chunk = if m.max(n) / chunk > 2000 {
+            m.max(n).div_ceil(2000)
+        } else {
+            chunk
+        };
         let seed = draw.next();
         check_case(&rt, m, n, chunk, seed, dists[case % 3]);
     }
@@ -71,13 +91,13 @@ fn edge_shapes_match_lapack() {
     let rt = rankwise::embedded(&RuntimeConfig::default()).unwrap();
     let mut draw = Draw(test_seed());
     let cases = [
-        (1, 1, 1),        // one value
-        (1, 7, 1),        // one row: through the transpose
-        (7, 1, 3),        // one column, ragged last panel
-        (40, 8, 1),       // 1-row panels
-        (100, 30, 7),     // panels shorter than n, ragged
-        (30, 100, 9),     // short and fat
-        (64, 64, 10),     // square
+        (1, 1, 1),           // one value
+        (1, 7, 1),           // one row: through the transpose
+        (7, 1, 3),           // one column, ragged last panel
+        (40, 8, 1),          // 1-row panels
+        (100, 30, 7),        // panels shorter than n, ragged
+        (30, 100, 9),        // short and fat
+        (64, 64, 10),        // square
         (50_000, 64, 4_999), // the largest, ragged
     ];
     for (m, n, chunk) in cases {

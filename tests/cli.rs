@@ -19,8 +19,15 @@ fn rankwise(args: &[&str]) -> (i32, String, String) {
 }
 
 fn no_leftovers(dir: &std::path::Path) {
-    let left: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(left.is_empty(), "left behind in {}: {left:?}", dir.display());
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left behind in {}: {left:?}",
+        dir.display()
+    );
 }
 
 #[test]
@@ -29,9 +36,24 @@ fn svd_writes_a_complete_zarr_group() {
     for (m, n, chunk) in [(5_003u64, 7u64, 1_000u64), (6, 300, 64)] {
         let out = dir.join(format!("r{m}x{n}.zarr"));
         let (code, stdout, stderr) = rankwise(&[
-            "svd", "--rows", &m.to_string(), "--cols", &n.to_string(), "--chunk-rows", &chunk.to_string(),
-            "--seed", "5", "--dist", "normal", "--local-ranks", "3", "--actors", "2", "--json",
-            "--out", out.to_str().unwrap(),
+            "svd",
+            "--rows",
+            &m.to_string(),
+            "--cols",
+            &n.to_string(),
+            "--chunk-rows",
+            &chunk.to_string(),
+            "--seed",
+            "5",
+            "--dist",
+            "normal",
+            "--local-ranks",
+            "3",
+            "--actors",
+            "2",
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
         ]);
         assert_eq!(code, 0, "{stderr}");
         let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -39,7 +61,10 @@ fn svd_writes_a_complete_zarr_group() {
         let (ss, s) = read_f64_array(&out, "S").unwrap();
         let (us, u) = read_f64_array(&out, "U").unwrap();
         let (vs, vt) = read_f64_array(&out, "Vt").unwrap();
-        assert_eq!((ss, us, vs), (vec![k as u64], vec![m, k as u64], vec![k as u64, n]));
+        assert_eq!(
+            (ss, us, vs),
+            (vec![k as u64], vec![m, k as u64], vec![k as u64, n])
+        );
         let printed: Vec<f64> = serde_json::from_value(report["singular_values"].clone()).unwrap();
         assert_eq!(printed, s, "report and S array agree");
         let u = Array2::from_shape_vec((m as usize, k), u).unwrap();
@@ -47,11 +72,20 @@ fn svd_writes_a_complete_zarr_group() {
         let a = dense(m, n, 5, Dist::Normal);
         let back = (&u * &ndarray::Array1::from(s)).dot(&vt);
         let res = (&back - &a).mapv(|x| x * x).sum().sqrt() / a.mapv(|x| x * x).sum().sqrt();
-        assert!(res < 1e-13, "{m}×{n}: residual of the written factors {res:e}");
+        assert!(
+            res < 1e-13,
+            "{m}×{n}: residual of the written factors {res:e}"
+        );
         assert!(out.join("report.json").exists());
     }
-    let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    assert!(names.iter().all(|n| !n.contains(".tmp-")), "temporary directories left: {names:?}");
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.contains(".tmp-")),
+        "temporary directories left: {names:?}"
+    );
 }
 
 #[test]
@@ -62,15 +96,129 @@ fn bad_input_names_the_option_and_leaves_nothing() {
     let out = dir.join("new.zarr");
     let out = out.to_str().unwrap();
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--rows", "0", "--cols", "5", "--chunk-rows", "10", "--out", out], "--rows"),
-        (vec!["--rows", "10", "--cols", "0", "--chunk-rows", "10", "--out", out], "--cols"),
-        (vec!["--rows", "10", "--cols", "5", "--chunk-rows", "0", "--out", out], "--chunk-rows"),
-        (vec!["--rows", "100000", "--cols", "50", "--chunk-rows", "100000", "--memory-per-actor", "1M", "--out", out], "--memory-per-actor"),
-        (vec!["--rows", "10", "--cols", "5", "--chunk-rows", "2", "--memory-per-actor", "lots", "--out", out], "--memory-per-actor"),
-        (vec!["--rows", "10", "--cols", "5", "--chunk-rows", "2", "--dist", "cauchy", "--out", out], "--dist"),
-        (vec!["--rows", "10", "--cols", "5", "--chunk-rows", "2", "--out", existing.to_str().unwrap()], "--out"),
-        (vec!["--rows", "10", "--cols", "5", "--chunk-rows", "2", "--out", "/nonexistent-dir/x.zarr"], "--out"),
-        (vec!["--rows", "10", "--cols", "5", "--chunk-rows", "2", "--out", "/proc/x.zarr"], "--out"),
+        (
+            vec![
+                "--rows",
+                "0",
+                "--cols",
+                "5",
+                "--chunk-rows",
+                "10",
+                "--out",
+                out,
+            ],
+            "--rows",
+        ),
+        (
+            vec![
+                "--rows",
+                "10",
+                "--cols",
+                "0",
+                "--chunk-rows",
+                "10",
+                "--out",
+                out,
+            ],
+            "--cols",
+        ),
+        (
+            vec![
+                "--rows",
+                "10",
+                "--cols",
+                "5",
+                "--chunk-rows",
+                "0",
+                "--out",
+                out,
+            ],
+            "--chunk-rows",
+        ),
+        (
+            vec![
+                "--rows",
+                "100000",
+                "--cols",
+                "50",
+                "--chunk-rows",
+                "100000",
+                "--memory-per-actor",
+                "1M",
+                "--out",
+                out,
+            ],
+            "--memory-per-actor",
+        ),
+        (
+            vec![
+                "--rows",
+                "10",
+                "--cols",
+                "5",
+                "--chunk-rows",
+                "2",
+                "--memory-per-actor",
+                "lots",
+                "--out",
+                out,
+            ],
+            "--memory-per-actor",
+        ),
+        (
+            vec![
+                "--rows",
+                "10",
+                "--cols",
+                "5",
+                "--chunk-rows",
+                "2",
+                "--dist",
+                "cauchy",
+                "--out",
+                out,
+            ],
+            "--dist",
+        ),
+        (
+            vec![
+                "--rows",
+                "10",
+                "--cols",
+                "5",
+                "--chunk-rows",
+                "2",
+                "--out",
+                existing.to_str().unwrap(),
+            ],
+            "--out",
+        ),
+        (
+            vec![
+                "--rows",
+                "10",
+                "--cols",
+                "5",
+                "--chunk-rows",
+                "2",
+                "--out",
+                "/nonexistent-dir/x.zarr",
+            ],
+            "--out",
+        ),
+        (
+            vec![
+                "--rows",
+                "10",
+                "--cols",
+                "5",
+                "--chunk-rows",
+                "2",
+                "--out",
+                "/proc/x.zarr",
+            ],
+            "--out",
+        ),
     ];
     for (args, option) in cases {
         for ranks in ["1", "3"] {
@@ -78,7 +226,10 @@ fn bad_input_names_the_option_and_leaves_nothing() {
             all.extend(&args);
             let (code, _, stderr) = rankwise(&all);
             assert_ne!(code, 0, "{all:?} succeeded");
-            assert!(stderr.contains(option), "{all:?}: stderr does not name {option}: {stderr}");
+            assert!(
+                stderr.contains(option),
+                "{all:?}: stderr does not name {option}: {stderr}"
+            );
             assert!(!std::path::Path::new(out).exists(), "{all:?} left {out}");
         }
     }
@@ -90,16 +241,32 @@ fn bad_input_names_the_option_and_leaves_nothing() {
 fn a_failing_rank_fails_every_rank_with_its_message() {
     let dir = scratch("cli-fault");
     let out = dir.join("r.zarr");
-    for (fault, needle) in [("1:error", "rank 1 failed"), ("2:panic:before-svd", "rank 2 failed: panic"), ("0:error:after-svd", "rank 0 failed")] {
+    for (fault, needle) in [
+        ("1:error", "rank 1 failed"),
+        ("2:panic:before-svd", "rank 2 failed: panic"),
+        ("0:error:after-svd", "rank 0 failed"),
+    ] {
         let mut cmd = Command::new(rankwise_bin());
         cmd.env("RANKWISE_FAULT", fault).args([
-            "svd", "--rows", "20000", "--cols", "8", "--chunk-rows", "1000", "--local-ranks", "3",
-            "--out", out.to_str().unwrap(),
+            "svd",
+            "--rows",
+            "20000",
+            "--cols",
+            "8",
+            "--chunk-rows",
+            "1000",
+            "--local-ranks",
+            "3",
+            "--out",
+            out.to_str().unwrap(),
         ]);
         let (o, took) = run_with_timeout(&mut cmd, Duration::from_secs(60));
         let (_, stderr) = text(&o);
         assert_eq!(o.status.code(), Some(1), "{fault}: {stderr}");
-        assert!(stderr.contains(needle) && stderr.contains("injected"), "{fault}: {stderr}");
+        assert!(
+            stderr.contains(needle) && stderr.contains("injected"),
+            "{fault}: {stderr}"
+        );
         assert!(took < Duration::from_secs(10), "{fault}: took {took:?}");
         assert!(!out.exists(), "{fault}: output looks complete");
     }
@@ -108,12 +275,39 @@ fn a_failing_rank_fails_every_rank_with_its_message() {
 
 #[test]
 fn plan_and_info_describe_the_run() {
-    let (code, stdout, stderr) = rankwise(&["plan", "--rows", "1000", "--cols", "20", "--chunk-rows", "300", "--local-ranks", "2", "--memory-per-actor", "1M"]);
+    let (code, stdout, stderr) = rankwise(&[
+        "plan",
+        "--rows",
+        "1000",
+        "--cols",
+        "20",
+        "--chunk-rows",
+        "300",
+        "--local-ranks",
+        "2",
+        "--memory-per-actor",
+        "1M",
+    ]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("4 panels of 300 rows"), "{stdout}");
-    assert!(stdout.contains("0..2") && stdout.contains("2..4"), "{stdout}");
-    assert!(stdout.contains("Resident") && stdout.contains("messages"), "{stdout}");
-    let (code, stdout, stderr) = rankwise(&["plan", "--rows", "1000", "--cols", "20", "--chunk-rows", "300", "--json"]);
+    assert!(
+        stdout.contains("0..2") && stdout.contains("2..4"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Resident") && stdout.contains("messages"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = rankwise(&[
+        "plan",
+        "--rows",
+        "1000",
+        "--cols",
+        "20",
+        "--chunk-rows",
+        "300",
+        "--json",
+    ]);
     assert_eq!(code, 0, "{stderr}");
     let plan: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(plan["placement"]["owner"].as_array().unwrap().len(), 4);

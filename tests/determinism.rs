@@ -9,13 +9,25 @@ use ndarray::Array2;
 use rankwise::linalg::SvdProblem;
 use rankwise::runtime::{Dist, RuntimeConfig};
 
-fn run(ranks: usize, actors: usize, m: u64, n: u64, chunk: u64, seed: u64) -> (Vec<f64>, Array2<f64>, Array2<f64>) {
+fn run(
+    ranks: usize,
+    actors: usize,
+    m: u64,
+    n: u64,
+    chunk: u64,
+    seed: u64,
+) -> (Vec<f64>, Array2<f64>, Array2<f64>) {
     let problem = SvdProblem::generated(m, n, chunk, seed, Dist::Normal).unwrap();
     let k = m.min(n) as usize;
     let store = Arc::new(Mutex::new(Array2::zeros((problem.grid.rows as usize, k))));
     let s2 = Arc::clone(&store);
-    let config = RuntimeConfig { actors: Some(actors), ..Default::default() };
-    let mut results = rankwise::local_world(ranks, &config, move |rt| run_svd(&rt, &problem, false, Arc::clone(&s2)));
+    let config = RuntimeConfig {
+        actors: Some(actors),
+        ..Default::default()
+    };
+    let mut results = rankwise::local_world(ranks, &config, move |rt| {
+        run_svd(&rt, &problem, false, Arc::clone(&s2))
+    });
     for r in &results {
         assert!(r.is_ok(), "{:?}", r.as_ref().err());
     }
@@ -23,7 +35,10 @@ fn run(ranks: usize, actors: usize, m: u64, n: u64, chunk: u64, seed: u64) -> (V
     for other in results {
         let other = other.unwrap();
         assert_eq!(bits(&first.s), bits(&other.s), "ranks disagree on σ");
-        assert_eq!(first.wt, other.wt, "ranks disagree on the replicated factor");
+        assert_eq!(
+            first.wt, other.wt,
+            "ranks disagree on the replicated factor"
+        );
     }
     let distributed = store.lock().unwrap().clone();
     let g = assemble(first, distributed);
@@ -73,7 +88,12 @@ fn resident_and_regenerated_give_the_same_bits() {
     let mut outs = Vec::new();
     // 3 MiB holds two threads' workspace (≈1.5 MiB) but not also the 2.4 MiB kept between passes.
     for budget in [None, Some(3u64 << 20)] {
-        let rt = rankwise::embedded(&RuntimeConfig { actors: Some(1), memory_per_actor: budget, ..Default::default() }).unwrap();
+        let rt = rankwise::embedded(&RuntimeConfig {
+            actors: Some(1),
+            memory_per_actor: budget,
+            ..Default::default()
+        })
+        .unwrap();
         let store = Arc::new(Mutex::new(Array2::zeros((20_000, 16))));
         let r = run_svd(&rt, &problem, false, Arc::clone(&store));
         let residency: Vec<_> = r.plan.memory.iter().map(|m| m.residency).collect();

@@ -16,7 +16,14 @@ use rankwise::launch::output::read_f64_array;
 type Bits = (Vec<u64>, Vec<u64>, Vec<u64>);
 
 fn read_bits(dir: &Path) -> Bits {
-    let bits = |name| read_f64_array(dir, name).unwrap().1.iter().map(|x| x.to_bits()).collect();
+    let bits = |name| {
+        read_f64_array(dir, name)
+            .unwrap()
+            .1
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    };
     (bits("S"), bits("U"), bits("Vt"))
 }
 
@@ -66,7 +73,16 @@ fn mpirun_1_to_4_ranks_match_the_embedded_run_bit_for_bit() {
 fn two_ranks_of_two_actors_equal_one_rank_of_four() {
     let dir = scratch("mpi-mixed");
     let seed = test_seed().to_string();
-    let args = ["--rows", "30001", "--cols", "12", "--chunk-rows", "2000", "--seed", &seed];
+    let args = [
+        "--rows",
+        "30001",
+        "--cols",
+        "12",
+        "--chunk-rows",
+        "2000",
+        "--seed",
+        &seed,
+    ];
     let mut one = args.to_vec();
     one.extend(["--actors", "4"]);
     let reference = embedded(&one, &dir.join("one.zarr"));
@@ -78,7 +94,11 @@ fn two_ranks_of_two_actors_equal_one_rank_of_four() {
 /// Every rank prints the same failure line.
 fn assert_every_rank_reports(run: &mpirun_util::RunOutput, np: usize, line: &str) {
     let count = run.stderr.lines().filter(|l| l.contains(line)).count();
-    assert!(count >= np, "expected {np} ranks to print {line:?}, got {count}\n{}", run.describe());
+    assert!(
+        count >= np,
+        "expected {np} ranks to print {line:?}, got {count}\n{}",
+        run.describe()
+    );
 }
 
 #[test]
@@ -86,26 +106,65 @@ fn an_error_or_panic_on_one_rank_ends_every_rank_with_its_message() {
     let dir = scratch("mpi-fail");
     let out = dir.join("r.zarr");
     for (fault, line) in [
-        ("2:error", "rankwise: rank 2 failed: RANKWISE_FAULT: injected input error on rank 2"),
-        ("1:panic:before-svd", "rankwise: rank 1 failed: panic: injected panic on rank 1"),
-        ("0:error:after-svd", "rankwise: rank 0 failed: RANKWISE_FAULT: injected input error on rank 0"),
+        (
+            "2:error",
+            "rankwise: rank 2 failed: RANKWISE_FAULT: injected input error on rank 2",
+        ),
+        (
+            "1:panic:before-svd",
+            "rankwise: rank 1 failed: panic: injected panic on rank 1",
+        ),
+        (
+            "0:error:after-svd",
+            "rankwise: rank 0 failed: RANKWISE_FAULT: injected input error on rank 0",
+        ),
     ] {
-        let mut cmd = mpirun_command(3, &rankwise_bin(), &["svd", "--rows", "50000", "--cols", "8", "--chunk-rows", "2000", "--out", out.to_str().unwrap()]);
+        let mut cmd = mpirun_command(
+            3,
+            &rankwise_bin(),
+            &[
+                "svd",
+                "--rows",
+                "50000",
+                "--cols",
+                "8",
+                "--chunk-rows",
+                "2000",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
         cmd.env("RANKWISE_FAULT", fault);
         let run = run_with_timeout(cmd, Duration::from_secs(60));
         run.assert_finished();
         assert_ne!(run.code, Some(0), "{fault}\n{}", run.describe());
-        assert!(run.elapsed < Duration::from_secs(10), "{fault}: took {:?}", run.elapsed);
+        assert!(
+            run.elapsed < Duration::from_secs(10),
+            "{fault}: took {:?}",
+            run.elapsed
+        );
         assert_every_rank_reports(&run, 3, line);
-        assert!(!out.exists(), "{fault}: a failed run left {}", out.display());
+        assert!(
+            !out.exists(),
+            "{fault}: a failed run left {}",
+            out.display()
+        );
     }
-    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert!(names.is_empty(), "left behind: {names:?}");
 }
 
 #[test]
 fn bad_input_is_reported_by_every_rank() {
-    let run = mpirun(4, &rankwise_bin(), &["svd", "--rows", "1000", "--cols", "5", "--chunk-rows", "0"], Duration::from_secs(60));
+    let run = mpirun(
+        4,
+        &rankwise_bin(),
+        &["svd", "--rows", "1000", "--cols", "5", "--chunk-rows", "0"],
+        Duration::from_secs(60),
+    );
     run.assert_finished();
     assert_ne!(run.code, Some(0));
     assert!(run.elapsed < Duration::from_secs(10));
@@ -116,10 +175,17 @@ fn bad_input_is_reported_by_every_rank() {
 fn ranks_with(marker: &str) -> Vec<i32> {
     let mut pids = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains("rankwise svd") && cmdline.contains(marker) && !cmdline.contains("mpirun") {
+        if cmdline.contains("rankwise svd")
+            && cmdline.contains(marker)
+            && !cmdline.contains("mpirun")
+        {
             pids.push(pid);
         }
     }
@@ -130,7 +196,19 @@ fn ranks_with(marker: &str) -> Vec<i32> {
 fn a_rank_killed_by_sigkill_ends_the_job() {
     // A run long enough to be killed in the middle: regenerated panels, two passes.
     let marker = format!("{}", 1_000_000 + std::process::id());
-    let args = ["svd", "--rows", "40000000", "--cols", "20", "--chunk-rows", "500000", "--memory-per-actor", "600M", "--seed", &marker];
+    let args = [
+        "svd",
+        "--rows",
+        "40000000",
+        "--cols",
+        "20",
+        "--chunk-rows",
+        "500000",
+        "--memory-per-actor",
+        "600M",
+        "--seed",
+        &marker,
+    ];
     let cmd = mpirun_command(3, &rankwise_bin(), &args);
     let runner = std::thread::spawn(move || run_with_timeout(cmd, Duration::from_secs(90)));
     let start = Instant::now();
@@ -150,8 +228,66 @@ fn a_rank_killed_by_sigkill_ends_the_job() {
     let run = runner.join().unwrap();
     run.assert_finished();
     assert_ne!(run.code, Some(0), "{}", run.describe());
-    assert!(killed_at.elapsed() < Duration::from_secs(30), "took {:?} after the kill", killed_at.elapsed());
-    assert!(run.stderr.contains("signal 9") || run.stderr.contains("Killed"), "{}", run.describe());
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(30),
+        "took {:?} after the kill",
+        killed_at.elapsed()
+    );
+    assert!(
+        run.stderr.contains("signal 9") || run.stderr.contains("Killed"),
+        "{}",
+        run.describe()
+    );
     std::thread::sleep(Duration::from_millis(200));
-    assert!(ranks_with(&marker).is_empty(), "ranks left running after the job ended");
+    assert!(
+        ranks_with(&marker).is_empty(),
+        "ranks left running after the job ended"
+    );
+}
+
+#[test]
+fn an_mpi_program_can_hand_rankwise_its_communicator() {
+    let example = rankwise_bin()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("embed_mpi");
+    assert!(
+        example.exists(),
+        "{} missing: `make build` builds the examples",
+        example.display()
+    );
+    let args = ["12001", "6", "1000", "77"];
+    let run = mpirun(2, &example, &args, Duration::from_secs(60));
+    run.assert_success();
+    let got: Vec<u64> = run
+        .stdout
+        .lines()
+        .map(|l| l.trim().parse::<f64>().unwrap().to_bits())
+        .collect();
+    let mut cmd = Command::new(rankwise_bin());
+    cmd.args([
+        "svd",
+        "--rows",
+        "12001",
+        "--cols",
+        "6",
+        "--chunk-rows",
+        "1000",
+        "--seed",
+        "77",
+        "--json",
+    ]);
+    let (o, _) = common::run_with_timeout(&mut cmd, Duration::from_secs(60));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let want: Vec<u64> = report["singular_values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap().to_bits())
+        .collect();
+    assert_eq!(
+        got, want,
+        "σ from the embedding program differ from the CLI's"
+    );
 }

@@ -14,7 +14,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ndarray::ArrayView2;
 use rankwise_linalg::{svd, FactorSink, LinalgError, SvdOptions, SvdPlan, SvdProblem, SvdResult};
 use rankwise_runtime::budget::format_bytes;
-use rankwise_runtime::{actor_specs, parse_bytes, ChunkGrid, Dist, Runtime, RuntimeConfig, RuntimeError, Topology};
+use rankwise_runtime::{
+    actor_specs, parse_bytes, ChunkGrid, Dist, Runtime, RuntimeConfig, RuntimeError, Topology,
+};
 use rankwise_transports::{Comm, LocalWorld, TransportError};
 use serde_json::json;
 
@@ -184,14 +186,16 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
-        Command::Info(a) => run_ranks(&a.run, move |rt, launch| info(rt, launch)),
+        Command::Info(a) => run_ranks(&a.run, info),
         Command::Plan(a) => {
             let a = Arc::new(a);
             run_ranks(&a.run.clone(), move |rt, _| plan(rt, &a))
         }
         Command::Svd(a) => {
             let a = Arc::new(a);
-            run_ranks(&a.run.clone(), move |rt, launch| svd_command(rt, launch, &a))
+            run_ranks(&a.run.clone(), move |rt, launch| {
+                svd_command(rt, launch, &a)
+            })
         }
     }
 }
@@ -258,7 +262,10 @@ fn run_local(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
         .collect();
     let outcomes: Vec<RankOutcome> = handles
         .into_iter()
-        .map(|h| h.join().unwrap_or(RankOutcome::Failed("rank thread died".into())))
+        .map(|h| {
+            h.join()
+                .unwrap_or(RankOutcome::Failed("rank thread died".into()))
+        })
         .collect();
     // One line for the failure, as every MPI rank would print it.
     let mut status = 0;
@@ -318,6 +325,9 @@ fn run_mpi(_: &RunArgs, _: LaunchInfo, _: Arc<Job>) -> i32 {
     2
 }
 
+/// A rank's error, with the transport when the runtime that owns it was never built.
+type RankFailure = (Option<Box<dyn Comm>>, CliError);
+
 enum RankOutcome {
     Done(Option<String>),
     Failed(String),
@@ -328,31 +338,33 @@ fn rank_main(comm: Box<dyn Comm>, run: &RunArgs, launch: &LaunchInfo, job: &Job)
     rankwise_linalg::init_blas_threads();
     let me = comm.rank();
     // Keep a way to reach the peers if the runtime cannot be built.
-    let result = catch_unwind(AssertUnwindSafe(|| -> Result<Option<String>, (Option<Box<dyn Comm>>, CliError)> {
-        let config = match runtime_config(run, launch) {
-            Ok(c) => c,
-            Err(e) => return Err((Some(comm), e)),
-        };
-        let specs = match actor_specs(&Topology::detect(), &config) {
-            Ok(s) => s,
-            Err(e) => return Err((Some(comm), e.into())),
-        };
-        let rt = Runtime::new(comm, specs).map_err(|e| (None, e.into()))?;
-        match catch_unwind(AssertUnwindSafe(|| job(&rt, launch))) {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => {
-                if e.peer_failure().is_none() {
-                    rt.comm().abort(&e.to_string());
+    let result = catch_unwind(AssertUnwindSafe(
+        || -> Result<Option<String>, RankFailure> {
+            let config = match runtime_config(run, launch) {
+                Ok(c) => c,
+                Err(e) => return Err((Some(comm), e)),
+            };
+            let specs = match actor_specs(&Topology::detect(), &config) {
+                Ok(s) => s,
+                Err(e) => return Err((Some(comm), e.into())),
+            };
+            let rt = Runtime::new(comm, specs).map_err(|e| (None, e.into()))?;
+            match catch_unwind(AssertUnwindSafe(|| job(&rt, launch))) {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => {
+                    if e.peer_failure().is_none() {
+                        rt.comm().abort(&e.to_string());
+                    }
+                    Err((None, e))
                 }
-                Err((None, e))
+                Err(p) => {
+                    let e = CliError::Panic(panic_text(p));
+                    rt.comm().abort(&e.to_string());
+                    Err((None, e))
+                }
             }
-            Err(p) => {
-                let e = CliError::Panic(panic_text(p));
-                rt.comm().abort(&e.to_string());
-                Err((None, e))
-            }
-        }
-    }));
+        },
+    ));
     match result {
         Ok(Ok(v)) => RankOutcome::Done(v),
         Ok(Err((comm, e))) => {
@@ -364,7 +376,10 @@ fn rank_main(comm: Box<dyn Comm>, run: &RunArgs, launch: &LaunchInfo, job: &Job)
                 None => format!("rankwise: rank {me} failed: {e}"),
             })
         }
-        Err(p) => RankOutcome::Failed(format!("rankwise: rank {me} failed: panic: {}", panic_text(p))),
+        Err(p) => RankOutcome::Failed(format!(
+            "rankwise: rank {me} failed: panic: {}",
+            panic_text(p)
+        )),
     }
 }
 
@@ -417,7 +432,9 @@ fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
                 a.spec().device(),
                 a.threads(),
                 format_bytes(a.spec().memory),
-                a.pin_error().map(|e| format!(" — not pinned: {e}")).unwrap_or_default()
+                a.pin_error()
+                    .map(|e| format!(" — not pinned: {e}"))
+                    .unwrap_or_default()
             )
         })
         .collect();
@@ -446,7 +463,13 @@ fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
 }
 
 fn problem(m: &MatrixArgs) -> Result<SvdProblem, CliError> {
-    Ok(SvdProblem::generated(m.rows, m.cols, m.chunk_rows, m.seed, m.dist)?)
+    Ok(SvdProblem::generated(
+        m.rows,
+        m.cols,
+        m.chunk_rows,
+        m.seed,
+        m.dist,
+    )?)
 }
 
 fn plan(rt: &Runtime, a: &PlanArgs) -> Result<Option<String>, CliError> {
@@ -456,7 +479,9 @@ fn plan(rt: &Runtime, a: &PlanArgs) -> Result<Option<String>, CliError> {
         return Ok(None);
     }
     if a.json {
-        return Ok(Some(serde_json::to_string_pretty(&plan).unwrap_or_default() + "\n"));
+        return Ok(Some(
+            serde_json::to_string_pretty(&plan).unwrap_or_default() + "\n",
+        ));
     }
     Ok(Some(plan_text(&plan, &p, rt)))
 }
@@ -470,15 +495,33 @@ fn plan_text(plan: &SvdPlan, p: &SvdProblem, rt: &Runtime) -> String {
         "grid: {} × {} f64{} in {} panels of {} rows ({} per full panel)",
         g.rows,
         g.cols,
-        if p.transposed { " (the transpose of the input)" } else { "" },
+        if p.transposed {
+            " (the transpose of the input)"
+        } else {
+            ""
+        },
         g.panels(),
         g.chunk_rows,
         format_bytes(g.panel_bytes())
     );
-    let _ = writeln!(s, "ranks: {}, actors: {}, transport {}", plan.ranks, rt.world().actors(), rt.comm().name());
-    let _ = writeln!(s, "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>10} {:>11}  residency", "rank", "actor", "device", "panels", "rows", "bytes", "budget");
+    let _ = writeln!(
+        s,
+        "ranks: {}, actors: {}, transport {}",
+        plan.ranks,
+        rt.world().actors(),
+        rt.comm().name()
+    );
+    let _ = writeln!(
+        s,
+        "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>10} {:>11}  residency",
+        "rank", "actor", "device", "panels", "rows", "bytes", "budget"
+    );
     for (a, m) in plan.placement.assignments.iter().zip(&plan.memory) {
-        let rows: u64 = a.panels.clone().map(|q| g.panel_rows(q).end - g.panel_rows(q).start).sum();
+        let rows: u64 = a
+            .panels
+            .clone()
+            .map(|q| g.panel_rows(q).end - g.panel_rows(q).start)
+            .sum();
         let panels = if a.panels.is_empty() {
             "none".to_string()
         } else {
@@ -500,9 +543,19 @@ fn plan_text(plan: &SvdPlan, p: &SvdProblem, rt: &Runtime) -> String {
     let _ = writeln!(s, "messages each rank sends (TSQR up-sweep + push-down):");
     for (r, &n) in plan.messages_per_sweep.iter().enumerate() {
         let bytes = n * (plan.words_up + plan.words_down) * 8;
-        let _ = writeln!(s, "  rank {r}: {} messages, {}", 2 * n, format_bytes(bytes as u64));
+        let _ = writeln!(
+            s,
+            "  rank {r}: {} messages, {}",
+            2 * n,
+            format_bytes(bytes as u64)
+        );
     }
-    let _ = writeln!(s, "plus one broadcast of Σ, Vᵀ ({} values) from rank {}", plan.words_up, plan.placement.owner.first().copied().unwrap_or(0));
+    let _ = writeln!(
+        s,
+        "plus one broadcast of Σ, Vᵀ ({} values) from rank {}",
+        plan.words_up,
+        plan.placement.owner.first().copied().unwrap_or(0)
+    );
     s
 }
 
@@ -521,7 +574,15 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
     if let Some(out) = &a.out {
         SvdOutput::check_target(out)?;
         let mut token = if me == 0 {
-            format!("{}-{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)).into_bytes()
+            format!(
+                "{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0)
+            )
+            .into_bytes()
         } else {
             Vec::new()
         };
@@ -531,19 +592,32 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
             m,
             n,
             k,
-            u_chunk_rows: if p.transposed { m.max(1) } else { a.matrix.chunk_rows },
-            vt_chunk_cols: if p.transposed { a.matrix.chunk_rows } else { n.max(1) },
+            u_chunk_rows: if p.transposed {
+                m.max(1)
+            } else {
+                a.matrix.chunk_rows
+            },
+            vt_chunk_cols: if p.transposed {
+                a.matrix.chunk_rows
+            } else {
+                n.max(1)
+            },
             attributes: serde_json::Map::from_iter([
                 ("source".to_string(), json!(p.source.describe())),
-                ("producer".to_string(), json!(format!("rankwise {}", env!("CARGO_PKG_VERSION")))),
+                (
+                    "producer".to_string(),
+                    json!(format!("rankwise {}", env!("CARGO_PKG_VERSION"))),
+                ),
             ]),
         };
         // From here on the temporary directory may exist: any failure removes it.
         let opened = (|| -> Result<SvdOutput, CliError> {
             let created = if me == 0 {
-                Some(SvdOutput::create(out, &tmp, layout.clone()).map_err(|e| CliError::Option {
-                    option: "--out",
-                    message: e.to_string(),
+                Some(SvdOutput::create(out, &tmp, layout.clone()).map_err(|e| {
+                    CliError::Option {
+                        option: "--out",
+                        message: e.to_string(),
+                    }
                 })?)
             } else {
                 None
@@ -557,41 +631,59 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
         let o = match opened {
             Ok(o) => o,
             Err(e) => {
-                if me == 0 {
-                    let _ = SvdOutput::abandon(&tmp);
-                }
+                let _ = SvdOutput::abandon(&tmp);
                 return Err(e);
             }
         };
         output = Some((Arc::new(o), tmp));
     }
 
-    let result = run_svd(rt, launch, a, &p, output.as_ref().map(|o| Arc::clone(&o.0)), start);
+    let result = run_svd(
+        rt,
+        launch,
+        a,
+        &p,
+        output.as_ref().map(|o| Arc::clone(&o.0)),
+        start,
+    );
     match (result, output) {
         (Ok(text), _) => Ok(text),
         (Err(e), Some((o, tmp))) => {
-            if me == 0 {
-                drop(o);
-                let _ = SvdOutput::abandon(&tmp);
-            }
+            // Every rank removes it after its own last write, so no rank's late write can
+            // leave a partial directory behind the others' cleanup.
+            drop(o);
+            let _ = SvdOutput::abandon(&tmp);
             Err(e)
         }
         (Err(e), None) => Err(e),
     }
 }
 
-fn run_svd(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs, p: &SvdProblem, output: Option<Arc<SvdOutput>>, start: Instant) -> Result<Option<String>, CliError> {
+fn run_svd(
+    rt: &Runtime,
+    launch: &LaunchInfo,
+    a: &SvdArgs,
+    p: &SvdProblem,
+    output: Option<Arc<SvdOutput>>,
+    start: Instant,
+) -> Result<Option<String>, CliError> {
     let comm = rt.comm();
     let me = rt.rank();
     let sink: Option<FactorSink> = output.clone().map(|o| {
         let transposed = p.transposed;
-        Arc::new(move |_panel: usize, rows: std::ops::Range<u64>, f: ArrayView2<'_, f64>| -> Result<(), String> {
-            if transposed {
-                o.write_vt_cols(rows.start, f.t()).map_err(|e| e.to_string())
-            } else {
-                o.write_u_rows(rows.start, f).map_err(|e| e.to_string())
-            }
-        }) as FactorSink
+        Arc::new(
+            move |_panel: usize,
+                  rows: std::ops::Range<u64>,
+                  f: ArrayView2<'_, f64>|
+                  -> Result<(), String> {
+                if transposed {
+                    o.write_vt_cols(rows.start, f.t())
+                        .map_err(|e| e.to_string())
+                } else {
+                    o.write_u_rows(rows.start, f).map_err(|e| e.to_string())
+                }
+            },
+        ) as FactorSink
     });
     injected_fault(rt, "before-svd")?;
     let result = svd(rt, p, &SvdOptions { check: a.check }, sink)?;
@@ -611,7 +703,10 @@ fn run_svd(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs, p: &SvdProblem, outpu
     let Some(all) = all else {
         return Ok(None);
     };
-    let ranks: Vec<serde_json::Value> = all.iter().map(|b| serde_json::from_slice(b).unwrap_or(serde_json::Value::Null)).collect();
+    let ranks: Vec<serde_json::Value> = all
+        .iter()
+        .map(|b| serde_json::from_slice(b).unwrap_or(serde_json::Value::Null))
+        .collect();
     let report = report_json(rt, launch, a, p, &result, ranks, elapsed);
     if let Some(o) = output {
         if p.transposed {
@@ -624,16 +719,28 @@ fn run_svd(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs, p: &SvdProblem, outpu
         o.commit()?;
     }
     if a.json {
-        return Ok(Some(serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"));
+        return Ok(Some(
+            serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
+        ));
     }
     Ok(Some(summary_text(rt, a, p, &result, elapsed)))
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
-fn report_json(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, ranks: Vec<serde_json::Value>, elapsed: f64) -> serde_json::Value {
+fn report_json(
+    rt: &Runtime,
+    launch: &LaunchInfo,
+    a: &SvdArgs,
+    p: &SvdProblem,
+    r: &SvdResult,
+    ranks: Vec<serde_json::Value>,
+    elapsed: f64,
+) -> serde_json::Value {
     let matrix_bytes = a.matrix.rows * a.matrix.cols * 8;
     json!({
         "command": "svd",
@@ -668,7 +775,11 @@ fn summary_text(rt: &Runtime, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, elapse
         "  {} panels of {} rows{}; {} rank(s), {} actor(s), transport {}",
         g.panels(),
         g.chunk_rows,
-        if p.transposed { " (through the transpose)" } else { "" },
+        if p.transposed {
+            " (through the transpose)"
+        } else {
+            ""
+        },
         rt.comm().size(),
         rt.world().actors(),
         rt.comm().name()
@@ -694,7 +805,9 @@ fn summary_text(rt: &Runtime, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, elapse
         seconds(elapsed),
         format_bytes(bytes),
         bytes as f64 / elapsed / 1e9,
-        peak_rss_bytes().map(format_bytes).unwrap_or_else(|| "unknown".into())
+        peak_rss_bytes()
+            .map(format_bytes)
+            .unwrap_or_else(|| "unknown".into())
     );
     if let Some(out) = &a.out {
         let _ = writeln!(s, "output: {}", out.display());

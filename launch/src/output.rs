@@ -690,11 +690,17 @@ impl SvdOutput {
         Ok(self.out.clone())
     }
 
-    /// Fails with [`OutputError::Committed`] once the output was committed.
+    /// Fails with [`OutputError::Committed`] once the output was committed, and with
+    /// [`OutputError::TempMissing`] once another rank abandoned it: a write must never
+    /// recreate a temporary directory that an error path already removed.
     fn ensure_open(&self) -> Result<(), OutputError> {
         if self.committed.load(Ordering::SeqCst) {
             Err(OutputError::Committed {
                 path: self.out.clone(),
+            })
+        } else if !self.tmp.is_dir() {
+            Err(OutputError::TempMissing {
+                path: self.tmp.clone(),
             })
         } else {
             Ok(())
@@ -897,6 +903,27 @@ fn rename_no_replace(from: &Path, to: &Path) -> Result<(), OutputError> {
         return Err(exists());
     }
     fs::rename(from, to).map_err(rename_err)
+}
+
+/// Reads a whole f64 array of a rankwise output group: its shape and its values in C
+/// (row-major) order. For tests and tools that check results.
+pub fn read_f64_array(group: &Path, name: &str) -> Result<(Vec<u64>, Vec<f64>), OutputError> {
+    let store = Arc::new(FilesystemStore::new(group).map_err(|e| OutputError::Io {
+        path: group.to_path_buf(),
+        op: "open store",
+        source: std::io::Error::other(e.to_string()),
+    })?);
+    let zerr = |e: ZarrsError| OutputError::Zarr {
+        path: group.to_path_buf(),
+        array: name.to_string(),
+        chunk: String::new(),
+        source: e,
+    };
+    let a = Array::open(store, &format!("/{name}")).map_err(|e| zerr(Box::new(e)))?;
+    let v: Vec<f64> = a
+        .retrieve_array_subset(&a.subset_all())
+        .map_err(|e| zerr(Box::new(e)))?;
+    Ok((a.shape().to_vec(), v))
 }
 
 #[cfg(test)]
@@ -1267,23 +1294,4 @@ print("zarr-python", zarr.__version__, "read the group bit for bit")
         let (_, vt_read) = read_all(&out, "Vt");
         assert_eq!(vt_read, vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
     }
-}
-
-/// Reads a whole f64 array of a rankwise output group: its shape and its values in C
-/// (row-major) order. For tests and tools that check results.
-pub fn read_f64_array(group: &Path, name: &str) -> Result<(Vec<u64>, Vec<f64>), OutputError> {
-    let store = Arc::new(FilesystemStore::new(group).map_err(|e| OutputError::Io {
-        path: group.to_path_buf(),
-        op: "open store",
-        source: std::io::Error::other(e.to_string()),
-    })?);
-    let zerr = |e: ZarrsError| OutputError::Zarr {
-        path: group.to_path_buf(),
-        array: name.to_string(),
-        chunk: String::new(),
-        source: e,
-    };
-    let a = Array::open(store, &format!("/{name}")).map_err(|e| zerr(Box::new(e)))?;
-    let v: Vec<f64> = a.retrieve_array_subset(&a.subset_all()).map_err(|e| zerr(Box::new(e)))?;
-    Ok((a.shape().to_vec(), v))
 }

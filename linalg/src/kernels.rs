@@ -110,7 +110,12 @@ fn lapack_error(what: &str, info: i32) -> LinalgError {
 
 /// `dgeqrf` then `dorgqr` in place on the column-major `m × n` matrix at `a` (lda = m):
 /// returns R (`k × n`) and leaves the explicit Q (`m × k`) in the first `m·k` values.
-fn qr_in_place(a: &mut [f64], m: usize, n: usize, work: &mut Vec<f64>) -> Result<Array2<f64>, LinalgError> {
+fn qr_in_place(
+    a: &mut [f64],
+    m: usize,
+    n: usize,
+    work: &mut Vec<f64>,
+) -> Result<Array2<f64>, LinalgError> {
     let k = m.min(n);
     let mut tau = vec![0.0f64; k.max(1)];
     let (mi, ni, ki) = (m as i32, n as i32, k as i32);
@@ -122,7 +127,16 @@ fn qr_in_place(a: &mut [f64], m: usize, n: usize, work: &mut Vec<f64>) -> Result
     }
     // SAFETY: `a` holds m·n values with leading dimension m, `tau` holds k, `work` lwork.
     unsafe {
-        lapack_sys::dgeqrf_(&mi, &ni, a.as_mut_ptr(), &lda, tau.as_mut_ptr(), work.as_mut_ptr(), &lwork, &mut info);
+        lapack_sys::dgeqrf_(
+            &mi,
+            &ni,
+            a.as_mut_ptr(),
+            &lda,
+            tau.as_mut_ptr(),
+            work.as_mut_ptr(),
+            &lwork,
+            &mut info,
+        );
     }
     if info != 0 {
         return Err(lapack_error("dgeqrf", info));
@@ -137,7 +151,17 @@ fn qr_in_place(a: &mut [f64], m: usize, n: usize, work: &mut Vec<f64>) -> Result
     }
     // SAFETY: as above; dorgqr overwrites the first k columns with Q.
     unsafe {
-        lapack_sys::dorgqr_(&mi, &ki, &ki, a.as_mut_ptr(), &lda, tau.as_ptr(), work.as_mut_ptr(), &lwork, &mut info);
+        lapack_sys::dorgqr_(
+            &mi,
+            &ki,
+            &ki,
+            a.as_mut_ptr(),
+            &lda,
+            tau.as_ptr(),
+            work.as_mut_ptr(),
+            &lwork,
+            &mut info,
+        );
     }
     if info != 0 {
         return Err(lapack_error("dorgqr", info));
@@ -147,7 +171,12 @@ fn qr_in_place(a: &mut [f64], m: usize, n: usize, work: &mut Vec<f64>) -> Result
 
 impl PanelFactor {
     /// Factors the panel of `rows` rows and `n` columns whose row blocks `fill` writes.
-    pub fn compute<F>(rows: usize, n: usize, keep: Keep, mut fill: F) -> Result<PanelFactor, LinalgError>
+    pub fn compute<F>(
+        rows: usize,
+        n: usize,
+        keep: Keep,
+        mut fill: F,
+    ) -> Result<PanelFactor, LinalgError>
     where
         F: FnMut(Range<usize>, ArrayViewMut2<'_, f64>) -> Result<(), LinalgError>,
     {
@@ -167,7 +196,8 @@ impl PanelFactor {
             let end = (start + b).min(rows);
             let h = end - start;
             let region = &mut q[off..off + h * n];
-            let view = ArrayViewMut2::from_shape((h, n).f(), region).expect("block fits its region");
+            let view =
+                ArrayViewMut2::from_shape((h, n).f(), region).expect("block fits its region");
             if let Err(e) = fill(start..end, view) {
                 if keep == Keep::Scratch {
                     give_scratch(q);
@@ -182,11 +212,21 @@ impl PanelFactor {
         }
         if blocks.len() <= 1 {
             let r = rs.pop().unwrap_or_else(|| Array2::zeros((0, n)));
-            return Ok(PanelFactor { q, blocks, stack_q: None, r });
+            return Ok(PanelFactor {
+                q,
+                blocks,
+                stack_q: None,
+                r,
+            });
         }
         let stacked = stack_rows(&rs.iter().map(|r| r.view()).collect::<Vec<_>>());
         let (sq, r) = qr(stacked)?;
-        Ok(PanelFactor { q, blocks, stack_q: Some(sq), r })
+        Ok(PanelFactor {
+            q,
+            blocks,
+            stack_q: Some(sq),
+            r,
+        })
     }
 
     /// Rows of the panel.
@@ -209,8 +249,15 @@ impl PanelFactor {
                 Some(sq) => sq.slice(s![soff..soff + kj, ..]).dot(&c),
                 None => c.to_owned(),
             };
-            let qj = ArrayView2::from_shape((h, kj).f(), &self.q[off..off + h * kj]).expect("block shape");
-            ndarray::linalg::general_mat_mul(1.0, &qj, &cj, 0.0, &mut out.slice_mut(s![row..row + h, ..]));
+            let qj = ArrayView2::from_shape((h, kj).f(), &self.q[off..off + h * kj])
+                .expect("block shape");
+            ndarray::linalg::general_mat_mul(
+                1.0,
+                &qj,
+                &cj,
+                0.0,
+                &mut out.slice_mut(s![row..row + h, ..]),
+            );
             row += h;
             soff += kj;
         }
@@ -234,7 +281,8 @@ pub fn qr(a: Array2<f64>) -> Result<(Array2<f64>, Array2<f64>), LinalgError> {
     if a.nrows() == 0 {
         return Ok((Array2::zeros((0, 0)), Array2::zeros((0, a.ncols()))));
     }
-    a.qr_into().map_err(|e| LinalgError::Lapack(format!("QR: {e}")))
+    a.qr_into()
+        .map_err(|e| LinalgError::Lapack(format!("QR: {e}")))
 }
 
 /// Stacks matrices with the same column count on top of each other (column-major result).
@@ -250,13 +298,20 @@ pub fn stack_rows(parts: &[ArrayView2<'_, f64>]) -> Array2<f64> {
     out
 }
 
+/// `(u, σ, vᵀ)` of a thin SVD.
+pub type Svd = (Array2<f64>, Array1<f64>, Array2<f64>);
+
 /// Thin SVD of a small replicated matrix (`k × n`, `k ≤ n` or not): `(u, σ, vᵀ)` with σ
 /// descending, signs fixed by [`fix_signs`].
-pub fn small_svd(a: ArrayView2<'_, f64>) -> Result<(Array2<f64>, Array1<f64>, Array2<f64>), LinalgError> {
+pub fn small_svd(a: ArrayView2<'_, f64>) -> Result<Svd, LinalgError> {
     let (m, n) = a.dim();
     if m == 0 || n == 0 {
         let k = m.min(n);
-        return Ok((Array2::zeros((m, k)), Array1::zeros(k), Array2::zeros((k, n))));
+        return Ok((
+            Array2::zeros((m, k)),
+            Array1::zeros(k),
+            Array2::zeros((k, n)),
+        ));
     }
     let owned = a.to_owned();
     let (u, s, vt) = owned
@@ -280,7 +335,7 @@ pub fn fix_signs(u: &mut Array2<f64>, vt: &mut Array2<f64>) {
                 best = j;
             }
         }
-        if row.len() > 0 && row[best] < 0.0 {
+        if !row.is_empty() && row[best] < 0.0 {
             vt.row_mut(i).mapv_inplace(|x| -x);
             if i < u.ncols() {
                 u.column_mut(i).mapv_inplace(|x| -x);
@@ -294,7 +349,12 @@ mod tests {
     use super::*;
 
     fn random(m: usize, n: usize, seed: u64) -> Array2<f64> {
-        let g = rankwise_runtime::Generated::new(m as u64, n as u64, seed, rankwise_runtime::Dist::Normal);
+        let g = rankwise_runtime::Generated::new(
+            m as u64,
+            n as u64,
+            seed,
+            rankwise_runtime::Dist::Normal,
+        );
         Array2::from_shape_fn((m, n), |(i, j)| g.value(i as u64, j as u64))
     }
 
@@ -322,7 +382,9 @@ mod tests {
         let (u, s, vt) = small_svd(a.view()).unwrap();
         for i in 0..vt.nrows() {
             let row = vt.row(i);
-            let big = row.iter().fold(0.0f64, |m, x| if x.abs() > m.abs() { *x } else { m });
+            let big = row
+                .iter()
+                .fold(0.0f64, |m, x| if x.abs() > m.abs() { *x } else { m });
             assert!(big > 0.0);
         }
         let back = (&u * &s).dot(&vt);

@@ -6,7 +6,9 @@ pub mod svd;
 pub mod tree;
 
 pub use kernels::{init_blas_threads, PanelFactor};
-pub use svd::{svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult};
+pub use svd::{
+    svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,
+};
 pub use tree::Tree;
 
 use rankwise_runtime::RuntimeError;

@@ -16,7 +16,9 @@ use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_runtime::{ChunkGrid, MemoryPlan, PanelSource, Placement, Residency, Runtime};
 use serde::Serialize;
 
-use crate::kernels::{block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch, Keep, PanelFactor};
+use crate::kernels::{
+    block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch, Keep, PanelFactor,
+};
 use crate::tree::{decode, encode, Tree};
 use crate::LinalgError;
 
@@ -24,7 +26,8 @@ use crate::LinalgError;
 ///
 /// Arguments: the global panel index, its global rows, and the panel's rows of the factor
 /// (`U` for a tall matrix; `V`, i.e. columns of `Vᵀ`, for a transposed one).
-pub type FactorSink = Arc<dyn Fn(usize, Range<u64>, ArrayView2<'_, f64>) -> Result<(), String> + Send + Sync>;
+pub type FactorSink =
+    Arc<dyn Fn(usize, Range<u64>, ArrayView2<'_, f64>) -> Result<(), String> + Send + Sync>;
 
 /// The matrix to decompose.
 #[derive(Clone)]
@@ -41,13 +44,22 @@ impl SvdProblem {
     /// The generated `rows × cols` matrix in panels of `chunk_rows` rows. A short-and-fat
     /// matrix (`rows < cols`) is decomposed through its transpose, whose panels are
     /// `chunk_rows` columns of the matrix: panels always run along the long dimension.
-    pub fn generated(rows: u64, cols: u64, chunk_rows: u64, seed: u64, dist: rankwise_runtime::Dist) -> Result<SvdProblem, LinalgError> {
+    pub fn generated(
+        rows: u64,
+        cols: u64,
+        chunk_rows: u64,
+        seed: u64,
+        dist: rankwise_runtime::Dist,
+    ) -> Result<SvdProblem, LinalgError> {
         ChunkGrid::new(rows, cols, chunk_rows)?;
         ChunkGrid::check_generated(rows, cols)?;
         let g = rankwise_runtime::Generated::new(rows, cols, seed, dist);
         let transposed = rows < cols;
         let (source, grid): (Arc<dyn PanelSource>, ChunkGrid) = if transposed {
-            (Arc::new(g.transposed()), ChunkGrid::new(cols, rows, chunk_rows)?)
+            (
+                Arc::new(g.transposed()),
+                ChunkGrid::new(cols, rows, chunk_rows)?,
+            )
         } else {
             (Arc::new(g), ChunkGrid::new(rows, cols, chunk_rows)?)
         };
@@ -107,10 +119,17 @@ impl SvdPlan {
                     (r.end - r.start) * (r.end - r.start).min(grid.cols) * 8
                 })
                 .sum();
-            memory.push(MemoryPlan::decide(shape.memory, per_thread, shape.threads, resident)?);
+            memory.push(MemoryPlan::decide(
+                shape.memory,
+                per_thread,
+                shape.threads,
+                resident,
+            )?);
         }
         let tree = Tree::new(&placement.owner);
-        let messages_per_sweep = (0..world.ranks.len()).map(|r| tree.messages_sent_by(r)).collect();
+        let messages_per_sweep = (0..world.ranks.len())
+            .map(|r| tree.messages_sent_by(r))
+            .collect();
         Ok(SvdPlan {
             grid,
             ranks: world.ranks.len(),
@@ -185,7 +204,12 @@ fn fill_from(
 
 /// Computes the SVD. A collective call: every rank of the runtime makes it with the same
 /// problem and options. `sink` receives this rank's panels of the distributed factor.
-pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Option<FactorSink>) -> Result<SvdResult, LinalgError> {
+pub fn svd(
+    rt: &Runtime,
+    problem: &SvdProblem,
+    options: &SvdOptions,
+    sink: Option<FactorSink>,
+) -> Result<SvdResult, LinalgError> {
     let comm = rt.comm();
     let me = comm.rank();
     let grid = problem.grid;
@@ -193,7 +217,10 @@ pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Optio
     if (m, n) != (grid.rows, grid.cols) {
         return Err(LinalgError::Option {
             option: "grid",
-            message: format!("grid {}×{} does not match the source's {m}×{n}", grid.rows, grid.cols),
+            message: format!(
+                "grid {}×{} does not match the source's {m}×{n}",
+                grid.rows, grid.cols
+            ),
         });
     }
     let plan = SvdPlan::new(grid, rt.world())?;
@@ -224,21 +251,28 @@ pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Optio
     let inputs: Vec<Vec<usize>> = my_actors.iter().map(|a| a.1.clone().collect()).collect();
     let source = Arc::clone(&problem.source);
     let res = residency.clone();
-    let pass1 = rt.map(inputs.clone(), move |actor, p| -> Result<Pass1, LinalgError> {
-        let rows = grid.panel_rows(p);
-        let h = (rows.end - rows.start) as usize;
-        let keep = if res[actor] == Residency::Resident { Keep::Kept } else { Keep::Scratch };
-        let f = PanelFactor::compute(h, n, keep, fill_from(source.as_ref(), p, rows))?;
-        let r = f.r.clone();
-        let kept = match keep {
-            Keep::Kept => Some(f),
-            Keep::Scratch => {
-                f.recycle();
-                None
-            }
-        };
-        Ok(Pass1 { r, kept })
-    })?;
+    let pass1 = rt.map(
+        inputs.clone(),
+        move |actor, p| -> Result<Pass1, LinalgError> {
+            let rows = grid.panel_rows(p);
+            let h = (rows.end - rows.start) as usize;
+            let keep = if res[actor] == Residency::Resident {
+                Keep::Kept
+            } else {
+                Keep::Scratch
+            };
+            let f = PanelFactor::compute(h, n, keep, fill_from(source.as_ref(), p, rows))?;
+            let r = f.r.clone();
+            let kept = match keep {
+                Keep::Kept => Some(f),
+                Keep::Scratch => {
+                    f.recycle();
+                    None
+                }
+            };
+            Ok(Pass1 { r, kept })
+        },
+    )?;
     bytes_generated += my_panel_bytes;
     let mut leaves = BTreeMap::new();
     let mut kept: HashMap<usize, PanelFactor> = HashMap::new();
@@ -277,7 +311,10 @@ pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Optio
     let mut packed = Vec::new();
     let mut u_r = None;
     if me == root_owner {
-        let r = root.ok_or(LinalgError::Tree { level: tree.height(), node: 0 })?;
+        let r = root.ok_or(LinalgError::Tree {
+            level: tree.height(),
+            node: 0,
+        })?;
         let (u, s, vt) = small_svd(r.view())?;
         packed.extend(s.iter());
         packed.extend(encode(&vt));
@@ -297,7 +334,9 @@ pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Optio
     // Push U_R down the tree.
     let t = Instant::now();
     let c = tree.down(comm, u_r, |level, j, c| {
-        let (ka, q) = node_q.remove(&(level, j)).ok_or(LinalgError::Tree { level, node: j })?;
+        let (ka, q) = node_q
+            .remove(&(level, j))
+            .ok_or(LinalgError::Tree { level, node: j })?;
         Ok((q.slice(s![..ka, ..]).dot(&c), q.slice(s![ka.., ..]).dot(&c)))
     })?;
     timings.push(PhaseTiming {
@@ -312,7 +351,9 @@ pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Optio
     for a in &my_actors {
         let mut items = Vec::new();
         for p in a.1.clone() {
-            let ci = c.remove(&p).ok_or(LinalgError::Tree { level: 0, node: p })?;
+            let ci = c
+                .remove(&p)
+                .ok_or(LinalgError::Tree { level: 0, node: p })?;
             items.push((p, ci, kept.remove(&p)));
         }
         inputs2.push(items);
@@ -321,28 +362,43 @@ pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Optio
     let check = options.check;
     let s_arc = Arc::new(s.clone());
     let wt_arc = Arc::new(wt.clone());
-    let pass2 = rt.map(inputs2, move |_, (p, ci, kept): (usize, Array2<f64>, Option<PanelFactor>)| -> Result<Array2<f64>, LinalgError> {
-        let rows = grid.panel_rows(p);
-        let h = (rows.end - rows.start) as usize;
-        let factor = match kept {
-            Some(f) => f,
-            None => PanelFactor::compute(h, n, Keep::Scratch, fill_from(source.as_ref(), p, rows.clone()))?,
-        };
-        let mut ubuf = take_scratch(h * k);
-        let mut u = ArrayViewMut2::from_shape((h, k).f(), &mut ubuf[..]).expect("U block shape");
-        factor.apply_into(ci.view(), u.view_mut());
-        factor.recycle();
-        let u = u.view();
-        if let Some(sink) = &sink {
-            if let Err(message) = sink(p, rows.clone(), u.view()) {
-                give_scratch(ubuf);
-                return Err(LinalgError::Sink { panel: p, message });
+    let pass2 = rt.map(
+        inputs2,
+        move |_,
+              (p, ci, kept): (usize, Array2<f64>, Option<PanelFactor>)|
+              -> Result<Array2<f64>, LinalgError> {
+            let rows = grid.panel_rows(p);
+            let h = (rows.end - rows.start) as usize;
+            let factor = match kept {
+                Some(f) => f,
+                None => PanelFactor::compute(
+                    h,
+                    n,
+                    Keep::Scratch,
+                    fill_from(source.as_ref(), p, rows.clone()),
+                )?,
+            };
+            let mut ubuf = take_scratch(h * k);
+            let mut u =
+                ArrayViewMut2::from_shape((h, k).f(), &mut ubuf[..]).expect("U block shape");
+            factor.apply_into(ci.view(), u.view_mut());
+            factor.recycle();
+            let u = u.view();
+            if let Some(sink) = &sink {
+                if let Err(message) = sink(p, rows.clone(), u.view()) {
+                    give_scratch(ubuf);
+                    return Err(LinalgError::Sink { panel: p, message });
+                }
             }
-        }
-        let stats = if check { panel_checks(source.as_ref(), p, rows, u, &s_arc, &wt_arc)? } else { Array2::zeros((0, 0)) };
-        give_scratch(ubuf);
-        Ok(stats)
-    })?;
+            let stats = if check {
+                panel_checks(source.as_ref(), p, rows, u, &s_arc, &wt_arc)?
+            } else {
+                Array2::zeros((0, 0))
+            };
+            give_scratch(ubuf);
+            Ok(stats)
+        },
+    )?;
     // Pass 2 produces the panels again where they were not kept, and once more for checks.
     let regenerated: u64 = my_actors
         .iter()
@@ -361,7 +417,12 @@ pub fn svd(rt: &Runtime, problem: &SvdProblem, options: &SvdOptions, sink: Optio
         }
     }
     timings.push(PhaseTiming {
-        phase: if check { "pass 2: form U + checks" } else { "pass 2: form U" }.into(),
+        phase: if check {
+            "pass 2: form U + checks"
+        } else {
+            "pass 2: form U"
+        }
+        .into(),
         seconds: t.elapsed().as_secs_f64(),
     });
 

@@ -86,7 +86,9 @@ impl<'a> Tree<'a> {
             for j in (1..count).step_by(2) {
                 let parent = self.owner(level + 1, j / 2);
                 if self.owner(level, j) == me && parent != me {
-                    let v = nodes.remove(&j).ok_or(LinalgError::Tree { level, node: j })?;
+                    let v = nodes
+                        .remove(&j)
+                        .ok_or(LinalgError::Tree { level, node: j })?;
                     comm.send_f64(parent, TAG_UP + level as Tag, &encode(&v))?;
                 }
             }
@@ -95,7 +97,9 @@ impl<'a> Tree<'a> {
                 if self.owner(level + 1, p) != me {
                     continue;
                 }
-                let left = nodes.remove(&(2 * p)).ok_or(LinalgError::Tree { level, node: 2 * p })?;
+                let left = nodes
+                    .remove(&(2 * p))
+                    .ok_or(LinalgError::Tree { level, node: 2 * p })?;
                 let value = if 2 * p + 1 < count {
                     let right = if self.owner(level, 2 * p + 1) == me {
                         nodes.remove(&(2 * p + 1)).ok_or(LinalgError::Tree {
@@ -133,7 +137,13 @@ impl<'a> Tree<'a> {
         let top = self.height();
         let mut nodes = BTreeMap::new();
         if self.owner(top, 0) == me {
-            nodes.insert(0, root.ok_or(LinalgError::Tree { level: top, node: 0 })?);
+            nodes.insert(
+                0,
+                root.ok_or(LinalgError::Tree {
+                    level: top,
+                    node: 0,
+                })?,
+            );
         }
         for level in (0..top).rev() {
             let count = self.count(level);
@@ -155,7 +165,10 @@ impl<'a> Tree<'a> {
             for j in (1..count).step_by(2) {
                 let parent = self.owner(level + 1, j / 2);
                 if self.owner(level, j) == me && parent != me {
-                    next.insert(j, decode(parent, &comm.recv_f64(parent, TAG_DOWN + level as Tag)?)?);
+                    next.insert(
+                        j,
+                        decode(parent, &comm.recv_f64(parent, TAG_DOWN + level as Tag)?)?,
+                    );
                 }
             }
             nodes = next;
@@ -178,7 +191,10 @@ impl<'a> Tree<'a> {
         comm.broadcast_f64(self.root_owner(), &mut flat)?;
         let total = decode(self.root_owner(), &flat)?;
         if total.dim() != shape {
-            return Err(LinalgError::Tree { level: self.height(), node: 0 });
+            return Err(LinalgError::Tree {
+                level: self.height(),
+                node: 0,
+            });
         }
         Ok(total)
     }

@@ -127,6 +127,9 @@ mod tests {
         let p = MemoryPlan::decide(1000, 100, 2, 900).unwrap();
         assert_eq!(p.residency, Residency::Regenerated);
         let e = MemoryPlan::decide(100, 100, 2, 0).unwrap_err().to_string();
-        assert!(e.contains("--memory-per-actor") && e.contains("--chunk-rows"), "{e}");
+        assert!(
+            e.contains("--memory-per-actor") && e.contains("--chunk-rows"),
+            "{e}"
+        );
     }
 }

@@ -143,7 +143,11 @@ impl Placement {
             .ranks
             .iter()
             .enumerate()
-            .flat_map(|(r, a)| a.iter().enumerate().map(move |(i, s)| (r, i, s.threads.max(1))))
+            .flat_map(|(r, a)| {
+                a.iter()
+                    .enumerate()
+                    .map(move |(i, s)| (r, i, s.threads.max(1)))
+            })
             .collect();
         let total: usize = actors.iter().map(|a| a.2).sum();
         let mut assignments = Vec::with_capacity(actors.len());
@@ -217,7 +221,11 @@ mod tests {
     #[test]
     fn placement_is_contiguous_weighted_and_complete() {
         for panels in [0usize, 1, 2, 3, 7, 16, 100] {
-            for spec in [&[&[1usize][..]][..], &[&[2, 2], &[1]], &[&[1], &[1], &[1], &[1]]] {
+            for spec in [
+                &[&[1usize][..]][..],
+                &[&[2, 2], &[1]],
+                &[&[1], &[1], &[1], &[1]],
+            ] {
                 let w = world(spec);
                 let p = Placement::compute(panels, &w);
                 assert_eq!(p.assignments.len(), w.actors());

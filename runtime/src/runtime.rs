@@ -46,7 +46,10 @@ impl Default for RuntimeConfig {
 /// Decides this rank's actors from the topology: the node's NUMA domains are shared out
 /// among the node's ranks (a domain shared by several ranks has its cores split between
 /// them), then the rank's cores among its actors.
-pub fn actor_specs(topology: &Topology, config: &RuntimeConfig) -> Result<Vec<ActorSpec>, RuntimeError> {
+pub fn actor_specs(
+    topology: &Topology,
+    config: &RuntimeConfig,
+) -> Result<Vec<ActorSpec>, RuntimeError> {
     if config.actors == Some(0) {
         return Err(RuntimeError::Option {
             option: "--actors",
@@ -67,7 +70,16 @@ pub fn actor_specs(topology: &Topology, config: &RuntimeConfig) -> Result<Vec<Ac
         topology
             .numa
             .iter()
-            .map(|d| (d.index, if d.cores.is_empty() { vec![0] } else { d.cores.clone() }))
+            .map(|d| {
+                (
+                    d.index,
+                    if d.cores.is_empty() {
+                        vec![0]
+                    } else {
+                        d.cores.clone()
+                    },
+                )
+            })
             .collect()
     };
     // Domains (with their cores) this rank gets.
@@ -176,13 +188,15 @@ impl Runtime {
         let all = comm.allgather_bytes(&mine)?;
         let mut world = World::default();
         for (r, bytes) in all.iter().enumerate() {
-            world.ranks.push(decode_shapes(bytes).ok_or_else(|| {
-                RuntimeError::Transport(rankwise_transports::TransportError::Length {
-                    peer: r,
-                    got: bytes.len(),
-                    expected: 0,
-                })
-            })?);
+            world
+                .ranks
+                .push(decode_shapes(bytes).ok_or(RuntimeError::Transport(
+                    rankwise_transports::TransportError::Length {
+                        peer: r,
+                        got: bytes.len(),
+                        expected: 0,
+                    },
+                ))?);
         }
         Ok(Runtime {
             comm,
@@ -259,7 +273,11 @@ impl Runtime {
         }
         Ok(slots
             .into_iter()
-            .map(|v| v.into_iter().map(|x| x.expect("every job reported")).collect())
+            .map(|v| {
+                v.into_iter()
+                    .map(|x| x.expect("every job reported"))
+                    .collect()
+            })
             .collect())
     }
 }
@@ -364,7 +382,10 @@ mod tests {
             actors: Some(0),
             ..Default::default()
         };
-        assert!(actor_specs(&t, &zero).unwrap_err().to_string().contains("--actors"));
+        assert!(actor_specs(&t, &zero)
+            .unwrap_err()
+            .to_string()
+            .contains("--actors"));
     }
 
     #[test]
@@ -391,7 +412,9 @@ mod tests {
             2
         ];
         let rt = Runtime::new(Box::new(comm), specs).unwrap();
-        let out = rt.map(vec![vec![1, 2, 3], vec![4]], |a, x: i32| x * 10 + a as i32).unwrap();
+        let out = rt
+            .map(vec![vec![1, 2, 3], vec![4]], |a, x: i32| x * 10 + a as i32)
+            .unwrap();
         assert_eq!(out, vec![vec![10, 20, 30], vec![41]]);
         let err = rt
             .map(vec![vec![1], vec![2]], |_, x: i32| {
@@ -399,6 +422,9 @@ mod tests {
                 x
             })
             .unwrap_err();
-        assert!(err.to_string().contains("actor 1 on rank 0 panicked: boom"), "{err}");
+        assert!(
+            err.to_string().contains("actor 1 on rank 0 panicked: boom"),
+            "{err}"
+        );
     }
 }

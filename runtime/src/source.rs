@@ -123,7 +123,7 @@ impl Generated {
             cols,
             seed,
             dist,
-            key: mix64(seed ^ 0x5EED_0F_4A4E_4B57),
+            key: mix64(seed ^ 0x005E_ED0F_4A4E_4B57),
             transposed: false,
         }
     }
@@ -206,7 +206,9 @@ impl Generated {
                             Some(s) => fill_uniform_run(s, base, step),
                             None => {
                                 for (li, v) in col.iter_mut().enumerate() {
-                                    *v = unit_f64(mix64(base.wrapping_add((li as u64).wrapping_mul(step))));
+                                    *v = unit_f64(mix64(
+                                        base.wrapping_add((li as u64).wrapping_mul(step)),
+                                    ));
                                 }
                             }
                         }
@@ -271,7 +273,11 @@ impl PanelSource for Generated {
 
     fn fill(&self, rows: Range<u64>, out: ArrayViewMut2<'_, f64>) -> Result<(), SourceError> {
         let (m, n) = self.shape();
-        if rows.end > m || rows.start > rows.end || out.nrows() as u64 != rows.end - rows.start || out.ncols() as u64 != n {
+        if rows.end > m
+            || rows.start > rows.end
+            || out.nrows() as u64 != rows.end - rows.start
+            || out.ncols() as u64 != n
+        {
             return Err(SourceError::OutOfBounds {
                 rows,
                 cols: out.ncols(),
@@ -369,7 +375,11 @@ mod tests {
         let a = dense(&g, 0..1, false);
         assert!(a.iter().all(|&x| x == 0.0 || x == 1.0 || x == 2.0));
         let m = a.mean().unwrap();
-        assert!((m - 2.0 * p).abs() < 0.01, "genotype mean {m} vs 2p {}", 2.0 * p);
+        assert!(
+            (m - 2.0 * p).abs() < 0.01,
+            "genotype mean {m} vs 2p {}",
+            2.0 * p
+        );
     }
 
     #[test]

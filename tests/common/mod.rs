@@ -49,7 +49,9 @@ impl Draw {
 /// The dense generated matrix.
 pub fn dense(rows: u64, cols: u64, seed: u64, dist: Dist) -> Array2<f64> {
     let g = Generated::new(rows, cols, seed, dist);
-    Array2::from_shape_fn((rows as usize, cols as usize), |(i, j)| g.value(i as u64, j as u64))
+    Array2::from_shape_fn((rows as usize, cols as usize), |(i, j)| {
+        g.value(i as u64, j as u64)
+    })
 }
 
 /// LAPACK's singular values of `a`.
@@ -67,10 +69,16 @@ pub struct Gathered {
 }
 
 /// Runs the SVD on `rt` and gathers the factor this rank wrote into `store`.
-pub fn run_svd(rt: &Runtime, problem: &SvdProblem, check: bool, store: Arc<Mutex<Array2<f64>>>) -> SvdResult {
+pub fn run_svd(
+    rt: &Runtime,
+    problem: &SvdProblem,
+    check: bool,
+    store: Arc<Mutex<Array2<f64>>>,
+) -> SvdResult {
     let sink: FactorSink = Arc::new(move |_, rows, f| {
         let mut s = store.lock().unwrap();
-        s.slice_mut(ndarray::s![rows.start as usize..rows.end as usize, ..]).assign(&f);
+        s.slice_mut(ndarray::s![rows.start as usize..rows.end as usize, ..])
+            .assign(&f);
         Ok(())
     });
     svd(rt, problem, &SvdOptions { check }, Some(sink)).unwrap()

@@ -141,7 +141,7 @@ mod tests {
     #[test]
     fn collectives_agree_for_several_sizes() {
         for p in 1..=5 {
-            let out = run(p, |c| {
+            let out = run(p, move |c| {
                 let mut v = vec![c.rank() as f64 + 0.5, 1.0];
                 c.allreduce_sum_f64(&mut v).unwrap();
                 let mut b = if c.rank() == p.min(3) - 1 {
@@ -182,7 +182,10 @@ mod tests {
         let mut c = LocalWorld::create(2).remove(0);
         c.set_timeout(Duration::from_millis(50));
         let err = c.recv_bytes(1, 3).unwrap_err();
-        assert!(matches!(err, TransportError::Timeout { peer: 1, .. }), "{err}");
+        assert!(
+            matches!(err, TransportError::Timeout { peer: 1, .. }),
+            "{err}"
+        );
     }
 
     #[test]

@@ -12,28 +12,45 @@
 //! Worker threads (actors) never talk to MPI directly; they hand their messages to that
 //! thread.
 //!
+//! # Delivery
+//!
+//! Like [`LocalComm`](crate::LocalComm), a rank takes in every message that has arrived
+//! whenever it is inside any call of the transport, and keeps it until asked for it: a
+//! receive matches messages by source and tag, a send never waits for the receiver to ask
+//! for that particular message. Code that works on `LocalComm` therefore cannot deadlock on
+//! `MpiComm` for want of buffering (for instance two ranks that each send a large message to
+//! the other and then receive). A send of a large message does wait until the receiver is
+//! inside some call of the transport, so the timeout must exceed the longest time a rank
+//! computes without communicating — as it must for receives.
+//!
 //! # Wire format
 //!
 //! Every message of [`Comm::send_raw`] starts with a header message: the total length as a
 //! little-endian `u64`, followed by the payload itself when the payload is small (at most
-//! 64 KiB and within [`MpiComm::max_message_bytes`]). Larger payloads follow the header as
-//! pieces of at most [`MpiComm::max_message_bytes`] bytes (by default `i32::MAX`, the largest
-//! count one MPI call can carry), all on the same communicator, peer and tag, so MPI's
-//! non-overtaking rule keeps them in order.
+//! 64 KiB and within [`MpiComm::max_message_bytes`]). A larger payload is split: the
+//! receiver answers the bare header with a go-ahead (the same 8 bytes, on a reserved tag) and
+//! allocates the whole message; the sender then sends pieces of at most
+//! [`MpiComm::max_message_bytes`] bytes (by default `i32::MAX`, the largest count one MPI
+//! call can carry). A sender finishes one message before it starts the next, and MPI keeps
+//! the messages of one sender in order, so the pieces that follow a header from a rank are
+//! that header's. While a sender waits for the go-ahead it polls lazily; once the receiver is
+//! known to be receiving, both poll without sleeping, because Open MPI moves the data of a
+//! large message only while the ranks are inside MPI calls.
 //!
 //! # Tags
 //!
 //! MPI tags are C ints no larger than the library's `MPI_TAG_UB` (at least 32767; Open MPI
 //! allows 2³¹−1). User tags are passed through unchanged and must be at most
 //! [`MpiComm::max_user_tag`] (`MPI_TAG_UB` − 1024); the top 1024 MPI tags carry the reserved
-//! tags of the collectives, and `MPI_TAG_UB` itself carries the abort notice. The mapping
-//! depends only on `MPI_TAG_UB`, which is the same on every rank of a job.
+//! tags of the collectives, the go-ahead (`MPI_TAG_UB` − 1) and the abort notice
+//! (`MPI_TAG_UB`). The mapping depends only on `MPI_TAG_UB`, which is the same on every rank
+//! of a job.
 //!
 //! All traffic runs on a duplicate of the communicator, so it never matches messages of the
 //! code that hosts rankwise.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::os::raw::c_int;
 use std::time::{Duration, Instant};
@@ -41,7 +58,7 @@ use std::time::{Duration, Instant};
 pub use mpi;
 use mpi::attribute::{AttributeKey, CommAttribute};
 use mpi::environment::{Threading, Universe};
-use mpi::point_to_point::{Message, Status};
+use mpi::point_to_point::Message;
 use mpi::request::StaticScope;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
@@ -104,6 +121,18 @@ fn map_tag(tag: Tag, tag_ub: c_int) -> Option<c_int> {
     }
 }
 
+/// The rankwise tag of an MPI tag (the inverse of [`map_tag`]), for messages.
+fn unmap_tag(mtag: c_int, tag_ub: c_int) -> Tag {
+    let band_start = tag_ub - RESERVED_MPI_TAGS + 1;
+    if mtag == tag_ub {
+        ABORT_TAG
+    } else if mtag >= band_start {
+        RESERVED_TAG_BASE + (mtag - band_start) as Tag
+    } else {
+        mtag as Tag
+    }
+}
+
 /// MPI tag of the go-ahead a receiver sends when it starts receiving a split message.
 fn go_tag(tag_ub: c_int) -> c_int {
     tag_ub - 1
@@ -115,9 +144,38 @@ enum State {
     Ok,
     /// A rank failed (this one, through [`Comm::abort`], or a peer whose notice arrived).
     Failed { rank: usize, message: String },
-    /// A send had to be abandoned while MPI still held its buffer; no further
-    /// communication is attempted.
+    /// A split message was abandoned half-way, so the message stream between two ranks is
+    /// out of step; no further communication is attempted.
     Broken(String),
+}
+
+/// A split message being received.
+struct Partial {
+    mtag: c_int,
+    buf: Vec<u8>,
+    filled: usize,
+}
+
+/// Messages that arrived before anyone asked for them.
+#[derive(Default)]
+struct Inbox {
+    /// Complete messages by (source, MPI tag), oldest first.
+    ready: HashMap<(usize, c_int), VecDeque<Vec<u8>>>,
+    /// Split messages being received, by source (a sender finishes one before the next).
+    partial: HashMap<usize, Partial>,
+    /// Go-aheads received, by the rank that sent them: the length it agreed to receive.
+    go: HashMap<usize, VecDeque<u64>>,
+}
+
+/// How a send waits for its MPI request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SendWait {
+    /// Take in arriving messages while waiting, polling lazily.
+    Lazy,
+    /// Take in arriving messages while waiting, never sleeping: the receiver is receiving.
+    Hot,
+    /// Only watch for abort notices: for go-aheads, sent from inside the intake itself.
+    Bare,
 }
 
 /// Polls with a short spin first, then yields, then sleeps up to about 1 ms.
@@ -130,26 +188,24 @@ struct Backoff {
 }
 
 impl Backoff {
-    fn new() -> Backoff {
+    fn new(hot: bool) -> Backoff {
         Backoff {
             start: Instant::now(),
             sleep: Duration::from_micros(20),
-            hot: false,
+            hot,
         }
     }
 
-    fn hot() -> Backoff {
-        Backoff {
-            hot: true,
-            ..Backoff::new()
-        }
+    fn elapsed(&self) -> Duration {
+        self.start.elapsed()
     }
 
-    fn pause(&mut self) {
+    /// Waits a little; `hot_now` forbids sleeping this time.
+    fn pause(&mut self, hot_now: bool) {
         let waited = self.start.elapsed();
         if waited < Duration::from_micros(50) {
             std::hint::spin_loop();
-        } else if self.hot || waited < Duration::from_millis(2) {
+        } else if self.hot || hot_now || waited < Duration::from_millis(2) {
             std::thread::yield_now();
         } else {
             std::thread::sleep(self.sleep);
@@ -169,7 +225,8 @@ impl Backoff {
 /// that owns the communicator.
 ///
 /// If a rank is dropped while its thread panics, it first sends an abort notice to every
-/// other rank, so they fail instead of waiting for their timeout.
+/// other rank, so they fail instead of waiting for their timeout. After a failure, leave
+/// through [`MpiComm::exit_after_failure`].
 ///
 /// ```compile_fail
 /// fn needs_send<T: Send>() {}
@@ -190,8 +247,7 @@ pub struct MpiComm {
     timeout: Duration,
     max_message_bytes: usize,
     state: RefCell<State>,
-    /// Messages this rank sent to itself, oldest first.
-    self_queue: RefCell<VecDeque<(Tag, Vec<u8>)>>,
+    inbox: RefCell<Inbox>,
     threading: Option<Threading>,
     universe: Option<Universe>,
     _single_thread: PhantomData<*const ()>,
@@ -235,8 +291,10 @@ impl MpiComm {
     }
 
     /// Wraps a communicator of code that already initialized MPI. The communicator is
-    /// duplicated (`MPI_Comm_dup`, collective over its ranks), so rankwise's messages never
-    /// mix with the caller's. MPI is not finalized when the result is dropped.
+    /// duplicated (`MPI_Comm_dup`, collective over its ranks: every rank must call this), so
+    /// rankwise's messages never mix with the caller's; the communicator passed in is then
+    /// dropped (a user communicator is freed, `MPI_COMM_WORLD` stays). MPI is not finalized
+    /// when the result is dropped.
     ///
     /// The caller must have initialized MPI with at least `MPI_THREAD_FUNNELED` and must use
     /// the result on the thread that makes its MPI calls.
@@ -255,7 +313,7 @@ impl MpiComm {
             timeout: DEFAULT_TIMEOUT,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             state: RefCell::new(State::Ok),
-            self_queue: RefCell::new(VecDeque::new()),
+            inbox: RefCell::new(Inbox::default()),
             threading: None,
             universe: None,
             _single_thread: PhantomData,
@@ -263,7 +321,8 @@ impl MpiComm {
     }
 
     /// The (duplicated) MPI communicator this transport uses, e.g. to exchange UCX worker
-    /// addresses or an NCCL unique id.
+    /// addresses or an NCCL unique id. Messages sent on it directly must not use the tags
+    /// of this transport (any tag up to `MPI_TAG_UB`), so prefer a duplicate of it.
     pub fn communicator(&self) -> &SimpleCommunicator {
         &self.comm
     }
@@ -283,7 +342,7 @@ impl MpiComm {
         (self.tag_ub - RESERVED_MPI_TAGS) as Tag
     }
 
-    /// The current receive/send timeout.
+    /// The current timeout of receives and sends.
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
@@ -317,13 +376,12 @@ impl MpiComm {
             let _ = std::io::stderr().flush();
         };
         flush();
-        let watchdog_code = code;
         std::thread::spawn(move || {
             std::thread::sleep(grace);
             let _ = std::io::stdout().flush();
             let _ = std::io::stderr().flush();
             // SAFETY: _exit ends the process at once; nothing runs after it.
-            unsafe { libc::_exit(watchdog_code) }
+            unsafe { libc::_exit(code) }
         });
         drop(self);
         flush();
@@ -363,24 +421,39 @@ impl MpiComm {
         }
     }
 
-    /// Receives a pending abort notice, if any, and turns it into an error.
-    fn poll_abort(&self) -> Result<()> {
-        let abort_tag = self.tag_ub;
-        if let Some(probed) = self
-            .comm
-            .any_process()
-            .immediate_matched_probe_with_tag(abort_tag)
-        {
-            let (bytes, status) = probed.matched_receive_vec::<u8>();
-            let rank = status.source_rank() as usize;
-            let message = String::from_utf8_lossy(&bytes).into_owned();
-            *self.state.borrow_mut() = State::Failed {
+    /// Records a peer's abort notice and returns it as an error.
+    fn peer_failed(&self, rank: usize, notice: &[u8]) -> TransportError {
+        let message = String::from_utf8_lossy(notice).into_owned();
+        let mut state = self.state.borrow_mut();
+        if !matches!(*state, State::Failed { .. }) {
+            *state = State::Failed {
                 rank,
                 message: message.clone(),
             };
-            return Err(TransportError::PeerFailed { rank, message });
         }
-        Ok(())
+        TransportError::PeerFailed { rank, message }
+    }
+
+    /// After a split message was abandoned half-way, the message stream between two ranks
+    /// is out of step: refuse all further communication.
+    fn mark_broken(&self, why: String) {
+        let mut state = self.state.borrow_mut();
+        if matches!(*state, State::Ok) {
+            *state = State::Broken(why);
+        }
+    }
+
+    /// Fails for a malformed message (after receiving it, so MPI is done with it).
+    fn malformed(&self, message: Message, n: usize, src: usize, expected: usize) -> TransportError {
+        let mut scratch = vec![0u8; n];
+        message.matched_receive_into(&mut scratch[..]);
+        let error = TransportError::Length {
+            peer: src,
+            got: n,
+            expected,
+        };
+        self.mark_broken(format!("protocol error: {error}"));
+        error
     }
 
     fn timeout_error(&self, peer: usize, tag: Tag) -> TransportError {
@@ -392,55 +465,151 @@ impl MpiComm {
         }
     }
 
-    /// Waits for the next message from `src` with MPI tag `mtag`, watching for aborts.
-    fn wait_message(&self, src: usize, mtag: c_int, tag: Tag) -> Result<(Message, Status)> {
-        let mut backoff = Backoff::new();
-        let peer = self.comm.process_at_rank(src as c_int);
-        loop {
-            self.poll_abort()?;
-            if let Some(probed) = peer.immediate_matched_probe_with_tag(mtag) {
-                return Ok(probed);
-            }
-            if backoff.start.elapsed() >= self.timeout {
-                return Err(self.timeout_error(src, tag));
-            }
-            backoff.pause();
-        }
+    /// True while a split message is coming in: waits must not sleep then.
+    fn receiving_split(&self) -> bool {
+        !self.inbox.borrow().partial.is_empty()
     }
 
-    /// Sends one MPI message and waits for it to complete, watching for aborts. `hot` polls
-    /// without sleeping, for pieces the receiver is known to be receiving.
-    fn send_piece(&self, dest: usize, mtag: c_int, tag: Tag, buf: &[u8], hot: bool) -> Result<()> {
+    /// Receives a pending abort notice, if any, and turns it into an error. Finds it even
+    /// behind other messages.
+    fn poll_abort(&self) -> Result<()> {
+        if let Some((message, status)) = self
+            .comm
+            .any_process()
+            .immediate_matched_probe_with_tag(self.tag_ub)
+        {
+            let n = status.count(u8::equivalent_datatype()) as usize;
+            let mut notice = vec![0u8; n];
+            message.matched_receive_into(&mut notice[..]);
+            return Err(self.peer_failed(status.source_rank() as usize, &notice));
+        }
+        Ok(())
+    }
+
+    /// Takes in every message that has arrived: abort notices (an error), go-aheads, and
+    /// messages or pieces of messages, which go to the inbox.
+    fn progress(&self) -> Result<()> {
+        let go = go_tag(self.tag_ub);
+        while let Some((message, status)) = self.comm.any_process().immediate_matched_probe() {
+            let src = status.source_rank() as usize;
+            let mtag = status.tag();
+            let n = status.count(u8::equivalent_datatype()) as usize;
+
+            if mtag == self.tag_ub {
+                let mut notice = vec![0u8; n];
+                message.matched_receive_into(&mut notice[..]);
+                return Err(self.peer_failed(src, &notice));
+            }
+
+            if mtag == go {
+                if n != 8 {
+                    return Err(self.malformed(message, n, src, 8));
+                }
+                let mut len = [0u8; 8];
+                message.matched_receive_into(&mut len[..]);
+                let mut inbox = self.inbox.borrow_mut();
+                inbox
+                    .go
+                    .entry(src)
+                    .or_default()
+                    .push_back(u64::from_le_bytes(len));
+                continue;
+            }
+
+            let partial = self.inbox.borrow_mut().partial.remove(&src);
+            if let Some(mut p) = partial {
+                // The next piece of the split message from `src`.
+                if p.mtag != mtag || n == 0 || p.filled + n > p.buf.len() {
+                    let expected = p.buf.len() - p.filled;
+                    return Err(self.malformed(message, n, src, expected));
+                }
+                let range = p.filled..p.filled + n;
+                if let Err(e) = self.receive_piece(message, &mut p.buf[range], src, mtag) {
+                    // MPI may still write into the buffer: it must stay allocated.
+                    std::mem::forget(p.buf);
+                    return Err(e);
+                }
+                p.filled += n;
+                let mut inbox = self.inbox.borrow_mut();
+                if p.filled == p.buf.len() {
+                    inbox.ready.entry((src, mtag)).or_default().push_back(p.buf);
+                } else {
+                    inbox.partial.insert(src, p);
+                }
+                continue;
+            }
+
+            // The header of a new message.
+            if !(8..=8 + INLINE_MAX).contains(&n) {
+                return Err(self.malformed(message, n, src, 8));
+            }
+            let mut head = vec![0u8; n];
+            message.matched_receive_into(&mut head[..]);
+            let total = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
+            if n == 8 + total {
+                head.drain(..8);
+                let mut inbox = self.inbox.borrow_mut();
+                inbox.ready.entry((src, mtag)).or_default().push_back(head);
+            } else if n == 8 {
+                // Zeroed allocation: a large one comes straight from the kernel, already zero.
+                let p = Partial {
+                    mtag,
+                    buf: vec![0u8; total],
+                    filled: 0,
+                };
+                self.inbox.borrow_mut().partial.insert(src, p);
+                self.send_piece(src, go, &head, SendWait::Bare)?;
+            } else {
+                let error = TransportError::Length {
+                    peer: src,
+                    got: n,
+                    expected: 8 + total,
+                };
+                self.mark_broken(format!("protocol error: {error}"));
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends one MPI message and waits for it to complete, watching for aborts and the
+    /// timeout, and taking in arriving messages unless `wait` is [`SendWait::Bare`].
+    fn send_piece(&self, dest: usize, mtag: c_int, buf: &[u8], wait: SendWait) -> Result<()> {
         debug_assert!(buf.len() <= DEFAULT_MAX_MESSAGE_BYTES);
         let peer = self.comm.process_at_rank(dest as c_int);
         mpi::request::scope(|scope| {
             let mut request = peer.immediate_send_with_tag(scope, buf, mtag);
-            let mut backoff = if hot { Backoff::hot() } else { Backoff::new() };
+            let mut backoff = Backoff::new(wait == SendWait::Hot);
             loop {
                 request = match request.test() {
                     Ok(_) => return Ok(()),
                     Err(pending) => pending,
                 };
-                let failed = match self.poll_abort() {
+                let step = match wait {
+                    SendWait::Bare => self.poll_abort(),
+                    SendWait::Lazy | SendWait::Hot => self.progress(),
+                };
+                let failed = match step {
                     Err(e) => Some(e),
-                    Ok(()) if backoff.start.elapsed() >= self.timeout => {
-                        Some(self.timeout_error(dest, tag))
+                    Ok(()) if backoff.elapsed() >= self.timeout => {
+                        Some(self.timeout_error(dest, unmap_tag(mtag, self.tag_ub)))
                     }
                     Ok(()) => None,
                 };
                 if let Some(error) = failed {
                     // MPI cannot take a started send back. Leave the request to MPI and make
-                    // no further calls that could progress it, because the caller may reuse
-                    // the buffer once we return.
+                    // no further calls that could progress it (the caller may reuse the
+                    // buffer once we return).
                     // SAFETY: the raw request is leaked, never completed; see above.
                     let _ = unsafe { request.into_raw() };
                     self.mark_broken(format!(
-                        "a send of {} bytes to rank {dest} (tag {tag:#x}) was abandoned: {error}",
-                        buf.len()
+                        "a send of {} bytes to rank {dest} (tag {:#x}) was abandoned: {error}",
+                        buf.len(),
+                        unmap_tag(mtag, self.tag_ub)
                     ));
                     return Err(error);
                 }
-                backoff.pause();
+                backoff.pause(self.receiving_split());
             }
         })
     }
@@ -448,11 +617,17 @@ impl MpiComm {
     /// Receives one probed piece of a split message into `buf`, polling hot and watching
     /// for aborts. On an error the receive is left to MPI, which may still write into
     /// `buf`: the caller must then leak the buffer.
-    fn receive_piece(&self, message: Message, buf: &mut [u8], src: usize, tag: Tag) -> Result<()> {
+    fn receive_piece(
+        &self,
+        message: Message,
+        buf: &mut [u8],
+        src: usize,
+        mtag: c_int,
+    ) -> Result<()> {
         let len = buf.len();
         mpi::request::scope(|scope| {
             let mut request = message.immediate_matched_receive_into(scope, buf);
-            let mut backoff = Backoff::hot();
+            let mut backoff = Backoff::new(true);
             loop {
                 request = match request.test() {
                     Ok(_) => return Ok(()),
@@ -460,8 +635,8 @@ impl MpiComm {
                 };
                 let failed = match self.poll_abort() {
                     Err(e) => Some(e),
-                    Ok(()) if backoff.start.elapsed() >= self.timeout => {
-                        Some(self.timeout_error(src, tag))
+                    Ok(()) if backoff.elapsed() >= self.timeout => {
+                        Some(self.timeout_error(src, unmap_tag(mtag, self.tag_ub)))
                     }
                     Ok(()) => None,
                 };
@@ -469,33 +644,56 @@ impl MpiComm {
                     // SAFETY: the request is leaked, and so is its buffer (by the caller).
                     let _ = unsafe { request.into_raw() };
                     self.mark_broken(format!(
-                        "a receive of {len} bytes from rank {src} (tag {tag:#x}) was abandoned: \
-                         {error}"
+                        "a receive of {len} bytes from rank {src} (tag {:#x}) was abandoned: \
+                         {error}",
+                        unmap_tag(mtag, self.tag_ub)
                     ));
                     return Err(error);
                 }
-                backoff.pause();
+                backoff.pause(true);
             }
         })
     }
 
-    /// After a split message was abandoned half-way, the byte stream between this rank and
-    /// its peer is out of step: refuse all further communication.
-    fn mark_broken(&self, why: String) {
-        let mut state = self.state.borrow_mut();
-        if matches!(*state, State::Ok) {
-            *state = State::Broken(why);
+    /// Waits for the receiver's go-ahead for a split message of `total` bytes.
+    fn wait_go(&self, dest: usize, tag: Tag, total: usize) -> Result<()> {
+        let mut backoff = Backoff::new(false);
+        loop {
+            let step = self.progress();
+            let go = self
+                .inbox
+                .borrow_mut()
+                .go
+                .get_mut(&dest)
+                .and_then(VecDeque::pop_front);
+            let failed = match (step, go) {
+                (Err(e), _) => e,
+                (Ok(()), Some(len)) if len == total as u64 => return Ok(()),
+                (Ok(()), Some(len)) => TransportError::Mpi(format!(
+                    "rank {dest} agreed to receive {len} bytes, but {total} were announced"
+                )),
+                (Ok(()), None) if backoff.elapsed() >= self.timeout => {
+                    self.timeout_error(dest, tag)
+                }
+                (Ok(()), None) => {
+                    backoff.pause(self.receiving_split());
+                    continue;
+                }
+            };
+            self.mark_broken(format!(
+                "a message of {total} bytes to rank {dest} (tag {tag:#x}) was abandoned after \
+                 its header: {failed}"
+            ));
+            return Err(failed);
         }
     }
 
-    fn recv_from_self(&self, tag: Tag) -> Result<Vec<u8>> {
-        self.poll_abort()?;
-        let mut queue = self.self_queue.borrow_mut();
-        match queue.iter().position(|(t, _)| *t == tag) {
-            Some(i) => Ok(queue.remove(i).map(|(_, data)| data).unwrap_or_default()),
-            // Nobody else can ever send to this queue: waiting would only delay the error.
-            None => Err(self.timeout_error(self.rank, tag)),
-        }
+    fn take_ready(&self, src: usize, mtag: c_int) -> Option<Vec<u8>> {
+        self.inbox
+            .borrow_mut()
+            .ready
+            .get_mut(&(src, mtag))
+            .and_then(VecDeque::pop_front)
     }
 }
 
@@ -517,33 +715,26 @@ impl Comm for MpiComm {
         self.check_state()?;
         let mtag = self.mpi_tag(tag)?;
         if dest == self.rank {
-            self.self_queue.borrow_mut().push_back((tag, data.to_vec()));
+            let mut inbox = self.inbox.borrow_mut();
+            inbox
+                .ready
+                .entry((dest, mtag))
+                .or_default()
+                .push_back(data.to_vec());
             return Ok(());
         }
         let total = data.len();
-        let header_len = (total as u64).to_le_bytes();
-        if total <= INLINE_MAX.min(self.max_message_bytes - header_len.len()) {
-            let mut whole = Vec::with_capacity(header_len.len() + total);
-            whole.extend_from_slice(&header_len);
+        let header = (total as u64).to_le_bytes();
+        if total <= INLINE_MAX.min(self.max_message_bytes - header.len()) {
+            let mut whole = Vec::with_capacity(header.len() + total);
+            whole.extend_from_slice(&header);
             whole.extend_from_slice(data);
-            return self.send_piece(dest, mtag, tag, &whole, false);
+            return self.send_piece(dest, mtag, &whole, SendWait::Lazy);
         }
-        // Split message: the header, then wait (cheaply) until the receiver has seen it and
-        // says go, then the pieces, polled without sleeping so that the data moves at full
-        // speed on transports where the sender must drive it (TCP, shared memory without
-        // single-copy).
-        self.send_piece(dest, mtag, tag, &header_len, false)?;
-        let (message, _) = self.wait_message(dest, go_tag(self.tag_ub), tag)?;
-        let mut go = [0u8; 8];
-        message.matched_receive_into(&mut go[..]);
-        if go != header_len {
-            return Err(TransportError::Mpi(format!(
-                "rank {dest} acknowledged a message of {} bytes, expected {total}",
-                u64::from_le_bytes(go)
-            )));
-        }
+        self.send_piece(dest, mtag, &header, SendWait::Lazy)?;
+        self.wait_go(dest, tag, total)?;
         for (start, end) in split_counts(total, self.max_message_bytes) {
-            self.send_piece(dest, mtag, tag, &data[start..end], true)?;
+            self.send_piece(dest, mtag, &data[start..end], SendWait::Hot)?;
         }
         Ok(())
     }
@@ -552,68 +743,25 @@ impl Comm for MpiComm {
         self.check_rank(src)?;
         self.check_state()?;
         let mtag = self.mpi_tag(tag)?;
-        if src == self.rank {
-            return self.recv_from_self(tag);
-        }
-        let malformed = |got: usize, expected: usize| TransportError::Length {
-            peer: src,
-            got,
-            expected,
-        };
-
-        let (message, status) = self.wait_message(src, mtag, tag)?;
-        let count = status.count(u8::equivalent_datatype()) as usize;
-        let mut head = vec![0u8; count];
-        message.matched_receive_into(&mut head[..]);
-        if count < 8 {
-            return Err(malformed(count, 8));
-        }
-        let total = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
-        if count == 8 + total {
-            head.drain(..8);
-            return Ok(head);
-        }
-        if count != 8 {
-            return Err(malformed(count, 8 + total));
-        }
-        self.send_piece(src, go_tag(self.tag_ub), tag, &head[..8], false)?;
-
-        // Zeroed allocation: large ones come straight from the kernel, already zero.
-        let mut out = vec![0u8; total];
-        let mut filled = 0;
-        while filled < total {
-            let (message, status) = match self.wait_message(src, mtag, tag) {
-                Ok(probed) => probed,
-                Err(e) => {
-                    self.mark_broken(format!(
-                        "a receive of {total} bytes from rank {src} (tag {tag:#x}) stopped after \
-                         {filled} bytes: {e}"
-                    ));
-                    return Err(e);
-                }
-            };
-            let n = status.count(u8::equivalent_datatype()) as usize;
-            if n == 0 || filled + n > total {
-                let mut scratch = vec![0u8; n];
-                message.matched_receive_into(&mut scratch[..]);
-                let e = malformed(filled + n, total);
-                self.mark_broken(e.to_string());
-                return Err(e);
+        let mut backoff = Backoff::new(false);
+        loop {
+            // Abort notices first, as in LocalComm.
+            self.progress()?;
+            if let Some(message) = self.take_ready(src, mtag) {
+                return Ok(message);
             }
-            if let Err(e) = self.receive_piece(message, &mut out[filled..filled + n], src, tag) {
-                // MPI may still write into `out`.
-                std::mem::forget(out);
-                return Err(e);
+            // Nobody else can send this rank's messages to itself: waiting cannot help.
+            if src == self.rank || backoff.elapsed() >= self.timeout {
+                return Err(self.timeout_error(src, tag));
             }
-            filled += n;
+            backoff.pause(self.receiving_split());
         }
-        Ok(out)
     }
 
     fn abort(&self, message: &str) {
         {
             let mut state = self.state.borrow_mut();
-            if !matches!(*state, State::Ok) {
+            if matches!(*state, State::Failed { .. }) {
                 // The original failure was already announced by the rank where it happened.
                 return;
             }
@@ -636,13 +784,13 @@ impl Comm for MpiComm {
             pending.push(peer.immediate_send_with_tag(StaticScope, notice, self.tag_ub));
         }
         let deadline = Instant::now() + ABORT_LINGER;
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::new(false);
         while !pending.is_empty() && Instant::now() < deadline {
             pending = pending
                 .into_iter()
                 .filter_map(|request| request.test().err())
                 .collect();
-            backoff.pause();
+            backoff.pause(false);
         }
         for request in pending {
             // SAFETY: the buffer is 'static; the request is left to MPI.
@@ -657,7 +805,7 @@ impl Comm for MpiComm {
 
 impl Drop for MpiComm {
     fn drop(&mut self) {
-        if std::thread::panicking() && matches!(*self.state.borrow(), State::Ok) {
+        if std::thread::panicking() && !matches!(*self.state.borrow(), State::Failed { .. }) {
             self.abort(&format!("rank {} panicked", self.rank));
         }
     }
@@ -699,6 +847,17 @@ mod tests {
         // The collectives' tags all have MPI tags.
         for t in [crate::TAG_BCAST, crate::TAG_GATHER, crate::TAG_BARRIER] {
             assert!(map_tag(t, 32767).is_some());
+        }
+    }
+
+    #[test]
+    fn tags_map_back() {
+        for &ub in &[32767, i32::MAX] {
+            let user = [0, 1, 7, ub as u32 - RESERVED_MPI_TAGS as u32];
+            let reserved = [RESERVED_TAG_BASE, RESERVED_TAG_BASE + 3, ABORT_TAG];
+            for t in user.into_iter().chain(reserved) {
+                assert_eq!(unmap_tag(map_tag(t, ub).unwrap(), ub), t, "tag {t:#x}");
+            }
         }
     }
 }

@@ -141,3 +141,25 @@ fn message_larger_than_i32_max_is_split() {
         .assert_success()
         .assert_stdout_contains("BIG OK bytes=2200000000 pieces=2");
 }
+
+/// The helper itself: a run past its limit is killed, its ranks included.
+#[test]
+fn hung_runs_are_killed_with_their_ranks() {
+    let out = mpirun(
+        2,
+        std::path::Path::new("sleep"),
+        &["37.25"],
+        Duration::from_secs(3),
+    );
+    assert!(out.timed_out, "expected a timeout\n{}", out.describe());
+    assert!(out.elapsed < Duration::from_secs(15), "{}", out.describe());
+    std::thread::sleep(Duration::from_millis(300));
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmd| cmd.as_slice() == b"sleep\x0037.25\x00")
+        .map(|cmd| String::from_utf8_lossy(&cmd).into_owned())
+        .collect();
+    assert!(survivors.is_empty(), "left running: {survivors:?}");
+}
