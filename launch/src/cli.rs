@@ -447,6 +447,15 @@ fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
         launch.local_rank.unwrap_or(0),
         launch.local_size.unwrap_or(1)
     ));
+    let binding = launch.device(topology.gpus.len(), topology.numa.len());
+    lines.push(format!(
+        "  device by local rank: {binding:?}{}",
+        match binding {
+            crate::launcher::DeviceBinding::Gpu(_) =>
+                " (GPU actors are not part of this build: the rank runs CPU actors)",
+            crate::launcher::DeviceBinding::Numa(_) => "",
+        }
+    ));
     lines.extend(actors);
     let mine = lines.join("\n") + "\n";
     let all = rt.comm().gather_bytes(0, mine.as_bytes())?;
