@@ -5,6 +5,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::mpirun_util::run_with_timeout;
 use common::*;
 use ndarray::Array2;
 use rankwise::launch::output::read_f64_array;
@@ -13,9 +14,9 @@ use rankwise::runtime::Dist;
 fn rankwise(args: &[&str]) -> (i32, String, String) {
     let mut cmd = Command::new(rankwise_bin());
     cmd.args(args);
-    let (out, _) = run_with_timeout(&mut cmd, Duration::from_secs(120));
-    let (o, e) = text(&out);
-    (out.status.code().unwrap_or(-1), o, e)
+    let run = run_with_timeout(cmd, Duration::from_secs(120));
+    run.assert_finished();
+    (run.code.unwrap_or(-1), run.stdout, run.stderr)
 }
 
 fn no_leftovers(dir: &std::path::Path) {
@@ -260,9 +261,10 @@ fn a_failing_rank_fails_every_rank_with_its_message() {
             "--out",
             out.to_str().unwrap(),
         ]);
-        let (o, took) = run_with_timeout(&mut cmd, Duration::from_secs(60));
-        let (_, stderr) = text(&o);
-        assert_eq!(o.status.code(), Some(1), "{fault}: {stderr}");
+        let run = run_with_timeout(cmd, Duration::from_secs(60));
+        run.assert_finished();
+        let (stderr, took) = (&run.stderr, run.elapsed);
+        assert_eq!(run.code, Some(1), "{fault}: {stderr}");
         assert!(
             stderr.contains(needle) && stderr.contains("injected"),
             "{fault}: {stderr}"

@@ -218,8 +218,11 @@ fn runtime_config(run: &RunArgs, launch: &LaunchInfo) -> Result<RuntimeConfig, C
     })
 }
 
-/// How long a failing MPI rank waits after printing its error before it exits.
-const FAILURE_GRACE: Duration = Duration::from_millis(1000);
+/// How long a failing MPI rank lets its error line travel through the launcher.
+const OUTPUT_DRAIN: Duration = Duration::from_millis(700);
+
+/// The longest a failing MPI rank waits for its peers in MPI_Finalize before it exits.
+const FAILURE_GRACE: Duration = Duration::from_secs(4);
 
 type Job = dyn Fn(&Runtime, &LaunchInfo) -> Result<Option<String>, CliError> + Send + Sync;
 
@@ -257,26 +260,28 @@ fn run_local(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
             launch.local_rank = Some(r);
             launch.local_size = Some(run.local_ranks);
             comm.set_timeout(Duration::from_secs(run.comm_timeout));
-            std::thread::spawn(move || rank_main(Box::new(comm), &run, &launch, job.as_ref()))
+            std::thread::spawn(move || {
+                match rank_main(Box::new(comm), &run, &launch, job.as_ref()) {
+                    RankOutcome::Done(text) => Ok(text),
+                    RankOutcome::Failed(line, _) => Err(line),
+                }
+            })
         })
         .collect();
-    let outcomes: Vec<RankOutcome> = handles
+    let outcomes: Vec<Result<Option<String>, String>> = handles
         .into_iter()
-        .map(|h| {
-            h.join()
-                .unwrap_or(RankOutcome::Failed("rank thread died".into()))
-        })
+        .map(|h| h.join().unwrap_or_else(|_| Err("rank thread died".into())))
         .collect();
     // One line for the failure, as every MPI rank would print it.
     let mut status = 0;
     for o in &outcomes {
-        if let RankOutcome::Failed(line) = o {
+        if let Err(line) = o {
             eprintln!("{line}");
             status = 1;
             break;
         }
     }
-    if let Some(RankOutcome::Done(Some(text))) = outcomes.first() {
+    if let Some(Ok(Some(text))) = outcomes.first() {
         print!("{text}");
     }
     status
@@ -304,14 +309,23 @@ fn run_mpi(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
             }
             0
         }
-        RankOutcome::Failed(line) => {
-            eprintln!("{line}");
-            // Leave without MPI_Finalize: it would wait for peers that may be gone.
-            // mpirun/srun end the whole job at the first non-zero exit, so wait a moment
-            // first: the peers are told through the abort notice and print their own line.
+        RankOutcome::Failed(line, comm) => {
+            print_whole_line(&line);
+            // mpirun/srun end the whole job at the first rank that leaves, often before the
+            // others have printed why. Ranks that know of the failure therefore meet in
+            // MPI_Finalize and leave together; a rank stuck outside MPI cannot hold them
+            // longer than the grace period.
             use std::io::Write;
-            let _ = std::io::stdout().flush();
             let _ = std::io::stderr().flush();
+            // The launcher forwards each rank's output asynchronously and drops what is
+            // still in flight when it tears the job down: let the line get out first.
+            std::thread::sleep(OUTPUT_DRAIN);
+            if let Some(c) = comm {
+                if let Ok(mpi) = c.into_any().downcast::<rankwise_transports::MpiComm>() {
+                    mpi.exit_after_failure(1, FAILURE_GRACE);
+                }
+            }
+            let _ = std::io::stdout().flush();
             std::thread::sleep(FAILURE_GRACE);
             // SAFETY: ends the process at once, skipping destructors that would call MPI.
             unsafe { libc::_exit(1) }
@@ -330,57 +344,63 @@ type RankFailure = (Option<Box<dyn Comm>>, CliError);
 
 enum RankOutcome {
     Done(Option<String>),
-    Failed(String),
+    /// The line to print, and the transport when it survived (to leave in its own way).
+    Failed(String, Option<Box<dyn Comm>>),
 }
 
 /// One rank's life: start the runtime, run the job, and on failure tell everyone.
 fn rank_main(comm: Box<dyn Comm>, run: &RunArgs, launch: &LaunchInfo, job: &Job) -> RankOutcome {
     rankwise_linalg::init_blas_threads();
     let me = comm.rank();
-    // Keep a way to reach the peers if the runtime cannot be built.
+    let failed =
+        |comm: Option<Box<dyn Comm>>, e: CliError| -> Result<Option<String>, RankFailure> {
+            // A peer's failure was announced by that peer; anything else is ours to announce.
+            if e.peer_failure().is_none() {
+                if let Some(c) = &comm {
+                    c.abort(&e.to_string());
+                }
+            }
+            Err((comm, e))
+        };
     let result = catch_unwind(AssertUnwindSafe(
         || -> Result<Option<String>, RankFailure> {
             let config = match runtime_config(run, launch) {
                 Ok(c) => c,
-                Err(e) => return Err((Some(comm), e)),
+                Err(e) => return failed(Some(comm), e),
             };
             let specs = match actor_specs(&Topology::detect(), &config) {
                 Ok(s) => s,
-                Err(e) => return Err((Some(comm), e.into())),
+                Err(e) => return failed(Some(comm), e.into()),
             };
             let rt = Runtime::new(comm, specs).map_err(|e| (None, e.into()))?;
             match catch_unwind(AssertUnwindSafe(|| job(&rt, launch))) {
                 Ok(Ok(v)) => Ok(v),
-                Ok(Err(e)) => {
-                    if e.peer_failure().is_none() {
-                        rt.comm().abort(&e.to_string());
-                    }
-                    Err((None, e))
-                }
-                Err(p) => {
-                    let e = CliError::Panic(panic_text(p));
-                    rt.comm().abort(&e.to_string());
-                    Err((None, e))
-                }
+                Ok(Err(e)) => failed(Some(rt.into_comm()), e),
+                Err(p) => failed(Some(rt.into_comm()), CliError::Panic(panic_text(p))),
             }
         },
     ));
     match result {
         Ok(Ok(v)) => RankOutcome::Done(v),
-        Ok(Err((comm, e))) => {
-            if let Some(c) = comm {
-                c.abort(&e.to_string());
-            }
-            RankOutcome::Failed(match e.peer_failure() {
+        Ok(Err((comm, e))) => RankOutcome::Failed(
+            match e.peer_failure() {
                 Some((rank, message)) => format!("rankwise: rank {rank} failed: {message}"),
                 None => format!("rankwise: rank {me} failed: {e}"),
-            })
-        }
-        Err(p) => RankOutcome::Failed(format!(
-            "rankwise: rank {me} failed: panic: {}",
-            panic_text(p)
-        )),
+            },
+            comm,
+        ),
+        Err(p) => RankOutcome::Failed(
+            format!("rankwise: rank {me} failed: panic: {}", panic_text(p)),
+            None,
+        ),
     }
+}
+
+/// Writes `line` and its newline to stderr in one call: launchers merge the ranks' output,
+/// and a line written in pieces can be split by another rank's.
+fn print_whole_line(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
@@ -640,7 +660,11 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
         let o = match opened {
             Ok(o) => o,
             Err(e) => {
-                let _ = SvdOutput::abandon(&tmp);
+                // Until every rank has opened it, only its creator may remove it: another
+                // rank's cleanup could race with the creation itself.
+                if me == 0 {
+                    let _ = SvdOutput::abandon(&tmp);
+                }
                 return Err(e);
             }
         };

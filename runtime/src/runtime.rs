@@ -205,6 +205,14 @@ impl Runtime {
         })
     }
 
+    /// Stops the actors and gives the transport back (to end the process after a failure
+    /// in the transport's own way).
+    pub fn into_comm(self) -> Box<dyn Comm> {
+        let Runtime { comm, actors, .. } = self;
+        drop(actors);
+        comm
+    }
+
     /// The transport.
     pub fn comm(&self) -> &dyn Comm {
         self.comm.as_ref()

@@ -2,9 +2,10 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+
+#[path = "../../transports/tests/mpirun_util/mod.rs"]
+pub mod mpirun_util;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use ndarray::{Array1, Array2};
 use ndarray_linalg::{JobSvd, SVDDCInto};
@@ -105,45 +106,6 @@ pub fn rankwise_bin() -> PathBuf {
         bin.display()
     );
     bin
-}
-
-/// Runs a command with a hard deadline: a hang fails the test instead of hanging it.
-pub fn run_with_timeout(cmd: &mut Command, limit: Duration) -> (Output, Duration) {
-    let start = Instant::now();
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .expect("spawn");
-    let pid = child.id() as i32;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => (out.expect("wait"), start.elapsed()),
-        Err(_) => {
-            // Kill the whole process group (mpirun and its ranks).
-            unsafe { libc_kill(-pid, 9) };
-            panic!("{cmd:?} did not finish within {limit:?}");
-        }
-    }
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
-}
-
-use std::os::unix::process::CommandExt;
-
-/// stdout and stderr as text.
-pub fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 /// A fresh scratch directory under the target dir.

@@ -116,6 +116,9 @@ pub trait Comm {
     fn abort(&self, message: &str);
     /// Sets how long a receive waits before it gives up.
     fn set_timeout(&mut self, timeout: Duration);
+    /// The concrete transport, for callers that need its own methods (for example
+    /// [`MpiComm::exit_after_failure`](crate::MpiComm)).
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 
     /// Sends `data` to `dest`; `tag` must be below [`RESERVED_TAG_BASE`].
     fn send_bytes(&self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {

@@ -119,6 +119,10 @@ impl Comm for LocalComm {
     fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
     }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
 }
 
 #[cfg(test)]

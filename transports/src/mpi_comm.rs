@@ -801,6 +801,10 @@ impl Comm for MpiComm {
     fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
     }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
 }
 
 impl Drop for MpiComm {

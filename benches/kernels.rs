@@ -1,0 +1,173 @@
+//! Criterion micro-benchmarks of rankwise's kernels, through the public API of the facade
+//! crate only:
+//!
+//! * `generator/*`: the counter-based generator filling a 100,000 × 20 column-major panel
+//!   (uniform and genotype values);
+//! * `panel_factor/*`: `PanelFactor::compute` (block-by-block QR, fed by the generator, as
+//!   in the SVD's first pass) of a 625,000 × 20 panel (the main job's panel) and of a
+//!   20,000 × 200 panel;
+//! * `allreduce/*`: `Comm::allreduce_sum_f64` of a 20 × 20 and a 200 × 200 buffer over a
+//!   two-rank `Local` world, one thread per rank.
+//!
+//! Run with `cargo bench --bench kernels` (under three minutes on two cores); pass a filter
+//! to run one group, e.g. `cargo bench --bench kernels -- allreduce`.
+
+use std::ops::Range;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use ndarray::{Array2, ArrayViewMut2, ShapeBuilder};
+use rankwise::linalg::kernels::Keep;
+use rankwise::linalg::{LinalgError, PanelFactor};
+use rankwise::runtime::{Dist, Generated, PanelSource, RuntimeError};
+use rankwise::transports::{Comm, LocalWorld};
+
+const SEED: u64 = 42;
+
+/// Bytes of an `rows × cols` f64 matrix, for throughput figures.
+fn f64_bytes(rows: usize, cols: usize) -> u64 {
+    (rows * cols * 8) as u64
+}
+
+fn generator(c: &mut Criterion) {
+    let (rows, cols) = (100_000usize, 20usize);
+    let mut group = c.benchmark_group("generator");
+    group.throughput(Throughput::Bytes(f64_bytes(rows, cols)));
+    for dist in [Dist::Uniform, Dist::Genotype] {
+        // The source is taller than the panel so that the panel sits at a non-zero offset.
+        let source = Generated::new(10 * rows as u64, cols as u64, SEED, dist);
+        let mut panel = Array2::<f64>::zeros((rows, cols).f());
+        let start = 3 * rows as u64;
+        group.bench_function(
+            BenchmarkId::new(format!("fill_{dist}"), format!("{rows}x{cols}")),
+            |b| {
+                b.iter(|| {
+                    source
+                        .fill(start..start + rows as u64, panel.view_mut())
+                        .expect("rows inside the source");
+                    std::hint::black_box(panel[[rows - 1, cols - 1]])
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+/// Factors rows `0..rows` of `source` the way the SVD's first pass does: the generator
+/// writes each cache block straight into the factor's buffer, which goes back to the
+/// thread's scratch pool afterwards.
+fn factor_panel(source: &Generated, rows: usize, n: usize) -> f64 {
+    let f = PanelFactor::compute(
+        rows,
+        n,
+        Keep::Scratch,
+        |range: Range<usize>, view: ArrayViewMut2<'_, f64>| {
+            source
+                .fill(range.start as u64..range.end as u64, view)
+                .map_err(|e| LinalgError::from(RuntimeError::from(e)))
+        },
+    )
+    .expect("panel factor");
+    let r00 = f.r[[0, 0]];
+    f.recycle();
+    r00
+}
+
+fn panel_factor(c: &mut Criterion) {
+    let mut group = c.benchmark_group("panel_factor");
+    // One 625,000 × 20 panel takes a few hundred milliseconds: a flat sampling plan keeps
+    // the ten samples at one iteration each instead of criterion's 55.
+    group.sampling_mode(SamplingMode::Flat);
+    for (rows, n) in [(625_000usize, 20usize), (20_000, 200)] {
+        let source = Generated::new(rows as u64, n as u64, SEED, Dist::Uniform);
+        group.throughput(Throughput::Bytes(f64_bytes(rows, n)));
+        group.bench_function(
+            BenchmarkId::new("generated_uniform", format!("{rows}x{n}")),
+            |b| b.iter(|| std::hint::black_box(factor_panel(&source, rows, n))),
+        );
+    }
+    group.finish();
+}
+
+/// Rank 1 of a two-rank `Local` world, on its own thread: for each count it receives, it
+/// takes part in that many allreduces of `len` values; a count of zero ends it.
+struct Peer {
+    go: mpsc::Sender<u64>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl Peer {
+    fn start(comm: rankwise::transports::LocalComm, len: usize) -> Peer {
+        let (go, rx) = mpsc::channel::<u64>();
+        let handle = thread::spawn(move || {
+            let mut buf = vec![1.0f64; len];
+            while let Ok(iters) = rx.recv() {
+                if iters == 0 {
+                    break;
+                }
+                for _ in 0..iters {
+                    comm.allreduce_sum_f64(&mut buf)
+                        .expect("allreduce on rank 1");
+                    buf.fill(1.0);
+                }
+            }
+        });
+        Peer {
+            go,
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.go.send(0);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn allreduce(c: &mut Criterion) {
+    let mut group = c.benchmark_group("allreduce_local_2_ranks");
+    for k in [20usize, 200] {
+        let len = k * k;
+        let mut world = LocalWorld::create(2);
+        let peer = Peer::start(world.pop().expect("rank 1"), len);
+        let me = world.pop().expect("rank 0");
+        let mut buf = vec![1.0f64; len];
+        group.throughput(Throughput::Bytes(f64_bytes(k, k)));
+        group.bench_function(BenchmarkId::new("sum_f64", format!("{k}x{k}")), |b| {
+            b.iter_custom(|iters| {
+                peer.go.send(iters).expect("rank 1 is running");
+                let t = Instant::now();
+                for _ in 0..iters {
+                    me.allreduce_sum_f64(&mut buf).expect("allreduce on rank 0");
+                    buf.fill(1.0);
+                }
+                t.elapsed()
+            })
+        });
+        drop(peer);
+    }
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+}
+
+// What `criterion_group!` and `criterion_main!` expand to, written out so that the crate's
+// `missing_docs` lint has no undocumented generated `pub fn` to complain about.
+fn main() {
+    let mut c = config().configure_from_args();
+    generator(&mut c);
+    panel_factor(&mut c);
+    allreduce(&mut c);
+    c.final_summary();
+}
