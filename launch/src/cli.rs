@@ -15,7 +15,7 @@ use ndarray::ArrayView2;
 use rankwise_linalg::{svd, FactorSink, LinalgError, SvdOptions, SvdPlan, SvdProblem, SvdResult};
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::{
-    actor_specs, parse_bytes, ChunkGrid, Dist, Runtime, RuntimeConfig, RuntimeError, Topology,
+    actor_specs, parse_bytes, Dist, Runtime, RuntimeConfig, RuntimeError, Topology,
 };
 use rankwise_transports::{Comm, LocalWorld, TransportError};
 use serde_json::json;
@@ -846,9 +846,4 @@ fn summary_text(rt: &Runtime, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, elapse
         let _ = writeln!(s, "output: {}", out.display());
     }
     s
-}
-
-/// The grid of a generated matrix as the CLI would build it (for tests and tools).
-pub fn grid_for(rows: u64, cols: u64, chunk_rows: u64) -> Result<ChunkGrid, RuntimeError> {
-    ChunkGrid::new(rows.max(cols), rows.min(cols), chunk_rows)
 }

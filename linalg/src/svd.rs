@@ -237,14 +237,19 @@ pub fn svd(
     let residency: Vec<Residency> = my_actors.iter().map(|a| a.2).collect();
     let mut timings = Vec::new();
     let mut bytes_generated = 0u64;
-    let my_panel_bytes: u64 = my_actors
-        .iter()
-        .flat_map(|a| a.1.clone())
-        .map(|p| {
-            let r = grid.panel_rows(p);
-            (r.end - r.start) * n as u64 * 8
-        })
-        .sum();
+    // Bytes of this rank's panels: of all its actors, or of those that regenerate.
+    let panel_bytes = |only_regenerated: bool| -> u64 {
+        my_actors
+            .iter()
+            .filter(|a| !only_regenerated || a.2 == Residency::Regenerated)
+            .flat_map(|a| a.1.clone())
+            .map(|p| {
+                let r = grid.panel_rows(p);
+                (r.end - r.start) * n as u64 * 8
+            })
+            .sum()
+    };
+    let my_panel_bytes = panel_bytes(false);
 
     // Pass 1: panel factors.
     let t = Instant::now();
@@ -400,16 +405,7 @@ pub fn svd(
         },
     )?;
     // Pass 2 produces the panels again where they were not kept, and once more for checks.
-    let regenerated: u64 = my_actors
-        .iter()
-        .filter(|a| a.2 == Residency::Regenerated)
-        .flat_map(|a| a.1.clone())
-        .map(|p| {
-            let r = grid.panel_rows(p);
-            (r.end - r.start) * n as u64 * 8
-        })
-        .sum();
-    bytes_generated += regenerated + if options.check { my_panel_bytes } else { 0 };
+    bytes_generated += panel_bytes(true) + if options.check { my_panel_bytes } else { 0 };
     let mut stats = BTreeMap::new();
     for (a, results) in my_actors.iter().zip(pass2) {
         for (p, r) in a.1.clone().zip(results) {

@@ -10,6 +10,7 @@
 //!
 //! [`bind_current_thread`] pins the calling thread to a set of OS PU indices.
 
+use crate::budget::format_bytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CStr;
 use std::fmt::Write as _;
@@ -550,25 +551,10 @@ fn format_ranges(v: &[usize]) -> String {
     out
 }
 
-/// Bytes in binary units with one decimal ("31.2 GiB").
-fn format_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = b as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{b} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::format_bytes;
 
     fn max_cpu_index() -> usize {
         // OS PU indices may be sparse, but never beyond the configured CPU count.
