@@ -157,6 +157,9 @@ pub enum CliError {
     /// A panic on this rank.
     #[error("panic: {0}")]
     Panic(String),
+    /// An error of this rank that was already sent to the other ranks.
+    #[error(transparent)]
+    Announced(Box<CliError>),
 }
 
 impl CliError {
@@ -217,6 +220,10 @@ fn runtime_config(run: &RunArgs, launch: &LaunchInfo) -> Result<RuntimeConfig, C
         pin: !run.no_pin,
     })
 }
+
+/// How long a failing rank looks for a peer's earlier failure notice before it announces
+/// its own error.
+const PEER_NOTICE_WAIT: Duration = Duration::from_millis(200);
 
 /// How long a failing MPI rank lets its error line travel through the launcher.
 const OUTPUT_DRAIN: Duration = Duration::from_millis(700);
@@ -354,10 +361,18 @@ fn rank_main(comm: Box<dyn Comm>, run: &RunArgs, launch: &LaunchInfo, job: &Job)
     let me = comm.rank();
     let failed =
         |comm: Option<Box<dyn Comm>>, e: CliError| -> Result<Option<String>, RankFailure> {
-            // A peer's failure was announced by that peer; anything else is ours to announce.
-            if e.peer_failure().is_none() {
+            // A peer's failure was announced by that peer; anything else is ours to announce,
+            // unless a peer's notice is already here: then our error is likely its consequence
+            // (a file it removed), and its cause is what every rank should report.
+            let mut e = e;
+            if e.peer_failure().is_none() && !matches!(e, CliError::Announced(_)) {
                 if let Some(c) = &comm {
-                    c.abort(&e.to_string());
+                    match c.peer_failure(PEER_NOTICE_WAIT) {
+                        Some((rank, message)) => {
+                            e = CliError::Transport(TransportError::PeerFailed { rank, message });
+                        }
+                        None => c.abort(&e.to_string()),
+                    }
                 }
             }
             Err((comm, e))
@@ -682,8 +697,15 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
     match (result, output) {
         (Ok(text), _) => Ok(text),
         (Err(e), Some((o, tmp))) => {
-            // Every rank removes it after its own last write, so no rank's late write can
-            // leave a partial directory behind the others' cleanup.
+            // Tell the peers before removing the output: a peer whose write then finds it
+            // gone already has the cause waiting. Every rank removes it after its own last
+            // write, so no late write leaves a partial directory behind.
+            let e = if e.peer_failure().is_none() && comm.peer_failure(Duration::ZERO).is_none() {
+                comm.abort(&e.to_string());
+                CliError::Announced(Box::new(e))
+            } else {
+                e
+            };
             drop(o);
             let _ = SvdOutput::abandon(&tmp);
             Err(e)

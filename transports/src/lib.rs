@@ -116,6 +116,10 @@ pub trait Comm {
     fn abort(&self, message: &str);
     /// Sets how long a receive waits before it gives up.
     fn set_timeout(&mut self, timeout: Duration);
+    /// Waits up to `wait` for another rank's abort notice and returns it if one came.
+    /// A rank whose own error may be a consequence of a peer's failure (a file the peer
+    /// removed, say) asks this first, so that every rank reports the cause.
+    fn peer_failure(&self, wait: Duration) -> Option<(usize, String)>;
     /// The concrete transport, for callers that need its own methods (for example
     /// [`MpiComm::exit_after_failure`](crate::MpiComm)).
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;

@@ -120,6 +120,26 @@ impl Comm for LocalComm {
         self.timeout = timeout;
     }
 
+    fn peer_failure(&self, wait: Duration) -> Option<(usize, String)> {
+        let mailbox = &self.boxes[self.rank];
+        let deadline = Instant::now() + wait;
+        let mut queue = mailbox.queue.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(e) = queue.iter().find(|e| e.tag == ABORT_TAG) {
+                return Some((e.src, String::from_utf8_lossy(&e.data).into_owned()));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            queue = mailbox
+                .ready
+                .wait_timeout(queue, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
         self
     }
@@ -179,6 +199,19 @@ mod tests {
         });
         assert_eq!(out[0].as_deref(), Some("rank 2 failed: bad chunk"));
         assert_eq!(out[1].as_deref(), Some("rank 2 failed: bad chunk"));
+    }
+
+    #[test]
+    fn peer_failure_sees_a_notice_without_waiting_for_a_message() {
+        let mut world = LocalWorld::create(2);
+        let b = world.pop().unwrap();
+        let a = world.pop().unwrap();
+        assert_eq!(a.peer_failure(Duration::from_millis(10)), None);
+        b.abort("disk full");
+        assert_eq!(
+            a.peer_failure(Duration::ZERO),
+            Some((1, "disk full".into()))
+        );
     }
 
     #[test]

@@ -802,6 +802,20 @@ impl Comm for MpiComm {
         self.timeout = timeout;
     }
 
+    fn peer_failure(&self, wait: Duration) -> Option<(usize, String)> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let known = match self.check_state().and_then(|()| self.poll_abort()) {
+                Err(TransportError::PeerFailed { rank, message }) => Some((rank, message)),
+                _ => None,
+            };
+            if known.is_some() || Instant::now() >= deadline {
+                return known;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
         self
     }
