@@ -13,6 +13,7 @@ packages=(
   libhwloc-dev      # topology (hwlocality)
   libudev-dev       # hwloc's PCI discovery
   libopenblas-dev   # BLAS and LAPACK for ndarray-linalg
+  fonts-dejavu-core # DejaVuSans.ttf for the text of `rankwise pca` plots (no fontconfig)
 )
 if [ "${RANKWISE_EXTRA_PACKAGES:-}" != "" ]; then
   read -r -a extra <<<"$RANKWISE_EXTRA_PACKAGES"

@@ -24,6 +24,8 @@ use crate::launcher::LaunchInfo;
 use crate::output::{OutputError, OutputLayout, SvdOutput};
 use crate::report::{peak_rss_bytes, seconds};
 
+mod rsvd_cmd;
+
 /// Distributed SVD and PCA of matrices too large for one machine.
 #[derive(Parser, Debug)]
 #[command(name = "rankwise", version, about, long_about = None)]
@@ -36,6 +38,10 @@ pub struct Cli {
 enum Command {
     /// Exact SVD of a tall-and-skinny (or short-and-fat) matrix by TSQR.
     Svd(SvdArgs),
+    /// Rank-k randomized SVD (Halko, Martinsson & Tropp) of a generated matrix.
+    Rsvd(rsvd_cmd::RsvdArgs),
+    /// PCA of a genotype matrix (variants × samples), standardized per variant.
+    Pca(rsvd_cmd::PcaArgs),
     /// Print the placement and memory plan of an SVD without computing it.
     Plan(PlanArgs),
     /// Print what hwloc sees, the launcher, and the actors this rank would start.
@@ -198,6 +204,18 @@ pub fn main() -> i32 {
             let a = Arc::new(a);
             run_ranks(&a.run.clone(), move |rt, launch| {
                 svd_command(rt, launch, &a)
+            })
+        }
+        Command::Rsvd(a) => {
+            let a = Arc::new(a);
+            run_ranks(&a.run().clone(), move |rt, launch| {
+                rsvd_cmd::rsvd_command(rt, launch, &a)
+            })
+        }
+        Command::Pca(a) => {
+            let a = Arc::new(a);
+            run_ranks(&a.run().clone(), move |rt, launch| {
+                rsvd_cmd::pca_command(rt, launch, &a)
             })
         }
     }
@@ -607,85 +625,15 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
     let start = Instant::now();
     injected_fault(rt, "start")?;
     let p = problem(&a.matrix)?;
-    let comm = rt.comm();
-    let me = rt.rank();
     let (m, n) = (a.matrix.rows, a.matrix.cols);
     let k = m.min(n);
     // Make every rank refuse a bad budget before any output exists.
     SvdPlan::new(p.grid, rt.world())?;
 
-    let mut output = None;
-    if let Some(out) = &a.out {
-        SvdOutput::check_target(out)?;
-        let mut token = if me == 0 {
-            format!(
-                "{}-{}",
-                std::process::id(),
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0)
-            )
-            .into_bytes()
-        } else {
-            Vec::new()
-        };
-        comm.broadcast_bytes(0, &mut token)?;
-        let tmp = SvdOutput::temp_path(out, &String::from_utf8_lossy(&token));
-        let layout = OutputLayout {
-            m,
-            n,
-            k,
-            u_chunk_rows: if p.transposed {
-                m.max(1)
-            } else {
-                a.matrix.chunk_rows
-            },
-            vt_chunk_cols: if p.transposed {
-                a.matrix.chunk_rows
-            } else {
-                n.max(1)
-            },
-            attributes: serde_json::Map::from_iter([
-                ("source".to_string(), json!(p.source.describe())),
-                (
-                    "producer".to_string(),
-                    json!(format!("rankwise {}", env!("CARGO_PKG_VERSION"))),
-                ),
-            ]),
-        };
-        // From here on the temporary directory may exist: any failure removes it.
-        let opened = (|| -> Result<SvdOutput, CliError> {
-            let created = if me == 0 {
-                Some(SvdOutput::create(out, &tmp, layout.clone()).map_err(|e| {
-                    CliError::Option {
-                        option: "--out",
-                        message: e.to_string(),
-                    }
-                })?)
-            } else {
-                None
-            };
-            comm.barrier()?;
-            Ok(match created {
-                Some(o) => o,
-                None => SvdOutput::open(out, &tmp, layout)?,
-            })
-        })();
-        let o = match opened {
-            Ok(o) => o,
-            Err(e) => {
-                // Until every rank has opened it, only its creator may remove it: another
-                // rank's cleanup could race with the creation itself.
-                if me == 0 {
-                    let _ = SvdOutput::abandon(&tmp);
-                }
-                return Err(e);
-            }
-        };
-        output = Some((Arc::new(o), tmp));
-    }
-
+    let output = match &a.out {
+        Some(out) => Some(open_output(rt, out, layout_for(a, &p, m, n, k))?),
+        None => None,
+    };
     let result = run_svd(
         rt,
         launch,
@@ -694,8 +642,103 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
         output.as_ref().map(|o| Arc::clone(&o.0)),
         start,
     );
+    finish_output(rt, result, output)
+}
+
+fn layout_for(a: &SvdArgs, p: &SvdProblem, m: u64, n: u64, k: u64) -> OutputLayout {
+    OutputLayout {
+        m,
+        n,
+        k,
+        u_chunk_rows: if p.transposed {
+            m.max(1)
+        } else {
+            a.matrix.chunk_rows
+        },
+        vt_chunk_cols: if p.transposed {
+            a.matrix.chunk_rows
+        } else {
+            n.max(1)
+        },
+        attributes: serde_json::Map::from_iter([
+            ("source".to_string(), json!(p.source.describe())),
+            (
+                "producer".to_string(),
+                json!(format!("rankwise {}", env!("CARGO_PKG_VERSION"))),
+            ),
+        ]),
+    }
+}
+
+/// An output group opened on every rank, and its temporary path.
+pub(crate) type OpenOutput = (Arc<SvdOutput>, PathBuf);
+
+/// Creates the output group under a temporary name shared by all ranks (a collective
+/// call): rank 0 creates it, the others open it after a barrier. `out` must not exist.
+pub(crate) fn open_output(
+    rt: &Runtime,
+    out: &std::path::Path,
+    layout: OutputLayout,
+) -> Result<OpenOutput, CliError> {
+    let comm = rt.comm();
+    let me = rt.rank();
+    SvdOutput::check_target(out)?;
+    let mut token = if me == 0 {
+        format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        )
+        .into_bytes()
+    } else {
+        Vec::new()
+    };
+    comm.broadcast_bytes(0, &mut token)?;
+    let tmp = SvdOutput::temp_path(out, &String::from_utf8_lossy(&token));
+    // From here on the temporary directory may exist: any failure removes it.
+    let opened = (|| -> Result<SvdOutput, CliError> {
+        let created = if me == 0 {
+            Some(
+                SvdOutput::create(out, &tmp, layout.clone()).map_err(|e| CliError::Option {
+                    option: "--out",
+                    message: e.to_string(),
+                })?,
+            )
+        } else {
+            None
+        };
+        comm.barrier()?;
+        Ok(match created {
+            Some(o) => o,
+            None => SvdOutput::open(out, &tmp, layout)?,
+        })
+    })();
+    match opened {
+        Ok(o) => Ok((Arc::new(o), tmp)),
+        Err(e) => {
+            // Until every rank has opened it, only its creator may remove it: another
+            // rank's cleanup could race with the creation itself.
+            if me == 0 {
+                let _ = SvdOutput::abandon(&tmp);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Ends a job that writes `output`: on error the peers are told first, then the temporary
+/// group is removed, so nothing half-written is left behind.
+pub(crate) fn finish_output<T>(
+    rt: &Runtime,
+    result: Result<T, CliError>,
+    output: Option<OpenOutput>,
+) -> Result<T, CliError> {
+    let comm = rt.comm();
     match (result, output) {
-        (Ok(text), _) => Ok(text),
+        (Ok(v), _) => Ok(v),
         (Err(e), Some((o, tmp))) => {
             // Tell the peers before removing the output: a peer whose write then finds it
             // gone already has the cause waiting. Every rank removes it after its own last

@@ -4,4 +4,5 @@
 pub mod cli;
 pub mod launcher;
 pub mod output;
+pub mod pca_files;
 pub mod report;

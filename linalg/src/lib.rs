@@ -2,13 +2,19 @@
 //! panel order, and the exact tall-and-skinny SVD built on it.
 
 pub mod kernels;
+pub mod rsvd;
 pub mod svd;
+pub mod tiles;
 pub mod tree;
 
 pub use kernels::{init_blas_threads, PanelFactor};
+pub use rsvd::{
+    rsvd, ErrorEstimate, GenotypeSummary, Method, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
+};
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,
 };
+pub use tiles::Operand;
 pub use tree::Tree;
 
 use rankwise_runtime::RuntimeError;
@@ -35,6 +41,21 @@ pub enum LinalgError {
         rows: String,
         /// What went wrong.
         message: String,
+    },
+    /// A genotype value outside {−1, 0, 1, 2}.
+    #[error(
+        "genotype value {value} at variant {variant}, sample {sample} of {what}: dosages \
+         must be -1 (missing), 0, 1 or 2"
+    )]
+    Genotype {
+        /// Variant (row), global.
+        variant: u64,
+        /// Sample (column).
+        sample: u64,
+        /// The value found.
+        value: i8,
+        /// The source, described.
+        what: String,
     },
     /// The output sink refused a panel.
     #[error("writing panel {panel}: {message}")]

@@ -32,6 +32,11 @@ impl<'a> Tree<'a> {
         Tree { owners }
     }
 
+    /// The owner of every panel.
+    pub fn owners(&self) -> &[usize] {
+        self.owners
+    }
+
     fn count(&self, level: usize) -> usize {
         self.owners.len().div_ceil(1 << level)
     }
@@ -74,7 +79,26 @@ impl<'a> Tree<'a> {
     pub fn up<F>(
         &self,
         comm: &dyn Comm,
-        mut nodes: BTreeMap<usize, Array2<f64>>,
+        leaves: BTreeMap<usize, Array2<f64>>,
+        combine: F,
+    ) -> Result<Option<Array2<f64>>, LinalgError>
+    where
+        F: FnMut(usize, usize, Array2<f64>, Array2<f64>) -> Result<Array2<f64>, LinalgError>,
+    {
+        self.up_partial(
+            comm,
+            leaves.into_iter().map(|(p, v)| ((0, p), v)).collect(),
+            combine,
+        )
+    }
+
+    /// [`Tree::up`] from nodes at any level, keyed `(level, j)`: the leaves and the local
+    /// subtrees already combined (by [`PartialSums`]). Every node of this rank must be
+    /// present either itself or through an ancestor formed from it.
+    pub fn up_partial<F>(
+        &self,
+        comm: &dyn Comm,
+        mut nodes: BTreeMap<(usize, usize), Array2<f64>>,
         mut combine: F,
     ) -> Result<Option<Array2<f64>>, LinalgError>
     where
@@ -87,22 +111,23 @@ impl<'a> Tree<'a> {
                 let parent = self.owner(level + 1, j / 2);
                 if self.owner(level, j) == me && parent != me {
                     let v = nodes
-                        .remove(&j)
+                        .remove(&(level, j))
                         .ok_or(LinalgError::Tree { level, node: j })?;
                     comm.send_f64(parent, TAG_UP + level as Tag, &encode(&v))?;
                 }
             }
-            let mut next = BTreeMap::new();
             for p in 0..self.count(level + 1) {
-                if self.owner(level + 1, p) != me {
+                let formed = (level + 1..=self.height())
+                    .any(|l| nodes.contains_key(&(l, p >> (l - level - 1))));
+                if self.owner(level + 1, p) != me || formed {
                     continue;
                 }
                 let left = nodes
-                    .remove(&(2 * p))
+                    .remove(&(level, 2 * p))
                     .ok_or(LinalgError::Tree { level, node: 2 * p })?;
                 let value = if 2 * p + 1 < count {
                     let right = if self.owner(level, 2 * p + 1) == me {
-                        nodes.remove(&(2 * p + 1)).ok_or(LinalgError::Tree {
+                        nodes.remove(&(level, 2 * p + 1)).ok_or(LinalgError::Tree {
                             level,
                             node: 2 * p + 1,
                         })?
@@ -114,11 +139,10 @@ impl<'a> Tree<'a> {
                 } else {
                     left
                 };
-                next.insert(p, value);
+                nodes.insert((level + 1, p), value);
             }
-            nodes = next;
         }
-        Ok(nodes.remove(&0))
+        Ok(nodes.remove(&(self.height(), 0)))
     }
 
     /// Pushes a value from the root down to the leaves. `split(level, j, value)` gives the
@@ -183,7 +207,21 @@ impl<'a> Tree<'a> {
         leaves: BTreeMap<usize, Array2<f64>>,
         shape: (usize, usize),
     ) -> Result<Array2<f64>, LinalgError> {
-        let root = self.up(comm, leaves, |_, _, a, b| Ok(a + b))?;
+        self.sum_all_partial(
+            comm,
+            leaves.into_iter().map(|(p, v)| ((0, p), v)).collect(),
+            shape,
+        )
+    }
+
+    /// [`Tree::sum_all`] from the nodes a [`PartialSums`] left.
+    pub fn sum_all_partial(
+        &self,
+        comm: &dyn Comm,
+        nodes: BTreeMap<(usize, usize), Array2<f64>>,
+        shape: (usize, usize),
+    ) -> Result<Array2<f64>, LinalgError> {
+        let root = self.up_partial(comm, nodes, |_, _, a, b| Ok(a + b))?;
         let mut flat = match root {
             Some(r) => encode(&r),
             None => Vec::new(),
@@ -197,6 +235,63 @@ impl<'a> Tree<'a> {
             });
         }
         Ok(total)
+    }
+}
+
+/// Sums leaf values up the tree as they arrive, inside this rank: a node whose two children
+/// are both here (or that has one child) is formed as soon as its children are, so a rank
+/// holds a few partial sums instead of one array per panel. The additions are the tree's own
+/// (left + right at each node), so the result does not depend on the order leaves arrive
+/// in. Leaves may be inserted from any thread.
+pub struct PartialSums {
+    owners: Vec<usize>,
+    me: usize,
+    nodes: std::sync::Mutex<BTreeMap<(usize, usize), Array2<f64>>>,
+}
+
+impl PartialSums {
+    /// Partial sums over panels owned as `owners[p]`, on rank `me`.
+    pub fn new(owners: Vec<usize>, me: usize) -> Self {
+        PartialSums {
+            owners,
+            me,
+            nodes: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Adds the value of leaf `panel`.
+    pub fn insert(&self, panel: usize, mut value: Array2<f64>) {
+        let tree = Tree::new(&self.owners);
+        let height = tree.height();
+        let (mut level, mut j) = (0, panel);
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        while level < height && tree.owner(level + 1, j / 2) == self.me {
+            let sib = j ^ 1;
+            if sib < tree.count(level) {
+                if tree.owner(level, sib) != self.me {
+                    break;
+                }
+                match nodes.remove(&(level, sib)) {
+                    Some(other) => {
+                        value = if j % 2 == 0 {
+                            value + other
+                        } else {
+                            other + value
+                        };
+                    }
+                    None => break,
+                }
+            }
+            level += 1;
+            j /= 2;
+        }
+        nodes.insert((level, j), value);
+    }
+
+    /// Takes the nodes formed so far, for [`Tree::sum_all_partial`] or
+    /// [`Tree::up_partial`].
+    pub fn take(&self) -> BTreeMap<(usize, usize), Array2<f64>> {
+        std::mem::take(&mut *self.nodes.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

@@ -16,7 +16,9 @@ pub use actor::{Actor, ActorSpec};
 pub use budget::{parse_bytes, MemoryPlan, Residency};
 pub use grid::{ActorShape, Assignment, ChunkGrid, Placement, World};
 pub use runtime::{actor_specs, Runtime, RuntimeConfig};
-pub use source::{Dist, Generated, PanelSource, SourceError};
+pub use source::{
+    Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix, PanelSource, SourceError,
+};
 pub use topology::Topology;
 
 use rankwise_transports::TransportError;

@@ -99,8 +99,171 @@ pub trait PanelSource: Send + Sync {
     /// Writes rows `rows` (all columns) into `out`, which has `rows.len()` rows and
     /// `shape().1` columns in any memory layout.
     fn fill(&self, rows: Range<u64>, out: ArrayViewMut2<'_, f64>) -> Result<(), SourceError>;
+    /// Writes rows `rows`, columns `cols` into `out` (`rows.len() × cols.len()`, any
+    /// layout): the tile the randomized passes multiply while it is still in cache. The
+    /// default fills whole rows into a temporary and copies the tile out; sources that can
+    /// produce a tile directly override it.
+    fn fill_cols(
+        &self,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        mut out: ArrayViewMut2<'_, f64>,
+    ) -> Result<(), SourceError> {
+        let (m, n) = PanelSource::shape(self);
+        if cols.start > cols.end || cols.end > n || rows.end > m || rows.start > rows.end {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: out.ncols(),
+                shape: (m, n),
+                what: PanelSource::describe(self),
+            });
+        }
+        let mut whole = ndarray::Array2::zeros(((rows.end - rows.start) as usize, n as usize));
+        self.fill(rows, whole.view_mut())?;
+        out.assign(&whole.slice(ndarray::s![.., cols.start as usize..cols.end as usize]));
+        Ok(())
+    }
     /// Short description for reports and errors.
     fn describe(&self) -> String;
+}
+
+/// A genotype matrix: variants (rows) × samples (columns) of dosages 0, 1, 2, with −1 for a
+/// missing call. Sources report what is stored; values outside {−1, 0, 1, 2} are caught by
+/// the kernels that read them, which name the variant and sample.
+pub trait GenotypeSource: Send + Sync {
+    /// `(variants, samples)`.
+    fn shape(&self) -> (u64, u64);
+    /// Writes the dosages of variants `rows` (all samples) into `out`
+    /// (`rows.len() × samples`, row-major).
+    fn fill_dosages(&self, rows: Range<u64>, out: ArrayViewMut2<'_, i8>)
+        -> Result<(), SourceError>;
+    /// Short description for reports and errors.
+    fn describe(&self) -> String;
+    /// Sample identifiers, when the source has them (the `.eigenvec` file uses them).
+    fn sample_ids(&self) -> Option<Vec<String>> {
+        None
+    }
+}
+
+/// A float matrix held in memory: for embedding codes that already hold their data, and
+/// for tests.
+#[derive(Clone, Debug)]
+pub struct InMemoryMatrix {
+    values: ndarray::Array2<f64>,
+    name: String,
+}
+
+impl InMemoryMatrix {
+    /// Wraps `values`; `name` appears in errors.
+    pub fn new(values: ndarray::Array2<f64>, name: impl Into<String>) -> Self {
+        InMemoryMatrix {
+            values,
+            name: name.into(),
+        }
+    }
+}
+
+impl PanelSource for InMemoryMatrix {
+    fn shape(&self) -> (u64, u64) {
+        let (m, n) = self.values.dim();
+        (m as u64, n as u64)
+    }
+
+    fn fill(&self, rows: Range<u64>, out: ArrayViewMut2<'_, f64>) -> Result<(), SourceError> {
+        let n = self.values.ncols() as u64;
+        self.fill_cols(rows, 0..n, out)
+    }
+
+    fn fill_cols(
+        &self,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        mut out: ArrayViewMut2<'_, f64>,
+    ) -> Result<(), SourceError> {
+        let (m, n) = PanelSource::shape(self);
+        if rows.end > m
+            || rows.start > rows.end
+            || cols.end > n
+            || cols.start > cols.end
+            || out.dim()
+                != (
+                    (rows.end - rows.start) as usize,
+                    (cols.end - cols.start) as usize,
+                )
+        {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: out.ncols(),
+                shape: (m, n),
+                what: self.name.clone(),
+            });
+        }
+        out.assign(&self.values.slice(ndarray::s![
+            rows.start as usize..rows.end as usize,
+            cols.start as usize..cols.end as usize
+        ]));
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let (m, n) = self.values.dim();
+        format!("{} ({m} × {n}, in memory)", self.name)
+    }
+}
+
+/// A genotype matrix held in memory (`variants × samples`, dosages −1..=2): for embedding
+/// codes that already hold their data, and for tests.
+#[derive(Clone, Debug)]
+pub struct InMemoryGenotypes {
+    values: ndarray::Array2<i8>,
+    name: String,
+}
+
+impl InMemoryGenotypes {
+    /// Wraps `values` (variants × samples); `name` appears in errors.
+    pub fn new(values: ndarray::Array2<i8>, name: impl Into<String>) -> Self {
+        InMemoryGenotypes {
+            values,
+            name: name.into(),
+        }
+    }
+}
+
+impl GenotypeSource for InMemoryGenotypes {
+    fn shape(&self) -> (u64, u64) {
+        let (m, n) = self.values.dim();
+        (m as u64, n as u64)
+    }
+
+    fn fill_dosages(
+        &self,
+        rows: Range<u64>,
+        mut out: ArrayViewMut2<'_, i8>,
+    ) -> Result<(), SourceError> {
+        let (m, n) = GenotypeSource::shape(self);
+        if rows.end > m
+            || rows.start > rows.end
+            || out.dim() != ((rows.end - rows.start) as usize, n as usize)
+        {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: out.ncols(),
+                shape: (m, n),
+                what: self.name.clone(),
+            });
+        }
+        out.assign(
+            &self
+                .values
+                .slice(ndarray::s![rows.start as usize..rows.end as usize, ..]),
+        );
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let (m, n) = self.values.dim();
+        format!("{} ({m} variants × {n} samples, in memory)", self.name)
+    }
 }
 
 /// The counter-based generated matrix of shape `(rows, cols)`.
@@ -111,6 +274,8 @@ pub struct Generated {
     seed: u64,
     dist: Dist,
     key: u64,
+    /// Fraction of genotype calls reported missing (−1), as a 64-bit threshold.
+    missing: u64,
     /// Yield the transpose: panel rows are columns of the generated matrix.
     transposed: bool,
 }
@@ -124,8 +289,21 @@ impl Generated {
             seed,
             dist,
             key: mix64(seed ^ 0x005E_ED0F_4A4E_4B57),
+            missing: 0,
             transposed: false,
         }
+    }
+
+    /// Genotypes only: report each call missing (−1) with probability `rate` (0 ≤ rate < 1),
+    /// independently of its dosage draw.
+    pub fn with_missing(mut self, rate: f64) -> Self {
+        self.missing = (rate.clamp(0.0, 1.0) * 18_446_744_073_709_551_616.0) as u64;
+        self
+    }
+
+    /// The missing-call rate.
+    pub fn missing_rate(&self) -> f64 {
+        self.missing as f64 / 18_446_744_073_709_551_616.0
     }
 
     /// The same values, seen transposed (`cols × rows`): used for short-and-fat matrices,
@@ -164,14 +342,25 @@ impl Generated {
         }
     }
 
-    /// Genotype dosage at `(row, col)`: row is the variant.
+    /// Genotype dosage at `(row, col)` (row is the variant), −1 for a missing call.
     #[inline]
-    pub fn genotype(&self, row: u64, col: u64) -> u8 {
-        let p = self.allele_frequency(row);
+    pub fn genotype(&self, row: u64, col: u64) -> i8 {
+        let t = threshold(self.allele_frequency(row));
         let x = self.bits(row, col);
-        let a = ((x >> 32) as f64) * (1.0 / 4_294_967_296.0);
-        let b = ((x & 0xFFFF_FFFF) as f64) * (1.0 / 4_294_967_296.0);
-        (a < p) as u8 + (b < p) as u8
+        dosage(x, t, self.missing)
+    }
+
+    /// Dosages of variants `rows`, samples `cols`, into `out` (row-major, `rows.len()`
+    /// rows of `cols.len()`): the fast path of [`GenotypeSource::fill_dosages`].
+    pub fn fill_genotype_rows(&self, rows: Range<u64>, cols: Range<u64>, out: &mut [i8]) {
+        let w = (cols.end - cols.start) as usize;
+        for (li, row) in rows.enumerate() {
+            let t = threshold(self.allele_frequency(row));
+            let base = self
+                .key
+                .wrapping_add((row * MAX_GENERATED_COLS + cols.start).wrapping_mul(GAMMA));
+            fill_dosage_run(&mut out[li * w..(li + 1) * w], base, t, self.missing);
+        }
     }
 
     /// Allele frequency of variant `row` for [`Dist::Genotype`].
@@ -224,12 +413,58 @@ impl Generated {
     }
 }
 
-#[inline]
+/// The integer form of `u < p` for `u = hi·2⁻³²`: `hi < ⌈p·2³²⌉`, exact because `p·2³²` is
+/// exact in f64. Lets the comparison run in integer SIMD lanes.
+#[inline(always)]
+fn threshold(p: f64) -> u64 {
+    (p * 4_294_967_296.0).ceil() as u64
+}
+
+/// One dosage from one element's draw: two Bernoulli(p) alleles from its two 32-bit halves;
+/// the missing flag from a second mix of the draw, so it is independent of the alleles.
+#[inline(always)]
+fn dosage(x: u64, t: u64, missing: u64) -> i8 {
+    let d = ((x >> 32) < t) as i8 + ((x & 0xFFFF_FFFF) < t) as i8;
+    if missing != 0 && mix64(x ^ MISSING_KEY) < missing {
+        -1
+    } else {
+        d
+    }
+}
+
+const MISSING_KEY: u64 = 0x6D15_5146_C0DE_0001;
+
+// The generator's inner loops are compiled for AVX-512 and AVX2 as well as the baseline and
+// chosen at run time: SplitMix64 needs 64-bit multiplies, which only AVX-512DQ has as one
+// instruction, and the generator is a large part of every pass over a generated matrix.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
+    "x86_64+avx2+fma"
+))]
 fn fill_uniform_run(out: &mut [f64], base: u64, step: u64) {
-    let mut z = base;
-    for v in out.iter_mut() {
-        *v = unit_f64(mix64(z));
-        z = z.wrapping_add(step);
+    for (i, v) in out.iter_mut().enumerate() {
+        *v = unit_f64(mix64(base.wrapping_add((i as u64).wrapping_mul(step))));
+    }
+}
+
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
+    "x86_64+avx2+fma"
+))]
+fn fill_dosage_run(out: &mut [i8], base: u64, t: u64, missing: u64) {
+    if missing == 0 {
+        for (i, v) in out.iter_mut().enumerate() {
+            let x = mix64(base.wrapping_add((i as u64).wrapping_mul(GAMMA)));
+            *v = ((x >> 32) < t) as i8 + ((x & 0xFFFF_FFFF) < t) as i8;
+        }
+    } else {
+        for (i, v) in out.iter_mut().enumerate() {
+            *v = dosage(
+                mix64(base.wrapping_add((i as u64).wrapping_mul(GAMMA))),
+                t,
+                missing,
+            );
+        }
     }
 }
 
@@ -272,7 +507,7 @@ impl PanelSource for Generated {
     }
 
     fn fill(&self, rows: Range<u64>, out: ArrayViewMut2<'_, f64>) -> Result<(), SourceError> {
-        let (m, n) = self.shape();
+        let (m, n) = PanelSource::shape(self);
         if rows.end > m
             || rows.start > rows.end
             || out.nrows() as u64 != rows.end - rows.start
@@ -282,7 +517,7 @@ impl PanelSource for Generated {
                 rows,
                 cols: out.ncols(),
                 shape: (m, n),
-                what: self.describe(),
+                what: PanelSource::describe(self),
             });
         }
         if self.transposed {
@@ -290,6 +525,35 @@ impl PanelSource for Generated {
             self.fill_direct(0..self.rows, rows.start, out.reversed_axes());
         } else {
             self.fill_direct(rows, 0, out);
+        }
+        Ok(())
+    }
+
+    fn fill_cols(
+        &self,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        out: ArrayViewMut2<'_, f64>,
+    ) -> Result<(), SourceError> {
+        let (m, n) = PanelSource::shape(self);
+        if rows.end > m
+            || rows.start > rows.end
+            || cols.end > n
+            || cols.start > cols.end
+            || out.nrows() as u64 != rows.end - rows.start
+            || out.ncols() as u64 != cols.end - cols.start
+        {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: out.ncols(),
+                shape: (m, n),
+                what: PanelSource::describe(self),
+            });
+        }
+        if self.transposed {
+            self.fill_direct(cols, rows.start, out.reversed_axes());
+        } else {
+            self.fill_direct(rows, cols.start, out);
         }
         Ok(())
     }
@@ -306,13 +570,67 @@ impl PanelSource for Generated {
     }
 }
 
+impl GenotypeSource for Generated {
+    fn shape(&self) -> (u64, u64) {
+        PanelSource::shape(self)
+    }
+
+    fn fill_dosages(
+        &self,
+        rows: Range<u64>,
+        mut out: ArrayViewMut2<'_, i8>,
+    ) -> Result<(), SourceError> {
+        let (m, n) = PanelSource::shape(self);
+        if self.dist != Dist::Genotype
+            || rows.end > m
+            || rows.start > rows.end
+            || out.dim() != ((rows.end - rows.start) as usize, n as usize)
+        {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: out.ncols(),
+                shape: (m, n),
+                what: PanelSource::describe(self),
+            });
+        }
+        if self.transposed {
+            for ((i, j), v) in out.indexed_iter_mut() {
+                *v = self.genotype(j as u64, rows.start + i as u64);
+            }
+            return Ok(());
+        }
+        match out.as_slice_mut() {
+            Some(s) => self.fill_genotype_rows(rows, 0..n, s),
+            None => {
+                for ((i, j), v) in out.indexed_iter_mut() {
+                    *v = self.genotype(rows.start + i as u64, j as u64);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let missing = self.missing_rate();
+        if missing > 0.0 {
+            format!(
+                "{}, {:.1} % missing calls",
+                PanelSource::describe(self),
+                100.0 * missing
+            )
+        } else {
+            PanelSource::describe(self)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ndarray::{Array2, ShapeBuilder};
 
     fn dense(g: &Generated, rows: Range<u64>, fortran: bool) -> Array2<f64> {
-        let n = g.shape().1 as usize;
+        let n = PanelSource::shape(g).1 as usize;
         let len = (rows.end - rows.start) as usize;
         let mut a = if fortran {
             Array2::zeros((len, n).f())
@@ -350,7 +668,7 @@ mod tests {
     fn transpose_yields_the_same_values() {
         let g = Generated::new(6, 9, 3, Dist::Normal);
         let t = g.clone().transposed();
-        assert_eq!(t.shape(), (9, 6));
+        assert_eq!(PanelSource::shape(&t), (9, 6));
         let a = dense(&t, 2..7, false);
         for r in 0..5usize {
             for c in 0..6usize {
@@ -380,6 +698,47 @@ mod tests {
             "genotype mean {m} vs 2p {}",
             2.0 * p
         );
+    }
+
+    #[test]
+    fn fast_genotype_rows_match_elementwise_definition() {
+        for missing in [0.0, 0.15] {
+            let g = Generated::new(9, 203, 5, Dist::Genotype).with_missing(missing);
+            let mut fast = vec![0i8; 9 * 190];
+            g.fill_genotype_rows(0..9, 13..203, &mut fast);
+            let mut seen_missing = 0;
+            for i in 0..9u64 {
+                let p = g.allele_frequency(i);
+                for j in 13..203u64 {
+                    let x = g.bits(i, j);
+                    let a = ((x >> 32) as f64) * (1.0 / 4_294_967_296.0);
+                    let b = ((x & 0xFFFF_FFFF) as f64) * (1.0 / 4_294_967_296.0);
+                    let v = fast[(i * 190 + j - 13) as usize];
+                    assert_eq!(v, g.genotype(i, j));
+                    if v < 0 {
+                        seen_missing += 1;
+                    } else {
+                        assert_eq!(v, (a < p) as i8 + (b < p) as i8);
+                    }
+                }
+            }
+            assert_eq!(seen_missing > 0, missing > 0.0);
+        }
+    }
+
+    #[test]
+    fn column_tiles_match_whole_rows() {
+        for dist in [Dist::Uniform, Dist::Normal, Dist::Genotype] {
+            for g in [
+                Generated::new(11, 17, 3, dist),
+                Generated::new(17, 11, 3, dist).transposed(),
+            ] {
+                let whole = dense(&g, 2..9, false);
+                let mut tile = Array2::zeros((7, 5));
+                g.fill_cols(2..9, 4..9, tile.view_mut()).unwrap();
+                assert_eq!(tile, whole.slice(ndarray::s![.., 4..9]));
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,615 @@
+//! `rankwise rsvd` and `rankwise pca`: the randomized SVD and the genotype PCA.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use ndarray::{Array2, ArrayView2};
+use rankwise_linalg::{rsvd, FactorSink, Method, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult};
+use rankwise_runtime::budget::format_bytes;
+use rankwise_runtime::{Dist, Generated, GenotypeSource, Runtime};
+use serde_json::json;
+
+use super::{
+    finish_output, hostname, injected_fault, open_output, CliError, MatrixArgs, OpenOutput, RunArgs,
+};
+use crate::launcher::LaunchInfo;
+use crate::output::{OutputLayout, SvdOutput};
+use crate::pca_files::{plot_pcs, write_eigenval, write_eigenvec};
+use crate::report::{peak_rss_bytes, seconds};
+
+/// How the range is refined.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum MethodChoice {
+    /// Subspace iteration with re-orthonormalization at every half-step.
+    Subspace,
+    /// Block Krylov (Musco & Musco 2015): the same passes, a basis of (q + 1)(k + p) columns.
+    BlockKrylov,
+}
+
+/// Options of the randomized algorithm, shared by `rsvd` and `pca`.
+#[derive(Args, Debug, Clone)]
+pub(super) struct SketchArgs {
+    /// Rank of the result (number of components).
+    #[arg(short = 'k', long = "k", default_value_t = 10)]
+    k: usize,
+    /// Oversampling: the sketch has k + P columns.
+    #[arg(long, default_value_t = 10)]
+    oversample: usize,
+    /// Power iterations (each is two more passes over the matrix).
+    #[arg(long, default_value_t = 2)]
+    power_iters: usize,
+    /// Range refinement.
+    #[arg(long, value_enum, default_value = "subspace")]
+    method: MethodChoice,
+    /// Gaussian probes of the a-posteriori error estimate (0: none).
+    #[arg(long, default_value_t = 5)]
+    probes: usize,
+    /// Seed of the random test matrix and probes (default: the matrix seed + 1).
+    #[arg(long)]
+    sketch_seed: Option<u64>,
+}
+
+impl SketchArgs {
+    fn options(&self, matrix_seed: u64) -> RsvdOptions {
+        RsvdOptions {
+            k: self.k,
+            oversample: self.oversample,
+            power_iters: self.power_iters,
+            method: match self.method {
+                MethodChoice::Subspace => Method::SubspaceIteration,
+                MethodChoice::BlockKrylov => Method::BlockKrylov,
+            },
+            seed: self
+                .sketch_seed
+                .unwrap_or_else(|| matrix_seed.wrapping_add(1)),
+            probes: self.probes,
+        }
+    }
+}
+
+/// `rankwise rsvd`.
+#[derive(Args, Debug, Clone)]
+pub(super) struct RsvdArgs {
+    #[command(flatten)]
+    matrix: MatrixArgs,
+    #[command(flatten)]
+    sketch: SketchArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Write U, S, Vᵀ and the run report as a Zarr v3 group here (must not exist).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print the run report as JSON on stdout instead of the text summary.
+    #[arg(long)]
+    json: bool,
+}
+
+impl RsvdArgs {
+    pub(super) fn run(&self) -> &RunArgs {
+        &self.run
+    }
+}
+
+/// `rankwise pca`.
+#[derive(Args, Debug, Clone)]
+pub(super) struct PcaArgs {
+    /// Variants (rows) of the generated genotype matrix.
+    #[arg(long)]
+    rows: u64,
+    /// Samples (columns).
+    #[arg(long)]
+    cols: u64,
+    /// Variants per panel.
+    #[arg(long)]
+    chunk_rows: u64,
+    /// Seed of the generated genotypes.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Fraction of calls generated missing (−1), imputed to the variant mean.
+    #[arg(long, default_value_t = 0.0)]
+    missing: f64,
+    #[command(flatten)]
+    sketch: SketchArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Write loadings (U), singular values, sample PCs (Vt), eigenvalues, explained
+    /// variance and the report as a Zarr v3 group here, with PLINK 2 `.eigenvec` and
+    /// `.eigenval` files and a PC1/PC2 scatter plot (`.png`) beside it.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print the run report as JSON on stdout instead of the text summary.
+    #[arg(long)]
+    json: bool,
+}
+
+impl PcaArgs {
+    pub(super) fn run(&self) -> &RunArgs {
+        &self.run
+    }
+}
+
+/// The files written beside a PCA's Zarr group.
+fn side_files(out: &Path) -> [PathBuf; 3] {
+    [
+        out.with_extension("eigenvec"),
+        out.with_extension("eigenval"),
+        out.with_extension("png"),
+    ]
+}
+
+pub(super) fn rsvd_command(
+    rt: &Runtime,
+    launch: &LaunchInfo,
+    a: &RsvdArgs,
+) -> Result<Option<String>, CliError> {
+    let start = Instant::now();
+    injected_fault(rt, "start")?;
+    let m = &a.matrix;
+    let problem = RsvdProblem::generated(m.rows, m.cols, m.chunk_rows, m.seed, m.dist)?;
+    let options = a.sketch.options(m.seed);
+    let job = Job {
+        command: "rsvd",
+        shape: (m.rows, m.cols),
+        chunk_rows: m.chunk_rows,
+        describe: json!({"dist": m.dist, "seed": m.seed}),
+        out: a.out.clone(),
+        json: a.json,
+    };
+    run_job(rt, launch, &job, &problem, &options, start)
+}
+
+pub(super) fn pca_command(
+    rt: &Runtime,
+    launch: &LaunchInfo,
+    a: &PcaArgs,
+) -> Result<Option<String>, CliError> {
+    let start = Instant::now();
+    injected_fault(rt, "start")?;
+    if !(0.0..1.0).contains(&a.missing) {
+        return Err(CliError::Option {
+            option: "--missing",
+            message: format!("{} is not a fraction in [0, 1)", a.missing),
+        });
+    }
+    rankwise_runtime::ChunkGrid::check_generated(a.rows, a.cols)?;
+    let source: Arc<dyn GenotypeSource> =
+        Arc::new(Generated::new(a.rows, a.cols, a.seed, Dist::Genotype).with_missing(a.missing));
+    let problem = RsvdProblem::genotypes(source, a.chunk_rows)?;
+    let options = a.sketch.options(a.seed);
+    let job = Job {
+        command: "pca",
+        shape: (a.rows, a.cols),
+        chunk_rows: a.chunk_rows,
+        describe: json!({"dist": "genotype", "seed": a.seed, "missing": a.missing}),
+        out: a.out.clone(),
+        json: a.json,
+    };
+    run_job(rt, launch, &job, &problem, &options, start)
+}
+
+struct Job {
+    command: &'static str,
+    shape: (u64, u64),
+    chunk_rows: u64,
+    describe: serde_json::Value,
+    out: Option<PathBuf>,
+    json: bool,
+}
+
+impl Job {
+    fn is_pca(&self) -> bool {
+        self.command == "pca"
+    }
+}
+
+fn run_job(
+    rt: &Runtime,
+    launch: &LaunchInfo,
+    job: &Job,
+    problem: &RsvdProblem,
+    options: &RsvdOptions,
+    start: Instant,
+) -> Result<Option<String>, CliError> {
+    // Every rank refuses bad options or a bad budget before any output exists.
+    RsvdPlan::new(problem, options, rt.world())?;
+    let output = match &job.out {
+        Some(out) => {
+            if job.is_pca() {
+                for f in side_files(out) {
+                    if f.exists() {
+                        return Err(CliError::Option {
+                            option: "--out",
+                            message: format!(
+                                "{} exists; rankwise never overwrites results",
+                                f.display()
+                            ),
+                        });
+                    }
+                }
+            }
+            let (m, n) = job.shape;
+            let layout = OutputLayout {
+                m,
+                n,
+                k: options.k as u64,
+                u_chunk_rows: if problem.transposed {
+                    m.max(1)
+                } else {
+                    job.chunk_rows
+                },
+                vt_chunk_cols: if problem.transposed {
+                    job.chunk_rows
+                } else {
+                    n.max(1)
+                },
+                attributes: serde_json::Map::from_iter([
+                    ("source".to_string(), json!(problem.operand.describe())),
+                    ("command".to_string(), json!(job.command)),
+                    (
+                        "producer".to_string(),
+                        json!(format!("rankwise {}", env!("CARGO_PKG_VERSION"))),
+                    ),
+                ]),
+            };
+            Some(open_output(rt, out, layout)?)
+        }
+        None => None,
+    };
+    let shared = output.as_ref().map(|o| Arc::clone(&o.0));
+    let result = compute(rt, launch, job, problem, options, shared, start);
+    let result = match (result, &output) {
+        (Ok(v), Some(o)) if job.is_pca() => finish_side_files(rt, job, o, v),
+        (r, _) => r,
+    };
+    finish_output(rt, result, output).map(|d| d.text)
+}
+
+/// What rank 0 keeps for the files written after the group is committed.
+struct Done {
+    text: Option<String>,
+    pcs: Option<(Array2<f64>, Vec<f64>, Vec<String>)>,
+}
+
+fn finish_side_files(
+    rt: &Runtime,
+    job: &Job,
+    o: &OpenOutput,
+    done: Done,
+) -> Result<Done, CliError> {
+    // Rank 0 writes the PLINK files and the plot under temporary names, then commits the
+    // group and renames them: a failure leaves none of them looking complete.
+    let out = job.out.as_deref().unwrap_or(Path::new("."));
+    let mut renames = Vec::new();
+    let mut result = Ok(());
+    if let Some((pcs, eigenvalues, ids)) = &done.pcs {
+        let token =
+            o.1.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.rsplit(".tmp-").next())
+                .unwrap_or("tmp")
+                .to_string();
+        let [vec_path, val_path, png_path] = side_files(out);
+        let tmp = |p: &Path| PathBuf::from(format!("{}.tmp-{token}", p.display()));
+        let io = |e: crate::pca_files::PcaFileError| CliError::Option {
+            option: "--out",
+            message: e.to_string(),
+        };
+        result = (|| -> Result<(), CliError> {
+            write_eigenvec(&tmp(&vec_path), ids, pcs.view()).map_err(io)?;
+            renames.push((tmp(&vec_path), vec_path.clone()));
+            write_eigenval(&tmp(&val_path), eigenvalues).map_err(io)?;
+            renames.push((tmp(&val_path), val_path.clone()));
+            plot_pcs(
+                &tmp(&png_path),
+                pcs.view(),
+                &format!("rankwise pca: {}", out.display()),
+                None,
+            )
+            .map_err(io)?;
+            renames.push((tmp(&png_path), png_path.clone()));
+            o.0.commit()?;
+            for (from, to) in &renames {
+                std::fs::rename(from, to).map_err(|e| CliError::Option {
+                    option: "--out",
+                    message: format!("renaming {} to {}: {e}", from.display(), to.display()),
+                })?;
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            for (from, _) in &renames {
+                let _ = std::fs::remove_file(from);
+            }
+        }
+    }
+    // Every rank learns whether rank 0 succeeded: a failure there is announced to all.
+    rt.comm().barrier()?;
+    result.map(|()| done)
+}
+
+fn compute(
+    rt: &Runtime,
+    launch: &LaunchInfo,
+    job: &Job,
+    problem: &RsvdProblem,
+    options: &RsvdOptions,
+    output: Option<Arc<SvdOutput>>,
+    start: Instant,
+) -> Result<Done, CliError> {
+    let comm = rt.comm();
+    let me = rt.rank();
+    let sink: Option<FactorSink> = output.clone().map(|o| {
+        let transposed = problem.transposed;
+        Arc::new(
+            move |_panel: usize,
+                  rows: std::ops::Range<u64>,
+                  f: ArrayView2<'_, f64>|
+                  -> Result<(), String> {
+                if transposed {
+                    o.write_vt_cols(rows.start, f.t())
+                        .map_err(|e| e.to_string())
+                } else {
+                    o.write_u_rows(rows.start, f).map_err(|e| e.to_string())
+                }
+            },
+        ) as FactorSink
+    });
+    injected_fault(rt, "before-svd")?;
+    let result = rsvd(rt, problem, options, sink)?;
+    injected_fault(rt, "after-svd")?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let mine = json!({
+        "rank": me,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "bytes_produced": result.bytes_produced,
+        "timings": result.timings,
+        "actors": rt.actors().iter().map(|x| x.spec().device()).collect::<Vec<_>>(),
+        "hostname": hostname(),
+    });
+    let all = comm.gather_bytes(0, mine.to_string().as_bytes())?;
+    comm.barrier()?;
+    let Some(all) = all else {
+        return Ok(Done {
+            text: None,
+            pcs: None,
+        });
+    };
+    let ranks: Vec<serde_json::Value> = all
+        .iter()
+        .map(|b| serde_json::from_slice(b).unwrap_or(serde_json::Value::Null))
+        .collect();
+    let pca = job.is_pca().then(|| pca_figures(&result));
+    let report = report_json(
+        rt,
+        launch,
+        job,
+        problem,
+        options,
+        &result,
+        pca.as_ref(),
+        ranks,
+        elapsed,
+    );
+    if let Some(o) = &output {
+        if result.transposed {
+            o.write_u_rows(0, result.wt.t())?;
+        } else {
+            o.write_vt(result.wt.view())?;
+        }
+        o.write_s(&result.s)?;
+        if let Some(p) = &pca {
+            o.write_vector("eigenvalues", &p.eigenvalues)?;
+            o.write_vector("explained_variance_ratio", &p.explained)?;
+        }
+        o.write_report(&report)?;
+        if !job.is_pca() {
+            o.commit()?;
+        }
+    }
+    let text = if job.json {
+        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+    } else {
+        summary_text(rt, job, problem, options, &result, pca.as_ref(), elapsed)
+    };
+    let pcs = pca.map(|p| {
+        let ids = (0..job.shape.1).map(|j| format!("sample_{j}")).collect();
+        (result.wt.t().to_owned(), p.eigenvalues, ids)
+    });
+    Ok(Done {
+        text: Some(text),
+        pcs,
+    })
+}
+
+/// PCA figures from the singular values.
+struct PcaFigures {
+    /// Eigenvalues of the genetic relationship matrix `XᵀX / M` (PLINK's scale).
+    eigenvalues: Vec<f64>,
+    /// σᵢ² / ‖X‖_F².
+    explained: Vec<f64>,
+}
+
+fn pca_figures(r: &RsvdResult) -> PcaFigures {
+    let used = r.genotypes.as_ref().map_or(1, |g| g.variants_used.max(1)) as f64;
+    PcaFigures {
+        eigenvalues: r.s.iter().map(|s| s * s / used).collect(),
+        explained: r
+            .s
+            .iter()
+            .map(|s| {
+                if r.total_sum_squares > 0.0 {
+                    s * s / r.total_sum_squares
+                } else {
+                    0.0
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Floating-point operations of the GEMMs with the thin matrices.
+fn gemm_flops(m: u64, n: u64, options: &RsvdOptions) -> f64 {
+    let (l, r, b) = (
+        options.sketch() as f64,
+        options.probes as f64,
+        options.basis() as f64,
+    );
+    let mn = 2.0 * m as f64 * n as f64;
+    let q = options.power_iters as f64;
+    // Pass 1 with the probes, q iterations of two passes, the last pass with the basis.
+    mn * ((l + r) + 2.0 * q * l + b)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report_json(
+    rt: &Runtime,
+    launch: &LaunchInfo,
+    job: &Job,
+    problem: &RsvdProblem,
+    options: &RsvdOptions,
+    r: &RsvdResult,
+    pca: Option<&PcaFigures>,
+    ranks: Vec<serde_json::Value>,
+    elapsed: f64,
+) -> serde_json::Value {
+    let (m, n) = problem.operand.shape();
+    let flops = gemm_flops(m, n, options);
+    json!({
+        "command": job.command,
+        "shape": [job.shape.0, job.shape.1],
+        "matrix": job.describe,
+        "source": problem.operand.describe(),
+        "options": options,
+        "passes": r.plan.passes,
+        "transposed": problem.transposed,
+        "grid": r.plan.grid,
+        "placement": r.plan.placement,
+        "memory": r.plan.memory,
+        "transport": rt.comm().name(),
+        "ranks": rt.comm().size(),
+        "actors": rt.world().actors(),
+        "launcher": format!("{:?}", launch.launcher),
+        "job_id": launch.job_id,
+        "singular_values": r.s,
+        "total_sum_squares": r.total_sum_squares,
+        "error_estimate": r.estimate,
+        "genotypes": r.genotypes,
+        "eigenvalues": pca.map(|p| &p.eigenvalues),
+        "explained_variance_ratio": pca.map(|p| &p.explained),
+        "seconds": elapsed,
+        "gemm_flops": flops,
+        "gemm_gflop_per_s": flops / elapsed / 1e9,
+        "per_rank": ranks,
+    })
+}
+
+fn summary_text(
+    rt: &Runtime,
+    job: &Job,
+    problem: &RsvdProblem,
+    options: &RsvdOptions,
+    r: &RsvdResult,
+    pca: Option<&PcaFigures>,
+    elapsed: f64,
+) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let g = r.plan.grid;
+    let _ = writeln!(
+        s,
+        "rankwise {}: {}",
+        job.command,
+        problem.operand.describe()
+    );
+    let _ =
+        writeln!(
+        s,
+        "  k = {}, oversample {}, {} power iteration(s), {:?}: {} passes; {} panels of {} rows{}; \
+         {} rank(s), {} actor(s), transport {}",
+        options.k,
+        options.oversample,
+        options.power_iters,
+        options.method,
+        r.plan.passes,
+        g.panels(),
+        g.chunk_rows,
+        if problem.transposed { " (through the transpose)" } else { "" },
+        rt.comm().size(),
+        rt.world().actors(),
+        rt.comm().name()
+    );
+    if let Some(gs) = &r.genotypes {
+        let _ = writeln!(
+            s,
+            "  variants used {} of {} ({} dropped: monomorphic or no calls); missing calls {} \
+             of {} ({:.2} %), imputed to the variant mean",
+            gs.variants_used,
+            gs.variants,
+            gs.variants_dropped,
+            gs.missing_calls,
+            gs.calls,
+            100.0 * gs.missing_calls as f64 / gs.calls.max(1) as f64
+        );
+    }
+    match pca {
+        Some(p) => {
+            let _ = writeln!(s, "components: σ, eigenvalue (GRM), explained variance");
+            for (i, v) in r.s.iter().enumerate() {
+                let _ = writeln!(
+                    s,
+                    "  PC{:<3} {:.10e}  {:.6e}  {:.4} %",
+                    i + 1,
+                    v,
+                    p.eigenvalues[i],
+                    100.0 * p.explained[i]
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(s, "singular values ({}):", r.s.len());
+            for (i, v) in r.s.iter().enumerate() {
+                let _ = writeln!(s, "  σ{:<3} {:.15e}", i + 1, v);
+            }
+        }
+    }
+    if let Some(e) = &r.estimate {
+        let _ = writeln!(s, "error estimate ({} Gaussian probes):", e.probes);
+        let _ = writeln!(
+            s,
+            "  ‖A − UΣVᵀ‖_F ≈ {:.4e} ({:.4e} of ‖A‖_F = {:.4e})",
+            e.frobenius, e.relative_frobenius, e.norm_frobenius
+        );
+        let _ = writeln!(
+            s,
+            "  ‖A − UΣVᵀ‖₂ ≤ {:.4e} except with probability {:.0e}",
+            e.spectral_bound, e.failure_probability
+        );
+    }
+    let _ = writeln!(s, "phases (rank 0):");
+    for t in &r.timings {
+        let _ = writeln!(s, "  {:<40} {:>10}", t.phase, seconds(t.seconds));
+    }
+    let (m, n) = problem.operand.shape();
+    let flops = gemm_flops(m, n, options);
+    let _ = writeln!(
+        s,
+        "total {}; GEMMs {:.1} GFLOP/s; produced {} on rank 0; peak RSS rank 0 {}",
+        seconds(elapsed),
+        flops / elapsed / 1e9,
+        format_bytes(r.bytes_produced),
+        peak_rss_bytes()
+            .map(format_bytes)
+            .unwrap_or_else(|| "unknown".into())
+    );
+    if let Some(out) = &job.out {
+        let _ = writeln!(s, "output: {}", out.display());
+        if job.is_pca() {
+            for f in side_files(out) {
+                let _ = writeln!(s, "        {}", f.display());
+            }
+        }
+    }
+    s
+}

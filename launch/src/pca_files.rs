@@ -1,0 +1,600 @@
+//! Output files of `rankwise pca`: PLINK 2 compatible `.eigenvec` / `.eigenval` text files and a
+//! PNG scatter plot of the first two principal components.
+//!
+//! The genotype matrix is variants × samples, so the principal components are per sample:
+//! `pcs` is always `n_samples × k`.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use ndarray::ArrayView2;
+use plotters::prelude::*;
+
+/// An error writing one of the PCA output files; every variant names the file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum PcaFileError {
+    /// Creating or writing the file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file being written.
+        path: PathBuf,
+        /// The underlying I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// Two inputs that must describe the same samples have different lengths.
+    #[error("{}: {what}: expected {expected}, got {found}", path.display())]
+    LengthMismatch {
+        /// The file that was to be written.
+        path: PathBuf,
+        /// Which input has the wrong length.
+        what: &'static str,
+        /// The length implied by the other input.
+        expected: usize,
+        /// The length found.
+        found: usize,
+    },
+    /// A sample ID that cannot be written to a whitespace-delimited PLINK file.
+    #[error(
+        "{}: sample {index} has ID {id:?}, which is empty or contains whitespace",
+        path.display()
+    )]
+    InvalidSampleId {
+        /// The file that was to be written.
+        path: PathBuf,
+        /// Position of the sample in `sample_ids`.
+        index: usize,
+        /// The offending ID.
+        id: String,
+    },
+    /// The principal-component matrix has no columns, so there is nothing to plot.
+    #[error("{}: no principal components to plot", path.display())]
+    NoComponents {
+        /// The plot file that was to be written.
+        path: PathBuf,
+    },
+    /// Drawing or encoding the plot failed.
+    #[error("{}: plotting failed: {message}", path.display())]
+    Plot {
+        /// The plot file being written.
+        path: PathBuf,
+        /// The plotting backend's error, as text.
+        message: String,
+    },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> PcaFileError + '_ {
+    move |source| PcaFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Creates `path`, lets `body` write to it through a buffer, and flushes, naming `path` on error.
+fn write_text(
+    path: &Path,
+    body: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
+) -> Result<(), PcaFileError> {
+    let file = File::create(path).map_err(io_error(path))?;
+    let mut out = BufWriter::new(file);
+    body(&mut out).map_err(io_error(path))?;
+    out.flush().map_err(io_error(path))?;
+    out.into_inner()
+        .map_err(|e| io_error(path)(e.into_error()))?
+        .sync_all()
+        .map_err(io_error(path))
+}
+
+/// Writes a PLINK 2 compatible `.eigenvec` file (the variant without an FID column).
+///
+/// The first line is `#IID\tPC1\tPC2…\tPCk`; then one tab-separated line per sample: its ID and
+/// its `k` component values. `pcs` is `n_samples × k`, row `i` belonging to `sample_ids[i]`.
+/// Values are written with Rust's shortest round-trip `Display` for `f64` (plain decimal, as
+/// PLINK 2 writes), so parsing the file back gives the exact same `f64`s.
+///
+/// # Errors
+/// [`PcaFileError::LengthMismatch`] if `sample_ids.len()` is not the number of rows of `pcs`,
+/// [`PcaFileError::InvalidSampleId`] for an empty ID or one containing whitespace, and
+/// [`PcaFileError::Io`] if the file cannot be created or written. Nothing is written on the
+/// first two.
+pub fn write_eigenvec(
+    path: &Path,
+    sample_ids: &[String],
+    pcs: ArrayView2<'_, f64>,
+) -> Result<(), PcaFileError> {
+    if sample_ids.len() != pcs.nrows() {
+        return Err(PcaFileError::LengthMismatch {
+            path: path.to_path_buf(),
+            what: "number of sample IDs (rows of the PC matrix)",
+            expected: pcs.nrows(),
+            found: sample_ids.len(),
+        });
+    }
+    if let Some((index, id)) = sample_ids
+        .iter()
+        .enumerate()
+        .find(|(_, id)| id.is_empty() || id.chars().any(char::is_whitespace))
+    {
+        return Err(PcaFileError::InvalidSampleId {
+            path: path.to_path_buf(),
+            index,
+            id: id.clone(),
+        });
+    }
+    write_text(path, |out| {
+        write!(out, "#IID")?;
+        for c in 1..=pcs.ncols() {
+            write!(out, "\tPC{c}")?;
+        }
+        writeln!(out)?;
+        for (id, row) in sample_ids.iter().zip(pcs.rows()) {
+            write!(out, "{id}")?;
+            for v in row {
+                write!(out, "\t{v}")?;
+            }
+            writeln!(out)?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes a PLINK 2 style `.eigenval` file: one eigenvalue per line, in the given order, with
+/// Rust's shortest round-trip `Display` for `f64`.
+///
+/// # Errors
+/// [`PcaFileError::Io`] if the file cannot be created or written.
+pub fn write_eigenval(path: &Path, eigenvalues: &[f64]) -> Result<(), PcaFileError> {
+    write_text(path, |out| {
+        for v in eigenvalues {
+            writeln!(out, "{v}")?;
+        }
+        Ok(())
+    })
+}
+
+/// Font family name under which the run-time font is registered with plotters.
+const FONT_FAMILY: &str = "sans-serif";
+
+/// TrueType fonts tried, in order, for the plot's text (Debian's `fonts-dejavu-core` first).
+const FONT_CANDIDATES: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+/// Loads and registers a font with plotters once per process; whether one is available.
+fn font_available() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| {
+        FONT_CANDIDATES.iter().any(|candidate| {
+            let Ok(bytes) = std::fs::read(candidate) else {
+                return false;
+            };
+            // plotters keeps `&'static` font data; this runs at most once per process.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font(FONT_FAMILY, FontStyle::Normal, bytes).is_ok()
+        })
+    })
+}
+
+/// Plot size in pixels.
+const PLOT_SIZE: (u32, u32) = (800, 600);
+
+/// Legends are drawn only up to this many groups; beyond it they would hide the points.
+const MAX_LEGEND_GROUPS: usize = 20;
+
+/// Writes a PNG scatter plot (800×600) of PC1 (x) against PC2 (y), one point per sample.
+///
+/// `pcs` is `n_samples × k`. With `k == 1` the plot shows PC1 (y) against the sample index (x);
+/// further columns are ignored. `labels`, if given, holds a small group index per sample (e.g. a
+/// population); points are coloured by group and a legend is drawn for up to 20 groups.
+///
+/// Text (title, axis descriptions "PC1"/"PC2", tick labels, legend) is rendered with a TrueType
+/// font loaded at run time, by default `/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf` from
+/// Debian's `fonts-dejavu-core` (no fontconfig needed). If no such font is found, the plot is
+/// still written, with points and mesh but **without any text**, rather than failing.
+///
+/// # Errors
+/// [`PcaFileError::NoComponents`] if `pcs` has no columns, [`PcaFileError::LengthMismatch`] if
+/// `labels` does not have one entry per sample, and [`PcaFileError::Plot`] if drawing or
+/// writing the PNG fails (e.g. the directory does not exist).
+pub fn plot_pcs(
+    path: &Path,
+    pcs: ArrayView2<'_, f64>,
+    title: &str,
+    labels: Option<&[usize]>,
+) -> Result<(), PcaFileError> {
+    draw_plot(path, pcs, title, labels, font_available())
+}
+
+/// Data range of `values` (finite ones), padded by 5% so points do not sit on the frame.
+fn padded_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    if lo > hi {
+        return -1.0..1.0;
+    }
+    let pad = if hi > lo {
+        (hi - lo) * 0.05
+    } else {
+        lo.abs().max(1.0) * 0.05
+    };
+    (lo - pad)..(hi + pad)
+}
+
+/// [`plot_pcs`] with the font decision made by the caller (`with_text == false` draws no text).
+fn draw_plot(
+    path: &Path,
+    pcs: ArrayView2<'_, f64>,
+    title: &str,
+    labels: Option<&[usize]>,
+    with_text: bool,
+) -> Result<(), PcaFileError> {
+    if pcs.ncols() == 0 {
+        return Err(PcaFileError::NoComponents {
+            path: path.to_path_buf(),
+        });
+    }
+    if let Some(labels) = labels {
+        if labels.len() != pcs.nrows() {
+            return Err(PcaFileError::LengthMismatch {
+                path: path.to_path_buf(),
+                what: "number of labels (rows of the PC matrix)",
+                expected: pcs.nrows(),
+                found: labels.len(),
+            });
+        }
+    }
+    let plot_error = |e: &dyn std::fmt::Display| PcaFileError::Plot {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+
+    let points: Vec<(f64, f64)> = if pcs.ncols() >= 2 {
+        pcs.rows().into_iter().map(|r| (r[0], r[1])).collect()
+    } else {
+        pcs.column(0)
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (i as f64, v))
+            .collect()
+    };
+    let (x_desc, y_desc) = if pcs.ncols() >= 2 {
+        ("PC1", "PC2")
+    } else {
+        ("Sample index", "PC1")
+    };
+    let x_range = padded_range(points.iter().map(|p| p.0));
+    let y_range = padded_range(points.iter().map(|p| p.1));
+
+    let root = BitMapBackend::new(path, PLOT_SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_error(&e))?;
+    let mut builder = ChartBuilder::on(&root);
+    builder.margin(15);
+    if with_text {
+        builder
+            .caption(title, (FONT_FAMILY, 24))
+            .x_label_area_size(45)
+            .y_label_area_size(70);
+    }
+    let mut chart = builder
+        .build_cartesian_2d(x_range, y_range)
+        .map_err(|e| plot_error(&e))?;
+    let mut mesh = chart.configure_mesh();
+    mesh.light_line_style(RGBColor(230, 230, 230));
+    if with_text {
+        mesh.x_desc(x_desc)
+            .y_desc(y_desc)
+            .axis_desc_style((FONT_FAMILY, 16))
+            .label_style((FONT_FAMILY, 12));
+    }
+    mesh.draw().map_err(|e| plot_error(&e))?;
+
+    let finite = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite();
+    match labels {
+        None => {
+            let style = Palette99::pick(0).filled();
+            chart
+                .draw_series(
+                    points
+                        .iter()
+                        .copied()
+                        .filter(finite)
+                        .map(|p| Circle::new(p, 3, style)),
+                )
+                .map_err(|e| plot_error(&e))?;
+        }
+        Some(labels) => {
+            let groups: BTreeSet<usize> = labels.iter().copied().collect();
+            let legend = with_text && groups.len() <= MAX_LEGEND_GROUPS;
+            for &group in &groups {
+                let style = Palette99::pick(group).filled();
+                let series = chart
+                    .draw_series(
+                        points
+                            .iter()
+                            .zip(labels)
+                            .filter(|&(p, &g)| g == group && finite(p))
+                            .map(|(&p, _)| Circle::new(p, 3, style)),
+                    )
+                    .map_err(|e| plot_error(&e))?;
+                if legend {
+                    series
+                        .label(format!("group {group}"))
+                        .legend(move |(x, y)| Circle::new((x, y), 4, style));
+                }
+            }
+            if legend {
+                chart
+                    .configure_series_labels()
+                    .label_font((FONT_FAMILY, 12))
+                    .background_style(WHITE.mix(0.8))
+                    .border_style(BLACK)
+                    .draw()
+                    .map_err(|e| plot_error(&e))?;
+            }
+        }
+    }
+    root.present().map_err(|e| plot_error(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::Array2;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A fresh, uniquely named directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            static COUNTER: AtomicUsize = AtomicUsize::new(0);
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!(
+                "rankwise-pca-files-{}-{tag}-{n}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("create temp dir");
+            TempDir(dir)
+        }
+        fn join(&self, name: &str) -> PathBuf {
+            self.0.join(name)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Awkward values: tiny, huge, negative zero, irrational-ish, subnormal.
+    fn sample_pcs(n: usize, k: usize) -> Array2<f64> {
+        Array2::from_shape_fn((n, k), |(i, j)| {
+            let base = ((i * 7 + j * 13) as f64 + 0.1).sqrt() * if i % 2 == 0 { 1.0 } else { -1.0 };
+            match (i + j) % 5 {
+                0 => base / 3.0,
+                1 => base * 1e-300,
+                2 => base * 1e300,
+                3 => base / 7.0e5,
+                _ => base,
+            }
+        })
+    }
+
+    fn ids(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("sample_{i}")).collect()
+    }
+
+    fn assert_png(path: &Path) {
+        let bytes = std::fs::read(path).expect("read png");
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
+        assert!(
+            bytes.len() > 2000,
+            "PNG suspiciously small: {} bytes",
+            bytes.len()
+        );
+    }
+
+    #[test]
+    fn eigenvec_round_trips_bit_exactly() {
+        let dir = TempDir::new("eigenvec");
+        let path = dir.join("out.eigenvec");
+        let mut pcs = sample_pcs(6, 3);
+        pcs[[0, 0]] = -0.0;
+        pcs[[1, 1]] = f64::MIN_POSITIVE / 4.0;
+        pcs[[2, 2]] = 0.1 + 0.2;
+        let sample_ids = ids(6);
+        write_eigenvec(&path, &sample_ids, pcs.view()).expect("write eigenvec");
+
+        let text = std::fs::read_to_string(&path).expect("read back");
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("#IID\tPC1\tPC2\tPC3"));
+        let mut rows = 0;
+        for (i, line) in lines.enumerate() {
+            let fields: Vec<&str> = line.split('\t').collect();
+            assert_eq!(fields.len(), 4, "line {line:?}");
+            assert_eq!(fields[0], sample_ids[i]);
+            for (j, field) in fields[1..].iter().enumerate() {
+                let v: f64 = field.parse().expect("parse value");
+                assert_eq!(v.to_bits(), pcs[[i, j]].to_bits(), "row {i} col {j}");
+            }
+            rows += 1;
+        }
+        assert_eq!(rows, 6);
+        assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn eigenval_round_trips_bit_exactly() {
+        let dir = TempDir::new("eigenval");
+        let path = dir.join("out.eigenval");
+        let values = [123.456789012345, 1.0 / 3.0, 2.5e-17, 7.0, 0.0];
+        write_eigenval(&path, &values).expect("write eigenval");
+        let text = std::fs::read_to_string(&path).expect("read back");
+        let parsed: Vec<f64> = text
+            .lines()
+            .map(|l| l.parse().expect("parse value"))
+            .collect();
+        assert_eq!(parsed.len(), values.len());
+        for (a, b) in parsed.iter().zip(&values) {
+            assert_eq!(a.to_bits(), b.to_bits());
+        }
+    }
+
+    #[test]
+    fn eigenvec_rejects_mismatched_lengths() {
+        let dir = TempDir::new("mismatch");
+        let path = dir.join("out.eigenvec");
+        let err = write_eigenvec(&path, &ids(4), sample_pcs(5, 2).view()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PcaFileError::LengthMismatch {
+                    expected: 5,
+                    found: 4,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("out.eigenvec"), "{err}");
+        assert!(!path.exists(), "nothing written on a length mismatch");
+    }
+
+    #[test]
+    fn eigenvec_rejects_whitespace_ids() {
+        let dir = TempDir::new("badid");
+        let path = dir.join("out.eigenvec");
+        let mut sample_ids = ids(3);
+        sample_ids[1] = "a b".to_string();
+        let err = write_eigenvec(&path, &sample_ids, sample_pcs(3, 2).view()).unwrap_err();
+        assert!(
+            matches!(err, PcaFileError::InvalidSampleId { index: 1, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("out.eigenvec"), "{err}");
+    }
+
+    #[test]
+    fn plot_rejects_mismatched_labels() {
+        let dir = TempDir::new("badlabels");
+        let path = dir.join("pcs.png");
+        let err = plot_pcs(&path, sample_pcs(5, 2).view(), "t", Some(&[0, 1])).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PcaFileError::LengthMismatch {
+                    expected: 5,
+                    found: 2,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("pcs.png"), "{err}");
+    }
+
+    fn clustered_pcs(n: usize) -> (Array2<f64>, Vec<usize>) {
+        let labels: Vec<usize> = (0..n).map(|i| i % 3).collect();
+        let pcs = Array2::from_shape_fn((n, 4), |(i, j)| {
+            let g = labels[i] as f64;
+            let jitter = ((i * 31 + j * 17) % 23) as f64 / 23.0 - 0.5;
+            match j {
+                0 => g * 3.0 + jitter * 0.8,
+                1 => (g - 1.0).powi(2) * 2.0 + jitter,
+                _ => jitter,
+            }
+        });
+        (pcs, labels)
+    }
+
+    #[test]
+    fn plot_writes_png_without_labels() {
+        let dir = TempDir::new("plot");
+        let path = dir.join("pcs.png");
+        let (pcs, _) = clustered_pcs(60);
+        plot_pcs(&path, pcs.view(), "Genotype PCA", None).expect("plot");
+        assert_png(&path);
+    }
+
+    #[test]
+    fn plot_writes_png_with_labels() {
+        let dir = TempDir::new("plot-labels");
+        let path = dir.join("pcs.png");
+        let (pcs, labels) = clustered_pcs(60);
+        plot_pcs(
+            &path,
+            pcs.view(),
+            "Genotype PCA by population",
+            Some(&labels),
+        )
+        .expect("plot");
+        assert_png(&path);
+    }
+
+    #[test]
+    fn plot_writes_png_with_single_component() {
+        let dir = TempDir::new("plot-1pc");
+        let path = dir.join("pc1.png");
+        let (pcs, labels) = clustered_pcs(40);
+        let one = pcs.slice(ndarray::s![.., ..1]);
+        plot_pcs(&path, one, "PC1 only", None).expect("plot without labels");
+        assert_png(&path);
+        plot_pcs(&path, one, "PC1 only", Some(&labels)).expect("plot with labels");
+        assert_png(&path);
+    }
+
+    #[test]
+    fn plot_without_text_needs_no_font() {
+        // Run alone (`cargo test pca_files::tests::plot_without_text`) this also shows that the
+        // text-less path never asks plotters for a font: none is registered in that process.
+        let dir = TempDir::new("plot-notext");
+        let path = dir.join("pcs.png");
+        let (pcs, labels) = clustered_pcs(30);
+        draw_plot(&path, pcs.view(), "ignored", Some(&labels), false).expect("plot");
+        assert_png(&path);
+    }
+
+    #[test]
+    fn plot_rejects_zero_components() {
+        let dir = TempDir::new("plot-0pc");
+        let path = dir.join("pcs.png");
+        let pcs = Array2::<f64>::zeros((3, 0));
+        let err = plot_pcs(&path, pcs.view(), "t", None).unwrap_err();
+        assert!(matches!(err, PcaFileError::NoComponents { .. }), "{err:?}");
+        assert!(err.to_string().contains("pcs.png"), "{err}");
+    }
+
+    #[test]
+    fn missing_directory_errors_name_the_path() {
+        let dir = TempDir::new("missing");
+        let missing = dir.join("no/such/dir");
+        let (pcs, _) = clustered_pcs(10);
+
+        let path = missing.join("x.eigenvec");
+        let err = write_eigenvec(&path, &ids(10), pcs.view()).unwrap_err();
+        assert!(matches!(err, PcaFileError::Io { .. }), "{err:?}");
+        assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");
+
+        let path = missing.join("x.eigenval");
+        let err = write_eigenval(&path, &[1.0, 2.0]).unwrap_err();
+        assert!(matches!(err, PcaFileError::Io { .. }), "{err:?}");
+        assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");
+
+        let path = missing.join("x.png");
+        let err = plot_pcs(&path, pcs.view(), "t", None).unwrap_err();
+        assert!(matches!(err, PcaFileError::Plot { .. }), "{err:?}");
+        assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");
+    }
+}

@@ -1,0 +1,790 @@
+//! The randomized SVD (Halko, Martinsson & Tropp 2011) and block Krylov iteration
+//! (Musco & Musco 2015), over row panels that never leave their actor.
+//!
+//! # Passes
+//!
+//! 1. Range: `Y = A·[Ω | W]` panel by panel. `Ω` (`n × l`, `l = k + oversample`) and the
+//!    error probes `W` (`n × r`) are Gaussian, generated from the seed by the counter-based
+//!    generator, so every rank has them without a message. `Y` is orthonormalized by the
+//!    distributed TSQR (`Q`, `m × l`, rows stay where they were formed); `A·W` is kept.
+//! 2. Each power iteration: `B = QᵀA` (an `l × n` sum over panels, reduced over the fixed
+//!    panel tree), `Z = orth(Bᵀ)` on the tree's root, broadcast, then `Y = A·Z`,
+//!    orthonormalized again. Orthonormalizing at every half-step keeps the iteration stable
+//!    on flat spectra. Block Krylov keeps every block `Q₀ … Q_q` and orthonormalizes
+//!    their concatenation at the end.
+//! 3. Last pass: `B = QᵀA`; the root computes `B = U_B Σ Vᵀ` and broadcasts it, and every
+//!    actor forms its rows `U = Q·U_B` and the probe residuals `(A − UΣVᵀ)W`.
+//!
+//! Only `l × n` and `l × l` matrices travel. Every pass produces the panels again from the
+//! source unless the memory plan keeps them resident (2-bit packed for genotypes). Sums over
+//! panels follow the fixed tree of [`crate::tree`], so results are bit-identical for any
+//! number of ranks and actors.
+//!
+//! # Error estimate
+//!
+//! With `E = A − UΣVᵀ` and `r` Gaussian probes `ω_i`, `E[‖Eω‖²] = ‖E‖_F²`, so
+//! `(Σ‖Eω_i‖²/r)^½` estimates the Frobenius error, and by Halko et al. §4.3
+//! `‖E‖₂ ≤ 10·√(2/π)·max‖Eω_i‖` except with probability `10⁻ʳ`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ndarray::{s, Array2};
+use rankwise_runtime::{
+    ChunkGrid, Dist, Generated, GenotypeSource, MemoryPlan, PanelSource, Placement, Residency,
+    Runtime, World,
+};
+use serde::Serialize;
+
+use crate::kernels::{qr, small_svd, stack_rows, Keep, PanelFactor};
+use crate::svd::{FactorSink, PhaseTiming};
+use crate::tiles::{
+    gemm_tile_left, gemm_tile_right, Operand, PanelFacts, Stored, TileProducer, TILE_COLS,
+    TILE_ROWS,
+};
+use crate::tree::{decode, encode, PartialSums, Tree};
+use crate::LinalgError;
+
+/// How the range is refined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// Subspace (power) iteration, re-orthonormalized at every half-step.
+    SubspaceIteration,
+    /// Block Krylov: the basis spans every block `(AAᵀ)^j AΩ`, `j = 0 … q`.
+    BlockKrylov,
+}
+
+/// Options of the randomized SVD.
+#[derive(Clone, Debug, Serialize)]
+pub struct RsvdOptions {
+    /// Rank of the result.
+    pub k: usize,
+    /// Extra columns of the sketch (`l = k + oversample`).
+    pub oversample: usize,
+    /// Power iterations `q` (each costs two passes over the matrix).
+    pub power_iters: usize,
+    /// Subspace iteration or block Krylov.
+    pub method: Method,
+    /// Seed of `Ω` and of the error probes.
+    pub seed: u64,
+    /// Gaussian probes of the error estimate (0: no estimate).
+    pub probes: usize,
+}
+
+impl Default for RsvdOptions {
+    fn default() -> Self {
+        RsvdOptions {
+            k: 10,
+            oversample: 10,
+            power_iters: 2,
+            method: Method::SubspaceIteration,
+            seed: 0,
+            probes: 5,
+        }
+    }
+}
+
+impl RsvdOptions {
+    /// Columns of the sketch, `l = k + oversample`.
+    pub fn sketch(&self) -> usize {
+        self.k + self.oversample
+    }
+
+    /// Columns of the final basis: `l`, or `(q + 1)·l` for block Krylov.
+    pub fn basis(&self) -> usize {
+        match self.method {
+            Method::SubspaceIteration => self.sketch(),
+            Method::BlockKrylov => self.sketch() * (self.power_iters + 1),
+        }
+    }
+
+    /// Passes over the matrix.
+    pub fn passes(&self) -> usize {
+        2 + 2 * self.power_iters
+    }
+
+    /// Checks the options against an `m × n` matrix.
+    pub fn validate(&self, m: u64, n: u64) -> Result<(), LinalgError> {
+        let mn = m.min(n);
+        let opt = |option, message| Err(LinalgError::Option { option, message });
+        if self.k == 0 {
+            return opt("-k", "the rank must be at least 1".into());
+        }
+        if self.k as u64 >= mn {
+            return opt(
+                "-k",
+                format!(
+                    "k = {} must be smaller than min(rows, cols) = {mn}; `rankwise svd` computes \
+                     the full decomposition",
+                    self.k
+                ),
+            );
+        }
+        if self.sketch() as u64 > mn {
+            return opt(
+                "--oversample",
+                format!(
+                    "k + oversample = {} + {} = {} exceeds min(rows, cols) = {mn}; use at most \
+                     --oversample {}",
+                    self.k,
+                    self.oversample,
+                    self.sketch(),
+                    mn - self.k as u64
+                ),
+            );
+        }
+        if self.basis() as u64 > mn {
+            return opt(
+                "--power-iters",
+                format!(
+                    "block Krylov with {} power iterations builds a basis of (q + 1)(k + \
+                     oversample) = {} columns, more than min(rows, cols) = {mn}; lower \
+                     --power-iters or --oversample",
+                    self.power_iters,
+                    self.basis()
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The matrix of a randomized SVD or PCA.
+#[derive(Clone)]
+pub struct RsvdProblem {
+    /// Where the values come from; its shape is the matrix the algorithm sees.
+    pub operand: Operand,
+    /// Row panels of the operand.
+    pub grid: ChunkGrid,
+    /// True when the operand is the transpose of the user's matrix.
+    pub transposed: bool,
+}
+
+impl RsvdProblem {
+    /// A generated float matrix; short-and-fat ones go through the transpose, so panels run
+    /// along the long dimension.
+    pub fn generated(
+        rows: u64,
+        cols: u64,
+        chunk_rows: u64,
+        seed: u64,
+        dist: Dist,
+    ) -> Result<RsvdProblem, LinalgError> {
+        let p = crate::svd::SvdProblem::generated(rows, cols, chunk_rows, seed, dist)?;
+        Ok(RsvdProblem {
+            operand: Operand::Dense(p.source),
+            grid: p.grid,
+            transposed: p.transposed,
+        })
+    }
+
+    /// A float matrix from any panel source, panels of `chunk_rows` rows.
+    pub fn dense(
+        source: Arc<dyn PanelSource>,
+        chunk_rows: u64,
+    ) -> Result<RsvdProblem, LinalgError> {
+        let (m, n) = source.shape();
+        Ok(RsvdProblem {
+            grid: ChunkGrid::new(m, n, chunk_rows)?,
+            operand: Operand::Dense(source),
+            transposed: false,
+        })
+    }
+
+    /// A genotype matrix (variants × samples), standardized per variant; panels of
+    /// `chunk_rows` variants.
+    pub fn genotypes(
+        source: Arc<dyn GenotypeSource>,
+        chunk_rows: u64,
+    ) -> Result<RsvdProblem, LinalgError> {
+        let (m, n) = source.shape();
+        Ok(RsvdProblem {
+            grid: ChunkGrid::new(m, n, chunk_rows)?,
+            operand: Operand::Genotypes(source),
+            transposed: false,
+        })
+    }
+}
+
+/// What the plan decided, before any work.
+#[derive(Clone, Debug, Serialize)]
+pub struct RsvdPlan {
+    /// The grid.
+    pub grid: ChunkGrid,
+    /// Rank count.
+    pub ranks: usize,
+    /// Which actor owns which panels.
+    pub placement: Placement,
+    /// Memory decision of every actor, in placement order.
+    pub memory: Vec<MemoryPlan>,
+    /// Sketch columns `l`.
+    pub sketch: usize,
+    /// Final basis columns.
+    pub basis: usize,
+    /// Passes over the matrix.
+    pub passes: usize,
+    /// f64 values of one `B` reduction message.
+    pub words_b: usize,
+}
+
+impl RsvdPlan {
+    /// Validates the options and plans the grid over the world. Pure: every rank computes
+    /// the same plan.
+    pub fn new(
+        problem: &RsvdProblem,
+        options: &RsvdOptions,
+        world: &World,
+    ) -> Result<RsvdPlan, LinalgError> {
+        let (m, n) = problem.operand.shape();
+        if (m, n) != (problem.grid.rows, problem.grid.cols) {
+            return Err(LinalgError::Option {
+                option: "grid",
+                message: format!(
+                    "grid {}×{} does not match the source's {m}×{n}",
+                    problem.grid.rows, problem.grid.cols
+                ),
+            });
+        }
+        options.validate(m, n)?;
+        let grid = problem.grid;
+        let placement = Placement::compute(grid.panels(), world);
+        let (l, basis, r) = (options.sketch(), options.basis(), options.probes);
+        let nn = n as usize;
+        let chunk = grid.chunk_rows.min(grid.rows) as usize;
+        let codes = match problem.operand {
+            Operand::Genotypes(_) => TILE_ROWS * nn,
+            Operand::Dense(_) => 0,
+        };
+        // Per thread: a tile, a row block of dosages, one panel's B, its sketch before
+        // the TSQR and the TSQR's Q.
+        let per_thread = ((TILE_ROWS * TILE_COLS
+            + basis * nn
+            + chunk * (l + r)
+            + 2 * chunk * basis)
+            * 8
+            + codes) as u64;
+        let mut memory = Vec::new();
+        for a in &placement.assignments {
+            let shape = &world.ranks[a.rank][a.actor];
+            let rows: u64 = a
+                .panels
+                .clone()
+                .map(|p| grid.panel_rows(p).end - grid.panel_rows(p).start)
+                .sum();
+            // The basis and the probe products stay for the whole run.
+            let kept = rows * (basis + r) as u64 * 8;
+            let threads = shape.threads.max(1) as u64;
+            memory.push(MemoryPlan::decide(
+                shape.memory,
+                per_thread + kept.div_ceil(threads),
+                shape.threads,
+                problem.operand.resident_bytes(rows),
+            )?);
+        }
+        Ok(RsvdPlan {
+            grid,
+            ranks: world.ranks.len(),
+            placement,
+            memory,
+            sketch: l,
+            basis,
+            passes: options.passes(),
+            words_b: 2 + basis * nn,
+        })
+    }
+}
+
+/// The a-posteriori error estimate (see the module documentation).
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorEstimate {
+    /// Probes used.
+    pub probes: usize,
+    /// Estimate of ‖A − UΣVᵀ‖_F from the probes.
+    pub frobenius: f64,
+    /// The same relative to ‖A‖_F.
+    pub relative_frobenius: f64,
+    /// Upper bound on ‖A − UΣVᵀ‖₂ (Halko et al. §4.3) …
+    pub spectral_bound: f64,
+    /// … which fails with at most this probability.
+    pub failure_probability: f64,
+    /// ‖A‖_F, from the first pass.
+    pub norm_frobenius: f64,
+}
+
+/// Genotype counts of a PCA.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GenotypeSummary {
+    /// Variants in the matrix.
+    pub variants: u64,
+    /// Variants used (not dropped).
+    pub variants_used: u64,
+    /// Variants dropped: allele frequency 0 or 1 among their calls, or no calls.
+    pub variants_dropped: u64,
+    /// Missing calls, imputed to the variant's mean.
+    pub missing_calls: u64,
+    /// All calls.
+    pub calls: u64,
+}
+
+/// The result on one rank.
+#[derive(Clone, Debug)]
+pub struct RsvdResult {
+    /// The `k` largest singular values, descending.
+    pub s: Vec<f64>,
+    /// `Vᵀ` (`k × n`), replicated (for a transposed problem, `Uᵀ` of the user's matrix).
+    pub wt: Array2<f64>,
+    /// True when the problem was solved through the transpose.
+    pub transposed: bool,
+    /// ‖A‖_F² (after standardization for genotypes), the total variance.
+    pub total_sum_squares: f64,
+    /// The error estimate, with probes.
+    pub estimate: Option<ErrorEstimate>,
+    /// Genotype counts, for a genotype operand.
+    pub genotypes: Option<GenotypeSummary>,
+    /// Phase timings on this rank.
+    pub timings: Vec<PhaseTiming>,
+    /// The plan that ran.
+    pub plan: RsvdPlan,
+    /// Bytes of matrix values produced from the source on this rank, all passes.
+    pub bytes_produced: u64,
+}
+
+/// One panel's state between passes; it lives on its actor (moved in and out of jobs).
+struct PanelState {
+    p: usize,
+    rows: Range<u64>,
+    stored: Option<Stored>,
+    /// Orthonormal blocks (one, or one per Krylov block), row-major `h × l`.
+    basis: Vec<Array2<f64>>,
+    /// The sketch waiting to be orthonormalized.
+    y: Option<Array2<f64>>,
+    /// `A·W`.
+    probes: Option<Array2<f64>>,
+    factor: Option<PanelFactor>,
+}
+
+struct Ctx {
+    operand: Operand,
+    resident: Vec<bool>,
+    n: usize,
+}
+
+/// Computes the rank-k randomized SVD. A collective call: every rank of the runtime makes
+/// it with the same problem and options. `sink` receives this rank's rows of `U`.
+pub fn rsvd(
+    rt: &Runtime,
+    problem: &RsvdProblem,
+    options: &RsvdOptions,
+    sink: Option<FactorSink>,
+) -> Result<RsvdResult, LinalgError> {
+    let comm = rt.comm();
+    let me = comm.rank();
+    let plan = RsvdPlan::new(problem, options, rt.world())?;
+    let grid = plan.grid;
+    let (m, n) = problem.operand.shape();
+    let n = n as usize;
+    let (k, l, r) = (options.k, options.sketch(), options.probes);
+    let owners = plan.placement.owner.clone();
+    let tree = Tree::new(&owners);
+    let mut timings = Vec::new();
+
+    let mut resident = Vec::new();
+    let mut states = Vec::new();
+    let mut regenerated_rows = 0u64;
+    let mut my_rows = 0u64;
+    for (a, mp) in plan.placement.assignments.iter().zip(&plan.memory) {
+        if a.rank != me {
+            continue;
+        }
+        resident.push(mp.residency == Residency::Resident);
+        states.push(
+            a.panels
+                .clone()
+                .map(|p| {
+                    let rows = grid.panel_rows(p);
+                    my_rows += rows.end - rows.start;
+                    if mp.residency == Residency::Regenerated {
+                        regenerated_rows += rows.end - rows.start;
+                    }
+                    PanelState {
+                        p,
+                        rows,
+                        stored: None,
+                        basis: Vec::new(),
+                        y: None,
+                        probes: None,
+                        factor: None,
+                    }
+                })
+                .collect::<Vec<_>>(),
+        );
+    }
+    let value_bytes = match problem.operand {
+        Operand::Dense(_) => 8,
+        Operand::Genotypes(_) => 1,
+    };
+    let ctx = Arc::new(Ctx {
+        operand: problem.operand.clone(),
+        resident,
+        n,
+    });
+
+    // Pass 1: the sketch and the probe products.
+    let t = Instant::now();
+    let omega = Arc::new(gaussian(n, l + r, options.seed));
+    let (st, facts) = range_pass(rt, &ctx, states, omega, l, true)?;
+    let mut states = st;
+    let stats = tree.sum_all(comm, facts, (1, 3))?;
+    let total_sum_squares = stats[[0, 0]];
+    timings.push(phase("pass 1: produce panels + A·Ω", t));
+    let t = Instant::now();
+    orthonormalize(rt, &tree, &mut states, false)?;
+    timings.push(phase("orthonormalize (TSQR)", t));
+
+    for it in 1..=options.power_iters {
+        let t = Instant::now();
+        let z = project_pass(rt, &ctx, &tree, &mut states, |b| {
+            let (q, _) = qr(b.t().as_standard_layout().into_owned())?;
+            Ok(q.as_standard_layout().into_owned())
+        })?;
+        timings.push(phase(&format!("iteration {it}: Aᵀ·Q + orth"), t));
+        let t = Instant::now();
+        let (st, _) = range_pass(rt, &ctx, states, Arc::new(z), l, false)?;
+        states = st;
+        orthonormalize(
+            rt,
+            &tree,
+            &mut states,
+            options.method == Method::BlockKrylov,
+        )?;
+        timings.push(phase(&format!("iteration {it}: A·Z + orth"), t));
+    }
+    if options.method == Method::BlockKrylov && options.power_iters > 0 {
+        let t = Instant::now();
+        for st in states.iter_mut().flatten() {
+            let blocks: Vec<_> = st.basis.iter().map(|b| b.view()).collect();
+            let cat = ndarray::concatenate(ndarray::Axis(1), &blocks)
+                .map_err(|e| LinalgError::Lapack(format!("Krylov basis: {e}")))?;
+            st.basis.clear();
+            st.y = Some(cat.as_standard_layout().into_owned());
+        }
+        orthonormalize(rt, &tree, &mut states, false)?;
+        timings.push(phase("block Krylov: orthonormalize the basis", t));
+    }
+
+    // Last pass: B = QᵀA, its SVD on the root, broadcast.
+    let t = Instant::now();
+    let basis = plan.basis;
+    let w = gaussian(n, l + r, options.seed)
+        .slice(s![.., l..])
+        .to_owned();
+    let packed = project_pass(rt, &ctx, &tree, &mut states, |b| {
+        let (u, s, vt) = small_svd(b.view())?;
+        let vtk = vt.slice(s![..k, ..]).to_owned();
+        let vtw = vtk.dot(&w);
+        let mut out = Vec::new();
+        out.extend(s.iter().take(k));
+        out.extend(encode(&u.slice(s![.., ..k]).to_owned()));
+        out.extend(encode(&vtk));
+        out.extend(encode(&vtw));
+        Ok(Array2::from_shape_vec((1, out.len()), out).expect("flat"))
+    })?;
+    let flat: Vec<f64> = packed.iter().copied().collect();
+    let root = tree.root_owner();
+    let bad = || LinalgError::Message { peer: root };
+    let take = |v: &[f64]| -> Result<(Array2<f64>, usize), LinalgError> {
+        let len =
+            2 + (v.first().copied().unwrap_or(0.0) * v.get(1).copied().unwrap_or(0.0)) as usize;
+        Ok((decode(root, v.get(..len).ok_or_else(bad)?)?, len))
+    };
+    let s_k = flat.get(..k).ok_or_else(bad)?.to_vec();
+    let (ub, used) = take(&flat[k..])?;
+    let (wt, used2) = take(&flat[k + used..])?;
+    let (vtw, _) = take(&flat[k + used + used2..])?;
+    if ub.dim() != (basis, k) || wt.dim() != (k, n) {
+        return Err(bad());
+    }
+    timings.push(phase("last pass: Qᵀ·A + SVD of B", t));
+
+    // U = Q·U_B, and the probe residuals.
+    let t = Instant::now();
+    let ub = Arc::new(ub);
+    let sv = Arc::new(s_k.clone());
+    let vtw = Arc::new(vtw);
+    let res = rt.map(
+        states,
+        move |_, st: PanelState| -> Result<(usize, Array2<f64>), LinalgError> {
+            let q = st.basis.first().ok_or(LinalgError::Tree {
+                level: 0,
+                node: st.p,
+            })?;
+            let u = q.dot(&*ub);
+            if let Some(sink) = &sink {
+                sink(st.p, st.rows.clone(), u.view()).map_err(|message| LinalgError::Sink {
+                    panel: st.p,
+                    message,
+                })?;
+            }
+            let mut out = Array2::zeros((1, r));
+            if let Some(pw) = &st.probes {
+                let usv = (&u * &Array2::from_shape_fn((1, k), |(_, j)| sv[j])).dot(&*vtw);
+                let e = pw - &usv;
+                for j in 0..r {
+                    out[[0, j]] = e.column(j).iter().map(|v| v * v).sum();
+                }
+            }
+            Ok((st.p, out))
+        },
+    )?;
+    let mut leaves = BTreeMap::new();
+    for x in res.into_iter().flatten() {
+        let (p, v) = x?;
+        leaves.insert(p, v);
+    }
+    let probe_sq = tree.sum_all(comm, leaves, (1, r))?;
+    timings.push(phase("form U + error probes", t));
+
+    let estimate = (r > 0).then(|| {
+        let sq: Vec<f64> = probe_sq.iter().copied().collect();
+        let mean = sq.iter().sum::<f64>() / r as f64;
+        let max = sq.iter().fold(0.0f64, |a, &b| a.max(b)).sqrt();
+        let norm = total_sum_squares.sqrt();
+        ErrorEstimate {
+            probes: r,
+            frobenius: mean.sqrt(),
+            relative_frobenius: if norm > 0.0 { mean.sqrt() / norm } else { 0.0 },
+            spectral_bound: 10.0 * (2.0 / std::f64::consts::PI).sqrt() * max,
+            failure_probability: 10f64.powi(-(r as i32)),
+            norm_frobenius: norm,
+        }
+    });
+    let genotypes = match problem.operand {
+        Operand::Genotypes(_) => Some(GenotypeSummary {
+            variants: m,
+            variants_used: m - stats[[0, 1]] as u64,
+            variants_dropped: stats[[0, 1]] as u64,
+            missing_calls: stats[[0, 2]] as u64,
+            calls: m * n as u64,
+        }),
+        Operand::Dense(_) => None,
+    };
+    let passes = options.passes() as u64;
+    let bytes_produced = (my_rows + (passes - 1) * regenerated_rows) * n as u64 * value_bytes;
+    Ok(RsvdResult {
+        s: s_k,
+        wt,
+        transposed: problem.transposed,
+        total_sum_squares,
+        estimate,
+        genotypes,
+        timings,
+        plan,
+        bytes_produced,
+    })
+}
+
+fn phase(name: &str, t: Instant) -> PhaseTiming {
+    PhaseTiming {
+        phase: name.into(),
+        seconds: t.elapsed().as_secs_f64(),
+    }
+}
+
+/// The Gaussian test matrix `n × w` (row-major) of `seed`, the same on every rank.
+pub fn gaussian(n: usize, w: usize, seed: u64) -> Array2<f64> {
+    let g = Generated::new(
+        n as u64,
+        w as u64,
+        seed ^ 0x0A3E_6AC0_FFEE_0001,
+        Dist::Normal,
+    );
+    Array2::from_shape_fn((n, w), |(i, j)| g.value(i as u64, j as u64))
+}
+
+type States = Vec<Vec<PanelState>>;
+
+/// `Y = A·omega` for every panel; with `first`, also produces (and keeps, if resident) the
+/// panels and the facts of pass 1, and keeps the probe columns `omega[:, l..]`.
+fn range_pass(
+    rt: &Runtime,
+    ctx: &Arc<Ctx>,
+    states: States,
+    omega: Arc<Array2<f64>>,
+    l: usize,
+    first: bool,
+) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError> {
+    let c = Arc::clone(ctx);
+    let out = rt.map(states, move |actor, mut st: PanelState| {
+        let h = (st.rows.end - st.rows.start) as usize;
+        let w = omega.ncols();
+        let mut y = Array2::<f64>::zeros((h, w));
+        let keep = first && c.resident[actor];
+        let (facts, kept) = TileProducer::new(&c.operand, st.p, st.rows.clone()).for_each(
+            st.stored.as_ref(),
+            keep,
+            |r0, c0, t| {
+                gemm_tile_right(
+                    t,
+                    omega.slice(s![c0..c0 + t.ncols(), ..]),
+                    y.slice_mut(s![r0..r0 + t.nrows(), ..]),
+                )
+            },
+        )?;
+        if kept.is_some() {
+            st.stored = kept;
+        }
+        if w > l {
+            st.probes = Some(y.slice(s![.., l..]).to_owned());
+            y = y.slice(s![.., ..l]).as_standard_layout().into_owned();
+        }
+        st.y = Some(y);
+        Ok::<_, LinalgError>((st, facts))
+    })?;
+    let mut states = Vec::with_capacity(out.len());
+    let mut facts = BTreeMap::new();
+    for list in out {
+        let mut mine = Vec::with_capacity(list.len());
+        for x in list {
+            let (st, f): (PanelState, PanelFacts) = x?;
+            facts.insert(
+                st.p,
+                Array2::from_shape_vec(
+                    (1, 3),
+                    vec![f.sum_squares, f.dropped as f64, f.missing as f64],
+                )
+                .expect("1×3"),
+            );
+            mine.push(st);
+        }
+        states.push(mine);
+    }
+    Ok((states, facts))
+}
+
+/// Orthonormalizes every panel's `y` by the distributed TSQR; the panel's rows of `Q` are
+/// appended to (`append`) or replace its basis.
+fn orthonormalize(
+    rt: &Runtime,
+    tree: &Tree<'_>,
+    states: &mut States,
+    append: bool,
+) -> Result<(), LinalgError> {
+    let comm = rt.comm();
+    let out = rt.map(std::mem::take(states), |_, mut st: PanelState| {
+        let y = st.y.take().ok_or(LinalgError::Tree {
+            level: 0,
+            node: st.p,
+        })?;
+        let (h, w) = y.dim();
+        let f = PanelFactor::compute(h, w, Keep::Kept, |rows, mut out| {
+            out.assign(&y.slice(s![rows, ..]));
+            Ok(())
+        })?;
+        let r = f.r.clone();
+        st.factor = Some(f);
+        Ok::<_, LinalgError>((st, r))
+    })?;
+    let mut leaves = BTreeMap::new();
+    let mut back = Vec::with_capacity(out.len());
+    for list in out {
+        let mut mine = Vec::with_capacity(list.len());
+        for x in list {
+            let (st, r) = x?;
+            leaves.insert(st.p, r);
+            mine.push(st);
+        }
+        back.push(mine);
+    }
+    let mut node_q: HashMap<(usize, usize), (usize, Array2<f64>)> = HashMap::new();
+    let root = tree.up(comm, leaves, |level, j, a, b| {
+        let ka = a.nrows();
+        let (q, r) = qr(stack_rows(&[a.view(), b.view()]))?;
+        node_q.insert((level, j), (ka, q));
+        Ok(r)
+    })?;
+    let start = root.map(|r| Array2::eye(r.nrows()));
+    let mut c = tree.down(comm, start, |level, j, c| {
+        let (ka, q) = node_q
+            .remove(&(level, j))
+            .ok_or(LinalgError::Tree { level, node: j })?;
+        Ok((q.slice(s![..ka, ..]).dot(&c), q.slice(s![ka.., ..]).dot(&c)))
+    })?;
+    let mut inputs = Vec::with_capacity(back.len());
+    for list in back {
+        let mut mine = Vec::with_capacity(list.len());
+        for st in list {
+            let ci = c.remove(&st.p).ok_or(LinalgError::Tree {
+                level: 0,
+                node: st.p,
+            })?;
+            mine.push((st, ci));
+        }
+        inputs.push(mine);
+    }
+    let out = rt.map(inputs, move |_, (mut st, ci): (PanelState, Array2<f64>)| {
+        let f = st.factor.take().ok_or(LinalgError::Tree {
+            level: 0,
+            node: st.p,
+        })?;
+        let q = f.apply(ci.view()).as_standard_layout().into_owned();
+        drop(f);
+        if !append {
+            st.basis.clear();
+        }
+        st.basis.push(q);
+        Ok::<_, LinalgError>(st)
+    })?;
+    for list in out {
+        states.push(list.into_iter().collect::<Result<Vec<_>, _>>()?);
+    }
+    Ok(())
+}
+
+/// `B = QᵀA` over all panels (with `Q` the concatenated basis), reduced over the tree; the
+/// root applies `finish` to `B` and the result is broadcast to every rank.
+fn project_pass(
+    rt: &Runtime,
+    ctx: &Arc<Ctx>,
+    tree: &Tree<'_>,
+    states: &mut States,
+    finish: impl FnOnce(Array2<f64>) -> Result<Array2<f64>, LinalgError>,
+) -> Result<Array2<f64>, LinalgError> {
+    let comm = rt.comm();
+    let sums = Arc::new(PartialSums::new(tree.owners().to_vec(), comm.rank()));
+    let c = Arc::clone(ctx);
+    let s2 = Arc::clone(&sums);
+    let out = rt.map(std::mem::take(states), move |_, st: PanelState| {
+        let q = st.basis.last().ok_or(LinalgError::Tree {
+            level: 0,
+            node: st.p,
+        })?;
+        let mut b = Array2::<f64>::zeros((q.ncols(), c.n));
+        TileProducer::new(&c.operand, st.p, st.rows.clone()).for_each(
+            st.stored.as_ref(),
+            false,
+            |r0, c0, t| {
+                gemm_tile_left(
+                    q.slice(s![r0..r0 + t.nrows(), ..]),
+                    t,
+                    b.slice_mut(s![.., c0..c0 + t.ncols()]),
+                )
+            },
+        )?;
+        s2.insert(st.p, b);
+        Ok::<_, LinalgError>(st)
+    })?;
+    for list in out {
+        states.push(list.into_iter().collect::<Result<Vec<_>, _>>()?);
+    }
+    let root = tree.up_partial(comm, sums.take(), |_, _, a, b| Ok(a + b))?;
+    let owner = tree.root_owner();
+    let mut flat = match root {
+        Some(b) => encode(&finish(b)?),
+        None => Vec::new(),
+    };
+    comm.broadcast_f64(owner, &mut flat)?;
+    decode(owner, &flat)
+}
