@@ -752,7 +752,7 @@ impl SvdOutput {
                 ),
             ));
         }
-        if start % chunk != 0 {
+        if !start.is_multiple_of(chunk) {
             return Err(self.block_err(
                 array,
                 format!(
@@ -760,7 +760,7 @@ impl SvdOutput {
                 ),
             ));
         }
-        if end % chunk != 0 && end != extent {
+        if !end.is_multiple_of(chunk) && end != extent {
             return Err(self.block_err(
                 array,
                 format!(

@@ -14,7 +14,7 @@ pub use rsvd::{
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,
 };
-pub use tiles::Operand;
+pub use tiles::{Operand, Precision};
 pub use tree::Tree;
 
 use rankwise_runtime::RuntimeError;

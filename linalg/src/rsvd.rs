@@ -31,7 +31,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ndarray::{s, Array2};
+use ndarray::{s, Array2, ArrayView2};
 use rankwise_runtime::{
     ChunkGrid, Dist, Generated, GenotypeSource, MemoryPlan, PanelSource, Placement, Residency,
     Runtime, World,
@@ -41,8 +41,7 @@ use serde::Serialize;
 use crate::kernels::{qr, small_svd, stack_rows, Keep, PanelFactor};
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
-    gemm_tile_left, gemm_tile_right, Operand, PanelFacts, Stored, TileProducer, TILE_COLS,
-    TILE_ROWS,
+    gemm, Operand, PanelFacts, Precision, Real, Stored, TileProducer, TILE_COLS, TILE_ROWS,
 };
 use crate::tree::{decode, encode, PartialSums, Tree};
 use crate::LinalgError;
@@ -72,6 +71,8 @@ pub struct RsvdOptions {
     pub seed: u64,
     /// Gaussian probes of the error estimate (0: no estimate).
     pub probes: usize,
+    /// Precision of the tiles and their GEMMs.
+    pub precision: Precision,
 }
 
 impl Default for RsvdOptions {
@@ -83,6 +84,7 @@ impl Default for RsvdOptions {
             method: Method::SubspaceIteration,
             seed: 0,
             probes: 5,
+            precision: Precision::F64,
         }
     }
 }
@@ -281,7 +283,7 @@ impl RsvdPlan {
                 shape.memory,
                 per_thread + kept.div_ceil(threads),
                 shape.threads,
-                problem.operand.resident_bytes(rows),
+                problem.operand.resident_bytes(rows, options.precision),
             )?);
         }
         Ok(RsvdPlan {
@@ -435,7 +437,8 @@ pub fn rsvd(
     // Pass 1: the sketch and the probe products.
     let t = Instant::now();
     let omega = Arc::new(gaussian(n, l + r, options.seed));
-    let (st, facts) = range_pass(rt, &ctx, states, omega, l, true)?;
+    let prec = options.precision;
+    let (st, facts) = range_pass(rt, &ctx, states, omega, l, true, prec)?;
     let mut states = st;
     let stats = tree.sum_all(comm, facts, (1, 3))?;
     let total_sum_squares = stats[[0, 0]];
@@ -446,13 +449,13 @@ pub fn rsvd(
 
     for it in 1..=options.power_iters {
         let t = Instant::now();
-        let z = project_pass(rt, &ctx, &tree, &mut states, |b| {
-            let (q, _) = qr(b.t().as_standard_layout().into_owned())?;
+        let z = project_pass(rt, &ctx, &tree, &mut states, prec, |bt| {
+            let (q, _) = qr(bt)?;
             Ok(q.as_standard_layout().into_owned())
         })?;
         timings.push(phase(&format!("iteration {it}: Aᵀ·Q + orth"), t));
         let t = Instant::now();
-        let (st, _) = range_pass(rt, &ctx, states, Arc::new(z), l, false)?;
+        let (st, _) = range_pass(rt, &ctx, states, Arc::new(z), l, false, prec)?;
         states = st;
         orthonormalize(
             rt,
@@ -481,8 +484,8 @@ pub fn rsvd(
     let w = gaussian(n, l + r, options.seed)
         .slice(s![.., l..])
         .to_owned();
-    let packed = project_pass(rt, &ctx, &tree, &mut states, |b| {
-        let (u, s, vt) = small_svd(b.view())?;
+    let packed = project_pass(rt, &ctx, &tree, &mut states, prec, |bt| {
+        let (u, s, vt) = small_svd(bt.t())?;
         let vtk = vt.slice(s![..k, ..]).to_owned();
         let vtw = vtk.dot(&w);
         let mut out = Vec::new();
@@ -615,24 +618,52 @@ fn range_pass(
     omega: Arc<Array2<f64>>,
     l: usize,
     first: bool,
+    precision: Precision,
+) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError> {
+    match precision {
+        Precision::F64 => range_pass_t::<f64>(rt, ctx, states, omega, l, first),
+        Precision::F32 => {
+            let o32 = Arc::new(omega.mapv(|x| x as f32));
+            range_pass_t::<f32>(rt, ctx, states, o32, l, first)
+        }
+    }
+}
+
+fn range_pass_t<T: Real>(
+    rt: &Runtime,
+    ctx: &Arc<Ctx>,
+    states: States,
+    omega: Arc<Array2<T>>,
+    l: usize,
+    first: bool,
 ) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError> {
     let c = Arc::clone(ctx);
     let out = rt.map(states, move |actor, mut st: PanelState| {
         let h = (st.rows.end - st.rows.start) as usize;
         let w = omega.ncols();
         let mut y = Array2::<f64>::zeros((h, w));
+        let mut part = Array2::<T>::zeros((TILE_ROWS, w));
         let keep = first && c.resident[actor];
-        let (facts, kept) = TileProducer::new(&c.operand, st.p, st.rows.clone()).for_each(
-            st.stored.as_ref(),
-            keep,
-            |r0, c0, t| {
-                gemm_tile_right(
-                    t,
-                    omega.slice(s![c0..c0 + t.ncols(), ..]),
-                    y.slice_mut(s![r0..r0 + t.nrows(), ..]),
-                )
-            },
-        )?;
+        let (facts, kept) = TileProducer::new(&c.operand, st.p, st.rows.clone())
+            .measuring(first)
+            .for_each(
+                st.stored.as_ref(),
+                keep,
+                &mut Vec::new(),
+                |r0, c0, t: ArrayView2<'_, T>| {
+                    let b = t.nrows();
+                    let mut part = part.slice_mut(s![..b, ..]);
+                    gemm(
+                        false,
+                        t,
+                        omega.slice(s![c0..c0 + t.ncols(), ..]),
+                        T::zero(),
+                        part.view_mut(),
+                    );
+                    y.slice_mut(s![r0..r0 + b, ..])
+                        .zip_mut_with(&part, |a, &p| *a += p.to_f64());
+                },
+            )?;
         if kept.is_some() {
             st.stored = kept;
         }
@@ -743,39 +774,24 @@ fn orthonormalize(
     Ok(())
 }
 
-/// `B = QᵀA` over all panels (with `Q` the concatenated basis), reduced over the tree; the
-/// root applies `finish` to `B` and the result is broadcast to every rank.
+/// `Bᵀ = AᵀQ` (`n × basis`) over all panels, with `Q` the panel's last basis block,
+/// reduced over the tree; the root applies `finish` to `Bᵀ` and the result is broadcast to
+/// every rank.
 fn project_pass(
     rt: &Runtime,
     ctx: &Arc<Ctx>,
     tree: &Tree<'_>,
     states: &mut States,
+    precision: Precision,
     finish: impl FnOnce(Array2<f64>) -> Result<Array2<f64>, LinalgError>,
 ) -> Result<Array2<f64>, LinalgError> {
     let comm = rt.comm();
     let sums = Arc::new(PartialSums::new(tree.owners().to_vec(), comm.rank()));
-    let c = Arc::clone(ctx);
-    let s2 = Arc::clone(&sums);
-    let out = rt.map(std::mem::take(states), move |_, st: PanelState| {
-        let q = st.basis.last().ok_or(LinalgError::Tree {
-            level: 0,
-            node: st.p,
-        })?;
-        let mut b = Array2::<f64>::zeros((q.ncols(), c.n));
-        TileProducer::new(&c.operand, st.p, st.rows.clone()).for_each(
-            st.stored.as_ref(),
-            false,
-            |r0, c0, t| {
-                gemm_tile_left(
-                    q.slice(s![r0..r0 + t.nrows(), ..]),
-                    t,
-                    b.slice_mut(s![.., c0..c0 + t.ncols()]),
-                )
-            },
-        )?;
-        s2.insert(st.p, b);
-        Ok::<_, LinalgError>(st)
-    })?;
+    let taken = std::mem::take(states);
+    let out = match precision {
+        Precision::F64 => project_map::<f64>(rt, ctx, &sums, taken)?,
+        Precision::F32 => project_map::<f32>(rt, ctx, &sums, taken)?,
+    };
     for list in out {
         states.push(list.into_iter().collect::<Result<Vec<_>, _>>()?);
     }
@@ -787,4 +803,47 @@ fn project_pass(
     };
     comm.broadcast_f64(owner, &mut flat)?;
     decode(owner, &flat)
+}
+
+type Mapped = Vec<Vec<Result<PanelState, LinalgError>>>;
+
+fn project_map<T: Real>(
+    rt: &Runtime,
+    ctx: &Arc<Ctx>,
+    sums: &Arc<PartialSums>,
+    states: States,
+) -> Result<Mapped, LinalgError> {
+    let c = Arc::clone(ctx);
+    let s2 = Arc::clone(sums);
+    Ok(rt.map(states, move |_, st: PanelState| {
+        let q = st.basis.last().ok_or(LinalgError::Tree {
+            level: 0,
+            node: st.p,
+        })?;
+        let qt = q.mapv(T::from_f64);
+        let mut bt = Array2::<f64>::zeros((c.n, q.ncols()));
+        let mut part = Array2::<T>::zeros((TILE_COLS, q.ncols()));
+        TileProducer::new(&c.operand, st.p, st.rows.clone())
+            .measuring(false)
+            .for_each(
+                st.stored.as_ref(),
+                false,
+                &mut Vec::new(),
+                |r0, c0, t: ArrayView2<'_, T>| {
+                    let w = t.ncols();
+                    let mut part = part.slice_mut(s![..w, ..]);
+                    gemm(
+                        true,
+                        t,
+                        qt.slice(s![r0..r0 + t.nrows(), ..]),
+                        T::zero(),
+                        part.view_mut(),
+                    );
+                    bt.slice_mut(s![c0..c0 + w, ..])
+                        .zip_mut_with(&part, |a, &p| *a += p.to_f64());
+                },
+            )?;
+        s2.insert(st.p, bt);
+        Ok::<_, LinalgError>(st)
+    })?)
 }

@@ -21,16 +21,16 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use cblas_sys::{cblas_dgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
+use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2};
 use rankwise_runtime::{GenotypeSource, PanelSource};
 
 use crate::LinalgError;
 
 /// Rows of one tile.
-pub const TILE_ROWS: usize = 64;
+pub const TILE_ROWS: usize = 256;
 /// Columns of one tile (a multiple of 4, so genotype tiles start on a packed byte).
-pub const TILE_COLS: usize = 1024;
+pub const TILE_COLS: usize = 512;
 
 /// What the randomized passes multiply with.
 #[derive(Clone)]
@@ -59,10 +59,14 @@ impl Operand {
     }
 
     /// Bytes a resident panel of `rows` rows keeps.
-    pub fn resident_bytes(&self, rows: u64) -> u64 {
+    pub fn resident_bytes(&self, rows: u64, precision: Precision) -> u64 {
         let n = self.shape().1;
+        let width = match precision {
+            Precision::F64 => 8,
+            Precision::F32 => 4,
+        };
         match self {
-            Operand::Dense(_) => rows * n * 8,
+            Operand::Dense(_) => rows * n * width,
             Operand::Genotypes(_) => rows * (n.div_ceil(4) + 16),
         }
     }
@@ -78,11 +82,282 @@ pub struct RowScale {
     pub scale: f64,
 }
 
+/// Precision of the tiles and of their products with the thin matrices. Sums over tiles
+/// are always accumulated in f64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// f64 tiles and DGEMM.
+    F64,
+    /// f32 tiles and SGEMM (twice the GEMM rate, half the resident bytes); each tile's
+    /// product is added to f64 accumulators.
+    F32,
+}
+
+/// The element type of tiles: f64 or f32.
+pub trait Real:
+    Copy + Default + Send + Sync + std::fmt::Debug + PartialEq + 'static + ndarray::LinalgScalar
+{
+    /// Converts from f64 (rounding to nearest for f32).
+    fn from_f64(x: f64) -> Self;
+    /// Converts to f64 (exact).
+    fn to_f64(self) -> f64;
+    /// `c = op(a)·b + beta·c` by BLAS, all row-major with the given leading dimensions.
+    ///
+    /// # Safety
+    /// The pointers and leading dimensions must describe valid row-major matrices of the
+    /// given shapes, `c` exclusively.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        trans_a: bool,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: *const Self,
+        lda: usize,
+        b: *const Self,
+        ldb: usize,
+        beta: Self,
+        c: *mut Self,
+        ldc: usize,
+    );
+    /// Tile of a float source.
+    fn fill(
+        src: &dyn PanelSource,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        out: ArrayViewMut2<'_, Self>,
+    ) -> Result<(), rankwise_runtime::SourceError>;
+    /// Standardizes `out.len()` packed dosages starting at the first code of `bytes`.
+    fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [Self]);
+    /// Σ x² in f64.
+    fn sum_squares(x: &[Self]) -> f64;
+    /// Wraps a resident panel.
+    fn store(a: Array2<Self>) -> Stored;
+    /// The resident panel, if it has this precision.
+    fn stored(s: &Stored) -> Option<ArrayView2<'_, Self>>;
+}
+
+impl Real for f64 {
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    unsafe fn gemm(
+        trans_a: bool,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: *const f64,
+        lda: usize,
+        b: *const f64,
+        ldb: usize,
+        beta: f64,
+        c: *mut f64,
+        ldc: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            cblas_dgemm(
+                CBLAS_LAYOUT::CblasRowMajor,
+                trans(trans_a),
+                CBLAS_TRANSPOSE::CblasNoTrans,
+                m as i32,
+                n as i32,
+                k as i32,
+                1.0,
+                a,
+                lda as i32,
+                b,
+                ldb as i32,
+                beta,
+                c,
+                ldc as i32,
+            )
+        }
+    }
+    fn fill(
+        src: &dyn PanelSource,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        out: ArrayViewMut2<'_, f64>,
+    ) -> Result<(), rankwise_runtime::SourceError> {
+        src.fill_cols(rows, cols, out)
+    }
+    fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [f64]) {
+        let lut = s.table();
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the feature was detected just now.
+            return unsafe { simd::packed_f64_avx512(bytes, lut, out) };
+        }
+        packed_scalar(bytes, lut, out)
+    }
+    fn sum_squares(x: &[f64]) -> f64 {
+        sum_squares(x)
+    }
+    fn store(a: Array2<f64>) -> Stored {
+        Stored::Dense(a)
+    }
+    fn stored(s: &Stored) -> Option<ArrayView2<'_, f64>> {
+        match s {
+            Stored::Dense(a) => Some(a.view()),
+            _ => None,
+        }
+    }
+}
+
+impl Real for f32 {
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    unsafe fn gemm(
+        trans_a: bool,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        beta: f32,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            cblas_sgemm(
+                CBLAS_LAYOUT::CblasRowMajor,
+                trans(trans_a),
+                CBLAS_TRANSPOSE::CblasNoTrans,
+                m as i32,
+                n as i32,
+                k as i32,
+                1.0,
+                a,
+                lda as i32,
+                b,
+                ldb as i32,
+                beta,
+                c,
+                ldc as i32,
+            )
+        }
+    }
+    fn fill(
+        src: &dyn PanelSource,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        out: ArrayViewMut2<'_, f32>,
+    ) -> Result<(), rankwise_runtime::SourceError> {
+        src.fill_cols_f32(rows, cols, out)
+    }
+    fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [f32]) {
+        let t = s.table();
+        let lut = [t[0] as f32, t[1] as f32, t[2] as f32, t[3] as f32];
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the feature was detected just now.
+            return unsafe { simd::packed_f32_avx512(bytes, lut, out) };
+        }
+        packed_scalar(bytes, lut, out)
+    }
+    fn sum_squares(x: &[f32]) -> f64 {
+        sum_squares_f32(x)
+    }
+    fn store(a: Array2<f32>) -> Stored {
+        Stored::Dense32(a)
+    }
+    fn stored(s: &Stored) -> Option<ArrayView2<'_, f32>> {
+        match s {
+            Stored::Dense32(a) => Some(a.view()),
+            _ => None,
+        }
+    }
+}
+
+fn trans(t: bool) -> CBLAS_TRANSPOSE {
+    if t {
+        CBLAS_TRANSPOSE::CblasTrans
+    } else {
+        CBLAS_TRANSPOSE::CblasNoTrans
+    }
+}
+
+impl RowScale {
+    /// The standardized value of each 2-bit code: dosages 0, 1, 2, then a missing call (0).
+    pub fn table(&self) -> [f64; 4] {
+        let off = -self.mean * self.scale;
+        [off, self.scale + off, 2.0 * self.scale + off, 0.0]
+    }
+}
+
+/// Standardizes packed codes through the row's table, one code at a time.
+fn packed_scalar<T: Copy>(bytes: &[u8], lut: [T; 4], out: &mut [T]) {
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = lut[((bytes[j >> 2] >> (2 * (j & 3))) & 3) as usize];
+    }
+}
+
+/// AVX-512 kernels of the packed standardization: each group of 2-bit codes is broadcast,
+/// shifted into lanes, and used as indices of a register-held table (`vpermps`/`vpermpd`),
+/// so a tile row costs a few instructions per 16 (f32) or 8 (f64) values.
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU must support AVX-512F; `bytes` must hold `out.len()` codes.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn packed_f32_avx512(bytes: &[u8], lut: [f32; 4], out: &mut [f32]) {
+        let table = _mm512_setr_ps(
+            lut[0], lut[1], lut[2], lut[3], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+            0.0,
+        );
+        let shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let three = _mm512_set1_epi32(3);
+        let groups = out.len() / 16;
+        for (g, word) in bytes.chunks_exact(4).take(groups).enumerate() {
+            let w = i32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+            let idx = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(w), shifts), three);
+            let v = _mm512_permutexvar_ps(idx, table);
+            // SAFETY: 16 values at 16·g are inside `out` (g < out.len() / 16).
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(16 * g), v) };
+        }
+        super::packed_scalar(&bytes[4 * groups..], lut, &mut out[16 * groups..]);
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F; `bytes` must hold `out.len()` codes.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn packed_f64_avx512(bytes: &[u8], lut: [f64; 4], out: &mut [f64]) {
+        let table = _mm512_setr_pd(lut[0], lut[1], lut[2], lut[3], 0.0, 0.0, 0.0, 0.0);
+        let shifts = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+        let three = _mm512_set1_epi64(3);
+        let groups = out.len() / 8;
+        for (g, word) in bytes.chunks_exact(2).take(groups).enumerate() {
+            let w = u16::from_le_bytes([word[0], word[1]]) as i64;
+            let idx = _mm512_and_si512(_mm512_srlv_epi64(_mm512_set1_epi64(w), shifts), three);
+            let v = _mm512_permutexvar_pd(idx, table);
+            // SAFETY: 8 values at 8·g are inside `out` (g < out.len() / 8).
+            unsafe { _mm512_storeu_pd(out.as_mut_ptr().add(8 * g), v) };
+        }
+        super::packed_scalar(&bytes[2 * groups..], lut, &mut out[8 * groups..]);
+    }
+}
+
 /// A panel's values kept between passes.
 #[derive(Debug)]
 pub enum Stored {
     /// Row-major `rows × cols` floats.
     Dense(Array2<f64>),
+    /// The same in f32 (precision f32).
+    Dense32(Array2<f32>),
     /// 2-bit packed dosages, `stride` bytes per row, with each row's standardization.
     Packed {
         /// Packed rows.
@@ -111,10 +386,10 @@ pub struct TileProducer<'a> {
     operand: &'a Operand,
     panel: usize,
     rows: Range<u64>,
+    measure: bool,
 }
 
 thread_local! {
-    static TILE: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
     static CODES: std::cell::RefCell<Vec<i8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -125,7 +400,15 @@ impl<'a> TileProducer<'a> {
             operand,
             panel,
             rows,
+            measure: true,
         }
+    }
+
+    /// Whether to compute Σ x² of the tiles ([`PanelFacts::sum_squares`]; on by default).
+    /// Passes after the first skip it: it costs a read of every tile.
+    pub fn measuring(mut self, measure: bool) -> Self {
+        self.measure = measure;
+        self
     }
 
     fn panel_error(&self, rows: Range<u64>, message: String) -> LinalgError {
@@ -139,73 +422,76 @@ impl<'a> TileProducer<'a> {
     /// Calls `f(row0, col0, tile)` for every tile in row-block order, then column order
     /// (a fixed order: the GEMM accumulations depend on it). `stored` is the resident
     /// copy from an earlier pass, if any; with `keep` the values produced now are returned
-    /// for the next passes.
-    pub fn for_each(
+    /// for the next passes. `tile_buf` is the caller's scratch, reused across panels.
+    pub fn for_each<T: Real>(
         &self,
         stored: Option<&Stored>,
         keep: bool,
-        mut f: impl FnMut(usize, usize, ArrayView2<'_, f64>),
+        tile_buf: &mut Vec<T>,
+        mut f: impl FnMut(usize, usize, ArrayView2<'_, T>),
     ) -> Result<(PanelFacts, Option<Stored>), LinalgError> {
         let h = (self.rows.end - self.rows.start) as usize;
         let n = self.operand.shape().1 as usize;
         let mut facts = PanelFacts::default();
-        match (self.operand, stored) {
-            (Operand::Dense(_), Some(Stored::Dense(a))) => {
+        match (self.operand, stored.and_then(T::stored)) {
+            (Operand::Dense(_), Some(a)) => {
                 for r0 in (0..h).step_by(TILE_ROWS) {
                     let r1 = (r0 + TILE_ROWS).min(h);
                     for c0 in (0..n).step_by(TILE_COLS) {
                         let c1 = (c0 + TILE_COLS).min(n);
                         let t = a.slice(s![r0..r1, c0..c1]);
-                        facts.sum_squares += sum_squares_view(t);
+                        if self.measure {
+                            facts.sum_squares += sum_squares_view(t);
+                        }
                         f(r0, c0, t);
                     }
                 }
                 Ok((facts, None))
             }
-            (Operand::Dense(src), _) => {
+            (Operand::Dense(src), None) => {
                 let mut kept = if keep {
-                    Some(Array2::<f64>::zeros((h, n)))
+                    Some(Array2::<T>::zeros((h, n)))
                 } else {
                     None
                 };
-                let mut buf = TILE.with(|t| std::mem::take(&mut *t.borrow_mut()));
-                buf.resize(TILE_ROWS * TILE_COLS, 0.0);
-                let result = (|| {
-                    for r0 in (0..h).step_by(TILE_ROWS) {
-                        let r1 = (r0 + TILE_ROWS).min(h);
-                        let g = self.rows.start + r0 as u64..self.rows.start + r1 as u64;
-                        for c0 in (0..n).step_by(TILE_COLS) {
-                            let c1 = (c0 + TILE_COLS).min(n);
-                            let cols = c0 as u64..c1 as u64;
-                            let mut t = match kept.as_mut() {
-                                Some(k) => k.slice_mut(s![r0..r1, c0..c1]),
-                                None => ArrayViewMut2::from_shape(
-                                    (r1 - r0, c1 - c0),
-                                    &mut buf[..(r1 - r0) * (c1 - c0)],
-                                )
-                                .expect("tile fits its buffer"),
-                            };
-                            src.fill_cols(g.clone(), cols, t.view_mut())
-                                .map_err(|e| self.panel_error(g.clone(), e.to_string()))?;
+                tile_buf.resize(TILE_ROWS * TILE_COLS, T::default());
+                for r0 in (0..h).step_by(TILE_ROWS) {
+                    let r1 = (r0 + TILE_ROWS).min(h);
+                    let g = self.rows.start + r0 as u64..self.rows.start + r1 as u64;
+                    for c0 in (0..n).step_by(TILE_COLS) {
+                        let c1 = (c0 + TILE_COLS).min(n);
+                        let cols = c0 as u64..c1 as u64;
+                        let mut t = match kept.as_mut() {
+                            Some(k) => k.slice_mut(s![r0..r1, c0..c1]),
+                            None => ArrayViewMut2::from_shape(
+                                (r1 - r0, c1 - c0),
+                                &mut tile_buf[..(r1 - r0) * (c1 - c0)],
+                            )
+                            .expect("tile fits its buffer"),
+                        };
+                        T::fill(src.as_ref(), g.clone(), cols, t.view_mut())
+                            .map_err(|e| self.panel_error(g.clone(), e.to_string()))?;
+                        if self.measure {
                             facts.sum_squares += sum_squares_view(t.view());
-                            f(r0, c0, t.view());
                         }
+                        f(r0, c0, t.view());
                     }
-                    Ok(())
-                })();
-                TILE.with(|t| *t.borrow_mut() = buf);
-                result.map(|()| (facts, kept.map(Stored::Dense)))
+                }
+                Ok((facts, kept.map(T::store)))
             }
-            (Operand::Genotypes(src), stored) => self.genotype_tiles(src.as_ref(), stored, keep, f),
+            (Operand::Genotypes(src), _) => {
+                self.genotype_tiles(src.as_ref(), stored, keep, tile_buf, f)
+            }
         }
     }
 
-    fn genotype_tiles(
+    fn genotype_tiles<T: Real>(
         &self,
         src: &dyn GenotypeSource,
         stored: Option<&Stored>,
         keep: bool,
-        mut f: impl FnMut(usize, usize, ArrayView2<'_, f64>),
+        tile: &mut Vec<T>,
+        mut f: impl FnMut(usize, usize, ArrayView2<'_, T>),
     ) -> Result<(PanelFacts, Option<Stored>), LinalgError> {
         let h = (self.rows.end - self.rows.start) as usize;
         let n = src.shape().1 as usize;
@@ -225,23 +511,29 @@ impl<'a> TileProducer<'a> {
             Vec::new()
         };
         let mut kept_rows = Vec::new();
-        let mut tile = TILE.with(|t| std::mem::take(&mut *t.borrow_mut()));
-        tile.resize(TILE_ROWS * TILE_COLS, 0.0);
+        tile.resize(TILE_ROWS * TILE_COLS, T::default());
         let mut codes = CODES.with(|t| std::mem::take(&mut *t.borrow_mut()));
         codes.resize(TILE_ROWS * n.max(1), 0);
+        // Rows produced in this pass are packed first (into the kept panel, or a block
+        // buffer), so every pass standardizes from the same 2-bit codes.
+        let mut block = vec![
+            0u8;
+            if keep || packed.is_some() {
+                0
+            } else {
+                TILE_ROWS * stride
+            }
+        ];
         let mut scales = Vec::with_capacity(TILE_ROWS);
         let result = (|| -> Result<(), LinalgError> {
             for r0 in (0..h).step_by(TILE_ROWS) {
                 let r1 = (r0 + TILE_ROWS).min(h);
                 let b = r1 - r0;
                 scales.clear();
-                match packed {
-                    Some((bytes, stride, rows)) => {
-                        for i in 0..b {
-                            let row = &bytes[(r0 + i) * stride..(r0 + i + 1) * stride];
-                            unpack_row(row, &mut codes[i * n..(i + 1) * n]);
-                            scales.push(rows[r0 + i]);
-                        }
+                let rows_bytes: &[u8] = match packed {
+                    Some((bytes, _, rows)) => {
+                        scales.extend_from_slice(&rows[r0..r1]);
+                        &bytes[r0 * stride..r1 * stride]
                     }
                     None => {
                         let g = self.rows.start + r0 as u64..self.rows.start + r1 as u64;
@@ -249,6 +541,11 @@ impl<'a> TileProducer<'a> {
                             .expect("codes fit their buffer");
                         src.fill_dosages(g.clone(), view)
                             .map_err(|e| self.panel_error(g.clone(), e.to_string()))?;
+                        let dest: &mut [u8] = if keep {
+                            &mut kept_bytes[r0 * stride..r1 * stride]
+                        } else {
+                            &mut block[..b * stride]
+                        };
                         for i in 0..b {
                             let row = &codes[i * n..(i + 1) * n];
                             let (scale, missing) =
@@ -260,13 +557,16 @@ impl<'a> TileProducer<'a> {
                                 })?;
                             facts.missing += missing;
                             scales.push(scale);
-                            if keep {
-                                pack_row(row, &mut kept_bytes[(r0 + i) * stride..][..stride]);
-                                kept_rows.push(scale);
-                            }
+                            pack_row(row, &mut dest[i * stride..(i + 1) * stride]);
+                        }
+                        if keep {
+                            kept_rows.extend_from_slice(&scales);
+                            &kept_bytes[r0 * stride..r1 * stride]
+                        } else {
+                            &block[..b * stride]
                         }
                     }
-                }
+                };
                 for sc in &scales {
                     if sc.scale == 0.0 {
                         facts.dropped += 1;
@@ -276,20 +576,22 @@ impl<'a> TileProducer<'a> {
                     let c1 = (c0 + TILE_COLS).min(n);
                     let w = c1 - c0;
                     for i in 0..b {
-                        standardize(
-                            &codes[i * n + c0..i * n + c1],
+                        let row = &rows_bytes[i * stride..(i + 1) * stride];
+                        T::standardize_packed(
+                            &row[c0 / 4..],
                             scales[i],
                             &mut tile[i * w..(i + 1) * w],
                         );
                     }
                     let t = ArrayView2::from_shape((b, w), &tile[..b * w]).expect("tile shape");
-                    facts.sum_squares += sum_squares(&tile[..b * w]);
+                    if self.measure {
+                        facts.sum_squares += T::sum_squares(&tile[..b * w]);
+                    }
                     f(r0, c0, t);
                 }
             }
             Ok(())
         })();
-        TILE.with(|t| *t.borrow_mut() = tile);
         CODES.with(|t| *t.borrow_mut() = codes);
         result?;
         let kept = (keep && packed.is_none()).then_some(Stored::Packed {
@@ -304,13 +606,7 @@ impl<'a> TileProducer<'a> {
 /// The standardization of one row of dosages and its missing-call count, or the first
 /// value outside {−1, 0, 1, 2} as `(column, value)`.
 pub fn row_scale(row: &[i8]) -> Result<(RowScale, u64), (usize, i8)> {
-    let (mut sum, mut calls) = (0u64, 0u64);
-    let mut bad = false;
-    for &v in row {
-        bad |= !(-1..=2).contains(&v);
-        sum += v.max(0) as u64;
-        calls += (v >= 0) as u64;
-    }
+    let (sum, calls, bad) = count_row(row);
     if bad {
         let j = row
             .iter()
@@ -344,6 +640,29 @@ pub fn row_scale(row: &[i8]) -> Result<(RowScale, u64), (usize, i8)> {
     ))
 }
 
+/// `(Σ max(g, 0), calls, any value outside −1..=2)`, in u32 lanes per block of rows so
+/// the loop vectorizes.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
+    "x86_64+avx2+fma"
+))]
+fn count_row(row: &[i8]) -> (u64, u64, bool) {
+    let (mut sum, mut calls, mut bad) = (0u64, 0u64, false);
+    for block in row.chunks(1 << 20) {
+        let (mut s, mut c, mut b) = (0u32, 0u32, 0u32);
+        for &v in block {
+            let u = (v as u8).wrapping_add(1) as u32;
+            b |= (u > 3) as u32;
+            s += (v.max(0) as u8) as u32;
+            c += (v >= 0) as u32;
+        }
+        sum += s as u64;
+        calls += c as u64;
+        bad |= b != 0;
+    }
+    (sum, calls, bad)
+}
+
 /// Byte → four codes, low bits first (code 3, a missing call, decodes to −1).
 const UNPACK: [[i8; 4]; 256] = {
     let mut t = [[0i8; 4]; 256];
@@ -361,13 +680,27 @@ const UNPACK: [[i8; 4]; 256] = {
 };
 
 /// Packs a row of dosages (−1..=2) four per byte.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
+    "x86_64+avx2+fma"
+))]
 pub fn pack_row(row: &[i8], out: &mut [u8]) {
-    for (o, chunk) in out.iter_mut().zip(row.chunks(4)) {
+    let full = row.len() / 4;
+    for (o, chunk) in out[..full].iter_mut().zip(row.chunks_exact(4)) {
+        let x = u32::from_le_bytes([
+            chunk[0] as u8,
+            chunk[1] as u8,
+            chunk[2] as u8,
+            chunk[3] as u8,
+        ]) & 0x0303_0303;
+        *o = (x | x >> 6 | x >> 12 | x >> 18) as u8;
+    }
+    if full < out.len() {
         let mut b = 0u8;
-        for (k, &v) in chunk.iter().enumerate() {
+        for (k, &v) in row[full * 4..].iter().enumerate() {
             b |= ((v as u8) & 3) << (2 * k);
         }
-        *o = b;
+        out[full] = b;
     }
 }
 
@@ -380,18 +713,6 @@ pub fn unpack_row(bytes: &[u8], out: &mut [i8]) {
     let rest = out.len() - full * 4;
     if rest > 0 {
         out[full * 4..].copy_from_slice(&UNPACK[bytes[full] as usize][..rest]);
-    }
-}
-
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
-    "x86_64+avx2+fma"
-))]
-fn standardize(codes: &[i8], s: RowScale, out: &mut [f64]) {
-    let off = -s.mean * s.scale;
-    for (o, &c) in out.iter_mut().zip(codes) {
-        let v = c as f64 * s.scale + off;
-        *o = if c < 0 { 0.0 } else { v };
     }
 }
 
@@ -415,37 +736,49 @@ pub fn sum_squares(x: &[f64]) -> f64 {
     ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
 }
 
-fn sum_squares_view(t: ArrayView2<'_, f64>) -> f64 {
+/// Σ x² of f32 values, accumulated in f64.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
+    "x86_64+avx2+fma"
+))]
+pub fn sum_squares_f32(x: &[f32]) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for k in 0..8 {
+            let v = c[k] as f64;
+            acc[k] += v * v;
+        }
+    }
+    for (k, v) in chunks.remainder().iter().enumerate() {
+        acc[k] += (*v as f64) * (*v as f64);
+    }
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+}
+
+fn sum_squares_view<T: Real>(t: ArrayView2<'_, T>) -> f64 {
     t.rows()
         .into_iter()
         .map(|r| match r.as_slice() {
-            Some(s) => sum_squares(s),
-            None => r.iter().map(|v| v * v).sum(),
+            Some(s) => T::sum_squares(s),
+            None => r.iter().map(|v| v.to_f64() * v.to_f64()).sum(),
         })
         .sum()
 }
 
 /// Row stride of a row-major view (its rows contiguous).
-fn row_major(a: &ArrayView2<'_, f64>) -> Option<usize> {
+fn row_major<T>(a: &ArrayView2<'_, T>) -> Option<usize> {
     let st = a.strides();
     (st[1] == 1 || a.ncols() <= 1).then(|| (st[0].max(1) as usize).max(a.ncols()))
 }
 
-/// `y += t · w` (`t`: tile `b × c`, `w`: `c × l`, `y`: `b × l`, all row-major).
-pub fn gemm_tile_right(t: ArrayView2<'_, f64>, w: ArrayView2<'_, f64>, y: ArrayViewMut2<'_, f64>) {
-    gemm(false, t, w, y)
-}
-
-/// `b += qᵀ · t` (`q`: `h × l` rows of the basis, `t`: tile `h × c`, `b`: `l × c`).
-pub fn gemm_tile_left(q: ArrayView2<'_, f64>, t: ArrayView2<'_, f64>, b: ArrayViewMut2<'_, f64>) {
-    gemm(true, q, t, b)
-}
-
-fn gemm(
+/// `c = op(a)·b + beta·c` for row-major views (`op(a) = aᵀ` with `trans_a`).
+pub fn gemm<T: Real>(
     trans_a: bool,
-    a: ArrayView2<'_, f64>,
-    b: ArrayView2<'_, f64>,
-    mut c: ArrayViewMut2<'_, f64>,
+    a: ArrayView2<'_, T>,
+    b: ArrayView2<'_, T>,
+    beta: T,
+    mut c: ArrayViewMut2<'_, T>,
 ) {
     let (m, k) = if trans_a {
         (a.ncols(), a.nrows())
@@ -453,45 +786,38 @@ fn gemm(
         (a.nrows(), a.ncols())
     };
     let n = b.ncols();
-    debug_assert_eq!(b.nrows(), k);
-    debug_assert_eq!(c.dim(), (m, n));
-    if m == 0 || n == 0 || k == 0 {
+    assert_eq!(b.nrows(), k, "GEMM inner dimensions");
+    assert_eq!(c.dim(), (m, n), "GEMM output shape");
+    if m == 0 || n == 0 {
         return;
     }
-    let (Some(lda), Some(ldb)) = (row_major(&a), row_major(&b)) else {
-        // Never reached by the passes (their operands are row-major); kept correct anyway.
-        let prod = if trans_a { a.t().dot(&b) } else { a.dot(&b) };
-        c += &prod;
-        return;
-    };
-    let ldc = c.strides()[0].max(1) as usize;
-    assert!(
-        c.strides()[1] == 1 || n == 1,
-        "GEMM output must be row-major"
-    );
-    // SAFETY: the shapes and leading dimensions describe the three views exactly (row-major,
-    // checked above), and the output view is exclusively borrowed.
-    unsafe {
-        cblas_dgemm(
-            CBLAS_LAYOUT::CblasRowMajor,
-            if trans_a {
-                CBLAS_TRANSPOSE::CblasTrans
-            } else {
-                CBLAS_TRANSPOSE::CblasNoTrans
-            },
-            CBLAS_TRANSPOSE::CblasNoTrans,
-            m as i32,
-            n as i32,
-            k as i32,
-            1.0,
-            a.as_ptr(),
-            lda as i32,
-            b.as_ptr(),
-            ldb as i32,
-            1.0,
-            c.as_mut_ptr(),
-            ldc.max(n) as i32,
-        );
+    let c_row_major = c.strides()[1] == 1 || n == 1;
+    match (row_major(&a), row_major(&b), c_row_major) {
+        (Some(lda), Some(ldb), true) if k > 0 => {
+            let ldc = (c.strides()[0].max(1) as usize).max(n);
+            // SAFETY: the shapes and leading dimensions describe the three row-major views
+            // exactly (checked above), and the output view is exclusively borrowed.
+            unsafe {
+                T::gemm(
+                    trans_a,
+                    m,
+                    n,
+                    k,
+                    a.as_ptr(),
+                    lda,
+                    b.as_ptr(),
+                    ldb,
+                    beta,
+                    c.as_mut_ptr(),
+                    ldc,
+                )
+            }
+        }
+        _ => {
+            // Not reached by the passes (their operands are row-major); kept correct anyway.
+            let prod = if trans_a { a.t().dot(&b) } else { a.dot(&b) };
+            c.zip_mut_with(&prod, |x, &p| *x = *x * beta + p);
+        }
     }
 }
 
@@ -536,10 +862,15 @@ mod tests {
         let n = op.shape().1 as usize;
         let mut out = Array2::from_elem((h, n), f64::NAN);
         let (facts, kept) = TileProducer::new(op, 0, rows)
-            .for_each(stored, keep, |r0, c0, t| {
-                out.slice_mut(s![r0..r0 + t.nrows(), c0..c0 + t.ncols()])
-                    .assign(&t);
-            })
+            .for_each(
+                stored,
+                keep,
+                &mut Vec::new(),
+                |r0, c0, t: ArrayView2<'_, f64>| {
+                    out.slice_mut(s![r0..r0 + t.nrows(), c0..c0 + t.ncols()])
+                        .assign(&t);
+                },
+            )
             .unwrap();
         (out, facts, kept)
     }
@@ -585,7 +916,7 @@ mod tests {
         v[[0, 0]] = 1;
         let op = Operand::Genotypes(Arc::new(InMemoryGenotypes::new(v, "test.zarr")));
         let err = TileProducer::new(&op, 0, 0..5)
-            .for_each(None, false, |_, _, _| {})
+            .for_each(None, false, &mut Vec::<f64>::new(), |_, _, _| {})
             .unwrap_err()
             .to_string();
         assert!(
@@ -600,12 +931,37 @@ mod tests {
         let a = Array2::from_shape_fn((70, 33), |(i, j)| ((i * 31 + j * 7) % 13) as f64 - 6.0);
         let w = Array2::from_shape_fn((33, 5), |(i, j)| (i as f64 - j as f64) * 0.25);
         let mut y = Array2::<f64>::ones((70, 5));
-        gemm_tile_right(a.view(), w.view(), y.view_mut());
+        gemm(false, a.view(), w.view(), 1.0, y.view_mut());
         assert_eq!(y, a.dot(&w) + 1.0);
         let q = Array2::from_shape_fn((70, 4), |(i, j)| (i + j) as f64 * 0.5);
-        let mut b = Array2::<f64>::zeros((4, 40));
-        gemm_tile_left(q.view(), a.view(), b.slice_mut(s![.., 3..36]));
-        assert_eq!(b.slice(s![.., 3..36]), q.t().dot(&a));
-        assert!(b.slice(s![.., ..3]).iter().all(|&v| v == 0.0));
+        let mut b = Array2::<f64>::zeros((40, 4));
+        gemm(true, a.view(), q.view(), 0.0, b.slice_mut(s![3..36, ..]));
+        assert_eq!(b.slice(s![3..36, ..]), a.t().dot(&q));
+        assert!(b.slice(s![..3, ..]).iter().all(|&v| v == 0.0));
+        let a32 = a.mapv(|x| x as f32);
+        let w32 = w.mapv(|x| x as f32);
+        let mut y32 = Array2::<f32>::zeros((70, 5));
+        gemm(false, a32.view(), w32.view(), 0.0, y32.view_mut());
+        assert_eq!(y32, a32.dot(&w32));
+    }
+
+    #[test]
+    fn f32_genotype_tiles_are_the_f64_tiles_rounded() {
+        let g = Generated::new(40, 1500, 8, Dist::Genotype).with_missing(0.1);
+        let op = Operand::Genotypes(Arc::new(g));
+        let (a, _, _) = collect(&op, 0..40, None, false);
+        let mut b = Array2::<f32>::zeros((40, 1500));
+        TileProducer::new(&op, 0, 0..40)
+            .for_each(
+                None,
+                false,
+                &mut Vec::new(),
+                |r0, c0, t: ArrayView2<'_, f32>| {
+                    b.slice_mut(s![r0..r0 + t.nrows(), c0..c0 + t.ncols()])
+                        .assign(&t);
+                },
+            )
+            .unwrap();
+        assert_eq!(b, a.mapv(|x| x as f32));
     }
 }

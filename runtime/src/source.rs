@@ -123,6 +123,19 @@ pub trait PanelSource: Send + Sync {
         out.assign(&whole.slice(ndarray::s![.., cols.start as usize..cols.end as usize]));
         Ok(())
     }
+    /// [`PanelSource::fill_cols`] rounded to f32 (each value is the f64 value rounded). The
+    /// default converts from an f64 tile; sources that can produce f32 directly override it.
+    fn fill_cols_f32(
+        &self,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        mut out: ArrayViewMut2<'_, f32>,
+    ) -> Result<(), SourceError> {
+        let mut tile = ndarray::Array2::<f64>::zeros(out.dim());
+        self.fill_cols(rows, cols, tile.view_mut())?;
+        out.zip_mut_with(&tile, |o, &v| *o = v as f32);
+        Ok(())
+    }
     /// Short description for reports and errors.
     fn describe(&self) -> String;
 }
@@ -451,6 +464,16 @@ fn fill_uniform_run(out: &mut [f64], base: u64, step: u64) {
     "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
     "x86_64+avx2+fma"
 ))]
+fn fill_uniform_run_f32(out: &mut [f32], base: u64) {
+    for (i, v) in out.iter_mut().enumerate() {
+        *v = unit_f64(mix64(base.wrapping_add((i as u64).wrapping_mul(GAMMA)))) as f32;
+    }
+}
+
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
+    "x86_64+avx2+fma"
+))]
 fn fill_dosage_run(out: &mut [i8], base: u64, t: u64, missing: u64) {
     if missing == 0 {
         for (i, v) in out.iter_mut().enumerate() {
@@ -554,6 +577,38 @@ impl PanelSource for Generated {
             self.fill_direct(cols, rows.start, out.reversed_axes());
         } else {
             self.fill_direct(rows, cols.start, out);
+        }
+        Ok(())
+    }
+
+    fn fill_cols_f32(
+        &self,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        mut out: ArrayViewMut2<'_, f32>,
+    ) -> Result<(), SourceError> {
+        let (m, n) = PanelSource::shape(self);
+        let fast = self.dist == Dist::Uniform && !self.transposed && out.is_standard_layout();
+        if !fast || rows.end > m || cols.end > n || cols.start > cols.end {
+            let mut tile = ndarray::Array2::<f64>::zeros(out.dim());
+            self.fill_cols(rows, cols, tile.view_mut())?;
+            out.zip_mut_with(&tile, |o, &v| *o = v as f32);
+            return Ok(());
+        }
+        if out.nrows() as u64 != rows.end - rows.start
+            || out.ncols() as u64 != cols.end - cols.start
+        {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: out.ncols(),
+                shape: (m, n),
+                what: PanelSource::describe(self),
+            });
+        }
+        for (li, mut row) in out.rows_mut().into_iter().enumerate() {
+            let counter = (rows.start + li as u64) * MAX_GENERATED_COLS + cols.start;
+            let base = self.key.wrapping_add(counter.wrapping_mul(GAMMA));
+            fill_uniform_run_f32(row.as_slice_mut().expect("standard layout row"), base);
         }
         Ok(())
     }
@@ -738,6 +793,21 @@ mod tests {
                 g.fill_cols(2..9, 4..9, tile.view_mut()).unwrap();
                 assert_eq!(tile, whole.slice(ndarray::s![.., 4..9]));
             }
+        }
+    }
+
+    #[test]
+    fn f32_tiles_are_the_f64_values_rounded() {
+        for g in [
+            Generated::new(9, 40, 2, Dist::Uniform),
+            Generated::new(9, 40, 2, Dist::Normal),
+            Generated::new(40, 9, 2, Dist::Uniform).transposed(),
+        ] {
+            let mut a = Array2::<f64>::zeros((5, 30));
+            let mut b = Array2::<f32>::zeros((5, 30));
+            g.fill_cols(3..8, 7..37, a.view_mut()).unwrap();
+            g.fill_cols_f32(3..8, 7..37, b.view_mut()).unwrap();
+            assert_eq!(b, a.mapv(|x| x as f32));
         }
     }
 

@@ -285,7 +285,7 @@ fn check_user_tag(tag: Tag) -> Result<()> {
 
 /// Reinterprets received bytes as f64 values (copying, since the buffer may be unaligned).
 pub fn bytes_to_f64(peer: usize, bytes: &[u8]) -> Result<Vec<f64>> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         return Err(TransportError::Length {
             peer,
             got: bytes.len(),

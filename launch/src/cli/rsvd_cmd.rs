@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use ndarray::{Array2, ArrayView2};
-use rankwise_linalg::{rsvd, FactorSink, Method, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult};
+use rankwise_linalg::{
+    rsvd, FactorSink, Method, Precision, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
+};
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::{Dist, Generated, GenotypeSource, Runtime};
 use serde_json::json;
@@ -49,6 +51,19 @@ pub(super) struct SketchArgs {
     /// Seed of the random test matrix and probes (default: the matrix seed + 1).
     #[arg(long)]
     sketch_seed: Option<u64>,
+    /// Precision of the tiles and their GEMMs (sums are accumulated in f64 either way);
+    /// f32 doubles the GEMM rate and halves resident float panels.
+    #[arg(long, value_enum, default_value = "f64")]
+    precision: PrecisionChoice,
+}
+
+/// Precision of the tile GEMMs.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PrecisionChoice {
+    /// f64 tiles, DGEMM.
+    F64,
+    /// f32 tiles, SGEMM.
+    F32,
 }
 
 impl SketchArgs {
@@ -65,6 +80,10 @@ impl SketchArgs {
                 .sketch_seed
                 .unwrap_or_else(|| matrix_seed.wrapping_add(1)),
             probes: self.probes,
+            precision: match self.precision {
+                PrecisionChoice::F64 => Precision::F64,
+                PrecisionChoice::F32 => Precision::F32,
+            },
         }
     }
 }
