@@ -279,12 +279,16 @@ impl RsvdPlan {
             // The basis and the probe products stay for the whole run.
             let kept = rows * (basis + r) as u64 * 8;
             let threads = shape.threads.max(1) as u64;
-            memory.push(MemoryPlan::decide(
+            let mut mp = MemoryPlan::decide(
                 shape.memory,
                 per_thread + kept.div_ceil(threads),
                 shape.threads,
                 problem.operand.resident_bytes(rows, options.precision),
-            )?);
+            )?;
+            if matches!(&problem.operand, Operand::Dense(s) if s.cheaper_to_reproduce()) {
+                mp.residency = Residency::Regenerated;
+            }
+            memory.push(mp);
         }
         Ok(RsvdPlan {
             grid,

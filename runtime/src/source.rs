@@ -138,6 +138,11 @@ pub trait PanelSource: Send + Sync {
     }
     /// Short description for reports and errors.
     fn describe(&self) -> String;
+    /// True when producing a panel again costs less than keeping it in memory (a generator
+    /// that outruns page faults on fresh memory): the plans then never make it resident.
+    fn cheaper_to_reproduce(&self) -> bool {
+        false
+    }
 }
 
 /// A genotype matrix: variants (rows) × samples (columns) of dosages 0, 1, 2, with −1 for a
@@ -611,6 +616,11 @@ impl PanelSource for Generated {
             fill_uniform_run_f32(row.as_slice_mut().expect("standard layout row"), base);
         }
         Ok(())
+    }
+
+    fn cheaper_to_reproduce(&self) -> bool {
+        // Uniform values come at several GB/s per core; the others are slower than memory.
+        self.dist == Dist::Uniform
     }
 
     fn describe(&self) -> String {
