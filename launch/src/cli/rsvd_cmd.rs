@@ -310,7 +310,11 @@ fn finish_side_files(
                 .unwrap_or("tmp")
                 .to_string();
         let [vec_path, val_path, png_path] = side_files(out);
-        let tmp = |p: &Path| PathBuf::from(format!("{}.tmp-{token}", p.display()));
+        // The extension stays last: the plot's encoder is chosen by it.
+        let tmp = |p: &Path| {
+            let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("out");
+            p.with_extension(format!("tmp-{token}.{ext}"))
+        };
         let io = |e: crate::pca_files::PcaFileError| CliError::Option {
             option: "--out",
             message: e.to_string(),
