@@ -6,6 +6,10 @@
 //! * `panel_factor/*`: `PanelFactor::compute` (block-by-block QR, fed by the generator, as
 //!   in the SVD's first pass) of a 625,000 × 20 panel (the main job's panel) and of a
 //!   20,000 × 200 panel;
+//! * `rsvd_tiles/*`: the randomized passes' tile kernels: a 256 × 512 uniform tile from the
+//!   generator (f64 and f32), 256 rows × 20,000 genotype dosages generated, a 256 × 512
+//!   tile standardized from 2-bit codes (f64 and f32), and the tile GEMM `tile · Ω` with a
+//!   25-column Ω (DGEMM and SGEMM);
 //! * `allreduce/*`: `Comm::allreduce_sum_f64` of a 20 × 20 and a 200 × 200 buffer over a
 //!   two-rank `Local` world, one thread per rank.
 //!
@@ -164,9 +168,113 @@ fn config() -> Criterion {
 
 // What `criterion_group!` and `criterion_main!` expand to, written out so that the crate's
 // `missing_docs` lint has no undocumented generated `pub fn` to complain about.
+fn rsvd_tiles(c: &mut Criterion) {
+    use rankwise::linalg::tiles::{gemm, pack_row, row_scale, Real, TILE_COLS, TILE_ROWS};
+    let (b, w, n, l) = (TILE_ROWS, TILE_COLS, 20_000usize, 25usize);
+    let mut group = c.benchmark_group("rsvd_tiles");
+    let uniform = Generated::new(1 << 20, n as u64, SEED, Dist::Uniform);
+    group.throughput(Throughput::Elements((b * w) as u64));
+    let mut t64 = Array2::<f64>::zeros((b, w));
+    let mut t32 = Array2::<f32>::zeros((b, w));
+    group.bench_function(
+        BenchmarkId::new("generate_uniform_f64", format!("{b}x{w}")),
+        |bn| {
+            bn.iter(|| {
+                uniform
+                    .fill_cols(4096..4096 + b as u64, 512..512 + w as u64, t64.view_mut())
+                    .expect("inside");
+                std::hint::black_box(t64[[0, 0]])
+            })
+        },
+    );
+    group.bench_function(
+        BenchmarkId::new("generate_uniform_f32", format!("{b}x{w}")),
+        |bn| {
+            bn.iter(|| {
+                uniform
+                    .fill_cols_f32(4096..4096 + b as u64, 512..512 + w as u64, t32.view_mut())
+                    .expect("inside");
+                std::hint::black_box(t32[[0, 0]])
+            })
+        },
+    );
+    let geno = Generated::new(1 << 20, n as u64, SEED, Dist::Genotype).with_missing(0.02);
+    let mut codes = vec![0i8; b * n];
+    group.throughput(Throughput::Elements((b * n) as u64));
+    group.bench_function(
+        BenchmarkId::new("generate_genotypes", format!("{b}x{n}")),
+        |bn| {
+            bn.iter(|| {
+                geno.fill_genotype_rows(4096..4096 + b as u64, 0..n as u64, &mut codes);
+                std::hint::black_box(codes[0])
+            })
+        },
+    );
+    let stride = n.div_ceil(4);
+    let mut packed = vec![0u8; b * stride];
+    let mut scales = Vec::new();
+    for i in 0..b {
+        pack_row(
+            &codes[i * n..(i + 1) * n],
+            &mut packed[i * stride..(i + 1) * stride],
+        );
+        scales.push(row_scale(&codes[i * n..(i + 1) * n]).expect("valid").0);
+    }
+    group.throughput(Throughput::Elements((b * w) as u64));
+    group.bench_function(
+        BenchmarkId::new("standardize_packed_f64", format!("{b}x{w}")),
+        |bn| {
+            bn.iter(|| {
+                for i in 0..b {
+                    let out = t64.row_mut(i).into_slice().expect("row-major");
+                    f64::standardize_packed(&packed[i * stride + 128..], scales[i], out);
+                }
+                std::hint::black_box(t64[[0, 0]])
+            })
+        },
+    );
+    group.bench_function(
+        BenchmarkId::new("standardize_packed_f32", format!("{b}x{w}")),
+        |bn| {
+            bn.iter(|| {
+                for i in 0..b {
+                    let out = t32.row_mut(i).into_slice().expect("row-major");
+                    f32::standardize_packed(&packed[i * stride + 128..], scales[i], out);
+                }
+                std::hint::black_box(t32[[0, 0]])
+            })
+        },
+    );
+    let omega = Array2::<f64>::from_shape_fn((w, l), |(i, j)| ((i * 7 + j) % 11) as f64 - 5.0);
+    let omega32 = omega.mapv(|x| x as f32);
+    let mut y = Array2::<f64>::zeros((b, l));
+    let mut y32 = Array2::<f32>::zeros((b, l));
+    group.throughput(Throughput::Elements((2 * b * w * l) as u64));
+    group.bench_function(
+        BenchmarkId::new("dgemm_tile_omega_flops", format!("{b}x{w}x{l}")),
+        |bn| {
+            bn.iter(|| {
+                gemm(false, t64.view(), omega.view(), 0.0, y.view_mut());
+                std::hint::black_box(y[[0, 0]])
+            })
+        },
+    );
+    group.bench_function(
+        BenchmarkId::new("sgemm_tile_omega_flops", format!("{b}x{w}x{l}")),
+        |bn| {
+            bn.iter(|| {
+                gemm(false, t32.view(), omega32.view(), 0.0, y32.view_mut());
+                std::hint::black_box(y32[[0, 0]])
+            })
+        },
+    );
+    group.finish();
+}
+
 fn main() {
     let mut c = config().configure_from_args();
     generator(&mut c);
+    rsvd_tiles(&mut c);
     panel_factor(&mut c);
     allreduce(&mut c);
     c.final_summary();

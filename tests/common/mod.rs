@@ -102,7 +102,7 @@ pub fn rankwise_bin() -> PathBuf {
     let bin = dir.join("rankwise");
     assert!(
         bin.exists(),
-        "{} is missing: build it first (`cargo build --release --bins`; `make test` does)",
+        "{} is missing: build it first (`cargo build --release --workspace --bins`; `make test` does)",
         bin.display()
     );
     bin

@@ -1,0 +1,564 @@
+//! `rankwise rsvd` and `rankwise pca`, the real binary: the same bits embedded and under
+//! `mpirun` with 1–3 processes, the PCA's PLINK files and plot, refusal to overwrite, and bad
+//! input reported by every rank with nothing left behind.
+//!
+//! Build the binary first (`cargo build --release --workspace --bins`, in the same target
+//! directory as the tests; `make test` does).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::mpirun_util::{mpirun, RunOutput};
+use common::*;
+use rankwise::launch::output::read_f64_array;
+use rankwise::linalg::{rsvd, Method, RsvdOptions, RsvdProblem};
+use rankwise::runtime::{Dist, Generated, RuntimeConfig};
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn embedded(args: &[String]) -> RunOutput {
+    let mut cmd = Command::new(rankwise_bin());
+    cmd.args(args);
+    common::mpirun_util::run_with_timeout(cmd, LIMIT)
+}
+
+fn under_mpirun(np: usize, args: &[String]) -> RunOutput {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    mpirun(np, &rankwise_bin(), &args, LIMIT)
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+fn report(run: &RunOutput) -> Value {
+    run.assert_success();
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not a JSON report ({e})\n{}", run.describe()))
+}
+
+fn json_bits(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap().to_bits())
+        .collect()
+}
+
+/// Bits of the named arrays of a Zarr group.
+fn group_bits(dir: &Path, names: &[&str]) -> BTreeMap<String, (Vec<u64>, Vec<u64>)> {
+    names
+        .iter()
+        .map(|&name| {
+            let (shape, v) = read_f64_array(dir, name)
+                .unwrap_or_else(|e| panic!("{}: {name}: {e}", dir.display()));
+            (
+                name.to_string(),
+                (shape, v.iter().map(|x| x.to_bits()).collect()),
+            )
+        })
+        .collect()
+}
+
+/// A printed number and the stored one: equal, or one ulp apart (serde_json's default
+/// float parser is not always correctly rounded; the printed text is shortest round-trip).
+fn assert_close_bits(printed: &[u64], stored: &[u64], what: &str) {
+    assert_eq!(printed.len(), stored.len(), "{what}: lengths");
+    for (i, (a, b)) in printed.iter().zip(stored).enumerate() {
+        assert!(
+            a.abs_diff(*b) <= 1,
+            "{what}[{i}]: printed {} vs stored {}",
+            f64::from_bits(*a),
+            f64::from_bits(*b)
+        );
+    }
+}
+
+fn sketch_args(draw: &mut Draw, cols: u64) -> (Vec<String>, RsvdOptions) {
+    let k = draw.range(2, 8) as usize;
+    let p = draw.range(2, 8) as usize;
+    let q = draw.range(0, 2) as usize;
+    let krylov = (q + 1) * (k + p) <= cols as usize && draw.range(0, 1) == 1;
+    let seed = draw.next();
+    let args = strings(&[
+        "-k",
+        &k.to_string(),
+        "--oversample",
+        &p.to_string(),
+        "--power-iters",
+        &q.to_string(),
+        "--method",
+        if krylov { "block-krylov" } else { "subspace" },
+        "--sketch-seed",
+        &seed.to_string(),
+        "--probes",
+        "4",
+    ]);
+    let options = RsvdOptions {
+        k,
+        oversample: p,
+        power_iters: q,
+        method: if krylov {
+            Method::BlockKrylov
+        } else {
+            Method::SubspaceIteration
+        },
+        seed,
+        probes: 4,
+        ..RsvdOptions::default()
+    };
+    (args, options)
+}
+
+/// Runs `args` (with `--json --out`) embedded, on 3 local ranks and under mpirun with 1–3
+/// processes; every run must give the same printed numbers and the same arrays, bit for bit.
+/// Returns the embedded report and its group.
+fn same_bits_everywhere(
+    dir: &Path,
+    args: &[String],
+    printed: &[&str],
+    arrays: &[&str],
+) -> (Value, PathBuf) {
+    let with_out = |name: &str, extra: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(strings(extra));
+        a.extend(strings(&[
+            "--json",
+            "--out",
+            dir.join(name).to_str().unwrap(),
+        ]));
+        a
+    };
+    let t = Instant::now();
+    let ref_out = dir.join("ref.zarr");
+    let reference = report(&embedded(&with_out("ref.zarr", &[])));
+    let ref_arrays = group_bits(&ref_out, arrays);
+    assert_close_bits(
+        &json_bits(&reference["singular_values"]),
+        &ref_arrays["S"].1,
+        "singular_values vs S",
+    );
+    eprintln!("embedded: {:.2} s", t.elapsed().as_secs_f64());
+    let mut runs: Vec<(String, RunOutput, PathBuf)> = Vec::new();
+    let local = dir.join("local3.zarr");
+    runs.push((
+        "3 local ranks".into(),
+        embedded(&with_out(
+            "local3.zarr",
+            &["--local-ranks", "3", "--actors", "2"],
+        )),
+        local,
+    ));
+    for np in 1..=3 {
+        let t = Instant::now();
+        let name = format!("np{np}.zarr");
+        let run = under_mpirun(np, &with_out(&name, &[]));
+        eprintln!("mpirun -np {np}: {:.2} s", t.elapsed().as_secs_f64());
+        runs.push((format!("mpirun -np {np}"), run, dir.join(name)));
+    }
+    for (what, run, out) in &runs {
+        let r = report(run);
+        if what.starts_with("mpirun") {
+            assert_eq!(r["transport"], "mpi", "{what}\n{}", run.describe());
+            assert_eq!(
+                r["ranks"].as_u64(),
+                what[11..].parse::<u64>().ok(),
+                "{what}"
+            );
+        }
+        for key in printed {
+            assert_eq!(
+                json_bits(&r[key]),
+                json_bits(&reference[key]),
+                "{what}: {key} differs from the embedded run"
+            );
+        }
+        assert_eq!(r["genotypes"], reference["genotypes"], "{what}");
+        assert_eq!(
+            json_bits(&Value::Array(vec![r["total_sum_squares"].clone()])),
+            json_bits(&Value::Array(vec![reference["total_sum_squares"].clone()])),
+            "{what}: total_sum_squares"
+        );
+        let got = group_bits(out, arrays);
+        for name in arrays {
+            assert_eq!(got[*name].0, ref_arrays[*name].0, "{what}: shape of {name}");
+            assert!(
+                got[*name].1 == ref_arrays[*name].1,
+                "{what}: {name} differs from the embedded run"
+            );
+        }
+    }
+    (reference, ref_out)
+}
+
+#[test]
+fn rsvd_under_mpirun_matches_the_embedded_run_bit_for_bit() {
+    let dir = scratch("rsvd-cli-bits");
+    let mut draw = Draw(test_seed());
+    let seed = draw.next();
+    let rows = draw.range(2000, 6000);
+    let cols = draw.range(30, 60);
+    let chunk = rows.div_ceil(draw.range(4, 9));
+    let dist = ["normal", "uniform"][draw.range(0, 1) as usize];
+    let mut args = strings(&[
+        "rsvd",
+        "--rows",
+        &rows.to_string(),
+        "--cols",
+        &cols.to_string(),
+        "--chunk-rows",
+        &chunk.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--dist",
+        dist,
+    ]);
+    let (sketch, options) = sketch_args(&mut draw, cols);
+    args.extend(sketch);
+    eprintln!("{args:?}");
+    let (reference, out) =
+        same_bits_everywhere(&dir, &args, &["singular_values"], &["S", "U", "Vt"]);
+    let (_, u) = read_f64_array(&out, "U").unwrap();
+    assert_eq!(u.len() as u64, rows * options.k as u64);
+
+    // The library, in process, with the same problem and options: the same bits.
+    let problem =
+        RsvdProblem::generated(rows, cols, chunk, seed, dist.parse::<Dist>().unwrap()).unwrap();
+    let rt = rankwise::embedded(&RuntimeConfig {
+        pin: false,
+        ..Default::default()
+    })
+    .unwrap();
+    let r = rsvd(&rt, &problem, &options, None).unwrap();
+    let s: Vec<u64> = r.s.iter().map(|x| x.to_bits()).collect();
+    assert_eq!(
+        s,
+        group_bits(&out, &["S"])["S"].1,
+        "the CLI's S differs from the library's"
+    );
+    assert_eq!(reference["options"]["k"].as_u64(), Some(options.k as u64));
+}
+
+fn pca_args(draw: &mut Draw) -> (Vec<String>, u64, u64, u64, f64, u64, RsvdOptions) {
+    let seed = draw.next();
+    let rows = draw.range(2000, 6000);
+    let cols = draw.range(20, 60);
+    let chunk = rows.div_ceil(draw.range(4, 9));
+    let missing = (draw.range(0, 200) as f64) / 1000.0;
+    let mut args = strings(&[
+        "pca",
+        "--rows",
+        &rows.to_string(),
+        "--cols",
+        &cols.to_string(),
+        "--chunk-rows",
+        &chunk.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--missing",
+        &missing.to_string(),
+    ]);
+    let (sketch, options) = sketch_args(draw, cols);
+    args.extend(sketch);
+    (args, rows, cols, chunk, missing, seed, options)
+}
+
+#[test]
+fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
+    let dir = scratch("pca-cli-bits");
+    let mut draw = Draw(test_seed());
+    let (args, rows, cols, chunk, missing, seed, options) = pca_args(&mut draw);
+    eprintln!("{args:?}");
+    let (reference, out) = same_bits_everywhere(
+        &dir,
+        &args,
+        &["singular_values", "eigenvalues", "explained_variance_ratio"],
+        &["S", "U", "Vt", "eigenvalues", "explained_variance_ratio"],
+    );
+    // The library on the same genotypes.
+    let source = Arc::new(Generated::new(rows, cols, seed, Dist::Genotype).with_missing(missing));
+    let problem = RsvdProblem::genotypes(source, chunk).unwrap();
+    let rt = rankwise::embedded(&RuntimeConfig {
+        pin: false,
+        ..Default::default()
+    })
+    .unwrap();
+    let r = rsvd(&rt, &problem, &options, None).unwrap();
+    let s: Vec<u64> = r.s.iter().map(|x| x.to_bits()).collect();
+    assert_eq!(
+        s,
+        group_bits(&out, &["S"])["S"].1,
+        "the CLI's S differs from the library's"
+    );
+    let g = r.genotypes.unwrap();
+    assert_eq!(
+        reference["genotypes"]["variants_dropped"].as_u64(),
+        Some(g.variants_dropped)
+    );
+    assert_eq!(
+        reference["genotypes"]["missing_calls"].as_u64(),
+        Some(g.missing_calls)
+    );
+}
+
+/// Every file under `dir` with its contents.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.insert(p.clone(), Vec::new());
+                stack.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn pca_writes_plink_files_and_a_plot_and_never_overwrites() {
+    let dir = scratch("pca-cli-files");
+    let mut draw = Draw(test_seed());
+    let (args, _, cols, _, _, _, options) = pca_args(&mut draw);
+    let k = options.k;
+    let n = cols as usize;
+    let out = dir.join("pcs.zarr");
+    let mut a = args.clone();
+    a.extend(strings(&[
+        "--json",
+        "--local-ranks",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    eprintln!("{a:?}");
+    let rep = report(&embedded(&a));
+
+    let (vshape, vt) = read_f64_array(&out, "Vt").unwrap();
+    assert_eq!(vshape, vec![k as u64, cols]);
+    let (_, s) = read_f64_array(&out, "S").unwrap();
+    let (eshape, eigenvalues) = read_f64_array(&out, "eigenvalues").unwrap();
+    assert_eq!(eshape, vec![k as u64]);
+    let (_, explained) = read_f64_array(&out, "explained_variance_ratio").unwrap();
+    let used = rep["genotypes"]["variants_used"].as_f64().unwrap();
+    let tss = rep["total_sum_squares"].as_f64().unwrap();
+    for j in 0..k {
+        let want = s[j] * s[j] / used;
+        assert!(
+            (eigenvalues[j] - want).abs() <= 1e-14 * want,
+            "eigenvalue {}",
+            j + 1
+        );
+        let want = s[j] * s[j] / tss;
+        assert!(
+            (explained[j] - want).abs() <= 1e-12 * want,
+            "explained {}",
+            j + 1
+        );
+    }
+    assert!(explained.iter().sum::<f64>() <= 1.0 + 1e-12);
+
+    // .eigenvec: a header and one line per sample, the sample's column of Vᵀ exactly.
+    let eigenvec = std::fs::read_to_string(out.with_extension("eigenvec")).unwrap();
+    let mut lines = eigenvec.lines();
+    let header: Vec<String> = std::iter::once("#IID".to_string())
+        .chain((1..=k).map(|j| format!("PC{j}")))
+        .collect();
+    assert_eq!(lines.next(), Some(header.join("\t").as_str()));
+    let body: Vec<&str> = lines.collect();
+    assert_eq!(body.len(), n, ".eigenvec lines");
+    for (i, line) in body.iter().enumerate() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), k + 1, "{line}");
+        assert_eq!(fields[0], format!("sample_{i}"));
+        for j in 0..k {
+            let v: f64 = fields[j + 1].parse().unwrap();
+            assert_eq!(
+                v.to_bits(),
+                vt[j * n + i].to_bits(),
+                ".eigenvec sample {i} PC{}: {v} vs Vt {}",
+                j + 1,
+                vt[j * n + i]
+            );
+        }
+    }
+    // .eigenval: one eigenvalue per line.
+    let eigenval = std::fs::read_to_string(out.with_extension("eigenval")).unwrap();
+    let vals: Vec<f64> = eigenval
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(vals.len(), k);
+    for j in 0..k {
+        assert_eq!(
+            vals[j].to_bits(),
+            eigenvalues[j].to_bits(),
+            "eigenval {}",
+            j + 1
+        );
+    }
+    let png = std::fs::read(out.with_extension("png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+
+    // Again onto the same --out: refused, naming the path, touching nothing.
+    let before = snapshot(&dir);
+    let mut again = args.clone();
+    again.extend(strings(&["--out", out.to_str().unwrap()]));
+    let run = embedded(&again);
+    run.assert_finished();
+    assert_ne!(run.code, Some(0), "overwrote\n{}", run.describe());
+    let named = [
+        out.clone(),
+        out.with_extension("eigenvec"),
+        out.with_extension("eigenval"),
+        out.with_extension("png"),
+    ];
+    assert!(
+        run.stderr.contains("--out")
+            && named
+                .iter()
+                .any(|p| run.stderr.contains(p.to_str().unwrap())),
+        "stderr does not name the path: {}",
+        run.stderr
+    );
+    assert_eq!(snapshot(&dir), before, "the refused run changed files");
+
+    // Only a side file exists: refused before the group is created, the file untouched.
+    let other = dir.join("other.zarr");
+    std::fs::write(other.with_extension("eigenval"), "keep\n").unwrap();
+    // Only the group exists.
+    let third = dir.join("third.zarr");
+    std::fs::create_dir(&third).unwrap();
+    let before = snapshot(&dir);
+    for (o, named) in [
+        (&other, other.with_extension("eigenval")),
+        (&third, third.clone()),
+    ] {
+        let mut a = args.clone();
+        a.extend(strings(&["--out", o.to_str().unwrap()]));
+        let run = embedded(&a);
+        run.assert_finished();
+        assert_ne!(run.code, Some(0), "{}", run.describe());
+        assert!(
+            run.stderr.contains("--out") && run.stderr.contains(named.to_str().unwrap()),
+            "stderr does not name {}: {}",
+            named.display(),
+            run.stderr
+        );
+        assert_eq!(
+            snapshot(&dir),
+            before,
+            "refused run onto {} changed files",
+            o.display()
+        );
+    }
+}
+
+#[test]
+fn bad_input_fails_on_every_rank_and_leaves_nothing() {
+    let dir = scratch("rsvd-cli-bad");
+    let mut draw = Draw(test_seed());
+    let cols = draw.range(20, 40);
+    let c = cols.to_string();
+    let out = dir.join("x.zarr");
+    let o = out.to_str().unwrap().to_string();
+    let rsvd = |extra: &[&str]| {
+        let mut a = strings(&[
+            "rsvd",
+            "--rows",
+            "3000",
+            "--cols",
+            &c,
+            "--chunk-rows",
+            "700",
+        ]);
+        a.extend(strings(extra));
+        a.extend(strings(&["--out", &o]));
+        a
+    };
+    let pca = |extra: &[&str]| {
+        let mut a = strings(&["pca", "--rows", "2000", "--cols", &c, "--chunk-rows", "500"]);
+        a.extend(strings(extra));
+        a.extend(strings(&["--out", &o]));
+        a
+    };
+    let big = (cols - 5).to_string();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (rsvd(&["-k", "0"]), "-k"),
+        (rsvd(&["-k", &c]), "-k"),
+        (pca(&["-k", &c, "--oversample", "0"]), "-k"),
+        (rsvd(&["-k", "10", "--oversample", &big]), "--oversample"),
+        (pca(&["-k", "10", "--oversample", &big]), "--oversample"),
+        (
+            pca(&[
+                "-k",
+                "5",
+                "--oversample",
+                "5",
+                "--power-iters",
+                "4",
+                "--method",
+                "block-krylov",
+            ]),
+            "--power-iters",
+        ),
+        (pca(&["--missing", "1.5"]), "--missing"),
+        (pca(&["--missing=-0.1"]), "--missing"),
+    ];
+    // Under mpirun a failing rank lingers a few seconds for its peers: run them side by side.
+    let t = Instant::now();
+    let handles: Vec<_> = cases
+        .iter()
+        .map(|(args, _)| {
+            let args = args.clone();
+            std::thread::spawn(move || under_mpirun(2, &args))
+        })
+        .collect();
+    for ((args, option), h) in cases.iter().zip(handles) {
+        let line = format!(" failed: {option}: ");
+        let run = embedded(args);
+        run.assert_finished();
+        assert_eq!(run.code, Some(1), "{args:?}\n{}", run.describe());
+        assert!(
+            run.stderr
+                .contains(&format!("rankwise: rank 0 failed: {option}: ")),
+            "{args:?}: stderr does not name {option}:\n{}",
+            run.stderr
+        );
+        let run = h.join().unwrap();
+        run.assert_finished();
+        assert_ne!(run.code, Some(0), "{args:?}\n{}", run.describe());
+        let count = run
+            .stderr
+            .lines()
+            .filter(|l| l.contains("rankwise: rank ") && l.contains(&line))
+            .count()
+            .max(run.stderr.matches(&line).count());
+        assert!(
+            count >= 2,
+            "mpirun -np 2 {args:?}: expected both ranks to print {line:?}, got {count}\n{}",
+            run.describe()
+        );
+        assert!(!out.exists(), "{args:?} left {}", out.display());
+    }
+    eprintln!(
+        "{} cases under mpirun -np 2: {:.2} s",
+        cases.len(),
+        t.elapsed().as_secs_f64()
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
