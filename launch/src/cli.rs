@@ -757,6 +757,24 @@ pub(crate) fn finish_output<T>(
     }
 }
 
+/// The sink that writes each panel's rows of the distributed factor into the output: rows
+/// of U, or columns of Vt for a problem solved through the transpose.
+pub(crate) fn factor_sink(o: Arc<SvdOutput>, transposed: bool) -> FactorSink {
+    Arc::new(
+        move |_panel: usize,
+              rows: std::ops::Range<u64>,
+              f: ArrayView2<'_, f64>|
+              -> Result<(), String> {
+            if transposed {
+                o.write_vt_cols(rows.start, f.t())
+                    .map_err(|e| e.to_string())
+            } else {
+                o.write_u_rows(rows.start, f).map_err(|e| e.to_string())
+            }
+        },
+    )
+}
+
 fn run_svd(
     rt: &Runtime,
     launch: &LaunchInfo,
@@ -767,22 +785,7 @@ fn run_svd(
 ) -> Result<Option<String>, CliError> {
     let comm = rt.comm();
     let me = rt.rank();
-    let sink: Option<FactorSink> = output.clone().map(|o| {
-        let transposed = p.transposed;
-        Arc::new(
-            move |_panel: usize,
-                  rows: std::ops::Range<u64>,
-                  f: ArrayView2<'_, f64>|
-                  -> Result<(), String> {
-                if transposed {
-                    o.write_vt_cols(rows.start, f.t())
-                        .map_err(|e| e.to_string())
-                } else {
-                    o.write_u_rows(rows.start, f).map_err(|e| e.to_string())
-                }
-            },
-        ) as FactorSink
-    });
+    let sink = output.clone().map(|o| factor_sink(o, p.transposed));
     injected_fault(rt, "before-svd")?;
     let result = svd(rt, p, &SvdOptions { check: a.check }, sink)?;
     injected_fault(rt, "after-svd")?;

@@ -5,16 +5,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
-use ndarray::{Array2, ArrayView2};
-use rankwise_linalg::{
-    rsvd, FactorSink, Method, Precision, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
-};
+use ndarray::Array2;
+use rankwise_linalg::{rsvd, Method, Precision, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult};
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::{Dist, Generated, GenotypeSource, Runtime};
 use serde_json::json;
 
 use super::{
-    finish_output, hostname, injected_fault, open_output, CliError, MatrixArgs, OpenOutput, RunArgs,
+    factor_sink, finish_output, hostname, injected_fault, open_output, CliError, MatrixArgs,
+    OpenOutput, RunArgs,
 };
 use crate::launcher::LaunchInfo;
 use crate::output::{OutputLayout, SvdOutput};
@@ -363,22 +362,7 @@ fn compute(
 ) -> Result<Done, CliError> {
     let comm = rt.comm();
     let me = rt.rank();
-    let sink: Option<FactorSink> = output.clone().map(|o| {
-        let transposed = problem.transposed;
-        Arc::new(
-            move |_panel: usize,
-                  rows: std::ops::Range<u64>,
-                  f: ArrayView2<'_, f64>|
-                  -> Result<(), String> {
-                if transposed {
-                    o.write_vt_cols(rows.start, f.t())
-                        .map_err(|e| e.to_string())
-                } else {
-                    o.write_u_rows(rows.start, f).map_err(|e| e.to_string())
-                }
-            },
-        ) as FactorSink
-    });
+    let sink = output.clone().map(|o| factor_sink(o, problem.transposed));
     injected_fault(rt, "before-svd")?;
     let result = rsvd(rt, problem, options, sink)?;
     injected_fault(rt, "after-svd")?;
