@@ -196,8 +196,21 @@ impl CliError {
     }
 }
 
+/// Keeps every allocation of 4 MiB or more in its own mapping, returned to the system
+/// when freed. glibc's default threshold adapts upwards after large frees, after which
+/// freed chunk reads and panel buffers stay in the per-thread arenas, and the resident
+/// set grows past the memory budget the plan promised.
+fn hold_large_blocks_in_mmap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator parameters; called before any threads start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+    }
+}
+
 /// Runs the command line; returns the process exit status.
 pub fn main() -> i32 {
+    hold_large_blocks_in_mmap();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -885,6 +898,7 @@ fn run_svd(
         "rank": me,
         "peak_rss_bytes": peak_rss_bytes(),
         "bytes_generated": result.bytes_generated,
+        "read": result.read,
         "timings": result.timings,
         "actors": rt.actors().iter().map(|x| x.spec().device()).collect::<Vec<_>>(),
         "hostname": hostname(),
@@ -938,7 +952,6 @@ fn report_json(
         "command": "svd",
         "shape": [m, n],
         "matrix": matrix_json(&a.matrix, p.source.describe()),
-        "read": r.read,
         "transposed": p.transposed,
         "grid": r.plan.grid,
         "placement": r.plan.placement,

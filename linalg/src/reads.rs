@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use rankwise_runtime::readahead::ReadFn;
 use rankwise_runtime::{
-    budget::format_bytes, ChunkGrid, PanelLease, ReadAhead, ReadBuffers, ReadStats, Runtime,
-    RuntimeError, StoredPanels,
+    ChunkGrid, PanelLease, ReadAhead, ReadBuffers, ReadStats, Runtime, RuntimeError, StoredPanels,
 };
 use serde::Serialize;
 
@@ -46,7 +45,7 @@ pub fn read_buffers(
     what: &str,
 ) -> Result<ReadBuffers, LinalgError> {
     let band = stored.chunk_rows();
-    if grid.chunk_rows % band != 0 && grid.chunk_rows < grid.rows {
+    if !grid.chunk_rows.is_multiple_of(band) && grid.chunk_rows < grid.rows {
         return Err(LinalgError::Option {
             option: "--chunk-rows",
             message: format!(
@@ -61,9 +60,8 @@ pub fn read_buffers(
     Ok(ReadBuffers {
         bytes,
         what: format!(
-            "one decoded panel of {rows} rows × {} columns of {what} ({} with scratch)",
-            grid.cols,
-            format_bytes(bytes)
+            "one decoded panel of {rows} rows × {} columns of {what}",
+            grid.cols
         ),
     })
 }

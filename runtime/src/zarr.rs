@@ -418,7 +418,7 @@ impl ZarrArray {
             )));
         }
         self.array
-            .retrieve_array_subset::<Vec<String>>(&ArraySubset::new_with_ranges(&[0..shape[0]]))
+            .retrieve_array_subset::<Vec<String>>(&ArraySubset::new_with_shape(vec![shape[0]]))
             .map_err(|e| self.unsupported(format!("cannot read it as strings: {e}")))
     }
 }
@@ -517,19 +517,6 @@ fn transpose_into<T: Copy>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
             }
         }
     }
-}
-
-macro_rules! with_values {
-    ($values:expr, $v:ident => $body:expr) => {
-        match $values {
-            PanelValues::U8($v) => $body,
-            PanelValues::I8($v) => $body,
-            PanelValues::I16($v) => $body,
-            PanelValues::I32($v) => $body,
-            PanelValues::F32($v) => $body,
-            PanelValues::F64($v) => $body,
-        }
-    };
 }
 
 /// A 2-D numeric Zarr array as a matrix: `svd --zarr`, `rsvd --zarr`. Values convert to
@@ -640,11 +627,12 @@ impl StoredPanels for ZarrMatrix {
             self.stored_shape.1
         };
         let one = rows * other * self.elem.size() as u64;
-        // The transposed read decodes into a scratch band first.
+        // The encoded chunk is read whole before it is decoded (at most about the decoded
+        // size), and the transposed read decodes into a scratch band first.
         if self.transposed {
-            2 * one
+            3 * one
         } else {
-            one
+            2 * one
         }
     }
 
@@ -890,10 +878,12 @@ impl StoredPanels for ZarrGenotypes {
 
     fn buffer_bytes(&self, rows: u64) -> u64 {
         let one = rows * self.shape.1;
+        // The buffer, the encoded chunk read before decoding and, for wider integer types,
+        // the decoded values before their conversion to dosages.
         if self.elem == ElementType::I8 {
-            one
+            2 * one
         } else {
-            one * (1 + self.elem.size() as u64)
+            one * (1 + 2 * self.elem.size() as u64)
         }
     }
 
@@ -1024,9 +1014,9 @@ impl GenotypeSource for ZarrGenotypes {
 /// A VCF Zarr store (the layout bio2zarr writes): dosages are the number of non-reference
 /// alleles of each call in `call_genotype` (variants × samples × ploidy, int8).
 ///
-/// A call is missing when `call_genotype_mask` (if present) marks it or any allele is −1;
-/// −2 alleles pad calls of lower ploidy and are skipped; a call with no allele left is
-/// missing. Sample identifiers come from `sample_id`.
+/// −2 alleles pad calls of lower ploidy and are skipped; a call is missing when any other
+/// allele is negative or marked in `call_genotype_mask` (if present), or when no allele is
+/// left. Sample identifiers come from `sample_id`.
 #[derive(Clone, Debug)]
 pub struct VcfZarr {
     path: PathBuf,
@@ -1135,7 +1125,8 @@ impl StoredPanels for VcfZarr {
 
     fn buffer_bytes(&self, rows: u64) -> u64 {
         let calls = rows * self.shape.1;
-        calls * (1 + self.ploidy * if self.mask.is_some() { 2 } else { 1 })
+        // Dosages, alleles (and mask), and one encoded chunk band read before decoding.
+        calls * (1 + 2 * self.ploidy * if self.mask.is_some() { 2 } else { 1 })
     }
 
     fn read_panel(
@@ -1173,15 +1164,17 @@ impl StoredPanels for VcfZarr {
         };
         for (c, d) in dst.iter_mut().enumerate() {
             let a = &alleles[c * p..(c + 1) * p];
-            let masked = !mask.is_empty() && mask[c * p..(c + 1) * p].iter().any(|&x| x != 0);
             let mut count = 0i8;
             let mut present = 0;
-            let mut missing = masked;
-            for &x in a {
+            let mut missing = false;
+            for (i, &x) in a.iter().enumerate() {
+                // bio2zarr writes the mask as `call_genotype < 0`, so it is also set on
+                // the −2 padding of lower-ploidy calls: padding is skipped, masked alleles
+                // are missing.
+                let masked = !mask.is_empty() && mask[c * p + i] != 0;
                 match x {
-                    -1 => missing = true,
                     -2 => {}
-                    x if x < -2 => missing = true,
+                    x if x < 0 || masked => missing = true,
                     0 => present += 1,
                     _ => {
                         present += 1;
@@ -1233,7 +1226,14 @@ impl GenotypeSource for VcfZarr {
     }
 }
 
-/// Runs `f` over every value of `values` (for checksums and tests).
+/// The sum of the values in storage order, in f64 (the checksum of `rankwise read`).
 pub fn sum_values(values: &PanelValues) -> f64 {
-    with_values!(values, v => v.iter().map(|&x| x as f64).sum())
+    match values {
+        PanelValues::U8(v) => v.iter().map(|&x| f64::from(x)).sum(),
+        PanelValues::I8(v) => v.iter().map(|&x| f64::from(x)).sum(),
+        PanelValues::I16(v) => v.iter().map(|&x| f64::from(x)).sum(),
+        PanelValues::I32(v) => v.iter().map(|&x| f64::from(x)).sum(),
+        PanelValues::F32(v) => v.iter().map(|&x| f64::from(x)).sum(),
+        PanelValues::F64(v) => v.iter().sum(),
+    }
 }

@@ -432,6 +432,7 @@ fn compute(
         "rank": me,
         "peak_rss_bytes": peak_rss_bytes(),
         "bytes_produced": result.bytes_produced,
+        "read": result.read,
         "timings": result.timings,
         "actors": rt.actors().iter().map(|x| x.spec().device()).collect::<Vec<_>>(),
         "hostname": hostname(),

@@ -1,0 +1,271 @@
+//! Matrices read from Zarr: the same bits as generating them, for 1–4 ranks (embedded and
+//! under `mpirun`); streamed passes within the memory budget; a damaged chunk reported by
+//! every rank, naming the chunk, with no hang; budgets that cannot hold a stored chunk
+//! refused before any work.
+//!
+//! The stores here are written with zarrs from the generator's own values, so a run over
+//! the store and a run over the generator must agree bit for bit. Interoperability with
+//! stores written by zarr-python is in `zarr_interop.rs`.
+//!
+//! Build the binary first (`cargo build --release --workspace --bins`; `make test` does).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::mpirun_util::{mpirun, run_with_timeout, RunOutput};
+use common::*;
+use rankwise::runtime::{Dist, Generated, PanelSource};
+use serde_json::Value;
+use zarrs::array::{data_type, ArrayBuilder};
+use zarrs::filesystem::FilesystemStore;
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// Writes the generated `rows × cols` uniform matrix of `seed` as a float64 Zarr v3 array
+/// with chunks `chunk` (uncompressed, so that a damaged chunk is detected by its length).
+fn write_generated(dir: &Path, rows: u64, cols: u64, chunk: (u64, u64), seed: u64) {
+    let g = Generated::new(rows, cols, seed, Dist::Uniform);
+    let store = Arc::new(FilesystemStore::new(dir).unwrap());
+    let array = ArrayBuilder::new(
+        vec![rows, cols],
+        vec![chunk.0, chunk.1],
+        data_type::float64(),
+        0.0f64,
+    )
+    .build(store, "/")
+    .unwrap();
+    array.store_metadata().unwrap();
+    for ci in 0..rows.div_ceil(chunk.0) {
+        let r = ci * chunk.0..((ci + 1) * chunk.0).min(rows);
+        let mut band = ndarray::Array2::<f64>::zeros(((r.end - r.start) as usize, cols as usize));
+        g.fill(r.clone(), band.view_mut()).unwrap();
+        for cj in 0..cols.div_ceil(chunk.1) {
+            let c = cj * chunk.1..((cj + 1) * chunk.1).min(cols);
+            let block = band.slice(ndarray::s![.., c.start as usize..c.end as usize]);
+            let values: Vec<f64> = block.iter().copied().collect();
+            array
+                .store_chunk_subset(
+                    &[ci, cj],
+                    &[0..r.end - r.start, 0..c.end - c.start],
+                    &values[..],
+                )
+                .unwrap();
+        }
+    }
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+fn embedded(args: &[String]) -> RunOutput {
+    let mut cmd = Command::new(rankwise_bin());
+    cmd.args(args);
+    run_with_timeout(cmd, LIMIT)
+}
+
+fn under_mpirun(np: usize, args: &[String]) -> RunOutput {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    mpirun(np, &rankwise_bin(), &args, LIMIT)
+}
+
+fn report(run: &RunOutput) -> Value {
+    run.assert_success();
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not a JSON report ({e})\n{}", run.describe()))
+}
+
+fn bits(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap().to_bits())
+        .collect()
+}
+
+#[test]
+fn a_zarr_matrix_gives_the_generated_bits_for_1_to_4_ranks() {
+    let dir = scratch("zarr-bits");
+    let mut draw = Draw(test_seed());
+    let seed = draw.next() % 1000;
+    // A tall matrix (panels are chunk rows) and a wide one (panels are chunk columns).
+    let tall = (draw.range(3000, 6000), draw.range(12, 30));
+    let wide = (draw.range(10, 24), draw.range(2000, 4000));
+    for (name, (rows, cols)) in [("tall", tall), ("wide", wide)] {
+        let long = rows.max(cols);
+        let band = draw.range(long / 9, long / 4);
+        let chunk = if rows >= cols {
+            (band, draw.range(5, cols))
+        } else {
+            (draw.range(3, rows), band)
+        };
+        let store = dir.join(format!("{name}.zarr"));
+        write_generated(&store, rows, cols, chunk, seed);
+        let z = store.to_str().unwrap();
+        let (r, c, b, s) = (
+            rows.to_string(),
+            cols.to_string(),
+            band.to_string(),
+            seed.to_string(),
+        );
+        for cmd in ["svd", "rsvd"] {
+            let mut gen = strings(&[
+                cmd,
+                "--rows",
+                &r,
+                "--cols",
+                &c,
+                "--chunk-rows",
+                &b,
+                "--seed",
+                &s,
+                "--json",
+            ]);
+            let mut zarr = strings(&[cmd, "--zarr", z, "--json"]);
+            if cmd == "rsvd" {
+                let extra = ["-k", "4", "--sketch-seed", "7"];
+                gen.extend(strings(&extra));
+                zarr.extend(strings(&extra));
+            }
+            let want = bits(&report(&embedded(&gen))["singular_values"]);
+            let one = report(&embedded(&zarr));
+            assert_eq!(bits(&one["singular_values"]), want, "{name} {cmd}, 1 rank");
+            assert!(one["per_rank"].is_array() || one["read"].is_object());
+            let mut two = zarr.clone();
+            two.extend(strings(&["--local-ranks", "2"]));
+            assert_eq!(
+                bits(&report(&embedded(&two))["singular_values"]),
+                want,
+                "{name} {cmd}, 2 local ranks"
+            );
+            for np in [3, 4] {
+                assert_eq!(
+                    bits(&report(&under_mpirun(np, &zarr))["singular_values"]),
+                    want,
+                    "{name} {cmd}, mpirun -np {np}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rsvd_streams_a_zarr_array_four_times_its_budget_within_budget() {
+    let dir = scratch("zarr-budget");
+    let seed = test_seed() % 1000;
+    // 150,000 × 200 float64: 240 MB stored, in 8 MB bands.
+    let (rows, cols, band) = (150_000u64, 200u64, 5_000u64);
+    let store = dir.join("big.zarr");
+    write_generated(&store, rows, cols, (band, cols), seed);
+    let budget: u64 = 48 << 20;
+    assert!(rows * cols * 8 >= 4 * budget);
+    let z = store.to_str().unwrap();
+    let budget_arg = format!("{}M", budget >> 20);
+    let run = report(&embedded(&strings(&[
+        "rsvd",
+        "--zarr",
+        z,
+        "-k",
+        "5",
+        "--actors",
+        "1",
+        "--memory-per-actor",
+        &budget_arg,
+        "--json",
+    ])));
+    // Each pass re-reads the data: the plan cannot keep it.
+    let passes = run["passes"].as_u64().unwrap();
+    let rank = &run["per_rank"][0];
+    let decoded = rank["read"]["decoded_bytes"].as_u64().unwrap();
+    assert_eq!(decoded, passes * rows * cols * 8, "{run:#}");
+    // Stated fixed overhead: the binary, its libraries and BLAS's own buffers.
+    const OVERHEAD: u64 = 64 << 20;
+    let peak = rank["peak_rss_bytes"].as_u64().unwrap();
+    assert!(
+        peak <= budget + OVERHEAD,
+        "peak RSS {peak} exceeds the budget {budget} + {OVERHEAD}: {run:#}"
+    );
+    // And the answer is the generated matrix's, bit for bit.
+    let (r, c, b, s) = (
+        rows.to_string(),
+        cols.to_string(),
+        band.to_string(),
+        seed.to_string(),
+    );
+    let gen = report(&embedded(&strings(&[
+        "rsvd",
+        "--rows",
+        &r,
+        "--cols",
+        &c,
+        "--chunk-rows",
+        &b,
+        "--seed",
+        &s,
+        "-k",
+        "5",
+        "--json",
+    ])));
+    assert_eq!(bits(&run["singular_values"]), bits(&gen["singular_values"]));
+}
+
+#[test]
+fn a_damaged_chunk_fails_every_rank_naming_the_chunk() {
+    let dir = scratch("zarr-damaged");
+    let store = dir.join("m.zarr");
+    write_generated(&store, 4000, 20, (500, 20), 3);
+    // The last band: owned by the last rank, so the others learn of it through the
+    // failure notice, not from their own reads.
+    let chunk = store.join("c").join("7").join("0");
+    let bytes = std::fs::read(&chunk).unwrap();
+    std::fs::write(&chunk, &bytes[..bytes.len() / 2]).unwrap();
+    let z = store.to_str().unwrap();
+    for cmd in ["svd", "rsvd"] {
+        let out = dir.join(format!("{cmd}-out.zarr"));
+        let args = strings(&[cmd, "--zarr", z, "--out", out.to_str().unwrap()]);
+        let run = under_mpirun(3, &args);
+        run.assert_finished();
+        assert!(!run.success(), "{}", run.describe());
+        let lines: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.contains("failed:"))
+            .collect();
+        assert!(lines.len() >= 3, "every rank reports: {}", run.describe());
+        for l in &lines {
+            assert!(l.contains("c/7/0") && l.contains("m.zarr"), "{l}");
+        }
+        assert!(!out.exists(), "no output is left looking complete");
+    }
+}
+
+#[test]
+fn a_budget_below_one_stored_chunk_is_refused_naming_chunk_and_budget() {
+    let dir = scratch("zarr-tiny-budget");
+    let store = dir.join("m.zarr");
+    write_generated(&store, 2000, 50, (1000, 50), 1);
+    let z = store.to_str().unwrap();
+    for cmd in ["plan", "svd", "rsvd"] {
+        let run = embedded(&strings(&[cmd, "--zarr", z, "--memory-per-actor", "100K"]));
+        run.assert_finished();
+        assert!(!run.success(), "{}", run.describe());
+        assert!(
+            run.stderr.contains("--memory-per-actor")
+                && run.stderr.contains("100.0 KiB")
+                && run.stderr.contains("1000 rows × 50 columns"),
+            "{cmd}: {}",
+            run.describe()
+        );
+    }
+    // Panels must be whole stored chunks.
+    let run = embedded(&strings(&["svd", "--zarr", z, "--chunk-rows", "300"]));
+    assert!(
+        !run.success() && run.stderr.contains("--chunk-rows"),
+        "{}",
+        run.describe()
+    );
+}
