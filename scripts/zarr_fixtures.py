@@ -541,6 +541,10 @@ def vcf_store(w, name, zarr_format, with_mask, missing_region=False, null_fill=F
 
     dos = vcf_dosages(gt[...], mask)
     dos.tofile(w.path(f"{name}.dosages.bin"))
+    # The raw alleles (and mask) as read back, so that a test can show why a call differs.
+    gt[...].tofile(w.path(f"{name}.call_genotype.bin"))
+    if with_mask:
+        root["call_genotype_mask"][...].astype("uint8").tofile(w.path(f"{name}.mask.bin"))
     with open(w.path(f"{name}.sample_ids.json"), "w") as f:
         json.dump(samples, f, ensure_ascii=False)
     w.manifest["vcf"].append(
@@ -559,6 +563,8 @@ def vcf_store(w, name, zarr_format, with_mask, missing_region=False, null_fill=F
             "truth": f"{name}.dosages.bin",
             "truth_shape": [VCF_VARIANTS, VCF_SAMPLES],
             "sample_ids": f"{name}.sample_ids.json",
+            "alleles": f"{name}.call_genotype.bin",
+            "mask_truth": f"{name}.mask.bin" if with_mask else None,
             "counts": {
                 "missing_calls": int((dos == -1).sum()),
                 "calls_with_fill_alleles": int((g == -2).any(axis=2).sum()),
@@ -582,11 +588,12 @@ def vcf_fixtures(w):
 # Failures.
 
 
-def failure(w, name, spec, use, why, *, array=None, chunk=None, chunk_index=None):
+def failure(w, name, spec, use, why, *, array=None, chunk=None, chunk_index=None, mentions=()):
     """A fixture rankwise must refuse. `use`: how it is opened (matrix: ZarrMatrix / `svd
     --zarr`; genotypes: ZarrGenotypes / `pca --zarr`; vcf: VcfZarr / `pca --vcf-zarr`).
     `array`: the array path inside the store the error must name (None: the store itself);
-    `chunk`: the store key of the damaged chunk, relative to the array (and its grid index)."""
+    `chunk`: the store key of the damaged chunk, relative to the array (and its grid index);
+    `mentions`: other words the error must contain (e.g. the unknown codec's name)."""
     w.manifest["failures"].append(
         {
             "name": name,
@@ -596,6 +603,7 @@ def failure(w, name, spec, use, why, *, array=None, chunk=None, chunk_index=None
             "array": array,
             "chunk_key": chunk,
             "chunk_index": chunk_index,
+            "mentions": list(mentions),
         }
     )
 
@@ -656,13 +664,15 @@ def failure_fixtures(w):
     edit_json(w.path("fail_unknown_codec_v3") + "/zarr.json",
               lambda m: m["codecs"][1].update(name="rankwise-test-unknown-codec"))
     failure(w, "fail_unknown_codec_v3", "fail_unknown_codec_v3", "matrix",
-            "zarr.json names the codec rankwise-test-unknown-codec")
+            "zarr.json names the codec rankwise-test-unknown-codec",
+            mentions=["rankwise-test-unknown-codec"])
 
     plain("fail_unknown_codec_v2", 2, "f64", "zstd")
     edit_json(w.path("fail_unknown_codec_v2") + "/.zarray",
               lambda m: m["compressor"].update(id="rankwise-test-unknown-codec"))
     failure(w, "fail_unknown_codec_v2", "fail_unknown_codec_v2", "matrix",
-            ".zarray names the compressor rankwise-test-unknown-codec")
+            ".zarray names the compressor rankwise-test-unknown-codec",
+            mentions=["rankwise-test-unknown-codec"])
 
     for name, zf, dtype, data in (
         ("fail_bool_v3", 3, "bool", values("fail_bool_v3", "i8", SHAPE) > 0),
@@ -675,6 +685,17 @@ def failure_fixtures(w):
         failure(w, name, name, "matrix", f"{a.dtype} array: not a numeric dtype an SVD can use")
     failure(w, "fail_bool_genotypes_v3", "fail_bool_v3", "genotypes",
             "bool array given as genotype dosages")
+
+    # Integer arrays holding a value that is no dosage, in one known chunk.
+    for name, zf, dtype, bad in (("fail_bad_dosage_v3", 3, "int8", 3), ("fail_bad_dosage_v2", 2, "int16", -5)):
+        g = rng_for(name).integers(0, 2, size=(41, 29), endpoint=True).astype(dtype)
+        g[20, 9] = bad
+        a = zarr.create_array(w.path(name), shape=g.shape, dtype=dtype, chunks=(16, 8),
+                              compressors=compressors("zstd", zf), zarr_format=zf)
+        a[...] = g
+        failure(w, name, name, "genotypes",
+                f"value {bad} at variant 20, sample 9 is not a dosage (−1, 0, 1, 2)",
+                chunk=chunk_key(a, (1, 1)), chunk_index=[1, 1])
 
     plain("fail_float_genotypes_v3", 3, "f32", "zstd")
     failure(w, "fail_float_genotypes_v3", "fail_float_genotypes_v3", "genotypes",
@@ -722,7 +743,7 @@ def failure_fixtures(w):
     # VCF Zarr whose call_genotype has a damaged chunk.
     vcf_store(w, "fail_vcf_garbage_chunk", 2, with_mask=False)
     w.manifest["vcf"].pop()
-    for suffix in (".dosages.bin", ".sample_ids.json"):
+    for suffix in (".dosages.bin", ".sample_ids.json", ".call_genotype.bin"):
         os.remove(w.path("fail_vcf_garbage_chunk" + suffix))
     key = "1/2/0"
     f = os.path.join(w.path("fail_vcf_garbage_chunk"), "call_genotype", key)
