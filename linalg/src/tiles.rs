@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2};
-use rankwise_runtime::{GenotypeSource, PanelSource};
+use rankwise_runtime::{GenotypeSource, PanelBuffer, PanelSource, StoredPanels};
 
 use crate::LinalgError;
 
@@ -128,6 +128,13 @@ pub trait Real:
         cols: Range<u64>,
         out: ArrayViewMut2<'_, Self>,
     ) -> Result<(), rankwise_runtime::SourceError>;
+    /// Tile `rows × cols` (buffer coordinates) of a decoded panel.
+    fn fill_buffer(
+        buf: &PanelBuffer,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: ArrayViewMut2<'_, Self>,
+    );
     /// Standardizes `out.len()` packed dosages starting at the first code of `bytes`.
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [Self]);
     /// Σ x² in f64.
@@ -185,6 +192,14 @@ impl Real for f64 {
         out: ArrayViewMut2<'_, f64>,
     ) -> Result<(), rankwise_runtime::SourceError> {
         src.fill_cols(rows, cols, out)
+    }
+    fn fill_buffer(
+        buf: &PanelBuffer,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: ArrayViewMut2<'_, f64>,
+    ) {
+        buf.tile_f64(rows, cols, out)
     }
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [f64]) {
         let lut = s.table();
@@ -256,6 +271,14 @@ impl Real for f32 {
         out: ArrayViewMut2<'_, f32>,
     ) -> Result<(), rankwise_runtime::SourceError> {
         src.fill_cols_f32(rows, cols, out)
+    }
+    fn fill_buffer(
+        buf: &PanelBuffer,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: ArrayViewMut2<'_, f32>,
+    ) {
+        buf.tile_f32(rows, cols, out)
     }
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [f32]) {
         let t = s.table();
@@ -387,6 +410,7 @@ pub struct TileProducer<'a> {
     panel: usize,
     rows: Range<u64>,
     measure: bool,
+    decoded: Option<&'a PanelBuffer>,
 }
 
 thread_local! {
@@ -401,6 +425,32 @@ impl<'a> TileProducer<'a> {
             panel,
             rows,
             measure: true,
+            decoded: None,
+        }
+    }
+
+    /// The panel already decoded by the actor's read-ahead (storage-backed operands).
+    /// Without it, a storage-backed panel is read here, whole, before its tiles.
+    pub fn reading(mut self, decoded: Option<&'a PanelBuffer>) -> Self {
+        self.decoded = decoded;
+        self
+    }
+
+    /// The decoded panel: the read-ahead's, or one read now into `local`.
+    fn decoded<'b>(
+        &'b self,
+        stored: Option<&dyn StoredPanels>,
+        local: &'b mut Option<PanelBuffer>,
+    ) -> Result<Option<&'b PanelBuffer>, LinalgError> {
+        match (self.decoded, stored) {
+            (Some(b), _) => Ok(Some(b)),
+            (None, Some(st)) => {
+                let mut b = PanelBuffer::default();
+                st.read_panel(self.rows.clone(), &mut b)
+                    .map_err(|e| self.panel_error(self.rows.clone(), e.to_string()))?;
+                Ok(Some(local.insert(b)))
+            }
+            (None, None) => Ok(None),
         }
     }
 
@@ -449,6 +499,8 @@ impl<'a> TileProducer<'a> {
                 Ok((facts, None))
             }
             (Operand::Dense(src), None) => {
+                let mut local = None;
+                let decoded = self.decoded(src.stored(), &mut local)?;
                 let mut kept = if keep {
                     Some(Array2::<T>::zeros((h, n)))
                 } else {
@@ -469,8 +521,11 @@ impl<'a> TileProducer<'a> {
                             )
                             .expect("tile fits its buffer"),
                         };
-                        T::fill(src.as_ref(), g.clone(), cols, t.view_mut())
-                            .map_err(|e| self.panel_error(g.clone(), e.to_string()))?;
+                        match decoded {
+                            Some(b) => T::fill_buffer(b, r0..r1, c0..c1, t.view_mut()),
+                            None => T::fill(src.as_ref(), g.clone(), cols, t.view_mut())
+                                .map_err(|e| self.panel_error(g.clone(), e.to_string()))?,
+                        }
                         if self.measure {
                             facts.sum_squares += sum_squares_view(t.view());
                         }
@@ -525,6 +580,21 @@ impl<'a> TileProducer<'a> {
             }
         ];
         let mut scales = Vec::with_capacity(TILE_ROWS);
+        let mut local = None;
+        let decoded = match packed {
+            Some(_) => None,
+            None => self
+                .decoded(src.stored(), &mut local)?
+                .map(|b| {
+                    b.dosages().ok_or_else(|| {
+                        self.panel_error(
+                            self.rows.clone(),
+                            "decoded genotype panel is not int8".into(),
+                        )
+                    })
+                })
+                .transpose()?,
+        };
         let result = (|| -> Result<(), LinalgError> {
             for r0 in (0..h).step_by(TILE_ROWS) {
                 let r1 = (r0 + TILE_ROWS).min(h);
@@ -537,10 +607,16 @@ impl<'a> TileProducer<'a> {
                     }
                     None => {
                         let g = self.rows.start + r0 as u64..self.rows.start + r1 as u64;
-                        let view = ArrayViewMut2::from_shape((b, n), &mut codes[..b * n])
-                            .expect("codes fit their buffer");
-                        src.fill_dosages(g.clone(), view)
-                            .map_err(|e| self.panel_error(g.clone(), e.to_string()))?;
+                        let codes: &[i8] = match decoded {
+                            Some(d) => &d[r0 * n..r1 * n],
+                            None => {
+                                let view = ArrayViewMut2::from_shape((b, n), &mut codes[..b * n])
+                                    .expect("codes fit their buffer");
+                                src.fill_dosages(g.clone(), view)
+                                    .map_err(|e| self.panel_error(g.clone(), e.to_string()))?;
+                                &codes[..b * n]
+                            }
+                        };
                         let dest: &mut [u8] = if keep {
                             &mut kept_bytes[r0 * stride..r1 * stride]
                         } else {

@@ -30,6 +30,21 @@ pub struct MemoryPlan {
     pub resident_bytes: u64,
     /// The decision.
     pub residency: Residency,
+    /// Decoded-panel buffers of its read-ahead (storage-backed sources; 0 otherwise).
+    pub read_buffers: usize,
+    /// Bytes of those buffers, all together.
+    pub read_bytes: u64,
+}
+
+/// The decoded-panel buffers a storage-backed source needs: one per reader, plus one so
+/// that a panel is decoded while the workers multiply the others.
+#[derive(Clone, Debug)]
+pub struct ReadBuffers {
+    /// Bytes of one buffer (one band of stored chunks, decoded, with any scratch).
+    pub bytes: u64,
+    /// What one buffer holds, for the refusal message (e.g. `one band of stored chunks
+    /// (20000 rows × 5000 float32, chunk key c/0/0)`).
+    pub what: String,
 }
 
 impl MemoryPlan {
@@ -62,7 +77,48 @@ impl MemoryPlan {
             workspace,
             resident_bytes,
             residency,
+            read_buffers: 0,
+            read_bytes: 0,
         })
+    }
+
+    /// [`MemoryPlan::decide`] for a source read from storage: the budget must also hold
+    /// at least one decoded band of stored chunks (refused otherwise, naming the band and
+    /// the budget); it holds up to `threads + 1` of them when it can.
+    pub fn decide_reading(
+        budget: u64,
+        workspace_per_thread: u64,
+        threads: usize,
+        resident_bytes: u64,
+        reads: &ReadBuffers,
+    ) -> Result<MemoryPlan, RuntimeError> {
+        let workspace = workspace_per_thread.saturating_mul(threads.max(1) as u64);
+        let need = workspace.saturating_add(reads.bytes);
+        if need > budget {
+            return Err(RuntimeError::Budget(format!(
+                "{} per actor cannot hold {} ({}) plus the workspace of {} worker thread(s) \
+                 ({}); raise --memory-per-actor to at least {}",
+                format_bytes(budget),
+                reads.what,
+                format_bytes(reads.bytes),
+                threads,
+                format_bytes(workspace),
+                format_bytes(need)
+            )));
+        }
+        let fit = ((budget - workspace) / reads.bytes.max(1)) as usize;
+        let buffers = fit.clamp(1, threads.max(1) + 1);
+        let read_bytes = buffers as u64 * reads.bytes;
+        let mut plan = MemoryPlan::decide(
+            budget - read_bytes,
+            workspace_per_thread,
+            threads,
+            resident_bytes,
+        )?;
+        plan.budget = budget;
+        plan.read_buffers = buffers;
+        plan.read_bytes = read_bytes;
+        Ok(plan)
     }
 }
 
@@ -126,6 +182,23 @@ mod tests {
         assert_eq!(p.residency, Residency::Resident);
         let p = MemoryPlan::decide(1000, 100, 2, 900).unwrap();
         assert_eq!(p.residency, Residency::Regenerated);
+        let reads = ReadBuffers {
+            bytes: 300,
+            what: "one band of stored chunks".into(),
+        };
+        let p = MemoryPlan::decide_reading(1000, 100, 2, 100, &reads).unwrap();
+        assert_eq!((p.read_buffers, p.residency), (2, Residency::Resident));
+        let p = MemoryPlan::decide_reading(10_000, 100, 2, 100, &reads).unwrap();
+        assert_eq!(p.read_buffers, 3);
+        let p = MemoryPlan::decide_reading(600, 100, 2, 200, &reads).unwrap();
+        assert_eq!((p.read_buffers, p.residency), (1, Residency::Regenerated));
+        let e = MemoryPlan::decide_reading(400, 100, 2, 0, &reads)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("one band of stored chunks") && e.contains("400 B"),
+            "{e}"
+        );
         let e = MemoryPlan::decide(100, 100, 2, 0).unwrap_err().to_string();
         assert!(
             e.contains("--memory-per-actor") && e.contains("--chunk-rows"),

@@ -8,13 +8,18 @@
 pub mod actor;
 pub mod budget;
 pub mod grid;
+pub mod panel;
+pub mod readahead;
 mod runtime;
 pub mod source;
 pub mod topology;
+pub mod zarr;
 
 pub use actor::{Actor, ActorSpec};
-pub use budget::{parse_bytes, MemoryPlan, Residency};
+pub use budget::{parse_bytes, MemoryPlan, ReadBuffers, Residency};
 pub use grid::{ActorShape, Assignment, ChunkGrid, Placement, World};
+pub use panel::{ElementType, PanelBuffer, PanelValues, ReadStats, StoredPanels};
+pub use readahead::{PanelLease, ReadAhead};
 pub use runtime::{actor_specs, Runtime, RuntimeConfig};
 pub use source::{
     Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix, PanelSource, SourceError,

@@ -17,6 +17,8 @@ use std::ops::Range;
 use ndarray::ArrayViewMut2;
 use rand_distr::{Distribution, StandardNormal};
 
+use crate::panel::StoredPanels;
+
 /// The SplitMix64 increment (the golden ratio in 64-bit fixed point).
 pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Columns of the generated index space: `counter = row · 2²⁴ + col`.
@@ -90,6 +92,9 @@ pub enum SourceError {
         /// Which source.
         what: String,
     },
+    /// A stored source could not be read.
+    #[error(transparent)]
+    Zarr(#[from] crate::zarr::ZarrError),
 }
 
 /// A matrix whose row panels can be produced on demand, by any actor, any number of times.
@@ -143,6 +148,11 @@ pub trait PanelSource: Send + Sync {
     fn cheaper_to_reproduce(&self) -> bool {
         false
     }
+    /// Storage-backed sources decode whole panels (bands of stored chunks); the kernels
+    /// then read each panel once and cut tiles from it instead of calling `fill_cols`.
+    fn stored(&self) -> Option<&dyn StoredPanels> {
+        None
+    }
 }
 
 /// A genotype matrix: variants (rows) × samples (columns) of dosages 0, 1, 2, with −1 for a
@@ -159,6 +169,10 @@ pub trait GenotypeSource: Send + Sync {
     fn describe(&self) -> String;
     /// Sample identifiers, when the source has them (the `.eigenvec` file uses them).
     fn sample_ids(&self) -> Option<Vec<String>> {
+        None
+    }
+    /// Storage-backed sources decode whole panels; see [`PanelSource::stored`].
+    fn stored(&self) -> Option<&dyn StoredPanels> {
         None
     }
 }

@@ -1,0 +1,272 @@
+//! Decoded panels of storage-backed sources.
+//!
+//! A generated source produces any tile on demand, but a stored one (Zarr) can only decode
+//! whole chunks. Storage-backed sources therefore expose [`StoredPanels`]: the kernels ask
+//! for a whole panel (one band of stored chunks) at a time, decoded into a
+//! [`PanelBuffer`] that is reused from panel to panel, and cut their cache-sized tiles out
+//! of it. The buffer keeps the stored element type, so decoding writes straight into it and
+//! conversion to the kernel's precision happens tile by tile, while the tile is in cache.
+
+use std::ops::Range;
+
+use ndarray::ArrayViewMut2;
+
+use crate::source::SourceError;
+
+/// Values of a decoded panel, in the stored element type, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PanelValues {
+    /// Unsigned bytes.
+    U8(Vec<u8>),
+    /// Signed bytes (also genotype dosages, −1 missing).
+    I8(Vec<i8>),
+    /// 16-bit integers.
+    I16(Vec<i16>),
+    /// 32-bit integers.
+    I32(Vec<i32>),
+    /// Single precision.
+    F32(Vec<f32>),
+    /// Double precision.
+    F64(Vec<f64>),
+}
+
+/// The element types a stored matrix may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ElementType {
+    /// `uint8`.
+    U8,
+    /// `int8`.
+    I8,
+    /// `int16`.
+    I16,
+    /// `int32`.
+    I32,
+    /// `float32`.
+    F32,
+    /// `float64`.
+    F64,
+}
+
+impl ElementType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            ElementType::U8 | ElementType::I8 => 1,
+            ElementType::I16 => 2,
+            ElementType::I32 | ElementType::F32 => 4,
+            ElementType::F64 => 8,
+        }
+    }
+
+    /// The Zarr v3 name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            ElementType::U8 => "uint8",
+            ElementType::I8 => "int8",
+            ElementType::I16 => "int16",
+            ElementType::I32 => "int32",
+            ElementType::F32 => "float32",
+            ElementType::F64 => "float64",
+        }
+    }
+
+    /// True for the integer types.
+    pub fn is_integer(self) -> bool {
+        !matches!(self, ElementType::F32 | ElementType::F64)
+    }
+}
+
+impl std::fmt::Display for ElementType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl PanelValues {
+    /// An empty vector of type `t`.
+    pub fn empty(t: ElementType) -> PanelValues {
+        match t {
+            ElementType::U8 => PanelValues::U8(Vec::new()),
+            ElementType::I8 => PanelValues::I8(Vec::new()),
+            ElementType::I16 => PanelValues::I16(Vec::new()),
+            ElementType::I32 => PanelValues::I32(Vec::new()),
+            ElementType::F32 => PanelValues::F32(Vec::new()),
+            ElementType::F64 => PanelValues::F64(Vec::new()),
+        }
+    }
+
+    /// The element type.
+    pub fn element_type(&self) -> ElementType {
+        match self {
+            PanelValues::U8(_) => ElementType::U8,
+            PanelValues::I8(_) => ElementType::I8,
+            PanelValues::I16(_) => ElementType::I16,
+            PanelValues::I32(_) => ElementType::I32,
+            PanelValues::F32(_) => ElementType::F32,
+            PanelValues::F64(_) => ElementType::F64,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            PanelValues::U8(v) => v.len(),
+            PanelValues::I8(v) => v.len(),
+            PanelValues::I16(v) => v.len(),
+            PanelValues::I32(v) => v.len(),
+            PanelValues::F32(v) => v.len(),
+            PanelValues::F64(v) => v.len(),
+        }
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Makes the vector `t` with `len` elements, reusing the allocation when the type
+    /// matches. Existing values are kept (decoders overwrite every element).
+    pub fn resize(&mut self, t: ElementType, len: usize) {
+        if self.element_type() != t {
+            *self = PanelValues::empty(t);
+        }
+        match self {
+            PanelValues::U8(v) => v.resize(len, 0),
+            PanelValues::I8(v) => v.resize(len, 0),
+            PanelValues::I16(v) => v.resize(len, 0),
+            PanelValues::I32(v) => v.resize(len, 0),
+            PanelValues::F32(v) => v.resize(len, 0.0),
+            PanelValues::F64(v) => v.resize(len, 0.0),
+        }
+    }
+
+    /// The values as raw bytes (native endianness), for decoders that write into them.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            PanelValues::U8(v) => bytemuck::cast_slice_mut(v),
+            PanelValues::I8(v) => bytemuck::cast_slice_mut(v),
+            PanelValues::I16(v) => bytemuck::cast_slice_mut(v),
+            PanelValues::I32(v) => bytemuck::cast_slice_mut(v),
+            PanelValues::F32(v) => bytemuck::cast_slice_mut(v),
+            PanelValues::F64(v) => bytemuck::cast_slice_mut(v),
+        }
+    }
+}
+
+/// A decoded panel: `rows × cols` values, row-major, reused from panel to panel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PanelBuffer {
+    /// The values.
+    pub values: PanelValues,
+    /// Rows held.
+    pub rows: usize,
+    /// Columns held.
+    pub cols: usize,
+}
+
+impl Default for PanelBuffer {
+    fn default() -> Self {
+        PanelBuffer {
+            values: PanelValues::F64(Vec::new()),
+            rows: 0,
+            cols: 0,
+        }
+    }
+}
+
+macro_rules! convert_tile {
+    ($values:expr, $cols:expr, $rows:expr, $c:expr, $out:expr, $to:ty) => {{
+        let (n, c0, w) = ($cols, $c.start, $c.end - $c.start);
+        for (i, mut dst) in $rows.zip($out.rows_mut()) {
+            let src = &$values[i * n + c0..i * n + c0 + w];
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = *s as $to;
+            }
+        }
+    }};
+}
+
+impl PanelBuffer {
+    /// Writes rows `rows`, columns `cols` (buffer coordinates) into `out`
+    /// (`rows.len() × cols.len()`, any layout) as f64; every stored type converts exactly.
+    pub fn tile_f64(
+        &self,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        mut out: ArrayViewMut2<'_, f64>,
+    ) {
+        match &self.values {
+            PanelValues::U8(v) => convert_tile!(v, self.cols, rows, cols, out, f64),
+            PanelValues::I8(v) => convert_tile!(v, self.cols, rows, cols, out, f64),
+            PanelValues::I16(v) => convert_tile!(v, self.cols, rows, cols, out, f64),
+            PanelValues::I32(v) => convert_tile!(v, self.cols, rows, cols, out, f64),
+            PanelValues::F32(v) => convert_tile!(v, self.cols, rows, cols, out, f64),
+            PanelValues::F64(v) => convert_tile!(v, self.cols, rows, cols, out, f64),
+        }
+    }
+
+    /// As [`PanelBuffer::tile_f64`], rounded to f32: the same value as rounding the f64
+    /// value (integers of more than 24 bits and f64 values round once).
+    pub fn tile_f32(
+        &self,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        mut out: ArrayViewMut2<'_, f32>,
+    ) {
+        match &self.values {
+            PanelValues::U8(v) => convert_tile!(v, self.cols, rows, cols, out, f32),
+            PanelValues::I8(v) => convert_tile!(v, self.cols, rows, cols, out, f32),
+            PanelValues::I16(v) => convert_tile!(v, self.cols, rows, cols, out, f32),
+            PanelValues::I32(v) => convert_tile!(v, self.cols, rows, cols, out, f32),
+            PanelValues::F32(v) => convert_tile!(v, self.cols, rows, cols, out, f32),
+            PanelValues::F64(v) => convert_tile!(v, self.cols, rows, cols, out, f32),
+        }
+    }
+
+    /// The dosages of a genotype panel (`rows × cols`, −1 missing), when the buffer holds
+    /// them as `int8`.
+    pub fn dosages(&self) -> Option<&[i8]> {
+        match &self.values {
+            PanelValues::I8(v) => Some(&v[..self.rows * self.cols]),
+            _ => None,
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        (self.values.len() * self.values.element_type().size()) as u64
+    }
+}
+
+/// What reading one panel cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReadStats {
+    /// Stored chunks decoded.
+    pub chunks: u64,
+    /// Bytes read from storage (encoded).
+    pub stored_bytes: u64,
+    /// Bytes after decoding.
+    pub decoded_bytes: u64,
+}
+
+impl std::ops::AddAssign for ReadStats {
+    fn add_assign(&mut self, o: ReadStats) {
+        self.chunks += o.chunks;
+        self.stored_bytes += o.stored_bytes;
+        self.decoded_bytes += o.decoded_bytes;
+    }
+}
+
+/// A source backed by stored chunks, read one panel (a band of chunks) at a time.
+pub trait StoredPanels: Send + Sync {
+    /// Rows of the operand per band of stored chunks: panels must be multiples of it.
+    fn chunk_rows(&self) -> u64;
+    /// Bytes one reader needs to hold a decoded panel of `rows` rows (its buffer and any
+    /// scratch), for the memory plan.
+    fn buffer_bytes(&self, rows: u64) -> u64;
+    /// Decodes operand rows `rows` (a whole number of bands, or the last one) into `buf`,
+    /// reusing its allocation.
+    fn read_panel(&self, rows: Range<u64>, buf: &mut PanelBuffer)
+        -> Result<ReadStats, SourceError>;
+}

@@ -1,0 +1,1211 @@
+//! Zarr chunk sources (on `zarrs`): matrices, genotype dosages and VCF Zarr stores.
+//!
+//! # Placement follows storage
+//!
+//! A panel is a band of whole stored chunks (shards, for a sharded array): its rows are a
+//! multiple of the stored chunk rows, and it spans every chunk column. The placement gives
+//! every panel to exactly one actor, so every stored chunk is decoded by exactly one actor
+//! per pass, and no two actors ever decode the same bytes.
+//!
+//! # Decoding
+//!
+//! [`StoredPanels::read_panel`] decodes the chunks of a band one at a time, straight into
+//! the caller's reusable [`PanelBuffer`] (zarrs' decode-into views), in the stored element
+//! type. Chunks are decoded one by one rather than as one multi-chunk request so that a
+//! failure names the chunk key at fault. Missing chunks read as the fill value, as the
+//! Zarr specification says. The codec concurrency is 1: parallelism comes from the actors'
+//! own read-ahead threads, each decoding a different panel on the actor's own cores.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ndarray::ArrayViewMut2;
+use unsafe_cell_slice::UnsafeCellSlice;
+use zarrs::array::{
+    data_type, Array, ArrayBytesFixedDisjointView, ArraySubset, CodecOptions, DataType,
+};
+use zarrs::filesystem::FilesystemStore;
+use zarrs::storage::ReadableStorageTraits;
+
+use crate::panel::{ElementType, PanelBuffer, PanelValues, ReadStats, StoredPanels};
+use crate::source::{GenotypeSource, PanelSource, SourceError};
+
+/// Errors of Zarr sources. Every message names the store and array, and the chunk key
+/// when one chunk is at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ZarrError {
+    /// The path is not a Zarr array (or group) that can be opened.
+    #[error("{path}: {message}")]
+    Open {
+        /// The path as given.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// The array cannot be used by this command (type, shape, chunk grid, codec).
+    #[error("Zarr array {array}: {message}")]
+    Unsupported {
+        /// `PATH:ARRAY`.
+        array: String,
+        /// Why.
+        message: String,
+    },
+    /// One chunk could not be read or decoded.
+    #[error("Zarr array {array}, chunk `{key}`: {message}")]
+    Chunk {
+        /// `PATH:ARRAY`.
+        array: String,
+        /// The chunk's store key.
+        key: String,
+        /// Why.
+        message: String,
+    },
+    /// A decoded value is not a genotype dosage.
+    #[error(
+        "Zarr array {array}, chunk `{key}`: value {value} at variant {variant}, sample \
+         {sample} is not a dosage (expected −1 for missing, 0, 1 or 2)"
+    )]
+    Dosage {
+        /// `PATH:ARRAY`.
+        array: String,
+        /// The chunk's store key.
+        key: String,
+        /// Global variant (row).
+        variant: u64,
+        /// Global sample (column).
+        sample: u64,
+        /// The value found.
+        value: i64,
+    },
+}
+
+/// Splits `PATH[:ARRAY]`. A path that exists as written is taken whole, so paths that
+/// contain a colon still open.
+pub fn split_spec(spec: &str) -> (PathBuf, String) {
+    if Path::new(spec).exists() {
+        return (PathBuf::from(spec), String::new());
+    }
+    match spec.rsplit_once(':') {
+        Some((p, a)) if !p.is_empty() => (PathBuf::from(p), a.trim_matches('/').to_string()),
+        _ => (PathBuf::from(spec), String::new()),
+    }
+}
+
+/// Lists the arrays directly inside a group directory (v2 and v3), for error messages.
+fn arrays_in(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            let is_array = p.join(".zarray").is_file()
+                || std::fs::read_to_string(p.join("zarr.json"))
+                    .map(|s| s.contains("\"array\""))
+                    .unwrap_or(false);
+            if is_array {
+                names.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    names.sort();
+    names
+}
+
+/// One opened Zarr array.
+#[derive(Clone)]
+pub struct ZarrArray {
+    array: Arc<Array<FilesystemStore>>,
+    label: String,
+    format: u8,
+    codecs: String,
+}
+
+impl std::fmt::Debug for ZarrArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZarrArray")
+            .field("label", &self.label)
+            .field("shape", &self.shape())
+            .finish()
+    }
+}
+
+impl ZarrArray {
+    /// Opens `PATH[:ARRAY]`.
+    pub fn open(spec: &str) -> Result<ZarrArray, ZarrError> {
+        let (path, name) = split_spec(spec);
+        Self::open_at(&path, &name)
+    }
+
+    /// Opens array `name` (a path inside the store; empty for the root) of the store at
+    /// `path`.
+    pub fn open_at(path: &Path, name: &str) -> Result<ZarrArray, ZarrError> {
+        let shown = path.display().to_string();
+        if !path.exists() {
+            return Err(ZarrError::Open {
+                path: shown,
+                message: "no such file or directory".into(),
+            });
+        }
+        if !path.is_dir() {
+            return Err(ZarrError::Open {
+                path: shown,
+                message: "not a Zarr store (a Zarr store is a directory)".into(),
+            });
+        }
+        let label = if name.is_empty() {
+            shown.clone()
+        } else {
+            format!("{shown}:{name}")
+        };
+        let node = path.join(name);
+        let has_array = node.join("zarr.json").is_file() || node.join(".zarray").is_file();
+        let is_group = node.join(".zgroup").is_file()
+            || std::fs::read_to_string(node.join("zarr.json"))
+                .map(|s| s.contains("\"group\""))
+                .unwrap_or(false);
+        if !has_array && is_group {
+            let arrays = arrays_in(&node);
+            return Err(ZarrError::Open {
+                path: label,
+                message: if arrays.is_empty() {
+                    "is a Zarr group, not an array".into()
+                } else {
+                    format!(
+                        "is a Zarr group, not an array: name one as {shown}:{}{} (arrays here: {})",
+                        if name.is_empty() {
+                            String::new()
+                        } else {
+                            format!("{name}/")
+                        },
+                        arrays[0],
+                        arrays.join(", ")
+                    )
+                },
+            });
+        }
+        if !has_array {
+            return Err(ZarrError::Open {
+                path: label,
+                message: "not a Zarr array (neither zarr.json nor .zarray found)".into(),
+            });
+        }
+        let store = FilesystemStore::new(path).map_err(|e| ZarrError::Open {
+            path: shown.clone(),
+            message: e.to_string(),
+        })?;
+        let array = Array::open(Arc::new(store), &format!("/{name}")).map_err(|e| {
+            ZarrError::Unsupported {
+                array: label.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        let meta = serde_json::to_value(array.metadata()).unwrap_or_default();
+        let format = meta
+            .get("zarr_format")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(3) as u8;
+        let codecs = describe_codecs(&meta);
+        Ok(ZarrArray {
+            array: Arc::new(
+                array.with_codec_options(CodecOptions::default().with_concurrent_target(1)),
+            ),
+            label,
+            format,
+            codecs,
+        })
+    }
+
+    /// `PATH:ARRAY` as shown in messages.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The array's shape.
+    pub fn shape(&self) -> Vec<u64> {
+        self.array.shape().to_vec()
+    }
+
+    /// Zarr format (2 or 3).
+    pub fn format(&self) -> u8 {
+        self.format
+    }
+
+    /// The codecs, e.g. `bytes, blosc(lz4, bitshuffle)`.
+    pub fn codecs(&self) -> &str {
+        &self.codecs
+    }
+
+    /// The element type, if it is one rankwise reads as numbers.
+    pub fn element_type(&self) -> Option<ElementType> {
+        element_type(self.array.data_type())
+    }
+
+    /// The stored data type's name.
+    pub fn data_type_name(&self) -> String {
+        serde_json::to_value(self.array.metadata())
+            .ok()
+            .and_then(|m| {
+                m.get("data_type")
+                    .or_else(|| m.get("dtype"))
+                    .map(|v| v.to_string().trim_matches('"').to_string())
+            })
+            .unwrap_or_else(|| "unknown".into())
+    }
+
+    /// The shape of the stored chunks (shards, for a sharded array); the grid must be
+    /// regular.
+    pub fn chunk_shape(&self) -> Result<Vec<u64>, ZarrError> {
+        let zero = vec![0u64; self.array.dimensionality()];
+        let c = self
+            .array
+            .chunk_shape(&zero)
+            .map_err(|e| self.unsupported(e.to_string()))?;
+        let c: Vec<u64> = c.iter().map(|x| x.get()).collect();
+        let grid = self.array.chunk_grid_shape();
+        for (d, (&g, (&s, &cs))) in grid
+            .iter()
+            .zip(self.array.shape().iter().zip(&c))
+            .enumerate()
+        {
+            if g != s.div_ceil(cs) {
+                return Err(self.unsupported(format!(
+                    "its chunk grid is not regular along dimension {d}; rankwise reads regular grids"
+                )));
+            }
+        }
+        Ok(c)
+    }
+
+    /// Encoded bytes of the chunk at `idx` (0 when it is missing).
+    pub fn stored_chunk_bytes(&self, idx: &[u64]) -> u64 {
+        self.array
+            .storage()
+            .size_key(&self.array.chunk_key(idx))
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
+    /// Encoded bytes of every chunk intersecting `region`.
+    pub fn stored_bytes(&self, region: &[Range<u64>]) -> Result<u64, ZarrError> {
+        let chunks = self.chunks_in(region)?;
+        Ok(chunks.iter().map(|c| self.stored_chunk_bytes(c)).sum())
+    }
+
+    fn unsupported(&self, message: String) -> ZarrError {
+        ZarrError::Unsupported {
+            array: self.label.clone(),
+            message,
+        }
+    }
+
+    fn chunk_error(&self, idx: &[u64], message: String) -> ZarrError {
+        ZarrError::Chunk {
+            array: self.label.clone(),
+            key: self.array.chunk_key(idx).to_string(),
+            message,
+        }
+    }
+
+    /// Chunk indices intersecting `region`, in C order.
+    fn chunks_in(&self, region: &[Range<u64>]) -> Result<Vec<Vec<u64>>, ZarrError> {
+        let c = self.chunk_shape()?;
+        let ranges: Vec<Range<u64>> = region
+            .iter()
+            .zip(&c)
+            .map(|(r, &cs)| {
+                if r.is_empty() {
+                    0..0
+                } else {
+                    r.start / cs..(r.end - 1) / cs + 1
+                }
+            })
+            .collect();
+        let mut out = Vec::new();
+        let mut idx: Vec<u64> = ranges.iter().map(|r| r.start).collect();
+        if ranges.iter().any(|r| r.is_empty()) {
+            return Ok(out);
+        }
+        loop {
+            out.push(idx.clone());
+            let mut d = idx.len();
+            loop {
+                if d == 0 {
+                    return Ok(out);
+                }
+                d -= 1;
+                idx[d] += 1;
+                if idx[d] < ranges[d].end {
+                    break;
+                }
+                idx[d] = ranges[d].start;
+            }
+        }
+    }
+
+    /// Decodes `region` into `bytes`, which holds the region in C order with elements of
+    /// `elem` bytes, chunk by chunk.
+    pub fn decode_region(
+        &self,
+        region: &[Range<u64>],
+        elem: usize,
+        bytes: &mut [u8],
+    ) -> Result<ReadStats, ZarrError> {
+        let shape: Vec<u64> = region.iter().map(|r| r.end - r.start).collect();
+        let need = shape.iter().product::<u64>() as usize * elem;
+        if self.array.data_type().fixed_size() != Some(elem) || bytes.len() != need {
+            return Err(self.unsupported(format!(
+                "internal: decode target of {} bytes for {need} bytes of {}-byte elements",
+                bytes.len(),
+                elem
+            )));
+        }
+        let mut stats = ReadStats::default();
+        let cells = UnsafeCellSlice::new(bytes);
+        for idx in self.chunks_in(region)? {
+            let chunk = self
+                .array
+                .chunk_subset_bounded(&idx)
+                .map_err(|e| self.chunk_error(&idx, e.to_string()))?;
+            let part: Vec<Range<u64>> = chunk
+                .to_ranges()
+                .iter()
+                .zip(region)
+                .map(|(c, r)| c.start.max(r.start)..c.end.min(r.end))
+                .collect();
+            let in_view: Vec<Range<u64>> = part
+                .iter()
+                .zip(region)
+                .map(|(p, r)| p.start - r.start..p.end - r.start)
+                .collect();
+            // SAFETY: the views of one call cover disjoint subsets (distinct chunks) and are
+            // used one after the other; `bytes` is exclusively borrowed for the whole call.
+            let mut view = unsafe {
+                ArrayBytesFixedDisjointView::new(
+                    cells,
+                    elem,
+                    &shape,
+                    ArraySubset::new_with_ranges(&in_view),
+                )
+            }
+            .map_err(|e| self.chunk_error(&idx, e.to_string()))?;
+            self.array
+                .retrieve_array_subset_into_opt(
+                    &ArraySubset::new_with_ranges(&part),
+                    (&mut view).into(),
+                    &CodecOptions::default().with_concurrent_target(1),
+                )
+                .map_err(|e| self.chunk_error(&idx, e.to_string()))?;
+            stats.chunks += 1;
+            stats.stored_bytes += self.stored_chunk_bytes(&idx);
+        }
+        stats.decoded_bytes = need as u64;
+        Ok(stats)
+    }
+
+    /// Reads a 1-D array of strings (e.g. sample ids).
+    pub fn read_strings(&self) -> Result<Vec<String>, ZarrError> {
+        let shape = self.shape();
+        if shape.len() != 1 {
+            return Err(self.unsupported(format!(
+                "expected a 1-D array of strings, found shape {shape:?}"
+            )));
+        }
+        self.array
+            .retrieve_array_subset::<Vec<String>>(&ArraySubset::new_with_ranges(&[0..shape[0]]))
+            .map_err(|e| self.unsupported(format!("cannot read it as strings: {e}")))
+    }
+}
+
+/// The element type of a zarrs data type, when rankwise reads it as numbers.
+fn element_type(dt: &DataType) -> Option<ElementType> {
+    [
+        (data_type::uint8(), ElementType::U8),
+        (data_type::int8(), ElementType::I8),
+        (data_type::int16(), ElementType::I16),
+        (data_type::int32(), ElementType::I32),
+        (data_type::float32(), ElementType::F32),
+        (data_type::float64(), ElementType::F64),
+    ]
+    .into_iter()
+    .find(|(d, _)| d == dt)
+    .map(|(_, t)| t)
+}
+
+/// A short description of the codecs from the array metadata (v2 or v3).
+fn describe_codecs(meta: &serde_json::Value) -> String {
+    let name = |c: &serde_json::Value| -> String {
+        let id = c
+            .get("name")
+            .or_else(|| c.get("id"))
+            .and_then(|v| v.as_str())
+            .unwrap_or("?")
+            .to_string();
+        let conf = c.get("configuration").unwrap_or(c);
+        match id.as_str() {
+            "blosc" => {
+                let cname = conf.get("cname").and_then(|v| v.as_str()).unwrap_or("?");
+                let shuffle = match conf.get("shuffle") {
+                    Some(serde_json::Value::String(s)) => s.clone(),
+                    Some(serde_json::Value::Number(n)) => match n.as_u64() {
+                        Some(0) => "noshuffle".into(),
+                        Some(1) => "shuffle".into(),
+                        Some(2) => "bitshuffle".into(),
+                        _ => n.to_string(),
+                    },
+                    _ => "?".into(),
+                };
+                format!("blosc({cname}, {shuffle})")
+            }
+            "sharding_indexed" => {
+                let inner: Vec<String> = conf
+                    .get("codecs")
+                    .and_then(|v| v.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .map(|c| {
+                                c.get("name")
+                                    .and_then(|v| v.as_str())
+                                    .unwrap_or("?")
+                                    .to_string()
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let chunks = conf
+                    .get("chunk_shape")
+                    .map(|v| v.to_string())
+                    .unwrap_or_default();
+                format!("sharding(inner chunks {chunks}: {})", inner.join(", "))
+            }
+            other => other.to_string(),
+        }
+    };
+    let mut parts = Vec::new();
+    if let Some(codecs) = meta.get("codecs").and_then(|v| v.as_array()) {
+        parts.extend(codecs.iter().map(name));
+    } else {
+        if let Some(f) = meta.get("filters").and_then(|v| v.as_array()) {
+            parts.extend(f.iter().map(name));
+        }
+        match meta.get("compressor") {
+            Some(c) if !c.is_null() => parts.push(name(c)),
+            _ => parts.push("no compressor".into()),
+        }
+    }
+    parts.join(", ")
+}
+
+/// Writes `src` (a `rows × cols` row-major band) transposed into `dst` (`cols × rows`).
+fn transpose_into<T: Copy>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
+    const B: usize = 64;
+    for i0 in (0..rows).step_by(B) {
+        for j0 in (0..cols).step_by(B) {
+            for i in i0..(i0 + B).min(rows) {
+                for j in j0..(j0 + B).min(cols) {
+                    dst[j * rows + i] = src[i * cols + j];
+                }
+            }
+        }
+    }
+}
+
+macro_rules! with_values {
+    ($values:expr, $v:ident => $body:expr) => {
+        match $values {
+            PanelValues::U8($v) => $body,
+            PanelValues::I8($v) => $body,
+            PanelValues::I16($v) => $body,
+            PanelValues::I32($v) => $body,
+            PanelValues::F32($v) => $body,
+            PanelValues::F64($v) => $body,
+        }
+    };
+}
+
+/// A 2-D numeric Zarr array as a matrix: `svd --zarr`, `rsvd --zarr`. Values convert to
+/// f64 exactly (f32 kernels round them once). A matrix with fewer rows than columns is
+/// seen through its transpose, like generated ones: panels are bands of stored chunk
+/// columns then.
+#[derive(Clone, Debug)]
+pub struct ZarrMatrix {
+    array: ZarrArray,
+    elem: ElementType,
+    stored_shape: (u64, u64),
+    chunk: (u64, u64),
+    transposed: bool,
+}
+
+impl ZarrMatrix {
+    /// Opens `PATH[:ARRAY]`, a 2-D array of u8, i8, i16, i32, f32 or f64.
+    pub fn open(spec: &str) -> Result<ZarrMatrix, ZarrError> {
+        Self::from_array(ZarrArray::open(spec)?)
+    }
+
+    /// Wraps an opened array, checking that it is a numeric matrix.
+    pub fn from_array(array: ZarrArray) -> Result<ZarrMatrix, ZarrError> {
+        let shape = array.shape();
+        if shape.len() != 2 {
+            return Err(array.unsupported(format!(
+                "has {} dimensions (shape {shape:?}); a matrix needs 2",
+                shape.len()
+            )));
+        }
+        let elem = array.element_type().ok_or_else(|| {
+            array.unsupported(format!(
+                "data type {} does not fit a matrix (supported: uint8, int8, int16, int32, \
+                 float32, float64)",
+                array.data_type_name()
+            ))
+        })?;
+        if shape[0] == 0 || shape[1] == 0 {
+            return Err(array.unsupported(format!("is empty (shape {shape:?})")));
+        }
+        let c = array.chunk_shape()?;
+        Ok(ZarrMatrix {
+            elem,
+            stored_shape: (shape[0], shape[1]),
+            chunk: (c[0], c[1]),
+            array,
+            transposed: false,
+        })
+    }
+
+    /// The same matrix seen through its transpose (panels are bands of chunk columns).
+    pub fn transposed(mut self) -> Self {
+        self.transposed = !self.transposed;
+        self
+    }
+
+    /// True when seen through the transpose.
+    pub fn is_transposed(&self) -> bool {
+        self.transposed
+    }
+
+    /// The stored array.
+    pub fn array(&self) -> &ZarrArray {
+        &self.array
+    }
+
+    /// The stored element type.
+    pub fn element_type(&self) -> ElementType {
+        self.elem
+    }
+
+    /// Shape as stored (before any transposition).
+    pub fn stored_shape(&self) -> (u64, u64) {
+        self.stored_shape
+    }
+
+    /// Stored chunk (or shard) shape.
+    pub fn stored_chunk(&self) -> (u64, u64) {
+        self.chunk
+    }
+
+    fn region(&self, rows: &Range<u64>) -> [Range<u64>; 2] {
+        if self.transposed {
+            [0..self.stored_shape.0, rows.clone()]
+        } else {
+            [rows.clone(), 0..self.stored_shape.1]
+        }
+    }
+}
+
+impl StoredPanels for ZarrMatrix {
+    fn chunk_rows(&self) -> u64 {
+        if self.transposed {
+            self.chunk.1
+        } else {
+            self.chunk.0
+        }
+    }
+
+    fn buffer_bytes(&self, rows: u64) -> u64 {
+        let other = if self.transposed {
+            self.stored_shape.0
+        } else {
+            self.stored_shape.1
+        };
+        let one = rows * other * self.elem.size() as u64;
+        // The transposed read decodes into a scratch band first.
+        if self.transposed {
+            2 * one
+        } else {
+            one
+        }
+    }
+
+    fn read_panel(
+        &self,
+        rows: Range<u64>,
+        buf: &mut PanelBuffer,
+    ) -> Result<ReadStats, SourceError> {
+        let (m, n) = PanelSource::shape(self);
+        if rows.start >= rows.end || rows.end > m {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: n as usize,
+                shape: (m, n),
+                what: self.array.label.clone(),
+            });
+        }
+        let h = (rows.end - rows.start) as usize;
+        let region = self.region(&rows);
+        buf.rows = h;
+        buf.cols = n as usize;
+        if !self.transposed {
+            buf.values.resize(self.elem, h * n as usize);
+            return Ok(self.array.decode_region(
+                &region,
+                self.elem.size(),
+                buf.values.bytes_mut(),
+            )?);
+        }
+        let mut scratch = std::mem::replace(&mut buf.values, PanelValues::empty(self.elem));
+        scratch.resize(self.elem, h * n as usize);
+        let stats = self
+            .array
+            .decode_region(&region, self.elem.size(), scratch.bytes_mut());
+        let mut values = PanelValues::empty(self.elem);
+        values.resize(self.elem, h * n as usize);
+        if stats.is_ok() {
+            match (&scratch, &mut values) {
+                (PanelValues::U8(s), PanelValues::U8(d)) => transpose_into(s, n as usize, h, d),
+                (PanelValues::I8(s), PanelValues::I8(d)) => transpose_into(s, n as usize, h, d),
+                (PanelValues::I16(s), PanelValues::I16(d)) => transpose_into(s, n as usize, h, d),
+                (PanelValues::I32(s), PanelValues::I32(d)) => transpose_into(s, n as usize, h, d),
+                (PanelValues::F32(s), PanelValues::F32(d)) => transpose_into(s, n as usize, h, d),
+                (PanelValues::F64(s), PanelValues::F64(d)) => transpose_into(s, n as usize, h, d),
+                _ => unreachable!("both buffers have the stored type"),
+            }
+        }
+        buf.values = values;
+        Ok(stats?)
+    }
+}
+
+/// Calls `f(band_buffer, band_start, rows_in_band)` for every stored band that rows
+/// `rows` touch, reading whole bands (the slow path, for callers that do not read panels).
+fn for_bands(
+    src: &dyn StoredPanels,
+    total_rows: u64,
+    rows: Range<u64>,
+    mut f: impl FnMut(&PanelBuffer, u64, Range<u64>),
+) -> Result<(), SourceError> {
+    let band = src.chunk_rows();
+    let mut buf = PanelBuffer::default();
+    let mut r = rows.start;
+    while r < rows.end {
+        let b0 = r / band * band;
+        let b1 = (b0 + band).min(total_rows);
+        src.read_panel(b0..b1, &mut buf)?;
+        let stop = rows.end.min(b1);
+        f(&buf, b0, r..stop);
+        r = stop;
+    }
+    Ok(())
+}
+
+impl PanelSource for ZarrMatrix {
+    fn shape(&self) -> (u64, u64) {
+        if self.transposed {
+            (self.stored_shape.1, self.stored_shape.0)
+        } else {
+            self.stored_shape
+        }
+    }
+
+    fn fill(&self, rows: Range<u64>, out: ArrayViewMut2<'_, f64>) -> Result<(), SourceError> {
+        let n = PanelSource::shape(self).1;
+        self.fill_cols(rows, 0..n, out)
+    }
+
+    fn fill_cols(
+        &self,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        out: ArrayViewMut2<'_, f64>,
+    ) -> Result<(), SourceError> {
+        let (m, n) = PanelSource::shape(self);
+        if rows.start > rows.end
+            || rows.end > m
+            || cols.start > cols.end
+            || cols.end > n
+            || out.dim()
+                != (
+                    (rows.end - rows.start) as usize,
+                    (cols.end - cols.start) as usize,
+                )
+        {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: out.ncols(),
+                shape: (m, n),
+                what: self.array.label.clone(),
+            });
+        }
+        let r0 = rows.start;
+        let mut out = out;
+        for_bands(self, m, rows, |buf, b0, part| {
+            let local = (part.start - b0) as usize..(part.end - b0) as usize;
+            let o = (part.start - r0) as usize..(part.end - r0) as usize;
+            buf.tile_f64(
+                local,
+                cols.start as usize..cols.end as usize,
+                out.slice_mut(ndarray::s![o, ..]),
+            );
+        })
+    }
+
+    fn describe(&self) -> String {
+        let (m, n) = self.stored_shape;
+        format!(
+            "Zarr array {} (v{}, {}, {m} × {n}, chunks {} × {}, {}{})",
+            self.array.label,
+            self.array.format,
+            self.elem,
+            self.chunk.0,
+            self.chunk.1,
+            self.array.codecs,
+            if self.transposed { ", transposed" } else { "" }
+        )
+    }
+
+    fn stored(&self) -> Option<&dyn StoredPanels> {
+        Some(self)
+    }
+}
+
+/// Converts decoded integers of one band into dosages, naming the first value that is not
+/// one.
+fn to_dosages<T: Copy + Into<i64>>(
+    array: &ZarrArray,
+    src: &[T],
+    row0: u64,
+    cols: usize,
+    dst: &mut [i8],
+) -> Result<(), ZarrError> {
+    for (k, (&v, d)) in src.iter().zip(dst.iter_mut()).enumerate() {
+        let v: i64 = v.into();
+        if !(-1..=2).contains(&v) {
+            let (variant, sample) = (row0 + (k / cols) as u64, (k % cols) as u64);
+            let c = array.chunk_shape()?;
+            return Err(ZarrError::Dosage {
+                array: array.label.clone(),
+                key: array
+                    .array
+                    .chunk_key(&[variant / c[0], sample / c[1]])
+                    .to_string(),
+                variant,
+                sample,
+                value: v,
+            });
+        }
+        *d = v as i8;
+    }
+    Ok(())
+}
+
+/// A 2-D integer Zarr array of genotype dosages (variants × samples; −1 missing):
+/// `pca --zarr`.
+#[derive(Clone, Debug)]
+pub struct ZarrGenotypes {
+    array: ZarrArray,
+    elem: ElementType,
+    shape: (u64, u64),
+    chunk: (u64, u64),
+    sample_ids: Option<Vec<String>>,
+}
+
+impl ZarrGenotypes {
+    /// Opens `PATH[:ARRAY]`, a 2-D array of u8, i8, i16 or i32 dosages.
+    pub fn open(spec: &str) -> Result<ZarrGenotypes, ZarrError> {
+        let array = ZarrArray::open(spec)?;
+        let shape = array.shape();
+        if shape.len() != 2 {
+            return Err(array.unsupported(format!(
+                "has {} dimensions (shape {shape:?}); genotype dosages are variants × samples \
+                 (use --vcf-zarr for a VCF Zarr store's call_genotype)",
+                shape.len()
+            )));
+        }
+        let elem = match array.element_type() {
+            Some(t) if t.is_integer() => t,
+            _ => {
+                return Err(array.unsupported(format!(
+                    "data type {} does not hold genotype dosages (expected an integer type: \
+                     uint8, int8, int16 or int32, with −1 for missing)",
+                    array.data_type_name()
+                )))
+            }
+        };
+        if shape[0] == 0 || shape[1] == 0 {
+            return Err(array.unsupported(format!("is empty (shape {shape:?})")));
+        }
+        let c = array.chunk_shape()?;
+        Ok(ZarrGenotypes {
+            elem,
+            shape: (shape[0], shape[1]),
+            chunk: (c[0], c[1]),
+            array,
+            sample_ids: None,
+        })
+    }
+
+    /// Uses `ids` as the sample identifiers (one per column).
+    pub fn with_sample_ids(mut self, ids: Vec<String>) -> Self {
+        self.sample_ids = Some(ids);
+        self
+    }
+
+    /// The stored array.
+    pub fn array(&self) -> &ZarrArray {
+        &self.array
+    }
+}
+
+impl StoredPanels for ZarrGenotypes {
+    fn chunk_rows(&self) -> u64 {
+        self.chunk.0
+    }
+
+    fn buffer_bytes(&self, rows: u64) -> u64 {
+        let one = rows * self.shape.1;
+        if self.elem == ElementType::I8 {
+            one
+        } else {
+            one * (1 + self.elem.size() as u64)
+        }
+    }
+
+    fn read_panel(
+        &self,
+        rows: Range<u64>,
+        buf: &mut PanelBuffer,
+    ) -> Result<ReadStats, SourceError> {
+        let (m, n) = self.shape;
+        if rows.start >= rows.end || rows.end > m {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: n as usize,
+                shape: (m, n),
+                what: self.array.label.clone(),
+            });
+        }
+        let h = (rows.end - rows.start) as usize;
+        let len = h * n as usize;
+        let region = [rows.clone(), 0..n];
+        buf.rows = h;
+        buf.cols = n as usize;
+        if self.elem == ElementType::I8 {
+            buf.values.resize(ElementType::I8, len);
+            return Ok(self
+                .array
+                .decode_region(&region, 1, buf.values.bytes_mut())?);
+        }
+        let mut scratch = PanelValues::empty(self.elem);
+        scratch.resize(self.elem, len);
+        let stats = self
+            .array
+            .decode_region(&region, self.elem.size(), scratch.bytes_mut())?;
+        buf.values.resize(ElementType::I8, len);
+        let PanelValues::I8(dst) = &mut buf.values else {
+            unreachable!("resized to i8")
+        };
+        let r0 = rows.start;
+        match &scratch {
+            PanelValues::U8(s) => to_dosages(&self.array, s, r0, n as usize, dst)?,
+            PanelValues::I16(s) => to_dosages(&self.array, s, r0, n as usize, dst)?,
+            PanelValues::I32(s) => to_dosages(&self.array, s, r0, n as usize, dst)?,
+            _ => unreachable!("integer element types"),
+        }
+        Ok(stats)
+    }
+}
+
+/// Copies dosages of `rows` from a stored genotype source into `out`, band by band.
+fn dosages_from_bands(
+    src: &dyn StoredPanels,
+    total_rows: u64,
+    rows: Range<u64>,
+    mut out: ArrayViewMut2<'_, i8>,
+) -> Result<(), SourceError> {
+    let r0 = rows.start;
+    for_bands(src, total_rows, rows, |buf, b0, part| {
+        let d = buf.dosages().expect("genotype panels hold int8 dosages");
+        let n = buf.cols;
+        for i in part {
+            let li = (i - b0) as usize;
+            let oi = (i - r0) as usize;
+            for (j, &v) in d[li * n..(li + 1) * n].iter().enumerate() {
+                out[[oi, j]] = v;
+            }
+        }
+    })
+}
+
+fn check_dosage_out(
+    shape: (u64, u64),
+    rows: &Range<u64>,
+    out: &ArrayViewMut2<'_, i8>,
+    what: &str,
+) -> Result<(), SourceError> {
+    let (m, n) = shape;
+    if rows.end > m
+        || rows.start > rows.end
+        || out.dim() != ((rows.end - rows.start) as usize, n as usize)
+    {
+        return Err(SourceError::OutOfBounds {
+            rows: rows.clone(),
+            cols: out.ncols(),
+            shape,
+            what: what.to_string(),
+        });
+    }
+    Ok(())
+}
+
+impl GenotypeSource for ZarrGenotypes {
+    fn shape(&self) -> (u64, u64) {
+        self.shape
+    }
+
+    fn fill_dosages(
+        &self,
+        rows: Range<u64>,
+        out: ArrayViewMut2<'_, i8>,
+    ) -> Result<(), SourceError> {
+        check_dosage_out(self.shape, &rows, &out, &self.array.label)?;
+        dosages_from_bands(self, self.shape.0, rows, out)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "Zarr array {} (v{}, {}, {} variants × {} samples, chunks {} × {}, {})",
+            self.array.label,
+            self.array.format,
+            self.elem,
+            self.shape.0,
+            self.shape.1,
+            self.chunk.0,
+            self.chunk.1,
+            self.array.codecs
+        )
+    }
+
+    fn sample_ids(&self) -> Option<Vec<String>> {
+        self.sample_ids.clone()
+    }
+
+    fn stored(&self) -> Option<&dyn StoredPanels> {
+        Some(self)
+    }
+}
+
+/// A VCF Zarr store (the layout bio2zarr writes): dosages are the number of non-reference
+/// alleles of each call in `call_genotype` (variants × samples × ploidy, int8).
+///
+/// A call is missing when `call_genotype_mask` (if present) marks it or any allele is −1;
+/// −2 alleles pad calls of lower ploidy and are skipped; a call with no allele left is
+/// missing. Sample identifiers come from `sample_id`.
+#[derive(Clone, Debug)]
+pub struct VcfZarr {
+    path: PathBuf,
+    genotype: ZarrArray,
+    mask: Option<ZarrArray>,
+    shape: (u64, u64),
+    ploidy: u64,
+    chunk_rows: u64,
+    sample_ids: Vec<String>,
+}
+
+impl VcfZarr {
+    /// Opens the VCF Zarr store at `path`.
+    pub fn open(path: &Path) -> Result<VcfZarr, ZarrError> {
+        let genotype = ZarrArray::open_at(path, "call_genotype").map_err(|e| match e {
+            ZarrError::Open { message, .. } => ZarrError::Open {
+                path: path.display().to_string(),
+                message: format!(
+                    "not a VCF Zarr store: its call_genotype array cannot be opened ({message})"
+                ),
+            },
+            other => other,
+        })?;
+        let shape = genotype.shape();
+        if shape.len() != 3 || genotype.element_type() != Some(ElementType::I8) {
+            return Err(genotype.unsupported(format!(
+                "call_genotype must be variants × samples × ploidy of int8, found shape \
+                 {shape:?} of {}",
+                genotype.data_type_name()
+            )));
+        }
+        if shape[0] == 0 || shape[1] == 0 || shape[2] == 0 {
+            return Err(genotype.unsupported(format!("is empty (shape {shape:?})")));
+        }
+        let chunk = genotype.chunk_shape()?;
+        let mask = if path.join("call_genotype_mask").exists() {
+            let m = ZarrArray::open_at(path, "call_genotype_mask")?;
+            let ok_type = matches!(
+                m.array.data_type(),
+                d if d == &data_type::bool() || d == &data_type::uint8() || d == &data_type::int8()
+            );
+            if m.shape() != shape || !ok_type {
+                return Err(m.unsupported(format!(
+                    "call_genotype_mask must be bool with call_genotype's shape {shape:?}, \
+                     found shape {:?} of {}",
+                    m.shape(),
+                    m.data_type_name()
+                )));
+            }
+            m.chunk_shape()?;
+            Some(m)
+        } else {
+            None
+        };
+        let sample_ids = if path.join("sample_id").exists() {
+            let ids = ZarrArray::open_at(path, "sample_id")?.read_strings()?;
+            if ids.len() as u64 != shape[1] {
+                return Err(ZarrError::Unsupported {
+                    array: format!("{}:sample_id", path.display()),
+                    message: format!(
+                        "has {} entries but call_genotype has {} samples",
+                        ids.len(),
+                        shape[1]
+                    ),
+                });
+            }
+            ids
+        } else {
+            (0..shape[1]).map(|j| format!("sample{j}")).collect()
+        };
+        Ok(VcfZarr {
+            path: path.to_path_buf(),
+            genotype,
+            mask,
+            shape: (shape[0], shape[1]),
+            ploidy: shape[2],
+            chunk_rows: chunk[0],
+            sample_ids,
+        })
+    }
+
+    /// The `call_genotype` array.
+    pub fn genotype_array(&self) -> &ZarrArray {
+        &self.genotype
+    }
+
+    /// Ploidy (the third dimension of `call_genotype`).
+    pub fn ploidy(&self) -> u64 {
+        self.ploidy
+    }
+}
+
+impl StoredPanels for VcfZarr {
+    fn chunk_rows(&self) -> u64 {
+        self.chunk_rows
+    }
+
+    fn buffer_bytes(&self, rows: u64) -> u64 {
+        let calls = rows * self.shape.1;
+        calls * (1 + self.ploidy * if self.mask.is_some() { 2 } else { 1 })
+    }
+
+    fn read_panel(
+        &self,
+        rows: Range<u64>,
+        buf: &mut PanelBuffer,
+    ) -> Result<ReadStats, SourceError> {
+        let (m, n) = self.shape;
+        if rows.start >= rows.end || rows.end > m {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: n as usize,
+                shape: (m, n),
+                what: self.path.display().to_string(),
+            });
+        }
+        let h = (rows.end - rows.start) as usize;
+        let p = self.ploidy as usize;
+        let calls = h * n as usize;
+        let region = [rows.clone(), 0..n, 0..self.ploidy];
+        let mut alleles = vec![0i8; calls * p];
+        let mut stats =
+            self.genotype
+                .decode_region(&region, 1, bytemuck::cast_slice_mut(&mut alleles))?;
+        let mut mask = Vec::new();
+        if let Some(ma) = &self.mask {
+            mask = vec![0u8; calls * p];
+            stats += ma.decode_region(&region, 1, &mut mask)?;
+        }
+        buf.rows = h;
+        buf.cols = n as usize;
+        buf.values.resize(ElementType::I8, calls);
+        let PanelValues::I8(dst) = &mut buf.values else {
+            unreachable!("resized to i8")
+        };
+        for (c, d) in dst.iter_mut().enumerate() {
+            let a = &alleles[c * p..(c + 1) * p];
+            let masked = !mask.is_empty() && mask[c * p..(c + 1) * p].iter().any(|&x| x != 0);
+            let mut count = 0i8;
+            let mut present = 0;
+            let mut missing = masked;
+            for &x in a {
+                match x {
+                    -1 => missing = true,
+                    -2 => {}
+                    x if x < -2 => missing = true,
+                    0 => present += 1,
+                    _ => {
+                        present += 1;
+                        count += 1;
+                    }
+                }
+            }
+            // Dosages above 2 (polyploid calls) cannot be standardized as biallelic
+            // diploid counts; the kernels reject them, naming variant and sample.
+            *d = if missing || present == 0 { -1 } else { count };
+        }
+        Ok(stats)
+    }
+}
+
+impl GenotypeSource for VcfZarr {
+    fn shape(&self) -> (u64, u64) {
+        self.shape
+    }
+
+    fn fill_dosages(
+        &self,
+        rows: Range<u64>,
+        out: ArrayViewMut2<'_, i8>,
+    ) -> Result<(), SourceError> {
+        check_dosage_out(self.shape, &rows, &out, &self.path.display().to_string())?;
+        dosages_from_bands(self, self.shape.0, rows, out)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "VCF Zarr {} ({} variants × {} samples, ploidy {}, chunks of {} variants, {}{})",
+            self.path.display(),
+            self.shape.0,
+            self.shape.1,
+            self.ploidy,
+            self.chunk_rows,
+            self.genotype.codecs,
+            if self.mask.is_some() { ", masked" } else { "" }
+        )
+    }
+
+    fn sample_ids(&self) -> Option<Vec<String>> {
+        Some(self.sample_ids.clone())
+    }
+
+    fn stored(&self) -> Option<&dyn StoredPanels> {
+        Some(self)
+    }
+}
+
+/// Runs `f` over every value of `values` (for checksums and tests).
+pub fn sum_values(values: &PanelValues) -> f64 {
+    with_values!(values, v => v.iter().map(|&x| x as f64).sum())
+}
