@@ -14,8 +14,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ndarray::ArrayView2;
 use rankwise_linalg::{svd, FactorSink, LinalgError, SvdOptions, SvdPlan, SvdProblem, SvdResult};
 use rankwise_runtime::budget::format_bytes;
+use rankwise_runtime::zarr::ZarrMatrix;
 use rankwise_runtime::{
-    actor_specs, parse_bytes, Dist, Runtime, RuntimeConfig, RuntimeError, Topology,
+    actor_specs, parse_bytes, ChunkGrid, Dist, PanelSource, Runtime, RuntimeConfig, RuntimeError,
+    Topology,
 };
 use rankwise_transports::{Comm, LocalWorld, TransportError};
 use serde_json::json;
@@ -48,18 +50,23 @@ enum Command {
     Info(InfoArgs),
 }
 
-/// The generated matrix.
+/// The matrix: read from a Zarr array, or generated.
 #[derive(Args, Debug, Clone)]
 struct MatrixArgs {
-    /// Rows of the matrix.
-    #[arg(long)]
-    rows: u64,
-    /// Columns of the matrix.
-    #[arg(long)]
-    cols: u64,
-    /// Rows per panel (along the long dimension for a short-and-fat matrix).
-    #[arg(long)]
-    chunk_rows: u64,
+    /// Read the matrix from this Zarr array (v2 or v3; `PATH`, or `PATH:ARRAY` for an
+    /// array inside a group) instead of generating it.
+    #[arg(long, value_name = "PATH[:ARRAY]", conflicts_with_all = ["rows", "cols", "dist", "seed"])]
+    zarr: Option<String>,
+    /// Rows of the generated matrix.
+    #[arg(long, required_unless_present = "zarr")]
+    rows: Option<u64>,
+    /// Columns of the generated matrix.
+    #[arg(long, required_unless_present = "zarr")]
+    cols: Option<u64>,
+    /// Rows per panel (along the long dimension for a short-and-fat matrix). With
+    /// `--zarr`, a multiple of the stored chunk (or shard) rows; the stored chunks by default.
+    #[arg(long, required_unless_present = "zarr")]
+    chunk_rows: Option<u64>,
     /// Seed of the counter-based generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -525,13 +532,52 @@ fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
 }
 
 fn problem(m: &MatrixArgs) -> Result<SvdProblem, CliError> {
-    Ok(SvdProblem::generated(
-        m.rows,
-        m.cols,
-        m.chunk_rows,
-        m.seed,
-        m.dist,
-    )?)
+    match &m.zarr {
+        Some(spec) => {
+            let z = ZarrMatrix::open(spec).map_err(zarr_error)?;
+            // Panels run along the long dimension, as for generated matrices.
+            let (rows, cols) = z.stored_shape();
+            let transposed = rows < cols;
+            let source: Arc<dyn PanelSource> =
+                Arc::new(if transposed { z.transposed() } else { z });
+            let (pm, pn) = source.shape();
+            let band = source.stored().map(|s| s.chunk_rows()).unwrap_or(pm);
+            Ok(SvdProblem {
+                grid: ChunkGrid::new(pm, pn, m.chunk_rows.unwrap_or(band))?,
+                source,
+                transposed,
+            })
+        }
+        None => Ok(SvdProblem::generated(
+            m.rows.unwrap_or(0),
+            m.cols.unwrap_or(0),
+            m.chunk_rows.unwrap_or(0),
+            m.seed,
+            m.dist,
+        )?),
+    }
+}
+
+/// A Zarr source error, as the command line reports it.
+pub(crate) fn zarr_error(e: rankwise_runtime::zarr::ZarrError) -> CliError {
+    CliError::Runtime(RuntimeError::Source(e.into()))
+}
+
+/// The user's `(rows, cols)` of a problem (the source may be its transpose).
+pub(crate) fn user_shape(source: (u64, u64), transposed: bool) -> (u64, u64) {
+    if transposed {
+        (source.1, source.0)
+    } else {
+        source
+    }
+}
+
+/// How the matrix was given, for reports.
+fn matrix_json(m: &MatrixArgs, describe: String) -> serde_json::Value {
+    match &m.zarr {
+        Some(spec) => json!({"zarr": spec, "source": describe}),
+        None => json!({"dist": m.dist, "seed": m.seed, "source": describe}),
+    }
 }
 
 fn plan(rt: &Runtime, a: &PlanArgs) -> Result<Option<String>, CliError> {
@@ -625,13 +671,13 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
     let start = Instant::now();
     injected_fault(rt, "start")?;
     let p = problem(&a.matrix)?;
-    let (m, n) = (a.matrix.rows, a.matrix.cols);
+    let (m, n) = user_shape(p.source.shape(), p.transposed);
     let k = m.min(n);
     // Make every rank refuse a bad budget before any output exists.
-    SvdPlan::new(p.grid, rt.world())?;
+    SvdPlan::for_problem(&p, rt.world())?;
 
     let output = match &a.out {
-        Some(out) => Some(open_output(rt, out, layout_for(a, &p, m, n, k))?),
+        Some(out) => Some(open_output(rt, out, layout_for(&p, m, n, k))?),
         None => None,
     };
     let result = run_svd(
@@ -645,7 +691,7 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
     finish_output(rt, result, output)
 }
 
-fn layout_for(a: &SvdArgs, p: &SvdProblem, m: u64, n: u64, k: u64) -> OutputLayout {
+fn layout_for(p: &SvdProblem, m: u64, n: u64, k: u64) -> OutputLayout {
     OutputLayout {
         m,
         n,
@@ -653,10 +699,10 @@ fn layout_for(a: &SvdArgs, p: &SvdProblem, m: u64, n: u64, k: u64) -> OutputLayo
         u_chunk_rows: if p.transposed {
             m.max(1)
         } else {
-            a.matrix.chunk_rows
+            p.grid.chunk_rows
         },
         vt_chunk_cols: if p.transposed {
-            a.matrix.chunk_rows
+            p.grid.chunk_rows
         } else {
             n.max(1)
         },
@@ -842,12 +888,13 @@ fn report_json(
     ranks: Vec<serde_json::Value>,
     elapsed: f64,
 ) -> serde_json::Value {
-    let matrix_bytes = a.matrix.rows * a.matrix.cols * 8;
+    let (m, n) = user_shape(p.source.shape(), p.transposed);
+    let matrix_bytes = m * n * 8;
     json!({
         "command": "svd",
-        "shape": [a.matrix.rows, a.matrix.cols],
-        "dist": a.matrix.dist,
-        "seed": a.matrix.seed,
+        "shape": [m, n],
+        "matrix": matrix_json(&a.matrix, p.source.describe()),
+        "read": r.read,
         "transposed": p.transposed,
         "grid": r.plan.grid,
         "placement": r.plan.placement,
@@ -899,7 +946,18 @@ fn summary_text(rt: &Runtime, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, elapse
     for t in &r.timings {
         let _ = writeln!(s, "  {:<40} {:>10}", t.phase, seconds(t.seconds));
     }
-    let bytes = a.matrix.rows * a.matrix.cols * 8;
+    let (m, n) = user_shape(p.source.shape(), p.transposed);
+    let bytes = m * n * 8;
+    if r.read.chunks > 0 {
+        let _ = writeln!(
+            s,
+            "read (rank 0): {} chunks, {} stored, {} decoded, {} decoding",
+            r.read.chunks,
+            format_bytes(r.read.stored_bytes),
+            format_bytes(r.read.decoded_bytes),
+            seconds(r.read.decode_seconds)
+        );
+    }
     let _ = writeln!(
         s,
         "total {} for {} of matrix: {:.2} GB/s; peak RSS rank 0 {}",

@@ -2,12 +2,14 @@
 //! panel order, and the exact tall-and-skinny SVD built on it.
 
 pub mod kernels;
+pub mod reads;
 pub mod rsvd;
 pub mod svd;
 pub mod tiles;
 pub mod tree;
 
 pub use kernels::{init_blas_threads, PanelFactor};
+pub use reads::ReadTotals;
 pub use rsvd::{
     rsvd, ErrorEstimate, GenotypeSummary, Method, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
 };

@@ -39,6 +39,7 @@ use rankwise_runtime::{
 use serde::Serialize;
 
 use crate::kernels::{qr, small_svd, stack_rows, Keep, PanelFactor};
+use crate::reads::{read_buffers, PassReads, ReadTotals};
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
     gemm, Operand, PanelFacts, Precision, Real, Stored, TileProducer, TILE_COLS, TILE_ROWS,
@@ -268,6 +269,11 @@ impl RsvdPlan {
             + 2 * chunk * basis)
             * 8
             + codes) as u64;
+        let reads = problem
+            .operand
+            .stored()
+            .map(|s| read_buffers(s, &grid, &problem.operand.describe()))
+            .transpose()?;
         let mut memory = Vec::new();
         for a in &placement.assignments {
             let shape = &world.ranks[a.rank][a.actor];
@@ -279,12 +285,18 @@ impl RsvdPlan {
             // The basis and the probe products stay for the whole run.
             let kept = rows * (basis + r) as u64 * 8;
             let threads = shape.threads.max(1) as u64;
-            let mut mp = MemoryPlan::decide(
-                shape.memory,
-                per_thread + kept.div_ceil(threads),
-                shape.threads,
-                problem.operand.resident_bytes(rows, options.precision),
-            )?;
+            let resident = problem.operand.resident_bytes(rows, options.precision);
+            let per_thread = per_thread + kept.div_ceil(threads);
+            let mut mp = match &reads {
+                Some(r) => MemoryPlan::decide_reading(
+                    shape.memory,
+                    per_thread,
+                    shape.threads,
+                    resident,
+                    r,
+                )?,
+                None => MemoryPlan::decide(shape.memory, per_thread, shape.threads, resident)?,
+            };
             if matches!(&problem.operand, Operand::Dense(s) if s.cheaper_to_reproduce()) {
                 mp.residency = Residency::Regenerated;
             }
@@ -356,6 +368,8 @@ pub struct RsvdResult {
     pub plan: RsvdPlan,
     /// Bytes of matrix values produced from the source on this rank, all passes.
     pub bytes_produced: u64,
+    /// What this rank read from storage (zero for generated and in-memory operands).
+    pub read: ReadTotals,
 }
 
 /// One panel's state between passes; it lives on its actor (moved in and out of jobs).
@@ -376,6 +390,31 @@ struct Ctx {
     operand: Operand,
     resident: Vec<bool>,
     n: usize,
+    /// Read-ahead buffers of this rank's actors (storage-backed operands).
+    read_buffers: Vec<usize>,
+    read: Arc<std::sync::Mutex<ReadTotals>>,
+}
+
+impl Ctx {
+    /// Starts this pass's read-aheads over the panels that are not resident.
+    fn reads(&self, rt: &Runtime, states: &States) -> Result<Arc<PassReads>, LinalgError> {
+        let order = states
+            .iter()
+            .map(|list| {
+                list.iter()
+                    .filter(|st| st.stored.is_none())
+                    .map(|st| (st.p, st.rows.clone()))
+                    .collect()
+            })
+            .collect();
+        Ok(Arc::new(PassReads::start(
+            rt,
+            self.operand.read_fn(),
+            order,
+            &self.read_buffers,
+            Arc::clone(&self.read),
+        )?))
+    }
 }
 
 /// Computes the rank-k randomized SVD. A collective call: every rank of the runtime makes
@@ -398,6 +437,7 @@ pub fn rsvd(
     let mut timings = Vec::new();
 
     let mut resident = Vec::new();
+    let mut read_buffers = Vec::new();
     let mut states = Vec::new();
     let mut regenerated_rows = 0u64;
     let mut my_rows = 0u64;
@@ -406,6 +446,7 @@ pub fn rsvd(
             continue;
         }
         resident.push(mp.residency == Residency::Resident);
+        read_buffers.push(mp.read_buffers);
         states.push(
             a.panels
                 .clone()
@@ -436,6 +477,8 @@ pub fn rsvd(
         operand: problem.operand.clone(),
         resident,
         n,
+        read_buffers,
+        read: Arc::default(),
     });
 
     // Pass 1: the sketch and the probe products.
@@ -580,6 +623,7 @@ pub fn rsvd(
     };
     let passes = options.passes() as u64;
     let bytes_produced = (my_rows + (passes - 1) * regenerated_rows) * n as u64 * value_bytes;
+    let read = *ctx.read.lock().unwrap_or_else(|p| p.into_inner());
     Ok(RsvdResult {
         s: s_k,
         wt,
@@ -590,6 +634,7 @@ pub fn rsvd(
         timings,
         plan,
         bytes_produced,
+        read,
     })
 }
 
@@ -642,13 +687,19 @@ fn range_pass_t<T: Real>(
     first: bool,
 ) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError> {
     let c = Arc::clone(ctx);
+    let reads = ctx.reads(rt, &states)?;
     let out = rt.map(states, move |actor, mut st: PanelState| {
+        let lease = match st.stored {
+            None => reads.take(actor, st.p, &st.rows)?,
+            Some(_) => None,
+        };
         let h = (st.rows.end - st.rows.start) as usize;
         let w = omega.ncols();
         let mut y = Array2::<f64>::zeros((h, w));
         let mut part = Array2::<T>::zeros((TILE_ROWS, w));
         let keep = first && c.resident[actor];
         let (facts, kept) = TileProducer::new(&c.operand, st.p, st.rows.clone())
+            .reading(lease.as_deref())
             .measuring(first)
             .for_each(
                 st.stored.as_ref(),
@@ -819,7 +870,12 @@ fn project_map<T: Real>(
 ) -> Result<Mapped, LinalgError> {
     let c = Arc::clone(ctx);
     let s2 = Arc::clone(sums);
-    Ok(rt.map(states, move |_, st: PanelState| {
+    let reads = ctx.reads(rt, &states)?;
+    Ok(rt.map(states, move |actor, st: PanelState| {
+        let lease = match st.stored {
+            None => reads.take(actor, st.p, &st.rows)?,
+            Some(_) => None,
+        };
         let q = st.basis.last().ok_or(LinalgError::Tree {
             level: 0,
             node: st.p,
@@ -828,6 +884,7 @@ fn project_map<T: Real>(
         let mut bt = Array2::<f64>::zeros((c.n, q.ncols()));
         let mut part = Array2::<T>::zeros((TILE_COLS, q.ncols()));
         TileProducer::new(&c.operand, st.p, st.rows.clone())
+            .reading(lease.as_deref())
             .measuring(false)
             .for_each(
                 st.stored.as_ref(),

@@ -13,12 +13,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
-use rankwise_runtime::{ChunkGrid, MemoryPlan, PanelSource, Placement, Residency, Runtime};
+use rankwise_runtime::readahead::ReadFn;
+use rankwise_runtime::{
+    ChunkGrid, MemoryPlan, PanelBuffer, PanelSource, Placement, ReadBuffers, Residency, Runtime,
+};
 use serde::Serialize;
 
 use crate::kernels::{
     block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch, Keep, PanelFactor,
 };
+use crate::reads::{read_buffers, PassReads, ReadTotals};
 use crate::tree::{decode, encode, Tree};
 use crate::LinalgError;
 
@@ -100,6 +104,28 @@ pub struct SvdPlan {
 impl SvdPlan {
     /// Plans `grid` over the runtime's world. Pure: every rank computes the same plan.
     pub fn new(grid: ChunkGrid, world: &rankwise_runtime::World) -> Result<SvdPlan, LinalgError> {
+        Self::reading(grid, world, None)
+    }
+
+    /// Plans `problem` over the runtime's world, with the read-ahead buffers of a source
+    /// read from storage.
+    pub fn for_problem(
+        problem: &SvdProblem,
+        world: &rankwise_runtime::World,
+    ) -> Result<SvdPlan, LinalgError> {
+        let reads = problem
+            .source
+            .stored()
+            .map(|s| read_buffers(s, &problem.grid, &problem.source.describe()))
+            .transpose()?;
+        Self::reading(problem.grid, world, reads.as_ref())
+    }
+
+    fn reading(
+        grid: ChunkGrid,
+        world: &rankwise_runtime::World,
+        reads: Option<&ReadBuffers>,
+    ) -> Result<SvdPlan, LinalgError> {
         let placement = Placement::compute(grid.panels(), world);
         let n = grid.cols as usize;
         let k = grid.rows.min(grid.cols) as usize;
@@ -119,12 +145,16 @@ impl SvdPlan {
                     (r.end - r.start) * (r.end - r.start).min(grid.cols) * 8
                 })
                 .sum();
-            memory.push(MemoryPlan::decide(
-                shape.memory,
-                per_thread,
-                shape.threads,
-                resident,
-            )?);
+            memory.push(match reads {
+                Some(r) => MemoryPlan::decide_reading(
+                    shape.memory,
+                    per_thread,
+                    shape.threads,
+                    resident,
+                    r,
+                )?,
+                None => MemoryPlan::decide(shape.memory, per_thread, shape.threads, resident)?,
+            });
         }
         let tree = Tree::new(&placement.owner);
         let messages_per_sweep = (0..world.ranks.len())
@@ -180,6 +210,8 @@ pub struct SvdResult {
     pub plan: SvdPlan,
     /// Bytes of matrix values produced from the source on this rank, all passes.
     pub bytes_generated: u64,
+    /// What this rank read from storage (zero for generated and in-memory sources).
+    pub read: ReadTotals,
 }
 
 struct Pass1 {
@@ -187,19 +219,49 @@ struct Pass1 {
     kept: Option<PanelFactor>,
 }
 
-fn fill_from(
-    source: &dyn PanelSource,
+/// Fills row blocks of panel `panel` (`rows`): from the read-ahead's decoded panel, from
+/// the whole panel read once here (storage-backed sources), or from the source directly.
+fn fill_from<'a>(
+    source: &'a dyn PanelSource,
     panel: usize,
     rows: Range<u64>,
-) -> impl FnMut(Range<usize>, ndarray::ArrayViewMut2<'_, f64>) -> Result<(), LinalgError> + '_ {
+    decoded: Option<&'a PanelBuffer>,
+) -> impl FnMut(Range<usize>, ndarray::ArrayViewMut2<'_, f64>) -> Result<(), LinalgError> + 'a {
+    let mut local: Option<PanelBuffer> = None;
+    let n = source.shape().1 as usize;
     move |r, out| {
         let g = rows.start + r.start as u64..rows.start + r.end as u64;
-        source.fill(g.clone(), out).map_err(|e| LinalgError::Panel {
+        let err = |e: rankwise_runtime::SourceError| LinalgError::Panel {
             panel,
             rows: format!("{}..{}", g.start, g.end),
             message: e.to_string(),
-        })
+        };
+        let buf = match (decoded, source.stored()) {
+            (Some(b), _) => b,
+            (None, Some(st)) => match &mut local {
+                Some(b) => &*b,
+                slot @ None => {
+                    let mut b = PanelBuffer::default();
+                    st.read_panel(rows.clone(), &mut b).map_err(err)?;
+                    &*slot.insert(b)
+                }
+            },
+            (None, None) => return source.fill(g.clone(), out).map_err(err),
+        };
+        buf.tile_f64(r, 0..n, out);
+        Ok(())
     }
+}
+
+/// A panel reader for the read-aheads, for sources read from storage.
+fn read_fn(source: &Arc<dyn PanelSource>) -> Option<Arc<ReadFn>> {
+    source.stored()?;
+    let s = Arc::clone(source);
+    Some(Arc::new(move |rows, buf: &mut PanelBuffer| {
+        s.stored()
+            .expect("the source was checked to be stored")
+            .read_panel(rows, buf)
+    }))
 }
 
 /// Computes the SVD. A collective call: every rank of the runtime makes it with the same
@@ -223,7 +285,7 @@ pub fn svd(
             ),
         });
     }
-    let plan = SvdPlan::new(grid, rt.world())?;
+    let plan = SvdPlan::for_problem(problem, rt.world())?;
     let n = n as usize;
     let k = (m as usize).min(n);
     let my_actors: Vec<(usize, Range<usize>, Residency)> = plan
@@ -235,6 +297,16 @@ pub fn svd(
         .map(|(a, mp)| (a.actor, a.panels.clone(), mp.residency))
         .collect();
     let residency: Vec<Residency> = my_actors.iter().map(|a| a.2).collect();
+    let read_buffers: Vec<usize> = plan
+        .placement
+        .assignments
+        .iter()
+        .zip(&plan.memory)
+        .filter(|(a, _)| a.rank == me)
+        .map(|(_, mp)| mp.read_buffers)
+        .collect();
+    let read_totals = Arc::new(std::sync::Mutex::new(ReadTotals::default()));
+    let reader = read_fn(&problem.source);
     let mut timings = Vec::new();
     let mut bytes_generated = 0u64;
     // Bytes of this rank's panels: of all its actors, or of those that regenerate.
@@ -256,17 +328,34 @@ pub fn svd(
     let inputs: Vec<Vec<usize>> = my_actors.iter().map(|a| a.1.clone().collect()).collect();
     let source = Arc::clone(&problem.source);
     let res = residency.clone();
+    let order = inputs
+        .iter()
+        .map(|ps| ps.iter().map(|&p| (p, grid.panel_rows(p))).collect())
+        .collect();
+    let reads = PassReads::start(
+        rt,
+        reader.clone(),
+        order,
+        &read_buffers,
+        Arc::clone(&read_totals),
+    )?;
     let pass1 = rt.map(
         inputs.clone(),
         move |actor, p| -> Result<Pass1, LinalgError> {
             let rows = grid.panel_rows(p);
+            let lease = reads.take(actor, p, &rows)?;
             let h = (rows.end - rows.start) as usize;
             let keep = if res[actor] == Residency::Resident {
                 Keep::Kept
             } else {
                 Keep::Scratch
             };
-            let f = PanelFactor::compute(h, n, keep, fill_from(source.as_ref(), p, rows))?;
+            let f = PanelFactor::compute(
+                h,
+                n,
+                keep,
+                fill_from(source.as_ref(), p, rows, lease.as_deref()),
+            )?;
             let r = f.r.clone();
             let kept = match keep {
                 Keep::Kept => Some(f),
@@ -367,12 +456,29 @@ pub fn svd(
     let check = options.check;
     let s_arc = Arc::new(s.clone());
     let wt_arc = Arc::new(wt.clone());
+    // Pass 2 reads the panels it must factor again, and every panel for the checks.
+    let order = inputs2
+        .iter()
+        .map(|items| {
+            items
+                .iter()
+                .filter(|(_, _, kept)| check || kept.is_none())
+                .map(|(p, _, _)| (*p, grid.panel_rows(*p)))
+                .collect()
+        })
+        .collect();
+    let reads = PassReads::start(rt, reader, order, &read_buffers, Arc::clone(&read_totals))?;
     let pass2 = rt.map(
         inputs2,
-        move |_,
+        move |actor,
               (p, ci, kept): (usize, Array2<f64>, Option<PanelFactor>)|
               -> Result<Array2<f64>, LinalgError> {
             let rows = grid.panel_rows(p);
+            let lease = if check || kept.is_none() {
+                reads.take(actor, p, &rows)?
+            } else {
+                None
+            };
             let h = (rows.end - rows.start) as usize;
             let factor = match kept {
                 Some(f) => f,
@@ -380,7 +486,7 @@ pub fn svd(
                     h,
                     n,
                     Keep::Scratch,
-                    fill_from(source.as_ref(), p, rows.clone()),
+                    fill_from(source.as_ref(), p, rows.clone(), lease.as_deref()),
                 )?,
             };
             let mut ubuf = take_scratch(h * k);
@@ -396,7 +502,15 @@ pub fn svd(
                 }
             }
             let stats = if check {
-                panel_checks(source.as_ref(), p, rows, u, &s_arc, &wt_arc)?
+                panel_checks(
+                    source.as_ref(),
+                    p,
+                    rows,
+                    lease.as_deref(),
+                    u,
+                    &s_arc,
+                    &wt_arc,
+                )?
             } else {
                 Array2::zeros((0, 0))
             };
@@ -455,6 +569,7 @@ pub fn svd(
         None
     };
 
+    let read = *read_totals.lock().unwrap_or_else(|p| p.into_inner());
     Ok(SvdResult {
         s,
         wt,
@@ -463,6 +578,7 @@ pub fn svd(
         timings,
         plan,
         bytes_generated,
+        read,
     })
 }
 
@@ -471,6 +587,7 @@ fn panel_checks(
     source: &dyn PanelSource,
     p: usize,
     rows: Range<u64>,
+    decoded: Option<&PanelBuffer>,
     u: ArrayView2<'_, f64>,
     s: &[f64],
     wt: &Array2<f64>,
@@ -480,7 +597,7 @@ fn panel_checks(
     let sw = Array2::from_shape_fn((k, n), |(i, j)| s[i] * wt[[i, j]]);
     let b = block_rows(n);
     let (mut res, mut norm) = (0.0f64, 0.0f64);
-    let mut fill = fill_from(source, p, rows);
+    let mut fill = fill_from(source, p, rows, decoded);
     let mut a = Array2::<f64>::zeros((b.min(h), n).f());
     let mut start = 0;
     while start < h {

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2};
+use rankwise_runtime::readahead::ReadFn;
 use rankwise_runtime::{GenotypeSource, PanelBuffer, PanelSource, StoredPanels};
 
 use crate::LinalgError;
@@ -56,6 +57,25 @@ impl Operand {
             Operand::Dense(s) => s.describe(),
             Operand::Genotypes(s) => s.describe(),
         }
+    }
+
+    /// The stored-chunk reader, for operands read from storage.
+    pub fn stored(&self) -> Option<&dyn StoredPanels> {
+        match self {
+            Operand::Dense(s) => s.stored(),
+            Operand::Genotypes(s) => s.stored(),
+        }
+    }
+
+    /// A panel reader for the read-aheads, for operands read from storage.
+    pub fn read_fn(&self) -> Option<Arc<ReadFn>> {
+        self.stored()?;
+        let op = self.clone();
+        Some(Arc::new(move |rows, buf: &mut PanelBuffer| {
+            op.stored()
+                .expect("the operand was checked to be stored")
+                .read_panel(rows, buf)
+        }))
     }
 
     /// Bytes a resident panel of `rows` rows keeps.

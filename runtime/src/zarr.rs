@@ -100,8 +100,9 @@ fn arrays_in(dir: &Path) -> Vec<String> {
             let p = e.path();
             let is_array = p.join(".zarray").is_file()
                 || std::fs::read_to_string(p.join("zarr.json"))
-                    .map(|s| s.contains("\"array\""))
-                    .unwrap_or(false);
+                    .ok()
+                    .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+                    .is_some_and(|v| v.get("node_type").and_then(|t| t.as_str()) == Some("array"));
             if is_array {
                 names.push(e.file_name().to_string_lossy().into_owned());
             }
@@ -158,11 +159,16 @@ impl ZarrArray {
             format!("{shown}:{name}")
         };
         let node = path.join(name);
-        let has_array = node.join("zarr.json").is_file() || node.join(".zarray").is_file();
-        let is_group = node.join(".zgroup").is_file()
-            || std::fs::read_to_string(node.join("zarr.json"))
-                .map(|s| s.contains("\"group\""))
-                .unwrap_or(false);
+        let v3_type = std::fs::read_to_string(node.join("zarr.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .and_then(|v| {
+                v.get("node_type")
+                    .and_then(|t| t.as_str())
+                    .map(String::from)
+            });
+        let has_array = v3_type.as_deref() == Some("array") || node.join(".zarray").is_file();
+        let is_group = v3_type.as_deref() == Some("group") || node.join(".zgroup").is_file();
         if !has_array && is_group {
             let arrays = arrays_in(&node);
             return Err(ZarrError::Open {
@@ -435,6 +441,9 @@ fn element_type(dt: &DataType) -> Option<ElementType> {
 /// A short description of the codecs from the array metadata (v2 or v3).
 fn describe_codecs(meta: &serde_json::Value) -> String {
     let name = |c: &serde_json::Value| -> String {
+        if let Some(s) = c.as_str() {
+            return s.to_string();
+        }
         let id = c
             .get("name")
             .or_else(|| c.get("id"))

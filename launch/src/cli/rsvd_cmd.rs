@@ -6,8 +6,11 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use ndarray::Array2;
-use rankwise_linalg::{rsvd, Method, Precision, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult};
+use rankwise_linalg::{
+    rsvd, Method, Operand, Precision, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
+};
 use rankwise_runtime::budget::format_bytes;
+use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
 use rankwise_runtime::{Dist, Generated, GenotypeSource, Runtime};
 use serde_json::json;
 
@@ -113,15 +116,24 @@ impl RsvdArgs {
 /// `rankwise pca`.
 #[derive(Args, Debug, Clone)]
 pub(super) struct PcaArgs {
+    /// Read dosages (variants × samples, integers, −1 missing) from this Zarr array
+    /// (`PATH` or `PATH:ARRAY`) instead of generating them.
+    #[arg(long, value_name = "PATH[:ARRAY]", conflicts_with_all = ["rows", "cols", "seed", "missing", "vcf_zarr"])]
+    zarr: Option<String>,
+    /// Read genotypes from a VCF Zarr store (bio2zarr's layout: `call_genotype`,
+    /// `call_genotype_mask`, `sample_id`).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["rows", "cols", "seed", "missing"])]
+    vcf_zarr: Option<PathBuf>,
     /// Variants (rows) of the generated genotype matrix.
-    #[arg(long)]
-    rows: u64,
+    #[arg(long, required_unless_present_any = ["zarr", "vcf_zarr"])]
+    rows: Option<u64>,
     /// Samples (columns).
-    #[arg(long)]
-    cols: u64,
-    /// Variants per panel.
-    #[arg(long)]
-    chunk_rows: u64,
+    #[arg(long, required_unless_present_any = ["zarr", "vcf_zarr"])]
+    cols: Option<u64>,
+    /// Variants per panel. With `--zarr`/`--vcf-zarr`, a multiple of the stored chunk
+    /// rows; the stored chunks by default.
+    #[arg(long, required_unless_present_any = ["zarr", "vcf_zarr"])]
+    chunk_rows: Option<u64>,
     /// Seed of the generated genotypes.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -148,6 +160,23 @@ impl PcaArgs {
     }
 }
 
+/// Sample identifiers for a dosage array inside a group: the group's 1-D string array
+/// `sample_id`, when it has one entry per sample.
+fn sibling_sample_ids(spec: &str, samples: u64) -> Option<Vec<String>> {
+    let (path, array) = rankwise_runtime::zarr::split_spec(spec);
+    let group = Path::new(&array).parent()?.to_string_lossy().into_owned();
+    let name = if group.is_empty() {
+        "sample_id".to_string()
+    } else {
+        format!("{group}/sample_id")
+    };
+    if !path.join(&name).exists() {
+        return None;
+    }
+    let ids = ZarrArray::open_at(&path, &name).ok()?.read_strings().ok()?;
+    (ids.len() as u64 == samples).then_some(ids)
+}
+
 /// The files written beside a PCA's Zarr group.
 fn side_files(out: &Path) -> [PathBuf; 3] {
     [
@@ -165,13 +194,20 @@ pub(super) fn rsvd_command(
     let start = Instant::now();
     injected_fault(rt, "start")?;
     let m = &a.matrix;
-    let problem = RsvdProblem::generated(m.rows, m.cols, m.chunk_rows, m.seed, m.dist)?;
+    let p = super::problem(m)?;
+    let shape = super::user_shape(p.source.shape(), p.transposed);
+    let describe = super::matrix_json(m, p.source.describe());
+    let problem = RsvdProblem {
+        operand: Operand::Dense(p.source),
+        grid: p.grid,
+        transposed: p.transposed,
+    };
     let options = a.sketch.options(m.seed);
     let job = Job {
         command: "rsvd",
-        shape: (m.rows, m.cols),
-        chunk_rows: m.chunk_rows,
-        describe: json!({"dist": m.dist, "seed": m.seed}),
+        shape,
+        chunk_rows: problem.grid.chunk_rows,
+        describe,
         out: a.out.clone(),
         json: a.json,
     };
@@ -191,16 +227,41 @@ pub(super) fn pca_command(
             message: format!("{} is not a fraction in [0, 1)", a.missing),
         });
     }
-    rankwise_runtime::ChunkGrid::check_generated(a.rows, a.cols)?;
-    let source: Arc<dyn GenotypeSource> =
-        Arc::new(Generated::new(a.rows, a.cols, a.seed, Dist::Genotype).with_missing(a.missing));
-    let problem = RsvdProblem::genotypes(source, a.chunk_rows)?;
+    let (source, describe): (Arc<dyn GenotypeSource>, serde_json::Value) =
+        match (&a.zarr, &a.vcf_zarr) {
+            (Some(spec), _) => {
+                let z = ZarrGenotypes::open(spec).map_err(super::zarr_error)?;
+                let z = match sibling_sample_ids(spec, GenotypeSource::shape(&z).1) {
+                    Some(ids) => z.with_sample_ids(ids),
+                    None => z,
+                };
+                let d = json!({"zarr": spec, "source": z.describe()});
+                (Arc::new(z), d)
+            }
+            (None, Some(path)) => {
+                let v = VcfZarr::open(path).map_err(super::zarr_error)?;
+                let d = json!({"vcf_zarr": path, "source": v.describe()});
+                (Arc::new(v), d)
+            }
+            (None, None) => {
+                let (rows, cols) = (a.rows.unwrap_or(0), a.cols.unwrap_or(0));
+                rankwise_runtime::ChunkGrid::check_generated(rows, cols)?;
+                let g = Generated::new(rows, cols, a.seed, Dist::Genotype).with_missing(a.missing);
+                (
+                    Arc::new(g),
+                    json!({"dist": "genotype", "seed": a.seed, "missing": a.missing}),
+                )
+            }
+        };
+    let shape = source.shape();
+    let band = source.stored().map(|s| s.chunk_rows()).unwrap_or(shape.0);
+    let problem = RsvdProblem::genotypes(source, a.chunk_rows.unwrap_or(band))?;
     let options = a.sketch.options(a.seed);
     let job = Job {
         command: "pca",
-        shape: (a.rows, a.cols),
-        chunk_rows: a.chunk_rows,
-        describe: json!({"dist": "genotype", "seed": a.seed, "missing": a.missing}),
+        shape,
+        chunk_rows: problem.grid.chunk_rows,
+        describe,
         out: a.out.clone(),
         json: a.json,
     };
@@ -421,7 +482,11 @@ fn compute(
         summary_text(rt, job, problem, options, &result, pca.as_ref(), elapsed)
     };
     let pcs = pca.map(|p| {
-        let ids = (0..job.shape.1).map(|j| format!("sample_{j}")).collect();
+        let ids = match &problem.operand {
+            Operand::Genotypes(g) => g.sample_ids(),
+            Operand::Dense(_) => None,
+        }
+        .unwrap_or_else(|| (0..job.shape.1).map(|j| format!("sample_{j}")).collect());
         (result.wt.t().to_owned(), p.eigenvalues, ids)
     });
     Ok(Done {
