@@ -26,6 +26,7 @@ use crate::launcher::LaunchInfo;
 use crate::output::{OutputError, OutputLayout, SvdOutput};
 use crate::report::{peak_rss_bytes, seconds};
 
+mod read_cmd;
 mod rsvd_cmd;
 
 /// Distributed SVD and PCA of matrices too large for one machine.
@@ -46,6 +47,9 @@ enum Command {
     Pca(rsvd_cmd::PcaArgs),
     /// Print the placement and memory plan of an SVD without computing it.
     Plan(PlanArgs),
+    /// Decode every chunk of a Zarr array once, on the actors that own it; report the
+    /// throughput and a checksum.
+    Read(read_cmd::ReadArgs),
     /// Print what hwloc sees, the launcher, and the actors this rank would start.
     Info(InfoArgs),
 }
@@ -206,6 +210,12 @@ pub fn main() -> i32 {
         Command::Plan(a) => {
             let a = Arc::new(a);
             run_ranks(&a.run.clone(), move |rt, _| plan(rt, &a))
+        }
+        Command::Read(a) => {
+            let a = Arc::new(a);
+            run_ranks(&a.run().clone(), move |rt, _| {
+                read_cmd::read_command(rt, &a)
+            })
         }
         Command::Svd(a) => {
             let a = Arc::new(a);
@@ -582,7 +592,7 @@ fn matrix_json(m: &MatrixArgs, describe: String) -> serde_json::Value {
 
 fn plan(rt: &Runtime, a: &PlanArgs) -> Result<Option<String>, CliError> {
     let p = problem(&a.matrix)?;
-    let plan = SvdPlan::new(p.grid, rt.world())?;
+    let plan = SvdPlan::for_problem(&p, rt.world())?;
     if rt.rank() != 0 {
         return Ok(None);
     }
@@ -600,7 +610,8 @@ fn plan_text(plan: &SvdPlan, p: &SvdProblem, rt: &Runtime) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "grid: {} × {} f64{} in {} panels of {} rows ({} per full panel)",
+        "matrix: {}\ngrid: {} × {} f64{} in {} panels of {} rows ({} per full panel)",
+        p.source.describe(),
         g.rows,
         g.cols,
         if p.transposed {
@@ -647,6 +658,39 @@ fn plan_text(plan: &SvdPlan, p: &SvdProblem, rt: &Runtime) -> String {
             format_bytes(m.budget),
             m.residency
         );
+    }
+    if let Some(st) = p.source.stored() {
+        let _ = writeln!(
+            s,
+            "reads per actor (the SVD makes 2 passes; a resident actor reads in pass 1 only):"
+        );
+        let _ = writeln!(
+            s,
+            "{:>5} {:>5}  {:>12} {:>12} {:>8} {:>12}  reads in",
+            "rank", "actor", "stored", "decoded", "buffers", "buffer bytes"
+        );
+        for (a, m) in plan.placement.assignments.iter().zip(&plan.memory) {
+            let (mut stored, mut decoded) = (0u64, 0u64);
+            for q in a.panels.clone() {
+                let r = g.panel_rows(q);
+                stored += st.stored_bytes(r.clone());
+                decoded += st.buffer_bytes(r.end - r.start);
+            }
+            let _ = writeln!(
+                s,
+                "{:>5} {:>5}  {:>12} {:>12} {:>8} {:>12}  {}",
+                a.rank,
+                a.actor,
+                format_bytes(stored),
+                format_bytes(decoded),
+                m.read_buffers,
+                format_bytes(m.read_bytes),
+                match m.residency {
+                    rankwise_runtime::Residency::Resident => "pass 1",
+                    rankwise_runtime::Residency::Regenerated => "every pass",
+                }
+            );
+        }
     }
     let _ = writeln!(s, "messages each rank sends (TSQR up-sweep + push-down):");
     for (r, &n) in plan.messages_per_sweep.iter().enumerate() {

@@ -265,6 +265,8 @@ pub trait StoredPanels: Send + Sync {
     /// Bytes one reader needs to hold a decoded panel of `rows` rows (its buffer and any
     /// scratch), for the memory plan.
     fn buffer_bytes(&self, rows: u64) -> u64;
+    /// Encoded bytes in storage of the chunks holding operand rows `rows` (for plans).
+    fn stored_bytes(&self, rows: Range<u64>) -> u64;
     /// Decodes operand rows `rows` (a whole number of bands, or the last one) into `buf`,
     /// reusing its allocation.
     fn read_panel(&self, rows: Range<u64>, buf: &mut PanelBuffer)

@@ -621,6 +621,10 @@ impl ZarrMatrix {
 }
 
 impl StoredPanels for ZarrMatrix {
+    fn stored_bytes(&self, rows: Range<u64>) -> u64 {
+        self.array.stored_bytes(&self.region(&rows)).unwrap_or(0)
+    }
+
     fn chunk_rows(&self) -> u64 {
         if self.transposed {
             self.chunk.1
@@ -874,6 +878,12 @@ impl ZarrGenotypes {
 }
 
 impl StoredPanels for ZarrGenotypes {
+    fn stored_bytes(&self, rows: Range<u64>) -> u64 {
+        self.array
+            .stored_bytes(&[rows, 0..self.shape.1])
+            .unwrap_or(0)
+    }
+
     fn chunk_rows(&self) -> u64 {
         self.chunk.0
     }
@@ -1110,6 +1120,15 @@ impl VcfZarr {
 }
 
 impl StoredPanels for VcfZarr {
+    fn stored_bytes(&self, rows: Range<u64>) -> u64 {
+        let region = [rows, 0..self.shape.1, 0..self.ploidy];
+        self.genotype.stored_bytes(&region).unwrap_or(0)
+            + self
+                .mask
+                .as_ref()
+                .map_or(0, |m| m.stored_bytes(&region).unwrap_or(0))
+    }
+
     fn chunk_rows(&self) -> u64 {
         self.chunk_rows
     }

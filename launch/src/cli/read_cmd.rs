@@ -1,0 +1,181 @@
+//! `rankwise read`: decode every stored chunk of a Zarr array once, on the actors that
+//! own them, and report the throughput and a checksum.
+//!
+//! It is the read half of every pass over a stored matrix, measured alone: the same
+//! placement, read-ahead and buffers as `svd`/`rsvd --zarr`, with the multiply replaced by
+//! a sum of the values (the checksum, summed per panel and then in panel order, so it does
+//! not depend on the rank count).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use clap::Args;
+use rankwise_linalg::reads::{read_buffers, PassReads, ReadTotals};
+use rankwise_runtime::budget::format_bytes;
+use rankwise_runtime::zarr::{sum_values, ZarrMatrix};
+use rankwise_runtime::{ChunkGrid, MemoryPlan, PanelSource, Placement, Runtime, StoredPanels};
+use serde_json::json;
+
+use super::{zarr_error, CliError, RunArgs};
+use crate::report::{peak_rss_bytes, seconds};
+
+/// `rankwise read`.
+#[derive(Args, Debug, Clone)]
+pub(super) struct ReadArgs {
+    /// The Zarr array (`PATH` or `PATH:ARRAY`).
+    #[arg(long, value_name = "PATH[:ARRAY]")]
+    zarr: String,
+    /// Rows per panel: a multiple of the stored chunk (or shard) rows; the stored chunks
+    /// by default.
+    #[arg(long)]
+    chunk_rows: Option<u64>,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Not used; accepted so that scripts can pass the same arguments as to `rsvd`.
+    #[arg(long, hide = true)]
+    out: Option<PathBuf>,
+}
+
+impl ReadArgs {
+    pub(super) fn run(&self) -> &RunArgs {
+        &self.run
+    }
+}
+
+pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>, CliError> {
+    let z = Arc::new(ZarrMatrix::open(&a.zarr).map_err(zarr_error)?);
+    let (m, n) = PanelSource::shape(z.as_ref());
+    let band = StoredPanels::chunk_rows(z.as_ref());
+    let grid = ChunkGrid::new(m, n, a.chunk_rows.unwrap_or(band))?;
+    let world = rt.world();
+    let placement = Placement::compute(grid.panels(), world);
+    let reads = read_buffers(z.as_ref(), &grid, &z.describe())?;
+    let me = rt.rank();
+    let mut order = Vec::new();
+    let mut buffers = Vec::new();
+    for a in placement.assignments.iter().filter(|a| a.rank == me) {
+        let shape = &world.ranks[a.rank][a.actor];
+        let plan = MemoryPlan::decide_reading(shape.memory, 0, shape.threads, 0, &reads)?;
+        buffers.push(plan.read_buffers);
+        order.push(
+            a.panels
+                .clone()
+                .map(|p| (p, grid.panel_rows(p)))
+                .collect::<Vec<_>>(),
+        );
+    }
+    let inputs: Vec<Vec<usize>> = order
+        .iter()
+        .map(|o| o.iter().map(|(p, _)| *p).collect())
+        .collect();
+    let totals = Arc::new(Mutex::new(ReadTotals::default()));
+    let z2 = Arc::clone(&z);
+    let reader: Arc<rankwise_runtime::readahead::ReadFn> =
+        Arc::new(move |rows, buf| z2.read_panel(rows, buf));
+
+    rt.comm().barrier()?;
+    let t = Instant::now();
+    let pass = PassReads::start(rt, Some(reader), order, &buffers, Arc::clone(&totals))?;
+    let sums = rt.map(inputs, move |actor, p| {
+        let rows = grid.panel_rows(p);
+        let lease = pass.take(actor, p, &rows)?.expect("every panel is read");
+        Ok::<_, CliError>((p, sum_values(&lease.values)))
+    })?;
+    let mine_seconds = t.elapsed().as_secs_f64();
+    let mut mine = Vec::new();
+    for list in sums {
+        for r in list {
+            mine.push(r?);
+        }
+    }
+    let t_mine = *totals.lock().unwrap_or_else(|p| p.into_inner());
+    let payload = serde_json::to_vec(&json!({
+        "sums": mine,
+        "read": t_mine,
+        "seconds": mine_seconds,
+        "peak_rss_bytes": peak_rss_bytes(),
+    }))
+    .unwrap_or_default();
+    let gathered = rt.comm().gather_bytes(0, &payload)?;
+    let elapsed = t.elapsed().as_secs_f64();
+    let Some(all) = gathered else {
+        return Ok(None);
+    };
+    let mut by_panel = BTreeMap::new();
+    let mut total = ReadTotals::default();
+    let mut per_rank = Vec::new();
+    for bytes in all {
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        if let Some(list) = v["sums"].as_array() {
+            for e in list {
+                if let (Some(p), Some(s)) = (e[0].as_u64(), e[1].as_f64()) {
+                    by_panel.insert(p, s);
+                }
+            }
+        }
+        let r = &v["read"];
+        total.chunks += r["chunks"].as_u64().unwrap_or(0);
+        total.stored_bytes += r["stored_bytes"].as_u64().unwrap_or(0);
+        total.decoded_bytes += r["decoded_bytes"].as_u64().unwrap_or(0);
+        total.decode_seconds += r["decode_seconds"].as_f64().unwrap_or(0.0);
+        per_rank.push(json!({
+            "read": r,
+            "seconds": v["seconds"],
+            "peak_rss_bytes": v["peak_rss_bytes"],
+        }));
+    }
+    let checksum: f64 = by_panel.values().sum();
+    let cores: usize = world.ranks.iter().flatten().map(|a| a.threads.max(1)).sum();
+    let gbps = total.decoded_bytes as f64 / elapsed / 1e9;
+    let report = json!({
+        "command": "read",
+        "zarr": a.zarr,
+        "source": z.describe(),
+        "shape": [m, n],
+        "element_type": z.element_type(),
+        "panels": grid.panels(),
+        "chunk_rows": grid.chunk_rows,
+        "ranks": rt.comm().size(),
+        "actors": world.actors(),
+        "cores": cores,
+        "chunks": total.chunks,
+        "stored_bytes": total.stored_bytes,
+        "decoded_bytes": total.decoded_bytes,
+        "decode_seconds": total.decode_seconds,
+        "seconds": elapsed,
+        "decoded_gb_per_s": gbps,
+        "decoded_gb_per_s_per_core": gbps / cores as f64,
+        "sum": checksum,
+        "per_rank": per_rank,
+    });
+    if a.json {
+        return Ok(Some(
+            serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
+        ));
+    }
+    Ok(Some(format!(
+        "rankwise read: {}\n  {} chunks in {} panels over {} actor(s) on {} rank(s), {} core(s)\n  \
+         {} stored, {} decoded in {}: {:.2} GB/s decoded ({:.2} GB/s per core)\n  sum of \
+         values {:.17e}; peak RSS rank 0 {}\n",
+        z.describe(),
+        total.chunks,
+        grid.panels(),
+        world.actors(),
+        rt.comm().size(),
+        cores,
+        format_bytes(total.stored_bytes),
+        format_bytes(total.decoded_bytes),
+        seconds(elapsed),
+        gbps,
+        gbps / cores as f64,
+        checksum,
+        peak_rss_bytes()
+            .map(format_bytes)
+            .unwrap_or_else(|| "unknown".into())
+    )))
+}
