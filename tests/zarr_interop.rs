@@ -956,3 +956,64 @@ fn pca_of_a_vcf_zarr_store_reads_back_with_its_sample_ids() {
     assert_eq!(named, ids, ".eigenvec sample ids");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------
+// `rankwise read`.
+
+#[test]
+fn rankwise_read_decodes_every_fixture_once_with_the_truth_checksum() {
+    let fx = fixtures();
+    let dense = fx.entries("dense");
+    let cwd = scratch("zarr-interop-read");
+    let mut problems = Vec::new();
+    for e in dense {
+        let name = str_of(&e["name"]);
+        let truth = fx.truth_f64(e);
+        let size = match str_of(&e["dtype"]) {
+            "u8" | "i8" => 1,
+            "i16" => 2,
+            "i32" | "f32" => 4,
+            _ => 8,
+        };
+        let args = [
+            "read".to_string(),
+            "--zarr".into(),
+            fx.spec(str_of(&e["spec"])),
+            "--json".into(),
+        ];
+        let run = rankwise(&args, &cwd);
+        if !run.success() {
+            problems.push(format!("{name}: {}", run.describe()));
+            continue;
+        }
+        let json: Value = match serde_json::from_str(&run.stdout) {
+            Ok(v) => v,
+            Err(err) => {
+                problems.push(format!(
+                    "{name}: stdout is not JSON ({err}): {}",
+                    run.stdout
+                ));
+                continue;
+            }
+        };
+        let decoded = json["decoded_bytes"].as_u64();
+        if decoded != Some((truth.len() * size) as u64) {
+            problems.push(format!(
+                "{name}: decoded_bytes {decoded:?}, want {} (every value once)",
+                truth.len() * size
+            ));
+        }
+        let want: f64 = truth.sum();
+        let scale: f64 = truth.iter().map(|x| x.abs()).sum();
+        match json["sum"].as_f64() {
+            Some(sum) if (sum - want).abs() <= 1e-12 * scale => {}
+            other => problems.push(format!("{name}: sum {other:?}, truth {want:e}")),
+        }
+        for key in ["seconds", "decoded_gb_per_s", "decoded_gb_per_s_per_core"] {
+            if !json[key].as_f64().is_some_and(|x| x.is_finite() && x > 0.0) {
+                problems.push(format!("{name}: {key} = {}", json[key]));
+            }
+        }
+    }
+    report(problems, dense.len(), "fixtures through `rankwise read`");
+}
