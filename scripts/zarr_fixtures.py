@@ -393,13 +393,14 @@ def genotype_fixtures(w):
 
 
 # ------------------------------------------------------------------------------------------
-# VCF Zarr (bio2zarr's layout, VCF Zarr spec 0.2/0.4).
+# VCF Zarr stores in bio2zarr's layout (the VCF Zarr specification's arrays, dimension names in
+# _ARRAY_DIMENSIONS, zarr_format 2 with "/" chunk keys and variable-length string ids).
 
 VCF_VARIANTS, VCF_SAMPLES, PLOIDY = 57, 19, 2
 VCF_CHUNKS = (16, 8)
 
 
-def vcf_genotypes(name):
+def vcf_genotypes():
     """call_genotype values: diploid calls of alleles 0..2 (biallelic and a few triallelic
     sites), some −1 alleles (missing), some haploid calls padded with −2 (mixed ploidy),
     a few calls that are all −2, and a few (−1, −2)."""
@@ -449,7 +450,7 @@ def vcf_dosages(g, mask):
 
 
 def vcf_store(w, name, zarr_format, with_mask, missing_region=False, null_fill=False):
-    g, n_alleles = vcf_genotypes(name)
+    g, n_alleles = vcf_genotypes()
     if missing_region:
         # Every call of variants 32..48 × samples 8..16 is missing: with fill_value −1,
         # zarr-python does not write that chunk and a reader must use the fill value.
