@@ -37,9 +37,8 @@ done
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-# Pinned versions of the Python references (both exist on PyPI for Python 3.11).
-DASK_VERSION=2026.8.0
-NUMPY_VERSION=2.4.6
+# The Python references run in ./bench-venv, with the pinned versions of
+# benches/bench-venv.sh (Dask) and scripts/zarr-requirements.txt (NumPy, zarr-python).
 PYTHON=${PYTHON:-python3}
 VENV=bench-venv
 BIN=${RANKWISE_BIN:-target/release/rankwise}
@@ -122,25 +121,7 @@ log "compiling the bandwidth and DGEMM probes"
 cc -O2 -fopenmp benches/membw.c -o "$TOOLS/membw"
 cc -O2 benches/dgemm.c -o "$TOOLS/dgemm" -lopenblas
 
-venv_ok() {
-    [[ -x $VENV/bin/python ]] || return 1
-    "$VENV/bin/python" - "$DASK_VERSION" "$NUMPY_VERSION" <<'EOF' 2>/dev/null
-import sys
-import dask
-import numpy
-sys.exit(0 if (dask.__version__, numpy.__version__) == (sys.argv[1], sys.argv[2]) else 1)
-EOF
-}
-
-if venv_ok; then
-    log "$VENV has dask $DASK_VERSION and numpy $NUMPY_VERSION"
-else
-    log "setting up $VENV (dask $DASK_VERSION, numpy $NUMPY_VERSION)"
-    [[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        "dask[array]==$DASK_VERSION" "numpy==$NUMPY_VERSION"
-    venv_ok || die "$VENV does not import dask $DASK_VERSION and numpy $NUMPY_VERSION"
-fi
+PYTHON="$PYTHON" bash benches/bench-venv.sh || die "could not set up $VENV"
 PY="$VENV/bin/python"
 export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ under benches/
 "$PY" -m pip freeze --disable-pip-version-check >"$OUT/pip-freeze.txt"

@@ -14,6 +14,7 @@ packages=(
   libudev-dev       # hwloc's PCI discovery
   libopenblas-dev   # BLAS and LAPACK for ndarray-linalg
   fonts-dejavu-core # DejaVuSans.ttf for the text of `rankwise pca` plots (no fontconfig)
+  python3-venv      # python3 -m venv: zarr-python for the Zarr interop tests, Dask for benches
 )
 if [ "${RANKWISE_EXTRA_PACKAGES:-}" != "" ]; then
   read -r -a extra <<<"$RANKWISE_EXTRA_PACKAGES"
