@@ -31,6 +31,7 @@ lint: deps
 bench: build
 	bash benches/run.sh $(if $(QUICK),--quick,)
 	bash benches/rsvd.sh $(if $(QUICK),--quick,)
+	bash benches/zarr.sh $(if $(QUICK),--quick,)
 
 clean:
 	$(CARGO) clean
