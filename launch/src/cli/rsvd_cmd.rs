@@ -128,6 +128,13 @@ pub(super) struct PcaArgs {
     /// Fraction of calls generated missing (−1), imputed to the variant mean.
     #[arg(long, default_value_t = 0.0)]
     missing: f64,
+    /// Populations: the samples are split into K contiguous blocks whose allele
+    /// frequencies drift apart (Balding–Nichols), so the PCs have structure to find.
+    #[arg(long, default_value_t = 1)]
+    populations: u64,
+    /// Fixation index F_ST of the populations' frequencies, in (0, 1).
+    #[arg(long, default_value_t = rankwise_runtime::source::DEFAULT_FST)]
+    fst: f64,
     #[command(flatten)]
     sketch: SketchArgs,
     #[command(flatten)]
@@ -192,15 +199,24 @@ pub(super) fn pca_command(
         });
     }
     rankwise_runtime::ChunkGrid::check_generated(a.rows, a.cols)?;
-    let source: Arc<dyn GenotypeSource> =
-        Arc::new(Generated::new(a.rows, a.cols, a.seed, Dist::Genotype).with_missing(a.missing));
+    let source: Arc<dyn GenotypeSource> = Arc::new(
+        Generated::new(a.rows, a.cols, a.seed, Dist::Genotype)
+            .with_missing(a.missing)
+            .with_populations(a.populations, a.fst)?,
+    );
     let problem = RsvdProblem::genotypes(source, a.chunk_rows)?;
     let options = a.sketch.options(a.seed);
     let job = Job {
         command: "pca",
         shape: (a.rows, a.cols),
         chunk_rows: a.chunk_rows,
-        describe: json!({"dist": "genotype", "seed": a.seed, "missing": a.missing}),
+        describe: json!({
+            "dist": "genotype",
+            "seed": a.seed,
+            "missing": a.missing,
+            "populations": a.populations,
+            "fst": a.fst,
+        }),
         out: a.out.clone(),
         json: a.json,
     };
