@@ -771,8 +771,10 @@ pub(crate) fn finish_output<T, O>(
         (Err(e), Some((o, tmp))) => {
             // Tell the peers before removing the output: a peer whose write then finds it
             // gone already has the cause waiting. Every rank removes it after its own last
-            // write, so no late write leaves a partial directory behind.
-            let e = if e.peer_failure().is_none() && comm.peer_failure(Duration::ZERO).is_none() {
+            // write, so no late write leaves a partial directory behind. A peer's notice
+            // sent just before it removed the output may still be on its way when our write
+            // finds the directory gone: give it the time rank_main gives it.
+            let e = if e.peer_failure().is_none() && comm.peer_failure(PEER_NOTICE_WAIT).is_none() {
                 comm.abort(&e.to_string());
                 CliError::Announced(Box::new(e))
             } else {
