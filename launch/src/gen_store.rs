@@ -21,7 +21,7 @@
 //! rank or thread writes them; edge chunks are padded with the fill value, which no
 //! generated value ever equals. The steps of a multi-rank write are those of
 //! [`crate::output::SvdOutput`]: one rank [`GenStore::create`]s under the temporary name,
-//! a barrier, the others [`GenStore::open`], everyone [`GenStore::write_panel`]s its own
+//! a barrier, the others [`GenStore::open`], everyone [`GenStore::write_panels`] its own
 //! panels, a barrier, one rank [`GenStore::commit`]s.
 
 use std::ops::Range;
@@ -684,46 +684,52 @@ impl GenStore {
         Ok(bytes)
     }
 
-    /// Generates panel `p` and writes its chunks (or its shard). Callable concurrently
-    /// from several threads and ranks for different panels.
-    pub fn write_panel(&self, p: usize) -> Result<PanelWritten, OutputError> {
+    /// Generates panels `panels` and writes their chunks (or shards), one after another
+    /// through the same buffers. Callable concurrently from several threads and ranks for
+    /// different panels.
+    pub fn write_panels(&self, panels: &[usize]) -> Result<PanelWritten, OutputError> {
         match self.layout.dtype {
-            DType::F64 => self.write_panel_as::<f64>(p),
-            DType::F32 => self.write_panel_as::<f32>(p),
-            DType::U8 => self.write_panel_as::<u8>(p),
-            DType::I8 => self.write_panel_as::<i8>(p),
-            DType::I16 => self.write_panel_as::<i16>(p),
-            DType::I32 => self.write_panel_as::<i32>(p),
+            DType::F64 => self.write_panels_as::<f64>(panels),
+            DType::F32 => self.write_panels_as::<f32>(panels),
+            DType::U8 => self.write_panels_as::<u8>(panels),
+            DType::I8 => self.write_panels_as::<i8>(panels),
+            DType::I16 => self.write_panels_as::<i16>(panels),
+            DType::I32 => self.write_panels_as::<i32>(panels),
         }
     }
 
-    fn write_panel_as<T: Cell>(&self, p: usize) -> Result<PanelWritten, OutputError> {
-        let rows = self.layout.panel_range(p);
+    fn write_panels_as<T: Cell>(&self, panels: &[usize]) -> Result<PanelWritten, OutputError> {
         let cols = self.layout.shape().1;
         let [h, w] = self.layout.write_shape();
+        // Reused for every chunk: a fresh chunk-sized buffer each time would be mapped,
+        // faulted in page by page and unmapped again, which costs more than generating it.
         let mut values = Vec::new();
         let mut codes = Vec::new();
         let mut written = PanelWritten::default();
-        for cj in 0..cols.div_ceil(w) {
-            let block = cj * w..((cj + 1) * w).min(cols);
-            let chunk = format!(", chunk [{p}, {cj}]");
-            generate_block::<T>(
-                &self.layout.source,
-                rows.clone(),
-                block,
-                [h as usize, w as usize],
-                &mut values,
-                &mut codes,
-            )
-            .map_err(|e| self.zarr_err(self.layout.matrix_path(), chunk.clone(), e.into()))?;
-            // Never recreate a temporary directory that a failing rank already removed.
-            self.ensure_open()?;
-            let indices = [p as u64, cj];
-            self.matrix
-                .store_chunk_opt(&indices, &values[..], &self.codec_options)
-                .map_err(|e| self.zarr_err(self.layout.matrix_path(), chunk, e.into()))?;
-            written.files += 1;
-            written.stored_bytes += self.key_size(&self.matrix.chunk_key(&indices));
+        for &p in panels {
+            let rows = self.layout.panel_range(p);
+            for cj in 0..cols.div_ceil(w) {
+                let block = cj * w..((cj + 1) * w).min(cols);
+                let chunk = || format!(", chunk [{p}, {cj}]");
+                let path = self.layout.matrix_path();
+                generate_block::<T>(
+                    &self.layout.source,
+                    rows.clone(),
+                    block,
+                    [h as usize, w as usize],
+                    &mut values,
+                    &mut codes,
+                )
+                .map_err(|e| self.zarr_err(path, chunk(), e.into()))?;
+                // Never recreate a temporary directory that a failing rank already removed.
+                self.ensure_open()?;
+                let indices = [p as u64, cj];
+                self.matrix
+                    .store_chunk_opt(&indices, &values[..], &self.codec_options)
+                    .map_err(|e| self.zarr_err(path, chunk(), e.into()))?;
+                written.files += 1;
+                written.stored_bytes += self.key_size(&self.matrix.chunk_key(&indices));
+            }
         }
         Ok(written)
     }

@@ -162,15 +162,22 @@ fn write_store(
     let comm = rt.comm();
     let me = rt.rank();
     injected_fault(rt, "before-write")?;
-    let inputs: Vec<Vec<usize>> = placement
-        .assignments
-        .iter()
-        .filter(|asg| asg.rank == me)
-        .map(|asg| asg.panels.clone().collect())
+    // One job per worker thread, its share of the actor's panels dealt round-robin, so
+    // that each thread reuses one set of buffers for all of its chunks.
+    let mine_only = placement.assignments.iter().filter(|asg| asg.rank == me);
+    let inputs: Vec<Vec<Vec<usize>>> = mine_only
+        .zip(rt.actors())
+        .map(|(asg, actor)| {
+            let threads = actor.threads().max(1);
+            (0..threads)
+                .map(|t| asg.panels.clone().skip(t).step_by(threads).collect())
+                .filter(|share: &Vec<usize>| !share.is_empty())
+                .collect()
+        })
         .collect();
     let writing = Instant::now();
     let shared = Arc::clone(store);
-    let written = rt.map(inputs, move |_, p| shared.write_panel(p))?;
+    let written = rt.map(inputs, move |_, share| shared.write_panels(&share))?;
     let mut mine = PanelWritten::default();
     for w in written.into_iter().flatten() {
         let w = w?;
