@@ -765,3 +765,89 @@ fn pca_finds_the_populations_and_none_without_structure() {
         "rankwise pca --populations 3: between/within {ratio}"
     );
 }
+
+/// zarr-python (when installed; `RANKWISE_PYTHON` names the interpreter) reads the stores
+/// with the same values, bit for bit, and the sample identifiers.
+#[test]
+fn zarr_python_reads_the_same_values() {
+    let python = std::env::var("RANKWISE_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let probe = Command::new(&python)
+        .args([
+            "-c",
+            "import zarr, numpy; assert int(zarr.__version__[0]) >= 3",
+        ])
+        .output();
+    if !matches!(probe, Ok(o) if o.status.success()) {
+        println!("skipping: `{python}` has no zarr>=3 (set RANKWISE_PYTHON to one that has)");
+        return;
+    }
+    let dir = scratch("gen-python");
+    let mut draw = Draw(test_seed());
+    let mut cases = Vec::new();
+    for (dist, dtype, format, codec, shard) in [
+        (Dist::Genotype, "i8", "v3", "blosc-zstd", true),
+        (Dist::Genotype, "u8", "v2", "gzip", false),
+        (Dist::Uniform, "f32", "v2", "zstd", false),
+        (Dist::Normal, "f64", "v3", "blosc-lz4", false),
+        (Dist::Uniform, "f64", "v3", "none", true),
+    ] {
+        let mut c = base(&mut draw, dist, dtype, format);
+        c.codec = codec;
+        if shard {
+            c.shard_rows = Some(c.chunk_rows * 2);
+        }
+        if dist == Dist::Genotype {
+            c.populations = Some(3);
+            c.missing = (dtype != "u8").then_some(0.1);
+        }
+        cases.push(c);
+    }
+    let script = r#"
+import sys, numpy as np, zarr
+node = zarr.open(sys.argv[1], mode="r")
+if isinstance(node, zarr.Group):
+    ids = node["sample_id"][:]
+    assert list(ids) == ["S%07d" % j for j in range(len(ids))], ids[:5]
+    node = node["call_dosage"]
+a = node[...]
+a.astype(a.dtype.newbyteorder("<")).tofile(sys.argv[2])
+print(a.dtype.str, a.shape)
+"#;
+    for (i, c) in cases.iter().enumerate() {
+        let out = dir.join(format!("p{i}.zarr"));
+        report(&embedded(&c.args(&out)));
+        let raw = dir.join(format!("p{i}.bin"));
+        let o = Command::new(&python)
+            .arg("-c")
+            .arg(script)
+            .arg(&out)
+            .arg(&raw)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{c:?}: zarr-python failed:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let bytes = std::fs::read(&raw).unwrap();
+        let (_, _, want, _) = stored_and_expected(&out, c);
+        let size = bytes.len() / want.len();
+        let got: Vec<u64> = bytes
+            .chunks_exact(size)
+            .map(|b| {
+                let mut w = [0u8; 8];
+                w[..size].copy_from_slice(b);
+                let v = u64::from_le_bytes(w);
+                // Sign-extend the integers as the expected bits are.
+                match c.dtype {
+                    "i8" => v as u8 as i8 as u64,
+                    "i16" => v as u16 as i16 as u64,
+                    "i32" => v as u32 as i32 as u64,
+                    _ => v,
+                }
+            })
+            .collect();
+        assert!(got == want, "{c:?}: zarr-python read different values");
+        println!("zarr-python: {}", String::from_utf8_lossy(&o.stdout).trim());
+    }
+}

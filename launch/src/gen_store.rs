@@ -35,9 +35,7 @@ use rankwise_runtime::{Dist, Generated, PanelSource, SourceError};
 use serde_json::{json, Map, Value};
 use zarrs::array::{Array, ArrayMetadata, CodecOptions, Element};
 use zarrs::filesystem::FilesystemStore;
-use zarrs::group::{Group, GroupMetadata, GroupMetadataV3};
-use zarrs::metadata::v2::GroupMetadataV2;
-use zarrs::storage::{ReadableStorageTraits, StoreKey};
+use zarrs::storage::{ReadableStorageTraits, StoreKey, WritableStorageTraits};
 
 use crate::output::{commit_dir, create_temp_dir, new_store, OutputError, SvdOutput};
 
@@ -625,44 +623,84 @@ impl GenStore {
 
     /// Writes the group, the matrix's metadata and `sample_id`; returns the bytes written.
     fn write_metadata(&self) -> Result<u64, OutputError> {
-        let zerr = |array: &str, e: ZarrsError| self.zarr_err(array, String::new(), e);
         let mut bytes = 0;
         if self.layout.is_genotypes() {
-            let attributes = self.layout.generator_attributes();
-            let meta = match self.layout.format {
-                ZarrFormat::V3 => {
-                    GroupMetadata::V3(GroupMetadataV3::new().with_attributes(attributes))
-                }
-                ZarrFormat::V2 => {
-                    GroupMetadata::V2(GroupMetadataV2::new().with_attributes(attributes))
-                }
+            let group = match self.layout.format {
+                ZarrFormat::V3 => json!({"zarr_format": 3, "node_type": "group"}),
+                ZarrFormat::V2 => json!({"zarr_format": 2}),
             };
-            let group = Group::new_with_metadata(self.store.clone(), "/", meta)
-                .map_err(|e| zerr("(group)", e.into()))?;
-            group
-                .store_metadata()
-                .map_err(|e| zerr("(group)", e.into()))?;
-            bytes += self.metadata_size("");
+            bytes += self.store_node_metadata("", group, self.layout.generator_attributes())?;
             bytes += self.write_sample_ids()?;
         }
-        self.matrix
-            .store_metadata()
-            .map_err(|e| zerr(self.layout.matrix_path(), e.into()))?;
-        bytes += self.metadata_size(self.layout.matrix_path().trim_start_matches('/'));
+        bytes += self.store_node_metadata(
+            self.layout.matrix_path(),
+            self.layout.matrix_metadata(),
+            Map::new(),
+        )?;
+        Ok(bytes)
+    }
+
+    /// Writes a node's metadata exactly as the layout spells it (zarrs would rewrite it:
+    /// it spells a codec without configuration as a bare name, which zarr-python 3
+    /// rejects): `zarr.json`, or `.zarray`/`.zgroup` and `.zattrs`. `attributes` are added
+    /// to those in `metadata`. Returns the bytes written.
+    fn store_node_metadata(
+        &self,
+        node: &str,
+        mut metadata: Value,
+        attributes: Map<String, Value>,
+    ) -> Result<u64, OutputError> {
+        let node = node.trim_start_matches('/');
+        let mut all = match metadata
+            .as_object_mut()
+            .and_then(|m| m.remove("attributes"))
+        {
+            Some(Value::Object(a)) => a,
+            _ => Map::new(),
+        };
+        all.extend(attributes);
+        let files = match self.layout.format {
+            ZarrFormat::V3 => {
+                metadata["attributes"] = Value::Object(all);
+                vec![("zarr.json", metadata)]
+            }
+            ZarrFormat::V2 => {
+                let name = if metadata.get("shape").is_some() {
+                    ".zarray"
+                } else {
+                    ".zgroup"
+                };
+                let mut files = vec![(name, metadata)];
+                if !all.is_empty() {
+                    files.push((".zattrs", Value::Object(all)));
+                }
+                files
+            }
+        };
+        let mut bytes = 0;
+        for (file, value) in files {
+            let key = if node.is_empty() {
+                file.to_string()
+            } else {
+                format!("{node}/{file}")
+            };
+            let zerr = |e: ZarrsError| self.zarr_err(node, String::new(), e);
+            let key = StoreKey::new(key).map_err(|e| zerr(e.into()))?;
+            let mut text = serde_json::to_vec_pretty(&value).map_err(|e| zerr(e.into()))?;
+            text.push(b'\n');
+            bytes += text.len() as u64;
+            self.store
+                .set(&key, text.into())
+                .map_err(|e| zerr(e.into()))?;
+        }
         Ok(bytes)
     }
 
     /// Writes `sample_id`, a chunk at a time (there may be millions of samples).
     fn write_sample_ids(&self) -> Result<u64, OutputError> {
-        let ids = array_from_json(
-            &self.store,
-            &self.tmp,
-            "/sample_id",
-            self.layout.sample_id_metadata(),
-        )?;
-        ids.store_metadata()
-            .map_err(|e| self.zarr_err("sample_id", String::new(), e.into()))?;
-        let mut bytes = self.metadata_size("sample_id");
+        let metadata = self.layout.sample_id_metadata();
+        let ids = array_from_json(&self.store, &self.tmp, "/sample_id", metadata.clone())?;
+        let mut bytes = self.store_node_metadata("sample_id", metadata, Map::new())?;
         let cols = self.layout.shape().1;
         let chunk = self.layout.chunk_shape()[1];
         for c in 0..cols.div_ceil(chunk) {
@@ -766,20 +804,6 @@ impl GenStore {
     /// Size of a stored file (0 when it is not there).
     fn key_size(&self, key: &StoreKey) -> u64 {
         self.store.size_key(key).ok().flatten().unwrap_or(0)
-    }
-
-    /// Bytes of a node's metadata files (`zarr.json`, or `.zarray`/`.zgroup` and `.zattrs`).
-    fn metadata_size(&self, node: &str) -> u64 {
-        let prefix = if node.is_empty() {
-            String::new()
-        } else {
-            format!("{node}/")
-        };
-        [".zarray", ".zgroup", ".zattrs", "zarr.json"]
-            .iter()
-            .filter_map(|f| StoreKey::new(format!("{prefix}{f}")).ok())
-            .map(|k| self.key_size(&k))
-            .sum()
     }
 
     fn zarr_err(&self, array: &str, chunk: String, source: ZarrsError) -> OutputError {
