@@ -209,6 +209,13 @@ pub struct GenLayout {
 impl GenLayout {
     /// Checks that the layout can be written and holds the generator's values exactly.
     pub fn validate(&self) -> Result<(), LayoutError> {
+        if self.source.is_transposed() {
+            // Genotype rows are variants: a transposed view would store samples × variants.
+            return Err(layout_err(
+                "source",
+                "a transposed generator cannot be stored; store the untransposed matrix",
+            ));
+        }
         let (rows, cols) = self.shape();
         if rows == 0 || cols == 0 {
             return Err(layout_err(
@@ -996,6 +1003,9 @@ mod tests {
         assert!(l.validate().is_ok());
         l.chunk_cols = 0;
         check(l, "--chunk-cols");
+        let mut l = layout(Dist::Uniform, DType::F64);
+        l.source = l.source.transposed();
+        check(l, "source");
     }
 
     #[test]

@@ -425,6 +425,11 @@ impl Generated {
         self
     }
 
+    /// Whether panels are the transpose of the generated matrix ([`Generated::transposed`]).
+    pub fn is_transposed(&self) -> bool {
+        self.transposed
+    }
+
     /// The seed.
     pub fn seed(&self) -> u64 {
         self.seed
@@ -571,11 +576,12 @@ fn balding_nichols(p: f64, fst: f64, bits: u64) -> f64 {
     let s = (1.0 - fst) / fst;
     let x = match Beta::new(p * s, (1.0 - p) * s) {
         Ok(beta) => beta.sample(&mut ElementStream { state: bits }),
-        // Shapes that overflow (F near 0) mean no drift at all.
+        // Both shapes are positive for 0 < p < 1 and 0 < F < 1; no drift is the safe answer
+        // should that ever not hold.
         Err(_) => p,
     };
-    // Cheng's samplers can produce ∞/∞ for vanishing shapes (F near 1): no information
-    // about which allele fixed, so stay at the ancestral frequency.
+    // Shapes that overflow (F near 0) or vanish (F near 1) can make Cheng's samplers return
+    // ∞/∞: no information about the drift, so stay at the ancestral frequency.
     if x.is_nan() {
         p
     } else {
@@ -1058,6 +1064,19 @@ mod tests {
             );
             // Populations differ from each other (the draws are not shared).
             assert_ne!(g.population_frequency(0, 0), g.population_frequency(0, 1));
+        }
+        // Extreme fixation indices still give frequencies in range.
+        for fst in [1e-300, 1e-12, 0.999_999, 1.0 - f64::EPSILON] {
+            let g = Generated::new(2000, 3, 5, Dist::Genotype)
+                .with_populations(3, fst)
+                .unwrap();
+            for i in 0..2000 {
+                let pq = g.population_frequency(i, i % 3);
+                assert!(
+                    (POPULATION_FREQUENCY_MIN..=1.0 - POPULATION_FREQUENCY_MIN).contains(&pq),
+                    "F {fst}: {pq}"
+                );
+            }
         }
     }
 
