@@ -12,9 +12,7 @@ use rankwise_runtime::{
 };
 use serde_json::json;
 
-use super::{
-    finish_output, hostname, injected_fault, open_collectively, CliError, MatrixArgs, RunArgs,
-};
+use super::{finish_output, hostname, injected_fault, open_collectively, CliError, RunArgs};
 use crate::gen_store::{Codec, DType, GenLayout, GenStore, PanelWritten, Shuffle, ZarrFormat};
 use crate::launcher::LaunchInfo;
 use crate::report::{peak_rss_bytes, seconds};
@@ -26,9 +24,21 @@ pub(super) struct GenArgs {
     /// (variants × samples) and `sample_id`; other values are an array at this path.
     #[arg(long)]
     out: PathBuf,
-    /// The matrix; `--chunk-rows` is the height of a stored chunk.
-    #[command(flatten)]
-    matrix: MatrixArgs,
+    /// Rows of the matrix (variants, for genotypes).
+    #[arg(long)]
+    rows: u64,
+    /// Columns of the matrix (samples, for genotypes).
+    #[arg(long)]
+    cols: u64,
+    /// Rows per stored chunk.
+    #[arg(long)]
+    chunk_rows: u64,
+    /// Seed of the counter-based generator.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Distribution of the generated values: uniform, normal or genotype.
+    #[arg(long, default_value = "uniform")]
+    dist: Dist,
     /// Columns per stored chunk (default: all columns).
     #[arg(long)]
     chunk_cols: Option<u64>,
@@ -73,10 +83,9 @@ impl GenArgs {
 
     /// The layout, with every option checked; errors name the option.
     fn layout(&self) -> Result<GenLayout, CliError> {
-        let m = &self.matrix;
-        ChunkGrid::check_generated(m.rows, m.cols)?;
-        ChunkGrid::new(m.rows, m.cols, m.chunk_rows)?;
-        let genotypes = m.dist == Dist::Genotype;
+        ChunkGrid::check_generated(self.rows, self.cols)?;
+        ChunkGrid::new(self.rows, self.cols, self.chunk_rows)?;
+        let genotypes = self.dist == Dist::Genotype;
         for (given, option) in [
             (self.populations.is_some(), "--populations"),
             (self.fst.is_some(), "--fst"),
@@ -85,7 +94,7 @@ impl GenArgs {
             if given && !genotypes {
                 return Err(CliError::Option {
                     option,
-                    message: format!("only for --dist genotype, not {}", m.dist),
+                    message: format!("only for --dist genotype, not {}", self.dist),
                 });
             }
         }
@@ -96,7 +105,7 @@ impl GenArgs {
                 message: format!("{missing} is not a fraction in [0, 1)"),
             });
         }
-        let source = Generated::new(m.rows, m.cols, m.seed, m.dist)
+        let source = Generated::new(self.rows, self.cols, self.seed, self.dist)
             .with_missing(missing)
             .with_populations(
                 self.populations.unwrap_or(1),
@@ -104,8 +113,8 @@ impl GenArgs {
             )?;
         let layout = GenLayout {
             source,
-            chunk_rows: m.chunk_rows,
-            chunk_cols: self.chunk_cols.unwrap_or(m.cols),
+            chunk_rows: self.chunk_rows,
+            chunk_cols: self.chunk_cols.unwrap_or(self.cols),
             shard_rows: self.shard_rows,
             dtype: self
                 .dtype
