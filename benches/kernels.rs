@@ -210,6 +210,20 @@ fn rsvd_tiles(c: &mut Criterion) {
             })
         },
     );
+    // The same with 5 populations: a Beta draw per population and a run per population.
+    let structured = geno
+        .clone()
+        .with_populations(5, 0.1)
+        .expect("5 populations of 20,000 samples");
+    group.bench_function(
+        BenchmarkId::new("generate_genotypes_5_populations", format!("{b}x{n}")),
+        |bn| {
+            bn.iter(|| {
+                structured.fill_genotype_rows(4096..4096 + b as u64, 0..n as u64, &mut codes);
+                std::hint::black_box(codes[0])
+            })
+        },
+    );
     let stride = n.div_ceil(4);
     let mut packed = vec![0u8; b * stride];
     let mut scales = Vec::new();

@@ -307,24 +307,6 @@ fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
     );
 }
 
-/// Every file under `dir` with its contents.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                out.insert(p.clone(), Vec::new());
-                stack.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn pca_writes_plink_files_and_a_plot_and_never_overwrites() {
     let dir = scratch("pca-cli-files");

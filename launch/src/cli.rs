@@ -26,6 +26,7 @@ use crate::launcher::LaunchInfo;
 use crate::output::{OutputError, OutputLayout, SvdOutput};
 use crate::report::{peak_rss_bytes, seconds};
 
+mod gen_cmd;
 mod read_cmd;
 mod rsvd_cmd;
 
@@ -45,6 +46,9 @@ enum Command {
     Rsvd(rsvd_cmd::RsvdArgs),
     /// PCA of a genotype matrix (variants × samples), standardized per variant.
     Pca(rsvd_cmd::PcaArgs),
+    /// Write a generated matrix (uniform, normal, or genotypes with population structure)
+    /// as a Zarr store, each rank writing the panels it owns.
+    Gen(gen_cmd::GenArgs),
     /// Print the placement and memory plan of an SVD without computing it.
     Plan(PlanArgs),
     /// Decode every chunk of a Zarr array once, on the actors that own it; report the
@@ -246,6 +250,12 @@ pub fn main() -> i32 {
             let a = Arc::new(a);
             run_ranks(&a.run().clone(), move |rt, launch| {
                 rsvd_cmd::pca_command(rt, launch, &a)
+            })
+        }
+        Command::Gen(a) => {
+            let a = Arc::new(a);
+            run_ranks(&a.run().clone(), move |rt, launch| {
+                gen_cmd::gen_command(rt, launch, &a)
             })
         }
     }
@@ -773,8 +783,11 @@ fn layout_for(p: &SvdProblem, m: u64, n: u64, k: u64) -> OutputLayout {
     }
 }
 
+/// An output opened on every rank, and its temporary path.
+pub(crate) type Opened<O> = (Arc<O>, PathBuf);
+
 /// An output group opened on every rank, and its temporary path.
-pub(crate) type OpenOutput = (Arc<SvdOutput>, PathBuf);
+pub(crate) type OpenOutput = Opened<SvdOutput>;
 
 /// Creates the output group under a temporary name shared by all ranks (a collective
 /// call): rank 0 creates it, the others open it after a barrier. `out` must not exist.
@@ -783,6 +796,24 @@ pub(crate) fn open_output(
     out: &std::path::Path,
     layout: OutputLayout,
 ) -> Result<OpenOutput, CliError> {
+    let for_open = layout.clone();
+    open_collectively(
+        rt,
+        out,
+        |tmp| SvdOutput::create(out, tmp, layout),
+        |tmp| SvdOutput::open(out, tmp, for_open),
+    )
+}
+
+/// Creates an output under a temporary name shared by all ranks (a collective call): rank
+/// 0 runs `create`, the others `open` after a barrier. `out` must not exist; an error of
+/// `create` is one of `--out`.
+pub(crate) fn open_collectively<O>(
+    rt: &Runtime,
+    out: &std::path::Path,
+    create: impl FnOnce(&std::path::Path) -> Result<O, OutputError>,
+    open: impl FnOnce(&std::path::Path) -> Result<O, OutputError>,
+) -> Result<Opened<O>, CliError> {
     let comm = rt.comm();
     let me = rt.rank();
     SvdOutput::check_target(out)?;
@@ -802,21 +833,19 @@ pub(crate) fn open_output(
     comm.broadcast_bytes(0, &mut token)?;
     let tmp = SvdOutput::temp_path(out, &String::from_utf8_lossy(&token));
     // From here on the temporary directory may exist: any failure removes it.
-    let opened = (|| -> Result<SvdOutput, CliError> {
+    let opened = (|| -> Result<O, CliError> {
         let created = if me == 0 {
-            Some(
-                SvdOutput::create(out, &tmp, layout.clone()).map_err(|e| CliError::Option {
-                    option: "--out",
-                    message: e.to_string(),
-                })?,
-            )
+            Some(create(&tmp).map_err(|e| CliError::Option {
+                option: "--out",
+                message: e.to_string(),
+            })?)
         } else {
             None
         };
         comm.barrier()?;
         Ok(match created {
             Some(o) => o,
-            None => SvdOutput::open(out, &tmp, layout)?,
+            None => open(&tmp)?,
         })
     })();
     match opened {
@@ -834,10 +863,10 @@ pub(crate) fn open_output(
 
 /// Ends a job that writes `output`: on error the peers are told first, then the temporary
 /// group is removed, so nothing half-written is left behind.
-pub(crate) fn finish_output<T>(
+pub(crate) fn finish_output<T, O>(
     rt: &Runtime,
     result: Result<T, CliError>,
-    output: Option<OpenOutput>,
+    output: Option<Opened<O>>,
 ) -> Result<T, CliError> {
     let comm = rt.comm();
     match (result, output) {
@@ -845,8 +874,10 @@ pub(crate) fn finish_output<T>(
         (Err(e), Some((o, tmp))) => {
             // Tell the peers before removing the output: a peer whose write then finds it
             // gone already has the cause waiting. Every rank removes it after its own last
-            // write, so no late write leaves a partial directory behind.
-            let e = if e.peer_failure().is_none() && comm.peer_failure(Duration::ZERO).is_none() {
+            // write, so no late write leaves a partial directory behind. A peer's notice
+            // sent just before it removed the output may still be on its way when our write
+            // finds the directory gone: give it the time rank_main gives it.
+            let e = if e.peer_failure().is_none() && comm.peer_failure(PEER_NOTICE_WAIT).is_none() {
                 comm.abort(&e.to_string());
                 CliError::Announced(Box::new(e))
             } else {

@@ -2,6 +2,7 @@
 //! run reports and output writers.
 
 pub mod cli;
+pub mod gen_store;
 pub mod launcher;
 pub mod output;
 pub mod pca_files;

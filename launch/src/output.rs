@@ -339,21 +339,7 @@ impl SvdOutput {
     pub fn create(out: &Path, tmp: &Path, layout: OutputLayout) -> Result<SvdOutput, OutputError> {
         layout.validate()?;
         Self::check_target(out)?;
-        match fs::create_dir(tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(OutputError::TempExists {
-                    path: tmp.to_path_buf(),
-                })
-            }
-            Err(e) => {
-                return Err(OutputError::Io {
-                    path: tmp.to_path_buf(),
-                    op: "creating the temporary output directory",
-                    source: e,
-                })
-            }
-        }
+        create_temp_dir(tmp)?;
         match Self::create_in(out, tmp, layout) {
             Ok(o) => Ok(o),
             Err(e) => {
@@ -681,12 +667,10 @@ impl SvdOutput {
                 path: self.out.clone(),
             });
         }
-        sync_dir(&self.tmp);
-        if let Err(e) = rename_no_replace(&self.tmp, &self.out) {
+        if let Err(e) = commit_dir(&self.tmp, &self.out) {
             self.committed.store(false, Ordering::SeqCst);
             return Err(e);
         }
-        sync_dir(&parent_dir(&self.out));
         Ok(self.out.clone())
     }
 
@@ -806,8 +790,33 @@ fn to_c_vec<'a>(data: &'a ndarray::CowArray<'_, f64, ndarray::Ix2>) -> std::borr
     }
 }
 
+/// Creates the new, empty temporary directory `tmp` an output is written into; fails if
+/// it exists (a leftover of an earlier attempt must not be mixed into this one).
+pub(crate) fn create_temp_dir(tmp: &Path) -> Result<(), OutputError> {
+    match fs::create_dir(tmp) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(OutputError::TempExists {
+            path: tmp.to_path_buf(),
+        }),
+        Err(e) => Err(OutputError::Io {
+            path: tmp.to_path_buf(),
+            op: "creating the temporary output directory",
+            source: e,
+        }),
+    }
+}
+
+/// Makes the finished temporary directory `tmp` durable and renames it to `out`, failing if
+/// `out` exists.
+pub(crate) fn commit_dir(tmp: &Path, out: &Path) -> Result<(), OutputError> {
+    sync_dir(tmp);
+    rename_no_replace(tmp, out)?;
+    sync_dir(&parent_dir(out));
+    Ok(())
+}
+
 /// A zarrs file system store rooted at `dir`.
-fn new_store(dir: &Path) -> Result<Arc<FilesystemStore>, OutputError> {
+pub(crate) fn new_store(dir: &Path) -> Result<Arc<FilesystemStore>, OutputError> {
     FilesystemStore::new(dir)
         .map(Arc::new)
         .map_err(|e| OutputError::Zarr {

@@ -10,12 +10,25 @@
 //! the next, a panel can be regenerated in any pass, by any actor on any rank or device, and
 //! the values never depend on placement, chunking or rank count. Normal values use the
 //! ziggurat of `rand_distr` fed by a short per-element stream derived the same way.
+//!
+//! # Genotypes with population structure
+//!
+//! Genotype row `i` is a variant with an ancestral allele frequency `p_i`. With
+//! [`Generated::with_populations`] the samples are split into `k` contiguous blocks of
+//! (nearly) equal size, and population `q` draws its own frequency from the Balding–Nichols
+//! model, `p_iq ~ Beta(p_i(1−F)/F, (1−p_i)(1−F)/F)`: mean `p_i`, variance `F·p_i(1−p_i)`,
+//! where `F` is Wright's fixation index F_ST. The Beta draw is fed by a stream derived from
+//! `(seed, i, q)` exactly like an element's draw, so it too is the same wherever it is made.
+//! Contiguous blocks keep each row a few long runs of one frequency, which the vectorized
+//! fill handles as it handles a whole row without structure.
 
 use std::convert::Infallible;
 use std::ops::Range;
 
 use ndarray::ArrayViewMut2;
-use rand_distr::{Distribution, StandardNormal};
+use rand_distr::{Beta, Distribution, StandardNormal};
+
+use crate::RuntimeError;
 
 use crate::panel::StoredPanels;
 
@@ -308,6 +321,12 @@ pub struct Generated {
     key: u64,
     /// Fraction of genotype calls reported missing (−1), as a 64-bit threshold.
     missing: u64,
+    /// Genotype populations (contiguous blocks of samples); 1 means no structure.
+    populations: u64,
+    /// F_ST of the Balding–Nichols draws (used only with more than one population).
+    fst: f64,
+    /// Key of the per-(variant, population) frequency streams.
+    population_key: u64,
     /// Yield the transpose: panel rows are columns of the generated matrix.
     transposed: bool,
 }
@@ -322,8 +341,83 @@ impl Generated {
             dist,
             key: mix64(seed ^ 0x005E_ED0F_4A4E_4B57),
             missing: 0,
+            populations: 1,
+            fst: DEFAULT_FST,
+            population_key: mix64(seed ^ POPULATION_KEY),
             transposed: false,
         }
+    }
+
+    /// Genotypes only: split the samples (columns of the untransposed matrix) into `k`
+    /// contiguous populations (sample `j` belongs to population `j·k / samples`) whose allele
+    /// frequencies drift from each variant's ancestral frequency by the Balding–Nichols
+    /// model with fixation index `fst`. `k = 1` leaves the values exactly as without
+    /// structure. Errors name the command-line options: `k` must be at least 1 and at most
+    /// the number of samples, and `0 < fst < 1`.
+    pub fn with_populations(mut self, k: u64, fst: f64) -> Result<Self, RuntimeError> {
+        if k == 0 {
+            return Err(RuntimeError::Option {
+                option: "--populations",
+                message: "at least one population is needed".into(),
+            });
+        }
+        if k > self.cols {
+            return Err(RuntimeError::Option {
+                option: "--populations",
+                message: format!(
+                    "{k} populations need at least {k} samples, and there are {} (--cols)",
+                    self.cols
+                ),
+            });
+        }
+        if !(fst > 0.0 && fst < 1.0) {
+            return Err(RuntimeError::Option {
+                option: "--fst",
+                message: format!("{fst} is not a fixation index in (0, 1)"),
+            });
+        }
+        self.populations = k;
+        self.fst = fst;
+        Ok(self)
+    }
+
+    /// Number of populations (1: no structure).
+    pub fn populations(&self) -> u64 {
+        self.populations
+    }
+
+    /// F_ST of the population frequencies (meaningful with more than one population).
+    pub fn fst(&self) -> f64 {
+        self.fst
+    }
+
+    /// The population of sample `sample` (a column of the untransposed matrix).
+    #[inline]
+    pub fn population_of(&self, sample: u64) -> u64 {
+        // sample < 2²⁴ and populations ≤ samples < 2²⁴: the product fits easily.
+        sample * self.populations / self.cols.max(1)
+    }
+
+    /// The first sample of population `q` (`samples` for `q = populations`).
+    #[inline]
+    pub fn population_start(&self, q: u64) -> u64 {
+        // The least j with j·k / n ≥ q, i.e. ⌈q·n / k⌉.
+        (q * self.cols).div_ceil(self.populations)
+    }
+
+    /// Allele frequency of variant `row` in population `q`: the ancestral frequency when
+    /// there is no structure, else its Balding–Nichols draw, kept within
+    /// [`POPULATION_FREQUENCY_MIN`, 1 − `POPULATION_FREQUENCY_MIN`].
+    pub fn population_frequency(&self, row: u64, q: u64) -> f64 {
+        let p = self.allele_frequency(row);
+        if self.populations <= 1 {
+            return p;
+        }
+        let draw = mix64(
+            self.population_key
+                .wrapping_add((row * MAX_GENERATED_COLS + q).wrapping_mul(GAMMA)),
+        );
+        balding_nichols(p, self.fst, draw)
     }
 
     /// Genotypes only: report each call missing (−1) with probability `rate` (0 ≤ rate < 1),
@@ -343,6 +437,11 @@ impl Generated {
     pub fn transposed(mut self) -> Self {
         self.transposed = !self.transposed;
         self
+    }
+
+    /// Whether panels are the transpose of the generated matrix ([`Generated::transposed`]).
+    pub fn is_transposed(&self) -> bool {
+        self.transposed
     }
 
     /// The seed.
@@ -374,10 +473,12 @@ impl Generated {
         }
     }
 
-    /// Genotype dosage at `(row, col)` (row is the variant), −1 for a missing call.
+    /// Genotype dosage at `(row, col)` (row is the variant), −1 for a missing call. With
+    /// populations each call makes its population's Beta draw again: use
+    /// [`Generated::fill_genotype_rows`] for more than a few values.
     #[inline]
     pub fn genotype(&self, row: u64, col: u64) -> i8 {
-        let t = threshold(self.allele_frequency(row));
+        let t = threshold(self.population_frequency(row, self.population_of(col)));
         let x = self.bits(row, col);
         dosage(x, t, self.missing)
     }
@@ -387,12 +488,30 @@ impl Generated {
     pub fn fill_genotype_rows(&self, rows: Range<u64>, cols: Range<u64>, out: &mut [i8]) {
         let w = (cols.end - cols.start) as usize;
         for (li, row) in rows.enumerate() {
-            let t = threshold(self.allele_frequency(row));
-            let base = self
-                .key
-                .wrapping_add((row * MAX_GENERATED_COLS + cols.start).wrapping_mul(GAMMA));
-            fill_dosage_run(&mut out[li * w..(li + 1) * w], base, t, self.missing);
+            let out = &mut out[li * w..(li + 1) * w];
+            if self.populations <= 1 {
+                let t = threshold(self.allele_frequency(row));
+                fill_dosage_run(out, self.run_base(row, cols.start), t, self.missing);
+                continue;
+            }
+            // One run per population the columns touch, each with its own frequency.
+            let mut j = cols.start;
+            while j < cols.end {
+                let q = self.population_of(j);
+                let end = self.population_start(q + 1).min(cols.end);
+                let t = threshold(self.population_frequency(row, q));
+                let run = &mut out[(j - cols.start) as usize..(end - cols.start) as usize];
+                fill_dosage_run(run, self.run_base(row, j), t, self.missing);
+                j = end;
+            }
         }
+    }
+
+    /// The counter-based state of element `(row, col)` before mixing.
+    #[inline(always)]
+    fn run_base(&self, row: u64, col: u64) -> u64 {
+        self.key
+            .wrapping_add((row * MAX_GENERATED_COLS + col).wrapping_mul(GAMMA))
     }
 
     /// Allele frequency of variant `row` for [`Dist::Genotype`].
@@ -436,12 +555,51 @@ impl Generated {
                     }
                 }
             }
-            _ => {
+            Dist::Genotype => {
+                // Row by row through the vectorized dosage fill: with populations, a value
+                // at a time would repeat the population's Beta draw for every element.
+                let mut codes = vec![0i8; ncols];
+                for (li, mut row) in out.rows_mut().into_iter().enumerate() {
+                    let r = rows.start + li as u64;
+                    self.fill_genotype_rows(r..r + 1, col0..col0 + ncols as u64, &mut codes);
+                    row.zip_mut_with(&ndarray::aview1(&codes), |v, &d| *v = d as f64);
+                }
+            }
+            Dist::Normal => {
                 for ((li, j), v) in out.indexed_iter_mut() {
                     *v = self.value(rows.start + li as u64, col0 + j as u64);
                 }
             }
         }
+    }
+}
+
+/// F_ST of [`Generated::with_populations`] when none is given.
+pub const DEFAULT_FST: f64 = 0.1;
+
+/// Population allele frequencies are kept at least this far from 0 and 1: a draw that fixes
+/// an allele in every population would leave a monomorphic variant (which a PCA drops),
+/// and very small Beta shapes give draws that underflow to exactly 0 or 1.
+pub const POPULATION_FREQUENCY_MIN: f64 = 1e-3;
+
+const POPULATION_KEY: u64 = 0x00B4_1D1E_6A1C_0F57;
+
+/// One Balding–Nichols draw, `Beta(p(1−F)/F, (1−p)(1−F)/F)`, from the stream started at
+/// `bits`; clamped to [`POPULATION_FREQUENCY_MIN`, 1 − `POPULATION_FREQUENCY_MIN`].
+fn balding_nichols(p: f64, fst: f64, bits: u64) -> f64 {
+    let s = (1.0 - fst) / fst;
+    let x = match Beta::new(p * s, (1.0 - p) * s) {
+        Ok(beta) => beta.sample(&mut ElementStream { state: bits }),
+        // Both shapes are positive for 0 < p < 1 and 0 < F < 1; no drift is the safe answer
+        // should that ever not hold.
+        Err(_) => p,
+    };
+    // Shapes that overflow (F near 0) or vanish (F near 1) can make Cheng's samplers return
+    // ∞/∞: no information about the drift, so stay at the ancestral frequency.
+    if x.is_nan() {
+        p
+    } else {
+        x.clamp(POPULATION_FREQUENCY_MIN, 1.0 - POPULATION_FREQUENCY_MIN)
     }
 }
 
@@ -690,16 +848,15 @@ impl GenotypeSource for Generated {
     }
 
     fn describe(&self) -> String {
+        let mut s = PanelSource::describe(self);
+        if self.populations > 1 {
+            s += &format!(", {} populations (F_ST {})", self.populations, self.fst);
+        }
         let missing = self.missing_rate();
         if missing > 0.0 {
-            format!(
-                "{}, {:.1} % missing calls",
-                PanelSource::describe(self),
-                100.0 * missing
-            )
-        } else {
-            PanelSource::describe(self)
+            s += &format!(", {:.1} % missing calls", 100.0 * missing);
         }
+        s
     }
 }
 
@@ -803,6 +960,152 @@ mod tests {
             }
             assert_eq!(seen_missing > 0, missing > 0.0);
         }
+    }
+
+    #[test]
+    fn one_population_is_exactly_no_structure() {
+        for missing in [0.0, 0.2] {
+            let plain = Generated::new(23, 41, 9, Dist::Genotype).with_missing(missing);
+            let one = plain.clone().with_populations(1, 0.4).unwrap();
+            let (mut a, mut b) = (vec![0i8; 23 * 41], vec![0i8; 23 * 41]);
+            plain.fill_genotype_rows(0..23, 0..41, &mut a);
+            one.fill_genotype_rows(0..23, 0..41, &mut b);
+            assert_eq!(a, b);
+            for i in 0..23 {
+                assert_eq!(one.population_frequency(i, 0), plain.allele_frequency(i));
+                for j in 0..41 {
+                    assert_eq!(one.genotype(i, j), plain.genotype(i, j));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn populations_are_contiguous_nonempty_blocks() {
+        for (n, k) in [
+            (1u64, 1u64),
+            (10, 3),
+            (10, 10),
+            (203, 7),
+            (1000, 999),
+            (97, 2),
+        ] {
+            let g = Generated::new(1, n, 0, Dist::Genotype)
+                .with_populations(k, 0.1)
+                .unwrap();
+            assert_eq!((g.population_start(0), g.population_start(k)), (0, n));
+            for q in 0..k {
+                let (a, b) = (g.population_start(q), g.population_start(q + 1));
+                assert!(a < b, "n {n} k {k}: population {q} is empty");
+                assert!((a..b).all(|j| g.population_of(j) == q), "n {n} k {k} q {q}");
+            }
+        }
+    }
+
+    #[test]
+    fn structured_rows_match_elementwise_definition_and_layouts() {
+        for missing in [0.0, 0.15] {
+            let g = Generated::new(9, 203, 5, Dist::Genotype)
+                .with_missing(missing)
+                .with_populations(7, 0.2)
+                .unwrap();
+            // Column ranges that start and end inside populations.
+            for cols in [0..203u64, 13..203, 30..31, 28..59] {
+                let w = (cols.end - cols.start) as usize;
+                let mut fast = vec![0i8; 9 * w];
+                g.fill_genotype_rows(0..9, cols.clone(), &mut fast);
+                for i in 0..9u64 {
+                    for j in cols.clone() {
+                        let v = fast[i as usize * w + (j - cols.start) as usize];
+                        assert_eq!(v, g.genotype(i, j), "({i}, {j})");
+                        if v >= 0 {
+                            let x = g.bits(i, j);
+                            let p = g.population_frequency(i, g.population_of(j));
+                            let a = ((x >> 32) as f64) / 4_294_967_296.0;
+                            let b = ((x & 0xFFFF_FFFF) as f64) / 4_294_967_296.0;
+                            assert_eq!(v, (a < p) as i8 + (b < p) as i8);
+                        }
+                    }
+                }
+            }
+            // The f64 panel paths (both layouts, transposed) give the same values.
+            let whole = dense(&g, 0..9, true);
+            let rows = dense(&g, 2..7, false);
+            let t = dense(&g.clone().transposed(), 40..90, true);
+            for i in 0..9usize {
+                for j in 0..203usize {
+                    let v = g.genotype(i as u64, j as u64) as f64;
+                    assert_eq!(whole[[i, j]], v);
+                    if (2..7).contains(&i) {
+                        assert_eq!(rows[[i - 2, j]], v);
+                    }
+                    if (40..90).contains(&j) {
+                        assert_eq!(t[[j - 40, i]], v);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn balding_nichols_frequencies_have_the_model_moments() {
+        // Over many variants: E[p_q − p] = 0 and E[(p_q − p)²] = F·p(1 − p).
+        let variants = 20_000u64;
+        for fst in [0.05, 0.1, 0.3] {
+            let g = Generated::new(variants, 4, 17, Dist::Genotype)
+                .with_populations(4, fst)
+                .unwrap();
+            let (mut diff, mut sq, mut want, mut count) = (0.0, 0.0, 0.0, 0.0);
+            for i in 0..variants {
+                let p = g.allele_frequency(i);
+                for q in 0..4 {
+                    let pq = g.population_frequency(i, q);
+                    assert!(
+                        (POPULATION_FREQUENCY_MIN..=1.0 - POPULATION_FREQUENCY_MIN).contains(&pq)
+                    );
+                    diff += pq - p;
+                    sq += (pq - p) * (pq - p);
+                    want += fst * p * (1.0 - p);
+                    count += 1.0;
+                }
+            }
+            let mean = diff / count;
+            let ratio = sq / want;
+            assert!(mean.abs() < 0.002, "F {fst}: mean drift {mean}");
+            assert!(
+                (ratio - 1.0).abs() < 0.05,
+                "F {fst}: variance ratio {ratio}"
+            );
+            // Populations differ from each other (the draws are not shared).
+            assert_ne!(g.population_frequency(0, 0), g.population_frequency(0, 1));
+        }
+        // Extreme fixation indices still give frequencies in range.
+        for fst in [1e-300, 1e-12, 0.999_999, 1.0 - f64::EPSILON] {
+            let g = Generated::new(2000, 3, 5, Dist::Genotype)
+                .with_populations(3, fst)
+                .unwrap();
+            for i in 0..2000 {
+                let pq = g.population_frequency(i, i % 3);
+                assert!(
+                    (POPULATION_FREQUENCY_MIN..=1.0 - POPULATION_FREQUENCY_MIN).contains(&pq),
+                    "F {fst}: {pq}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn population_options_are_checked() {
+        let g = Generated::new(10, 5, 1, Dist::Genotype);
+        let e = g.clone().with_populations(0, 0.1).unwrap_err().to_string();
+        assert!(e.starts_with("--populations:"), "{e}");
+        let e = g.clone().with_populations(6, 0.1).unwrap_err().to_string();
+        assert!(e.starts_with("--populations:") && e.contains("5"), "{e}");
+        for fst in [0.0, 1.0, -0.5, f64::NAN] {
+            let e = g.clone().with_populations(2, fst).unwrap_err().to_string();
+            assert!(e.starts_with("--fst:"), "{e}");
+        }
+        assert_eq!(g.with_populations(5, 0.5).unwrap().populations(), 5);
     }
 
     #[test]

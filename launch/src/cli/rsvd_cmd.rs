@@ -118,11 +118,11 @@ impl RsvdArgs {
 pub(super) struct PcaArgs {
     /// Read dosages (variants × samples, integers, −1 missing) from this Zarr array
     /// (`PATH` or `PATH:ARRAY`) instead of generating them.
-    #[arg(long, value_name = "PATH[:ARRAY]", conflicts_with_all = ["rows", "cols", "seed", "missing", "vcf_zarr"])]
+    #[arg(long, value_name = "PATH[:ARRAY]", conflicts_with_all = ["rows", "cols", "seed", "missing", "populations", "fst", "vcf_zarr"])]
     zarr: Option<String>,
     /// Read genotypes from a VCF Zarr store (bio2zarr's layout: `call_genotype`,
     /// `call_genotype_mask`, `sample_id`).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["rows", "cols", "seed", "missing"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["rows", "cols", "seed", "missing", "populations", "fst"])]
     vcf_zarr: Option<PathBuf>,
     /// Variants (rows) of the generated genotype matrix.
     #[arg(long, required_unless_present_any = ["zarr", "vcf_zarr"])]
@@ -140,6 +140,13 @@ pub(super) struct PcaArgs {
     /// Fraction of calls generated missing (−1), imputed to the variant mean.
     #[arg(long, default_value_t = 0.0)]
     missing: f64,
+    /// Populations: the samples are split into K contiguous blocks whose allele
+    /// frequencies drift apart (Balding–Nichols), so the PCs have structure to find.
+    #[arg(long, default_value_t = 1)]
+    populations: u64,
+    /// Fixation index F_ST of the populations' frequencies, in (0, 1).
+    #[arg(long, default_value_t = rankwise_runtime::source::DEFAULT_FST)]
+    fst: f64,
     #[command(flatten)]
     sketch: SketchArgs,
     #[command(flatten)]
@@ -246,10 +253,18 @@ pub(super) fn pca_command(
             (None, None) => {
                 let (rows, cols) = (a.rows.unwrap_or(0), a.cols.unwrap_or(0));
                 rankwise_runtime::ChunkGrid::check_generated(rows, cols)?;
-                let g = Generated::new(rows, cols, a.seed, Dist::Genotype).with_missing(a.missing);
+                let g = Generated::new(rows, cols, a.seed, Dist::Genotype)
+                    .with_missing(a.missing)
+                    .with_populations(a.populations, a.fst)?;
                 (
                     Arc::new(g),
-                    json!({"dist": "genotype", "seed": a.seed, "missing": a.missing}),
+                    json!({
+                        "dist": "genotype",
+                        "seed": a.seed,
+                        "missing": a.missing,
+                        "populations": a.populations,
+                        "fst": a.fst,
+                    }),
                 )
             }
         };
