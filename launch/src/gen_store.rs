@@ -26,7 +26,7 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::ValueEnum;
@@ -37,7 +37,7 @@ use zarrs::array::{Array, ArrayMetadata, CodecOptions, Element};
 use zarrs::filesystem::FilesystemStore;
 use zarrs::storage::{ReadableStorageTraits, StoreKey, WritableStorageTraits};
 
-use crate::output::{commit_dir, create_temp_dir, new_store, OutputError, SvdOutput};
+use crate::output::{check_open, commit_once, create_temp_dir, new_store, OutputError, SvdOutput};
 
 /// Zarr format version of the store.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -782,30 +782,11 @@ impl GenStore {
     /// Renames the temporary directory to `out` (one rank, after a barrier that follows
     /// every rank's last write). Fails, leaving the temporary directory, if `out` exists.
     pub fn commit(&self) -> Result<PathBuf, OutputError> {
-        if self.committed.swap(true, Ordering::SeqCst) {
-            return Err(OutputError::Committed {
-                path: self.out.clone(),
-            });
-        }
-        if let Err(e) = commit_dir(&self.tmp, &self.out) {
-            self.committed.store(false, Ordering::SeqCst);
-            return Err(e);
-        }
-        Ok(self.out.clone())
+        commit_once(&self.committed, &self.tmp, &self.out)
     }
 
     fn ensure_open(&self) -> Result<(), OutputError> {
-        if self.committed.load(Ordering::SeqCst) {
-            Err(OutputError::Committed {
-                path: self.out.clone(),
-            })
-        } else if !self.tmp.is_dir() {
-            Err(OutputError::TempMissing {
-                path: self.tmp.clone(),
-            })
-        } else {
-            Ok(())
-        }
+        check_open(&self.committed, &self.tmp, &self.out)
     }
 
     /// Size of a stored file (0 when it is not there).

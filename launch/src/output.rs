@@ -662,33 +662,14 @@ impl SvdOutput {
     /// successful commit fails with [`OutputError::Committed`]. Fails, leaving
     /// the temporary directory in place, if `out` has appeared meanwhile.
     pub fn commit(&self) -> Result<PathBuf, OutputError> {
-        if self.committed.swap(true, Ordering::SeqCst) {
-            return Err(OutputError::Committed {
-                path: self.out.clone(),
-            });
-        }
-        if let Err(e) = commit_dir(&self.tmp, &self.out) {
-            self.committed.store(false, Ordering::SeqCst);
-            return Err(e);
-        }
-        Ok(self.out.clone())
+        commit_once(&self.committed, &self.tmp, &self.out)
     }
 
     /// Fails with [`OutputError::Committed`] once the output was committed, and with
     /// [`OutputError::TempMissing`] once another rank abandoned it: a write must never
     /// recreate a temporary directory that an error path already removed.
     fn ensure_open(&self) -> Result<(), OutputError> {
-        if self.committed.load(Ordering::SeqCst) {
-            Err(OutputError::Committed {
-                path: self.out.clone(),
-            })
-        } else if !self.tmp.is_dir() {
-            Err(OutputError::TempMissing {
-                path: self.tmp.clone(),
-            })
-        } else {
-            Ok(())
-        }
+        check_open(&self.committed, &self.tmp, &self.out)
     }
 
     /// Removes a temporary output directory (error paths). A missing directory is
@@ -806,13 +787,47 @@ pub(crate) fn create_temp_dir(tmp: &Path) -> Result<(), OutputError> {
     }
 }
 
-/// Makes the finished temporary directory `tmp` durable and renames it to `out`, failing if
-/// `out` exists.
-pub(crate) fn commit_dir(tmp: &Path, out: &Path) -> Result<(), OutputError> {
+/// Makes the finished temporary directory `tmp` durable and renames it to `out`, once:
+/// `committed` records it, and a second commit fails with [`OutputError::Committed`]. Fails,
+/// leaving `tmp` in place, if `out` exists.
+pub(crate) fn commit_once(
+    committed: &AtomicBool,
+    tmp: &Path,
+    out: &Path,
+) -> Result<PathBuf, OutputError> {
+    if committed.swap(true, Ordering::SeqCst) {
+        return Err(OutputError::Committed {
+            path: out.to_path_buf(),
+        });
+    }
     sync_dir(tmp);
-    rename_no_replace(tmp, out)?;
+    if let Err(e) = rename_no_replace(tmp, out) {
+        committed.store(false, Ordering::SeqCst);
+        return Err(e);
+    }
     sync_dir(&parent_dir(out));
-    Ok(())
+    Ok(out.to_path_buf())
+}
+
+/// Fails with [`OutputError::Committed`] once the output was committed, and with
+/// [`OutputError::TempMissing`] once `tmp` is gone (another rank abandoned it): a write must
+/// never recreate a temporary directory that an error path already removed.
+pub(crate) fn check_open(
+    committed: &AtomicBool,
+    tmp: &Path,
+    out: &Path,
+) -> Result<(), OutputError> {
+    if committed.load(Ordering::SeqCst) {
+        Err(OutputError::Committed {
+            path: out.to_path_buf(),
+        })
+    } else if !tmp.is_dir() {
+        Err(OutputError::TempMissing {
+            path: tmp.to_path_buf(),
+        })
+    } else {
+        Ok(())
+    }
 }
 
 /// A zarrs file system store rooted at `dir`.
