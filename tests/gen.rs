@@ -12,9 +12,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::mpirun_util::{mpirun, mpirun_command, run_with_timeout, RunOutput};
+use common::mpirun_util::{mpirun_command, run_with_timeout};
 use common::*;
 use ndarray::Array2;
 use rankwise::linalg::{rsvd, RsvdOptions, RsvdProblem};
@@ -23,29 +23,6 @@ use serde_json::Value;
 use zarrs::array::{Array, ElementOwned};
 use zarrs::filesystem::FilesystemStore;
 use zarrs::group::Group;
-
-const LIMIT: Duration = Duration::from_secs(120);
-
-fn embedded(args: &[String]) -> RunOutput {
-    let mut cmd = Command::new(rankwise_bin());
-    cmd.args(args);
-    run_with_timeout(cmd, LIMIT)
-}
-
-fn under_mpirun(np: usize, args: &[String]) -> RunOutput {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    mpirun(np, &rankwise_bin(), &args, LIMIT)
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
-}
-
-fn report(run: &RunOutput) -> Value {
-    run.assert_success();
-    serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not a JSON report ({e})\n{}", run.describe()))
-}
 
 /// One `rankwise gen` configuration.
 #[derive(Clone, Debug)]
@@ -630,7 +607,7 @@ fn existing_output_and_failures_under_mpirun_leave_nothing_behind() {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut cmd = mpirun_command(2, &rankwise_bin(), &argv);
         cmd.env("RANKWISE_FAULT", fault);
-        let run = run_with_timeout(cmd, LIMIT);
+        let run = run_with_timeout(cmd, CLI_LIMIT);
         run.assert_finished();
         assert_ne!(run.code, Some(0), "{fault}\n{}", run.describe());
         let lines = run

@@ -9,47 +9,15 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::mpirun_util::{mpirun, RunOutput};
+use common::mpirun_util::RunOutput;
 use common::*;
 use rankwise::launch::output::read_f64_array;
 use rankwise::linalg::{rsvd, Method, RsvdOptions, RsvdProblem};
 use rankwise::runtime::{Dist, Generated, RuntimeConfig};
 use serde_json::Value;
-
-const LIMIT: Duration = Duration::from_secs(120);
-
-fn embedded(args: &[String]) -> RunOutput {
-    let mut cmd = Command::new(rankwise_bin());
-    cmd.args(args);
-    common::mpirun_util::run_with_timeout(cmd, LIMIT)
-}
-
-fn under_mpirun(np: usize, args: &[String]) -> RunOutput {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    mpirun(np, &rankwise_bin(), &args, LIMIT)
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
-}
-
-fn report(run: &RunOutput) -> Value {
-    run.assert_success();
-    serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not a JSON report ({e})\n{}", run.describe()))
-}
-
-fn json_bits(v: &Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not an array: {v}"))
-        .iter()
-        .map(|x| x.as_f64().unwrap().to_bits())
-        .collect()
-}
 
 /// Bits of the named arrays of a Zarr group.
 fn group_bits(dir: &Path, names: &[&str]) -> BTreeMap<String, (Vec<u64>, Vec<u64>)> {

@@ -12,18 +12,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::mpirun_util::{mpirun, run_with_timeout, RunOutput};
 use common::*;
 use rankwise::runtime::{Dist, Generated, PanelSource};
-use serde_json::Value;
 use zarrs::array::{data_type, ArrayBuilder};
 use zarrs::filesystem::FilesystemStore;
-
-const LIMIT: Duration = Duration::from_secs(180);
 
 /// Writes the generated `rows × cols` uniform matrix of `seed` as a float64 Zarr v3 array
 /// with chunks `chunk` (uncompressed, so that a damaged chunk is detected by its length).
@@ -56,35 +50,6 @@ fn write_generated(dir: &Path, rows: u64, cols: u64, chunk: (u64, u64), seed: u6
                 .unwrap();
         }
     }
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
-}
-
-fn embedded(args: &[String]) -> RunOutput {
-    let mut cmd = Command::new(rankwise_bin());
-    cmd.args(args);
-    run_with_timeout(cmd, LIMIT)
-}
-
-fn under_mpirun(np: usize, args: &[String]) -> RunOutput {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    mpirun(np, &rankwise_bin(), &args, LIMIT)
-}
-
-fn report(run: &RunOutput) -> Value {
-    run.assert_success();
-    serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not a JSON report ({e})\n{}", run.describe()))
-}
-
-fn bits(v: &Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not an array: {v}"))
-        .iter()
-        .map(|x| x.as_f64().unwrap().to_bits())
-        .collect()
 }
 
 #[test]
@@ -131,20 +96,24 @@ fn a_zarr_matrix_gives_the_generated_bits_for_1_to_4_ranks() {
                 gen.extend(strings(&extra));
                 zarr.extend(strings(&extra));
             }
-            let want = bits(&report(&embedded(&gen))["singular_values"]);
+            let want = json_bits(&report(&embedded(&gen))["singular_values"]);
             let one = report(&embedded(&zarr));
-            assert_eq!(bits(&one["singular_values"]), want, "{name} {cmd}, 1 rank");
+            assert_eq!(
+                json_bits(&one["singular_values"]),
+                want,
+                "{name} {cmd}, 1 rank"
+            );
             assert!(one["per_rank"].is_array() || one["read"].is_object());
             let mut two = zarr.clone();
             two.extend(strings(&["--local-ranks", "2"]));
             assert_eq!(
-                bits(&report(&embedded(&two))["singular_values"]),
+                json_bits(&report(&embedded(&two))["singular_values"]),
                 want,
                 "{name} {cmd}, 2 local ranks"
             );
             for np in [3, 4] {
                 assert_eq!(
-                    bits(&report(&under_mpirun(np, &zarr))["singular_values"]),
+                    json_bits(&report(&under_mpirun(np, &zarr))["singular_values"]),
                     want,
                     "{name} {cmd}, mpirun -np {np}"
                 );
@@ -214,7 +183,10 @@ fn rsvd_streams_a_zarr_array_four_times_its_budget_within_budget() {
         "11",
         "--json",
     ])));
-    assert_eq!(bits(&run["singular_values"]), bits(&gen["singular_values"]));
+    assert_eq!(
+        json_bits(&run["singular_values"]),
+        json_bits(&gen["singular_values"])
+    );
 }
 
 #[test]

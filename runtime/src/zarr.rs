@@ -642,14 +642,7 @@ impl StoredPanels for ZarrMatrix {
         buf: &mut PanelBuffer,
     ) -> Result<ReadStats, SourceError> {
         let (m, n) = PanelSource::shape(self);
-        if rows.start >= rows.end || rows.end > m {
-            return Err(SourceError::OutOfBounds {
-                rows,
-                cols: n as usize,
-                shape: (m, n),
-                what: self.array.label.clone(),
-            });
-        }
+        check_band(&rows, (m, n), || self.array.label.clone())?;
         let h = (rows.end - rows.start) as usize;
         let region = self.region(&rows);
         buf.rows = h;
@@ -683,6 +676,23 @@ impl StoredPanels for ZarrMatrix {
         buf.values = values;
         Ok(stats?)
     }
+}
+
+/// Checks that `rows` is a non-empty range of the operand's rows (of `shape`).
+fn check_band(
+    rows: &Range<u64>,
+    shape: (u64, u64),
+    what: impl FnOnce() -> String,
+) -> Result<(), SourceError> {
+    if rows.start >= rows.end || rows.end > shape.0 {
+        return Err(SourceError::OutOfBounds {
+            rows: rows.clone(),
+            cols: shape.1 as usize,
+            shape,
+            what: what(),
+        });
+    }
+    Ok(())
 }
 
 /// Calls `f(band_buffer, band_start, rows_in_band)` for every stored band that rows
@@ -893,14 +903,7 @@ impl StoredPanels for ZarrGenotypes {
         buf: &mut PanelBuffer,
     ) -> Result<ReadStats, SourceError> {
         let (m, n) = self.shape;
-        if rows.start >= rows.end || rows.end > m {
-            return Err(SourceError::OutOfBounds {
-                rows,
-                cols: n as usize,
-                shape: (m, n),
-                what: self.array.label.clone(),
-            });
-        }
+        check_band(&rows, (m, n), || self.array.label.clone())?;
         let h = (rows.end - rows.start) as usize;
         let len = h * n as usize;
         let region = [rows.clone(), 0..n];
@@ -1135,14 +1138,7 @@ impl StoredPanels for VcfZarr {
         buf: &mut PanelBuffer,
     ) -> Result<ReadStats, SourceError> {
         let (m, n) = self.shape;
-        if rows.start >= rows.end || rows.end > m {
-            return Err(SourceError::OutOfBounds {
-                rows,
-                cols: n as usize,
-                shape: (m, n),
-                what: self.path.display().to_string(),
-            });
-        }
+        check_band(&rows, (m, n), || self.path.display().to_string())?;
         let h = (rows.end - rows.start) as usize;
         let p = self.ploidy as usize;
         let calls = h * n as usize;

@@ -141,3 +141,40 @@ pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     }
     out
 }
+
+/// Time limit of one `rankwise` run started by a test (a hang fails the test, not CI).
+pub const CLI_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// `rankwise args…` in one process.
+pub fn embedded(args: &[String]) -> mpirun_util::RunOutput {
+    let mut cmd = std::process::Command::new(rankwise_bin());
+    cmd.args(args);
+    mpirun_util::run_with_timeout(cmd, CLI_LIMIT)
+}
+
+/// `mpirun -np np rankwise args…`.
+pub fn under_mpirun(np: usize, args: &[String]) -> mpirun_util::RunOutput {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    mpirun_util::mpirun(np, &rankwise_bin(), &args, CLI_LIMIT)
+}
+
+/// Owned arguments.
+pub fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// The JSON report a successful `--json` run printed.
+pub fn report(run: &mpirun_util::RunOutput) -> serde_json::Value {
+    run.assert_success();
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not a JSON report ({e})\n{}", run.describe()))
+}
+
+/// The bits of a JSON array of numbers.
+pub fn json_bits(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap().to_bits())
+        .collect()
+}
