@@ -591,6 +591,30 @@ fn problem(m: &MatrixArgs) -> Result<SvdProblem, CliError> {
     }
 }
 
+/// Every rank's figures for the report (a collective call): `own` plus the rank, its peak
+/// RSS, actors and host, gathered on rank 0 (`None` on the others).
+pub(crate) fn gather_rank_figures(
+    rt: &Runtime,
+    mut own: serde_json::Value,
+) -> Result<Option<Vec<serde_json::Value>>, CliError> {
+    let comm = rt.comm();
+    own["rank"] = json!(rt.rank());
+    own["peak_rss_bytes"] = json!(peak_rss_bytes());
+    own["actors"] = json!(rt
+        .actors()
+        .iter()
+        .map(|x| x.spec().device())
+        .collect::<Vec<_>>());
+    own["hostname"] = json!(hostname());
+    let all = comm.gather_bytes(0, own.to_string().as_bytes())?;
+    comm.barrier()?;
+    Ok(all.map(|all| {
+        all.iter()
+            .map(|b| serde_json::from_slice(b).unwrap_or(serde_json::Value::Null))
+            .collect()
+    }))
+}
+
 /// A Zarr source error, as the command line reports it.
 pub(crate) fn zarr_error(e: rankwise_runtime::zarr::ZarrError) -> CliError {
     CliError::Runtime(RuntimeError::Source(e.into()))
@@ -917,32 +941,22 @@ fn run_svd(
     output: Option<Arc<SvdOutput>>,
     start: Instant,
 ) -> Result<Option<String>, CliError> {
-    let comm = rt.comm();
-    let me = rt.rank();
     let sink = output.clone().map(|o| factor_sink(o, p.transposed));
     injected_fault(rt, "before-svd")?;
     let result = svd(rt, p, &SvdOptions { check: a.check }, sink)?;
     injected_fault(rt, "after-svd")?;
     let elapsed = start.elapsed().as_secs_f64();
-    // Every rank's figures, for the report.
-    let mine = json!({
-        "rank": me,
-        "peak_rss_bytes": peak_rss_bytes(),
-        "bytes_generated": result.bytes_generated,
-        "read": result.read,
-        "timings": result.timings,
-        "actors": rt.actors().iter().map(|x| x.spec().device()).collect::<Vec<_>>(),
-        "hostname": hostname(),
-    });
-    let all = comm.gather_bytes(0, mine.to_string().as_bytes())?;
-    comm.barrier()?;
-    let Some(all) = all else {
+    let Some(ranks) = gather_rank_figures(
+        rt,
+        json!({
+            "bytes_generated": result.bytes_generated,
+            "read": result.read,
+            "timings": result.timings,
+        }),
+    )?
+    else {
         return Ok(None);
     };
-    let ranks: Vec<serde_json::Value> = all
-        .iter()
-        .map(|b| serde_json::from_slice(b).unwrap_or(serde_json::Value::Null))
-        .collect();
     let report = report_json(rt, launch, a, p, &result, ranks, elapsed);
     if let Some(o) = output {
         if p.transposed {

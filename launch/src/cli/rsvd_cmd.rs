@@ -15,8 +15,8 @@ use rankwise_runtime::{Dist, Generated, GenotypeSource, Runtime};
 use serde_json::json;
 
 use super::{
-    factor_sink, finish_output, hostname, injected_fault, open_output, CliError, MatrixArgs,
-    OpenOutput, RunArgs,
+    factor_sink, finish_output, injected_fault, open_output, CliError, MatrixArgs, OpenOutput,
+    RunArgs,
 };
 use crate::launcher::LaunchInfo;
 use crate::output::{OutputLayout, SvdOutput};
@@ -436,34 +436,25 @@ fn compute(
     output: Option<Arc<SvdOutput>>,
     start: Instant,
 ) -> Result<Done, CliError> {
-    let comm = rt.comm();
-    let me = rt.rank();
     let sink = output.clone().map(|o| factor_sink(o, problem.transposed));
     injected_fault(rt, "before-svd")?;
     let result = rsvd(rt, problem, options, sink)?;
     injected_fault(rt, "after-svd")?;
     let elapsed = start.elapsed().as_secs_f64();
-    let mine = json!({
-        "rank": me,
-        "peak_rss_bytes": peak_rss_bytes(),
-        "bytes_produced": result.bytes_produced,
-        "read": result.read,
-        "timings": result.timings,
-        "actors": rt.actors().iter().map(|x| x.spec().device()).collect::<Vec<_>>(),
-        "hostname": hostname(),
-    });
-    let all = comm.gather_bytes(0, mine.to_string().as_bytes())?;
-    comm.barrier()?;
-    let Some(all) = all else {
+    let Some(ranks) = super::gather_rank_figures(
+        rt,
+        json!({
+            "bytes_produced": result.bytes_produced,
+            "read": result.read,
+            "timings": result.timings,
+        }),
+    )?
+    else {
         return Ok(Done {
             text: None,
             pcs: None,
         });
     };
-    let ranks: Vec<serde_json::Value> = all
-        .iter()
-        .map(|b| serde_json::from_slice(b).unwrap_or(serde_json::Value::Null))
-        .collect();
     let pca = job.is_pca().then(|| pca_figures(&result));
     let report = report_json(
         rt,
