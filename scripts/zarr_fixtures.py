@@ -289,6 +289,16 @@ def dense_fixtures(w):
     rec["missing_inner_chunks"] = {"c/0/0": [[1, 1]]}
     check_empty_inner(w.path(name) + "/c/0/0", inner_per_shard=(4, 2), empty=[(1, 1)])
 
+    # Chunks spanning every column (ragged last chunk row): readers may decode any range
+    # of rows from them without the rest of the chunk (Blosc blocks, raw offsets).
+    full = (8, SHAPE[1])
+    w.dense("v3_f32_full_width_blosc", 3, "f32", "blosc-lz4-bitshuffle", chunks=full)
+    w.dense("v2_f64_full_width_blosc", 2, "f64", "blosc-zstd-shuffle", chunks=full)
+    w.dense("v3_i16_full_width_none", 3, "i16", "none", chunks=full)
+    w.dense("v2_u8_full_width_none", 2, "u8", "none", chunks=full)
+    w.dense("v3_f64_full_width_missing", 3, "f64", "blosc-lz4-shuffle", chunks=full,
+            fill_value=1.25, missing=[(2, 0)])
+
     # A chunk never written, with a non-zero fill value.
     w.dense("v3_f64_missing_chunk", 3, "f64", "blosc-lz4-shuffle", fill_value=-7.5,
             missing=[(2, 3)])

@@ -629,6 +629,7 @@ fn bit_identical_for_any_ranks_actors_and_threads() {
             } else {
                 Precision::F32
             },
+            ..RsvdOptions::default()
         };
         let what = format!("{name} ({} panels), {options:?}", problem.grid.panels());
         let reference = run_ranks(1, 1, Some(1), problem, &options);

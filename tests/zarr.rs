@@ -245,3 +245,94 @@ fn a_budget_below_one_stored_chunk_is_refused_naming_chunk_and_budget() {
         run.describe()
     );
 }
+
+/// Reading a band in segments (Blosc blocks or uncompressed offsets, a few hundred rows at
+/// a time) gives the bits of reading it whole: streamed, resident and under mpirun.
+#[test]
+fn segmented_reads_give_the_bits_of_whole_panels() {
+    let dir = scratch("zarr-segments");
+    let mut draw = Draw(test_seed());
+    let seed = (draw.next() % 1000).to_string();
+    let (rows, cols) = (draw.range(5000, 8000), draw.range(20, 60));
+    let band = draw.range(1200, 2500);
+    for (dtype, codec, shuffle, dist) in [
+        ("f32", "blosc-lz4", "bit", "normal"),
+        ("f64", "blosc-zstd", "byte", "uniform"),
+        ("i16", "none", "none", "genotype"),
+    ] {
+        let store = dir.join(format!("{dtype}-{codec}.zarr"));
+        let out = store.to_str().unwrap();
+        let (r, c, b) = (rows.to_string(), cols.to_string(), band.to_string());
+        embedded(&strings(&[
+            "gen",
+            "--out",
+            out,
+            "--rows",
+            &r,
+            "--cols",
+            &c,
+            "--chunk-rows",
+            &b,
+            "--dtype",
+            dtype,
+            "--codec",
+            codec,
+            "--shuffle",
+            shuffle,
+            "--dist",
+            dist,
+            "--seed",
+            &seed,
+        ]))
+        .assert_success();
+        // Genotypes are written as a group: the dosages are its `call_dosage`.
+        let spec = if dist == "genotype" {
+            format!("{out}:call_dosage")
+        } else {
+            out.to_string()
+        };
+        let z = spec.as_str();
+        // 4 KiB segments are 256 rows (one tile row block) for these widths.
+        let whole = ["--read-segment", "1G"];
+        let parts = ["--read-segment", "4K"];
+        let read = |seg: &[&str]| {
+            let mut a = strings(&["read", "--zarr", z, "--json"]);
+            a.extend(strings(seg));
+            report(&embedded(&a))["sum"].as_f64().map(f64::to_bits)
+        };
+        assert_eq!(read(&parts), read(&whole), "{dtype} {codec}: read checksum");
+        let commands: &[&str] = if dist == "genotype" {
+            &["rsvd", "pca"]
+        } else {
+            &["rsvd"]
+        };
+        for (cmd, extra) in commands.iter().flat_map(|c| {
+            [
+                &[][..],
+                &["--power-iters", "0"][..],
+                &["--memory-per-actor", "8M", "--actors", "1"][..],
+            ]
+            .map(|e| (*c, e))
+        }) {
+            let args = |seg: &[&str]| {
+                let mut a = strings(&[cmd, "--zarr", z, "-k", "4", "--sketch-seed", "7"]);
+                a.extend(strings(extra));
+                a.extend(strings(seg));
+                a.push("--json".into());
+                a
+            };
+            let want = json_bits(&report(&embedded(&args(&whole)))["singular_values"]);
+            let what = format!("{cmd} {dtype} {codec} {extra:?}");
+            let one = report(&embedded(&args(&parts)));
+            assert_eq!(json_bits(&one["singular_values"]), want, "{what}, 1 rank");
+            let decoded = one["per_rank"][0]["read"]["chunks"].as_u64().unwrap();
+            assert!(decoded > 0, "{what}: nothing read: {one:#}");
+            let three = report(&under_mpirun(3, &args(&parts)));
+            assert_eq!(
+                json_bits(&three["singular_values"]),
+                want,
+                "{what}, mpirun -np 3"
+            );
+        }
+    }
+}

@@ -116,6 +116,27 @@ struct RunArgs {
     /// Seconds a rank waits for a message before it declares its peer gone.
     #[arg(long, default_value_t = 600)]
     comm_timeout: u64,
+    /// Decoded bytes per read-ahead segment (`rsvd`, `pca`, `read`), where a stored band is
+    /// read in parts: Blosc or uncompressed chunks spanning every column.
+    #[arg(long, value_name = "SIZE", default_value = "16M")]
+    read_segment: String,
+}
+
+impl RunArgs {
+    /// `--read-segment` in bytes.
+    fn segment_bytes(&self) -> Result<u64, CliError> {
+        match parse_bytes(&self.read_segment) {
+            Ok(b) if b > 0 => Ok(b),
+            Ok(_) => Err(CliError::Option {
+                option: "--read-segment",
+                message: "must be more than 0 bytes".into(),
+            }),
+            Err(message) => Err(CliError::Option {
+                option: "--read-segment",
+                message,
+            }),
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]

@@ -4,15 +4,17 @@
 //! the pass must read (those not resident), in the actor's job order. The jobs take their
 //! decoded panel from it; totals of what was read are kept for the reports.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use rankwise_runtime::readahead::ReadFn;
+use rankwise_runtime::readahead::{BufferPool, ReadFn};
 use rankwise_runtime::{
     ChunkGrid, PanelLease, ReadAhead, ReadBuffers, ReadStats, Runtime, RuntimeError, StoredPanels,
 };
 use serde::Serialize;
 
+use crate::tiles::{PanelSegments, TILE_ROWS};
 use crate::LinalgError;
 
 /// What one rank read from storage over a run.
@@ -37,12 +39,36 @@ impl ReadTotals {
     }
 }
 
-/// Checks that panels align to the stored chunk bands and describes one band's buffer
-/// for the memory plan.
+/// Decoded bytes a read-ahead segment aims at by default: small enough that a few per
+/// actor cost little memory and stay warm, large enough that Blosc decodes few blocks
+/// twice (a block straddling two segments is decoded for each; blocks are 256 KiB–4 MiB).
+pub const DEFAULT_SEGMENT_BYTES: u64 = 16 << 20;
+
+/// Rows per read-ahead segment when `stored` decodes row ranges without decoding whole
+/// chunks ([`StoredPanels::partial_reads`]) and panels are taller than one segment: a
+/// multiple of [`TILE_ROWS`] near `segment_bytes` of decoded values.
+pub fn segment_rows(
+    stored: &dyn StoredPanels,
+    grid: &ChunkGrid,
+    segment_bytes: u64,
+) -> Option<u64> {
+    if !stored.partial_reads() {
+        return None;
+    }
+    let row = grid.cols.max(1) * stored.element_type().size() as u64;
+    let tile = TILE_ROWS as u64;
+    let rows = (segment_bytes / row / tile).max(1) * tile;
+    (rows < grid.chunk_rows.min(grid.rows)).then_some(rows)
+}
+
+/// Checks that panels align to the stored chunk bands and describes one read buffer for
+/// the memory plan: a whole panel, or with `segment_bytes` (a pass that reads in segments
+/// where the source allows, [`segment_rows`]) one segment.
 pub fn read_buffers(
     stored: &dyn StoredPanels,
     grid: &ChunkGrid,
     what: &str,
+    segment_bytes: Option<u64>,
 ) -> Result<ReadBuffers, LinalgError> {
     let band = stored.chunk_rows();
     if !grid.chunk_rows.is_multiple_of(band) && grid.chunk_rows < grid.rows {
@@ -55,35 +81,130 @@ pub fn read_buffers(
             ),
         });
     }
-    let rows = grid.chunk_rows.min(grid.rows);
+    let (rows, unit) = match segment_bytes.and_then(|b| segment_rows(stored, grid, b)) {
+        Some(r) => (r, "segment"),
+        None => (grid.chunk_rows.min(grid.rows), "panel"),
+    };
     let bytes = stored.buffer_bytes(rows);
     Ok(ReadBuffers {
         bytes,
         what: format!(
-            "one decoded panel of {rows} rows × {} columns of {what}",
+            "one decoded {unit} of {rows} rows × {} columns of {what}",
             grid.cols
         ),
     })
 }
 
+/// What the passes of one run over a stored operand share: the totals read, and each
+/// actor's pool of buffers (reused from pass to pass).
+#[derive(Default)]
+pub struct Reading {
+    totals: Mutex<ReadTotals>,
+    pools: Mutex<Vec<Arc<BufferPool>>>,
+}
+
+impl Reading {
+    /// What this rank has read so far.
+    pub fn totals(&self) -> ReadTotals {
+        *self.totals.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn pool(&self, actor: usize) -> Arc<BufferPool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        if pools.len() <= actor {
+            pools.resize_with(actor + 1, Arc::default);
+        }
+        Arc::clone(&pools[actor])
+    }
+}
+
 /// The read-aheads of one pass, one per actor of this rank (none where nothing is read).
 pub struct PassReads {
     reads: Vec<Option<ReadAhead>>,
-    totals: Arc<Mutex<ReadTotals>>,
+    reading: Arc<Reading>,
+    /// Per actor: panel → its read units.
+    units: Vec<HashMap<usize, Units>>,
+    segment_rows: Option<u64>,
+}
+
+/// The read units of one panel: the first (its key in the read-ahead), how many, and the
+/// panel's rows.
+type Units = (usize, usize, Range<u64>);
+
+/// How a job gets its panel's decoded values in a pass.
+pub enum PanelRead<'r> {
+    /// The panel is not read in this pass (resident, or not storage-backed).
+    NotRead,
+    /// Decoded whole.
+    Whole(PanelLease),
+    /// Decoded in segments, taken one at a time.
+    Segments(Segments<'r>),
+}
+
+/// The segments of one panel (see [`PanelSegments`]).
+pub struct Segments<'r> {
+    reads: &'r PassReads,
+    actor: usize,
+    panel: usize,
+    first: usize,
+    count: usize,
+    rows: usize,
+}
+
+impl PanelSegments for Segments<'_> {
+    fn segment_rows(&self) -> usize {
+        self.rows
+    }
+
+    fn take(&self, s: usize) -> Result<PanelLease, LinalgError> {
+        if s >= self.count {
+            return Err(LinalgError::Panel {
+                panel: self.panel,
+                rows: format!("segment {s}"),
+                message: format!("internal: the panel has {} segments", self.count),
+            });
+        }
+        self.reads.take_unit(
+            self.actor,
+            self.panel,
+            self.first + s,
+            &format!("segment {s}"),
+        )
+    }
 }
 
 impl PassReads {
     /// Starts the read-aheads: `order[a]` lists the panels actor `a` reads, in its job
-    /// order; `buffers[a]` is the pool its plan allows.
+    /// order; `buffers[a]` is the pool its plan allows. With `segment_rows`, panels are
+    /// read in segments of that many rows ([`segment_rows`]).
     pub fn start(
         rt: &Runtime,
         stored: Option<Arc<ReadFn>>,
         order: Vec<Vec<(usize, Range<u64>)>>,
         buffers: &[usize],
-        totals: Arc<Mutex<ReadTotals>>,
+        reading: Arc<Reading>,
+        segment_rows: Option<u64>,
     ) -> Result<PassReads, LinalgError> {
         let mut reads = Vec::with_capacity(order.len());
+        let mut units = Vec::with_capacity(order.len());
         for (a, panels) in order.into_iter().enumerate() {
+            // Each panel becomes one read unit, or one per segment, keyed by position.
+            let mut map = HashMap::new();
+            let mut list = Vec::new();
+            for (p, rows) in panels {
+                let first = list.len();
+                let step = segment_rows.unwrap_or(rows.end - rows.start).max(1);
+                let mut r = rows.start;
+                let rows_all = rows.clone();
+                while r < rows.end {
+                    let stop = (r + step).min(rows.end);
+                    list.push((list.len(), r..stop));
+                    r = stop;
+                }
+                map.insert(p, (first, list.len() - first, rows_all));
+            }
+            units.push(map);
+            let panels = list;
             let Some(read) = stored.as_ref().filter(|_| !panels.is_empty()) else {
                 reads.push(None);
                 continue;
@@ -98,30 +219,87 @@ impl PassReads {
                     spec.cores.len(),
                     cores,
                     read,
+                    reading.pool(a),
                 )
                 .map_err(RuntimeError::Spawn)?,
             ));
         }
-        Ok(PassReads { reads, totals })
+        Ok(PassReads {
+            reads,
+            reading,
+            units,
+            segment_rows,
+        })
     }
 
-    /// Actor `actor`'s decoded panel `panel`, when this pass reads it.
+    /// How actor `actor` gets panel `panel` in this pass.
+    pub fn panel(&self, actor: usize, panel: usize) -> Result<PanelRead<'_>, LinalgError> {
+        let Some((first, count, rows)) = self.units.get(actor).and_then(|m| m.get(&panel)) else {
+            return Ok(PanelRead::NotRead);
+        };
+        let (first, count) = (*first, *count);
+        if self.reads.get(actor).and_then(Option::as_ref).is_none() {
+            return Ok(PanelRead::NotRead);
+        }
+        Ok(match self.segment_rows {
+            Some(rows) => PanelRead::Segments(Segments {
+                reads: self,
+                actor,
+                panel,
+                first,
+                count,
+                rows: rows as usize,
+            }),
+            None => PanelRead::Whole(self.take_unit(
+                actor,
+                panel,
+                first,
+                &format!("{}..{}", rows.start, rows.end),
+            )?),
+        })
+    }
+
+    /// Actor `actor`'s decoded panel `panel`, when this pass reads it whole.
     pub fn take(
         &self,
         actor: usize,
         panel: usize,
         rows: &Range<u64>,
     ) -> Result<Option<PanelLease>, LinalgError> {
-        let Some(r) = self.reads.get(actor).and_then(Option::as_ref) else {
-            return Ok(None);
-        };
-        let lease = r.take(panel).map_err(|e| LinalgError::Panel {
+        match self.panel(actor, panel)? {
+            PanelRead::NotRead => Ok(None),
+            PanelRead::Whole(lease) => Ok(Some(lease)),
+            PanelRead::Segments(_) => Err(LinalgError::Panel {
+                panel,
+                rows: format!("{}..{}", rows.start, rows.end),
+                message: "internal: this pass reads the panel in segments".into(),
+            }),
+        }
+    }
+
+    fn take_unit(
+        &self,
+        actor: usize,
+        panel: usize,
+        unit: usize,
+        what: &str,
+    ) -> Result<PanelLease, LinalgError> {
+        let r = self
+            .reads
+            .get(actor)
+            .and_then(Option::as_ref)
+            .expect("a unit is taken only from an actor that reads");
+        let lease = r.take(unit).map_err(|e| LinalgError::Panel {
             panel,
-            rows: format!("{}..{}", rows.start, rows.end),
+            rows: what.to_string(),
             message: e.to_string(),
         })?;
-        let mut t = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self
+            .reading
+            .totals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         t.add(lease.stats, lease.seconds);
-        Ok(Some(lease))
+        Ok(lease)
     }
 }

@@ -39,7 +39,9 @@ use rankwise_runtime::{
 use serde::Serialize;
 
 use crate::kernels::{qr, small_svd, stack_rows, Keep, PanelFactor};
-use crate::reads::{read_buffers, PassReads, ReadTotals};
+use crate::reads::{
+    read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading, DEFAULT_SEGMENT_BYTES,
+};
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
     gemm, Operand, PanelFacts, Precision, Real, Stored, TileProducer, TILE_COLS, TILE_ROWS,
@@ -74,6 +76,9 @@ pub struct RsvdOptions {
     pub probes: usize,
     /// Precision of the tiles and their GEMMs.
     pub precision: Precision,
+    /// Decoded bytes per read-ahead segment, where a stored band is read in parts
+    /// ([`crate::reads::segment_rows`]).
+    pub segment_bytes: u64,
 }
 
 impl Default for RsvdOptions {
@@ -86,6 +91,7 @@ impl Default for RsvdOptions {
             seed: 0,
             probes: 5,
             precision: Precision::F64,
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
         }
     }
 }
@@ -272,7 +278,14 @@ impl RsvdPlan {
         let reads = problem
             .operand
             .stored()
-            .map(|s| read_buffers(s, &grid, &problem.operand.describe()))
+            .map(|s| {
+                read_buffers(
+                    s,
+                    &grid,
+                    &problem.operand.describe(),
+                    Some(options.segment_bytes),
+                )
+            })
             .transpose()?;
         let mut memory = Vec::new();
         for a in &placement.assignments {
@@ -298,6 +311,16 @@ impl RsvdPlan {
                 None => MemoryPlan::decide(shape.memory, per_thread, shape.threads, resident)?,
             };
             if matches!(&problem.operand, Operand::Dense(s) if s.cheaper_to_reproduce()) {
+                mp.residency = Residency::Regenerated;
+            }
+            // Keeping decoded float panels costs touching that much fresh memory once,
+            // which costs about what decoding it again does (more on a virtual machine
+            // whose free memory goes back to the host); with two passes the only read it
+            // saves is the second, so the panels are read twice instead. Genotypes stay
+            // resident: packed, they are a quarter of what they decode to.
+            if matches!(&problem.operand, Operand::Dense(s) if s.stored().is_some())
+                && options.passes() <= 2
+            {
                 mp.residency = Residency::Regenerated;
             }
             memory.push(mp);
@@ -392,7 +415,9 @@ struct Ctx {
     n: usize,
     /// Read-ahead buffers of this rank's actors (storage-backed operands).
     read_buffers: Vec<usize>,
-    read: Arc<std::sync::Mutex<ReadTotals>>,
+    read: Arc<Reading>,
+    /// Rows per read-ahead segment, when panels are read in segments.
+    segment_rows: Option<u64>,
 }
 
 impl Ctx {
@@ -413,6 +438,7 @@ impl Ctx {
             order,
             &self.read_buffers,
             Arc::clone(&self.read),
+            self.segment_rows,
         )?))
     }
 }
@@ -479,6 +505,10 @@ pub fn rsvd(
         n,
         read_buffers,
         read: Arc::default(),
+        segment_rows: problem
+            .operand
+            .stored()
+            .and_then(|s| segment_rows(s, &problem.grid, options.segment_bytes)),
     });
 
     // Pass 1: the sketch and the probe products.
@@ -623,7 +653,7 @@ pub fn rsvd(
     };
     let passes = options.passes() as u64;
     let bytes_produced = (my_rows + (passes - 1) * regenerated_rows) * n as u64 * value_bytes;
-    let read = *ctx.read.lock().unwrap_or_else(|p| p.into_inner());
+    let read = ctx.read.totals();
     Ok(RsvdResult {
         s: s_k,
         wt,
@@ -689,21 +719,24 @@ fn range_pass_t<T: Real>(
     let c = Arc::clone(ctx);
     let reads = ctx.reads(rt, &states)?;
     let out = rt.map(states, move |actor, mut st: PanelState| {
-        let lease = match st.stored {
-            None => reads.take(actor, st.p, &st.rows)?,
-            Some(_) => None,
+        let read = match st.stored {
+            None => reads.panel(actor, st.p)?,
+            Some(_) => PanelRead::NotRead,
         };
         let h = (st.rows.end - st.rows.start) as usize;
         let w = omega.ncols();
         let mut y = Array2::<f64>::zeros((h, w));
         let mut part = Array2::<T>::zeros((TILE_ROWS, w));
         let keep = first && c.resident[actor];
+        // A float panel decoded whole is kept as the read-ahead decoded it, without a copy.
+        let keep_lease =
+            keep && matches!(read, PanelRead::Whole(_)) && matches!(c.operand, Operand::Dense(_));
         let (facts, kept) = TileProducer::new(&c.operand, st.p, st.rows.clone())
-            .reading(lease.as_deref())
+            .read_from(&read)
             .measuring(first)
             .for_each(
                 st.stored.as_ref(),
-                keep,
+                keep && !keep_lease,
                 &mut Vec::new(),
                 |r0, c0, t: ArrayView2<'_, T>| {
                     let b = t.nrows();
@@ -721,6 +754,9 @@ fn range_pass_t<T: Real>(
             )?;
         if kept.is_some() {
             st.stored = kept;
+        }
+        if let (PanelRead::Whole(lease), true) = (read, keep_lease) {
+            st.stored = Some(Stored::Decoded(lease.take_values()));
         }
         if w > l {
             st.probes = Some(y.slice(s![.., l..]).to_owned());
@@ -872,9 +908,9 @@ fn project_map<T: Real>(
     let s2 = Arc::clone(sums);
     let reads = ctx.reads(rt, &states)?;
     Ok(rt.map(states, move |actor, st: PanelState| {
-        let lease = match st.stored {
-            None => reads.take(actor, st.p, &st.rows)?,
-            Some(_) => None,
+        let read = match st.stored {
+            None => reads.panel(actor, st.p)?,
+            Some(_) => PanelRead::NotRead,
         };
         let q = st.basis.last().ok_or(LinalgError::Tree {
             level: 0,
@@ -884,7 +920,7 @@ fn project_map<T: Real>(
         let mut bt = Array2::<f64>::zeros((c.n, q.ncols()));
         let mut part = Array2::<T>::zeros((TILE_COLS, q.ncols()));
         TileProducer::new(&c.operand, st.p, st.rows.clone())
-            .reading(lease.as_deref())
+            .read_from(&read)
             .measuring(false)
             .for_each(
                 st.stored.as_ref(),

@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::kernels::{
     block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch, Keep, PanelFactor,
 };
-use crate::reads::{read_buffers, PassReads, ReadTotals};
+use crate::reads::{read_buffers, PassReads, ReadTotals, Reading};
 use crate::tree::{decode, encode, Tree};
 use crate::LinalgError;
 
@@ -116,7 +116,7 @@ impl SvdPlan {
         let reads = problem
             .source
             .stored()
-            .map(|s| read_buffers(s, &problem.grid, &problem.source.describe()))
+            .map(|s| read_buffers(s, &problem.grid, &problem.source.describe(), None))
             .transpose()?;
         Self::reading(problem.grid, world, reads.as_ref())
     }
@@ -305,7 +305,7 @@ pub fn svd(
         .filter(|(a, _)| a.rank == me)
         .map(|(_, mp)| mp.read_buffers)
         .collect();
-    let read_totals = Arc::new(std::sync::Mutex::new(ReadTotals::default()));
+    let reading = Arc::new(Reading::default());
     let reader = read_fn(&problem.source);
     let mut timings = Vec::new();
     let mut bytes_generated = 0u64;
@@ -337,7 +337,8 @@ pub fn svd(
         reader.clone(),
         order,
         &read_buffers,
-        Arc::clone(&read_totals),
+        Arc::clone(&reading),
+        None,
     )?;
     let pass1 = rt.map(
         inputs.clone(),
@@ -467,7 +468,7 @@ pub fn svd(
                 .collect()
         })
         .collect();
-    let reads = PassReads::start(rt, reader, order, &read_buffers, Arc::clone(&read_totals))?;
+    let reads = PassReads::start(rt, reader, order, &read_buffers, Arc::clone(&reading), None)?;
     let pass2 = rt.map(
         inputs2,
         move |actor,
@@ -569,7 +570,7 @@ pub fn svd(
         None
     };
 
-    let read = *read_totals.lock().unwrap_or_else(|p| p.into_inner());
+    let read = reading.totals();
     Ok(SvdResult {
         s,
         wt,

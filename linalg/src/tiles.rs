@@ -22,10 +22,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
-use ndarray::{s, Array2, ArrayView2, ArrayViewMut2};
+use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_runtime::readahead::ReadFn;
-use rankwise_runtime::{GenotypeSource, PanelBuffer, PanelSource, StoredPanels};
+use rankwise_runtime::{
+    GenotypeSource, PanelBuffer, PanelLease, PanelSource, PanelValues, StoredPanels,
+};
 
+use crate::reads::PanelRead;
 use crate::LinalgError;
 
 /// Rows of one tile.
@@ -86,7 +89,10 @@ impl Operand {
             Precision::F32 => 4,
         };
         match self {
-            Operand::Dense(_) => rows * n * width,
+            Operand::Dense(s) => match s.stored() {
+                Some(st) => rows * n * st.element_type().size() as u64,
+                None => rows * n * width,
+            },
             Operand::Genotypes(_) => rows * (n.div_ceil(4) + 16),
         }
     }
@@ -155,6 +161,9 @@ pub trait Real:
         cols: Range<usize>,
         out: ArrayViewMut2<'_, Self>,
     );
+    /// The values of a decoded panel, when they are stored in this type (tiles are then
+    /// views into the panel, not copies).
+    fn values_of(buf: &PanelBuffer) -> Option<&[Self]>;
     /// Standardizes `out.len()` packed dosages starting at the first code of `bytes`.
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [Self]);
     /// Σ x² in f64.
@@ -220,6 +229,12 @@ impl Real for f64 {
         out: ArrayViewMut2<'_, f64>,
     ) {
         buf.tile_f64(rows, cols, out)
+    }
+    fn values_of(buf: &PanelBuffer) -> Option<&[f64]> {
+        match &buf.values {
+            PanelValues::F64(v) => Some(v),
+            _ => None,
+        }
     }
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [f64]) {
         let lut = s.table();
@@ -299,6 +314,12 @@ impl Real for f32 {
         out: ArrayViewMut2<'_, f32>,
     ) {
         buf.tile_f32(rows, cols, out)
+    }
+    fn values_of(buf: &PanelBuffer) -> Option<&[f32]> {
+        match &buf.values {
+            PanelValues::F32(v) => Some(v),
+            _ => None,
+        }
     }
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [f32]) {
         let t = s.table();
@@ -401,6 +422,9 @@ pub enum Stored {
     Dense(Array2<f64>),
     /// The same in f32 (precision f32).
     Dense32(Array2<f32>),
+    /// A decoded panel of a storage-backed operand, in its stored element type (a float32
+    /// or uint8 store stays 4 or 1 bytes per value); tiles convert from it as they are cut.
+    Decoded(PanelBuffer),
     /// 2-bit packed dosages, `stride` bytes per row, with each row's standardization.
     Packed {
         /// Packed rows.
@@ -431,6 +455,49 @@ pub struct TileProducer<'a> {
     rows: Range<u64>,
     measure: bool,
     decoded: Option<&'a PanelBuffer>,
+    segments: Option<&'a dyn PanelSegments>,
+}
+
+/// A panel that the actor's read-ahead decodes in segments of rows: the tiles of a row
+/// block come from the segment holding it, and only a few segments are in memory at once
+/// (the read-ahead's pool), however large the stored chunks are.
+pub trait PanelSegments: Sync {
+    /// Rows per segment (the last may be shorter); a multiple of [`TILE_ROWS`].
+    fn segment_rows(&self) -> usize;
+    /// Waits for segment `s` and lends it.
+    fn take(&self, s: usize) -> Result<PanelLease, LinalgError>;
+}
+
+/// The decoded rows of a panel, row block by row block: the panel decoded whole, or its
+/// segments one at a time.
+struct DecodedRows<'b> {
+    whole: Option<&'b PanelBuffer>,
+    segments: Option<&'b dyn PanelSegments>,
+    held: Option<(usize, PanelLease)>,
+}
+
+impl<'b> DecodedRows<'b> {
+    /// The buffer holding panel row `r0` and that row's index in it, or `None` when the
+    /// panel is not read from storage. With `fresh`, also whether the buffer was taken
+    /// just now (for callers that copy each segment once).
+    fn at(&mut self, r0: usize) -> Result<Option<(&PanelBuffer, usize, bool)>, LinalgError> {
+        if let Some(b) = self.whole {
+            return Ok(Some((b, r0, r0 == 0)));
+        }
+        let Some(segs) = self.segments else {
+            return Ok(None);
+        };
+        let per = segs.segment_rows().max(1);
+        let s = r0 / per;
+        let fresh = self.held.as_ref().map(|h| h.0) != Some(s);
+        if fresh {
+            // The previous segment goes back to the pool before the next is waited for.
+            self.held = None;
+            self.held = Some((s, segs.take(s)?));
+        }
+        let (_, lease) = self.held.as_ref().expect("held just now");
+        Ok(Some((&**lease, r0 - s * per, fresh)))
+    }
 }
 
 thread_local! {
@@ -446,7 +513,18 @@ impl<'a> TileProducer<'a> {
             rows,
             measure: true,
             decoded: None,
+            segments: None,
         }
+    }
+
+    /// The panel as this pass's read-ahead gives it: whole, in segments, or not at all.
+    pub fn read_from(mut self, read: &'a PanelRead<'_>) -> Self {
+        match read {
+            PanelRead::NotRead => {}
+            PanelRead::Whole(lease) => self.decoded = Some(lease),
+            PanelRead::Segments(segs) => self.segments = Some(segs),
+        }
+        self
     }
 
     /// The panel already decoded by the actor's read-ahead (storage-backed operands).
@@ -456,22 +534,28 @@ impl<'a> TileProducer<'a> {
         self
     }
 
-    /// The decoded panel: the read-ahead's, or one read now into `local`.
+    /// The decoded rows: the read-ahead's (whole or in segments), or the panel read now,
+    /// whole, into `local`.
     fn decoded<'b>(
         &'b self,
         stored: Option<&dyn StoredPanels>,
         local: &'b mut Option<PanelBuffer>,
-    ) -> Result<Option<&'b PanelBuffer>, LinalgError> {
-        match (self.decoded, stored) {
-            (Some(b), _) => Ok(Some(b)),
-            (None, Some(st)) => {
+    ) -> Result<DecodedRows<'b>, LinalgError> {
+        let whole = match (self.decoded, self.segments, stored) {
+            (Some(b), _, _) => Some(b),
+            (None, Some(_), _) | (None, None, None) => None,
+            (None, None, Some(st)) => {
                 let mut b = PanelBuffer::default();
                 st.read_panel(self.rows.clone(), &mut b)
                     .map_err(|e| self.panel_error(self.rows.clone(), e.to_string()))?;
-                Ok(Some(local.insert(b)))
+                Some(&*local.insert(b))
             }
-            (None, None) => Ok(None),
-        }
+        };
+        Ok(DecodedRows {
+            whole,
+            segments: if whole.is_some() { None } else { self.segments },
+            held: None,
+        })
     }
 
     /// Whether to compute Σ x² of the tiles ([`PanelFacts::sum_squares`]; on by default).
@@ -519,9 +603,35 @@ impl<'a> TileProducer<'a> {
                 Ok((facts, None))
             }
             (Operand::Dense(src), None) => {
+                let resident = match stored {
+                    Some(Stored::Decoded(b)) => Some(b),
+                    _ => None,
+                };
                 let mut local = None;
-                let decoded = self.decoded(src.stored(), &mut local)?;
-                let mut kept = if keep {
+                let mut decoded = match resident {
+                    Some(b) => DecodedRows {
+                        whole: Some(b),
+                        segments: None,
+                        held: None,
+                    },
+                    None => self.decoded(src.stored(), &mut local)?,
+                };
+                let reads = decoded.whole.is_some() || decoded.segments.is_some();
+                // A storage-backed panel stays resident as decoded, in its stored type
+                // (segments are gathered into one buffer); a generated one as the tiles'
+                // floats.
+                let mut gathered = (keep && resident.is_none() && reads).then(|| {
+                    let t = src.stored().expect("read from storage").element_type();
+                    let mut values = PanelValues::empty(t);
+                    values.resize(t, h * n);
+                    PanelBuffer {
+                        values,
+                        rows: h,
+                        cols: n,
+                        ..PanelBuffer::default()
+                    }
+                });
+                let mut kept = if keep && !reads {
                     Some(Array2::<T>::zeros((h, n)))
                 } else {
                     None
@@ -530,8 +640,29 @@ impl<'a> TileProducer<'a> {
                 for r0 in (0..h).step_by(TILE_ROWS) {
                     let r1 = (r0 + TILE_ROWS).min(h);
                     let g = self.rows.start + r0 as u64..self.rows.start + r1 as u64;
+                    let block = decoded.at(r0)?;
+                    if let (Some(all), Some((b, 0, true))) = (gathered.as_mut(), block) {
+                        let w = b.values.element_type().size() * n;
+                        let bytes = b.values.bytes();
+                        let len = (b.rows * w).min(bytes.len());
+                        all.values.bytes_mut()[r0 * w..r0 * w + len].copy_from_slice(&bytes[..len]);
+                    }
                     for c0 in (0..n).step_by(TILE_COLS) {
                         let c1 = (c0 + TILE_COLS).min(n);
+                        let same_type = block.and_then(|(b, i, _)| Some((T::values_of(b)?, i)));
+                        if let Some((v, i)) = same_type {
+                            // The same tiles, as views of the decoded rows.
+                            let t = ArrayView2::from_shape(
+                                (r1 - r0, c1 - c0).strides((n, 1)),
+                                &v[i * n + c0..],
+                            )
+                            .expect("the tile lies inside its panel");
+                            if self.measure {
+                                facts.sum_squares += sum_squares_view(t);
+                            }
+                            f(r0, c0, t);
+                            continue;
+                        }
                         let cols = c0 as u64..c1 as u64;
                         let mut t = match kept.as_mut() {
                             Some(k) => k.slice_mut(s![r0..r1, c0..c1]),
@@ -541,8 +672,10 @@ impl<'a> TileProducer<'a> {
                             )
                             .expect("tile fits its buffer"),
                         };
-                        match decoded {
-                            Some(b) => T::fill_buffer(b, r0..r1, c0..c1, t.view_mut()),
+                        match block {
+                            Some((b, i, _)) => {
+                                T::fill_buffer(b, i..i + (r1 - r0), c0..c1, t.view_mut())
+                            }
                             None => T::fill(src.as_ref(), g.clone(), cols, t.view_mut())
                                 .map_err(|e| self.panel_error(g.clone(), e.to_string()))?,
                         }
@@ -552,7 +685,11 @@ impl<'a> TileProducer<'a> {
                         f(r0, c0, t.view());
                     }
                 }
-                Ok((facts, kept.map(T::store)))
+                let kept = match gathered {
+                    Some(b) => Some(Stored::Decoded(b)),
+                    None => kept.map(T::store),
+                };
+                Ok((facts, kept))
             }
             (Operand::Genotypes(src), _) => {
                 self.genotype_tiles(src.as_ref(), stored, keep, tile_buf, f)
@@ -601,19 +738,13 @@ impl<'a> TileProducer<'a> {
         ];
         let mut scales = Vec::with_capacity(TILE_ROWS);
         let mut local = None;
-        let decoded = match packed {
-            Some(_) => None,
-            None => self
-                .decoded(src.stored(), &mut local)?
-                .map(|b| {
-                    b.dosages().ok_or_else(|| {
-                        self.panel_error(
-                            self.rows.clone(),
-                            "decoded genotype panel is not int8".into(),
-                        )
-                    })
-                })
-                .transpose()?,
+        let mut decoded = match packed {
+            Some(_) => DecodedRows {
+                whole: None,
+                segments: None,
+                held: None,
+            },
+            None => self.decoded(src.stored(), &mut local)?,
         };
         let result = (|| -> Result<(), LinalgError> {
             for r0 in (0..h).step_by(TILE_ROWS) {
@@ -627,8 +758,16 @@ impl<'a> TileProducer<'a> {
                     }
                     None => {
                         let g = self.rows.start + r0 as u64..self.rows.start + r1 as u64;
-                        let codes: &[i8] = match decoded {
-                            Some(d) => &d[r0 * n..r1 * n],
+                        let codes: &[i8] = match decoded.at(r0)? {
+                            Some((buf, i, _)) => {
+                                let d = buf.dosages().ok_or_else(|| {
+                                    self.panel_error(
+                                        self.rows.clone(),
+                                        "decoded genotype panel is not int8".into(),
+                                    )
+                                })?;
+                                &d[i * n..(i + b) * n]
+                            }
                             None => {
                                 let view = ArrayViewMut2::from_shape((b, n), &mut codes[..b * n])
                                     .expect("codes fit their buffer");

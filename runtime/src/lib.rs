@@ -7,6 +7,7 @@
 
 pub mod actor;
 pub mod budget;
+mod direct;
 pub mod grid;
 pub mod panel;
 pub mod readahead;
@@ -18,8 +19,10 @@ pub mod zarr;
 pub use actor::{Actor, ActorSpec};
 pub use budget::{parse_bytes, MemoryPlan, ReadBuffers, Residency};
 pub use grid::{ActorShape, Assignment, ChunkGrid, Placement, World};
-pub use panel::{ElementType, PanelBuffer, PanelValues, ReadStats, StoredPanels};
-pub use readahead::{PanelLease, ReadAhead};
+pub use panel::{
+    ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
+};
+pub use readahead::{BufferPool, PanelLease, ReadAhead};
 pub use runtime::{actor_specs, Runtime, RuntimeConfig};
 pub use source::{
     Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix, PanelSource, SourceError,

@@ -16,6 +16,11 @@
 //! each while they compute (never while they wait). The earliest panel not yet taken is
 //! therefore always either decoded, being decoded, or next to be claimed with the next
 //! buffer that a finishing worker returns.
+//!
+//! The unit read may be a whole panel or a segment of one (a few hundred rows, when the
+//! source decodes row ranges): the read-ahead only sees keys and rows. Buffers and each
+//! reader's scratch come from the actor's [`BufferPool`] and go back to it when the pass
+//! ends, so later passes reuse memory the process has already touched.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -23,7 +28,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::panel::{PanelBuffer, ReadStats};
+use crate::panel::{PanelBuffer, PanelValues, ReadScratch, ReadStats};
 use crate::source::SourceError;
 use crate::topology::bind_current_thread;
 
@@ -63,6 +68,39 @@ impl Shared {
 pub struct ReadAhead {
     shared: Arc<Shared>,
     readers: Vec<JoinHandle<()>>,
+    pool: Arc<BufferPool>,
+}
+
+/// Buffers and reader scratch an actor keeps from one pass to the next. Memory that a
+/// process has already touched is cheap to reuse, while fresh memory costs a page fault
+/// per page and, on a machine whose free memory is in the page cache, a reclaim: reusing
+/// the pool keeps each pass from paying for its buffers again.
+#[derive(Default)]
+pub struct BufferPool {
+    buffers: Mutex<Vec<PanelBuffer>>,
+    scratch: Mutex<Vec<ReadScratch>>,
+}
+
+impl BufferPool {
+    fn take_buffers(&self, n: usize) -> Vec<PanelBuffer> {
+        let mut b = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        let keep = b.len().saturating_sub(n);
+        let mut out = b.split_off(keep);
+        out.resize_with(n, PanelBuffer::default);
+        out
+    }
+
+    fn scratch(&self) -> ReadScratch {
+        let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        s.pop().unwrap_or_default()
+    }
+
+    fn give_scratch(&self, s: ReadScratch) {
+        self.scratch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(s);
+    }
 }
 
 /// A decoded panel on loan from a [`ReadAhead`]; its buffer returns to the pool on drop.
@@ -84,6 +122,25 @@ impl std::ops::Deref for PanelLease {
     }
 }
 
+impl PanelLease {
+    /// Takes the decoded values out of the lease, to keep (a panel the memory plan made
+    /// resident). The buffer goes back to the pool empty, and the next panel decoded into
+    /// it allocates anew: the values are not copied.
+    pub fn take_values(mut self) -> PanelBuffer {
+        let b = self
+            .buffer
+            .as_mut()
+            .expect("a lease holds its buffer until dropped");
+        let t = b.values.element_type();
+        PanelBuffer {
+            values: std::mem::replace(&mut b.values, PanelValues::empty(t)),
+            rows: b.rows,
+            cols: b.cols,
+            scratch: ReadScratch::default(),
+        }
+    }
+}
+
 impl Drop for PanelLease {
     fn drop(&mut self) {
         if let Some(b) = self.buffer.take() {
@@ -96,20 +153,20 @@ impl Drop for PanelLease {
 impl ReadAhead {
     /// Starts `readers` threads (pinned to `cores` when given) decoding the panels of
     /// `order` (global panel index and rows, in the order the actor's workers take them)
-    /// into at most `buffers` buffers.
+    /// into at most `buffers` buffers, taken from `pool` and given back when the
+    /// read-ahead is dropped.
     pub fn start(
         order: Vec<(usize, Range<u64>)>,
         buffers: usize,
         readers: usize,
         cores: Option<Vec<usize>>,
         read: Arc<ReadFn>,
+        pool: Arc<BufferPool>,
     ) -> std::io::Result<ReadAhead> {
         let shared = Arc::new(Shared {
             order,
             state: Mutex::new(State {
-                free: (0..buffers.max(1))
-                    .map(|_| PanelBuffer::default())
-                    .collect(),
+                free: pool.take_buffers(buffers.max(1)),
                 ..State::default()
             }),
             changed: Condvar::new(),
@@ -120,6 +177,7 @@ impl ReadAhead {
             let shared = Arc::clone(&shared);
             let read = Arc::clone(&read);
             let cores = cores.clone();
+            let pool = Arc::clone(&pool);
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("readahead-{t}"))
@@ -129,13 +187,16 @@ impl ReadAhead {
                             // report already tells the user when binding fails.
                             let _ = bind_current_thread(&c);
                         }
-                        reader(&shared, read.as_ref());
+                        let mut scratch = pool.scratch();
+                        reader(&shared, read.as_ref(), &mut scratch);
+                        pool.give_scratch(scratch);
                     })?,
             );
         }
         Ok(ReadAhead {
             shared,
             readers: handles,
+            pool,
         })
     }
 
@@ -162,7 +223,9 @@ impl ReadAhead {
     }
 }
 
-fn reader(shared: &Shared, read: &ReadFn) {
+/// Decodes panels until none is left; `scratch` is this reader's, lent to each buffer it
+/// decodes into (so scratch is held per reader, not per buffer).
+fn reader(shared: &Shared, read: &ReadFn, scratch: &mut ReadScratch) {
     loop {
         let (i, mut buffer) = {
             let mut st = shared.lock();
@@ -179,7 +242,9 @@ fn reader(shared: &Shared, read: &ReadFn) {
         };
         let (panel, rows) = shared.order[i].clone();
         let t = Instant::now();
+        std::mem::swap(&mut buffer.scratch, scratch);
         let result = read(rows, &mut buffer);
+        std::mem::swap(&mut buffer.scratch, scratch);
         let seconds = t.elapsed().as_secs_f64();
         shared.lock().ready.insert(
             panel,
@@ -200,6 +265,16 @@ impl Drop for ReadAhead {
         for h in self.readers.drain(..) {
             let _ = h.join();
         }
+        // Buffers still on loan are dropped with their leases; the rest go back.
+        let mut st = self.shared.lock();
+        let mut back = std::mem::take(&mut st.free);
+        back.extend(st.ready.drain().map(|(_, d)| d.buffer));
+        drop(st);
+        self.pool
+            .buffers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(back);
     }
 }
 
@@ -233,7 +308,7 @@ mod tests {
                 decoded_bytes: 32,
             })
         });
-        let ra = ReadAhead::start(order(50), 3, 2, None, read).unwrap();
+        let ra = ReadAhead::start(order(50), 3, 2, None, read, Arc::default()).unwrap();
         for p in 0..50 {
             let lease = ra.take(p).unwrap();
             assert_eq!(lease.values, PanelValues::F64(vec![p as f64 * 10.0; 4]));
@@ -248,7 +323,7 @@ mod tests {
             b.values = PanelValues::I8(vec![(rows.start / 10) as i8; 2]);
             Ok(ReadStats::default())
         });
-        let ra = Arc::new(ReadAhead::start(order(40), 1, 2, None, read).unwrap());
+        let ra = Arc::new(ReadAhead::start(order(40), 1, 2, None, read, Arc::default()).unwrap());
         let next = Arc::new(Mutex::new(0usize));
         let workers: Vec<_> = (0..3)
             .map(|_| {
@@ -288,7 +363,7 @@ mod tests {
                 Ok(ReadStats::default())
             }
         });
-        let ra = ReadAhead::start(order(5), 2, 1, None, read).unwrap();
+        let ra = ReadAhead::start(order(5), 2, 1, None, read, Arc::default()).unwrap();
         assert!(ra.take(0).is_ok());
         assert!(ra.take(1).is_ok());
         assert!(ra.take(2).is_err());
@@ -297,10 +372,41 @@ mod tests {
     }
 
     #[test]
+    fn buffers_and_reader_scratch_go_back_to_the_pool_for_the_next_pass() {
+        let pool = Arc::new(BufferPool::default());
+        let read: Arc<ReadFn> = Arc::new(|_rows: Range<u64>, b: &mut PanelBuffer| {
+            b.values.resize(crate::panel::ElementType::F64, 1000);
+            Ok(ReadStats::default())
+        });
+        for _pass in 0..3 {
+            let ra = ReadAhead::start(order(6), 2, 1, None, Arc::clone(&read), Arc::clone(&pool))
+                .unwrap();
+            for p in 0..6 {
+                drop(ra.take(p).unwrap());
+            }
+            drop(ra);
+            let buffers = pool.buffers.lock().unwrap();
+            assert_eq!(buffers.len(), 2, "the pool keeps the pass's buffers");
+            assert!(buffers.iter().all(|b| b.values.len() == 1000));
+            assert_eq!(
+                pool.scratch.lock().unwrap().len(),
+                1,
+                "one reader's scratch"
+            );
+        }
+        // A kept panel takes its values and leaves the buffer behind, empty.
+        let ra = ReadAhead::start(order(1), 2, 1, None, read, Arc::clone(&pool)).unwrap();
+        let kept = ra.take(0).unwrap().take_values();
+        assert_eq!(kept.values.len(), 1000);
+        drop(ra);
+        assert_eq!(pool.buffers.lock().unwrap().len(), 2);
+    }
+
+    #[test]
     fn dropping_stops_readers_with_panels_untaken() {
         let read: Arc<ReadFn> =
             Arc::new(|_r: Range<u64>, _b: &mut PanelBuffer| Ok(ReadStats::default()));
-        let ra = ReadAhead::start(order(100), 2, 2, None, read).unwrap();
+        let ra = ReadAhead::start(order(100), 2, 2, None, read, Arc::default()).unwrap();
         drop(ra.take(0));
         drop(ra);
     }

@@ -10,11 +10,20 @@
 //! # Decoding
 //!
 //! [`StoredPanels::read_panel`] decodes the chunks of a band one at a time, straight into
-//! the caller's reusable [`PanelBuffer`] (zarrs' decode-into views), in the stored element
-//! type. Chunks are decoded one by one rather than as one multi-chunk request so that a
-//! failure names the chunk key at fault. Missing chunks read as the fill value, as the
-//! Zarr specification says. The codec concurrency is 1: parallelism comes from the actors'
-//! own read-ahead threads, each decoding a different panel on the actor's own cores.
+//! the caller's reusable [`PanelBuffer`], in the stored element type. Chunks are decoded
+//! one by one rather than as one multi-chunk request so that a failure names the chunk key
+//! at fault. Missing chunks read as the fill value, as the Zarr specification says. The
+//! codec concurrency is 1: parallelism comes from the actors' own read-ahead threads, each
+//! decoding a different panel (or segment) on the actor's own cores.
+//!
+//! Blosc and uncompressed chunks (little-endian, no filters) are decoded here rather than
+//! by zarrs (see `direct.rs`: zarrs' two fresh allocations per chunk cost more than the
+//! decoding); every other chain goes through zarrs' decode-into views. When such chunks
+//! span every column, any range of rows decodes without the rest of its chunk (Blosc
+//! decodes only the blocks holding it, from the mapped file), so the read-ahead can read a
+//! band in segments of a few MiB however large the stored chunks are
+//! ([`StoredPanels::partial_reads`]); each chunk is still decoded by the one actor that
+//! owns its band.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -28,7 +37,8 @@ use zarrs::array::{
 use zarrs::filesystem::FilesystemStore;
 use zarrs::storage::ReadableStorageTraits;
 
-use crate::panel::{ElementType, PanelBuffer, PanelValues, ReadStats, StoredPanels};
+use crate::direct::{copy_block, DirectCodec};
+use crate::panel::{ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadStats, StoredPanels};
 use crate::source::{GenotypeSource, PanelSource, SourceError};
 
 /// Errors of Zarr sources. Every message names the store and array, and the chunk key
@@ -119,6 +129,7 @@ pub struct ZarrArray {
     label: String,
     format: u8,
     codecs: String,
+    direct: Option<DirectCodec>,
 }
 
 impl std::fmt::Debug for ZarrArray {
@@ -211,6 +222,7 @@ impl ZarrArray {
             .and_then(|v| v.as_u64())
             .unwrap_or(3) as u8;
         let codecs = describe_codecs(&meta);
+        let direct = DirectCodec::of(&meta);
         Ok(ZarrArray {
             array: Arc::new(
                 array.with_codec_options(CodecOptions::default().with_concurrent_target(1)),
@@ -218,6 +230,7 @@ impl ZarrArray {
             label,
             format,
             codecs,
+            direct,
         })
     }
 
@@ -280,6 +293,52 @@ impl ZarrArray {
             }
         }
         Ok(c)
+    }
+
+    /// Bytes of chunk scratch ([`ChunkScratch`]) a reader of this array holds, for a reader
+    /// of bands along the first dimension (`along_first`) or along another. Blosc needs
+    /// the encoded chunk (at most its decoded size plus the frame overhead); a chunk that
+    /// does not land contiguously in the band (it does not span the trailing dimensions)
+    /// is decoded whole first; zarrs' own decoding holds both.
+    pub fn scratch_bytes(&self, along_first: bool) -> u64 {
+        let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
+        let Ok(cs) = self.chunk_shape() else {
+            return 0;
+        };
+        let whole = cs.iter().product::<u64>() * elem;
+        let shape = self.shape();
+        let contiguous = along_first && cs.iter().zip(&shape).skip(1).all(|(c, s)| c >= s);
+        let staging = if contiguous { 0 } else { whole };
+        match self.direct {
+            Some(DirectCodec::Raw) => staging,
+            Some(DirectCodec::Blosc) => whole + (64 << 10) + staging,
+            None => 2 * whole + (64 << 10),
+        }
+    }
+
+    /// What decoding part of a chunk holds besides its destination: Blosc's temporaries,
+    /// a few blocks (a block is at most the chunk, and Blosc's automatic block sizes stay
+    /// under 4 MiB); an uncompressed chunk needs none.
+    pub fn partial_scratch_bytes(&self) -> u64 {
+        let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
+        let whole = self
+            .chunk_shape()
+            .map_or(0, |c| c.iter().product::<u64>() * elem);
+        match self.direct {
+            Some(DirectCodec::Blosc) => 3 * whole.min(4 << 20),
+            _ => 0,
+        }
+    }
+
+    /// Whether a range of rows (along the first dimension) decodes without decoding the
+    /// rest of its chunks: the codec chain is decoded here (Blosc blocks, or uncompressed
+    /// bytes at an offset) and the chunks span every other dimension whole.
+    pub fn decodes_row_ranges(&self) -> bool {
+        let shape = self.shape();
+        self.direct.is_some()
+            && self
+                .chunk_shape()
+                .is_ok_and(|c| c.iter().zip(&shape).skip(1).all(|(c, s)| c == s))
     }
 
     /// Encoded bytes of the chunk at `idx` (0 when it is missing).
@@ -350,12 +409,13 @@ impl ZarrArray {
     }
 
     /// Decodes `region` into `bytes`, which holds the region in C order with elements of
-    /// `elem` bytes, chunk by chunk.
+    /// `elem` bytes, chunk by chunk. `scratch` is the caller's reusable chunk memory.
     pub fn decode_region(
         &self,
         region: &[Range<u64>],
         elem: usize,
         bytes: &mut [u8],
+        scratch: &mut ChunkScratch,
     ) -> Result<ReadStats, ZarrError> {
         let shape: Vec<u64> = region.iter().map(|r| r.end - r.start).collect();
         let need = shape.iter().product::<u64>() as usize * elem;
@@ -367,46 +427,144 @@ impl ZarrArray {
             )));
         }
         let mut stats = ReadStats::default();
-        let cells = UnsafeCellSlice::new(bytes);
+        let chunk_rows = self.chunk_shape()?.first().copied().unwrap_or(1);
         for idx in self.chunks_in(region)? {
-            let chunk = self
-                .array
-                .chunk_subset_bounded(&idx)
-                .map_err(|e| self.chunk_error(&idx, e.to_string()))?;
-            let part: Vec<Range<u64>> = chunk
-                .to_ranges()
-                .iter()
-                .zip(region)
-                .map(|(c, r)| c.start.max(r.start)..c.end.min(r.end))
-                .collect();
-            let in_view: Vec<Range<u64>> = part
-                .iter()
-                .zip(region)
-                .map(|(p, r)| p.start - r.start..p.end - r.start)
-                .collect();
-            // SAFETY: the views of one call cover disjoint subsets (distinct chunks) and are
-            // used one after the other; `bytes` is exclusively borrowed for the whole call.
-            let mut view = unsafe {
-                ArrayBytesFixedDisjointView::new(
-                    cells,
-                    elem,
-                    &shape,
-                    ArraySubset::new_with_ranges(&in_view),
-                )
+            let stored = match self.direct {
+                Some(codec) => self.decode_direct(codec, &idx, region, elem, bytes, scratch)?,
+                None => None,
+            };
+            let stored = match stored {
+                Some(b) => b,
+                None => {
+                    self.decode_by_zarrs(&idx, region, &shape, elem, bytes)?;
+                    self.stored_chunk_bytes(&idx)
+                }
+            };
+            // A chunk read in parts counts once, with its part holding its first row.
+            if region[0].start <= idx[0] * chunk_rows {
+                stats.chunks += 1;
             }
-            .map_err(|e| self.chunk_error(&idx, e.to_string()))?;
-            self.array
-                .retrieve_array_subset_into_opt(
-                    &ArraySubset::new_with_ranges(&part),
-                    (&mut view).into(),
-                    &CodecOptions::default().with_concurrent_target(1),
-                )
-                .map_err(|e| self.chunk_error(&idx, e.to_string()))?;
-            stats.chunks += 1;
-            stats.stored_bytes += self.stored_chunk_bytes(&idx);
+            stats.stored_bytes += stored;
         }
         stats.decoded_bytes = need as u64;
         Ok(stats)
+    }
+
+    /// Decodes chunk `idx` of `region` with a [`DirectCodec`]: straight into `bytes` when
+    /// the whole chunk lands contiguously there, else through `scratch.staging`. Returns
+    /// the stored bytes, or `None` for a missing chunk (left to zarrs: the fill value).
+    fn decode_direct(
+        &self,
+        codec: DirectCodec,
+        idx: &[u64],
+        region: &[Range<u64>],
+        elem: usize,
+        bytes: &mut [u8],
+        scratch: &mut ChunkScratch,
+    ) -> Result<Option<u64>, ZarrError> {
+        let cs = self.chunk_shape()?;
+        let path = self
+            .array
+            .storage()
+            .key_to_fspath(&self.array.chunk_key(idx));
+        let whole = cs.iter().product::<u64>() as usize * elem;
+        let origin: Vec<u64> = idx.iter().zip(&cs).map(|(i, c)| i * c).collect();
+        let shape: Vec<u64> = region.iter().map(|r| r.end - r.start).collect();
+        let fail = |m: String| self.chunk_error(idx, m);
+        // A chunk that spans the region's full extent in every dimension but the first
+        // lands contiguously in it: decoded in place, whole or (rows cut by the region)
+        // only the rows the region holds.
+        if (1..cs.len()).all(|d| origin[d] == region[d].start && cs[d] == shape[d]) {
+            let row = shape[1..].iter().product::<u64>() * elem as u64;
+            let r0 = origin[0].max(region[0].start);
+            let r1 = (origin[0] + cs[0]).min(region[0].end);
+            let at = ((r0 - region[0].start) * row) as usize;
+            let dest = &mut bytes[at..at + ((r1 - r0) * row) as usize];
+            if r0 == origin[0] && r1 == origin[0] + cs[0] {
+                return codec
+                    .decode_file(&path, &mut scratch.encoded, dest)
+                    .map_err(fail);
+            }
+            let part = ((r0 - origin[0]) * row) as usize..((r1 - origin[0]) * row) as usize;
+            return codec.decode_part(&path, part, whole, dest).map_err(fail);
+        }
+        crate::panel::grow(&mut scratch.staging, whole, 0);
+        let Some(stored) = codec
+            .decode_file(&path, &mut scratch.encoded, &mut scratch.staging)
+            .map_err(fail)?
+        else {
+            return Ok(None);
+        };
+        let start: Vec<u64> = origin
+            .iter()
+            .zip(region)
+            .map(|(&o, r)| o.max(r.start))
+            .collect();
+        let extent: Vec<u64> = start
+            .iter()
+            .zip(origin.iter().zip(&cs))
+            .zip(region)
+            .map(|((&s, (&o, &c)), r)| (o + c).min(r.end) - s)
+            .collect();
+        let src_at: Vec<u64> = start.iter().zip(&origin).map(|(s, o)| s - o).collect();
+        let dst_at: Vec<u64> = start.iter().zip(region).map(|(s, r)| s - r.start).collect();
+        copy_block(
+            &scratch.staging,
+            &cs,
+            &src_at,
+            bytes,
+            &shape,
+            &dst_at,
+            &extent,
+            elem,
+        );
+        Ok(Some(stored))
+    }
+
+    /// Decodes chunk `idx` of `region` through zarrs (every codec chain, and the fill value
+    /// of a missing chunk).
+    fn decode_by_zarrs(
+        &self,
+        idx: &[u64],
+        region: &[Range<u64>],
+        shape: &[u64],
+        elem: usize,
+        bytes: &mut [u8],
+    ) -> Result<(), ZarrError> {
+        let chunk = self
+            .array
+            .chunk_subset_bounded(idx)
+            .map_err(|e| self.chunk_error(idx, e.to_string()))?;
+        let part: Vec<Range<u64>> = chunk
+            .to_ranges()
+            .iter()
+            .zip(region)
+            .map(|(c, r)| c.start.max(r.start)..c.end.min(r.end))
+            .collect();
+        let in_view: Vec<Range<u64>> = part
+            .iter()
+            .zip(region)
+            .map(|(p, r)| p.start - r.start..p.end - r.start)
+            .collect();
+        let cells = UnsafeCellSlice::new(bytes);
+        // SAFETY: `bytes` is exclusively borrowed for this call and the one view made of
+        // it is its only user.
+        let mut view = unsafe {
+            ArrayBytesFixedDisjointView::new(
+                cells,
+                elem,
+                shape,
+                ArraySubset::new_with_ranges(&in_view),
+            )
+        }
+        .map_err(|e| self.chunk_error(idx, e.to_string()))?;
+        self.array
+            .retrieve_array_subset_into_opt(
+                &ArraySubset::new_with_ranges(&part),
+                (&mut view).into(),
+                &CodecOptions::default().with_concurrent_target(1),
+            )
+            .map_err(|e| self.chunk_error(idx, e.to_string()))
     }
 
     /// Reads a 1-D array of strings (e.g. sample ids).
@@ -608,6 +766,14 @@ impl ZarrMatrix {
 }
 
 impl StoredPanels for ZarrMatrix {
+    fn element_type(&self) -> ElementType {
+        self.elem
+    }
+
+    fn partial_reads(&self) -> bool {
+        !self.transposed && self.array.decodes_row_ranges()
+    }
+
     fn stored_bytes(&self, rows: Range<u64>) -> u64 {
         self.array.stored_bytes(&self.region(&rows)).unwrap_or(0)
     }
@@ -627,13 +793,12 @@ impl StoredPanels for ZarrMatrix {
             self.stored_shape.1
         };
         let one = rows * other * self.elem.size() as u64;
-        // The encoded chunk is read whole before it is decoded (at most about the decoded
-        // size), and the transposed read decodes into a scratch band first.
-        if self.transposed {
-            3 * one
-        } else {
-            2 * one
+        if rows < self.chunk_rows() && self.partial_reads() {
+            return one + self.array.partial_scratch_bytes();
         }
+        // The transposed read decodes into a scratch band first.
+        let bands = if self.transposed { 2 } else { 1 };
+        bands * one + self.array.scratch_bytes(!self.transposed)
     }
 
     fn read_panel(
@@ -647,34 +812,38 @@ impl StoredPanels for ZarrMatrix {
         let region = self.region(&rows);
         buf.rows = h;
         buf.cols = n as usize;
+        let len = h * n as usize;
         if !self.transposed {
-            buf.values.resize(self.elem, h * n as usize);
+            buf.values.resize(self.elem, len);
             return Ok(self.array.decode_region(
                 &region,
                 self.elem.size(),
                 buf.values.bytes_mut(),
+                &mut buf.scratch.chunk,
             )?);
         }
-        let mut scratch = std::mem::replace(&mut buf.values, PanelValues::empty(self.elem));
-        scratch.resize(self.elem, h * n as usize);
-        let stats = self
-            .array
-            .decode_region(&region, self.elem.size(), scratch.bytes_mut());
-        let mut values = PanelValues::empty(self.elem);
-        values.resize(self.elem, h * n as usize);
-        if stats.is_ok() {
-            match (&scratch, &mut values) {
-                (PanelValues::U8(s), PanelValues::U8(d)) => transpose_into(s, n as usize, h, d),
-                (PanelValues::I8(s), PanelValues::I8(d)) => transpose_into(s, n as usize, h, d),
-                (PanelValues::I16(s), PanelValues::I16(d)) => transpose_into(s, n as usize, h, d),
-                (PanelValues::I32(s), PanelValues::I32(d)) => transpose_into(s, n as usize, h, d),
-                (PanelValues::F32(s), PanelValues::F32(d)) => transpose_into(s, n as usize, h, d),
-                (PanelValues::F64(s), PanelValues::F64(d)) => transpose_into(s, n as usize, h, d),
-                _ => unreachable!("both buffers have the stored type"),
-            }
+        let band = buf
+            .scratch
+            .band
+            .get_or_insert_with(|| PanelValues::empty(self.elem));
+        band.resize(self.elem, len);
+        let stats = self.array.decode_region(
+            &region,
+            self.elem.size(),
+            band.bytes_mut(),
+            &mut buf.scratch.chunk,
+        )?;
+        buf.values.resize(self.elem, len);
+        match (&*band, &mut buf.values) {
+            (PanelValues::U8(s), PanelValues::U8(d)) => transpose_into(s, n as usize, h, d),
+            (PanelValues::I8(s), PanelValues::I8(d)) => transpose_into(s, n as usize, h, d),
+            (PanelValues::I16(s), PanelValues::I16(d)) => transpose_into(s, n as usize, h, d),
+            (PanelValues::I32(s), PanelValues::I32(d)) => transpose_into(s, n as usize, h, d),
+            (PanelValues::F32(s), PanelValues::F32(d)) => transpose_into(s, n as usize, h, d),
+            (PanelValues::F64(s), PanelValues::F64(d)) => transpose_into(s, n as usize, h, d),
+            _ => unreachable!("both buffers have the stored type"),
         }
-        buf.values = values;
-        Ok(stats?)
+        Ok(stats)
     }
 }
 
@@ -876,6 +1045,14 @@ impl ZarrGenotypes {
 }
 
 impl StoredPanels for ZarrGenotypes {
+    fn element_type(&self) -> ElementType {
+        ElementType::I8
+    }
+
+    fn partial_reads(&self) -> bool {
+        self.array.decodes_row_ranges()
+    }
+
     fn stored_bytes(&self, rows: Range<u64>) -> u64 {
         self.array
             .stored_bytes(&[rows, 0..self.shape.1])
@@ -888,13 +1065,19 @@ impl StoredPanels for ZarrGenotypes {
 
     fn buffer_bytes(&self, rows: u64) -> u64 {
         let one = rows * self.shape.1;
-        // The buffer, the encoded chunk read before decoding and, for wider integer types,
-        // the decoded values before their conversion to dosages.
-        if self.elem == ElementType::I8 {
-            2 * one
+        // The dosages and, for wider integer types, the decoded values before their
+        // conversion to dosages.
+        let band = if self.elem == ElementType::I8 {
+            0
         } else {
-            one * (1 + 2 * self.elem.size() as u64)
-        }
+            one * self.elem.size() as u64
+        };
+        let scratch = if rows < self.chunk.0 && self.partial_reads() {
+            self.array.partial_scratch_bytes()
+        } else {
+            self.array.scratch_bytes(true)
+        };
+        one + band + scratch
     }
 
     fn read_panel(
@@ -911,21 +1094,30 @@ impl StoredPanels for ZarrGenotypes {
         buf.cols = n as usize;
         if self.elem == ElementType::I8 {
             buf.values.resize(ElementType::I8, len);
-            return Ok(self
-                .array
-                .decode_region(&region, 1, buf.values.bytes_mut())?);
+            return Ok(self.array.decode_region(
+                &region,
+                1,
+                buf.values.bytes_mut(),
+                &mut buf.scratch.chunk,
+            )?);
         }
-        let mut scratch = PanelValues::empty(self.elem);
-        scratch.resize(self.elem, len);
-        let stats = self
-            .array
-            .decode_region(&region, self.elem.size(), scratch.bytes_mut())?;
+        let band = buf
+            .scratch
+            .band
+            .get_or_insert_with(|| PanelValues::empty(self.elem));
+        band.resize(self.elem, len);
+        let stats = self.array.decode_region(
+            &region,
+            self.elem.size(),
+            band.bytes_mut(),
+            &mut buf.scratch.chunk,
+        )?;
         buf.values.resize(ElementType::I8, len);
         let PanelValues::I8(dst) = &mut buf.values else {
             unreachable!("resized to i8")
         };
         let r0 = rows.start;
-        match &scratch {
+        match &*band {
             PanelValues::U8(s) => to_dosages(&self.array, s, r0, n as usize, dst)?,
             PanelValues::I16(s) => to_dosages(&self.array, s, r0, n as usize, dst)?,
             PanelValues::I32(s) => to_dosages(&self.array, s, r0, n as usize, dst)?,
@@ -1113,6 +1305,10 @@ impl VcfZarr {
 }
 
 impl StoredPanels for VcfZarr {
+    fn element_type(&self) -> ElementType {
+        ElementType::I8
+    }
+
     fn stored_bytes(&self, rows: Range<u64>) -> u64 {
         let region = [rows, 0..self.shape.1, 0..self.ploidy];
         self.genotype.stored_bytes(&region).unwrap_or(0)
@@ -1128,8 +1324,13 @@ impl StoredPanels for VcfZarr {
 
     fn buffer_bytes(&self, rows: u64) -> u64 {
         let calls = rows * self.shape.1;
-        // Dosages, alleles (and mask), and one encoded chunk band read before decoding.
-        calls * (1 + 2 * self.ploidy * if self.mask.is_some() { 2 } else { 1 })
+        // Dosages, alleles (and mask), and the chunk scratch the two arrays share.
+        let per_call = 1 + self.ploidy * if self.mask.is_some() { 2 } else { 1 };
+        let scratch = self
+            .genotype
+            .scratch_bytes(true)
+            .max(self.mask.as_ref().map_or(0, |m| m.scratch_bytes(true)));
+        calls * per_call + scratch
     }
 
     fn read_panel(
@@ -1143,14 +1344,22 @@ impl StoredPanels for VcfZarr {
         let p = self.ploidy as usize;
         let calls = h * n as usize;
         let region = [rows.clone(), 0..n, 0..self.ploidy];
-        let mut alleles = vec![0i8; calls * p];
+        let scratch = &mut buf.scratch;
+        let band = scratch
+            .band
+            .get_or_insert_with(|| PanelValues::empty(ElementType::I8));
+        band.resize(ElementType::I8, calls * p);
         let mut stats =
             self.genotype
-                .decode_region(&region, 1, bytemuck::cast_slice_mut(&mut alleles))?;
-        let mut mask = Vec::new();
+                .decode_region(&region, 1, band.bytes_mut(), &mut scratch.chunk)?;
+        let PanelValues::I8(alleles) = &*band else {
+            unreachable!("resized to i8")
+        };
+        let mask = &mut scratch.mask;
+        mask.clear();
         if let Some(ma) = &self.mask {
-            mask = vec![0u8; calls * p];
-            stats += ma.decode_region(&region, 1, &mut mask)?;
+            crate::panel::grow(mask, calls * p, 0);
+            stats += ma.decode_region(&region, 1, mask, &mut scratch.chunk)?;
         }
         buf.rows = h;
         buf.cols = n as usize;
@@ -1222,14 +1431,16 @@ impl GenotypeSource for VcfZarr {
     }
 }
 
-/// The sum of the values in storage order, in f64 (the checksum of `rankwise read`).
-pub fn sum_values(values: &PanelValues) -> f64 {
+/// `acc` plus the values in storage order, summed one after the other in f64 (the
+/// checksum of `rankwise read`; a panel read in segments gives the same bits as one read
+/// whole, by carrying `acc` from segment to segment).
+pub fn sum_values(acc: f64, values: &PanelValues) -> f64 {
     match values {
-        PanelValues::U8(v) => v.iter().map(|&x| f64::from(x)).sum(),
-        PanelValues::I8(v) => v.iter().map(|&x| f64::from(x)).sum(),
-        PanelValues::I16(v) => v.iter().map(|&x| f64::from(x)).sum(),
-        PanelValues::I32(v) => v.iter().map(|&x| f64::from(x)).sum(),
-        PanelValues::F32(v) => v.iter().map(|&x| f64::from(x)).sum(),
-        PanelValues::F64(v) => v.iter().sum(),
+        PanelValues::U8(v) => v.iter().fold(acc, |a, &x| a + f64::from(x)),
+        PanelValues::I8(v) => v.iter().fold(acc, |a, &x| a + f64::from(x)),
+        PanelValues::I16(v) => v.iter().fold(acc, |a, &x| a + f64::from(x)),
+        PanelValues::I32(v) => v.iter().fold(acc, |a, &x| a + f64::from(x)),
+        PanelValues::F32(v) => v.iter().fold(acc, |a, &x| a + f64::from(x)),
+        PanelValues::F64(v) => v.iter().fold(acc, |a, &x| a + x),
     }
 }

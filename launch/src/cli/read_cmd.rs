@@ -8,11 +8,14 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use rankwise_linalg::reads::{read_buffers, PassReads, ReadTotals};
+use rankwise_linalg::reads::{
+    read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading,
+};
+use rankwise_linalg::tiles::PanelSegments;
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::zarr::{sum_values, ZarrMatrix};
 use rankwise_runtime::{ChunkGrid, MemoryPlan, PanelSource, Placement, Runtime, StoredPanels};
@@ -54,7 +57,9 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
     let grid = ChunkGrid::new(m, n, a.chunk_rows.unwrap_or(band))?;
     let world = rt.world();
     let placement = Placement::compute(grid.panels(), world);
-    let reads = read_buffers(z.as_ref(), &grid, &z.describe())?;
+    let segment_bytes = a.run.segment_bytes()?;
+    let reads = read_buffers(z.as_ref(), &grid, &z.describe(), Some(segment_bytes))?;
+    let segments = segment_rows(z.as_ref(), &grid, segment_bytes);
     let me = rt.rank();
     let mut order = Vec::new();
     let mut buffers = Vec::new();
@@ -73,18 +78,36 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
         .iter()
         .map(|o| o.iter().map(|(p, _)| *p).collect())
         .collect();
-    let totals = Arc::new(Mutex::new(ReadTotals::default()));
+    let totals = Arc::new(Reading::default());
     let z2 = Arc::clone(&z);
     let reader: Arc<rankwise_runtime::readahead::ReadFn> =
         Arc::new(move |rows, buf| z2.read_panel(rows, buf));
 
     rt.comm().barrier()?;
     let t = Instant::now();
-    let pass = PassReads::start(rt, Some(reader), order, &buffers, Arc::clone(&totals))?;
+    let pass = PassReads::start(
+        rt,
+        Some(reader),
+        order,
+        &buffers,
+        Arc::clone(&totals),
+        segments,
+    )?;
     let sums = rt.map(inputs, move |actor, p| {
-        let rows = grid.panel_rows(p);
-        let lease = pass.take(actor, p, &rows)?.expect("every panel is read");
-        Ok::<_, CliError>((p, sum_values(&lease.values)))
+        let sum = match pass.panel(actor, p)? {
+            PanelRead::Whole(lease) => sum_values(0.0, &lease.values),
+            PanelRead::Segments(segs) => {
+                let rows = grid.panel_rows(p);
+                let count = (rows.end - rows.start).div_ceil(segs.segment_rows() as u64);
+                let mut acc = 0.0;
+                for s in 0..count as usize {
+                    acc = sum_values(acc, &segs.take(s)?.values);
+                }
+                acc
+            }
+            PanelRead::NotRead => unreachable!("every panel is read"),
+        };
+        Ok::<_, CliError>((p, sum))
     })?;
     let mine_seconds = t.elapsed().as_secs_f64();
     let mut mine = Vec::new();
@@ -93,7 +116,7 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
             mine.push(r?);
         }
     }
-    let t_mine = *totals.lock().unwrap_or_else(|p| p.into_inner());
+    let t_mine = totals.totals();
     let payload = serde_json::to_vec(&json!({
         "sums": mine,
         "read": t_mine,

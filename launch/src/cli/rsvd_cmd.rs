@@ -11,7 +11,7 @@ use rankwise_linalg::{
 };
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
-use rankwise_runtime::{Dist, Generated, GenotypeSource, Runtime};
+use rankwise_runtime::{Dist, ElementType, Generated, GenotypeSource, Runtime};
 use serde_json::json;
 
 use super::{
@@ -54,14 +54,17 @@ pub(super) struct SketchArgs {
     #[arg(long)]
     sketch_seed: Option<u64>,
     /// Precision of the tiles and their GEMMs (sums are accumulated in f64 either way);
-    /// f32 doubles the GEMM rate and halves resident float panels.
-    #[arg(long, value_enum, default_value = "f64")]
+    /// f32 doubles the GEMM rate and halves resident float panels. `auto`: f32 for a
+    /// float32 Zarr array (its values carry no more), f64 otherwise.
+    #[arg(long, value_enum, default_value = "auto")]
     precision: PrecisionChoice,
 }
 
 /// Precision of the tile GEMMs.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PrecisionChoice {
+    /// f32 for float32 stored values, f64 otherwise.
+    Auto,
     /// f64 tiles, DGEMM.
     F64,
     /// f32 tiles, SGEMM.
@@ -69,7 +72,12 @@ pub(super) enum PrecisionChoice {
 }
 
 impl SketchArgs {
-    fn options(&self, matrix_seed: u64) -> RsvdOptions {
+    /// The options for `operand`, whose generated values (if any) use `matrix_seed`.
+    fn options(&self, matrix_seed: u64, operand: &Operand) -> RsvdOptions {
+        let stored_f32 = matches!(operand, Operand::Dense(_))
+            && operand
+                .stored()
+                .is_some_and(|s| s.element_type() == ElementType::F32);
         RsvdOptions {
             k: self.k,
             oversample: self.oversample,
@@ -83,9 +91,11 @@ impl SketchArgs {
                 .unwrap_or_else(|| matrix_seed.wrapping_add(1)),
             probes: self.probes,
             precision: match self.precision {
-                PrecisionChoice::F64 => Precision::F64,
+                PrecisionChoice::Auto if stored_f32 => Precision::F32,
+                PrecisionChoice::Auto | PrecisionChoice::F64 => Precision::F64,
                 PrecisionChoice::F32 => Precision::F32,
             },
+            ..RsvdOptions::default()
         }
     }
 }
@@ -209,7 +219,10 @@ pub(super) fn rsvd_command(
         grid: p.grid,
         transposed: p.transposed,
     };
-    let options = a.sketch.options(m.seed);
+    let options = RsvdOptions {
+        segment_bytes: a.run.segment_bytes()?,
+        ..a.sketch.options(m.seed, &problem.operand)
+    };
     let job = Job {
         command: "rsvd",
         shape,
@@ -271,7 +284,10 @@ pub(super) fn pca_command(
     let shape = source.shape();
     let band = source.stored().map(|s| s.chunk_rows()).unwrap_or(shape.0);
     let problem = RsvdProblem::genotypes(source, a.chunk_rows.unwrap_or(band))?;
-    let options = a.sketch.options(a.seed);
+    let options = RsvdOptions {
+        segment_bytes: a.run.segment_bytes()?,
+        ..a.sketch.options(a.seed, &problem.operand)
+    };
     let job = Job {
         command: "pca",
         shape,
