@@ -30,11 +30,13 @@ min(max(20, k + n_oversamples), min(m, n)). With the default iterator="power" th
 iterations are plain products H = A (Aᵀ H) with no re-orthonormalization in between: a
 single TSQR of H at the end (iterator="QR" would do a TSQR after every product). The test
 matrix Ω is `default_rng(seed).standard_normal((n, l))`, chunked like A's columns.
-compute=False (used here) makes the whole factorization one graph in which every pass over
-A uses the same chunk keys, so the threaded scheduler keeps each generated chunk of A in
-memory until its last pass: for `float64`, A is generated once per repetition and all of it
-is resident (peak RSS ≈ 8·m·n bytes + ~70 MiB measured at small shapes), it is not
-regenerated per pass. (compute=True would persist H between passes and regenerate A.)
+compute=False (the default) makes the whole factorization one graph in which every pass
+over A uses the same chunk keys, so the threaded scheduler keeps each generated chunk of A
+in memory until its last pass: for `float64`, A is generated once per repetition and all
+of it is resident (peak RSS ≈ 8·m·n bytes + ~70 MiB measured at small shapes), which at
+200,000 × 20,000 (32 GB) is killed for memory on a 24 GiB machine. `--compute` passes
+compute=True, Dask's documented setting for inputs larger than memory: H (and the
+compression matrix) is persisted between passes and A is regenerated in every pass.
 coerce_signs=True applies svd_flip to U and V.
 
 Peak RSS (ru_maxrss) is read right after the timed repetitions, before the accuracy check
@@ -78,6 +80,11 @@ def parse_args(argv=None):
     p.add_argument("--blas-threads", choices=["1", "default"], default="default")
     p.add_argument("--workers", type=int, default=2, help="Dask threads (default 2)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--compute",
+        action="store_true",
+        help="svd_compressed(compute=True): persist between passes, regenerate A per pass",
+    )
     p.add_argument("--out", help="JSON output file (default: stdout)")
     args = p.parse_args(argv)
     for name in ("rows", "cols", "row_chunk", "col_chunk", "k", "reps", "workers"):
@@ -152,6 +159,8 @@ def standardize(g):
 
 def run(args):
     kw = dict(scheduler="threads", num_workers=args.workers)
+    # compute=True persists between passes with the default scheduler: the same one.
+    dask.config.set(scheduler="threads", num_workers=args.workers)
     if args.workload == "float64":
         x = float64_matrix(args)
     else:
@@ -172,6 +181,7 @@ def run(args):
             n_power_iter=args.power_iters,
             n_oversamples=args.oversample,
             seed=args.seed,
+            compute=args.compute,
         )
         u, s, v = dask.compute(u_, s_, v_, **kw)
         times.append(time.perf_counter() - t)
@@ -198,6 +208,7 @@ def run(args):
         "oversample": args.oversample,
         "power_iters": args.power_iters,
         "blas_threads": args.blas_threads,
+        "compute": args.compute,
         "workers": args.workers,
         "seed": args.seed,
         "times": times,
