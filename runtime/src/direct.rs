@@ -87,15 +87,9 @@ impl DirectCodec {
         encoded: &mut Vec<u8>,
         dest: &mut [u8],
     ) -> Result<Option<u64>, String> {
-        let mut file = match std::fs::File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
+        let Some((mut file, len)) = open_chunk(path)? else {
+            return Ok(None);
         };
-        let len = file
-            .metadata()
-            .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
-            .len();
         let read_error = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
         match self {
             DirectCodec::Raw => {
@@ -132,15 +126,9 @@ impl DirectCodec {
         whole: usize,
         dest: &mut [u8],
     ) -> Result<Option<u64>, String> {
-        let file = match std::fs::File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
+        let Some((file, len)) = open_chunk(path)? else {
+            return Ok(None);
         };
-        let len = file
-            .metadata()
-            .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
-            .len();
         let share = (len as u128 * part.len() as u128 / whole.max(1) as u128) as u64;
         match self {
             DirectCodec::Raw => {
@@ -163,6 +151,20 @@ impl DirectCodec {
         }
         Ok(Some(share))
     }
+}
+
+/// Opens a chunk file and its length; `None` when it does not exist (a missing chunk).
+fn open_chunk(path: &Path) -> Result<Option<(std::fs::File, u64)>, String> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
+    };
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
+        .len();
+    Ok(Some((file, len)))
 }
 
 /// Decodes bytes `part` of one Blosc frame (of decoded size `whole`) into `dest`.

@@ -38,7 +38,9 @@ use zarrs::filesystem::FilesystemStore;
 use zarrs::storage::ReadableStorageTraits;
 
 use crate::direct::{copy_block, DirectCodec};
-use crate::panel::{ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadStats, StoredPanels};
+use crate::panel::{
+    ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
+};
 use crate::source::{GenotypeSource, PanelSource, SourceError};
 
 /// Errors of Zarr sources. Every message names the store and array, and the chunk key
@@ -450,6 +452,22 @@ impl ZarrArray {
         Ok(stats)
     }
 
+    /// Decodes `region` into the reader's scratch band (`len` values of `elem`), for
+    /// sources that convert what they decode (transposes, wider integers, VCF alleles).
+    fn decode_band<'s>(
+        &self,
+        region: &[Range<u64>],
+        elem: ElementType,
+        len: usize,
+        scratch: &'s mut ReadScratch,
+    ) -> Result<(ReadStats, &'s PanelValues), ZarrError> {
+        let band = scratch.band.get_or_insert_with(|| PanelValues::empty(elem));
+        band.resize(elem, len);
+        let stats =
+            self.decode_region(region, elem.size(), band.bytes_mut(), &mut scratch.chunk)?;
+        Ok((stats, band))
+    }
+
     /// Decodes chunk `idx` of `region` with a [`DirectCodec`]: straight into `bytes` when
     /// the whole chunk lands contiguously there, else through `scratch.staging`. Returns
     /// the stored bytes, or `None` for a missing chunk (left to zarrs: the fill value).
@@ -822,19 +840,11 @@ impl StoredPanels for ZarrMatrix {
                 &mut buf.scratch.chunk,
             )?);
         }
-        let band = buf
-            .scratch
-            .band
-            .get_or_insert_with(|| PanelValues::empty(self.elem));
-        band.resize(self.elem, len);
-        let stats = self.array.decode_region(
-            &region,
-            self.elem.size(),
-            band.bytes_mut(),
-            &mut buf.scratch.chunk,
-        )?;
+        let (stats, band) = self
+            .array
+            .decode_band(&region, self.elem, len, &mut buf.scratch)?;
         buf.values.resize(self.elem, len);
-        match (&*band, &mut buf.values) {
+        match (band, &mut buf.values) {
             (PanelValues::U8(s), PanelValues::U8(d)) => transpose_into(s, n as usize, h, d),
             (PanelValues::I8(s), PanelValues::I8(d)) => transpose_into(s, n as usize, h, d),
             (PanelValues::I16(s), PanelValues::I16(d)) => transpose_into(s, n as usize, h, d),
@@ -1101,23 +1111,15 @@ impl StoredPanels for ZarrGenotypes {
                 &mut buf.scratch.chunk,
             )?);
         }
-        let band = buf
-            .scratch
-            .band
-            .get_or_insert_with(|| PanelValues::empty(self.elem));
-        band.resize(self.elem, len);
-        let stats = self.array.decode_region(
-            &region,
-            self.elem.size(),
-            band.bytes_mut(),
-            &mut buf.scratch.chunk,
-        )?;
+        let (stats, band) = self
+            .array
+            .decode_band(&region, self.elem, len, &mut buf.scratch)?;
         buf.values.resize(ElementType::I8, len);
         let PanelValues::I8(dst) = &mut buf.values else {
             unreachable!("resized to i8")
         };
         let r0 = rows.start;
-        match &*band {
+        match band {
             PanelValues::U8(s) => to_dosages(&self.array, s, r0, n as usize, dst)?,
             PanelValues::I16(s) => to_dosages(&self.array, s, r0, n as usize, dst)?,
             PanelValues::I32(s) => to_dosages(&self.array, s, r0, n as usize, dst)?,
@@ -1344,16 +1346,12 @@ impl StoredPanels for VcfZarr {
         let p = self.ploidy as usize;
         let calls = h * n as usize;
         let region = [rows.clone(), 0..n, 0..self.ploidy];
-        let scratch = &mut buf.scratch;
-        let band = scratch
-            .band
-            .get_or_insert_with(|| PanelValues::empty(ElementType::I8));
-        band.resize(ElementType::I8, calls * p);
-        let mut stats =
+        let (mut stats, _) =
             self.genotype
-                .decode_region(&region, 1, band.bytes_mut(), &mut scratch.chunk)?;
-        let PanelValues::I8(alleles) = &*band else {
-            unreachable!("resized to i8")
+                .decode_band(&region, ElementType::I8, calls * p, &mut buf.scratch)?;
+        let scratch = &mut buf.scratch;
+        let Some(PanelValues::I8(alleles)) = &scratch.band else {
+            unreachable!("decoded as i8")
         };
         let mask = &mut scratch.mask;
         mask.clear();
