@@ -32,7 +32,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::mpirun_util::{run_with_timeout, RunOutput};
-use common::{lapack_sigma, rankwise_bin, scratch};
+use common::{lapack_sigma, rankwise_bin, scratch, zarr_python};
 use ndarray::{s, Array2, ShapeBuilder};
 use rankwise::runtime::zarr::{VcfZarr, ZarrGenotypes, ZarrMatrix};
 use rankwise::runtime::{GenotypeSource, PanelBuffer, PanelSource, StoredPanels};
@@ -79,20 +79,7 @@ fn fixtures() -> &'static Fixtures {
 
 fn build_fixtures() -> Fixtures {
     let target = target_dir();
-    let venv = target.join("zarr-venv");
-    let out = Command::new("bash")
-        .arg(repo().join("scripts/zarr-venv.sh"))
-        .arg(&venv)
-        .output()
-        .expect("running bash");
-    assert!(
-        out.status.success(),
-        "scripts/zarr-venv.sh {} failed ({}):\n{}",
-        venv.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let python = venv.join("bin/python");
+    let python = zarr_python();
     let script = repo().join("scripts/zarr_fixtures.py");
     let stamp = format!(
         "{:016x}",

@@ -109,6 +109,34 @@ pub fn rankwise_bin() -> PathBuf {
     bin
 }
 
+/// The Python interpreter of the zarr-python virtualenv (`scripts/zarr-venv.sh`, pinned
+/// versions), created under the target dir on first use; concurrent callers wait for each
+/// other (the script locks).
+pub fn zarr_python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap();
+            let target = exe.ancestors().nth(3).unwrap().to_path_buf();
+            let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let venv = target.join("zarr-venv");
+            let out = std::process::Command::new("bash")
+                .arg(repo.join("scripts/zarr-venv.sh"))
+                .arg(&venv)
+                .output()
+                .expect("running bash");
+            assert!(
+                out.status.success(),
+                "scripts/zarr-venv.sh {} failed ({}):\n{}",
+                venv.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            venv.join("bin/python")
+        })
+        .clone()
+}
+
 /// A fresh scratch directory under the target dir.
 pub fn scratch(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
