@@ -255,13 +255,7 @@ fn fill_from<'a>(
 
 /// A panel reader for the read-aheads, for sources read from storage.
 fn read_fn(source: &Arc<dyn PanelSource>) -> Option<Arc<ReadFn>> {
-    source.stored()?;
-    let s = Arc::clone(source);
-    Some(Arc::new(move |rows, buf: &mut PanelBuffer| {
-        s.stored()
-            .expect("the source was checked to be stored")
-            .read_panel(rows, buf)
-    }))
+    crate::tiles::Operand::Dense(Arc::clone(source)).read_fn()
 }
 
 /// Computes the SVD. A collective call: every rank of the runtime makes it with the same

@@ -1129,15 +1129,18 @@ impl StoredPanels for ZarrGenotypes {
     }
 }
 
-/// Copies dosages of `rows` from a stored genotype source into `out`, band by band.
+/// Copies dosages of `rows` from a stored genotype source (of `shape`, named `label` in
+/// errors) into `out`, band by band, after checking `out` fits.
 fn dosages_from_bands(
     src: &dyn StoredPanels,
-    total_rows: u64,
+    shape: (u64, u64),
     rows: Range<u64>,
     mut out: ArrayViewMut2<'_, i8>,
+    label: &str,
 ) -> Result<(), SourceError> {
+    check_dosage_out(shape, &rows, &out, label)?;
     let r0 = rows.start;
-    for_bands(src, total_rows, rows, |buf, b0, part| {
+    for_bands(src, shape.0, rows, |buf, b0, part| {
         let d = buf.dosages().expect("genotype panels hold int8 dosages");
         let n = buf.cols;
         for i in part {
@@ -1181,8 +1184,7 @@ impl GenotypeSource for ZarrGenotypes {
         rows: Range<u64>,
         out: ArrayViewMut2<'_, i8>,
     ) -> Result<(), SourceError> {
-        check_dosage_out(self.shape, &rows, &out, &self.array.label)?;
-        dosages_from_bands(self, self.shape.0, rows, out)
+        dosages_from_bands(self, self.shape, rows, out, &self.array.label)
     }
 
     fn describe(&self) -> String {
@@ -1403,8 +1405,7 @@ impl GenotypeSource for VcfZarr {
         rows: Range<u64>,
         out: ArrayViewMut2<'_, i8>,
     ) -> Result<(), SourceError> {
-        check_dosage_out(self.shape, &rows, &out, &self.path.display().to_string())?;
-        dosages_from_bands(self, self.shape.0, rows, out)
+        dosages_from_bands(self, self.shape, rows, out, &self.path.display().to_string())
     }
 
     fn describe(&self) -> String {
