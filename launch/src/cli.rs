@@ -573,7 +573,7 @@ fn allocation_lines(launch: &LaunchInfo) -> Vec<String> {
     if let Some(job) = &launch.job_id {
         let mut parts = vec![match &launch.step_id {
             Some(step) => format!("  slurm: job {job}, step {step}"),
-            None => format!("  slurm: job {job}, batch script (no srun step)"),
+            None => format!("  slurm: job {job}, outside an srun step"),
         }];
         let cpus = |n: usize| {
             if n == 1 {
