@@ -567,7 +567,7 @@ fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
     }))
 }
 
-/// What `rankwise info` says of the Slurm allocation and the GPUs a rank was given.
+/// What `rankwise info` says of the Slurm allocation and of the GPUs a rank may use.
 fn allocation_lines(launch: &LaunchInfo) -> Vec<String> {
     let mut lines = Vec::new();
     if let Some(job) = &launch.job_id {
@@ -600,8 +600,8 @@ fn allocation_lines(launch: &LaunchInfo) -> Vec<String> {
     }
     lines.push(match &launch.visible_gpus {
         None => "  GPUs: not restricted (no CUDA_VISIBLE_DEVICES or Slurm GPU list)".into(),
-        Some(l) if l.is_empty() => "  GPUs: none allocated".into(),
-        Some(l) => format!("  GPUs: {} allocated ({})", l.len(), l.join(",")),
+        Some(l) if l.is_empty() => "  GPUs: none (the GPU list is empty or NoDevFiles)".into(),
+        Some(l) => format!("  GPUs: {} visible ({})", l.len(), l.join(",")),
     });
     lines
 }
