@@ -5,9 +5,9 @@
 #
 #   bash benches/slurm.sh [--quick]
 #
-# The run: `rankwise svd` of a generated 1,000,000 × 20 float64 matrix in 8 panels, 2 ranks,
-# writing S, U and Vᵀ to an output group (160 MB; --quick: 100,000 rows and 3 repetitions
-# instead of 7). Each repetition, in turn:
+# The run: `rankwise svd` of a generated 200,000 × 20 float64 matrix in 8 panels, 2 ranks,
+# writing S, U and Vᵀ to an output group (32 MB; --quick: 50,000 rows and 3 repetitions
+# instead of 9). Each repetition, in turn:
 #   embedded        rankwise in one process, no launcher
 #   mpirun          mpirun -np 2 rankwise …
 #   srun            srun -n 2 rankwise … from the shell: a new allocation and one step
@@ -54,11 +54,11 @@ log() {
 if [[ ! -x "$BIN" ]]; then
     cargo build --release -p rankwise-launch --bin rankwise
 fi
-REPS=7
-ROWS=1000000
+REPS=9
+ROWS=200000
 if ((QUICK)); then
     REPS=3
-    ROWS=100000
+    ROWS=50000
 fi
 COLS=20
 CHUNK=$((ROWS / 8))
