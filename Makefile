@@ -32,6 +32,7 @@ bench: build
 	bash benches/run.sh $(if $(QUICK),--quick,)
 	bash benches/rsvd.sh $(if $(QUICK),--quick,)
 	bash benches/zarr.sh $(if $(QUICK),--quick,)
+	bash benches/slurm.sh $(if $(QUICK),--quick,)
 
 clean:
 	$(CARGO) clean

@@ -15,6 +15,12 @@ packages=(
   libopenblas-dev   # BLAS and LAPACK for ndarray-linalg
   fonts-dejavu-core # DejaVuSans.ttf for the text of `rankwise pca` plots (no fontconfig)
   python3-venv      # python3 -m venv: zarr-python for the Zarr interop tests, Dask for benches
+  slurmctld         # the one-node Slurm of slurm/local-cluster.sh (tests/slurm.rs, benches/slurm.sh)
+  slurmd
+  slurm-client      # sbatch, srun, squeue, scontrol, sinfo
+  munge             # Slurm's authentication daemon
+  libpmix-dev       # libpmix.so, which srun's pmix plugin loads to start Debian's OpenMPI ranks
+  shellcheck        # lints slurm/ and scripts/ (tests/slurm.rs)
 )
 if [ "${RANKWISE_EXTRA_PACKAGES:-}" != "" ]; then
   read -r -a extra <<<"$RANKWISE_EXTRA_PACKAGES"

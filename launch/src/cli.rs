@@ -101,7 +101,8 @@ struct RunArgs {
     /// Worker threads per actor (default: the cores the actor was given).
     #[arg(long)]
     threads_per_actor: Option<usize>,
-    /// Memory budget per actor, e.g. 2G (default: 70% of available memory, shared).
+    /// Memory budget per actor, e.g. 2G (default: 70% of available memory, shared; inside a
+    /// Slurm job at most 70% of the rank's share of --mem or --mem-per-cpu).
     #[arg(long)]
     memory_per_actor: Option<String>,
     /// Ranks as threads of this process on the local transport.
@@ -294,6 +295,7 @@ fn runtime_config(run: &RunArgs, launch: &LaunchInfo) -> Result<RuntimeConfig, C
         actors: run.actors,
         threads_per_actor: run.threads_per_actor,
         memory_per_actor,
+        memory_limit_per_rank: launch.memory_limit().map(|l| l.bytes),
         local_rank: launch.local_rank.unwrap_or(0),
         local_size: launch.local_size.unwrap_or(1),
         pin: !run.no_pin,
@@ -570,6 +572,7 @@ fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
             crate::launcher::DeviceBinding::Numa(_) => "",
         }
     ));
+    lines.extend(allocation_lines(launch));
     lines.extend(actors);
     let mine = lines.join("\n") + "\n";
     let all = rt.comm().gather_bytes(0, mine.as_bytes())?;
@@ -583,6 +586,45 @@ fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
         }
         out
     }))
+}
+
+/// What `rankwise info` says of the Slurm allocation and of the GPUs a rank may use.
+fn allocation_lines(launch: &LaunchInfo) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(job) = &launch.job_id {
+        let mut parts = vec![match &launch.step_id {
+            Some(step) => format!("  slurm: job {job}, step {step}"),
+            None => format!("  slurm: job {job}, outside an srun step"),
+        }];
+        let cpus = |n: usize| {
+            if n == 1 {
+                "1 CPU".to_string()
+            } else {
+                format!("{n} CPUs")
+            }
+        };
+        if let Some(c) = launch.cpus_per_task {
+            parts.push(format!("{} per task", cpus(c)));
+        }
+        if let Some(c) = launch.cpus_on_node {
+            parts.push(format!("{} on this node", cpus(c)));
+        }
+        lines.push(parts.join(", "));
+        lines.push(match launch.memory_limit() {
+            Some(l) => format!(
+                "  memory limit: {} for this rank ({}); the default budget stays within 70% of it",
+                format_bytes(l.bytes),
+                l.from
+            ),
+            None => "  memory limit: none set by the job (no --mem or --mem-per-cpu)".into(),
+        });
+    }
+    lines.push(match &launch.visible_gpus {
+        None => "  GPUs: not restricted (no CUDA_VISIBLE_DEVICES or Slurm GPU list)".into(),
+        Some(l) if l.is_empty() => "  GPUs: none (the GPU list is empty or NoDevFiles)".into(),
+        Some(l) => format!("  GPUs: {} visible ({})", l.len(), l.join(",")),
+    });
+    lines
 }
 
 fn problem(m: &MatrixArgs) -> Result<SvdProblem, CliError> {
@@ -1027,6 +1069,7 @@ fn report_json(
         "actors": rt.world().actors(),
         "launcher": format!("{:?}", launch.launcher),
         "job_id": launch.job_id,
+        "launch": launch.to_json(),
         "singular_values": r.s,
         "check": r.check,
         "seconds": elapsed,

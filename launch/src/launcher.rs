@@ -8,6 +8,12 @@
 //! Each rank then takes one device by its local rank ([`bind_device`]): a GPU when GPUs are
 //! visible (local rank modulo the number of visible GPUs), else a CPU NUMA domain (local rank
 //! modulo the number of domains).
+//!
+//! Inside a Slurm allocation (under `srun`, under `mpirun` in a batch script, or in the batch
+//! script itself) the job id, step, CPUs and memory Slurm granted are read as well:
+//! [`LaunchInfo::memory_limit`] turns `SLURM_MEM_PER_CPU` or `SLURM_MEM_PER_NODE` into the
+//! memory one rank may use, from which the default memory budget is taken, since nothing else
+//! tells a process on a shared node how much of it is its own.
 
 use std::fmt;
 
@@ -87,8 +93,17 @@ pub struct LaunchInfo {
     pub local_size: Option<usize>,
     /// Slurm job id (`SLURM_JOB_ID`), also under `mpirun` inside an allocation.
     pub job_id: Option<String>,
+    /// Slurm job step (`SLURM_STEP_ID`), set under `srun`; a batch script itself has none.
+    pub step_id: Option<String>,
     /// CPUs Slurm gave each task (`SLURM_CPUS_PER_TASK`).
     pub cpus_per_task: Option<usize>,
+    /// CPUs the Slurm job has on this node (`SLURM_CPUS_ON_NODE`).
+    pub cpus_on_node: Option<usize>,
+    /// Memory per allocated CPU in bytes (`SLURM_MEM_PER_CPU`, given in MiB: `--mem-per-cpu`).
+    pub mem_per_cpu: Option<u64>,
+    /// Memory per node in bytes (`SLURM_MEM_PER_NODE`, given in MiB: `--mem`); 0 means all
+    /// of the node's memory.
+    pub mem_per_node: Option<u64>,
     /// GPUs this process may use, as listed by `CUDA_VISIBLE_DEVICES` (indices or UUIDs), or
     /// else by Slurm (`SLURM_STEP_GPUS`, `SLURM_JOB_GPUS`). `Some(vec![])` means the list is
     /// set and empty: no GPU at all. `None` means nobody restricted the GPUs.
@@ -104,10 +119,23 @@ impl Default for LaunchInfo {
             local_rank: None,
             local_size: None,
             job_id: None,
+            step_id: None,
             cpus_per_task: None,
+            cpus_on_node: None,
+            mem_per_cpu: None,
+            mem_per_node: None,
             visible_gpus: None,
         }
     }
+}
+
+/// The memory a rank may use by its Slurm allocation, and where the figure comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryLimit {
+    /// Bytes for this rank.
+    pub bytes: u64,
+    /// How it was derived, e.g. `SLURM_MEM_PER_NODE 4096 MiB / 2 ranks on the node`.
+    pub from: String,
 }
 
 /// Which device a rank drives.
@@ -188,6 +216,75 @@ impl LaunchInfo {
         Ok(())
     }
 
+    /// The memory this rank may use by its Slurm allocation: `SLURM_MEM_PER_CPU` times the
+    /// rank's CPUs (`SLURM_CPUS_PER_TASK`, else the job's CPUs on the node shared by the ranks
+    /// there, else one), or `SLURM_MEM_PER_NODE` shared by the ranks on the node. `None`
+    /// outside Slurm, when the job asked for no memory, or for `--mem=0` (the whole node).
+    pub fn memory_limit(&self) -> Option<MemoryLimit> {
+        const MIB: u64 = 1 << 20;
+        let ranks = self.local_size.unwrap_or(1).max(1);
+        if let Some(per_cpu) = self.mem_per_cpu.filter(|&m| m > 0) {
+            // The rank's CPUs, and what the count is.
+            let (cpus, what) = match (self.cpus_per_task, self.cpus_on_node) {
+                (Some(c), _) => (c, "per task".to_string()),
+                (None, Some(c)) if ranks > 1 => (
+                    c / ranks,
+                    format!("of the {c} on the node shared by {ranks} ranks"),
+                ),
+                (None, Some(c)) => (c, "on the node".to_string()),
+                // A task gets one CPU unless it asks for more.
+                (None, None) => (1, "by default".to_string()),
+            };
+            let cpus = cpus.max(1);
+            let noun = if cpus == 1 { "CPU" } else { "CPUs" };
+            return Some(MemoryLimit {
+                bytes: per_cpu * cpus as u64,
+                from: format!(
+                    "SLURM_MEM_PER_CPU {} MiB × {cpus} {noun} {what}",
+                    per_cpu / MIB
+                ),
+            });
+        }
+        let per_node = self.mem_per_node.filter(|&m| m > 0)?;
+        Some(MemoryLimit {
+            bytes: per_node / ranks as u64,
+            from: if ranks > 1 {
+                format!(
+                    "SLURM_MEM_PER_NODE {} MiB / {ranks} ranks on the node",
+                    per_node / MIB
+                )
+            } else {
+                format!("SLURM_MEM_PER_NODE {} MiB", per_node / MIB)
+            },
+        })
+    }
+
+    /// True inside a Slurm job (a batch script, `srun`, or `mpirun` in an allocation).
+    pub fn in_slurm_job(&self) -> bool {
+        self.job_id.is_some()
+    }
+
+    /// What this rank understood of its launcher and allocation, for the run reports.
+    pub fn to_json(&self) -> serde_json::Value {
+        let limit = self.memory_limit();
+        serde_json::json!({
+            "launcher": self.launcher.name(),
+            "rank": self.rank,
+            "size": self.size,
+            "local_rank": self.local_rank,
+            "local_size": self.local_size,
+            "job_id": self.job_id,
+            "step_id": self.step_id,
+            "cpus_per_task": self.cpus_per_task,
+            "cpus_on_node": self.cpus_on_node,
+            "mem_per_cpu_bytes": self.mem_per_cpu,
+            "mem_per_node_bytes": self.mem_per_node,
+            "memory_limit_bytes": limit.as_ref().map(|l| l.bytes),
+            "memory_limit_from": limit.map(|l| l.from),
+            "visible_gpus": self.visible_gpus,
+        })
+    }
+
     /// This rank's device: [`bind_device`] with the local rank (0 when unknown), the number
     /// of visible GPUs (the `CUDA_VISIBLE_DEVICES` list when set, else `detected_gpus`, the
     /// GPUs the node has) and the node's NUMA domains.
@@ -231,6 +328,23 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
             Ok(n) => Ok(Some(n)),
             Err(_) if self.strict => Err(self.malformed(name, &value, "a non-negative integer")),
             Err(_) => Ok(None),
+        }
+    }
+
+    /// A Slurm memory size in bytes: Slurm gives these in MiB, as a plain integer.
+    fn mebibytes(&self, name: &str) -> Result<Option<u64>, LaunchError> {
+        let Some(value) = self.text(name) else {
+            return Ok(None);
+        };
+        match value
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .and_then(|m| m.checked_mul(1 << 20))
+        {
+            Some(bytes) => Ok(Some(bytes)),
+            None if self.strict => Err(self.malformed(name, &value, "a number of MiB")),
+            None => Ok(None),
         }
     }
 
@@ -308,7 +422,13 @@ fn parse_slurm_counts(text: &str) -> Option<Vec<usize>> {
 fn read<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<LaunchInfo, LaunchError> {
     let mut info = LaunchInfo {
         job_id: env.text("SLURM_JOB_ID").or_else(|| env.text("SLURM_JOBID")),
+        step_id: env
+            .text("SLURM_STEP_ID")
+            .or_else(|| env.text("SLURM_STEPID")),
         cpus_per_task: env.num("SLURM_CPUS_PER_TASK")?,
+        cpus_on_node: env.num("SLURM_CPUS_ON_NODE")?,
+        mem_per_cpu: env.mebibytes("SLURM_MEM_PER_CPU")?,
+        mem_per_node: env.mebibytes("SLURM_MEM_PER_NODE")?,
         visible_gpus: env
             .gpu_list("CUDA_VISIBLE_DEVICES")
             .or_else(|| env.gpu_list("SLURM_STEP_GPUS"))
@@ -480,6 +600,73 @@ mod tests {
         assert!(!info.under_launcher());
         assert_eq!((info.rank, info.size), (None, None));
         assert_eq!(info.job_id.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn slurm_memory_limits() {
+        const MIB: u64 = 1 << 20;
+        let srun = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_TASKS_PER_NODE", "2(x2)"),
+            ("SLURM_JOB_ID", "31"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = srun.to_vec();
+            pairs.extend_from_slice(extra);
+            LaunchInfo::try_from_env(env(&pairs)).unwrap()
+        };
+        // --mem: the node's memory shared by the ranks on it.
+        let info = with(&[("SLURM_MEM_PER_NODE", "4096")]);
+        assert_eq!(info.mem_per_node, Some(4096 * MIB));
+        let limit = info.memory_limit().unwrap();
+        assert_eq!(limit.bytes, 2048 * MIB);
+        assert_eq!(
+            limit.from,
+            "SLURM_MEM_PER_NODE 4096 MiB / 2 ranks on the node"
+        );
+        // --mem-per-cpu with --cpus-per-task.
+        let info = with(&[("SLURM_MEM_PER_CPU", "1000"), ("SLURM_CPUS_PER_TASK", "3")]);
+        assert_eq!(info.memory_limit().unwrap().bytes, 3000 * MIB);
+        // --mem-per-cpu without it: the node's CPUs shared by its ranks.
+        let info = with(&[("SLURM_MEM_PER_CPU", "1000"), ("SLURM_CPUS_ON_NODE", "6")]);
+        let limit = info.memory_limit().unwrap();
+        assert_eq!(limit.bytes, 3000 * MIB);
+        assert!(limit.from.contains("shared by 2 ranks"), "{}", limit.from);
+        assert_eq!(
+            with(&[("SLURM_MEM_PER_CPU", "1000")])
+                .memory_limit()
+                .unwrap()
+                .bytes,
+            1000 * MIB
+        );
+        // --mem=0 is the whole node: no limit of the job's own.
+        assert_eq!(with(&[("SLURM_MEM_PER_NODE", "0")]).memory_limit(), None);
+        assert_eq!(with(&[]).memory_limit(), None);
+        // A batch script (no step): one process with the job's memory on the node.
+        let info = LaunchInfo::from_env(env(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_JOB_ID", "31"),
+            ("SLURM_MEM_PER_NODE", "4096"),
+        ]));
+        assert_eq!(info.launcher, Launcher::None);
+        assert!(info.in_slurm_job());
+        assert_eq!(info.step_id, None);
+        assert_eq!(info.memory_limit().unwrap().bytes, 4096 * MIB);
+        // Slurm writes MiB as plain integers; anything else is malformed.
+        let err = LaunchInfo::try_from_env(env(&[("SLURM_MEM_PER_NODE", "4G")])).unwrap_err();
+        assert!(err.to_string().contains("a number of MiB"), "{err}");
+        assert_eq!(
+            LaunchInfo::from_env(env(&[("SLURM_MEM_PER_NODE", "4G")])).mem_per_node,
+            None
+        );
+        let json = with(&[("SLURM_MEM_PER_NODE", "4096")]).to_json();
+        assert_eq!(json["job_id"], "31");
+        assert_eq!(json["step_id"], "0");
+        assert_eq!(json["memory_limit_bytes"], 2048 * MIB);
+        assert_eq!(json["launcher"], "slurm");
     }
 
     #[test]

@@ -19,9 +19,13 @@ pub struct RuntimeConfig {
     pub actors: Option<usize>,
     /// Worker threads per actor; default the cores the actor was given.
     pub threads_per_actor: Option<usize>,
-    /// Memory budget per actor in bytes; default 70% of available memory shared by all
-    /// actors of all ranks on the node.
+    /// Memory budget per actor in bytes; default 70% of the rank's memory shared by its
+    /// actors, the rank's memory being its share of the node's available memory (shared by
+    /// all ranks on the node), or `memory_limit_per_rank` when that is smaller.
     pub memory_per_actor: Option<u64>,
+    /// The most this rank may use, when something outside it sets a limit (a batch system's
+    /// allocation, e.g. Slurm's `--mem`): the default budget stays within it.
+    pub memory_limit_per_rank: Option<u64>,
     /// This rank's index among the ranks on its node.
     pub local_rank: usize,
     /// Ranks on this node.
@@ -36,6 +40,7 @@ impl Default for RuntimeConfig {
             actors: None,
             threads_per_actor: None,
             memory_per_actor: None,
+            memory_limit_per_rank: None,
             local_rank: 0,
             local_size: 1,
             pin: true,
@@ -117,7 +122,11 @@ pub fn actor_specs(
         Some(m) => m,
         None => {
             let avail = available_memory().unwrap_or(4 << 30);
-            (avail as f64 * 0.7 / (local_size * n_actors) as f64) as u64
+            let mut rank_memory = avail as f64 / local_size as f64;
+            if let Some(limit) = config.memory_limit_per_rank {
+                rank_memory = rank_memory.min(limit as f64);
+            }
+            (rank_memory * 0.7 / n_actors as f64) as u64
         }
     };
     let mut specs = Vec::with_capacity(n_actors);
@@ -394,6 +403,31 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("--actors"));
+    }
+
+    #[test]
+    fn a_memory_limit_caps_the_default_budget() {
+        let t = topo(&[&[0, 1], &[2, 3]]);
+        let limited = RuntimeConfig {
+            memory_limit_per_rank: Some(1000),
+            ..Default::default()
+        };
+        // 70% of the limit, shared by the rank's two actors.
+        let s = actor_specs(&t, &limited).unwrap();
+        assert_eq!(s.iter().map(|a| a.memory).collect::<Vec<_>>(), [350, 350]);
+        // A limit above the available memory leaves the budget within what is available.
+        let huge = RuntimeConfig {
+            memory_limit_per_rank: Some(u64::MAX),
+            ..Default::default()
+        };
+        let avail = available_memory().unwrap_or(4 << 30);
+        assert!(actor_specs(&t, &huge).unwrap()[0].memory <= avail);
+        // An explicit budget wins over the limit.
+        let explicit = RuntimeConfig {
+            memory_per_actor: Some(5000),
+            ..limited
+        };
+        assert_eq!(actor_specs(&t, &explicit).unwrap()[0].memory, 5000);
     }
 
     #[test]

@@ -264,6 +264,7 @@ fn report_json(
         "actors": rt.world().actors(),
         "launcher": format!("{:?}", launch.launcher),
         "job_id": launch.job_id,
+        "launch": launch.to_json(),
         "files": sum("files"),
         "stored_bytes": stored,
         "uncompressed_bytes": uncompressed,

@@ -587,6 +587,7 @@ fn report_json(
         "actors": rt.world().actors(),
         "launcher": format!("{:?}", launch.launcher),
         "job_id": launch.job_id,
+        "launch": launch.to_json(),
         "singular_values": r.s,
         "total_sum_squares": r.total_sum_squares,
         "error_estimate": r.estimate,
