@@ -22,7 +22,7 @@ pub use rankwise_linalg as linalg;
 pub use rankwise_runtime as runtime;
 pub use rankwise_transports as transports;
 
-use rankwise_runtime::{actor_specs, Runtime, RuntimeConfig, RuntimeError, Topology};
+use rankwise_runtime::{actor_specs, CoreShare, Runtime, RuntimeConfig, RuntimeError, Topology};
 use rankwise_transports::{Comm, LocalWorld};
 
 /// A one-rank runtime on the `Local` transport: the embedded default.
@@ -53,6 +53,8 @@ where
             let cfg = RuntimeConfig {
                 local_rank: r,
                 local_size: ranks,
+                // The ranks are threads of this process: they share its cores out.
+                core_share: CoreShare::ByLocalRank,
                 ..config.clone()
             };
             std::thread::spawn(move || with_comm(Box::new(comm), &cfg).map(|rt| f(rt)))

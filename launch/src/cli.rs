@@ -16,8 +16,8 @@ use rankwise_linalg::{svd, FactorSink, LinalgError, SvdOptions, SvdPlan, SvdProb
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::zarr::ZarrMatrix;
 use rankwise_runtime::{
-    actor_specs, parse_bytes, ChunkGrid, Dist, PanelSource, Runtime, RuntimeConfig, RuntimeError,
-    Topology,
+    actor_specs, parse_bytes, ChunkGrid, CoreShare, Dist, PanelSource, Runtime, RuntimeConfig,
+    RuntimeError, Topology,
 };
 use rankwise_transports::{Comm, LocalWorld, TransportError};
 use serde_json::json;
@@ -299,6 +299,12 @@ fn runtime_config(run: &RunArgs, launch: &LaunchInfo) -> Result<RuntimeConfig, C
         local_rank: launch.local_rank.unwrap_or(0),
         local_size: launch.local_size.unwrap_or(1),
         pin: !run.no_pin,
+        // `--local-ranks` ranks are threads of one process and share its cores out.
+        core_share: if run.local_ranks > 1 {
+            CoreShare::ByLocalRank
+        } else {
+            CoreShare::LauncherIfBound
+        },
     })
 }
 

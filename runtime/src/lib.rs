@@ -23,7 +23,7 @@ pub use panel::{
     ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
 };
 pub use readahead::{BufferPool, PanelLease, ReadAhead};
-pub use runtime::{actor_specs, Runtime, RuntimeConfig};
+pub use runtime::{actor_specs, CoreShare, Runtime, RuntimeConfig};
 pub use source::{
     Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix, PanelSource, SourceError,
 };

@@ -32,6 +32,20 @@ pub struct RuntimeConfig {
     pub local_size: usize,
     /// Pin worker threads to their cores.
     pub pin: bool,
+    /// Who shares the node's cores out among its ranks.
+    pub core_share: CoreShare,
+}
+
+/// Who shares a node's cores out among the ranks on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoreShare {
+    /// The launcher, where it bound this process to part of the node (`mpirun --bind-to`,
+    /// `srun --cpu-bind`): every core the process may use is then this rank's. A process
+    /// left unbound is shared out as with [`CoreShare::ByLocalRank`].
+    LauncherIfBound,
+    /// rankwise: each rank takes the NUMA domains (or part of one) its local rank names,
+    /// whatever the process's binding (ranks that are threads of one process).
+    ByLocalRank,
 }
 
 impl Default for RuntimeConfig {
@@ -44,6 +58,7 @@ impl Default for RuntimeConfig {
             local_rank: 0,
             local_size: 1,
             pin: true,
+            core_share: CoreShare::LauncherIfBound,
         }
     }
 }
@@ -68,7 +83,14 @@ pub fn actor_specs(
         });
     }
     let local_size = config.local_size.max(1);
-    let local_rank = config.local_rank % local_size;
+    // A process the launcher bound has its share already; sharing it out again by local
+    // rank would leave this rank a fraction of its own cores.
+    let (sharing, local_rank) =
+        if config.core_share == CoreShare::LauncherIfBound && topology.bound {
+            (1, 0)
+        } else {
+            (local_size, config.local_rank % local_size)
+        };
     let domains: Vec<(usize, Vec<usize>)> = if topology.numa.is_empty() {
         vec![(0, vec![0])]
     } else {
@@ -88,16 +110,18 @@ pub fn actor_specs(
             .collect()
     };
     // Domains (with their cores) this rank gets.
-    let mine: Vec<(usize, Vec<usize>)> = if local_size <= domains.len() {
+    let mine: Vec<(usize, Vec<usize>)> = if sharing <= domains.len() {
         domains
             .iter()
             .enumerate()
-            .filter(|(i, _)| i % local_size == local_rank)
+            .filter(|(i, _)| i % sharing == local_rank)
             .map(|(_, d)| d.clone())
             .collect()
     } else {
         let d = local_rank % domains.len();
-        let sharers: Vec<usize> = (0..local_size).filter(|r| r % domains.len() == d).collect();
+        let sharers: Vec<usize> = (0..sharing)
+            .filter(|r| r % domains.len() == d)
+            .collect();
         let pos = sharers.iter().position(|&r| r == local_rank).unwrap_or(0);
         let cores = &domains[d].1;
         let share: Vec<usize> = cores
@@ -361,7 +385,32 @@ mod tests {
                 memory_bytes: 1 << 30,
             })
             .collect();
+        t.bound = false;
         t
+    }
+
+    /// Regression: a rank that `srun --cpu-bind` or `mpirun --bind-to` bound to its share
+    /// of the node was given half of that share again (its local rank's part of it).
+    #[test]
+    fn a_rank_bound_by_its_launcher_keeps_every_core_it_was_bound_to() {
+        let mut t = topo(&[&[2, 3]]);
+        t.bound = true;
+        let cfg = |lr, ls, share| RuntimeConfig {
+            local_rank: lr,
+            local_size: ls,
+            memory_per_actor: Some(1),
+            core_share: share,
+            ..Default::default()
+        };
+        let bound = actor_specs(&t, &cfg(1, 2, CoreShare::LauncherIfBound)).unwrap();
+        assert_eq!(bound[0].cores, vec![2, 3]);
+        // Ranks that are threads of one bound process still share its cores.
+        let threads = actor_specs(&t, &cfg(1, 2, CoreShare::ByLocalRank)).unwrap();
+        assert_eq!(threads[0].cores, vec![3]);
+        // An unbound process is shared out by local rank either way.
+        t.bound = false;
+        let unbound = actor_specs(&t, &cfg(1, 2, CoreShare::LauncherIfBound)).unwrap();
+        assert_eq!(unbound[0].cores, vec![3]);
     }
 
     #[test]

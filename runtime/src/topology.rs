@@ -102,6 +102,10 @@ pub struct Topology {
     pub hwloc_version: String,
     /// Whether hwloc or the fallback produced this topology.
     pub source: TopologySource,
+    /// Whether this process was started bound to only part of the CPUs it may use (by
+    /// `mpirun --bind-to`, `srun --cpu-bind`, `taskset`): the domains above hold only those.
+    #[serde(default)]
+    pub bound: bool,
 }
 
 /// PCI vendor id of NVIDIA.
@@ -165,10 +169,12 @@ impl Topology {
 
         // CPUs this process may use: allowed by the OS (cgroups) and by its binding.
         let mut usable: CpuSet = hw.allowed_cpuset().clone_target();
+        let mut bound_to_part = false;
         if this_system {
             if let Ok(bound) = hw.cpu_binding(CpuBindingFlags::PROCESS) {
                 let restricted = &usable & &bound;
                 if !restricted.is_empty() {
+                    bound_to_part = restricted != usable;
                     usable = restricted;
                 }
             }
@@ -245,6 +251,7 @@ impl Topology {
             gpus,
             hwloc_version,
             source: TopologySource::Hwloc,
+            bound: bound_to_part,
         })
     }
 
@@ -253,11 +260,15 @@ impl Topology {
     /// `0..available_parallelism` where that is unavailable), the total memory
     /// from `/proc/meminfo` and no GPUs.
     pub fn fallback() -> Topology {
-        let cores = current_affinity().unwrap_or_else(|| {
+        let affinity = current_affinity();
+        let online = online_cpus();
+        let bound = matches!((&affinity, online), (Some(a), Some(n)) if a.len() < n);
+        let cores = affinity.unwrap_or_else(|| {
             let n = std::thread::available_parallelism().map_or(1, |n| n.get());
             (0..n).collect()
         });
         Topology {
+            bound,
             numa: vec![NumaDomain {
                 index: 0,
                 os_index: 0,
@@ -286,9 +297,14 @@ impl Topology {
         let _ = writeln!(s, "hwloc version: {} ({source})", self.hwloc_version);
         let _ = writeln!(
             s,
-            "NUMA domains: {} with {} usable cores",
+            "NUMA domains: {} with {} usable cores{}",
             self.numa.len(),
-            self.total_cores()
+            self.total_cores(),
+            if self.bound {
+                " (this process was started bound to them: they are this rank's)"
+            } else {
+                ""
+            }
         );
         for d in &self.numa {
             let _ = writeln!(
@@ -384,6 +400,20 @@ fn bind_hwloc(cores: &[usize]) -> Result<(), TopologyError> {
 }
 
 /// The calling thread's CPU affinity mask as OS PU indices (Linux), if readable.
+/// CPUs online on the node (whatever this process's affinity).
+fn online_cpus() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        (n > 0).then_some(n as usize)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
 fn current_affinity() -> Option<Vec<usize>> {
     #[cfg(target_os = "linux")]
     {

@@ -1405,7 +1405,13 @@ impl GenotypeSource for VcfZarr {
         rows: Range<u64>,
         out: ArrayViewMut2<'_, i8>,
     ) -> Result<(), SourceError> {
-        dosages_from_bands(self, self.shape, rows, out, &self.path.display().to_string())
+        dosages_from_bands(
+            self,
+            self.shape,
+            rows,
+            out,
+            &self.path.display().to_string(),
+        )
     }
 
     fn describe(&self) -> String {
