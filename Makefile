@@ -32,6 +32,8 @@ bench: build
 	bash benches/run.sh $(if $(QUICK),--quick,)
 	bash benches/rsvd.sh $(if $(QUICK),--quick,)
 	bash benches/zarr.sh $(if $(QUICK),--quick,)
+	bash benches/reduce.sh $(if $(QUICK),--quick,)
+	python3 benches/summary.py
 
 clean:
 	$(CARGO) clean

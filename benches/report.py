@@ -23,9 +23,10 @@ from pathlib import Path
 
 HEADER = """# rankwise benchmarks
 
-Figures written by `benches/run.sh` (`make bench`, or `make bench QUICK=1`) between the
-marked comments below; the script rewrites only those sections, so notes outside them are
-kept. Raw results of each run stay in `target/bench-results/<time>/`.
+Figures written by `make bench` (or `make bench QUICK=1`) between the marked comments
+below: `benches/run.sh`, `rsvd.sh`, `zarr.sh` and `reduce.sh` each rewrite their own section,
+and `benches/summary.py` the summary at the top; notes outside the sections are kept. Raw
+results of each run stay in `target/bench-results/`.
 
 """
 
