@@ -432,7 +432,7 @@ def kernels(args):
     if not rows:
         print("no criterion results newer than this run", file=sys.stderr)
         return
-    order = ["generator", "panel_factor", "allreduce_local_2_ranks"]
+    order = ["generator", "panel_factor", "allreduce_local_2_ranks", "zarr_decode"]
 
     def key(row):
         group = row[0].split("/")[0]
@@ -449,8 +449,10 @@ def kernels(args):
     text = (
         f"{now}, same machine as above; load average at the start (1 / 5 / 15 min): "
         f"{load_text}. Ten samples each (`benches/kernels.rs`); GB/s counts the f64 bytes of "
-        f"the panel or buffer. `panel_factor` includes the generator filling the panel block "
-        f"by block, as in the SVD's first pass; `allreduce` runs on a two-rank `Local` world "
+        f"the panel or buffer (for `zarr_decode`, the decoded float32 bytes of the band, "
+        f"Blosc lz4 + bitshuffle, one thread). `panel_factor` includes the generator filling "
+        f"the panel block by block, as in the SVD's first pass; `allreduce` runs on a two-rank "
+        f"`Local` world "
         f"(two threads of one process)."
     )
     body = (
