@@ -32,7 +32,9 @@ bench: build
 	bash benches/run.sh $(if $(QUICK),--quick,)
 	bash benches/rsvd.sh $(if $(QUICK),--quick,)
 	bash benches/zarr.sh $(if $(QUICK),--quick,)
+	bash benches/reduce.sh $(if $(QUICK),--quick,)
 	bash benches/slurm.sh $(if $(QUICK),--quick,)
+	python3 benches/summary.py
 
 clean:
 	$(CARGO) clean

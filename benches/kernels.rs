@@ -11,9 +11,13 @@
 //!   tile standardized from 2-bit codes (f64 and f32), and the tile GEMM `tile · Ω` with a
 //!   25-column Ω (DGEMM and SGEMM);
 //! * `allreduce/*`: `Comm::allreduce_sum_f64` of a 20 × 20 and a 200 × 200 buffer over a
-//!   two-rank `Local` world, one thread per rank.
+//!   two-rank `Local` world, one thread per rank;
+//! * `zarr_decode/*`: `ZarrMatrix::read_panel` of one band of 2,000 × 5,000 float32 chunks
+//!   (Blosc lz4 + bitshuffle, Zarr v3, uniform values, as the Zarr benchmark's store) on one
+//!   thread; the store is written by `rankwise gen`'s writer into a temporary directory at
+//!   setup and removed afterwards.
 //!
-//! Run with `cargo bench --bench kernels` (under three minutes on two cores); pass a filter
+//! Run with `cargo bench --bench kernels` (about three minutes on two cores); pass a filter
 //! to run one group, e.g. `cargo bench --bench kernels -- allreduce`.
 
 use std::ops::Range;
@@ -285,11 +289,72 @@ fn rsvd_tiles(c: &mut Criterion) {
     group.finish();
 }
 
+/// A temporary directory removed when dropped, so that an interrupted benchmark's leftovers
+/// are the only ones left behind.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn zarr_decode(c: &mut Criterion) {
+    use rankwise::launch::gen_store::{Codec, DType, GenLayout, GenStore, Shuffle, ZarrFormat};
+    use rankwise::runtime::zarr::ZarrMatrix;
+    use rankwise::runtime::{PanelBuffer, StoredPanels};
+
+    let (band, cols, bands) = (2_000u64, 5_000u64, 3u64);
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("rankwise-kernels-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).expect("temporary directory");
+    let out = dir.0.join("f32-blosc-lz4-bitshuffle.zarr");
+    let layout = GenLayout {
+        source: Generated::new(bands * band, cols, SEED, Dist::Uniform),
+        chunk_rows: band,
+        chunk_cols: cols,
+        shard_rows: None,
+        dtype: DType::F32,
+        format: ZarrFormat::V3,
+        codec: Codec::BloscLz4,
+        shuffle: Shuffle::Bit,
+    };
+    let panels: Vec<usize> = (0..layout.panels()).collect();
+    let store = GenStore::create(&out, &dir.0.join("tmp"), layout).expect("create the store");
+    store.write_panels(&panels).expect("write the chunks");
+    store.commit().expect("commit the store");
+    drop(store);
+    let z = ZarrMatrix::open(out.to_str().expect("UTF-8 path")).expect("open the store");
+    let mut buf = PanelBuffer::default();
+    let rows = band..2 * band;
+    let mut group = c.benchmark_group("zarr_decode");
+    // One band takes tens of milliseconds: one iteration per sample, as for panel_factor.
+    group.sampling_mode(SamplingMode::Flat);
+    group.throughput(Throughput::Bytes(band * cols * 4));
+    group.bench_function(
+        BenchmarkId::new(
+            "read_panel_f32_blosc_lz4_bitshuffle",
+            format!("{band}x{cols}"),
+        ),
+        |b| {
+            b.iter(|| {
+                let stats = z
+                    .read_panel(rows.clone(), &mut buf)
+                    .expect("decode the band");
+                std::hint::black_box(stats.decoded_bytes)
+            })
+        },
+    );
+    group.finish();
+}
+
 fn main() {
     let mut c = config().configure_from_args();
     generator(&mut c);
     rsvd_tiles(&mut c);
     panel_factor(&mut c);
     allreduce(&mut c);
+    zarr_decode(&mut c);
     c.final_summary();
 }

@@ -23,9 +23,10 @@ from pathlib import Path
 
 HEADER = """# rankwise benchmarks
 
-Figures written by `benches/run.sh` (`make bench`, or `make bench QUICK=1`) between the
-marked comments below; the script rewrites only those sections, so notes outside them are
-kept. Raw results of each run stay in `target/bench-results/<time>/`.
+Figures written by `make bench` (or `make bench QUICK=1`) between the marked comments
+below: `benches/run.sh`, `rsvd.sh`, `zarr.sh` and `reduce.sh` each rewrite their own section,
+and `benches/summary.py` the summary at the top; notes outside the sections are kept. Raw
+results of each run stay in `target/bench-results/`.
 
 """
 
@@ -431,7 +432,7 @@ def kernels(args):
     if not rows:
         print("no criterion results newer than this run", file=sys.stderr)
         return
-    order = ["generator", "panel_factor", "allreduce_local_2_ranks"]
+    order = ["generator", "panel_factor", "allreduce_local_2_ranks", "zarr_decode"]
 
     def key(row):
         group = row[0].split("/")[0]
@@ -448,8 +449,10 @@ def kernels(args):
     text = (
         f"{now}, same machine as above; load average at the start (1 / 5 / 15 min): "
         f"{load_text}. Ten samples each (`benches/kernels.rs`); GB/s counts the f64 bytes of "
-        f"the panel or buffer. `panel_factor` includes the generator filling the panel block "
-        f"by block, as in the SVD's first pass; `allreduce` runs on a two-rank `Local` world "
+        f"the panel or buffer (for `zarr_decode`, the decoded float32 bytes of the band, "
+        f"Blosc lz4 + bitshuffle, one thread). `panel_factor` includes the generator filling "
+        f"the panel block by block, as in the SVD's first pass; `allreduce` runs on a two-rank "
+        f"`Local` world "
         f"(two threads of one process)."
     )
     body = (

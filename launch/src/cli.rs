@@ -28,7 +28,9 @@ use crate::report::{peak_rss_bytes, seconds};
 
 mod gen_cmd;
 mod read_cmd;
+mod reduce_cmd;
 mod rsvd_cmd;
+mod tasks_cmd;
 
 /// Distributed SVD and PCA of matrices too large for one machine.
 #[derive(Parser, Debug)]
@@ -54,6 +56,11 @@ enum Command {
     /// Decode every chunk of a Zarr array once, on the actors that own it; report the
     /// throughput and a checksum.
     Read(read_cmd::ReadArgs),
+    /// `(x + C)[::S, ::S].sum()` of a generated matrix, tile by tile on the actors: a
+    /// chunked elementwise map and strided reduction, the same bits for any rank count.
+    Reduce(reduce_cmd::ReduceArgs),
+    /// Run N no-op tasks, one per chunk, through the actors: the runtime's cost per task.
+    Tasks(tasks_cmd::TasksArgs),
     /// Print what hwloc sees, the launcher, and the actors this rank would start.
     Info(InfoArgs),
 }
@@ -200,6 +207,9 @@ pub enum CliError {
     /// A panic on this rank.
     #[error("panic: {0}")]
     Panic(String),
+    /// A result that contradicts what the command ran (work lost or done twice).
+    #[error("internal check failed: {0}")]
+    Invariant(String),
     /// An error of this rank that was already sent to the other ranks.
     #[error(transparent)]
     Announced(Box<CliError>),
@@ -272,6 +282,18 @@ pub fn main() -> i32 {
             let a = Arc::new(a);
             run_ranks(&a.run().clone(), move |rt, launch| {
                 rsvd_cmd::pca_command(rt, launch, &a)
+            })
+        }
+        Command::Reduce(a) => {
+            let a = Arc::new(a);
+            run_ranks(&a.run().clone(), move |rt, _| {
+                reduce_cmd::reduce_command(rt, &a)
+            })
+        }
+        Command::Tasks(a) => {
+            let a = Arc::new(a);
+            run_ranks(&a.run().clone(), move |rt, _| {
+                tasks_cmd::tasks_command(rt, &a)
             })
         }
         Command::Gen(a) => {

@@ -1,8 +1,10 @@
 //! rankwise linear algebra: panel kernels, the distributed TSQR over a fixed tree of global
-//! panel order, and the exact tall-and-skinny SVD built on it.
+//! panel order, the exact tall-and-skinny SVD built on it, the randomized SVD, and a strided
+//! sum over the same tree.
 
 pub mod kernels;
 pub mod reads;
+pub mod reduce;
 pub mod rsvd;
 pub mod svd;
 pub mod tiles;
@@ -10,6 +12,7 @@ pub mod tree;
 
 pub use kernels::{init_blas_threads, PanelFactor};
 pub use reads::ReadTotals;
+pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rsvd::{
     rsvd, ErrorEstimate, GenotypeSummary, Method, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
 };

@@ -507,6 +507,56 @@ impl Generated {
         }
     }
 
+    /// Values at `(row, col0 + k·step)` of the untransposed matrix for `k` in
+    /// `0..out.len()`: one row of a strided selection such as `x[::s, ::s]`, produced
+    /// without generating the columns in between. Each value is the same bits as
+    /// [`Generated::value`] gives.
+    pub fn fill_strided_row(
+        &self,
+        row: u64,
+        col0: u64,
+        step: u64,
+        out: &mut [f64],
+    ) -> Result<(), SourceError> {
+        let last = (out.len() as u64)
+            .checked_sub(1)
+            .map(|k| k.checked_mul(step).and_then(|d| d.checked_add(col0)));
+        let inside = match last {
+            None => true,
+            Some(Some(c)) => c < self.cols,
+            Some(None) => false,
+        };
+        if step == 0 || row >= self.rows || !inside {
+            return Err(SourceError::OutOfBounds {
+                rows: row..row + 1,
+                cols: out.len(),
+                shape: (self.rows, self.cols),
+                what: format!(
+                    "{} (every {step}th column from {col0})",
+                    PanelSource::describe(self)
+                ),
+            });
+        }
+        match self.dist {
+            // The counter of (row, col0 + k·step) advances by step·γ per element: the same
+            // vectorized run as contiguous columns, with a longer stride.
+            Dist::Uniform => {
+                fill_uniform_run(out, self.run_base(row, col0), step.wrapping_mul(GAMMA))
+            }
+            Dist::Normal => {
+                for (k, v) in out.iter_mut().enumerate() {
+                    *v = normal_from(self.bits(row, col0 + k as u64 * step));
+                }
+            }
+            Dist::Genotype => {
+                for (k, v) in out.iter_mut().enumerate() {
+                    *v = self.genotype(row, col0 + k as u64 * step) as f64;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The counter-based state of element `(row, col)` before mixing.
     #[inline(always)]
     fn run_base(&self, row: u64, col: u64) -> u64 {
@@ -897,6 +947,43 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn strided_rows_are_the_elementwise_values() {
+        for dist in [Dist::Uniform, Dist::Normal, Dist::Genotype] {
+            let g = Generated::new(11, 40, 9, dist);
+            for (row, col0, step, len) in
+                [(0u64, 0u64, 1u64, 40usize), (3, 1, 2, 20), (10, 5, 7, 5)]
+            {
+                let mut out = vec![f64::NAN; len];
+                g.fill_strided_row(row, col0, step, &mut out).unwrap();
+                for (k, v) in out.iter().enumerate() {
+                    let want = g.value(row, col0 + k as u64 * step);
+                    assert_eq!(
+                        v.to_bits(),
+                        want.to_bits(),
+                        "{dist} ({row}, {col0}+{k}·{step})"
+                    );
+                }
+            }
+            let mut empty: [f64; 0] = [];
+            assert!(g.fill_strided_row(0, 40, 3, &mut empty).is_ok());
+            let mut out = vec![0.0; 15];
+            assert!(g.fill_strided_row(0, 0, 3, &mut out).is_err(), "column 42");
+            assert!(
+                g.fill_strided_row(11, 0, 3, &mut out[..1]).is_err(),
+                "row 11"
+            );
+            assert!(
+                g.fill_strided_row(0, 0, 0, &mut out[..1]).is_err(),
+                "step 0"
+            );
+            assert!(
+                g.fill_strided_row(0, 1, u64::MAX, &mut out[..2]).is_err(),
+                "overflow"
+            );
         }
     }
 

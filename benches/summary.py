@@ -1,0 +1,448 @@
+"""One table of every workload of `make bench`, at the top of benches/RESULTS.md.
+
+    python benches/summary.py [--results benches/RESULTS.md] [--runs target/bench-results]
+
+Reads the raw results the benchmark scripts keep under target/bench-results/ (the newest
+run of each script: `<date>-<time>/` of benches/run.sh, `rsvd-*/`, `zarr-*/`, `reduce-*/`)
+and rewrites the section between `<!-- BEGIN summary -->` and `<!-- END summary -->`,
+placing it before every other section the first time. A workload whose results are missing
+shows "not run"; one whose run failed shows the recorded failure. Columns: workload, size,
+peer, peer time, rankwise time, ratio (peer / rankwise), peak memory of each, accuracy of
+each, and rankwise's fraction of the machine's limit (memory bandwidth or DGEMM rate,
+measured by the harness in the same `make bench`). Standard library only.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+from pathlib import Path
+
+# report.py (the section writer and machine description of benches/run.sh) sits beside this
+# file; importing it must not leave a __pycache__ in benches/.
+sys.dont_write_bytecode = True
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import gib, machine, markdown_table, para, replace_section  # noqa: E402
+
+NOT_RUN = "not run"
+
+
+# --------------------------------------------------------------------------------------
+# Reading a run directory
+
+
+def newest(runs, pattern):
+    """The newest run directory matching `pattern` (names sort by their time stamps)."""
+    found = sorted(d for d in glob.glob(os.path.join(runs, pattern)) if os.path.isdir(d))
+    return Path(found[-1]) if found else None
+
+
+def load(path):
+    try:
+        text = Path(path).read_text()
+        return json.loads(text[text.find("{"):])
+    except (OSError, ValueError):
+        return None
+
+
+def key_values(path):
+    out = {}
+    try:
+        for line in Path(path).read_text().splitlines():
+            k, _, v = line.partition("=")
+            if v:
+                out[k.strip()] = v.strip()
+    except OSError:
+        pass
+    return out
+
+
+def failure(d, name):
+    """Why `name` has no result in `d`: the recorded failure, or not run."""
+    if d is not None:
+        f = d / f"{name}.failed"
+        if f.exists():
+            return f.read_text().strip() or "failed"
+    return NOT_RUN
+
+
+def rankwise(d, pattern):
+    """rankwise's reports matching `pattern` in `d`: median time, spread, peak RSS."""
+    if d is None:
+        return None
+    reports = [r for r in (load(f) for f in sorted(d.glob(pattern))) if r]
+    if not reports:
+        return None
+    if reports[0].get("command") == "tasks":
+        times = reports[0]["run_seconds"]
+    else:
+        times = [r["seconds"] for r in reports]
+    rss = max(
+        max((x.get("peak_rss_bytes") or 0) for x in r.get("per_rank", [{}])) for r in reports
+    )
+    return {
+        "report": reports[0],
+        "median": statistics.median(times),
+        "min": min(times),
+        "max": max(times),
+        "runs": len(times),
+        "peak_rss_bytes": rss,
+    }
+
+
+def peer(d, name):
+    """A peer's JSON result in `d`, with its median under "median"."""
+    if d is None:
+        return None
+    r = load(d / f"{name}.json")
+    if r is None:
+        return None
+    if "median" not in r and isinstance(r.get("seconds"), dict):  # benches/reference.py
+        r = {**r, **r["seconds"]}
+    return r
+
+
+# --------------------------------------------------------------------------------------
+# Formatting
+
+
+def secs(r, why=NOT_RUN):
+    if r is None:
+        return why
+    runs = r.get("runs") or len(r.get("times") or r.get("all") or [0])
+    unit, scale = ("ms", 1e3) if r["median"] < 0.1 else ("s", 1.0)
+
+    def fmt(x):
+        return f"{x * scale:.3g}" if unit == "ms" else f"{x:.2f}"
+
+    spread = f" ({fmt(r['min'])}–{fmt(r['max'])})" if r.get("max", 0) > r.get("min", 0) else ""
+    return f"{fmt(r['median'])} {unit}{spread}" + (f", {runs} runs" if runs > 1 else ", 1 run")
+
+
+def ratio(p, r):
+    if p is None or r is None:
+        return "—"
+    return f"{p['median'] / r['median']:.1f}×"
+
+
+def mem(r):
+    return gib(r["peak_rss_bytes"]) if r and r.get("peak_rss_bytes") else "—"
+
+
+def pct(x):
+    return f"{x:.1%}" if x is not None else "—"
+
+
+def rows_text(shape, dtype="float64"):
+    return f"{shape[0]:,} × {shape[1]:,} {dtype}"
+
+
+# --------------------------------------------------------------------------------------
+# The workloads
+
+
+def machine_limits(runs):
+    """Copy bandwidth (GB/s) and DGEMM rate (GFLOP/s) of the newest benches/run.sh run."""
+    d = newest(runs, "[0-9]" * 8 + "-" + "[0-9]" * 6)
+    if d is None:
+        return None, None, None
+    bw = key_values(d / "membw.txt").get("copy_gbs")
+    gf = key_values(d / "dgemm.txt").get("gflops")
+    return d, float(bw) if bw else None, float(gf) if gf else None
+
+
+def exact_svd(runs, copy_bw):
+    d = newest(runs, "[0-9]" * 8 + "-" + "[0-9]" * 6)
+    r = rankwise(d, "rankwise-resident-*.json")
+    dk = peer(d, "dask")
+    chk = load(d / "rankwise-check.json") if d else None
+    shape = (r or {}).get("report", {}).get("shape", [10_000_000, 20])
+    racc = "—"
+    if chk and chk.get("check"):
+        racc = f"residual {chk['check']['relative_residual']:.1e}"
+    rate = None
+    if r and copy_bw:
+        rate = shape[0] * shape[1] * 8 / r["median"] / 1e9 / copy_bw
+    return [
+        {
+            "workload": "(1) exact SVD, `da.linalg.svd` (TSQR)",
+            "size": rows_text(shape),
+            "peer": "Dask `da.linalg.svd`",
+            "p": dk,
+            "pwhy": failure(d, "dask"),
+            "r": r,
+            "rwhy": failure(d, "rankwise-resident"),
+            "pacc": f"residual {dk['relative_residual']:.1e}" if dk else "—",
+            "racc": racc,
+            "limit": f"{pct(rate)} of copy bandwidth (matrix bytes / time)" if rate else "—",
+            "dir": d,
+        }
+    ]
+
+
+def rsvd(runs, dgemm):
+    d = newest(runs, "rsvd-*")
+    out = []
+
+    def row(label, rname, dname, dtype, full):
+        r = rankwise(d, f"{rname}.[0-9]*.json")
+        p = peer(d, dname) if dname else None
+        shape = (r or {}).get("report", {}).get("shape") or (p or {}).get("shape") or full
+        est = ((r or {}).get("report", {}).get("error_estimate") or {}).get("relative_frobenius")
+        gflops = (r or {}).get("report", {}).get("gemm_gflop_per_s")
+        out.append(
+            {
+                "workload": label,
+                "size": rows_text(shape, dtype),
+                "peer": "Dask `svd_compressed`",
+                "p": p,
+                "pwhy": failure(d, dname) if dname else "skipped by benches/rsvd.sh (too long)",
+                "r": r,
+                "rwhy": failure(d, rname),
+                "pacc": f"residual {p['relative_residual']:.4f}" if p else "—",
+                "racc": f"residual est. {est:.4f}" if est is not None else "—",
+                "limit": f"{pct(gflops / dgemm)} of DGEMM (GEMM GFLOP/s)"
+                if gflops and dgemm
+                else "—",
+                "dir": d,
+            }
+        )
+
+    # The full run's shapes stand where nothing ran (a quick run's are read from its results).
+    full_200k, full_1m = [200_000, 20_000], [1_000_000, 20_000]
+    rsvd_label = "(2) `svd_compressed(k=10)`, q = 0"
+    row(rsvd_label, "f64-200k", "dask-f64-200k-blas1", "float64", full_200k)
+    row(rsvd_label, "f64-1m", None, "float64", full_1m)
+    for q in (0, 2):
+        label = f"(3) genotype PCA, persisted uint8, q = {q}"
+        row(label, f"geno-q{q}-f64", f"dask-geno-q{q}", "uint8", full_200k)
+    return out
+
+
+def zarr(runs, copy_bw, dgemm):
+    d = newest(runs, "zarr-*")
+    out = []
+    w = load(d / "write-v3.json") if d else None
+    shape = (w or {}).get("shape") or [200_000, 5_000]
+    size = rows_text(shape, "float32, Zarr v3 Blosc")
+    r = rankwise(d, "rw-read-v3.[0-9]*.json")
+    p = peer(d, "dask-read-v3")
+    rate = None
+    if r and copy_bw:
+        rate = r["report"]["decoded_bytes"] / r["median"] / 1e9 / copy_bw
+    out.append(
+        {
+            "workload": "(5) read every chunk of a zarr-python store",
+            "size": size,
+            "peer": "Dask `da.from_zarr(...).sum()`",
+            "p": p,
+            "pwhy": failure(d, "dask-read-v3"),
+            "r": r,
+            "rwhy": failure(d, "rw-read-v3"),
+            "pacc": f"sum {p['sum']:.10g}" if p else "—",
+            "racc": f"sum {r['report']['sum']:.10g}" if r else "—",
+            "limit": f"{pct(rate)} of copy bandwidth (decoded bytes / time)" if rate else "—",
+            "dir": d,
+        }
+    )
+    r = rankwise(d, "rw-rsvd-q0-v3.[0-9]*.json")
+    p = peer(d, "dask-svd-q0-v3")
+    est = ((r or {}).get("report", {}).get("error_estimate") or {}).get("relative_frobenius")
+    gflops = (r or {}).get("report", {}).get("gemm_gflop_per_s")
+    out.append(
+        {
+            "workload": "(5) `svd_compressed(k=10)` of a zarr-python store, q = 0",
+            "size": size,
+            "peer": "Dask `da.from_zarr` + `svd_compressed`",
+            "p": p,
+            "pwhy": failure(d, "dask-svd-q0-v3"),
+            "r": r,
+            "rwhy": failure(d, "rw-rsvd-q0-v3"),
+            "pacc": f"residual {p['relative_residual']:.4f}" if p else "—",
+            "racc": f"residual est. {est:.4f}" if est is not None else "—",
+            "limit": f"{pct(gflops / dgemm)} of DGEMM (GEMM GFLOP/s)"
+            if gflops and dgemm
+            else "—",
+            "dir": d,
+        }
+    )
+    return out
+
+
+def reduce_and_tasks(runs):
+    d = newest(runs, "reduce-*")
+    bw = key_values(d / "membw.txt").get("copy_gbs") if d else None
+    bw = float(bw) if bw else None
+    out = []
+    r = rankwise(d, "rw-reduce.[0-9]*.json")
+    chk = rankwise(d, "rw-reduce-check.[0-9]*.json")
+    p = peer(d, "dask-reduce")
+    rep = (r or {}).get("report", {})
+    shape = rep.get("shape") or (p or {}).get("shape") or [50_000, 50_000]
+    chunk = rep.get("chunk_rows") or ((p or {}).get("chunks") or [10_000])[0]
+    racc = f"z = {rep['z_score']:+.2f}" if rep.get("z_score") is not None else "—"
+    if chk and (chk["report"].get("check") or {}).get("relative_difference") is not None:
+        racc += f", rounding {chk['report']['check']['relative_difference']:.0e}"
+    rate = rep["values_bytes"] / r["median"] / 1e9 / bw if r and bw else None
+    out.append(
+        {
+            "workload": "(4) `(x + 1)[::2, ::2].sum()`, standard normal",
+            "size": f"{rows_text(shape)}, chunks {chunk:,}²",
+            "peer": "Dask threaded",
+            "p": p,
+            "pwhy": failure(d, "dask-reduce"),
+            "r": r,
+            "rwhy": failure(d, "rw-reduce"),
+            "pacc": f"z = {p['z_score']:+.2f}" if p else "—",
+            "racc": racc,
+            "limit": f"{pct(rate)} of copy bandwidth (values summed / time)" if rate else "—",
+            "dir": d,
+        }
+    )
+    for rname, dname, label, peer_name in [
+        ("rw-tasks", "dask-tasks", "(6) no-op task per chunk", "Dask `threaded.get`"),
+        (
+            "rw-tasks-array",
+            "dask-tasks-array",
+            "(6) no-op task per chunk, array form",
+            "Dask `map_blocks` + `persist`",
+        ),
+    ]:
+        r = rankwise(d, f"{rname}.[0-9]*.json")
+        p = peer(d, dname)
+        full = 1_000_000 if rname == "rw-tasks" else 100_000
+        n = (r or {}).get("report", {}).get("tasks") or (p or {}).get("tasks") or full
+        runs_ok = r and all(x == n for x in r["report"].get("tasks_run", []))
+        out.append(
+            {
+                "workload": label,
+                "size": f"{n:,} tasks",
+                "peer": peer_name,
+                "p": p,
+                "pwhy": failure(d, dname),
+                "r": r,
+                "rwhy": failure(d, rname),
+                "pacc": f"{p['microseconds_per_task']:.1f} µs/task" if p else "—",
+                "racc": (
+                    f"{r['median'] / n * 1e6:.2f} µs/task" + ("" if runs_ok else ", TASKS LOST")
+                )
+                if r
+                else "—",
+                "limit": "— (no hardware limit applies)",
+                "dir": d,
+            }
+        )
+    return out, d, bw
+
+
+# --------------------------------------------------------------------------------------
+# The section
+
+
+def place_first(path, name, body):
+    """Writes the section; the first time, before every other marked section."""
+    begin = f"<!-- BEGIN {name} -->"
+    text = Path(path).read_text() if Path(path).exists() else ""
+    if begin in text or "<!-- BEGIN " not in text:
+        replace_section(path, name, body)
+        return
+    at = text.index("<!-- BEGIN ")
+    block = f"{begin}\n{body.rstrip()}\n<!-- END {name} -->\n\n"
+    tmp = Path(path).with_suffix(".md.tmp")
+    tmp.write_text(text[:at] + block + text[at:])
+    tmp.replace(path)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=os.environ.get("BENCH_RESULTS", "benches/RESULTS.md"))
+    p.add_argument("--runs", default="target/bench-results")
+    args = p.parse_args()
+
+    limits_dir, copy_bw, dgemm = machine_limits(args.runs)
+    rows = exact_svd(args.runs, copy_bw)
+    rows += rsvd(args.runs, dgemm)
+    rows += zarr(args.runs, copy_bw, dgemm)
+    reduce_rows, reduce_dir, reduce_bw = reduce_and_tasks(args.runs)
+    rows += reduce_rows
+    # In the issue's order of workloads: (1) … (6).
+    rows.sort(key=lambda x: x["workload"][:3])
+
+    header = [
+        "workload",
+        "size",
+        "peer",
+        "peer time",
+        "rankwise time",
+        "ratio",
+        "peer peak RSS",
+        "rankwise peak RSS",
+        "peer accuracy",
+        "rankwise accuracy",
+        "rankwise of machine limit",
+    ]
+    table = [
+        [
+            x["workload"],
+            x["size"],
+            x["peer"],
+            secs(x["p"], x["pwhy"]),
+            secs(x["r"], x["rwhy"]),
+            ratio(x["p"], x["r"]),
+            mem(x["p"]),
+            mem(x["r"]),
+            x["pacc"] if x["p"] else "—",
+            x["racc"] if x["r"] else "—",
+            x["limit"] if x["r"] else "—",
+        ]
+        for x in rows
+    ]
+    m = machine()
+    dirs = sorted({str(x["dir"]) for x in rows if x["dir"] is not None})
+    describe = "; ".join(v for v in (m["cpu"], m["cores"], m["caches"], f"{m['memory']} memory",
+                                     m["virt"], m["kernel"]) if v)
+    limits = []
+    if copy_bw:
+        limits.append(
+            f"copy bandwidth {copy_bw:.2f} GB/s and DGEMM {dgemm} GFLOP/s from `{limits_dir}`"
+        )
+    if reduce_bw:
+        limits.append(f"copy bandwidth {reduce_bw:.2f} GB/s for (4) from `{reduce_dir}`")
+    text = [
+        "## Summary: rankwise against Dask, one row per workload",
+        para(
+            f"**Machine**: {describe}. Written by `benches/summary.py` (the end of `make bench`) "
+            "from the newest raw results of each script: "
+            f"{', '.join(f'`{d}`' for d in dirs) or 'none'}. "
+            f"Machine limits, measured by the harness: "
+            f"{'; '.join(limits) or 'not measured'}. The sections below give every variant, "
+            f"the commands and the load averages."
+        ),
+        markdown_table(header, table),
+        "\n".join(
+            para(item, prefix="- ", indent="  ")
+            for item in [
+                "Times are medians (min–max) over the runs counted; ratio = peer time / rankwise "
+                "time (> 1: rankwise is faster). rankwise runs in float64 here (its f32 variants "
+                "are in the sections below), with the peer's shapes, chunking, k, oversampling "
+                "and power iterations.",
+                "Accuracy: residual = ‖A − UΣVᵀ‖_F/‖A‖_F for (1), (‖A‖_F² − Σσ²)^½/‖A‖_F for "
+                "the randomized SVDs (rankwise's from its probes: an estimate); sums of the same "
+                "stored values for (5); for (4), z = the sum's distance from its expectation in "
+                "standard deviations (the two sides draw different random numbers) and "
+                "rankwise's rounding error against a compensated sum; for (6), cost per task.",
+                "\"not run\": no result of that workload under target/bench-results (its script "
+                "did not run, or skips that peer); a failed run shows its exit status.",
+            ]
+        ),
+    ]
+    body = "\n\n".join(text) + "\n"
+    place_first(args.results, "summary", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
