@@ -215,7 +215,8 @@ def rsvd(runs, dgemm):
     full_200k, full_1m = [200_000, 20_000], [1_000_000, 20_000]
     rsvd_label = "(2) `svd_compressed(k=10)`, q = 0"
     row(rsvd_label, "f64-200k", "dask-f64-200k-blas1", "float64", full_200k)
-    row(rsvd_label, "f64-1m", None, "float64", full_1m)
+    # The full run only (benches/rsvd.sh --quick skips Dask at this size).
+    row(rsvd_label, "f64-1m", "dask-f64-1m-blas1", "float64", full_1m)
     for q in (0, 2):
         label = f"(3) genotype PCA, persisted uint8, q = {q}"
         row(label, f"geno-q{q}-f64", f"dask-geno-q{q}", "uint8", full_200k)
@@ -427,8 +428,9 @@ def main():
             for item in [
                 "Times are medians (min–max) over the runs counted; ratio = peer time / rankwise "
                 "time (> 1: rankwise is faster). rankwise runs in float64 here (its f32 variants "
-                "are in the sections below), with the peer's shapes, chunking, k, oversampling "
-                "and power iterations.",
+                "are in the sections below), except on the float32 Zarr store of (5), where both "
+                "sides compute in float32; with the peer's shapes, chunking, k, oversampling and "
+                "power iterations.",
                 "Accuracy: residual = ‖A − UΣVᵀ‖_F/‖A‖_F for (1), (‖A‖_F² − Σσ²)^½/‖A‖_F for "
                 "the randomized SVDs (rankwise's from its probes: an estimate); sums of the same "
                 "stored values for (5); for (4), z = the sum's distance from its expectation in "
