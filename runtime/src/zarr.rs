@@ -1436,16 +1436,82 @@ impl GenotypeSource for VcfZarr {
     }
 }
 
-/// `acc` plus the values in storage order, summed one after the other in f64 (the
-/// checksum of `rankwise read`; a panel read in segments gives the same bits as one read
-/// whole, by carrying `acc` from segment to segment).
-pub fn sum_values(acc: f64, values: &PanelValues) -> f64 {
-    match values {
-        PanelValues::U8(v) => v.iter().fold(acc, |a, &x| a + f64::from(x)),
-        PanelValues::I8(v) => v.iter().fold(acc, |a, &x| a + f64::from(x)),
-        PanelValues::I16(v) => v.iter().fold(acc, |a, &x| a + f64::from(x)),
-        PanelValues::I32(v) => v.iter().fold(acc, |a, &x| a + f64::from(x)),
-        PanelValues::F32(v) => v.iter().fold(acc, |a, &x| a + f64::from(x)),
-        PanelValues::F64(v) => v.iter().fold(acc, |a, &x| a + x),
+/// A running sum of values in storage order, in f64, kept in [`SumLanes::LANES`] lanes:
+/// value `i` (counted from the first value added) goes to lane `i % LANES`, and the lanes
+/// are added in order at the end. Independent lanes let the loop run at the speed of
+/// memory rather than of one chain of dependent additions, while the result depends only
+/// on the values and their order: a panel read in segments sums to the same bits as one
+/// read whole (the checksum of `rankwise read`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SumLanes {
+    lanes: [f64; SumLanes::LANES],
+    count: usize,
+}
+
+impl SumLanes {
+    /// Lanes of the sum.
+    pub const LANES: usize = 8;
+
+    /// Adds `values`, continuing the order of the values added before.
+    pub fn add(&mut self, values: &PanelValues) {
+        match values {
+            PanelValues::U8(v) => self.add_slice(v, f64::from),
+            PanelValues::I8(v) => self.add_slice(v, f64::from),
+            PanelValues::I16(v) => self.add_slice(v, f64::from),
+            PanelValues::I32(v) => self.add_slice(v, f64::from),
+            PanelValues::F32(v) => self.add_slice(v, f64::from),
+            PanelValues::F64(v) => self.add_slice(v, |x| x),
+        }
+    }
+
+    fn add_slice<T: Copy>(&mut self, v: &[T], f: impl Fn(T) -> f64) {
+        const L: usize = SumLanes::LANES;
+        // Values up to the next lane boundary, one at a time.
+        let head = ((L - self.count % L) % L).min(v.len());
+        for (i, &x) in v[..head].iter().enumerate() {
+            self.lanes[(self.count + i) % L] += f(x);
+        }
+        let mut chunks = v[head..].chunks_exact(L);
+        for c in &mut chunks {
+            for k in 0..L {
+                self.lanes[k] += f(c[k]);
+            }
+        }
+        for (k, &x) in chunks.remainder().iter().enumerate() {
+            self.lanes[k] += f(x);
+        }
+        self.count += v.len();
+    }
+
+    /// The sum: the lanes added in order.
+    pub fn total(&self) -> f64 {
+        self.lanes.iter().fold(0.0, |a, &x| a + x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sum_in_pieces_has_the_bits_of_the_sum_whole() {
+        let v: Vec<f32> = (0..1003)
+            .map(|i| ((i * 7919) % 1000) as f32 * 0.37 - 91.0)
+            .collect();
+        let mut whole = SumLanes::default();
+        whole.add(&PanelValues::F32(v.clone()));
+        for cut in [1usize, 3, 8, 13, 500] {
+            let mut parts = SumLanes::default();
+            for piece in v.chunks(cut) {
+                parts.add(&PanelValues::F32(piece.to_vec()));
+            }
+            assert_eq!(
+                parts.total().to_bits(),
+                whole.total().to_bits(),
+                "pieces of {cut}"
+            );
+        }
+        let exact: f64 = v.iter().map(|&x| x as f64).sum();
+        assert!((whole.total() - exact).abs() < 1e-9 * v.len() as f64);
     }
 }

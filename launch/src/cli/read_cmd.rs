@@ -3,8 +3,9 @@
 //!
 //! It is the read half of every pass over a stored matrix, measured alone: the same
 //! placement, read-ahead and buffers as `svd`/`rsvd --zarr`, with the multiply replaced by
-//! a sum of the values (the checksum, summed per panel and then in panel order, so it does
-//! not depend on the rank count).
+//! a sum of the values (the checksum: summed per panel in eight fixed lanes, see
+//! `SumLanes`, then in panel order, so it depends on neither the rank count nor the
+//! segments a panel is read in).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,7 +18,7 @@ use rankwise_linalg::reads::{
 };
 use rankwise_linalg::tiles::PanelSegments;
 use rankwise_runtime::budget::format_bytes;
-use rankwise_runtime::zarr::{sum_values, ZarrMatrix};
+use rankwise_runtime::zarr::{SumLanes, ZarrMatrix};
 use rankwise_runtime::{ChunkGrid, MemoryPlan, PanelSource, Placement, Runtime, StoredPanels};
 use serde_json::json;
 
@@ -95,15 +96,19 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
     )?;
     let sums = rt.map(inputs, move |actor, p| {
         let sum = match pass.panel(actor, p)? {
-            PanelRead::Whole(lease) => sum_values(0.0, &lease.values),
+            PanelRead::Whole(lease) => {
+                let mut sum = SumLanes::default();
+                sum.add(&lease.values);
+                sum.total()
+            }
             PanelRead::Segments(segs) => {
                 let rows = grid.panel_rows(p);
                 let count = (rows.end - rows.start).div_ceil(segs.segment_rows() as u64);
-                let mut acc = 0.0;
+                let mut sum = SumLanes::default();
                 for s in 0..count as usize {
-                    acc = sum_values(acc, &segs.take(s)?.values);
+                    sum.add(&segs.take(s)?.values);
                 }
-                acc
+                sum.total()
             }
             PanelRead::NotRead => unreachable!("every panel is read"),
         };
