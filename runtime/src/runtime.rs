@@ -85,12 +85,12 @@ pub fn actor_specs(
     let local_size = config.local_size.max(1);
     // A process the launcher bound has its share already; sharing it out again by local
     // rank would leave this rank a fraction of its own cores.
-    let (sharing, local_rank) =
-        if config.core_share == CoreShare::LauncherIfBound && topology.bound {
-            (1, 0)
-        } else {
-            (local_size, config.local_rank % local_size)
-        };
+    let (sharing, local_rank) = if config.core_share == CoreShare::LauncherIfBound && topology.bound
+    {
+        (1, 0)
+    } else {
+        (local_size, config.local_rank % local_size)
+    };
     let domains: Vec<(usize, Vec<usize>)> = if topology.numa.is_empty() {
         vec![(0, vec![0])]
     } else {
@@ -119,9 +119,7 @@ pub fn actor_specs(
             .collect()
     } else {
         let d = local_rank % domains.len();
-        let sharers: Vec<usize> = (0..sharing)
-            .filter(|r| r % domains.len() == d)
-            .collect();
+        let sharers: Vec<usize> = (0..sharing).filter(|r| r % domains.len() == d).collect();
         let pos = sharers.iter().position(|&r| r == local_rank).unwrap_or(0);
         let cores = &domains[d].1;
         let share: Vec<usize> = cores

@@ -109,6 +109,19 @@ pub fn mpirun_command(np: usize, program: &Path, args: &[&str]) -> Command {
         cmd.args(extra.split_whitespace());
     }
     cmd.arg("-np").arg(np.to_string()).arg(program).args(args);
+    // Each mpirun gets its own session directory base. Concurrent mpiruns (tests run in
+    // parallel) otherwise share /tmp/ompi.HOST.UID, which one removes while another creates
+    // it: "A call to mkdir was unable to create the desired directory … File exists".
+    if std::env::var_os(SESSION_BASE_VAR).is_none() {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let base = std::env::temp_dir()
+            .join(SESSION_DIRS)
+            .join(format!("{}-{n}", std::process::id()));
+        if std::fs::create_dir_all(&base).is_ok() {
+            cmd.env(SESSION_BASE_VAR, &base);
+        }
+    }
     for (key, value) in OMPI_ENV {
         // The caller's environment wins, so a cluster can choose its own transports.
         if std::env::var_os(key).is_none() {
@@ -117,6 +130,11 @@ pub fn mpirun_command(np: usize, program: &Path, args: &[&str]) -> Command {
     }
     cmd
 }
+
+/// Open MPI's parameter for the base of its session directories.
+const SESSION_BASE_VAR: &str = "OMPI_MCA_orte_tmpdir_base";
+/// Where [`mpirun_command`] puts them (under the temporary directory), one per run.
+const SESSION_DIRS: &str = "rankwise-mpirun-sessions";
 
 /// Open MPI settings for one node, as root, in a container without network.
 pub const OMPI_ENV: &[(&str, &str)] = &[
@@ -141,8 +159,22 @@ pub fn mpirun(np: usize, program: &Path, args: &[&str], limit: Duration) -> RunO
 }
 
 /// Runs `cmd` to completion or until `limit` passes; then kills its whole process tree.
-pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> RunOutput {
+pub fn run_with_timeout(cmd: Command, limit: Duration) -> RunOutput {
     let command = format!("{cmd:?}");
+    // The session directory base that mpirun_command made for this run, removed after it.
+    let session = cmd
+        .get_envs()
+        .find(|(k, _)| *k == SESSION_BASE_VAR)
+        .and_then(|(_, v)| v.map(std::path::PathBuf::from))
+        .filter(|p| p.parent().and_then(|d| d.file_name()) == Some(SESSION_DIRS.as_ref()));
+    let out = run_and_collect(cmd, command, limit);
+    if let Some(dir) = session {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    out
+}
+
+fn run_and_collect(mut cmd: Command, command: String, limit: Duration) -> RunOutput {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
