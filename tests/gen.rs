@@ -509,15 +509,7 @@ fn bad_options_fail_on_every_rank_naming_the_option() {
     let out = dir.join("x.zarr");
     let cases = bad_cases(&out);
     for (args, option) in &cases {
-        let run = embedded(args);
-        run.assert_finished();
-        assert_eq!(run.code, Some(1), "{args:?}\n{}", run.describe());
-        assert!(
-            run.stderr
-                .contains(&format!("rankwise: rank 0 failed: {option}: ")),
-            "{args:?}: stderr does not name {option}:\n{}",
-            run.stderr
-        );
+        assert_fails_naming(&embedded(args), args, option);
         assert!(!out.exists(), "{args:?} left {}", out.display());
     }
     // Every other case under mpirun, where a failing rank lingers a few seconds for its

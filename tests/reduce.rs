@@ -194,15 +194,7 @@ fn bad_options_are_refused_by_name() {
         (tasks(&["--tasks", "5", "--repeat", "0"]), "--repeat"),
     ];
     for (args, option) in &cases {
-        let run = embedded(args);
-        run.assert_finished();
-        assert_eq!(run.code, Some(1), "{args:?}\n{}", run.describe());
-        assert!(
-            run.stderr
-                .contains(&format!("rankwise: rank 0 failed: {option}: ")),
-            "{args:?}: stderr does not name {option}:\n{}",
-            run.stderr
-        );
+        assert_fails_naming(&embedded(args), args, option);
     }
     // Under mpirun every rank refuses, and the job fails.
     let run = under_mpirun(2, &reduce("100", "80", "10", &["--step", "0"]));

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,21 +17,6 @@ use rankwise::launch::output::read_f64_array;
 use rankwise::linalg::{rsvd, Method, RsvdOptions, RsvdProblem};
 use rankwise::runtime::{Dist, Generated, RuntimeConfig};
 use serde_json::Value;
-
-/// Bits of the named arrays of a Zarr group.
-fn group_bits(dir: &Path, names: &[&str]) -> BTreeMap<String, (Vec<u64>, Vec<u64>)> {
-    names
-        .iter()
-        .map(|&name| {
-            let (shape, v) = read_f64_array(dir, name)
-                .unwrap_or_else(|e| panic!("{}: {name}: {e}", dir.display()));
-            (
-                name.to_string(),
-                (shape, v.iter().map(|x| x.to_bits()).collect()),
-            )
-        })
-        .collect()
-}
 
 /// A printed number and the stored one: equal, or one ulp apart (serde_json's default
 /// float parser is not always correctly rounded; the printed text is shortest round-trip).
@@ -476,15 +460,7 @@ fn bad_input_fails_on_every_rank_and_leaves_nothing() {
         .collect();
     for ((args, option), h) in cases.iter().zip(handles) {
         let line = format!(" failed: {option}: ");
-        let run = embedded(args);
-        run.assert_finished();
-        assert_eq!(run.code, Some(1), "{args:?}\n{}", run.describe());
-        assert!(
-            run.stderr
-                .contains(&format!("rankwise: rank 0 failed: {option}: ")),
-            "{args:?}: stderr does not name {option}:\n{}",
-            run.stderr
-        );
+        assert_fails_naming(&embedded(args), args, option);
         let run = h.join().unwrap();
         run.assert_finished();
         assert_ne!(run.code, Some(0), "{args:?}\n{}", run.describe());

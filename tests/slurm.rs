@@ -12,14 +12,12 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::mpirun_util::{run_with_timeout, RunOutput, OMPI_ENV};
 use common::*;
-use rankwise::launch::output::read_f64_array;
 use serde_json::Value;
 
 /// The checkout: the scripts live in `slurm/` and `scripts/` of it.
@@ -279,21 +277,6 @@ impl Ended {
         );
         self
     }
-}
-
-/// Bits of the named arrays of a Zarr group written by rankwise.
-fn group_bits(dir: &Path, names: &[&str]) -> BTreeMap<String, (Vec<u64>, Vec<u64>)> {
-    names
-        .iter()
-        .map(|&name| {
-            let (shape, v) = read_f64_array(dir, name)
-                .unwrap_or_else(|e| panic!("{}: {name}: {e}", dir.display()));
-            (
-                name.to_string(),
-                (shape, v.iter().map(|x| x.to_bits()).collect()),
-            )
-        })
-        .collect()
 }
 
 fn assert_same_arrays(got: &Path, reference: &Path, names: &[&str], what: &str) {

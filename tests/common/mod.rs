@@ -206,3 +206,30 @@ pub fn json_bits(v: &serde_json::Value) -> Vec<u64> {
         .map(|x| x.as_f64().unwrap().to_bits())
         .collect()
 }
+
+/// Bits of the named arrays of a Zarr group.
+pub fn group_bits(dir: &Path, names: &[&str]) -> BTreeMap<String, (Vec<u64>, Vec<u64>)> {
+    names
+        .iter()
+        .map(|&name| {
+            let (shape, v) = rankwise::launch::output::read_f64_array(dir, name)
+                .unwrap_or_else(|e| panic!("{}: {name}: {e}", dir.display()));
+            (
+                name.to_string(),
+                (shape, v.iter().map(|x| x.to_bits()).collect()),
+            )
+        })
+        .collect()
+}
+
+/// Asserts that `run` (of `args`) failed with exit status 1 and that rank 0 named `option`.
+pub fn assert_fails_naming(run: &mpirun_util::RunOutput, args: &[String], option: &str) {
+    run.assert_finished();
+    assert_eq!(run.code, Some(1), "{args:?}\n{}", run.describe());
+    assert!(
+        run.stderr
+            .contains(&format!("rankwise: rank 0 failed: {option}: ")),
+        "{args:?}: stderr does not name {option}:\n{}",
+        run.stderr
+    );
+}
