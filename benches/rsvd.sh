@@ -72,9 +72,9 @@ rw geno-q2-f32 pca --rows "$M1" --cols "$N" --chunk-rows $((M1 / 20)) -k 10 --po
 rw geno-q0-f64 pca --rows "$M1" --cols "$N" --chunk-rows $((M1 / 20)) -k 10 --power-iters 0
 rw geno-q2-f64 pca --rows "$M1" --cols "$N" --chunk-rows $((M1 / 20)) -k 10 --power-iters 2
 # Dask with compute=True (see benches/reference_rsvd.py: with compute=False it keeps all of
-# A in memory and is killed at these sizes); one repetition of the minute-long runs, the
-# median of 3 of the shorter genotype ones.
-DREPS=1
+# A in memory and is killed at these sizes); the median of 3 repetitions of every run under
+# a minute, one repetition of the 1,000,000-row one (about two minutes).
+DREPS=3
 dask dask-f64-200k-blas1 --workload float64 --rows "$M1" --cols "$N" --row-chunk $((M1 / 10)) \
     --col-chunk 5000 -k 10 --oversample 10 --power-iters 0 --reps $DREPS --blas-threads 1 --compute
 dask dask-f64-200k-default --workload float64 --rows "$M1" --cols "$N" --row-chunk $((M1 / 10)) \
@@ -109,9 +109,9 @@ lines.append("## Randomized SVD and genotype PCA (k = 10, oversample 10)\n")
 lines.append(f"Run of `bash benches/rsvd.sh{' --quick' if quick else ''}` on {cpu}, {os.cpu_count()} CPUs "
              f"(the machine described above), raw results in `{out}`. rankwise: median of 3 runs "
              "(min–max), time of the whole command after start-up including generating the matrix; "
-             "Dask 2026.8.0 `svd_compressed(compute=True)`, threaded scheduler, 2 workers: float64 rows "
-             "one repetition in the faster of OPENBLAS_NUM_THREADS=1 and the default, genotype rows "
-             "median of 3.\n")
+             "Dask 2026.8.0 `svd_compressed(compute=True)`, threaded scheduler, 2 workers: median of 3 "
+             "repetitions (one at 1,000,000 rows); float64 rows in the faster of "
+             "OPENBLAS_NUM_THREADS=1 and the default.\n")
 lines.append("| workload | size | peer | peer time | rankwise | rankwise time | ratio | peer peak RSS | rankwise peak RSS | rankwise GEMM GFLOP/s | relative error estimate (rankwise) |")
 lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
 def row(work, size, peer, rname, label):
