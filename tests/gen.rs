@@ -513,7 +513,7 @@ fn bad_options_fail_on_every_rank_naming_the_option() {
         assert!(!out.exists(), "{args:?} left {}", out.display());
     }
     // Every other case under mpirun, where a failing rank lingers a few seconds for its
-    // peers: a few side by side (more at once race in Open MPI's session directory set-up).
+    // peers: a few side by side.
     let mpi_cases: Vec<_> = cases.iter().step_by(2).cloned().collect();
     for batch in mpi_cases.chunks(4) {
         let handles: Vec<_> = batch
@@ -524,20 +524,7 @@ fn bad_options_fail_on_every_rank_naming_the_option() {
             })
             .collect();
         for ((args, option), h) in batch.iter().zip(handles) {
-            let line = format!(" failed: {option}: ");
-            let run = h.join().unwrap();
-            run.assert_finished();
-            assert_ne!(run.code, Some(0), "{args:?}\n{}", run.describe());
-            let count = run
-                .stderr
-                .lines()
-                .filter(|l| l.contains("rankwise: rank ") && l.contains(&line))
-                .count();
-            assert!(
-                count >= 2,
-                "mpirun -np 2 {args:?}: expected both ranks to print {line:?}, got {count}\n{}",
-                run.describe()
-            );
+            assert_both_ranks_name(&h.join().unwrap(), args, option);
             assert!(!out.exists(), "{args:?} left {}", out.display());
         }
     }

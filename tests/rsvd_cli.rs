@@ -459,22 +459,8 @@ fn bad_input_fails_on_every_rank_and_leaves_nothing() {
         })
         .collect();
     for ((args, option), h) in cases.iter().zip(handles) {
-        let line = format!(" failed: {option}: ");
         assert_fails_naming(&embedded(args), args, option);
-        let run = h.join().unwrap();
-        run.assert_finished();
-        assert_ne!(run.code, Some(0), "{args:?}\n{}", run.describe());
-        let count = run
-            .stderr
-            .lines()
-            .filter(|l| l.contains("rankwise: rank ") && l.contains(&line))
-            .count()
-            .max(run.stderr.matches(&line).count());
-        assert!(
-            count >= 2,
-            "mpirun -np 2 {args:?}: expected both ranks to print {line:?}, got {count}\n{}",
-            run.describe()
-        );
+        assert_both_ranks_name(&h.join().unwrap(), args, option);
         assert!(!out.exists(), "{args:?} left {}", out.display());
     }
     eprintln!(

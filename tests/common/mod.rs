@@ -233,3 +233,23 @@ pub fn assert_fails_naming(run: &mpirun_util::RunOutput, args: &[String], option
         run.stderr
     );
 }
+
+/// Asserts that a 2-rank `mpirun` of `args` failed and that both ranks printed the
+/// failure naming `option` (the launcher may merge the lines, so a count of the message's
+/// occurrences also counts).
+pub fn assert_both_ranks_name(run: &mpirun_util::RunOutput, args: &[String], option: &str) {
+    let line = format!(" failed: {option}: ");
+    run.assert_finished();
+    assert_ne!(run.code, Some(0), "{args:?}\n{}", run.describe());
+    let count = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("rankwise: rank ") && l.contains(&line))
+        .count()
+        .max(run.stderr.matches(&line).count());
+    assert!(
+        count >= 2,
+        "mpirun -np 2 {args:?}: expected both ranks to print {line:?}, got {count}\n{}",
+        run.describe()
+    );
+}
