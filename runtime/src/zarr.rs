@@ -124,6 +124,9 @@ fn arrays_in(dir: &Path) -> Vec<String> {
     names
 }
 
+/// Rows and columns.
+type Extent2 = (u64, u64);
+
 /// One opened Zarr array.
 #[derive(Clone)]
 pub struct ZarrArray {
@@ -295,6 +298,17 @@ impl ZarrArray {
             }
         }
         Ok(c)
+    }
+
+    /// The shape and chunk shape of a 2-D array (checked to be 2-D by the caller, whose
+    /// message says what it needs), refusing an empty one.
+    fn shape_and_chunk_2d(&self) -> Result<(Extent2, Extent2), ZarrError> {
+        let shape = self.shape();
+        if shape[0] == 0 || shape[1] == 0 {
+            return Err(self.unsupported(format!("is empty (shape {shape:?})")));
+        }
+        let c = self.chunk_shape()?;
+        Ok(((shape[0], shape[1]), (c[0], c[1])))
     }
 
     /// Bytes of chunk scratch ([`ChunkScratch`]) a reader of this array holds, for a reader
@@ -730,14 +744,11 @@ impl ZarrMatrix {
                 array.data_type_name()
             ))
         })?;
-        if shape[0] == 0 || shape[1] == 0 {
-            return Err(array.unsupported(format!("is empty (shape {shape:?})")));
-        }
-        let c = array.chunk_shape()?;
+        let (stored_shape, chunk) = array.shape_and_chunk_2d()?;
         Ok(ZarrMatrix {
             elem,
-            stored_shape: (shape[0], shape[1]),
-            chunk: (c[0], c[1]),
+            stored_shape,
+            chunk,
             array,
             transposed: false,
         })
@@ -1029,14 +1040,11 @@ impl ZarrGenotypes {
                 )))
             }
         };
-        if shape[0] == 0 || shape[1] == 0 {
-            return Err(array.unsupported(format!("is empty (shape {shape:?})")));
-        }
-        let c = array.chunk_shape()?;
+        let (shape, chunk) = array.shape_and_chunk_2d()?;
         Ok(ZarrGenotypes {
             elem,
-            shape: (shape[0], shape[1]),
-            chunk: (c[0], c[1]),
+            shape,
+            chunk,
             array,
             sample_ids: None,
         })
