@@ -108,6 +108,30 @@ pub struct RowScale {
     pub scale: f64,
 }
 
+/// How often each dosage occurs in one variant's row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowCounts {
+    /// Calls of dosage 0, 1 and 2.
+    pub dosages: [u64; 3],
+    /// Missing calls.
+    pub missing: u64,
+}
+
+impl RowCounts {
+    /// Σ x² of the row standardized by `s` into tiles of type `T`, from the counts alone:
+    /// each dosage contributes its table value, rounded to `T`, squared. The first pass
+    /// measures the total variance this way rather than summing every tile's squares.
+    pub fn sum_squares<T: Real>(&self, s: RowScale) -> f64 {
+        let t = s.table();
+        (0..3)
+            .map(|c| {
+                let v = T::from_f64(t[c]).to_f64();
+                self.dosages[c] as f64 * (v * v)
+            })
+            .sum()
+    }
+}
+
 /// Precision of the tiles and of their products with the thin matrices. Sums over tiles
 /// are always accumulated in f64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -783,14 +807,17 @@ impl<'a> TileProducer<'a> {
                         };
                         for i in 0..b {
                             let row = &codes[i * n..(i + 1) * n];
-                            let (scale, missing) =
+                            let (scale, counts) =
                                 row_scale(row).map_err(|(j, v)| LinalgError::Genotype {
                                     variant: g.start + i as u64,
                                     sample: j as u64,
                                     value: v,
                                     what: src.describe(),
                                 })?;
-                            facts.missing += missing;
+                            facts.missing += counts.missing;
+                            if self.measure {
+                                facts.sum_squares += counts.sum_squares::<T>(scale);
+                            }
                             scales.push(scale);
                             pack_row(row, &mut dest[i * stride..(i + 1) * stride]);
                         }
@@ -819,7 +846,8 @@ impl<'a> TileProducer<'a> {
                         );
                     }
                     let t = ArrayView2::from_shape((b, w), &tile[..b * w]).expect("tile shape");
-                    if self.measure {
+                    // Rows produced in this pass were measured from their counts above.
+                    if self.measure && packed.is_some() {
                         facts.sum_squares += T::sum_squares(&tile[..b * w]);
                     }
                     f(r0, c0, t);
@@ -840,8 +868,8 @@ impl<'a> TileProducer<'a> {
 
 /// The standardization of one row of dosages and its missing-call count, or the first
 /// value outside {−1, 0, 1, 2} as `(column, value)`.
-pub fn row_scale(row: &[i8]) -> Result<(RowScale, u64), (usize, i8)> {
-    let (sum, calls, bad) = count_row(row);
+pub fn row_scale(row: &[i8]) -> Result<(RowScale, RowCounts), (usize, i8)> {
+    let (sum, calls, twos, bad) = count_row(row);
     if bad {
         let j = row
             .iter()
@@ -849,14 +877,18 @@ pub fn row_scale(row: &[i8]) -> Result<(RowScale, u64), (usize, i8)> {
             .unwrap_or_default();
         return Err((j, row[j]));
     }
-    let missing = row.len() as u64 - calls;
+    let ones = sum - 2 * twos;
+    let counts = RowCounts {
+        dosages: [calls - ones - twos, ones, twos],
+        missing: row.len() as u64 - calls,
+    };
     if calls == 0 {
         return Ok((
             RowScale {
                 mean: 0.0,
                 scale: 0.0,
             },
-            missing,
+            counts,
         ));
     }
     let p = sum as f64 / (2.0 * calls as f64);
@@ -871,31 +903,33 @@ pub fn row_scale(row: &[i8]) -> Result<(RowScale, u64), (usize, i8)> {
             mean: 2.0 * p,
             scale,
         },
-        missing,
+        counts,
     ))
 }
 
-/// `(Σ max(g, 0), calls, any value outside −1..=2)`, in u32 lanes per block of rows so
-/// the loop vectorizes.
+/// `(Σ max(g, 0), calls, twos, any value outside −1..=2)`, in u32 lanes per block of rows
+/// so the loop vectorizes.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
     "x86_64+avx2+fma"
 ))]
-fn count_row(row: &[i8]) -> (u64, u64, bool) {
-    let (mut sum, mut calls, mut bad) = (0u64, 0u64, false);
+fn count_row(row: &[i8]) -> (u64, u64, u64, bool) {
+    let (mut sum, mut calls, mut twos, mut bad) = (0u64, 0u64, 0u64, false);
     for block in row.chunks(1 << 20) {
-        let (mut s, mut c, mut b) = (0u32, 0u32, 0u32);
+        let (mut s, mut c, mut t, mut b) = (0u32, 0u32, 0u32, 0u32);
         for &v in block {
             let u = (v as u8).wrapping_add(1) as u32;
             b |= (u > 3) as u32;
             s += (v.max(0) as u8) as u32;
             c += (v >= 0) as u32;
+            t += (v == 2) as u32;
         }
         sum += s as u64;
         calls += c as u64;
+        twos += t as u64;
         bad |= b != 0;
     }
-    (sum, calls, bad)
+    (sum, calls, twos, bad)
 }
 
 /// Byte → four codes, low bits first (code 3, a missing call, decodes to −1).
@@ -1075,8 +1109,14 @@ mod tests {
 
     #[test]
     fn row_scale_standardizes_and_drops_monomorphic_rows() {
-        let (s, missing) = row_scale(&[0, 1, 2, -1, 1]).unwrap();
-        assert_eq!(missing, 1);
+        let (s, counts) = row_scale(&[0, 1, 2, -1, 1]).unwrap();
+        assert_eq!(
+            counts,
+            RowCounts {
+                dosages: [1, 2, 1],
+                missing: 1
+            }
+        );
         let p: f64 = 4.0 / 8.0;
         assert_eq!(s.mean, 2.0 * p);
         assert!((s.scale - 1.0 / (2.0 * p * (1.0 - p)).sqrt()).abs() < 1e-15);
@@ -1131,7 +1171,11 @@ mod tests {
         let (b, facts2, none) = collect(&op, 10..150, kept.as_ref(), false);
         assert!(none.is_none());
         assert_eq!(a, b);
-        assert_eq!(facts.sum_squares, facts2.sum_squares);
+        // Counted when produced, summed from the tiles when resident: the same up to rounding.
+        let direct: f64 = a.iter().map(|x| x * x).sum();
+        for ss in [facts.sum_squares, facts2.sum_squares] {
+            assert!((ss - direct).abs() <= 1e-12 * direct, "{ss} vs {direct}");
+        }
     }
 
     #[test]
@@ -1186,7 +1230,7 @@ mod tests {
         let op = Operand::Genotypes(Arc::new(g));
         let (a, _, _) = collect(&op, 0..40, None, false);
         let mut b = Array2::<f32>::zeros((40, 1500));
-        TileProducer::new(&op, 0, 0..40)
+        let (facts, _) = TileProducer::new(&op, 0, 0..40)
             .for_each(
                 None,
                 false,
@@ -1198,5 +1242,8 @@ mod tests {
             )
             .unwrap();
         assert_eq!(b, a.mapv(|x| x as f32));
+        // The counted total variance is that of the rounded tiles, not of the f64 ones.
+        let direct: f64 = b.iter().map(|&x| x as f64 * x as f64).sum();
+        assert!((facts.sum_squares - direct).abs() <= 1e-12 * direct);
     }
 }

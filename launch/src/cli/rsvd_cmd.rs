@@ -48,7 +48,7 @@ pub(super) struct SketchArgs {
     #[arg(long, value_enum, default_value = "subspace")]
     method: MethodChoice,
     /// Gaussian probes of the a-posteriori error estimate (0: none).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 4)]
     probes: usize,
     /// Seed of the random test matrix and probes (default: the matrix seed + 1).
     #[arg(long)]
