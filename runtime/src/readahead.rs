@@ -387,7 +387,10 @@ mod tests {
             drop(ra);
             let buffers = pool.buffers.lock().unwrap();
             assert_eq!(buffers.len(), 2, "the pool keeps the pass's buffers");
-            assert!(buffers.iter().all(|b| b.values.len() == 1000));
+            // A reader that never waits for the taker fills one buffer over and over and
+            // leaves the other untouched (seen on a loaded machine): each is either.
+            assert!(buffers.iter().all(|b| matches!(b.values.len(), 0 | 1000)));
+            assert!(buffers.iter().any(|b| b.values.len() == 1000));
             assert_eq!(
                 pool.scratch.lock().unwrap().len(),
                 1,
