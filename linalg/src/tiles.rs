@@ -618,10 +618,11 @@ impl<'a> TileProducer<'a> {
                     for c0 in (0..n).step_by(TILE_COLS) {
                         let c1 = (c0 + TILE_COLS).min(n);
                         let t = a.slice(s![r0..r1, c0..c1]);
+                        // Measured after the GEMM has pulled the tile into cache.
+                        f(r0, c0, t);
                         if self.measure {
                             facts.sum_squares += sum_squares_view(t);
                         }
-                        f(r0, c0, t);
                     }
                 }
                 Ok((facts, None))
@@ -681,10 +682,12 @@ impl<'a> TileProducer<'a> {
                                 &v[i * n + c0..],
                             )
                             .expect("the tile lies inside its panel");
+                            // Measured after the GEMM has pulled the tile into cache: the
+                            // decoded rows are read from memory once, not twice.
+                            f(r0, c0, t);
                             if self.measure {
                                 facts.sum_squares += sum_squares_view(t);
                             }
-                            f(r0, c0, t);
                             continue;
                         }
                         let cols = c0 as u64..c1 as u64;

@@ -7,8 +7,9 @@
 //! genotype or float matrix, those two fresh allocations cost more in page faults than
 //! Blosc costs in decoding (measured: about 40% of the time of `rankwise read` on a Blosc
 //! lz4 + bitshuffle store went to the kernel, faulting and zeroing new pages). Here the file
-//! is read into a buffer that the reader keeps from chunk to chunk, and Blosc decodes
-//! straight into the panel when the chunk lands contiguously in it. Every other chain
+//! is read into a buffer that the reader keeps from chunk to chunk (or mapped), and Blosc
+//! frames decode straight into the panel when the chunk lands contiguously in it: LZ4 and
+//! stored frames by [`crate::blosc`], other compressors by c-blosc. Every other chain
 //! (zstd, gzip, sharding, big-endian, filters) still goes through zarrs, and so does a
 //! missing chunk (the fill value).
 
@@ -174,6 +175,15 @@ fn blosc_decode_part(
     whole: usize,
     dest: &mut [u8],
 ) -> Result<(), String> {
+    if let Some(frame) = crate::blosc::Frame::parse(src)? {
+        if frame.nbytes() != whole {
+            return Err(format!(
+                "the Blosc frame decodes to {} bytes, expected {whole} for a whole chunk",
+                frame.nbytes()
+            ));
+        }
+        return with_scratch(|s| frame.decode(part, dest, s, crate::blosc::Kernels::Detect));
+    }
     let nbytes = blosc_validate(src)?;
     if nbytes != whole {
         return Err(format!(
@@ -222,8 +232,29 @@ fn blosc_validate(src: &[u8]) -> Result<usize, String> {
     Ok(nbytes)
 }
 
-/// Decodes one Blosc frame into `dest`, which must be exactly its decoded size.
+/// Runs `f` with this thread's decoder buffers (kept from call to call: a reader thread
+/// decodes chunk after chunk of the same block size).
+fn with_scratch<R>(f: impl FnOnce(&mut crate::blosc::Scratch) -> R) -> R {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<crate::blosc::Scratch> = Default::default();
+    }
+    SCRATCH.with(|s| f(&mut s.borrow_mut()))
+}
+
+/// Decodes one Blosc frame into `dest`, which must be exactly its decoded size: LZ4 and
+/// stored frames here ([`crate::blosc`]), others by c-blosc.
 fn blosc_decode(src: &[u8], dest: &mut [u8]) -> Result<(), String> {
+    if let Some(frame) = crate::blosc::Frame::parse(src)? {
+        if frame.nbytes() != dest.len() {
+            return Err(format!(
+                "the Blosc frame decodes to {} bytes, expected {} for a whole chunk",
+                frame.nbytes(),
+                dest.len()
+            ));
+        }
+        let all = 0..dest.len();
+        return with_scratch(|s| frame.decode(all, dest, s, crate::blosc::Kernels::Detect));
+    }
     let nbytes = blosc_validate(src)?;
     if nbytes != dest.len() {
         return Err(format!(

@@ -6,6 +6,7 @@
 //! computed identically everywhere without further messages.
 
 pub mod actor;
+mod blosc;
 pub mod budget;
 mod direct;
 pub mod grid;
