@@ -32,6 +32,17 @@ fn no_leftovers(dir: &std::path::Path) {
 }
 
 #[test]
+fn help_describes_the_project_not_its_launch_crate() {
+    let (code, stdout, _) = rankwise(&["--help"]);
+    assert_eq!(code, 0);
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("Distributed SVD and PCA"),
+        "first line of --help: {first}"
+    );
+}
+
+#[test]
 fn svd_writes_a_complete_zarr_group() {
     let dir = scratch("cli-out");
     for (m, n, chunk) in [(5_003u64, 7u64, 1_000u64), (6, 300, 64)] {

@@ -34,7 +34,13 @@ mod tasks_cmd;
 
 /// Distributed SVD and PCA of matrices too large for one machine.
 #[derive(Parser, Debug)]
-#[command(name = "rankwise", version, about, long_about = None)]
+// `about` alone would take the launch crate's description from Cargo.toml.
+#[command(
+    name = "rankwise",
+    version,
+    about = "Distributed SVD and PCA of matrices too large for one machine, on MPI ranks of pinned actors",
+    long_about = None
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
