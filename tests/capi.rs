@@ -99,11 +99,7 @@ fn cli_bits(args: &[String], out: &Path) -> [Vec<u64>; 3] {
     all.extend(["--out".to_string(), out.display().to_string()]);
     embedded(&all).assert_success();
     let g = group_bits(out, &["S", "Vt", "U"]);
-    [
-        g["S"].1.clone(),
-        g["Vt"].1.clone(),
-        g["U"].1.clone(),
-    ]
+    [g["S"].1.clone(), g["Vt"].1.clone(), g["U"].1.clone()]
 }
 
 /// 21 panels of 1,000 rows, the last ragged (11 rows): with 4 ranks the last rank holds
@@ -116,7 +112,15 @@ fn compare(method: &str, cli: &[&str], extra: &[&str]) {
     let b = built();
     let dir = scratch(&format!("capi-{method}"));
     let seed = (test_seed() % 1_000_000).to_string();
-    let mut cli_args = strings(&[method, "--rows", ROWS, "--cols", COLS, "--chunk-rows", PANEL]);
+    let mut cli_args = strings(&[
+        method,
+        "--rows",
+        ROWS,
+        "--cols",
+        COLS,
+        "--chunk-rows",
+        PANEL,
+    ]);
     cli_args.extend(strings(&["--seed", &seed, "--dist", "normal"]));
     cli_args.extend(strings(cli));
     let reference = cli_bits(&cli_args, &dir.join("cli.zarr"));

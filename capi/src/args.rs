@@ -193,7 +193,9 @@ pub(crate) fn check_ld(
     {
         return Err(invalid(
             arg,
-            format!("a {rows} × {cols} matrix with leading dimension {ld} exceeds the address space"),
+            format!(
+                "a {rows} × {cols} matrix with leading dimension {ld} exceeds the address space"
+            ),
         ));
     }
     Ok(())
@@ -215,10 +217,16 @@ pub(crate) fn sizes(
 ) -> Result<rankwise_sizes, CapiError> {
     check_size("rows_local", rows_local)?;
     if cols < 1 {
-        return Err(invalid("cols", format!("{cols}: the matrix needs a column")));
+        return Err(invalid(
+            "cols",
+            format!("{cols}: the matrix needs a column"),
+        ));
     }
     if k < 1 || k > cols {
-        return Err(invalid("k", format!("{k} is not in 1..={cols} (the columns)")));
+        return Err(invalid(
+            "k",
+            format!("{k} is not in 1..={cols} (the columns)"),
+        ));
     }
     let layout = Layout::parse(layout)?;
     Ok(rankwise_sizes {
@@ -238,7 +246,10 @@ pub(crate) fn sizes(
 pub(crate) fn check_local(c: &Call) -> Result<(Layout, i64), CapiError> {
     check_size("rows_local", c.rows_local)?;
     if c.cols < 1 {
-        return Err(invalid("cols", format!("{}: the matrix needs a column", c.cols)));
+        return Err(invalid(
+            "cols",
+            format!("{}: the matrix needs a column", c.cols),
+        ));
     }
     check_size("panel_rows", c.panel_rows)?;
     let layout = Layout::parse(c.layout)?;

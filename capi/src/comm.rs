@@ -251,13 +251,25 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
         });
     }
     let names = [
-        "", "", "cols", "panel_rows", "", "k", "oversample", "power_iters", "seed",
+        "",
+        "",
+        "cols",
+        "panel_rows",
+        "",
+        "k",
+        "oversample",
+        "power_iters",
+        "seed",
     ];
     for (rank, a) in all.iter().enumerate() {
         for i in 2..AGREE {
             if a[i] != mine[i] {
                 return Err(CapiError::Inconsistent {
-                    arg: if names[i].is_empty() { "method" } else { names[i] },
+                    arg: if names[i].is_empty() {
+                        "method"
+                    } else {
+                        names[i]
+                    },
                     message: format!(
                         "this rank passed {} but rank {rank} passed {}: every rank must pass \
                          the same value",
@@ -302,7 +314,10 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
         });
     }
     let row0: i64 = rows[..me].iter().sum();
-    let rank_panels: Vec<usize> = rows.iter().map(|&r| (r as u64).div_ceil(p as u64) as usize).collect();
+    let rank_panels: Vec<usize> = rows
+        .iter()
+        .map(|&r| (r as u64).div_ceil(p as u64) as usize)
+        .collect();
     let grid = ChunkGrid::new(m as u64, cols as u64, p as u64)
         .map_err(|e| CapiError::Internal(e.to_string()))?;
 
@@ -426,4 +441,30 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
         .write(0, wt.view());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panel_rows;
+
+    #[test]
+    fn default_panel_rows_divide_every_rank_but_the_last() {
+        // Asked for: kept.
+        assert_eq!(panel_rows(7, &[14, 3], 2), 7);
+        // Equal blocks and a ragged last one: one panel per rank while it is small.
+        assert_eq!(panel_rows(0, &[1000, 1000, 1000, 11], 12), 1000);
+        assert_eq!(panel_rows(0, &[600, 400, 77], 4), 200);
+        // One rank, or only the last holding rows: its own row count.
+        assert_eq!(panel_rows(0, &[5000], 10), 5000);
+        assert_eq!(panel_rows(0, &[0, 0, 300], 10), 300);
+        // Large blocks are split into panels of at most 8 MiB, no shorter than wide.
+        let p = panel_rows(0, &[1_000_000, 1_000_000, 5], 20);
+        assert!(
+            1_000_000 % p == 0 && p as u64 * 20 * 8 <= 8 << 20 && p >= 20,
+            "{p}"
+        );
+        assert_eq!(p, 50_000);
+        // A block with no divisor that fits stays whole (a prime row count).
+        assert_eq!(panel_rows(0, &[1_000_003, 1], 20), 1_000_003);
+    }
 }

@@ -324,49 +324,44 @@ mod tests {
         let mut u = [0.0; 40];
         let mut vt = [0.0; 16];
         let a = [1.0; 40];
+        let (sp, vtp) = (s.as_mut_ptr(), vt.as_mut_ptr());
         let call = |a: *const f64, rows: i64, cols: i64, lda: i64, layout, u: *mut f64| {
-            rankwise_tsqr_svd(
-                0,
-                a,
-                rows,
-                cols,
-                lda,
-                layout,
-                0,
-                s.as_mut_ptr(),
-                u,
-                10,
-                vt.as_mut_ptr(),
-                4,
-            )
+            rankwise_tsqr_svd(0, a, rows, cols, lda, layout, 0, sp, u, 10, vtp, 4)
         };
         let up = u.as_mut_ptr();
-        let cases: [(rankwise_status, &str); 6] = [
-            (
-                call(std::ptr::null(), 10, 4, 10, RANKWISE_COL_MAJOR, up),
-                "a",
-            ),
-            (call(a.as_ptr(), -1, 4, 10, RANKWISE_COL_MAJOR, up), "rows_local"),
-            (call(a.as_ptr(), 10, 0, 10, RANKWISE_COL_MAJOR, up), "cols"),
-            (call(a.as_ptr(), 10, 4, 9, RANKWISE_COL_MAJOR, up), "lda"),
-            (call(a.as_ptr(), 10, 4, 10, 7, up), "layout"),
-            (
-                call(a.as_ptr(), 10, 4, 10, RANKWISE_COL_MAJOR, std::ptr::null_mut()),
-                "u_local",
-            ),
-        ];
-        for (status, arg) in cases {
-            assert_ne!(status, RANKWISE_OK, "{arg}");
+        let expect = |status: rankwise_status, want: rankwise_status, arg: &str| {
+            assert_eq!(status, want, "{arg}: {}", last());
             assert!(last().contains(&format!("`{arg}`")), "{arg}: {}", last());
-        }
-        assert_eq!(cases[0].0, RANKWISE_ERROR_NULL_POINTER);
-        assert_eq!(cases[1].0, RANKWISE_ERROR_INVALID_ARGUMENT);
+        };
+        let (col, null) = (RANKWISE_COL_MAJOR, RANKWISE_ERROR_NULL_POINTER);
+        let bad = RANKWISE_ERROR_INVALID_ARGUMENT;
+        expect(call(std::ptr::null(), 10, 4, 10, col, up), null, "a");
+        expect(call(a.as_ptr(), -1, 4, 10, col, up), bad, "rows_local");
+        expect(call(a.as_ptr(), 10, 0, 10, col, up), bad, "cols");
+        expect(call(a.as_ptr(), 10, 4, 9, col, up), bad, "lda");
+        expect(call(a.as_ptr(), 10, 4, 10, 7, up), bad, "layout");
+        expect(
+            call(a.as_ptr(), 10, 4, 10, col, std::ptr::null_mut()),
+            null,
+            "u_local",
+        );
+        // Row-major: lda counts columns.
+        expect(
+            call(a.as_ptr(), 10, 4, 3, RANKWISE_ROW_MAJOR, up),
+            bad,
+            "lda",
+        );
+        // A leading dimension whose extent overflows the address space.
+        expect(call(a.as_ptr(), 10, 4, i64::MAX / 2, col, up), bad, "lda");
     }
 
     #[test]
     fn rsvd_rejects_k_zero_and_sizes_follow_the_layout() {
         let mut sizes = rankwise_sizes::default();
-        assert_eq!(rankwise_rsvd_query(100, 8, 3, RANKWISE_ROW_MAJOR, &mut sizes), 0);
+        assert_eq!(
+            rankwise_rsvd_query(100, 8, 3, RANKWISE_ROW_MAJOR, &mut sizes),
+            0
+        );
         assert_eq!(
             sizes,
             rankwise_sizes {
@@ -380,7 +375,10 @@ mod tests {
                 workspace_bytes: 0,
             }
         );
-        assert_eq!(rankwise_tsqr_svd_query(100, 8, RANKWISE_COL_MAJOR, &mut sizes), 0);
+        assert_eq!(
+            rankwise_tsqr_svd_query(100, 8, RANKWISE_COL_MAJOR, &mut sizes),
+            0
+        );
         assert_eq!((sizes.min_ldu, sizes.min_ldvt, sizes.s_len), (100, 8, 8));
         assert_eq!(
             rankwise_rsvd_query(100, 8, 0, RANKWISE_COL_MAJOR, &mut sizes),

@@ -175,7 +175,9 @@ pub(crate) fn generate(
         other => {
             return Err(invalid(
                 "dist",
-                format!("{other} is neither RANKWISE_DIST_UNIFORM (0) nor RANKWISE_DIST_NORMAL (1)"),
+                format!(
+                    "{other} is neither RANKWISE_DIST_UNIFORM (0) nor RANKWISE_DIST_NORMAL (1)"
+                ),
             ))
         }
     };
