@@ -27,12 +27,36 @@ module rankwise
   integer(c_int32_t), parameter, public :: RANKWISE_DIST_UNIFORM = 0
   integer(c_int32_t), parameter, public :: RANKWISE_DIST_NORMAL = 1
 
+  !> Output sizes of one rank's call (rankwise_sizes of rankwise.h).
+  type, bind(C), public :: rankwise_sizes
+    integer(c_int64_t) :: s_len, u_rows, u_cols, vt_rows, vt_cols, min_ldu, min_ldvt, workspace_bytes
+  end type
+
   public :: rankwise_svd, rankwise_randomized_svd, rankwise_fill_generated
   public :: rankwise_error_message
   ! The C functions themselves, for callers that pass leading dimensions or row-major data.
   public :: rankwise_tsqr_svd, rankwise_rsvd, rankwise_generate, rankwise_last_error
+  public :: rankwise_tsqr_svd_query, rankwise_rsvd_query
 
   interface
+    function rankwise_tsqr_svd_query(rows_local, cols, layout, sizes) result(status) &
+                                     bind(C, name="rankwise_tsqr_svd_query")
+      import :: c_int32_t, c_int64_t, rankwise_sizes
+      integer(c_int64_t), value :: rows_local, cols
+      integer(c_int32_t), value :: layout
+      type(rankwise_sizes), intent(out) :: sizes
+      integer(c_int32_t) :: status
+    end function
+
+    function rankwise_rsvd_query(rows_local, cols, k, layout, sizes) result(status) &
+                                 bind(C, name="rankwise_rsvd_query")
+      import :: c_int32_t, c_int64_t, rankwise_sizes
+      integer(c_int64_t), value :: rows_local, cols, k
+      integer(c_int32_t), value :: layout
+      type(rankwise_sizes), intent(out) :: sizes
+      integer(c_int32_t) :: status
+    end function
+
     function rankwise_tsqr_svd(comm, a, rows_local, cols, lda, layout, panel_rows, s, &
                                u_local, ldu, vt, ldvt) result(status) bind(C, name="rankwise_tsqr_svd")
       import :: c_int, c_int32_t, c_int64_t, c_double

@@ -64,7 +64,9 @@ fn mpi_ready() -> Result<(), CapiError> {
                 .into(),
         ));
     }
-    if provided < ffi::MPI_THREAD_MULTIPLE as c_int {
+    // FUNNELED: only the thread that initialized MPI may call it (SERIALIZED and MULTIPLE
+    // allow any thread; the caller keeps its own calls apart from ours).
+    if provided == ffi::MPI_THREAD_FUNNELED as c_int {
         let mut main = 0;
         // SAFETY: MPI is initialized.
         mpi_call("MPI_Is_thread_main", unsafe {
@@ -72,8 +74,8 @@ fn mpi_ready() -> Result<(), CapiError> {
         })?;
         if main == 0 {
             return Err(CapiError::MpiNotReady(
-                "MPI grants less than MPI_THREAD_MULTIPLE, so rankwise must be called on the \
-                 thread that initialized MPI"
+                "MPI was initialized with MPI_THREAD_FUNNELED, so rankwise must be called on \
+                 the thread that initialized MPI"
                     .into(),
             ));
         }

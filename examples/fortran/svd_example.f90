@@ -19,6 +19,7 @@ program svd_example
   character(len=4096) :: arg, outdir, method
   real(c_double), allocatable :: a(:, :), s(:), u(:, :), vt(:, :)
   logical :: randomized
+  type(rankwise_sizes) :: sizes
 
   ! rankwise runs worker threads beside the MPI thread: FUNNELED at least.
   call MPI_Init_thread(MPI_THREAD_FUNNELED, provided, ierr)
@@ -58,7 +59,18 @@ program svd_example
     power_iters = int_arg(10)
     sketch_seed = int_arg(11)
   end if
-  allocate (a(rows_local, cols), s(k), u(rows_local, k), vt(k, cols))
+  ! The query gives the output shapes (and checks the arguments) before anything is allocated.
+  if (randomized) then
+    status = rankwise_rsvd_query(rows_local, cols, k, RANKWISE_COL_MAJOR, sizes)
+  else
+    status = rankwise_tsqr_svd_query(rows_local, cols, RANKWISE_COL_MAJOR, sizes)
+  end if
+  if (status /= RANKWISE_OK) then
+    write (0, '(a,a)') 'query: ', rankwise_error_message()
+    call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
+  end if
+  allocate (a(rows_local, cols), s(sizes%s_len), u(sizes%u_rows, sizes%u_cols), &
+            vt(sizes%vt_rows, sizes%vt_cols))
   status = rankwise_fill_generated(seed, dist, row0, a)
   if (status == RANKWISE_OK) then
     if (randomized) then
