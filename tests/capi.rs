@@ -221,6 +221,8 @@ fn bad_arguments_return_codes_and_never_abort() {
         for case in [
             "communicator 12345",
             "MPI_COMM_NULL",
+            "freed communicator",
+            "call on a communicator of one rank",
             "null a",
             "lda < rows",
             "k = 0",

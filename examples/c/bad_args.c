@@ -79,6 +79,13 @@ int main(int argc, char **argv) {
            RANKWISE_ERROR_INVALID_COMMUNICATOR, "`comm`");
     expect("MPI_COMM_NULL", rankwise_tsqr_svd(MPI_Comm_c2f(MPI_COMM_NULL), a, R, C, R, L, 10, s, u, R, vt, C),
            RANKWISE_ERROR_INVALID_COMMUNICATOR, "`comm`");
+    /* A handle of a communicator that was freed names nothing any more. */
+    MPI_Comm freed;
+    MPI_Comm_dup(MPI_COMM_WORLD, &freed);
+    MPI_Fint freed_handle = MPI_Comm_c2f(freed);
+    MPI_Comm_free(&freed);
+    expect("freed communicator", rankwise_tsqr_svd(freed_handle, a, R, C, R, L, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_COMMUNICATOR, "`comm`");
     expect("null sizes", rankwise_tsqr_svd_query(R, C, L, NULL), RANKWISE_ERROR_NULL_POINTER, "`sizes`");
     expect("unknown distribution", rankwise_generate(1, 9, 0, R, C, a + 0, R, L),
            RANKWISE_ERROR_INVALID_ARGUMENT, "`dist`");
@@ -102,6 +109,14 @@ int main(int argc, char **argv) {
     expect("good call", rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, R, vt, C), RANKWISE_OK, NULL);
     expect("good randomized call",
            rankwise_rsvd(world, a, R, C, R, L, 10, 2, 1, 1, 3, s, u, R, vt, C), RANKWISE_OK, NULL);
+
+    /* The communicator passed is the one used: on a communicator of this rank alone, its
+     * 40 rows are the whole matrix, whatever the other ranks do meanwhile. */
+    MPI_Comm alone;
+    MPI_Comm_split(MPI_COMM_WORLD, rank, 0, &alone);
+    expect("call on a communicator of one rank",
+           rankwise_tsqr_svd(MPI_Comm_c2f(alone), a, R, C, R, L, 0, s, u, R, vt, C), RANKWISE_OK, NULL);
+    MPI_Comm_free(&alone);
 
     MPI_Finalize();
     if (failures == 0)
