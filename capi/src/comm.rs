@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mpi::ffi;
+use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, FromRaw};
 use ndarray::ArrayView2;
@@ -131,10 +132,20 @@ fn duplicate(fint: MPI_Fint) -> Result<SimpleCommunicator, CapiError> {
     Ok(dup)
 }
 
-use mpi::raw::AsRaw;
-
-/// What every rank tells the others before any work.
-const AGREE: usize = 9;
+/// What every rank tells the others before any work: its status and row count, then the
+/// arguments every rank must pass alike (named as in the header).
+const AGREED: [&str; 9] = [
+    "status",
+    "rows_local",
+    "cols",
+    "panel_rows",
+    "method",
+    "k",
+    "oversample",
+    "power_iters",
+    "seed",
+];
+const AGREE: usize = AGREED.len();
 
 fn agreement(status: rankwise_status, c: &Call) -> [i64; AGREE] {
     let (k, oversample, power_iters, seed, randomized) = match c.method {
@@ -252,26 +263,11 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
             status: a[0] as rankwise_status,
         });
     }
-    let names = [
-        "",
-        "",
-        "cols",
-        "panel_rows",
-        "",
-        "k",
-        "oversample",
-        "power_iters",
-        "seed",
-    ];
     for (rank, a) in all.iter().enumerate() {
         for i in 2..AGREE {
             if a[i] != mine[i] {
                 return Err(CapiError::Inconsistent {
-                    arg: if names[i].is_empty() {
-                        "method"
-                    } else {
-                        names[i]
-                    },
+                    arg: AGREED[i],
                     message: format!(
                         "this rank passed {} but rank {rank} passed {}: every rank must pass \
                          the same value",
