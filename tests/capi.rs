@@ -173,34 +173,40 @@ fn c_and_fortran_examples_match_the_cli_rsvd_bit_for_bit() {
 }
 
 #[test]
-fn the_statically_linked_example_needs_no_shared_rankwise() {
+fn the_statically_linked_example_needs_no_shared_rankwise_and_a_rank_may_hold_no_rows() {
     let b = built();
     let program = b.bin.join("svd_example_static");
     let ldd = Command::new("ldd").arg(&program).output().unwrap();
     let deps = String::from_utf8_lossy(&ldd.stdout);
     assert!(!deps.contains("librankwise"), "{deps}");
+    // 3 panels on 4 ranks: rank 0 holds no rows (yet gets S and Vᵀ), rank 3 the ragged end.
     let dir = scratch("capi-static");
     let got = example_bits(
         &program,
-        2,
-        &["svd", "3000", "5", "500", "3", "uniform"],
+        4,
+        &["svd", "2500", "5", "1000", "3", "uniform"],
         &dir.join("out"),
     );
     let reference = cli_bits(
         &strings(&[
             "svd",
             "--rows",
-            "3000",
+            "2500",
             "--cols",
             "5",
             "--chunk-rows",
-            "500",
+            "1000",
             "--seed",
             "3",
             "--dist",
             "uniform",
         ]),
         &dir.join("cli.zarr"),
+    );
+    assert_eq!(
+        std::fs::metadata(dir.join("out/U.0.bin")).unwrap().len(),
+        0,
+        "rank 0 holds no rows"
     );
     assert!(got == reference, "the static example differs from the CLI");
     assert!(b.prefix.join("lib/pkgconfig/rankwise.pc").exists());
