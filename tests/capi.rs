@@ -213,6 +213,14 @@ fn the_statically_linked_example_needs_no_shared_rankwise_and_a_rank_may_hold_no
 }
 
 #[test]
+fn the_header_works_from_cxx() {
+    let b = built();
+    run_with_timeout(Command::new(b.bin.join("cxx_header_check")), LIMIT)
+        .assert_success()
+        .assert_stdout_contains("from C++: status 0, U is 100 x 4");
+}
+
+#[test]
 fn bad_arguments_return_codes_and_never_abort() {
     let b = built();
     let run = mpirun(2, &b.bin.join("bad_args"), &[], LIMIT);

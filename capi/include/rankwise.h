@@ -161,6 +161,10 @@ typedef int32_t rankwise_dist;
  */
 #define RANKWISE_DIST_NORMAL 1
 
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
 /**
  * The message of the last failed call on this thread (an empty string after a call that
  * succeeded). The pointer stays valid until the next rankwise call on this thread.
@@ -271,5 +275,9 @@ rankwise_status rankwise_generate(uint64_t seed,
                                   double *out,
                                   int64_t ld,
                                   rankwise_layout layout);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
 
 #endif  /* RANKWISE_H */
