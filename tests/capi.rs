@@ -251,3 +251,25 @@ fn bad_arguments_return_codes_and_never_abort() {
         }
     }
 }
+
+#[test]
+fn fortran_bad_arguments_return_codes_and_messages() {
+    let b = built();
+    let run = mpirun(2, &b.bin.join("bad_args_f"), &[], LIMIT);
+    run.assert_success();
+    for rank in 0..2 {
+        for line in [
+            "all cases behaved",
+            "ok communicator 12345: `comm`",
+            "ok k = 0: `k`",
+            "ok lda < rows: `lda`",
+            "ok good call",
+        ] {
+            assert!(
+                run.stdout.contains(&format!("rank {rank}: {line}")),
+                "rank {rank}, {line}:\n{}",
+                run.describe()
+            );
+        }
+    }
+}
