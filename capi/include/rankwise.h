@@ -18,7 +18,13 @@
  * over a duplicate of the communicator.
  *
  * Errors: every function returns a rankwise_status, 0 (RANKWISE_OK) on success; it never
- * aborts the process. rankwise_last_error() gives the message, naming the argument.
+ * aborts the process. rankwise_last_error() gives the message, naming the argument. A rank
+ * whose own arguments are wrong still tells the others (RANKWISE_ERROR_OTHER_RANK), so no
+ * rank waits for it.
+ *
+ * Threads: each call runs rankwise's worker threads (on the cores the launcher gave the
+ * rank, unpinned) and sets OpenBLAS to one thread. librankwise is linked with the MPI it
+ * was built with: build and run your code with that MPI's wrappers and launcher.
  *
  * Link with `pkg-config --cflags --libs rankwise` (or `--static` for librankwise.a).
  */
