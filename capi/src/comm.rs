@@ -266,13 +266,27 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
     for (rank, a) in all.iter().enumerate() {
         for i in 2..AGREE {
             if a[i] != mine[i] {
-                return Err(CapiError::Inconsistent {
-                    arg: AGREED[i],
-                    message: format!(
+                let function = |randomized| match randomized {
+                    0 => "rankwise_tsqr_svd",
+                    _ => "rankwise_rsvd",
+                };
+                let message = if AGREED[i] == "method" {
+                    format!(
+                        "this rank called {} but rank {rank} called {}: every rank must make \
+                         the same call",
+                        function(mine[i]),
+                        function(a[i])
+                    )
+                } else {
+                    format!(
                         "this rank passed {} but rank {rank} passed {}: every rank must pass \
                          the same value",
                         mine[i], a[i]
-                    ),
+                    )
+                };
+                return Err(CapiError::Inconsistent {
+                    arg: AGREED[i],
+                    message,
                 });
             }
         }

@@ -99,6 +99,10 @@ int main(int argc, char **argv) {
     expect("ranks disagree on cols",
            rankwise_tsqr_svd(world, a, R, last ? C - 1 : C, R, L, 10, s, u, R, vt, C),
            size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_OK, size > 1 ? "`cols`" : NULL);
+    expect("ranks make different calls",
+           last ? rankwise_rsvd(world, a, R, C, R, L, 10, 2, 1, 1, 3, s, u, R, vt, C)
+                : rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, R, vt, C),
+           size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_OK, size > 1 ? "rankwise_rsvd" : NULL);
     expect("rows not a multiple of panel_rows",
            rankwise_tsqr_svd(world, a, R, C, R, L, 15, s, u, R, vt, C),
            size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_OK, size > 1 ? "`panel_rows`" : NULL);
