@@ -6,13 +6,26 @@ BIN := target/release/rankwise
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: deps build demo test test-gpu bench lint clean
+# Where `make install` puts the C library, its header, the Fortran module and rankwise.pc.
+PREFIX ?= /usr/local
+
+.PHONY: deps build capi install demo test test-gpu bench lint clean
 
 deps:
 	@scripts/install-deps.sh
 
 build: deps
 	$(CARGO) build --release --workspace --bins --examples
+	$(CARGO) build --release -p rankwise-capi
+
+# The C library (librankwise.so, librankwise.a) for codes that link rankwise.
+capi: deps
+	$(CARGO) build --release -p rankwise-capi
+
+# lib/librankwise.{so,a}, lib/pkgconfig/rankwise.pc, include/rankwise.h and the Fortran
+# module include/rankwise.f90 under PREFIX.
+install: capi
+	scripts/install-capi.sh $(PREFIX)
 
 # The main job on the embedded default: the exact SVD of a generated 10,000,000 × 20
 # float64 matrix in one process.

@@ -9,6 +9,8 @@ packages=(
   libclang-dev      # bindgen (rsmpi's MPI bindings)
   libopenmpi-dev    # MPI headers and libmpi
   openmpi-bin       # mpirun for the multi-process tests
+  gfortran          # mpifort's compiler, for the Fortran module and example of the C library
+                    # (libopenmpi-dev only recommends it)
   libucx-dev        # UCX transport
   libhwloc-dev      # topology (hwlocality)
   libudev-dev       # hwloc's PCI discovery

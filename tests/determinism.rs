@@ -104,3 +104,34 @@ fn resident_and_regenerated_give_the_same_bits() {
     assert_eq!(outs[0].0, outs[1].0);
     assert_eq!(outs[0].1, outs[1].1);
 }
+
+#[test]
+fn panels_placed_by_rank_give_the_same_bits_and_stay_on_their_rank() {
+    // 15 panels held as 6, 0 and 9 panels by three ranks of two actors each (what a host
+    // code's row blocks give the C library), against one rank placing them by weight.
+    let seed = test_seed();
+    let (s0, u0, vt0) = run(1, 1, 10_007, 13, 700, seed);
+    let mut problem = SvdProblem::generated(10_007, 13, 700, seed, Dist::Normal).unwrap();
+    problem.rank_panels = Some(vec![6, 0, 9]);
+    let store = Arc::new(Mutex::new(Array2::zeros((10_007, 13))));
+    let s2 = Arc::clone(&store);
+    let config = RuntimeConfig {
+        actors: Some(2),
+        ..Default::default()
+    };
+    let results = rankwise::local_world(3, &config, move |rt| {
+        let r = run_svd(&rt, &problem, false, Arc::clone(&s2));
+        let owner = r.plan.placement.owner.clone();
+        (r, owner)
+    });
+    for r in &results {
+        assert!(r.is_ok(), "{:?}", r.as_ref().err());
+    }
+    let (first, owner) = results.into_iter().next().unwrap().unwrap();
+    let expected: Vec<usize> = [0; 6].into_iter().chain([2; 9]).collect();
+    assert_eq!(owner, expected);
+    let g = assemble(first, store.lock().unwrap().clone());
+    assert_eq!(bits(&g.result.s), bits(&s0), "S differs");
+    assert_eq!(mat_bits(&g.u), mat_bits(&u0), "U differs");
+    assert_eq!(mat_bits(&g.vt), mat_bits(&vt0), "Vᵀ differs");
+}

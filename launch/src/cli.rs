@@ -676,6 +676,7 @@ fn problem(m: &MatrixArgs) -> Result<SvdProblem, CliError> {
                 grid: ChunkGrid::new(pm, pn, m.chunk_rows.unwrap_or(band))?,
                 source,
                 transposed,
+                rank_panels: None,
             })
         }
         None => Ok(SvdProblem::generated(

@@ -172,6 +172,9 @@ pub struct RsvdProblem {
     pub grid: ChunkGrid,
     /// True when the operand is the transpose of the user's matrix.
     pub transposed: bool,
+    /// Panels each rank owns, in rank order, when the panels must stay where they are (see
+    /// [`crate::svd::SvdProblem::rank_panels`]); `None` places them by weight.
+    pub rank_panels: Option<Vec<usize>>,
 }
 
 impl RsvdProblem {
@@ -189,6 +192,7 @@ impl RsvdProblem {
             operand: Operand::Dense(p.source),
             grid: p.grid,
             transposed: p.transposed,
+            rank_panels: None,
         })
     }
 
@@ -202,6 +206,7 @@ impl RsvdProblem {
             grid: ChunkGrid::new(m, n, chunk_rows)?,
             operand: Operand::Dense(source),
             transposed: false,
+            rank_panels: None,
         })
     }
 
@@ -216,6 +221,7 @@ impl RsvdProblem {
             grid: ChunkGrid::new(m, n, chunk_rows)?,
             operand: Operand::Genotypes(source),
             transposed: false,
+            rank_panels: None,
         })
     }
 }
@@ -261,7 +267,10 @@ impl RsvdPlan {
         }
         options.validate(m, n)?;
         let grid = problem.grid;
-        let placement = Placement::compute(grid.panels(), world);
+        let placement = match &problem.rank_panels {
+            Some(counts) => Placement::by_rank(grid.panels(), counts, world)?,
+            None => Placement::compute(grid.panels(), world),
+        };
         let (l, basis, r) = (options.sketch(), options.basis(), options.probes);
         let nn = n as usize;
         let chunk = grid.chunk_rows.min(grid.rows) as usize;

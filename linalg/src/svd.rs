@@ -42,6 +42,10 @@ pub struct SvdProblem {
     pub grid: ChunkGrid,
     /// True when `source` is the transpose of the user's matrix (short-and-fat input).
     pub transposed: bool,
+    /// Panels each rank owns, in rank order, when the panels must stay where they are (a
+    /// host code's row blocks, see [`rankwise_runtime::Placement::by_rank`]); `None`
+    /// places them by weight. Results do not depend on it.
+    pub rank_panels: Option<Vec<usize>>,
 }
 
 impl SvdProblem {
@@ -71,6 +75,7 @@ impl SvdProblem {
             source,
             grid,
             transposed,
+            rank_panels: None,
         })
     }
 }
@@ -104,7 +109,7 @@ pub struct SvdPlan {
 impl SvdPlan {
     /// Plans `grid` over the runtime's world. Pure: every rank computes the same plan.
     pub fn new(grid: ChunkGrid, world: &rankwise_runtime::World) -> Result<SvdPlan, LinalgError> {
-        Self::reading(grid, world, None)
+        Self::reading(grid, None, world, None)
     }
 
     /// Plans `problem` over the runtime's world, with the read-ahead buffers of a source
@@ -118,15 +123,24 @@ impl SvdPlan {
             .stored()
             .map(|s| read_buffers(s, &problem.grid, &problem.source.describe(), None))
             .transpose()?;
-        Self::reading(problem.grid, world, reads.as_ref())
+        Self::reading(
+            problem.grid,
+            problem.rank_panels.as_deref(),
+            world,
+            reads.as_ref(),
+        )
     }
 
     fn reading(
         grid: ChunkGrid,
+        rank_panels: Option<&[usize]>,
         world: &rankwise_runtime::World,
         reads: Option<&ReadBuffers>,
     ) -> Result<SvdPlan, LinalgError> {
-        let placement = Placement::compute(grid.panels(), world);
+        let placement = match rank_panels {
+            Some(counts) => Placement::by_rank(grid.panels(), counts, world)?,
+            None => Placement::compute(grid.panels(), world),
+        };
         let n = grid.cols as usize;
         let k = grid.rows.min(grid.cols) as usize;
         let chunk = grid.chunk_rows.min(grid.rows) as usize;

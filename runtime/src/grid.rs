@@ -176,6 +176,50 @@ impl Placement {
         Placement { assignments, owner }
     }
 
+    /// Places panels where they already are: rank `r` owns the `rank_panels[r]` panels that
+    /// follow those of ranks `0..r`, in rank order (a host code's row blocks, each a whole
+    /// number of panels). Within a rank the panels are shared among its actors by threads,
+    /// as in [`Placement::compute`]. Fails when the counts do not match the world's ranks
+    /// or do not add up to `panels`.
+    pub fn by_rank(
+        panels: usize,
+        rank_panels: &[usize],
+        world: &World,
+    ) -> Result<Placement, RuntimeError> {
+        if rank_panels.len() != world.ranks.len() || rank_panels.iter().sum::<usize>() != panels {
+            return Err(RuntimeError::Option {
+                option: "rank panels",
+                message: format!(
+                    "{} panels cannot be placed as {rank_panels:?} over {} ranks",
+                    panels,
+                    world.ranks.len()
+                ),
+            });
+        }
+        let mut assignments = Vec::with_capacity(world.actors());
+        let mut owner = Vec::with_capacity(panels);
+        let mut start = 0usize;
+        for (rank, (&count, actors)) in rank_panels.iter().zip(&world.ranks).enumerate() {
+            // The rank's own share, placed over its actors alone.
+            let local = Placement::compute(
+                count,
+                &World {
+                    ranks: vec![actors.clone()],
+                },
+            );
+            for a in local.assignments {
+                assignments.push(Assignment {
+                    rank,
+                    actor: a.actor,
+                    panels: start + a.panels.start..start + a.panels.end,
+                });
+            }
+            owner.extend(std::iter::repeat_n(rank, count));
+            start += count;
+        }
+        Ok(Placement { assignments, owner })
+    }
+
     /// Panels of actor `actor` on rank `rank`.
     pub fn panels_of(&self, rank: usize, actor: usize) -> Range<usize> {
         self.assignments
@@ -243,6 +287,18 @@ mod tests {
         }
         let p = Placement::compute(10, &world(&[&[3], &[1]]));
         assert_eq!(p.assignments[0].panels, 0..8);
+    }
+
+    #[test]
+    fn placement_by_rank_keeps_each_ranks_panels() {
+        let w = world(&[&[1, 1], &[2], &[1]]);
+        let p = Placement::by_rank(7, &[4, 0, 3], &w).unwrap();
+        assert_eq!(p.owner, vec![0, 0, 0, 0, 2, 2, 2]);
+        let ranges: Vec<_> = p.assignments.iter().map(|a| a.panels.clone()).collect();
+        assert_eq!(ranges, vec![0..2, 2..4, 4..4, 4..7]);
+        assert_eq!(p.assignments[3].rank, 2);
+        assert!(Placement::by_rank(7, &[4, 3], &w).is_err());
+        assert!(Placement::by_rank(8, &[4, 0, 3], &w).is_err());
     }
 
     #[test]

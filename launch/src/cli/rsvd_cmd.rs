@@ -218,6 +218,7 @@ pub(super) fn rsvd_command(
         operand: Operand::Dense(p.source),
         grid: p.grid,
         transposed: p.transposed,
+        rank_panels: None,
     };
     let options = RsvdOptions {
         segment_bytes: a.run.segment_bytes()?,

@@ -1,0 +1,482 @@
+//! The caller's communicator: checked, duplicated, agreed on, and handed to a runtime.
+
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::{Communicator, CommunicatorCollectives, FromRaw};
+use ndarray::ArrayView2;
+use rankwise::linalg::{
+    rsvd, svd, FactorSink, Method as RsvdMethod, Operand, Precision, RsvdOptions, RsvdProblem,
+    SvdOptions, SvdProblem,
+};
+use rankwise::runtime::{ChunkGrid, CoreShare, RuntimeConfig};
+
+use crate::args::{check_local, Call, CapiError, Layout, Method};
+use crate::matrix::{view_mut, BorrowedRows};
+use crate::*;
+
+/// Default panels hold at most this many bytes (several panels per rank keep every actor
+/// busy; the panel tree's messages stay n × n whatever the panel size).
+const DEFAULT_PANEL_BYTES: u64 = 8 << 20;
+
+/// How long a failing rank waits for a peer's notice before announcing its own failure.
+const PEER_NOTICE_WAIT: Duration = Duration::from_millis(200);
+
+fn mpi_call(call: &'static str, code: c_int) -> Result<(), CapiError> {
+    if code == ffi::MPI_SUCCESS as c_int {
+        Ok(())
+    } else {
+        Err(CapiError::Mpi { call, code })
+    }
+}
+
+/// Fails unless MPI is initialized, not finalized, at `MPI_THREAD_FUNNELED` or above, and
+/// (for `FUNNELED`) this is the thread that initialized it.
+fn mpi_ready() -> Result<(), CapiError> {
+    let (mut init, mut fin) = (0, 0);
+    // SAFETY: both may be called at any time, before MPI_Init and after MPI_Finalize.
+    unsafe {
+        ffi::MPI_Initialized(&mut init);
+        ffi::MPI_Finalized(&mut fin);
+    }
+    if init == 0 {
+        return Err(CapiError::MpiNotReady(
+            "MPI is not initialized: call MPI_Init_thread (MPI_THREAD_FUNNELED or above) first"
+                .into(),
+        ));
+    }
+    if fin != 0 {
+        return Err(CapiError::MpiNotReady("MPI is already finalized".into()));
+    }
+    let mut provided = 0;
+    // SAFETY: MPI is initialized and not finalized.
+    mpi_call("MPI_Query_thread", unsafe {
+        ffi::MPI_Query_thread(&mut provided)
+    })?;
+    if provided < ffi::MPI_THREAD_FUNNELED as c_int {
+        return Err(CapiError::MpiNotReady(
+            "MPI was initialized with MPI_THREAD_SINGLE; rankwise runs worker threads beside \
+             the MPI thread: initialize with MPI_Init_thread(…, MPI_THREAD_FUNNELED, …)"
+                .into(),
+        ));
+    }
+    // FUNNELED: only the thread that initialized MPI may call it (SERIALIZED and MULTIPLE
+    // allow any thread; the caller keeps its own calls apart from ours).
+    if provided == ffi::MPI_THREAD_FUNNELED as c_int {
+        let mut main = 0;
+        // SAFETY: MPI is initialized.
+        mpi_call("MPI_Is_thread_main", unsafe {
+            ffi::MPI_Is_thread_main(&mut main)
+        })?;
+        if main == 0 {
+            return Err(CapiError::MpiNotReady(
+                "MPI was initialized with MPI_THREAD_FUNNELED, so rankwise must be called on \
+                 the thread that initialized MPI"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// True when every byte of the handle is zero: Open MPI's `MPI_Comm_f2c` returns a NULL
+/// pointer for a Fortran handle that names no communicator (out of range, or a freed
+/// slot), as MPI-2 §4.12.4 asks ("an invalid C handle", no error handler).
+fn is_zero_handle(c: &ffi::MPI_Comm) -> bool {
+    // SAFETY: reads the handle's own bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            (c as *const ffi::MPI_Comm).cast::<u8>(),
+            std::mem::size_of::<ffi::MPI_Comm>(),
+        )
+    };
+    bytes.iter().all(|&b| b == 0)
+}
+
+/// The caller's communicator, duplicated with `MPI_ERRORS_RETURN` so that no failure of
+/// ours aborts the caller's job, and so that our messages never meet the caller's.
+fn duplicate(fint: MPI_Fint) -> Result<SimpleCommunicator, CapiError> {
+    // SAFETY: MPI is initialized (mpi_ready); f2c never invokes an error handler.
+    let c = unsafe { ffi::MPI_Comm_f2c(fint) };
+    // SAFETY: reading the library's constant.
+    if is_zero_handle(&c) || c == unsafe { ffi::RSMPI_COMM_NULL } {
+        return Err(CapiError::InvalidCommunicator(format!(
+            "{fint} is not the Fortran handle of a communicator (pass MPI_Comm_c2f(comm))"
+        )));
+    }
+    let mut inter = 0;
+    // SAFETY: c is a live communicator handle (checked above).
+    mpi_call("MPI_Comm_test_inter", unsafe {
+        ffi::MPI_Comm_test_inter(c, &mut inter)
+    })?;
+    if inter != 0 {
+        return Err(CapiError::InvalidCommunicator(format!(
+            "{fint} is an inter-communicator; rankwise needs an intra-communicator"
+        )));
+    }
+    // SAFETY: a valid intra-communicator; MPI_Comm_dup is collective over it, and every
+    // rank of the communicator makes this call.
+    let mut dup = unsafe { ffi::RSMPI_COMM_NULL };
+    mpi_call("MPI_Comm_dup", unsafe { ffi::MPI_Comm_dup(c, &mut dup) })?;
+    // SAFETY: dup is a fresh intra-communicator of ours, freed on drop of the wrapper.
+    let dup = unsafe { SimpleCommunicator::from_raw(dup) };
+    // SAFETY: the predefined handler on our own communicator.
+    mpi_call("MPI_Comm_set_errhandler", unsafe {
+        ffi::MPI_Comm_set_errhandler(dup.as_raw(), ffi::RSMPI_ERRORS_RETURN)
+    })?;
+    Ok(dup)
+}
+
+/// What every rank tells the others before any work: its status and row count, then the
+/// arguments every rank must pass alike (named as in the header).
+const AGREED: [&str; 9] = [
+    "status",
+    "rows_local",
+    "cols",
+    "panel_rows",
+    "method",
+    "k",
+    "oversample",
+    "power_iters",
+    "seed",
+];
+const AGREE: usize = AGREED.len();
+
+fn agreement(status: rankwise_status, c: &Call) -> [i64; AGREE] {
+    let (k, oversample, power_iters, seed, randomized) = match c.method {
+        Method::Exact => (0, 0, 0, 0, 0),
+        Method::Randomized {
+            k,
+            oversample,
+            power_iters,
+            seed,
+        } => (k, oversample, power_iters, seed as i64, 1),
+    };
+    [
+        status as i64,
+        c.rows_local,
+        c.cols,
+        c.panel_rows,
+        randomized,
+        k,
+        oversample,
+        power_iters,
+        seed,
+    ]
+}
+
+/// The panel rows to use: `requested`, or the default described in the header.
+fn panel_rows(requested: i64, rows: &[i64], cols: i64) -> i64 {
+    if requested > 0 {
+        return requested;
+    }
+    let gcd = |mut a: i64, mut b: i64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let (last, rest) = rows.split_last().expect("a communicator has a rank");
+    let g = rest.iter().fold(0, |g, &r| gcd(g, r));
+    let g = if g == 0 { (*last).max(1) } else { g };
+    // The largest divisor of g whose panel fits the default size, but not below the
+    // columns (a panel shorter than it is wide gains nothing).
+    let fits = |d: i64| (d as u64).saturating_mul(cols as u64 * 8) <= DEFAULT_PANEL_BYTES;
+    if fits(g) {
+        return g;
+    }
+    let mut best = g;
+    let mut d = 1;
+    while d * d <= g {
+        if g % d == 0 {
+            for c in [d, g / d] {
+                if c >= cols && fits(c) && (best == g || c > best) {
+                    best = c;
+                }
+            }
+        }
+        d += 1;
+    }
+    best
+}
+
+/// A caller's output buffer, shared by the actors that write its disjoint rows.
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: usize,
+    ld: usize,
+    layout: Layout,
+}
+
+impl Out {
+    /// Writes `block` at row `r0` of the buffer.
+    ///
+    /// # Safety
+    /// The buffer holds at least `r0 + block.nrows()` rows of `block.ncols()` columns,
+    /// and no one else writes these rows meanwhile.
+    unsafe fn write(&self, r0: usize, block: ArrayView2<'_, f64>) {
+        let offset = match self.layout {
+            Layout::ColMajor => r0,
+            Layout::RowMajor => r0 * self.ld,
+        };
+        // SAFETY: the caller's promise; the offset stays inside the buffer.
+        let mut v = unsafe {
+            view_mut(
+                (self.ptr as *mut f64).add(offset),
+                block.nrows(),
+                block.ncols(),
+                self.ld,
+                self.layout,
+            )
+        };
+        v.assign(&block);
+    }
+}
+
+/// `rankwise_tsqr_svd` and `rankwise_rsvd` on one rank.
+pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
+    // Local checks first, but a rank whose own arguments are wrong still takes part in the
+    // agreement below, so that the other ranks return an error instead of waiting for it.
+    let local = check_local(c);
+    if let Err(e) = mpi_ready() {
+        return Err(local.err().unwrap_or(e));
+    }
+    let dup = match duplicate(fint) {
+        Ok(d) => d,
+        Err(e) => return Err(local.err().unwrap_or(e)),
+    };
+    let status = local.as_ref().err().map_or(RANKWISE_OK, |e| e.status());
+    let size = dup.size() as usize;
+    let mine = agreement(status, c);
+    let mut all = vec![0i64; AGREE * size];
+    dup.all_gather_into(&mine[..], &mut all[..]);
+    let (layout, k) = local?;
+    let all: Vec<&[i64]> = all.chunks(AGREE).collect();
+    if let Some((rank, a)) = all.iter().enumerate().find(|(_, a)| a[0] != 0) {
+        return Err(CapiError::OtherRank {
+            rank,
+            status: a[0] as rankwise_status,
+        });
+    }
+    for (rank, a) in all.iter().enumerate() {
+        for i in 2..AGREE {
+            if a[i] != mine[i] {
+                let function = |randomized| match randomized {
+                    0 => "rankwise_tsqr_svd",
+                    _ => "rankwise_rsvd",
+                };
+                let message = if AGREED[i] == "method" {
+                    format!(
+                        "this rank called {} but rank {rank} called {}: every rank must make \
+                         the same call",
+                        function(mine[i]),
+                        function(a[i])
+                    )
+                } else {
+                    format!(
+                        "this rank passed {} but rank {rank} passed {}: every rank must pass \
+                         the same value",
+                        mine[i], a[i]
+                    )
+                };
+                return Err(CapiError::Inconsistent {
+                    arg: AGREED[i],
+                    message,
+                });
+            }
+        }
+    }
+    let me = dup.rank() as usize;
+    let rows: Vec<i64> = all.iter().map(|a| a[1]).collect();
+    let m: i64 = rows
+        .iter()
+        .try_fold(0i64, |s, &r| s.checked_add(r))
+        .ok_or_else(|| CapiError::Inconsistent {
+            arg: "rows_local",
+            message: "the global row count overflows int64_t".into(),
+        })?;
+    let cols = c.cols;
+    if m < cols {
+        return Err(CapiError::Inconsistent {
+            arg: "rows_local",
+            message: format!(
+                "the ranks hold {m} rows of {cols} columns: rankwise decomposes tall \
+                 matrices (rows ≥ columns); pass the transpose"
+            ),
+        });
+    }
+    let p = panel_rows(c.panel_rows, &rows, cols);
+    if let Some((rank, r)) = rows[..size - 1]
+        .iter()
+        .enumerate()
+        .find(|(_, &r)| r % p != 0)
+    {
+        return Err(CapiError::Inconsistent {
+            arg: "panel_rows",
+            message: format!(
+                "rank {rank} holds {r} rows, not a multiple of the panel rows {p}: a panel \
+                 never spans two ranks, so every rank but the last must hold a multiple of \
+                 panel_rows rows"
+            ),
+        });
+    }
+    let row0: i64 = rows[..me].iter().sum();
+    let rank_panels: Vec<usize> = rows
+        .iter()
+        .map(|&r| (r as u64).div_ceil(p as u64) as usize)
+        .collect();
+    let grid = ChunkGrid::new(m as u64, cols as u64, p as u64)
+        .map_err(|e| CapiError::Internal(e.to_string()))?;
+
+    // The node's ranks share its cores out by their rank among the node's ranks; the
+    // host code owns its threads' placement, so rankwise does not pin.
+    let node = dup.split_shared(0);
+    let config = RuntimeConfig {
+        local_rank: node.rank() as usize,
+        local_size: node.size() as usize,
+        pin: false,
+        core_share: CoreShare::LauncherIfBound,
+        ..RuntimeConfig::default()
+    };
+    drop(node);
+    let rt = rankwise::from_mpi_communicator(dup, &config)
+        .map_err(|e| CapiError::Compute(e.to_string()))?;
+
+    let live = Arc::new(AtomicBool::new(true));
+    // SAFETY: check_local checked a, lda and layout for rows_local × cols; the buffer is
+    // the caller's until this call returns, and `live` is cleared before that.
+    let source = Arc::new(unsafe {
+        BorrowedRows::new(
+            c.a,
+            row0 as u64,
+            c.rows_local as u64,
+            m as u64,
+            cols as u64,
+            c.lda as usize,
+            layout,
+            Arc::clone(&live),
+        )
+    });
+    let u_out = Out {
+        ptr: c.u_local as usize,
+        ld: c.ldu as usize,
+        layout,
+    };
+    let sink_live = Arc::clone(&live);
+    let mine = row0 as u64..(row0 + c.rows_local) as u64;
+    let sink: FactorSink = Arc::new(move |_, rows, block| {
+        if !sink_live.load(Ordering::Acquire)
+            || rows.start < mine.start
+            || rows.end > mine.end
+            || block.nrows() as u64 != rows.end - rows.start
+        {
+            return Err(format!("rows {rows:?} are not this rank's"));
+        }
+        // SAFETY: the placement gives every panel to the rank holding its rows, so these
+        // rows are within u_local (rows_local × k, checked ldu); each panel is written by
+        // one actor.
+        unsafe { u_out.write((rows.start - row0 as u64) as usize, block) };
+        Ok(())
+    });
+    let result = match c.method {
+        Method::Exact => {
+            let problem = SvdProblem {
+                source,
+                grid,
+                transposed: false,
+                rank_panels: Some(rank_panels),
+            };
+            svd(&rt, &problem, &SvdOptions::default(), Some(sink)).map(|r| (r.s, r.wt))
+        }
+        Method::Randomized {
+            k,
+            oversample,
+            power_iters,
+            seed,
+        } => {
+            let problem = RsvdProblem {
+                operand: Operand::Dense(source),
+                grid,
+                transposed: false,
+                rank_panels: Some(rank_panels),
+            };
+            let options = RsvdOptions {
+                k: k as usize,
+                oversample: oversample as usize,
+                power_iters: power_iters as usize,
+                method: RsvdMethod::SubspaceIteration,
+                seed,
+                probes: 0,
+                precision: Precision::F64,
+                ..RsvdOptions::default()
+            };
+            rsvd(&rt, &problem, &options, Some(sink)).map(|r| (r.s, r.wt))
+        }
+    };
+    live.store(false, Ordering::Release);
+    let (s, wt) = match result {
+        Ok(v) => v,
+        Err(e) => {
+            let comm = rt.comm();
+            let message = match comm.peer_failure(PEER_NOTICE_WAIT) {
+                Some((rank, message)) => format!("rank {rank} failed: {message}"),
+                None => {
+                    comm.abort(&e.to_string());
+                    e.to_string()
+                }
+            };
+            drop(rt);
+            return Err(CapiError::Compute(message));
+        }
+    };
+    drop(rt);
+    if s.len() != k as usize || wt.dim() != (k as usize, cols as usize) {
+        return Err(CapiError::Internal(format!(
+            "expected {k} values and a {k} × {cols} Vᵀ, got {} and {:?}",
+            s.len(),
+            wt.dim()
+        )));
+    }
+    // SAFETY: check_local checked s (k values, non-null) and vt (k × cols, ldvt).
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), c.s, s.len());
+        Out {
+            ptr: c.vt as usize,
+            ld: c.ldvt as usize,
+            layout,
+        }
+        .write(0, wt.view());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panel_rows;
+
+    #[test]
+    fn default_panel_rows_divide_every_rank_but_the_last() {
+        // Asked for: kept.
+        assert_eq!(panel_rows(7, &[14, 3], 2), 7);
+        // Equal blocks and a ragged last one: one panel per rank while it is small.
+        assert_eq!(panel_rows(0, &[1000, 1000, 1000, 11], 12), 1000);
+        assert_eq!(panel_rows(0, &[600, 400, 77], 4), 200);
+        // One rank, or only the last holding rows: its own row count.
+        assert_eq!(panel_rows(0, &[5000], 10), 5000);
+        assert_eq!(panel_rows(0, &[0, 0, 300], 10), 300);
+        // Large blocks are split into panels of at most 8 MiB, no shorter than wide.
+        let p = panel_rows(0, &[1_000_000, 1_000_000, 5], 20);
+        assert!(
+            1_000_000 % p == 0 && p as u64 * 20 * 8 <= 8 << 20 && p >= 20,
+            "{p}"
+        );
+        assert_eq!(p, 50_000);
+        // A block with no divisor that fits stays whole (a prime row count).
+        assert_eq!(panel_rows(0, &[1_000_003, 1], 20), 1_000_003);
+    }
+}

@@ -1,0 +1,447 @@
+//! The C ABI of rankwise, for MPI codes that already hold their matrix.
+//!
+//! Every rank of a communicator holds a contiguous block of rows of a tall matrix, the
+//! blocks in rank order (rank 0 the first rows). Each rank passes its block as a pointer,
+//! a row count, a leading dimension and a layout, and the communicator as a Fortran
+//! handle (`MPI_Comm_c2f`), so that no MPI C handle type is part of this ABI. The results
+//! go into the caller's buffers: the singular values and `Vᵀ` on every rank, and on each
+//! rank the rows of `U` that match its rows of the matrix.
+//!
+//! Every function returns a `rankwise_status` (0 on success) and never aborts the process
+//! or unwinds into the caller: a failure leaves its message in `rankwise_last_error()`.
+//!
+//! # Panels
+//!
+//! The matrix is cut into row panels of `panel_rows` rows, exactly as `rankwise svd
+//! --chunk-rows panel_rows` cuts it, and a panel never spans two ranks: the rows of every
+//! rank but the last must be a multiple of `panel_rows`. With the same panel rows, the
+//! results are bit-identical to the `rankwise` command line for any number of ranks.
+
+mod args;
+mod comm;
+mod matrix;
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pub use args::CapiError;
+
+/// The Fortran handle of an MPI communicator (`MPI_Comm_c2f(comm)` in C, `comm%MPI_VAL`
+/// or an `integer` communicator in Fortran). The header takes the type from `mpi.h`.
+#[allow(non_camel_case_types)]
+pub type MPI_Fint = std::os::raw::c_int;
+
+/// What a call returned: `RANKWISE_OK` or one of the `RANKWISE_ERROR_…` codes below.
+#[allow(non_camel_case_types)]
+pub type rankwise_status = i32;
+/// Success.
+pub const RANKWISE_OK: rankwise_status = 0;
+/// A required pointer argument was NULL.
+pub const RANKWISE_ERROR_NULL_POINTER: rankwise_status = 1;
+/// An argument is out of range: a negative size, a leading dimension smaller than the
+/// rows (column-major) or columns (row-major), k too large, an unknown layout.
+pub const RANKWISE_ERROR_INVALID_ARGUMENT: rankwise_status = 2;
+/// MPI is not initialized, already finalized, or initialized below
+/// `MPI_THREAD_FUNNELED`.
+pub const RANKWISE_ERROR_MPI_NOT_READY: rankwise_status = 3;
+/// The communicator handle is not a valid intra-communicator.
+pub const RANKWISE_ERROR_INVALID_COMMUNICATOR: rankwise_status = 4;
+/// The ranks disagree: different columns or options, or a rank's rows break the panel
+/// rule (see `panel_rows`).
+pub const RANKWISE_ERROR_INCONSISTENT: rankwise_status = 5;
+/// Another rank of the communicator failed (its own call returned its own error).
+pub const RANKWISE_ERROR_OTHER_RANK: rankwise_status = 6;
+/// An MPI call failed.
+pub const RANKWISE_ERROR_MPI: rankwise_status = 7;
+/// The computation failed (e.g. not enough memory for the plan).
+pub const RANKWISE_ERROR_COMPUTE: rankwise_status = 8;
+/// An internal error of rankwise (a bug): the call was stopped before it could unwind
+/// into the caller.
+pub const RANKWISE_ERROR_INTERNAL: rankwise_status = 9;
+
+/// Memory layout of a matrix buffer.
+#[allow(non_camel_case_types)]
+pub type rankwise_layout = i32;
+/// Column-major (Fortran, LAPACK): element (i, j) at `ptr[i + j·ld]`, `ld ≥ rows`.
+pub const RANKWISE_COL_MAJOR: rankwise_layout = 0;
+/// Row-major (C): element (i, j) at `ptr[i·ld + j]`, `ld ≥ cols`.
+pub const RANKWISE_ROW_MAJOR: rankwise_layout = 1;
+
+/// Distribution of the values of `rankwise_generate`.
+#[allow(non_camel_case_types)]
+pub type rankwise_dist = i32;
+/// Uniform in [0, 1) (`rankwise … --dist uniform`).
+pub const RANKWISE_DIST_UNIFORM: rankwise_dist = 0;
+/// Standard normal (`rankwise … --dist normal`).
+pub const RANKWISE_DIST_NORMAL: rankwise_dist = 1;
+
+/// Sizes of the outputs of one rank's call, from `rankwise_tsqr_svd_query` or
+/// `rankwise_rsvd_query`.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct rankwise_sizes {
+    /// Singular values: `s` holds this many doubles (k).
+    pub s_len: i64,
+    /// Rows of this rank's block of U (its rows of the matrix).
+    pub u_rows: i64,
+    /// Columns of U (k).
+    pub u_cols: i64,
+    /// Rows of Vᵀ (k).
+    pub vt_rows: i64,
+    /// Columns of Vᵀ (the matrix's columns).
+    pub vt_cols: i64,
+    /// The smallest `ldu` for the layout asked about.
+    pub min_ldu: i64,
+    /// The smallest `ldvt` for the layout asked about.
+    pub min_ldvt: i64,
+    /// Workspace the caller must provide: always 0, rankwise allocates its own working
+    /// memory (reported so that callers written for a workspace query need no change).
+    pub workspace_bytes: i64,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Records `e` as this thread's last error and returns its status code.
+fn fail(e: CapiError) -> rankwise_status {
+    let text = e.to_string().replace('\0', " ");
+    LAST_ERROR.with(|l| *l.borrow_mut() = CString::new(text).unwrap_or_default());
+    e.status()
+}
+
+/// Runs `f`, turning its error or panic into a status code and this thread's message.
+fn guarded(f: impl FnOnce() -> Result<(), CapiError>) -> rankwise_status {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => {
+            LAST_ERROR.with(|l| *l.borrow_mut() = CString::default());
+            RANKWISE_OK
+        }
+        Ok(Err(e)) => fail(e),
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            fail(CapiError::Internal(what))
+        }
+    }
+}
+
+/// The message of the last failed call on this thread (an empty string after a call that
+/// succeeded). The pointer stays valid until the next rankwise call on this thread.
+#[no_mangle]
+pub extern "C" fn rankwise_last_error() -> *const c_char {
+    LAST_ERROR.with(|l| l.borrow().as_ptr())
+}
+
+/// The version of the library, e.g. "0.1.0" (a static string).
+#[no_mangle]
+pub extern "C" fn rankwise_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// Output sizes of `rankwise_tsqr_svd` on a rank holding `rows_local` rows of a matrix of
+/// `cols` columns, with `ldu`/`ldvt` minima for `layout`. Local: no communication.
+#[no_mangle]
+pub extern "C" fn rankwise_tsqr_svd_query(
+    rows_local: i64,
+    cols: i64,
+    layout: rankwise_layout,
+    sizes: *mut rankwise_sizes,
+) -> rankwise_status {
+    guarded(|| {
+        let out = args::sizes(rows_local, cols, cols, layout)?;
+        // SAFETY: checked non-null; the caller passes a writable rankwise_sizes.
+        unsafe { *args::non_null_mut(sizes, "sizes")? = out };
+        Ok(())
+    })
+}
+
+/// Output sizes of `rankwise_rsvd` of rank `k` on a rank holding `rows_local` rows of a
+/// matrix of `cols` columns, with `ldu`/`ldvt` minima for `layout`. Local: no
+/// communication (k is checked against the global shape by `rankwise_rsvd`).
+#[no_mangle]
+pub extern "C" fn rankwise_rsvd_query(
+    rows_local: i64,
+    cols: i64,
+    k: i64,
+    layout: rankwise_layout,
+    sizes: *mut rankwise_sizes,
+) -> rankwise_status {
+    guarded(|| {
+        let out = args::sizes(rows_local, cols, k, layout)?;
+        // SAFETY: checked non-null; the caller passes a writable rankwise_sizes.
+        unsafe { *args::non_null_mut(sizes, "sizes")? = out };
+        Ok(())
+    })
+}
+
+/// The exact SVD `A = U·diag(S)·Vᵀ` of the tall matrix whose row blocks the ranks of
+/// `comm` hold (TSQR over a fixed tree of panels). Collective: every rank of `comm` calls
+/// it, with the same `cols` and `panel_rows`.
+///
+/// * `comm`: the communicator's Fortran handle (`MPI_Comm_c2f`). MPI must be initialized
+///   with at least `MPI_THREAD_FUNNELED`, and this called on the thread that makes the
+///   MPI calls. The handle must be valid on every rank or on none.
+/// * `a`, `rows_local`, `lda`, `layout`: this rank's rows (`rows_local × cols`); rank r's
+///   rows follow rank r−1's. `a` may be NULL when `rows_local` is 0. The global rows
+///   (the sum over ranks) must be at least `cols`.
+/// * `panel_rows`: rows per panel; the rows of every rank but the last must be a
+///   multiple of it. 0 chooses it: the greatest common divisor of the row counts of all
+///   ranks but the last, split further while a panel exceeds 8 MiB.
+/// * `s`: `cols` singular values, descending, on every rank.
+/// * `u_local`, `ldu`: this rank's `rows_local × cols` rows of U, in `layout` (NULL
+///   allowed when `rows_local` is 0).
+/// * `vt`, `ldvt`: `Vᵀ`, `cols × cols` in `layout`, on every rank.
+///
+/// OpenBLAS is set to one thread: rankwise's own threads supply the parallelism.
+#[no_mangle]
+pub extern "C" fn rankwise_tsqr_svd(
+    comm: MPI_Fint,
+    a: *const f64,
+    rows_local: i64,
+    cols: i64,
+    lda: i64,
+    layout: rankwise_layout,
+    panel_rows: i64,
+    s: *mut f64,
+    u_local: *mut f64,
+    ldu: i64,
+    vt: *mut f64,
+    ldvt: i64,
+) -> rankwise_status {
+    guarded(|| {
+        let call = args::Call {
+            a,
+            rows_local,
+            cols,
+            lda,
+            layout,
+            panel_rows,
+            s,
+            u_local,
+            ldu,
+            vt,
+            ldvt,
+            method: args::Method::Exact,
+        };
+        comm::run(comm, &call)
+    })
+}
+
+/// The rank-`k` randomized SVD (subspace iteration, Halko, Martinsson & Tropp 2011) of
+/// the tall matrix whose row blocks the ranks of `comm` hold; the arguments are those of
+/// `rankwise_tsqr_svd`, with:
+///
+/// * `k`: the rank, `1 ≤ k < min(global rows, cols)`; `s` holds k values, `u_local` is
+///   `rows_local × k` and `vt` is `k × cols`.
+/// * `oversample`: extra sketch columns, `k + oversample ≤ min(global rows, cols)`
+///   (10 is usual).
+/// * `power_iters`: power iterations (each is two more passes over the matrix; 2 is
+///   usual).
+/// * `seed`: seed of the Gaussian test matrix; the same seed gives the same bits as
+///   `rankwise rsvd --sketch-seed seed --probes 0`.
+#[no_mangle]
+pub extern "C" fn rankwise_rsvd(
+    comm: MPI_Fint,
+    a: *const f64,
+    rows_local: i64,
+    cols: i64,
+    lda: i64,
+    layout: rankwise_layout,
+    panel_rows: i64,
+    k: i64,
+    oversample: i64,
+    power_iters: i64,
+    seed: u64,
+    s: *mut f64,
+    u_local: *mut f64,
+    ldu: i64,
+    vt: *mut f64,
+    ldvt: i64,
+) -> rankwise_status {
+    guarded(|| {
+        let call = args::Call {
+            a,
+            rows_local,
+            cols,
+            lda,
+            layout,
+            panel_rows,
+            s,
+            u_local,
+            ldu,
+            vt,
+            ldvt,
+            method: args::Method::Randomized {
+                k,
+                oversample,
+                power_iters,
+                seed,
+            },
+        };
+        comm::run(comm, &call)
+    })
+}
+
+/// Fills `out` (`rows × cols` in `layout`, leading dimension `ld`) with rows
+/// `row0 .. row0 + rows` of the matrix that `rankwise … --seed seed --dist dist`
+/// generates (any row count: the values depend only on the seed, row and column). Local,
+/// no MPI: each rank fills its own block.
+#[no_mangle]
+pub extern "C" fn rankwise_generate(
+    seed: u64,
+    dist: rankwise_dist,
+    row0: i64,
+    rows: i64,
+    cols: i64,
+    out: *mut f64,
+    ld: i64,
+    layout: rankwise_layout,
+) -> rankwise_status {
+    guarded(|| matrix::generate(seed, dist, row0, rows, cols, out, ld, layout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn last() -> String {
+        // SAFETY: rankwise_last_error returns a valid NUL-terminated string.
+        unsafe { CStr::from_ptr(rankwise_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn bad_arguments_return_codes_and_name_the_argument() {
+        let mut s = [0.0; 4];
+        let mut u = [0.0; 40];
+        let mut vt = [0.0; 16];
+        let a = [1.0; 40];
+        let (sp, vtp) = (s.as_mut_ptr(), vt.as_mut_ptr());
+        let call = |a: *const f64, rows: i64, cols: i64, lda: i64, layout, u: *mut f64| {
+            rankwise_tsqr_svd(0, a, rows, cols, lda, layout, 0, sp, u, 10, vtp, 4)
+        };
+        let up = u.as_mut_ptr();
+        let expect = |status: rankwise_status, want: rankwise_status, arg: &str| {
+            assert_eq!(status, want, "{arg}: {}", last());
+            assert!(last().contains(&format!("`{arg}`")), "{arg}: {}", last());
+        };
+        let (col, null) = (RANKWISE_COL_MAJOR, RANKWISE_ERROR_NULL_POINTER);
+        let bad = RANKWISE_ERROR_INVALID_ARGUMENT;
+        expect(call(std::ptr::null(), 10, 4, 10, col, up), null, "a");
+        expect(call(a.as_ptr(), -1, 4, 10, col, up), bad, "rows_local");
+        expect(call(a.as_ptr(), 10, 0, 10, col, up), bad, "cols");
+        expect(call(a.as_ptr(), 10, 4, 9, col, up), bad, "lda");
+        expect(call(a.as_ptr(), 10, 4, 10, 7, up), bad, "layout");
+        expect(
+            call(a.as_ptr(), 10, 4, 10, col, std::ptr::null_mut()),
+            null,
+            "u_local",
+        );
+        // Row-major: lda counts columns.
+        expect(
+            call(a.as_ptr(), 10, 4, 3, RANKWISE_ROW_MAJOR, up),
+            bad,
+            "lda",
+        );
+        // A leading dimension whose extent overflows the address space.
+        expect(call(a.as_ptr(), 10, 4, i64::MAX / 2, col, up), bad, "lda");
+    }
+
+    #[test]
+    fn rsvd_rejects_k_zero_and_sizes_follow_the_layout() {
+        let mut sizes = rankwise_sizes::default();
+        assert_eq!(
+            rankwise_rsvd_query(100, 8, 3, RANKWISE_ROW_MAJOR, &mut sizes),
+            0
+        );
+        assert_eq!(
+            sizes,
+            rankwise_sizes {
+                s_len: 3,
+                u_rows: 100,
+                u_cols: 3,
+                vt_rows: 3,
+                vt_cols: 8,
+                min_ldu: 3,
+                min_ldvt: 8,
+                workspace_bytes: 0,
+            }
+        );
+        assert_eq!(
+            rankwise_tsqr_svd_query(100, 8, RANKWISE_COL_MAJOR, &mut sizes),
+            0
+        );
+        assert_eq!((sizes.min_ldu, sizes.min_ldvt, sizes.s_len), (100, 8, 8));
+        assert_eq!(
+            rankwise_rsvd_query(100, 8, 0, RANKWISE_COL_MAJOR, &mut sizes),
+            RANKWISE_ERROR_INVALID_ARGUMENT
+        );
+        assert!(last().contains("`k`"), "{}", last());
+        assert_eq!(
+            rankwise_rsvd_query(100, 8, 9, RANKWISE_COL_MAJOR, &mut sizes),
+            RANKWISE_ERROR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            rankwise_rsvd_query(100, 8, 2, RANKWISE_COL_MAJOR, std::ptr::null_mut()),
+            RANKWISE_ERROR_NULL_POINTER
+        );
+        assert!(last().contains("`sizes`"), "{}", last());
+    }
+
+    #[test]
+    fn without_mpi_a_valid_call_says_so() {
+        let a = [1.0; 40];
+        let (mut s, mut u, mut vt) = ([0.0; 4], [0.0; 40], [0.0; 16]);
+        let status = rankwise_tsqr_svd(
+            0,
+            a.as_ptr(),
+            10,
+            4,
+            10,
+            RANKWISE_COL_MAJOR,
+            0,
+            s.as_mut_ptr(),
+            u.as_mut_ptr(),
+            10,
+            vt.as_mut_ptr(),
+            4,
+        );
+        assert_eq!(status, RANKWISE_ERROR_MPI_NOT_READY, "{}", last());
+        assert!(last().contains("MPI"), "{}", last());
+    }
+
+    #[test]
+    fn generate_matches_the_generator_in_both_layouts() {
+        let g = rankwise::runtime::Generated::new(100, 3, 42, rankwise::runtime::Dist::Normal);
+        let mut col = [0.0; 5 * 3];
+        let mut row = [0.0; 4 * 4];
+        assert_eq!(
+            rankwise_generate(42, RANKWISE_DIST_NORMAL, 7, 5, 3, col.as_mut_ptr(), 5, 0),
+            0
+        );
+        assert_eq!(
+            rankwise_generate(42, RANKWISE_DIST_NORMAL, 7, 4, 3, row.as_mut_ptr(), 4, 1),
+            0
+        );
+        for i in 0..4 {
+            for j in 0..3 {
+                let v = g.value(7 + i, j).to_bits();
+                assert_eq!(col[i as usize + 5 * j as usize].to_bits(), v);
+                assert_eq!(row[4 * i as usize + j as usize].to_bits(), v);
+            }
+        }
+        assert_eq!(
+            rankwise_generate(42, 5, 0, 1, 1, col.as_mut_ptr(), 1, 0),
+            RANKWISE_ERROR_INVALID_ARGUMENT
+        );
+        assert!(last().contains("`dist`"), "{}", last());
+    }
+}

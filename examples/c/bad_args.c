@@ -1,0 +1,129 @@
+/*
+ * Bad arguments to rankwise: each call returns its error code, rankwise_last_error()
+ * names the argument, and nothing aborts. Run it with `mpirun -np 2 ./bad_args`; it
+ * prints one "ok" line per case and rank, and exits 0 when every case behaved.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+#include <rankwise.h>
+
+#define ROWS 40 /* rows per rank */
+#define COLS 4
+
+static int rank = 0, failures = 0;
+
+static void expect(const char *what, rankwise_status got, rankwise_status want, const char *names) {
+    const char *msg = rankwise_last_error();
+    if (got != want || (names && !strstr(msg, names))) {
+        fprintf(stderr, "rank %d: FAIL %s: status %d (want %d), message \"%s\" (want it to name %s)\n",
+                rank, what, (int)got, (int)want, msg, names ? names : "-");
+        failures++;
+    } else {
+        printf("rank %d: ok %s: %s\n", rank, what, msg);
+    }
+}
+
+int main(int argc, char **argv) {
+    static double a[ROWS * COLS], s[COLS], u[ROWS * COLS], vt[COLS * COLS];
+    int provided, size;
+    MPI_Fint world = 0;
+
+    /* Before MPI_Init: no abort, a code that says so. */
+    expect("before MPI_Init",
+           rankwise_tsqr_svd(world, a, ROWS, COLS, ROWS, RANKWISE_COL_MAJOR, 10, s, u, ROWS, vt, COLS),
+           RANKWISE_ERROR_MPI_NOT_READY, "MPI is not initialized");
+
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    world = MPI_Comm_c2f(MPI_COMM_WORLD);
+    const int64_t R = ROWS, C = COLS, L = RANKWISE_COL_MAJOR;
+    rankwise_generate(7, RANKWISE_DIST_NORMAL, R * rank, R, C, a, R, RANKWISE_COL_MAJOR);
+
+    expect("null a", rankwise_tsqr_svd(world, NULL, R, C, R, L, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_NULL_POINTER, "`a`");
+    expect("null s", rankwise_tsqr_svd(world, a, R, C, R, L, 10, NULL, u, R, vt, C),
+           RANKWISE_ERROR_NULL_POINTER, "`s`");
+    expect("null u_local", rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, NULL, R, vt, C),
+           RANKWISE_ERROR_NULL_POINTER, "`u_local`");
+    expect("null vt", rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, R, NULL, C),
+           RANKWISE_ERROR_NULL_POINTER, "`vt`");
+    expect("negative rows", rankwise_tsqr_svd(world, a, -5, C, R, L, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`rows_local`");
+    expect("negative cols", rankwise_tsqr_svd(world, a, R, -1, R, L, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`cols`");
+    expect("negative panel rows", rankwise_tsqr_svd(world, a, R, C, R, L, -10, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`panel_rows`");
+    expect("lda < rows", rankwise_tsqr_svd(world, a, R, C, R - 1, L, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`lda`");
+    expect("ldu < rows", rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, 3, vt, C),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`ldu`");
+    expect("ldvt < k", rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, R, vt, 2),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`ldvt`");
+    expect("unknown layout", rankwise_tsqr_svd(world, a, R, C, R, 3, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`layout`");
+    expect("k = 0", rankwise_rsvd(world, a, R, C, R, L, 10, 0, 1, 1, 1, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`k`");
+    expect("k = cols", rankwise_rsvd(world, a, R, C, R, L, 10, C, 0, 1, 1, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`k`");
+    expect("k + oversample > cols", rankwise_rsvd(world, a, R, C, R, L, 10, 2, 5, 1, 1, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`oversample`");
+    expect("negative power iterations", rankwise_rsvd(world, a, R, C, R, L, 10, 2, 1, -1, 1, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`power_iters`");
+    expect("communicator 12345", rankwise_tsqr_svd(12345, a, R, C, R, L, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_COMMUNICATOR, "`comm`");
+    expect("communicator -1", rankwise_tsqr_svd(-1, a, R, C, R, L, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_COMMUNICATOR, "`comm`");
+    expect("MPI_COMM_NULL", rankwise_tsqr_svd(MPI_Comm_c2f(MPI_COMM_NULL), a, R, C, R, L, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_COMMUNICATOR, "`comm`");
+    /* A handle of a communicator that was freed names nothing any more. */
+    MPI_Comm freed;
+    MPI_Comm_dup(MPI_COMM_WORLD, &freed);
+    MPI_Fint freed_handle = MPI_Comm_c2f(freed);
+    MPI_Comm_free(&freed);
+    expect("freed communicator", rankwise_tsqr_svd(freed_handle, a, R, C, R, L, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_INVALID_COMMUNICATOR, "`comm`");
+    expect("null sizes", rankwise_tsqr_svd_query(R, C, L, NULL), RANKWISE_ERROR_NULL_POINTER, "`sizes`");
+    expect("unknown distribution", rankwise_generate(1, 9, 0, R, C, a + 0, R, L),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`dist`");
+
+    /* Only the last rank is wrong: it names its argument, the others name it as the cause. */
+    int last = rank == size - 1;
+    expect("one rank's null a",
+           rankwise_tsqr_svd(world, last ? NULL : a, R, C, R, L, 10, s, u, R, vt, C),
+           last ? RANKWISE_ERROR_NULL_POINTER : RANKWISE_ERROR_OTHER_RANK,
+           last ? "`a`" : "failed");
+    expect("ranks disagree on cols",
+           rankwise_tsqr_svd(world, a, R, last ? C - 1 : C, R, L, 10, s, u, R, vt, C),
+           size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_OK, size > 1 ? "`cols`" : NULL);
+    expect("ranks make different calls",
+           last ? rankwise_rsvd(world, a, R, C, R, L, 10, 2, 1, 1, 3, s, u, R, vt, C)
+                : rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, R, vt, C),
+           size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_OK, size > 1 ? "rankwise_rsvd" : NULL);
+    expect("rows not a multiple of panel_rows",
+           rankwise_tsqr_svd(world, a, R, C, R, L, 15, s, u, R, vt, C),
+           size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_OK, size > 1 ? "`panel_rows`" : NULL);
+    expect("fewer rows than columns", rankwise_tsqr_svd(world, a, 0, C, R, L, 10, s, u, R, vt, C),
+           RANKWISE_ERROR_INCONSISTENT, "`rows_local`");
+
+    /* After all of that, a good call still works. */
+    expect("good call", rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, R, vt, C), RANKWISE_OK, NULL);
+    expect("good randomized call",
+           rankwise_rsvd(world, a, R, C, R, L, 10, 2, 1, 1, 3, s, u, R, vt, C), RANKWISE_OK, NULL);
+
+    /* The communicator passed is the one used: on a communicator of this rank alone, its
+     * 40 rows are the whole matrix, whatever the other ranks do meanwhile. */
+    MPI_Comm alone;
+    MPI_Comm_split(MPI_COMM_WORLD, rank, 0, &alone);
+    expect("call on a communicator of one rank",
+           rankwise_tsqr_svd(MPI_Comm_c2f(alone), a, R, C, R, L, 0, s, u, R, vt, C), RANKWISE_OK, NULL);
+    MPI_Comm_free(&alone);
+
+    MPI_Finalize();
+    if (failures == 0)
+        printf("rank %d: all cases behaved\n", rank);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,120 @@
+! A Fortran MPI code that holds a tall matrix in row blocks and asks rankwise for its SVD.
+!
+!   mpirun -np 4 ./svd_example_f svd  ROWS COLS PANEL SEED DIST OUTDIR
+!   mpirun -np 4 ./svd_example_f rsvd ROWS COLS PANEL SEED DIST OUTDIR K OVERSAMPLE POWER SKETCH_SEED
+!
+! The same program as examples/c/svd_example.c, with column-major arrays: each rank fills
+! its block with the values `rankwise svd --seed SEED --dist DIST` generates, then calls
+! rankwise_svd or rankwise_randomized_svd on MPI_COMM_WORLD. Rank 0 writes S.bin and
+! Vt.bin (k x COLS, row-major); rank r writes U.<r>.bin (its rows of U, row-major).
+program svd_example
+  use mpi
+  use, intrinsic :: iso_c_binding
+  use rankwise
+  implicit none
+  integer :: ierr, provided, rank, nranks, nargs
+  integer(c_int64_t) :: rows, cols, panel, seed, panels, first, last, row0, row_end, rows_local, k
+  integer(c_int64_t) :: oversample, power_iters, sketch_seed
+  integer(c_int32_t) :: dist, status
+  character(len=4096) :: arg, outdir, method
+  real(c_double), allocatable :: a(:, :), s(:), u(:, :), vt(:, :)
+  logical :: randomized
+  type(rankwise_sizes) :: sizes
+
+  ! rankwise runs worker threads beside the MPI thread: FUNNELED at least.
+  call MPI_Init_thread(MPI_THREAD_FUNNELED, provided, ierr)
+  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+  call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
+  nargs = command_argument_count()
+  call get_command_argument(1, method)
+  randomized = nargs == 11 .and. method == 'rsvd'
+  if (.not. randomized .and. .not. (nargs == 7 .and. method == 'svd')) then
+    if (rank == 0) write (0, '(a)') 'usage: svd_example_f svd|rsvd ROWS COLS PANEL SEED DIST OUTDIR ' // &
+      '[K OVERSAMPLE POWER SKETCH_SEED]'
+    call MPI_Finalize(ierr)
+    stop 2
+  end if
+  rows = int_arg(2)
+  cols = int_arg(3)
+  panel = int_arg(4)
+  seed = int_arg(5)
+  call get_command_argument(6, arg)
+  dist = RANKWISE_DIST_UNIFORM
+  if (arg == 'normal') dist = RANKWISE_DIST_NORMAL
+  call get_command_argument(7, outdir)
+
+  ! Whole panels per rank, the last rank's block ending at the last row.
+  panels = (rows + panel - 1)/panel
+  first = panels*rank/nranks
+  last = panels*(rank + 1)/nranks
+  row0 = first*panel
+  row_end = last*panel
+  if (rank == nranks - 1) row_end = rows
+  rows_local = row_end - row0
+
+  k = cols
+  if (randomized) then
+    k = int_arg(8)
+    oversample = int_arg(9)
+    power_iters = int_arg(10)
+    sketch_seed = int_arg(11)
+  end if
+  ! The query gives the output shapes (and checks the arguments) before anything is allocated.
+  if (randomized) then
+    status = rankwise_rsvd_query(rows_local, cols, k, RANKWISE_COL_MAJOR, sizes)
+  else
+    status = rankwise_tsqr_svd_query(rows_local, cols, RANKWISE_COL_MAJOR, sizes)
+  end if
+  if (status /= RANKWISE_OK) then
+    write (0, '(a,a)') 'query: ', rankwise_error_message()
+    call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
+  end if
+  allocate (a(rows_local, cols), s(sizes%s_len), u(sizes%u_rows, sizes%u_cols), &
+            vt(sizes%vt_rows, sizes%vt_cols))
+  status = rankwise_fill_generated(seed, dist, row0, a)
+  if (status == RANKWISE_OK) then
+    if (randomized) then
+      status = rankwise_randomized_svd(MPI_COMM_WORLD, a, panel, oversample, power_iters, &
+                                       sketch_seed, s, u, vt)
+    else
+      status = rankwise_svd(MPI_COMM_WORLD, a, panel, s, u, vt)
+    end if
+  end if
+  if (status /= RANKWISE_OK) then
+    write (0, '(a,i0,a,i0,a,a)') 'rank ', rank, ': rankwise failed (', status, '): ', &
+      rankwise_error_message()
+    call MPI_Finalize(ierr)
+    stop 1
+  end if
+
+  write (arg, '(a,i0,a)') 'U.', rank, '.bin'
+  call write_file(trim(outdir)//'/'//trim(arg), transpose(u))
+  if (rank == 0) then
+    call write_file(trim(outdir)//'/S.bin', reshape(s, [size(s), 1]))
+    call write_file(trim(outdir)//'/Vt.bin', transpose(vt))
+    write (*, '(a,i0,a,i0,a,i0,a,es25.17)') 'rankwise (Fortran): ', rows, ' x ', cols, ' on ', &
+      nranks, ' ranks, s(1) = ', s(1)
+  end if
+  call MPI_Finalize(ierr)
+
+contains
+
+  function int_arg(i) result(v)
+    integer, intent(in) :: i
+    integer(c_int64_t) :: v
+    character(len=64) :: text
+    call get_command_argument(i, text)
+    read (text, *) v
+  end function
+
+  ! Writes the values of x in array element order as raw doubles.
+  subroutine write_file(path, x)
+    character(len=*), intent(in) :: path
+    real(c_double), intent(in) :: x(:, :)
+    integer :: unit
+    open (newunit=unit, file=path, access='stream', form='unformatted', status='replace')
+    write (unit) x
+    close (unit)
+  end subroutine
+
+end program svd_example

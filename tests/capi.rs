@@ -1,0 +1,275 @@
+//! The C library as an HPC code links it: installed with scripts/install-capi.sh (what
+//! `make install` runs), the C and Fortran examples built against the installed prefix
+//! with mpicc/mpifort and pkg-config, run under mpirun with 1, 2 and 4 ranks, and their
+//! S, U and Vᵀ compared bit for bit with the `rankwise` command line on the same data.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::mpirun_util::{mpirun, run_with_timeout};
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The installed prefix and the built examples, made once per test binary.
+struct Built {
+    prefix: PathBuf,
+    bin: PathBuf,
+}
+
+/// Runs a build step; a failure shows its output.
+fn run(cmd: Command) {
+    run_with_timeout(cmd, Duration::from_secs(300)).assert_success();
+}
+
+fn built() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let exe = std::env::current_exe().unwrap();
+        let target = exe.ancestors().nth(3).unwrap().to_path_buf();
+        let dir = scratch("capi");
+        let prefix = dir.join("prefix");
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let mut install = Command::new("bash");
+        install
+            .arg(repo.join("scripts/install-capi.sh"))
+            .arg(&prefix)
+            .arg(&target);
+        run(install);
+        for (sub, targets) in [
+            ("c", vec!["all", "svd_example_static"]),
+            ("fortran", vec!["all"]),
+        ] {
+            let mut make = Command::new("make");
+            make.arg("-C")
+                .arg(repo.join("examples").join(sub))
+                .arg(format!("PREFIX={}", prefix.display()))
+                .arg(format!("OUT={}", bin.display()));
+            for t in targets {
+                let t = if t == "all" {
+                    t.to_string()
+                } else {
+                    bin.join(t).display().to_string()
+                };
+                make.arg(t);
+            }
+            run(make);
+        }
+        Built { prefix, bin }
+    })
+}
+
+/// Raw little-endian doubles of a file, as bits.
+fn file_bits(path: &Path) -> Vec<u64> {
+    std::fs::read(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+/// Runs `program` with `args` on `np` ranks writing into a fresh directory; returns the
+/// bits of S, Vᵀ and U (the ranks' blocks in rank order).
+fn example_bits(program: &Path, np: usize, args: &[&str], out: &Path) -> [Vec<u64>; 3] {
+    std::fs::create_dir_all(out).unwrap();
+    let mut all: Vec<&str> = args.to_vec();
+    let out_s = out.to_str().unwrap();
+    all.insert(6, out_s);
+    let run = mpirun(np, program, &all, LIMIT);
+    run.assert_success();
+    let u = (0..np)
+        .flat_map(|r| file_bits(&out.join(format!("U.{r}.bin"))))
+        .collect();
+    [
+        file_bits(&out.join("S.bin")),
+        file_bits(&out.join("Vt.bin")),
+        u,
+    ]
+}
+
+/// The command line's S, Vᵀ and U on the same data.
+fn cli_bits(args: &[String], out: &Path) -> [Vec<u64>; 3] {
+    let mut all = args.to_vec();
+    all.extend(["--out".to_string(), out.display().to_string()]);
+    embedded(&all).assert_success();
+    let g = group_bits(out, &["S", "Vt", "U"]);
+    [g["S"].1.clone(), g["Vt"].1.clone(), g["U"].1.clone()]
+}
+
+/// 21 panels of 1,000 rows, the last ragged (11 rows): with 4 ranks the last rank holds
+/// six panels and the ragged end, the others five.
+const ROWS: &str = "20011";
+const COLS: &str = "12";
+const PANEL: &str = "1000";
+
+fn compare(method: &str, cli: &[&str], extra: &[&str]) {
+    let b = built();
+    let dir = scratch(&format!("capi-{method}"));
+    let seed = (test_seed() % 1_000_000).to_string();
+    let mut cli_args = strings(&[
+        method,
+        "--rows",
+        ROWS,
+        "--cols",
+        COLS,
+        "--chunk-rows",
+        PANEL,
+    ]);
+    cli_args.extend(strings(&["--seed", &seed, "--dist", "normal"]));
+    cli_args.extend(strings(cli));
+    let reference = cli_bits(&cli_args, &dir.join("cli.zarr"));
+    let mut args = vec![method, ROWS, COLS, PANEL, &seed, "normal"];
+    args.extend(extra);
+    for (lang, program) in [
+        ("c", b.bin.join("svd_example")),
+        ("fortran", b.bin.join("svd_example_f")),
+    ] {
+        for np in [1, 2, 4] {
+            let got = example_bits(&program, np, &args, &dir.join(format!("{lang}-np{np}")));
+            for (i, name) in ["S", "Vt", "U"].iter().enumerate() {
+                assert_eq!(
+                    got[i].len(),
+                    reference[i].len(),
+                    "{lang} {method} np {np}: {name} has a different length"
+                );
+                assert!(
+                    got[i] == reference[i],
+                    "{lang} {method} np {np}: {name} differs from the command line's"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn c_and_fortran_examples_match_the_cli_svd_bit_for_bit() {
+    compare("svd", &[], &[]);
+}
+
+#[test]
+fn c_and_fortran_examples_match_the_cli_rsvd_bit_for_bit() {
+    compare(
+        "rsvd",
+        &[
+            "-k",
+            "4",
+            "--oversample",
+            "3",
+            "--power-iters",
+            "2",
+            "--sketch-seed",
+            "99",
+            "--probes",
+            "0",
+        ],
+        &["4", "3", "2", "99"],
+    );
+}
+
+#[test]
+fn the_statically_linked_example_needs_no_shared_rankwise_and_a_rank_may_hold_no_rows() {
+    let b = built();
+    let program = b.bin.join("svd_example_static");
+    let ldd = Command::new("ldd").arg(&program).output().unwrap();
+    let deps = String::from_utf8_lossy(&ldd.stdout);
+    assert!(!deps.contains("librankwise"), "{deps}");
+    // 3 panels on 4 ranks: rank 0 holds no rows (yet gets S and Vᵀ), rank 3 the ragged end.
+    let dir = scratch("capi-static");
+    let got = example_bits(
+        &program,
+        4,
+        &["svd", "2500", "5", "1000", "3", "uniform"],
+        &dir.join("out"),
+    );
+    let reference = cli_bits(
+        &strings(&[
+            "svd",
+            "--rows",
+            "2500",
+            "--cols",
+            "5",
+            "--chunk-rows",
+            "1000",
+            "--seed",
+            "3",
+            "--dist",
+            "uniform",
+        ]),
+        &dir.join("cli.zarr"),
+    );
+    assert_eq!(
+        std::fs::metadata(dir.join("out/U.0.bin")).unwrap().len(),
+        0,
+        "rank 0 holds no rows"
+    );
+    assert!(got == reference, "the static example differs from the CLI");
+    assert!(b.prefix.join("lib/pkgconfig/rankwise.pc").exists());
+}
+
+#[test]
+fn the_header_works_from_cxx() {
+    let b = built();
+    run_with_timeout(Command::new(b.bin.join("cxx_header_check")), LIMIT)
+        .assert_success()
+        .assert_stdout_contains("from C++: status 0, U is 100 x 4");
+}
+
+#[test]
+fn bad_arguments_return_codes_and_never_abort() {
+    let b = built();
+    let run = mpirun(2, &b.bin.join("bad_args"), &[], LIMIT);
+    run.assert_success();
+    for rank in 0..2 {
+        assert!(
+            run.stdout
+                .contains(&format!("rank {rank}: all cases behaved")),
+            "{}",
+            run.describe()
+        );
+        for case in [
+            "communicator 12345",
+            "MPI_COMM_NULL",
+            "freed communicator",
+            "call on a communicator of one rank",
+            "null a",
+            "lda < rows",
+            "k = 0",
+            "k = cols",
+            "good call",
+        ] {
+            assert!(
+                run.stdout.contains(&format!("rank {rank}: ok {case}:")),
+                "rank {rank}, {case}:\n{}",
+                run.describe()
+            );
+        }
+    }
+}
+
+#[test]
+fn fortran_bad_arguments_return_codes_and_messages() {
+    let b = built();
+    let run = mpirun(2, &b.bin.join("bad_args_f"), &[], LIMIT);
+    run.assert_success();
+    for rank in 0..2 {
+        for line in [
+            "all cases behaved",
+            "ok communicator 12345: `comm`",
+            "ok k = 0: `k`",
+            "ok lda < rows: `lda`",
+            "ok good call",
+        ] {
+            assert!(
+                run.stdout.contains(&format!("rank {rank}: {line}")),
+                "rank {rank}, {line}:\n{}",
+                run.describe()
+            );
+        }
+    }
+}
