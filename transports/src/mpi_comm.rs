@@ -179,7 +179,7 @@ enum SendWait {
 }
 
 /// Polls with a short spin first, then yields, then sleeps up to about 1 ms.
-struct Backoff {
+pub(crate) struct Backoff {
     start: Instant,
     sleep: Duration,
     /// Never sleep: the peer is known to be taking part, and MPI only moves data while this
@@ -188,7 +188,7 @@ struct Backoff {
 }
 
 impl Backoff {
-    fn new(hot: bool) -> Backoff {
+    pub(crate) fn new(hot: bool) -> Backoff {
         Backoff {
             start: Instant::now(),
             sleep: Duration::from_micros(20),
@@ -196,12 +196,12 @@ impl Backoff {
         }
     }
 
-    fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.start.elapsed()
     }
 
     /// Waits a little; `hot_now` forbids sleeping this time.
-    fn pause(&mut self, hot_now: bool) {
+    pub(crate) fn pause(&mut self, hot_now: bool) {
         let waited = self.start.elapsed();
         if waited < Duration::from_micros(50) {
             std::hint::spin_loop();

@@ -16,7 +16,7 @@ fn main() {
         .header("wrapper.h")
         .allowlist_function("ucp_.*|ucs_status_string")
         .allowlist_type("ucp_.*|ucs_.*")
-        .allowlist_var("UCP_.*|UCS_.*")
+        .allowlist_var("UCP_.*|UCS_.*|ucs_global_opts")
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
         .derive_default(true)
