@@ -413,7 +413,9 @@ fn run_local(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
 fn run_mpi(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>, ucx: bool) -> i32 {
     let name = if ucx { "ucx" } else { "mpi" };
     if run.local_ranks != 1 {
-        eprintln!("rankwise: --local-ranks: not available with --transport {name} (use mpirun -np)");
+        eprintln!(
+            "rankwise: --local-ranks: not available with --transport {name} (use mpirun -np)"
+        );
         return 2;
     }
     let comm: Box<dyn Comm> = match start_mpi_comm(ucx, Duration::from_secs(run.comm_timeout)) {

@@ -101,7 +101,9 @@ fn basic(comm: &UcxComm) -> Result<(), Failure> {
 
     // Ring, with a message to itself first.
     comm.send_bytes(rank, 5, b"self")?;
-    ensure(comm.recv_bytes(rank, 5)? == b"self", || "self message".into())?;
+    ensure(comm.recv_bytes(rank, 5)? == b"self", || {
+        "self message".into()
+    })?;
     let next = (rank + 1) % size;
     let prev = (rank + size - 1) % size;
     for len in [0usize, 1, 8, 1000, 70_000, 3 << 20] {
@@ -121,7 +123,9 @@ fn basic(comm: &UcxComm) -> Result<(), Failure> {
         } else if rank == 1 {
             for i in 0..20u32 {
                 let got = comm.recv_bytes(0, 9)?;
-                ensure(got == i.to_le_bytes(), || format!("message {i} out of order"))?;
+                ensure(got == i.to_le_bytes(), || {
+                    format!("message {i} out of order")
+                })?;
             }
         }
     }
@@ -139,13 +143,18 @@ fn basic(comm: &UcxComm) -> Result<(), Failure> {
     }
 
     // Collectives.
-    let mut data = if rank == 0 { b"root".to_vec() } else { Vec::new() };
+    let mut data = if rank == 0 {
+        b"root".to_vec()
+    } else {
+        Vec::new()
+    };
     comm.broadcast_bytes(0, &mut data)?;
     ensure(data == b"root", || "broadcast".into())?;
     let all = comm.allgather_bytes(&[rank as u8; 3])?;
-    ensure(all == (0..size).map(|r| vec![r as u8; 3]).collect::<Vec<_>>(), || {
-        "allgather".into()
-    })?;
+    ensure(
+        all == (0..size).map(|r| vec![r as u8; 3]).collect::<Vec<_>>(),
+        || "allgather".into(),
+    )?;
     let value = |r: usize| 0.1 * (r as f64 + 1.0).sqrt();
     let mut sum = [value(rank), -value(rank)];
     comm.allreduce_sum_f64(&mut sum)?;
@@ -199,5 +208,7 @@ fn abort(comm: &UcxComm) -> Result<(), Failure> {
         }));
     }
     comm.recv_bytes((rank + 1) % size, 1)?;
-    Err(Failure::Check("the receive returned without a message".into()))
+    Err(Failure::Check(
+        "the receive returned without a message".into(),
+    ))
 }

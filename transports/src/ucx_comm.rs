@@ -158,8 +158,7 @@ mod ucp {
                 return Err(ucx_error("reading the UCX configuration", status));
             }
             let params = sys::ucp_params_t {
-                field_mask: (sys::UCP_PARAM_FIELD_FEATURES
-                    | sys::UCP_PARAM_FIELD_ESTIMATED_NUM_EPS)
+                field_mask: (sys::UCP_PARAM_FIELD_FEATURES | sys::UCP_PARAM_FIELD_ESTIMATED_NUM_EPS)
                     as u64,
                 features: sys::UCP_FEATURE_TAG as u64,
                 estimated_num_eps: ranks,
@@ -411,7 +410,11 @@ struct PeerSlot {
     status: Cell<sys::ucs_status_t>,
 }
 
-unsafe extern "C" fn on_endpoint_error(arg: *mut c_void, _ep: sys::ucp_ep_h, status: sys::ucs_status_t) {
+unsafe extern "C" fn on_endpoint_error(
+    arg: *mut c_void,
+    _ep: sys::ucp_ep_h,
+    status: sys::ucs_status_t,
+) {
     if arg.is_null() {
         return;
     }
@@ -544,7 +547,9 @@ impl UcxComm {
 
     /// The MPI bootstrap.
     pub fn mpi(&self) -> &MpiComm {
-        self.mpi.as_ref().expect("the bootstrap lives as long as the transport")
+        self.mpi
+            .as_ref()
+            .expect("the bootstrap lives as long as the transport")
     }
 
     /// Whether every endpoint uses UCX's peer error handling, so that a peer that vanishes
@@ -744,7 +749,11 @@ impl UcxComm {
                 slot.status.set(sys::UCS_ERR_CANCELED);
             }
         }
-        let ep = ucx.endpoints.borrow_mut().get_mut(peer).and_then(Option::take);
+        let ep = ucx
+            .endpoints
+            .borrow_mut()
+            .get_mut(peer)
+            .and_then(Option::take);
         let mut close = match ep.map(|ep| ucx.worker.close(ep, true)) {
             Some(Op::Pending(r)) => Some(r),
             _ => None,
@@ -795,7 +804,10 @@ impl UcxComm {
         let mut backoff = Backoff::new(false);
         while !closing.is_empty() && Instant::now() < deadline {
             ucx.worker.progress();
-            closing = closing.into_iter().filter_map(|r| r.check().err()).collect();
+            closing = closing
+                .into_iter()
+                .filter_map(|r| r.check().err())
+                .collect();
             backoff.pause(false);
         }
         if !closing.is_empty() {
@@ -945,7 +957,10 @@ impl Comm for UcxComm {
                 continue;
             };
             // SAFETY: the notice is 'static.
-            if let Op::Pending(r) = unsafe { ucx.worker.tag_send(ep, notice, encode_tag(self.rank, ABORT_TAG)) } {
+            if let Op::Pending(r) = unsafe {
+                ucx.worker
+                    .tag_send(ep, notice, encode_tag(self.rank, ABORT_TAG))
+            } {
                 pending.push(r);
             }
         }
@@ -953,7 +968,10 @@ impl Comm for UcxComm {
         let mut backoff = Backoff::new(false);
         while !pending.is_empty() && Instant::now() < deadline {
             ucx.worker.progress();
-            pending = pending.into_iter().filter_map(|r| r.check().err()).collect();
+            pending = pending
+                .into_iter()
+                .filter_map(|r| r.check().err())
+                .collect();
             backoff.pause(false);
         }
         // Notices still pending stay with UCX (their buffer is 'static).
@@ -1016,7 +1034,12 @@ mod tests {
 
     #[test]
     fn tags_carry_sender_and_rankwise_tag() {
-        for (src, tag) in [(0usize, 0u32), (3, 17), (4095, ABORT_TAG), (1, crate::RESERVED_TAG_BASE)] {
+        for (src, tag) in [
+            (0usize, 0u32),
+            (3, 17),
+            (4095, ABORT_TAG),
+            (1, crate::RESERVED_TAG_BASE),
+        ] {
             assert_eq!(decode_tag(encode_tag(src, tag)), (src, tag));
         }
         // An abort notice is found by its low 32 bits whatever the sender.

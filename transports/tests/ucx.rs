@@ -95,7 +95,12 @@ fn abort_reaches_every_rank() {
     for (np, env) in [(2, TCP), (3, SHM), (4, TCP)] {
         let out = selftest(np, "abort", env, LIMIT);
         out.assert_finished();
-        assert_ne!(out.code, Some(0), "abort must fail the job\n{}", out.describe());
+        assert_ne!(
+            out.code,
+            Some(0),
+            "abort must fail the job\n{}",
+            out.describe()
+        );
         let failed = np - 1;
         for rank in 0..np {
             out.assert_stdout_contains(&format!(

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
-    let ucx = match pkg_config::Config::new().atleast_version("1.13").probe("ucx") {
+    let ucx = match pkg_config::Config::new()
+        .atleast_version("1.13")
+        .probe("ucx")
+    {
         Ok(lib) => lib,
         Err(e) => panic!(
             "rankwise-ucx-sys needs UCX 1.13 or newer with its pkg-config file \

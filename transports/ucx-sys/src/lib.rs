@@ -13,7 +13,12 @@
 //! Everything is `unsafe` and follows the C documentation; `rankwise-transports` wraps it
 //! in a safe layer.
 
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, missing_docs)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    missing_docs
+)]
 #![allow(clippy::all)]
 #![allow(unsafe_op_in_unsafe_fn)]
 
