@@ -28,6 +28,9 @@ fn mpirun_with(np: usize, args: &[String], env: &[(&str, &str)]) -> Command {
     cmd
 }
 
+/// Shapes and bits of output arrays by name.
+type Arrays = std::collections::BTreeMap<String, (Vec<u64>, Vec<u64>)>;
+
 /// `mpirun -np np rankwise args… --transport transport --json --out out`: the report, and
 /// the bits of S, U and Vᵀ.
 fn run(
@@ -36,10 +39,7 @@ fn run(
     transport: &str,
     env: &[(&str, &str)],
     out: &Path,
-) -> (
-    serde_json::Value,
-    std::collections::BTreeMap<String, (Vec<u64>, Vec<u64>)>,
-) {
+) -> (serde_json::Value, Arrays) {
     let mut all = args.to_vec();
     all.extend(strings(&["--transport", transport, "--json", "--out"]));
     all.push(out.to_str().unwrap().to_string());

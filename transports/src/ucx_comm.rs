@@ -222,6 +222,10 @@ mod ucp {
     pub struct Request(*mut c_void);
 
     impl Request {
+        /// Leaves an unfinished request to UCP: it is never freed, and the memory it works
+        /// on must stay valid (a `Request` has no destructor; this names the intent).
+        pub fn leave(self) {}
+
         /// The final status once the operation completed (the request is then freed), or
         /// the request back while it is in progress.
         pub fn check(self) -> std::result::Result<sys::ucs_status_t, Request> {
@@ -439,6 +443,9 @@ unsafe extern "C" fn on_endpoint_error(
     });
 }
 
+/// Messages that arrived before anyone asked for them, by (source, tag), oldest first.
+type Mailbox = HashMap<(usize, Tag), VecDeque<Vec<u8>>>;
+
 /// The UCX objects, dropped in order: endpoints (closed by hand), worker, context.
 struct Ucx {
     endpoints: RefCell<Vec<Option<Endpoint>>>,
@@ -467,7 +474,7 @@ pub struct UcxComm {
     /// Spin of a wait before it yields ([`SPIN`]).
     spin: Duration,
     state: RefCell<State>,
-    inbox: RefCell<HashMap<(usize, Tag), VecDeque<Vec<u8>>>>,
+    inbox: RefCell<Mailbox>,
     /// The bootstrap, finalized after UCX is shut down.
     mpi: Option<MpiComm>,
 }
@@ -532,7 +539,7 @@ impl UcxComm {
                 Err(status) => {
                     for ep in endpoints.into_iter().flatten() {
                         if let Op::Pending(r) = worker.close(ep, true) {
-                            std::mem::forget(r);
+                            r.leave();
                         }
                     }
                     let error = ucx_error(&format!("connecting to rank {peer}"), status);
@@ -743,7 +750,7 @@ impl UcxComm {
                 if request.is_some() {
                     // UCX may still write into the buffer: it must stay allocated.
                     std::mem::forget(buf);
-                    std::mem::forget(request);
+                    request.into_iter().for_each(Request::leave);
                     self.mark_broken(format!(
                         "a receive of {} bytes from rank {src} (tag {tag:#x}) was abandoned: \
                          {error}",
@@ -788,9 +795,7 @@ impl UcxComm {
             close = close.and_then(|r| r.check().err());
             std::thread::yield_now();
         }
-        if let Some(r) = close {
-            std::mem::forget(r);
-        }
+        close.into_iter().for_each(Request::leave);
         request
     }
 
@@ -834,7 +839,7 @@ impl UcxComm {
         }
         if !closing.is_empty() {
             // Endpoints that would not close in time: leave UCX to the end of the process.
-            std::mem::forget(closing);
+            closing.into_iter().for_each(Request::leave);
             std::mem::forget(ucx);
             return;
         }
@@ -911,7 +916,7 @@ impl Comm for UcxComm {
             };
             if let Some(error) = failed {
                 if let Some(r) = self.abandon(ucx, dest, request) {
-                    std::mem::forget(r);
+                    r.leave();
                     self.mark_broken(format!(
                         "a send of {} bytes to rank {dest} (tag {tag:#x}) was abandoned: {error}",
                         data.len()
@@ -997,7 +1002,7 @@ impl Comm for UcxComm {
             backoff.pause(false);
         }
         // Notices still pending stay with UCX (their buffer is 'static).
-        std::mem::forget(pending);
+        pending.into_iter().for_each(Request::leave);
     }
 
     fn set_timeout(&mut self, timeout: Duration) {
