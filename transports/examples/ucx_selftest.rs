@@ -14,6 +14,11 @@
 //! * `abort`: rank P−1 calls `abort("injected failure")` while all others wait in
 //!   `recv_bytes`; every rank prints `rank R FAILED: ...` naming rank P−1 and exits with 3.
 //!
+//! * `vanish`: rank 1 kills itself (SIGKILL) while the others wait for its message; with
+//!   peer error handling (TCP) the others print `rank R TRANSPORT ERROR: rank 1
+//!   disconnected` at once and exit with 2. Run it with `mpirun --enable-recovery`, so that
+//!   the launcher leaves the detection to the transport.
+//!
 //! Failing ranks leave through [`UcxComm::exit_after_failure`].
 //!
 //! Exit codes: 0 success, 1 a check failed, 2 an unexpected transport error, 3 a failure
@@ -70,6 +75,7 @@ fn main() {
         "basic" => basic(&comm),
         "big" => big(&comm),
         "abort" => abort(&comm),
+        "vanish" => vanish(&comm),
         other => Err(Failure::Check(format!("unknown mode {other:?}"))),
     };
     let code = match result {
@@ -208,6 +214,21 @@ fn abort(comm: &UcxComm) -> Result<(), Failure> {
         }));
     }
     comm.recv_bytes((rank + 1) % size, 1)?;
+    Err(Failure::Check(
+        "the receive returned without a message".into(),
+    ))
+}
+
+fn vanish(comm: &UcxComm) -> Result<(), Failure> {
+    let rank = comm.rank();
+    ensure(comm.size() >= 2, || "vanish needs two ranks".into())?;
+    comm.barrier()?;
+    if rank == 1 {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: ends this process at once, as a crash or the OOM killer would.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    comm.recv_bytes(1, 1)?;
     Err(Failure::Check(
         "the receive returned without a message".into(),
     ))

@@ -115,3 +115,31 @@ fn abort_reaches_every_rank() {
         );
     }
 }
+
+/// A rank that dies without a word (SIGKILL) while the others wait for its message: with
+/// UCX's peer error handling (TCP) the transport itself notices, at once, and the first
+/// rank to notice tells the rest. The launcher is told to keep the job going
+/// (`orte_enable_recovery`), so that the detection is the transport's; its exit status is
+/// then not the ranks', so only their lines and the time are checked.
+#[test]
+fn a_vanished_peer_is_noticed_by_the_transport() {
+    let env = [TCP, &[("OMPI_MCA_orte_enable_recovery", "1")]].concat();
+    let out = selftest(3, "vanish", &env, LIMIT);
+    out.assert_finished();
+    for rank in [0, 2] {
+        let noticed = out
+            .stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("rank {rank} ")) && l.ends_with("rank 1 disconnected"));
+        assert!(
+            noticed,
+            "rank {rank} did not report rank 1\n{}",
+            out.describe()
+        );
+    }
+    assert!(
+        out.elapsed < Duration::from_secs(20),
+        "noticing the vanished rank took too long\n{}",
+        out.describe()
+    );
+}
