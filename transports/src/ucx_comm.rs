@@ -41,7 +41,8 @@
 //!
 //! [`Comm::abort`] sends a notice (tag [`ABORT_TAG`]) to every peer and lingers up to two
 //! seconds for the notices to leave; every wait of every rank looks for notices first and
-//! reports them as [`TransportError::PeerFailed`]. Endpoints are created with
+//! reports them as [`TransportError::PeerFailed`]. The notice also goes over the MPI
+//! bootstrap, where a peer that has finished its work waits in the closing barrier. Endpoints are created with
 //! `UCP_ERR_HANDLING_MODE_PEER` and an error callback where the transports support it (not
 //! UCX 1.13's shared memory, where the endpoint falls back to no error handling and a
 //! killed peer is noticed by the launcher or the timeout): a peer that disappears without a
@@ -570,11 +571,10 @@ impl UcxComm {
         })
     }
 
-    /// The MPI bootstrap.
-    pub fn mpi(&self) -> &MpiComm {
-        self.mpi
-            .as_ref()
-            .expect("the bootstrap lives as long as the transport")
+    /// The MPI bootstrap (`None` only while leaving through
+    /// [`UcxComm::exit_after_failure`]).
+    pub fn mpi(&self) -> Option<&MpiComm> {
+        self.mpi.as_ref()
     }
 
     /// Whether every endpoint uses UCX's peer error handling, so that a peer that vanishes
@@ -1003,6 +1003,11 @@ impl Comm for UcxComm {
         }
         // Notices still pending stay with UCX (their buffer is 'static).
         pending.into_iter().for_each(Request::leave);
+        // Also over the bootstrap: a peer that finished its work waits there, in the
+        // closing barrier, and no longer listens to UCX.
+        if let Some(mpi) = &self.mpi {
+            mpi.abort(message);
+        }
     }
 
     fn set_timeout(&mut self, timeout: Duration) {
