@@ -24,7 +24,8 @@
 # benches/RESULTS.md; the raw lines stay in target/bench-results/transports-*/.
 #
 # Environment: BENCH_RESULTS (default benches/RESULTS.md), RANKWISE_BENCH_EXAMPLE (default
-# target/release/examples/transport_bench).
+# target/release/examples/transport_bench), TRANSPORTS_OUT=DIR (write the section from the
+# raw lines of an earlier run in DIR instead of running again).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -60,7 +61,7 @@ export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_base_warn_component
 export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_mpi_yield_when_idle=1
 
-OUT=target/bench-results/transports-$(date -u +%Y%m%dT%H%M%SZ)
+OUT=${TRANSPORTS_OUT:-target/bench-results/transports-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 ROUNDS=3
 EXTRA=()
@@ -78,6 +79,10 @@ run() { # name np transport [env...]
     env "$@" mpirun --bind-to none -np "$np" "$EXAMPLE" "$transport" "${EXTRA[@]}" >>"$file"
 }
 
+if [[ -n "${TRANSPORTS_OUT:-}" ]]; then
+    ROUNDS=0
+    log "writing the section from $OUT"
+fi
 for round in $(seq "$ROUNDS"); do
     log "round $round of $ROUNDS"
     run mpi 2 mpi
@@ -87,9 +92,11 @@ for round in $(seq "$ROUNDS"); do
     run ucx-tcp 4 ucx UCX_TLS=tcp,self UCX_NET_DEVICES=lo
     run ucx-shm 4 ucx UCX_TLS=sm,self
 done
-printf '%s\t%s\n' "$(date -u +%T)" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/load.tsv"
+if ((ROUNDS)); then
+    printf '%s\t%s\n' "$(date -u +%T)" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/load.tsv"
+fi
 
-CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
+CPU="$(lscpu | sed -n 's/^Model name: *//p' | head -n 1) (family $(lscpu | sed -n 's/^CPU family: *//p' | head -n 1), model $(lscpu | sed -n 's/^Model: *//p' | head -n 1))"
 VIRT=$(lscpu | sed -n 's/^Hypervisor vendor: *//p' | head -n 1)
 MPI_VERSION=$(mpirun --version | head -n 1)
 UCX_VERSION=$(pkg-config --modversion ucx)
@@ -97,6 +104,8 @@ python3 - "$OUT" "$RESULTS" "$QUICK" "$CPU" "$VIRT" "$(nproc)" "$MPI_VERSION" "$
 import re, statistics, sys
 from pathlib import Path
 out, results, quick, cpu, virt, ncpu, mpi, ucx = sys.argv[1:]
+# AMD's CPU families by microarchitecture, for the machine line.
+cpu = cpu.replace("(family 26,", "(Zen 5, family 26,").replace("(family 25,", "(Zen 3/4, family 25,")
 configs = [("mpi", "MPI (ob1, vader)"), ("ucx-tcp", "UCX tcp,self"), ("ucx-shm", "UCX sm,self")]
 metrics = [
     ("latency 8 B", 2, "µs", 2),
@@ -134,7 +143,7 @@ lines = [
     "## Transports: UCX against MPI between ranks of one node",
     "",
     f"Run of `bash benches/transports.sh{' --quick' if quick == '1' else ''}` on {cpu}"
-    f"{', ' + virt + ' VM' if virt else ''}, {ncpu} CPUs ({mpi}; UCX {ucx}); raw lines, "
+    f"{', ' + virt + ' VM' if virt else ''} with {ncpu} CPUs ({mpi}; UCX {ucx}); raw lines, "
     f"commands and load averages in `target/bench-results/{out.rsplit('/', 1)[-1]}`. "
     f"`mpirun --bind-to none -np P target/release/examples/transport_bench mpi|ucx` "
     "(`examples/transport_bench.rs`), the three configurations interleaved; each cell is the "
@@ -159,7 +168,13 @@ lines += [
     "then the root's broadcast: what `svd` does between its two passes.",
     "- Both transports poll without a progress thread. With 2 CPUs shared with other work, "
     "two ranks sometimes share one core; then a waiting rank that spins delays the message "
-    "it waits for, and the spread (max) shows it.",
+    "it waits for, and the spread (max) shows it. The MPI runs yield the CPU whenever idle "
+    "(`OMPI_MCA_mpi_yield_when_idle=1`, as the tests run them); UCX waits spin 5 µs first.",
+    "- UCX over TCP here is loopback (`UCX_NET_DEVICES=lo`): it measures UCX's TCP stack, "
+    "not a network. With peer failure detection on (the default), UCX 1.13 cannot use "
+    "shared memory, so `UCX_TLS=sm,self` falls back to endpoints without it (see README).",
+    "- At 64 MiB all three move about the same: each message is received into a new "
+    "allocation, as the runtime receives them (not investigated further).",
 ]
 section = "<!-- BEGIN transports -->\n" + "\n".join(lines) + "\n<!-- END transports -->"
 text = open(results).read()
