@@ -54,11 +54,13 @@ fn basic_over_shared_memory_np2_to_4() {
     }
 }
 
-/// The default transports (whatever UCX picks) on one rank and on two.
+/// The default transports (whatever UCX picks) on one rank and on two, with peer error
+/// handling (UCX 1.13 then picks TCP on one node) and without (shared memory).
 #[test]
 fn basic_with_default_transports() {
     basic(1, &[]);
     basic(2, &[]);
+    basic(2, &[("RANKWISE_UCX_ERR_HANDLING", "none")]);
 }
 
 /// 256 MiB and more each way between two ranks, both sending before receiving; every
