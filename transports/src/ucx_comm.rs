@@ -42,14 +42,19 @@
 //! [`Comm::abort`] sends a notice (tag [`ABORT_TAG`]) to every peer and lingers up to two
 //! seconds for the notices to leave; every wait of every rank looks for notices first and
 //! reports them as [`TransportError::PeerFailed`]. The notice also goes over the MPI
-//! bootstrap, where a peer that has finished its work waits in the closing barrier. Endpoints are created with
-//! `UCP_ERR_HANDLING_MODE_PEER` and an error callback where the transports support it (not
-//! UCX 1.13's shared memory, where the endpoint falls back to no error handling and a
-//! killed peer is noticed by the launcher or the timeout): a peer that disappears without a
-//! word (killed) fails the endpoint, and any wait on that peer ends with
-//! [`TransportError::Disconnected`] naming it, at once, instead of waiting for the timeout
-//! (the other ranks then hear of it through the abort notice of the rank that noticed). An
-//! operation that cannot finish (timeout, failure) is abandoned by force-closing the
+//! bootstrap, where a peer that has finished its work waits in the closing barrier.
+//!
+//! Endpoints are created with `UCP_ERR_HANDLING_MODE_PEER` and an error callback: a peer
+//! that disappears without a word (killed) fails its endpoint, and any wait on that peer
+//! ends at once with [`TransportError::Disconnected`] naming it (the other ranks then hear
+//! of it through the abort notice of the rank that noticed). UCX 1.13's shared-memory
+//! transports cannot handle peer errors: with `UCX_TLS` limited to them, endpoint creation
+//! falls back to no error handling, and a killed peer is noticed by the launcher or the
+//! timeout. With other transports enabled too, peer error handling makes UCX 1.13 leave
+//! shared memory aside; [`ERR_HANDLING_VAR`]`=none` gives it back at the price of that
+//! detection.
+//!
+//! An operation that cannot finish (timeout, failure) is abandoned by force-closing the
 //! endpoint to that peer, which completes its requests; should one still be pending, the
 //! transport stops calling UCX altogether, so that it never touches the caller's buffer
 //! again. After a failure, leave through [`UcxComm::exit_after_failure`].
