@@ -47,6 +47,7 @@ bench: build
 	bash benches/zarr.sh $(if $(QUICK),--quick,)
 	bash benches/reduce.sh $(if $(QUICK),--quick,)
 	bash benches/slurm.sh $(if $(QUICK),--quick,)
+	bash benches/transports.sh $(if $(QUICK),--quick,)
 	python3 benches/summary.py
 
 clean:

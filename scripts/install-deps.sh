@@ -6,12 +6,12 @@ set -euo pipefail
 packages=(
   build-essential   # cc for -sys crates
   pkg-config        # finds hwloc, UCX, OpenBLAS
-  libclang-dev      # bindgen (rsmpi's MPI bindings)
+  libclang-dev      # bindgen (rsmpi's MPI bindings, rankwise-ucx-sys)
   libopenmpi-dev    # MPI headers and libmpi
   openmpi-bin       # mpirun for the multi-process tests
   gfortran          # mpifort's compiler, for the Fortran module and example of the C library
                     # (libopenmpi-dev only recommends it)
-  libucx-dev        # UCX transport
+  libucx-dev        # UCX transport (1.13+: ucp.h, libucp)
   libhwloc-dev      # topology (hwlocality)
   libudev-dev       # hwloc's PCI discovery
   libopenblas-dev   # BLAS and LAPACK for ndarray-linalg

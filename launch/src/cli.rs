@@ -103,6 +103,9 @@ enum TransportChoice {
     Local,
     /// MPI, under mpirun or srun.
     Mpi,
+    /// UCX's tagged messages, under mpirun or srun (MPI starts the ranks and exchanges
+    /// the UCX addresses).
+    Ucx,
 }
 
 /// How ranks and actors are set up.
@@ -363,7 +366,8 @@ where
     let job: Arc<Job> = Arc::new(job);
     match transport {
         TransportChoice::Local => run_local(run, launch, job),
-        TransportChoice::Mpi => run_mpi(run, launch, job),
+        TransportChoice::Mpi => run_mpi(run, launch, job, false),
+        TransportChoice::Ucx => run_mpi(run, launch, job, true),
     }
 }
 
@@ -409,21 +413,25 @@ fn run_local(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
     status
 }
 
+/// Runs `job` on this process's rank of an MPI job: over MPI itself, or over UCX (`ucx`)
+/// with MPI only to start and to leave together.
 #[cfg(feature = "mpi")]
-fn run_mpi(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
+fn run_mpi(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>, ucx: bool) -> i32 {
+    let name = if ucx { "ucx" } else { "mpi" };
     if run.local_ranks != 1 {
-        eprintln!("rankwise: --local-ranks: not available with --transport mpi (use mpirun -np)");
+        eprintln!(
+            "rankwise: --local-ranks: not available with --transport {name} (use mpirun -np)"
+        );
         return 2;
     }
-    let mut comm = match rankwise_transports::MpiComm::init() {
+    let comm: Box<dyn Comm> = match start_mpi_comm(ucx, Duration::from_secs(run.comm_timeout)) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("rankwise: cannot start MPI: {e}");
+        Err(line) => {
+            eprintln!("{line}");
             return 1;
         }
     };
-    comm.set_timeout(Duration::from_secs(run.comm_timeout));
-    let outcome = rank_main(Box::new(comm), run, &launch, job.as_ref());
+    let outcome = rank_main(comm, run, &launch, job.as_ref());
     match outcome {
         RankOutcome::Done(text) => {
             if let Some(t) = text {
@@ -443,9 +451,17 @@ fn run_mpi(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
             // still in flight when it tears the job down: let the line get out first.
             std::thread::sleep(OUTPUT_DRAIN);
             if let Some(c) = comm {
-                if let Ok(mpi) = c.into_any().downcast::<rankwise_transports::MpiComm>() {
-                    mpi.exit_after_failure(1, FAILURE_GRACE);
+                let any = c.into_any();
+                let any = match any.downcast::<rankwise_transports::MpiComm>() {
+                    Ok(mpi) => mpi.exit_after_failure(1, FAILURE_GRACE),
+                    Err(other) => other,
+                };
+                #[cfg(feature = "ucx")]
+                if let Ok(ucx) = any.downcast::<rankwise_transports::UcxComm>() {
+                    ucx.exit_after_failure(1, FAILURE_GRACE);
                 }
+                #[cfg(not(feature = "ucx"))]
+                drop(any);
             }
             let _ = std::io::stdout().flush();
             std::thread::sleep(FAILURE_GRACE);
@@ -455,9 +471,30 @@ fn run_mpi(run: &RunArgs, launch: LaunchInfo, job: Arc<Job>) -> i32 {
     }
 }
 
+/// Initializes MPI, and UCX over it when `ucx`; the error is the line to print.
+#[cfg(feature = "mpi")]
+fn start_mpi_comm(ucx: bool, timeout: Duration) -> Result<Box<dyn Comm>, String> {
+    if ucx {
+        #[cfg(feature = "ucx")]
+        {
+            let mut comm = rankwise_transports::UcxComm::init()
+                .map_err(|e| format!("rankwise: cannot start UCX: {e}"))?;
+            comm.set_timeout(timeout);
+            return Ok(Box::new(comm));
+        }
+        #[cfg(not(feature = "ucx"))]
+        return Err("rankwise: --transport ucx: this build has no UCX support".into());
+    }
+    let mut comm = rankwise_transports::MpiComm::init()
+        .map_err(|e| format!("rankwise: cannot start MPI: {e}"))?;
+    comm.set_timeout(timeout);
+    Ok(Box::new(comm))
+}
+
 #[cfg(not(feature = "mpi"))]
-fn run_mpi(_: &RunArgs, _: LaunchInfo, _: Arc<Job>) -> i32 {
-    eprintln!("rankwise: --transport mpi: this build has no MPI support");
+fn run_mpi(_: &RunArgs, _: LaunchInfo, _: Arc<Job>, ucx: bool) -> i32 {
+    let name = if ucx { "ucx" } else { "mpi" };
+    eprintln!("rankwise: --transport {name}: this build has no MPI support");
     2
 }
 

@@ -19,10 +19,14 @@ use std::time::Duration;
 mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi_comm;
+#[cfg(feature = "ucx")]
+pub mod ucx_comm;
 
 pub use local::{LocalComm, LocalWorld};
 #[cfg(feature = "mpi")]
 pub use mpi_comm::MpiComm;
+#[cfg(feature = "ucx")]
+pub use ucx_comm::UcxComm;
 
 /// A message tag. Tags at or above [`RESERVED_TAG_BASE`] belong to the transport itself.
 pub type Tag = u32;
@@ -91,6 +95,9 @@ pub enum TransportError {
     /// An error reported by the MPI library.
     #[error("MPI: {0}")]
     Mpi(String),
+    /// An error reported by the UCX library.
+    #[error("UCX: {0}")]
+    Ucx(String),
 }
 
 /// Result type of the transports.

@@ -179,31 +179,39 @@ enum SendWait {
 }
 
 /// Polls with a short spin first, then yields, then sleeps up to about 1 ms.
-struct Backoff {
+pub(crate) struct Backoff {
     start: Instant,
     sleep: Duration,
+    /// How long to spin before yielding.
+    spin: Duration,
     /// Never sleep: the peer is known to be taking part, and MPI only moves data while this
     /// rank is inside an MPI call (Open MPI has no progress thread).
     hot: bool,
 }
 
 impl Backoff {
-    fn new(hot: bool) -> Backoff {
+    pub(crate) fn new(hot: bool) -> Backoff {
+        Backoff::with_spin(hot, Duration::from_micros(50))
+    }
+
+    /// Spins for `spin` before it starts yielding.
+    pub(crate) fn with_spin(hot: bool, spin: Duration) -> Backoff {
         Backoff {
             start: Instant::now(),
             sleep: Duration::from_micros(20),
+            spin,
             hot,
         }
     }
 
-    fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.start.elapsed()
     }
 
     /// Waits a little; `hot_now` forbids sleeping this time.
-    fn pause(&mut self, hot_now: bool) {
+    pub(crate) fn pause(&mut self, hot_now: bool) {
         let waited = self.start.elapsed();
-        if waited < Duration::from_micros(50) {
+        if waited < self.spin {
             std::hint::spin_loop();
         } else if self.hot || hot_now || waited < Duration::from_millis(2) {
             std::thread::yield_now();
