@@ -127,9 +127,65 @@ pub struct PassReads {
     segment_rows: Option<u64>,
 }
 
-/// The read units of one panel: the first (its key in the read-ahead), how many, and the
+/// The read units of one panel: their keys in the read-ahead, in row order, and the
 /// panel's rows.
-type Units = (usize, usize, Range<u64>);
+type Units = (Vec<usize>, Range<u64>);
+
+/// Panels or read units with their rows, in order.
+type UnitList = Vec<(usize, Range<u64>)>;
+
+/// Splits each panel of `panels` (one actor's, in job order) into read units (segments of
+/// `segment_rows`, or the whole panel) and orders the units for the read-ahead.
+///
+/// The actor's `workers` start the first `workers` panels together and each takes its
+/// panel's units in row order, so the units of each group of `workers` consecutive panels
+/// are interleaved (unit 0 of each, then unit 1 of each, …): read in panel order, the
+/// second worker would wait for every unit of the first panel to be claimed while the
+/// readers wait for the first worker to give buffers back, and a profile of `rsvd --zarr`
+/// on two cores showed both sides idle a third of each pass.
+///
+/// This keeps the read-ahead free of deadlock ([`rankwise_runtime::readahead`]): a group's
+/// units are claimed only after every unit of the groups before it, and each panel of a
+/// group is taken by a worker that waits for nothing but its own units, since no worker
+/// takes a later panel before every panel of the group has been taken.
+fn read_units(
+    panels: UnitList,
+    segment_rows: Option<u64>,
+    workers: usize,
+) -> (HashMap<usize, Units>, UnitList) {
+    let mut map = HashMap::new();
+    let mut list = Vec::new();
+    for group in panels.chunks(workers.max(1)) {
+        let split: Vec<Vec<Range<u64>>> = group
+            .iter()
+            .map(|(_, rows)| {
+                let step = segment_rows.unwrap_or(rows.end - rows.start).max(1);
+                let mut parts = Vec::new();
+                let mut r = rows.start;
+                while r < rows.end {
+                    let stop = (r + step).min(rows.end);
+                    parts.push(r..stop);
+                    r = stop;
+                }
+                parts
+            })
+            .collect();
+        let mut keys: Vec<Vec<usize>> = vec![Vec::new(); group.len()];
+        let longest = split.iter().map(Vec::len).max().unwrap_or(0);
+        for u in 0..longest {
+            for (g, parts) in split.iter().enumerate() {
+                if let Some(rows) = parts.get(u) {
+                    keys[g].push(list.len());
+                    list.push((list.len(), rows.clone()));
+                }
+            }
+        }
+        for ((p, rows), k) in group.iter().zip(keys) {
+            map.insert(*p, (k, rows.clone()));
+        }
+    }
+    (map, list)
+}
 
 /// How a job gets its panel's decoded values in a pass.
 pub enum PanelRead<'r> {
@@ -146,8 +202,8 @@ pub struct Segments<'r> {
     reads: &'r PassReads,
     actor: usize,
     panel: usize,
-    first: usize,
-    count: usize,
+    /// The read-ahead keys of the panel's segments, in row order.
+    keys: &'r [usize],
     rows: usize,
 }
 
@@ -157,19 +213,15 @@ impl PanelSegments for Segments<'_> {
     }
 
     fn take(&self, s: usize) -> Result<PanelLease, LinalgError> {
-        if s >= self.count {
+        let Some(&key) = self.keys.get(s) else {
             return Err(LinalgError::Panel {
                 panel: self.panel,
                 rows: format!("segment {s}"),
-                message: format!("internal: the panel has {} segments", self.count),
+                message: format!("internal: the panel has {} segments", self.keys.len()),
             });
-        }
-        self.reads.take_unit(
-            self.actor,
-            self.panel,
-            self.first + s,
-            &format!("segment {s}"),
-        )
+        };
+        self.reads
+            .take_unit(self.actor, self.panel, key, &format!("segment {s}"))
     }
 }
 
@@ -188,23 +240,9 @@ impl PassReads {
         let mut reads = Vec::with_capacity(order.len());
         let mut units = Vec::with_capacity(order.len());
         for (a, panels) in order.into_iter().enumerate() {
-            // Each panel becomes one read unit, or one per segment, keyed by position.
-            let mut map = HashMap::new();
-            let mut list = Vec::new();
-            for (p, rows) in panels {
-                let first = list.len();
-                let step = segment_rows.unwrap_or(rows.end - rows.start).max(1);
-                let mut r = rows.start;
-                let rows_all = rows.clone();
-                while r < rows.end {
-                    let stop = (r + step).min(rows.end);
-                    list.push((list.len(), r..stop));
-                    r = stop;
-                }
-                map.insert(p, (first, list.len() - first, rows_all));
-            }
+            let workers = rt.actors()[a].spec().cores.len().max(1);
+            let (map, panels) = read_units(panels, segment_rows, workers);
             units.push(map);
-            let panels = list;
             let Some(read) = stored.as_ref().filter(|_| !panels.is_empty()) else {
                 reads.push(None);
                 continue;
@@ -234,10 +272,9 @@ impl PassReads {
 
     /// How actor `actor` gets panel `panel` in this pass.
     pub fn panel(&self, actor: usize, panel: usize) -> Result<PanelRead<'_>, LinalgError> {
-        let Some((first, count, rows)) = self.units.get(actor).and_then(|m| m.get(&panel)) else {
+        let Some((keys, rows)) = self.units.get(actor).and_then(|m| m.get(&panel)) else {
             return Ok(PanelRead::NotRead);
         };
-        let (first, count) = (*first, *count);
         if self.reads.get(actor).and_then(Option::as_ref).is_none() {
             return Ok(PanelRead::NotRead);
         }
@@ -246,14 +283,13 @@ impl PassReads {
                 reads: self,
                 actor,
                 panel,
-                first,
-                count,
+                keys,
                 rows: rows as usize,
             }),
             None => PanelRead::Whole(self.take_unit(
                 actor,
                 panel,
-                first,
+                keys.first().copied().unwrap_or_default(),
                 &format!("{}..{}", rows.start, rows.end),
             )?),
         })
@@ -301,5 +337,50 @@ impl PassReads {
             .unwrap_or_else(|p| p.into_inner());
         t.add(lease.stats, lease.seconds);
         Ok(lease)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression test: segments were read panel after panel, so an actor's second worker
+    /// waited for every segment of the first worker's panel to be claimed while the
+    /// readers waited for buffers (`rsvd --zarr` on two cores idled a third of each pass).
+    #[test]
+    fn segments_of_panels_started_together_are_read_in_turn() {
+        // Panels 3, 5, 8 (job order) of 25, 25 and 12 rows, segments of 10 rows, 2 workers.
+        let panels = vec![(3, 0..25), (5, 25..50), (8, 50..62)];
+        let (map, list) = read_units(panels, Some(10), 2);
+        let rows: Vec<Range<u64>> = list.iter().map(|(_, r)| r.clone()).collect();
+        assert_eq!(
+            rows,
+            vec![
+                0..10,
+                25..35,
+                10..20,
+                35..45,
+                20..25,
+                45..50,
+                50..60,
+                60..62
+            ]
+        );
+        for (i, (key, _)) in list.iter().enumerate() {
+            assert_eq!(*key, i, "keys are positions in the read order");
+        }
+        assert_eq!(map[&3], (vec![0, 2, 4], 0..25));
+        assert_eq!(map[&5], (vec![1, 3, 5], 25..50));
+        assert_eq!(map[&8], (vec![6, 7], 50..62));
+        // Each panel's keys, in row order, cover its rows exactly.
+        for (keys, rows) in map.values() {
+            let covered: Vec<Range<u64>> = keys.iter().map(|&k| list[k].1.clone()).collect();
+            assert_eq!(covered.first().map(|r| r.start), Some(rows.start));
+            assert_eq!(covered.last().map(|r| r.end), Some(rows.end));
+            assert!(covered.windows(2).all(|w| w[0].end == w[1].start));
+        }
+        // Whole panels (no segments) and one worker: the job order itself.
+        let (_, list) = read_units(vec![(0, 0..7), (1, 7..9)], None, 1);
+        assert_eq!(list, vec![(0, 0..7), (1, 7..9)]);
     }
 }
