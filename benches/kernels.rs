@@ -286,6 +286,29 @@ fn rsvd_tiles(c: &mut Criterion) {
             })
         },
     );
+    // The projection pass's product: the basis rows of the tile, transposed, times the tile.
+    let q = Array2::<f64>::from_shape_fn((b, l), |(i, j)| ((i * 5 + j) % 13) as f64 - 6.0);
+    let q32 = q.mapv(|x| x as f32);
+    let mut p = Array2::<f64>::zeros((l, w));
+    let mut p32 = Array2::<f32>::zeros((l, w));
+    group.bench_function(
+        BenchmarkId::new("dgemm_qt_tile_flops", format!("{b}x{w}x{l}")),
+        |bn| {
+            bn.iter(|| {
+                gemm(true, q.view(), t64.view(), 0.0, p.view_mut());
+                std::hint::black_box(p[[0, 0]])
+            })
+        },
+    );
+    group.bench_function(
+        BenchmarkId::new("sgemm_qt_tile_flops", format!("{b}x{w}x{l}")),
+        |bn| {
+            bn.iter(|| {
+                gemm(true, q32.view(), t32.view(), 0.0, p32.view_mut());
+                std::hint::black_box(p32[[0, 0]])
+            })
+        },
+    );
     group.finish();
 }
 

@@ -6,6 +6,7 @@ pub mod kernels;
 pub mod reads;
 pub mod reduce;
 pub mod rsvd;
+pub mod skinny;
 pub mod svd;
 pub mod tiles;
 pub mod tree;

@@ -928,8 +928,10 @@ fn project_map<T: Real>(
             node: st.p,
         })?;
         let qt = q.mapv(T::from_f64);
-        let mut bt = Array2::<f64>::zeros((c.n, q.ncols()));
-        let mut part = Array2::<T>::zeros((TILE_COLS, q.ncols()));
+        // Sums kept as `B` (basis × n), the tile products as `Qᵀ·T`: the narrow operand
+        // on the left is what the skinny kernels take.
+        let mut b = Array2::<f64>::zeros((q.ncols(), c.n));
+        let mut part = Array2::<T>::zeros((q.ncols(), TILE_COLS));
         TileProducer::new(&c.operand, st.p, st.rows.clone())
             .read_from(&read)
             .measuring(false)
@@ -939,19 +941,19 @@ fn project_map<T: Real>(
                 &mut Vec::new(),
                 |r0, c0, t: ArrayView2<'_, T>| {
                     let w = t.ncols();
-                    let mut part = part.slice_mut(s![..w, ..]);
+                    let mut part = part.slice_mut(s![.., ..w]);
                     gemm(
                         true,
-                        t,
                         qt.slice(s![r0..r0 + t.nrows(), ..]),
+                        t,
                         T::zero(),
                         part.view_mut(),
                     );
-                    bt.slice_mut(s![c0..c0 + w, ..])
+                    b.slice_mut(s![.., c0..c0 + w])
                         .zip_mut_with(&part, |a, &p| *a += p.to_f64());
                 },
             )?;
-        s2.insert(st.p, bt);
+        s2.insert(st.p, b.t().as_standard_layout().into_owned());
         Ok::<_, LinalgError>(st)
     })?)
 }

@@ -303,7 +303,19 @@ impl Real for f32 {
         c: *mut f32,
         ldc: usize,
     ) {
-        // SAFETY: the caller's contract.
+        // A narrow operand goes to the skinny kernels where they run (see
+        // `crate::skinny` for why).
+        // SAFETY (all calls): the caller's contract.
+        let done = unsafe {
+            if trans_a {
+                crate::skinny::atb(m, n, k, a, lda, b, ldb, beta, c, ldc)
+            } else {
+                crate::skinny::ab(m, n, k, a, lda, b, ldb, beta, c, ldc)
+            }
+        };
+        if done {
+            return;
+        }
         unsafe {
             cblas_sgemm(
                 CBLAS_LAYOUT::CblasRowMajor,
@@ -995,17 +1007,34 @@ pub fn unpack_row(bytes: &[u8], out: &mut [i8]) {
     "x86_64+avx2+fma"
 ))]
 pub fn sum_squares(x: &[f64]) -> f64 {
-    let mut acc = [0.0f64; 8];
-    let mut chunks = x.chunks_exact(8);
+    let mut acc = [0.0f64; LANES];
+    let mut chunks = x.chunks_exact(LANES);
     for c in &mut chunks {
-        for k in 0..8 {
+        for k in 0..LANES {
             acc[k] += c[k] * c[k];
         }
     }
     for (k, v) in chunks.remainder().iter().enumerate() {
         acc[k] += v * v;
     }
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+    fold_lanes(acc)
+}
+
+/// Lanes of the sums of squares: four AVX-512 registers of f64, so that four additions
+/// are in flight (one register's chain of dependent additions held a tile's Σx² to a
+/// quarter of what a core reads from cache).
+const LANES: usize = 32;
+
+/// The lanes summed pairwise, in a fixed order.
+fn fold_lanes(mut acc: [f64; LANES]) -> f64 {
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        for k in 0..w {
+            acc[k] += acc[k + w];
+        }
+    }
+    acc[0]
 }
 
 /// Σ x² of f32 values, accumulated in f64.
@@ -1014,10 +1043,10 @@ pub fn sum_squares(x: &[f64]) -> f64 {
     "x86_64+avx2+fma"
 ))]
 pub fn sum_squares_f32(x: &[f32]) -> f64 {
-    let mut acc = [0.0f64; 8];
-    let mut chunks = x.chunks_exact(8);
+    let mut acc = [0.0f64; LANES];
+    let mut chunks = x.chunks_exact(LANES);
     for c in &mut chunks {
-        for k in 0..8 {
+        for k in 0..LANES {
             let v = c[k] as f64;
             acc[k] += v * v;
         }
@@ -1025,7 +1054,7 @@ pub fn sum_squares_f32(x: &[f32]) -> f64 {
     for (k, v) in chunks.remainder().iter().enumerate() {
         acc[k] += (*v as f64) * (*v as f64);
     }
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+    fold_lanes(acc)
 }
 
 fn sum_squares_view<T: Real>(t: ArrayView2<'_, T>) -> f64 {

@@ -1,0 +1,540 @@
+//! Float32 products with one skinny operand, for the tiles of the randomized SVD's passes.
+//!
+//! # Why not BLAS
+//!
+//! Every pass of the randomized SVD multiplies a tile of the matrix (256 × 512 values) by
+//! a sketch or basis only `l = k + p` (+ probes) columns wide: `Y = T·Ω` in the range pass,
+//! `Qᵀ·T` in the projection pass. BLAS's GEMM copies ("packs") both operands into its own
+//! layout before multiplying, and with an output this narrow packing the tile costs about
+//! as much as the product: profiles of `rsvd --zarr` on two cores put OpenBLAS's copy
+//! routines at 17% of all CPU time next to 21% for its kernel, which on AMD Zen runs the
+//! AVX2 code of Haswell. These kernels read the tile where it lies, once, and keep the
+//! narrow operand's `l` columns in AVX-512 registers:
+//!
+//! - [`ab`], `C = A·B` with `B` narrow (`n ≤` [`MAX_NARROW`]): twelve rows of `A` at a
+//!   time, each value broadcast against one row of `B` (two 16-lane registers, masked
+//!   to `n`), sums over the inner dimension kept in registers.
+//! - [`atb`], `C = Aᵀ·B` with `A` narrow (`m ≤` [`MAX_NARROW`]): 16 columns of `B` at a
+//!   time, each row's 16 values scaled by the broadcast `A[i, c]` of up to 24 rows of `C`.
+//!
+//! Both sum over the inner dimension in order, one fused multiply-add per term, so the
+//! result depends only on the operands. They run where the CPU has AVX-512F; elsewhere
+//! (and for wider operands) the callers use BLAS.
+
+/// The widest narrow operand the kernels take (columns of `B` in [`ab`], of `A` in
+/// [`atb`]); wider products go to BLAS, whose packing is then amortized.
+pub const MAX_NARROW: usize = 64;
+
+/// True when the kernels run on this CPU.
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `C = A·B + beta·C` (row-major: `A` is `m × k` with leading dimension `lda`, `B` is
+/// `k × n` with `ldb`, `C` is `m × n` with `ldc`). Returns false, computing nothing, when
+/// the kernels do not run here or `n > MAX_NARROW`.
+///
+/// # Safety
+/// The pointers and leading dimensions must describe valid matrices of those shapes, `C`
+/// exclusively borrowed and not overlapping `A` or `B`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn ab(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    beta: f32,
+    c: *mut f32,
+    ldc: usize,
+) -> bool {
+    if n > MAX_NARROW || !available() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut c0 = 0;
+        while c0 < n {
+            let w = (n - c0).min(32);
+            // SAFETY: AVX-512F was detected; columns c0..c0 + w lie in B and C.
+            unsafe { avx512::ab_columns(m, w, k, a, lda, b.add(c0), ldb, beta, c.add(c0), ldc) };
+            c0 += w;
+        }
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (m, k, a, lda, b, ldb, beta, c, ldc);
+        false
+    }
+}
+
+/// `C = Aᵀ·B + beta·C` (row-major: `A` is `k × m` with leading dimension `lda`, `B` is
+/// `k × n` with `ldb`, `C` is `m × n` with `ldc`). Returns false, computing nothing, when
+/// the kernels do not run here or `m > MAX_NARROW`.
+///
+/// # Safety
+/// As for [`ab`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn atb(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    beta: f32,
+    c: *mut f32,
+    ldc: usize,
+) -> bool {
+    if m > MAX_NARROW || !available() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Rows of C in groups the register file holds (up to 24 accumulators), each group
+        // one more read of B.
+        let mut r0 = 0;
+        while r0 < m {
+            let g = (m - r0).min(24);
+            // SAFETY: AVX-512F was detected; rows r0..r0 + g of C are columns of A.
+            unsafe {
+                let (a, c) = (a.add(r0), c.add(r0 * ldc));
+                macro_rules! rows {
+                    ($($g:literal)*) => {
+                        match g {
+                            $($g => avx512::atb_rows::<$g>(n, k, a, lda, b, ldb, beta, c, ldc),)*
+                            _ => unreachable!("groups hold 1 to 24 rows"),
+                        }
+                    };
+                }
+                rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24);
+            }
+            r0 += g;
+        }
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (n, k, a, lda, b, ldb, beta, c, ldc);
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// Lanes of `w` (0..=16) columns.
+    fn mask(w: usize) -> __mmask16 {
+        if w >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << w) - 1) as __mmask16
+        }
+    }
+
+    /// Writes `acc` (masked by `m`) to `c`, as `acc + beta·c`.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn put(c: *mut f32, m: __mmask16, acc: __m512, beta: f32) {
+        // SAFETY: the caller's masked lanes lie in C.
+        unsafe {
+            let v = if beta == 0.0 {
+                acc
+            } else {
+                _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c), acc)
+            };
+            _mm512_mask_storeu_ps(c, m, v);
+        }
+    }
+
+    /// [`super::ab`] for `w ≤ 32` columns.
+    ///
+    /// # Safety
+    /// AVX-512F; as [`super::ab`] with `n = w`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn ab_columns(
+        m: usize,
+        w: usize,
+        k: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        beta: f32,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        let (m0, m1) = (mask(w), mask(w.saturating_sub(16)));
+        let mut r = 0;
+        // SAFETY (all calls): rows r.. of A and C exist (r + R ≤ m).
+        unsafe {
+            while r + 12 <= m {
+                ab_rows::<12>(
+                    k,
+                    a.add(r * lda),
+                    lda,
+                    b,
+                    ldb,
+                    m0,
+                    m1,
+                    beta,
+                    c.add(r * ldc),
+                    ldc,
+                );
+                r += 12;
+            }
+            if r + 8 <= m {
+                ab_rows::<8>(
+                    k,
+                    a.add(r * lda),
+                    lda,
+                    b,
+                    ldb,
+                    m0,
+                    m1,
+                    beta,
+                    c.add(r * ldc),
+                    ldc,
+                );
+                r += 8;
+            }
+            if r + 4 <= m {
+                ab_rows::<4>(
+                    k,
+                    a.add(r * lda),
+                    lda,
+                    b,
+                    ldb,
+                    m0,
+                    m1,
+                    beta,
+                    c.add(r * ldc),
+                    ldc,
+                );
+                r += 4;
+            }
+            while r < m {
+                ab_rows::<1>(
+                    k,
+                    a.add(r * lda),
+                    lda,
+                    b,
+                    ldb,
+                    m0,
+                    m1,
+                    beta,
+                    c.add(r * ldc),
+                    ldc,
+                );
+                r += 1;
+            }
+        }
+    }
+
+    /// `R` rows of `C = A·B` over columns masked by `m0` (0..16) and `m1` (16..32).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn ab_rows<const R: usize>(
+        k: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        m0: __mmask16,
+        m1: __mmask16,
+        beta: f32,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        let mut lo = [_mm512_setzero_ps(); R];
+        let mut hi = [_mm512_setzero_ps(); R];
+        // SAFETY: j < k and r < R address A and B inside their shapes; masked-off lanes
+        // are not read.
+        unsafe {
+            if m1 == 0 {
+                for j in 0..k {
+                    let b0 = _mm512_maskz_loadu_ps(m0, b.add(j * ldb));
+                    for (r, acc) in lo.iter_mut().enumerate() {
+                        *acc = _mm512_fmadd_ps(_mm512_set1_ps(*a.add(r * lda + j)), b0, *acc);
+                    }
+                }
+            } else {
+                for j in 0..k {
+                    let row = b.add(j * ldb);
+                    let b0 = _mm512_loadu_ps(row);
+                    let b1 = _mm512_maskz_loadu_ps(m1, row.add(16));
+                    for r in 0..R {
+                        let x = _mm512_set1_ps(*a.add(r * lda + j));
+                        lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
+                        hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
+                    }
+                }
+            }
+            for r in 0..R {
+                let out = c.add(r * ldc);
+                put(out, m0, lo[r], beta);
+                if m1 != 0 {
+                    put(out.add(16), m1, hi[r], beta);
+                }
+            }
+        }
+    }
+
+    /// Rows of `B` per block of [`atb_rows`]: a block's rows, 16 columns at a time, touch
+    /// few enough pages and cache lines (B's rows are a panel row apart, often more than a
+    /// page) that the next 16 columns find them still cached.
+    const ROW_BLOCK: usize = 64;
+
+    /// Columns ahead of the current strip that [`atb_rows`] prefetches.
+    const PREFETCH_COLUMNS: usize = 64;
+
+    /// `G` rows of `C = Aᵀ·B` (columns of `A` from `a`), all `n` columns: for each block of
+    /// [`ROW_BLOCK`] rows of `B`, 16 columns at a time, with the sums carried in `C`
+    /// between blocks (stored and reloaded exactly, so the order of the sums is that of
+    /// the rows).
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn atb_rows<const G: usize>(
+        n: usize,
+        k: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        beta: f32,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        let mut i0 = 0;
+        loop {
+            let i1 = (i0 + ROW_BLOCK).min(k);
+            let mut j0 = 0;
+            while j0 < n {
+                let lanes = mask(n - j0);
+                // SAFETY: i < k, g < G and the masked lanes j0.. < n address A, B and C
+                // inside their shapes.
+                unsafe {
+                    let mut acc = [_mm512_setzero_ps(); G];
+                    for (g, s) in acc.iter_mut().enumerate() {
+                        let at = c.add(g * ldc + j0);
+                        if i0 > 0 {
+                            *s = _mm512_maskz_loadu_ps(lanes, at);
+                        } else if beta != 0.0 {
+                            *s = _mm512_mul_ps(
+                                _mm512_set1_ps(beta),
+                                _mm512_maskz_loadu_ps(lanes, at),
+                            );
+                        }
+                    }
+                    for i in i0..i1 {
+                        // The rows are a panel row apart: fetch them two column strips
+                        // ahead, as no hardware prefetcher follows that many streams.
+                        let ahead = b.wrapping_add(i * ldb + j0 + PREFETCH_COLUMNS);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                        let x = _mm512_maskz_loadu_ps(lanes, b.add(i * ldb + j0));
+                        let ai = a.add(i * lda);
+                        for (g, s) in acc.iter_mut().enumerate() {
+                            *s = _mm512_fmadd_ps(_mm512_set1_ps(*ai.add(g)), x, *s);
+                        }
+                    }
+                    for (g, s) in acc.iter().enumerate() {
+                        _mm512_mask_storeu_ps(c.add(g * ldc + j0), lanes, *s);
+                    }
+                }
+                j0 += 16;
+            }
+            if i1 >= k {
+                break;
+            }
+            i0 = i1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SplitMix64: fresh shapes and values from one printed seed.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, hi: usize) -> usize {
+            (self.next() % hi as u64) as usize
+        }
+        fn value(&mut self) -> f32 {
+            (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+    }
+
+    /// A `rows × cols` row-major matrix with leading dimension `ld ≥ cols` (padding NaN, so
+    /// a kernel reading outside the shape shows).
+    fn matrix(rng: &mut Rng, rows: usize, cols: usize, ld: usize) -> Vec<f32> {
+        let mut v = vec![f32::NAN; rows.max(1) * ld];
+        for i in 0..rows {
+            for j in 0..cols {
+                v[i * ld + j] = rng.value();
+            }
+        }
+        v
+    }
+
+    fn check(got: &[f32], want: &[f64], old: &[f32], rows: usize, cols: usize, ldc: usize) {
+        for i in 0..rows {
+            for j in 0..cols {
+                let (g, w) = (got[i * ldc + j] as f64, want[i * cols + j]);
+                assert!(
+                    (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                    "C[{i},{j}] {g} vs {w}"
+                );
+            }
+            // Padding past the shape is untouched.
+            for j in cols..ldc {
+                assert_eq!(got[i * ldc + j].to_bits(), old[i * ldc + j].to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn both_kernels_equal_a_float64_product_on_random_shapes_strides_and_betas() {
+        if !available() {
+            eprintln!("skipped: this CPU has no AVX-512F, the kernels do not run here");
+            return;
+        }
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        eprintln!("seed {seed}");
+        let mut rng = Rng(seed);
+        for case in 0..60 {
+            let m = 1 + rng.below(80);
+            let narrow = 1 + rng.below(MAX_NARROW);
+            let k = rng.below(300);
+            let beta = [0.0f32, 1.0, -0.5][case % 3];
+            let pad = |r: &mut Rng| r.below(5);
+            // ab: A m×k, B k×narrow, C m×narrow.
+            let (lda, ldb, ldc) = (
+                k + pad(&mut rng),
+                narrow + pad(&mut rng),
+                narrow + pad(&mut rng),
+            );
+            let a = matrix(&mut rng, m, k, lda.max(1));
+            let b = matrix(&mut rng, k, narrow, ldb);
+            let c0 = matrix(&mut rng, m, narrow, ldc);
+            let mut want = vec![0.0f64; m * narrow];
+            for i in 0..m {
+                for j in 0..narrow {
+                    let mut s = beta as f64 * c0[i * ldc + j] as f64;
+                    for t in 0..k {
+                        s += a[i * lda + t] as f64 * b[t * ldb + j] as f64;
+                    }
+                    want[i * narrow + j] = s;
+                }
+            }
+            let mut c = c0.clone();
+            // SAFETY: the shapes and leading dimensions describe the vectors above.
+            let ran = unsafe {
+                ab(
+                    m,
+                    narrow,
+                    k,
+                    a.as_ptr(),
+                    lda.max(1),
+                    b.as_ptr(),
+                    ldb,
+                    beta,
+                    c.as_mut_ptr(),
+                    ldc,
+                )
+            };
+            assert!(ran);
+            check(&c, &want, &c0, m, narrow, ldc);
+            // atb: A k×narrow, B k×n, C narrow×n.
+            let n = m;
+            let (lda, ldb, ldc) = (narrow + pad(&mut rng), n + pad(&mut rng), n + pad(&mut rng));
+            let a = matrix(&mut rng, k, narrow, lda);
+            let b = matrix(&mut rng, k, n, ldb);
+            let c0 = matrix(&mut rng, narrow, n, ldc);
+            let mut want = vec![0.0f64; narrow * n];
+            for i in 0..narrow {
+                for j in 0..n {
+                    let mut s = beta as f64 * c0[i * ldc + j] as f64;
+                    for t in 0..k {
+                        s += a[t * lda + i] as f64 * b[t * ldb + j] as f64;
+                    }
+                    want[i * n + j] = s;
+                }
+            }
+            let mut c = c0.clone();
+            // SAFETY: as above.
+            let ran = unsafe {
+                atb(
+                    narrow,
+                    n,
+                    k,
+                    a.as_ptr(),
+                    lda,
+                    b.as_ptr(),
+                    ldb,
+                    beta,
+                    c.as_mut_ptr(),
+                    ldc,
+                )
+            };
+            assert!(ran);
+            check(&c, &want, &c0, narrow, n, ldc);
+        }
+    }
+
+    #[test]
+    fn wider_operands_are_left_to_blas() {
+        let mut c = [0.0f32; 1];
+        // SAFETY: nothing is read or written when the kernel declines.
+        unsafe {
+            assert!(!ab(
+                1,
+                MAX_NARROW + 1,
+                0,
+                c.as_ptr(),
+                1,
+                c.as_ptr(),
+                1,
+                0.0,
+                c.as_mut_ptr(),
+                1
+            ));
+            assert!(!atb(
+                MAX_NARROW + 1,
+                1,
+                0,
+                c.as_ptr(),
+                1,
+                c.as_ptr(),
+                1,
+                0.0,
+                c.as_mut_ptr(),
+                1
+            ));
+        }
+    }
+}
