@@ -36,6 +36,13 @@ fn built() -> &'static Built {
         let prefix = dir.join("prefix");
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
+        // `cargo test` builds the library's rlib, not librankwise.so/.a: without this the
+        // examples would link whatever an earlier build left there.
+        let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        build
+            .args(["build", "--release", "-p", "rankwise-capi", "--target-dir"])
+            .arg(&target);
+        run(build);
         let mut install = Command::new("bash");
         install
             .arg(repo.join("scripts/install-capi.sh"))
