@@ -116,8 +116,9 @@ impl DirectCodec {
 impl DirectCodec {
     /// Decodes bytes `part` of the decoded chunk stored in file `path` (whose decoded size
     /// is `whole`) into `dest` (`part.len()` bytes), without decoding the rest of the
-    /// chunk where the codec allows: Blosc decodes only the blocks that hold `part`, from
-    /// the mapped file, and an uncompressed chunk is read at an offset. Returns the share
+    /// chunk where the codec allows: Blosc decodes only the blocks that hold `part`, each
+    /// read from the file into a buffer that stays in cache (frames left to c-blosc: from
+    /// the mapped file), and an uncompressed chunk is read at an offset. Returns the share
     /// of the chunk's stored bytes that `part` stands for, or `None` when the chunk file
     /// does not exist.
     pub(crate) fn decode_part(
@@ -142,6 +143,11 @@ impl DirectCodec {
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             }
             DirectCodec::Blosc => {
+                if blosc_decode_part_read(&file, len, part.clone(), whole, dest)
+                    .map_err(|e| format!("{}: {e}", path.display()))?
+                {
+                    return Ok(Some(share));
+                }
                 // SAFETY: the mapping is only read, and only while this call holds it. A
                 // store rewritten by another process during a run is outside what any
                 // reader can give meaning to; Blosc's own bounds checks still hold.
@@ -166,6 +172,59 @@ fn open_chunk(path: &Path) -> Result<Option<(std::fs::File, u64)>, String> {
         .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
         .len();
     Ok(Some((file, len)))
+}
+
+/// Decodes bytes `part` of the Blosc frame in `file` (`len` bytes, decoded size `whole`)
+/// into `dest` when [`crate::blosc`] decodes it, reading its header, its block offsets
+/// and then only the blocks that hold `part`, each into a buffer that stays in cache.
+/// `Ok(false)`, having decoded nothing, for a frame left to c-blosc.
+fn blosc_decode_part_read(
+    file: &std::fs::File,
+    len: u64,
+    part: Range<usize>,
+    whole: usize,
+    dest: &mut [u8],
+) -> Result<bool, String> {
+    let read = |buf: &mut [u8], at: u64| {
+        file.read_exact_at(buf, at)
+            .map_err(|e| format!("cannot read {} bytes at byte {at}: {e}", buf.len()))
+    };
+    let len = usize::try_from(len).map_err(|_| "a chunk larger than memory".to_string())?;
+    let mut header = [0u8; 16];
+    if len < header.len() {
+        return Err(format!(
+            "not a valid Blosc frame ({len} bytes; shorter than its header)"
+        ));
+    }
+    read(&mut header, 0)?;
+    let prefix =
+        crate::blosc::Frame::prefix_len(&header).ok_or("not a valid Blosc frame (no header)")?;
+    if prefix > len {
+        return Err(format!(
+            "not a valid Blosc frame ({len} bytes; block offsets past its end)"
+        ));
+    }
+    let mut head = vec![0u8; prefix];
+    read(&mut head, 0)?;
+    let Some(frame) = crate::blosc::Frame::parse_prefix(&head, len)? else {
+        return Ok(false);
+    };
+    if frame.nbytes() != whole {
+        return Err(format!(
+            "the Blosc frame decodes to {} bytes, expected {whole} for a whole chunk",
+            frame.nbytes()
+        ));
+    }
+    with_scratch(|s| {
+        frame.decode_from(
+            crate::blosc::Blocks::File(file),
+            part,
+            dest,
+            s,
+            crate::blosc::Kernels::Detect,
+        )
+    })?;
+    Ok(true)
 }
 
 /// Decodes bytes `part` of one Blosc frame (of decoded size `whole`) into `dest`.

@@ -20,7 +20,7 @@
 //! by zarrs (see `direct.rs`: zarrs' two fresh allocations per chunk cost more than the
 //! decoding); every other chain goes through zarrs' decode-into views. When such chunks
 //! span every column, any range of rows decodes without the rest of its chunk (Blosc
-//! decodes only the blocks holding it, from the mapped file), so the read-ahead can read a
+//! reads and decodes only the blocks holding it), so the read-ahead can read a
 //! band in segments of a few MiB however large the stored chunks are
 //! ([`StoredPanels::partial_reads`]); each chunk is still decoded by the one actor that
 //! owns its band.
