@@ -680,18 +680,33 @@ mod simd {
         /// and `out` at least `n·t`.
         #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
         pub(super) unsafe fn interleave(&self, planes: &[&[u8]], n: usize, out: &mut [u8]) {
-            let t = planes.len();
-            let mut regs = [_mm512_setzero_si512(); 8];
+            // SAFETY: the caller's contract, for each plane count.
+            unsafe {
+                match planes.len() {
+                    1 => self.interleave_n::<1>(planes, n, out),
+                    2 => self.interleave_n::<2>(planes, n, out),
+                    4 => self.interleave_n::<4>(planes, n, out),
+                    _ => self.interleave_n::<8>(planes, n, out),
+                }
+            }
+        }
+
+        /// [`Zips::interleave`] of `T` planes. With `T` a constant the zipped registers
+        /// stay registers: with a run-time count, the stores of each 64 values became a
+        /// `memcpy` call from a stack copy (7% of `read --zarr`'s CPU time).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+        unsafe fn interleave_n<const T: usize>(&self, planes: &[&[u8]], n: usize, out: &mut [u8]) {
+            let mut regs = [_mm512_setzero_si512(); T];
             let mut zipped = [_mm512_setzero_si512(); 8];
             for c in (0..n).step_by(64) {
-                for (j, p) in planes.iter().enumerate() {
-                    // SAFETY: c + 64 ≤ n ≤ p.len().
-                    regs[j] = unsafe { _mm512_loadu_si512(p.as_ptr().add(c).cast()) };
+                for (j, r) in regs.iter_mut().enumerate() {
+                    // SAFETY: c + 64 ≤ n ≤ planes[j].len().
+                    *r = unsafe { _mm512_loadu_si512(planes[j].as_ptr().add(c).cast()) };
                 }
-                self.zip(&regs[..t], &mut zipped);
-                for (r, z) in zipped[..t].iter().enumerate() {
-                    // SAFETY: (c + 64)·t ≤ n·t ≤ out.len().
-                    unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(c * t + 64 * r).cast(), *z) };
+                self.zip(&regs, &mut zipped);
+                for (r, z) in zipped.iter().take(T).enumerate() {
+                    // SAFETY: (c + 64)·T ≤ n·T ≤ out.len().
+                    unsafe { _mm512_storeu_epi32(out.as_mut_ptr().add(c * T + 64 * r).cast(), *z) };
                 }
             }
         }
