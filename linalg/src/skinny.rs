@@ -1,4 +1,5 @@
-//! Float32 products with one skinny operand, for the tiles of the randomized SVD's passes.
+//! Products with one skinny operand (float32 and float64), for the tiles of the randomized
+//! SVD's passes.
 //!
 //! # Why not BLAS
 //!
@@ -12,10 +13,11 @@
 //! narrow operand's `l` columns in AVX-512 registers:
 //!
 //! - [`ab`], `C = A·B` with `B` narrow (`n ≤` [`MAX_NARROW`]): twelve rows of `A` at a
-//!   time, each value broadcast against one row of `B` (two 16-lane registers, masked
-//!   to `n`), sums over the inner dimension kept in registers.
-//! - [`atb`], `C = Aᵀ·B` with `A` narrow (`m ≤` [`MAX_NARROW`]): 16 columns of `B` at a
-//!   time, each row's 16 values scaled by the broadcast `A[i, c]` of up to 24 rows of `C`.
+//!   time, each value broadcast against one row of `B` (two registers, masked to `n`),
+//!   sums over the inner dimension kept in registers.
+//! - [`atb`], `C = Aᵀ·B` with `A` narrow (`m ≤` [`MAX_NARROW`]): one register of columns
+//!   of `B` at a time, each row's values scaled by the broadcast `A[i, c]` of up to 24
+//!   rows of `C`, in blocks of rows that stay in cache.
 //!
 //! Both sum over the inner dimension in order, one fused multiply-add per term, so the
 //! result depends only on the operands. They run where the CPU has AVX-512F; elsewhere
@@ -37,6 +39,48 @@ pub fn available() -> bool {
     }
 }
 
+/// The element types the kernels take (f32 and f64).
+pub trait Elem: Copy + sealed::Sealed {
+    /// Values per AVX-512 register.
+    const LANES: usize;
+    /// [`ab`] for `w ≤ 2·LANES` columns.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn ab_columns(
+        m: usize,
+        w: usize,
+        k: usize,
+        a: *const Self,
+        lda: usize,
+        b: *const Self,
+        ldb: usize,
+        beta: Self,
+        c: *mut Self,
+        ldc: usize,
+    );
+    /// [`atb`] for `g ≤ 24` rows of `C`.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn atb_group(
+        g: usize,
+        n: usize,
+        k: usize,
+        a: *const Self,
+        lda: usize,
+        b: *const Self,
+        ldb: usize,
+        beta: Self,
+        c: *mut Self,
+        ldc: usize,
+    );
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
 /// `C = A·B + beta·C` (row-major: `A` is `m × k` with leading dimension `lda`, `B` is
 /// `k × n` with `ldb`, `C` is `m × n` with `ldc`). Returns false, computing nothing, when
 /// the kernels do not run here or `n > MAX_NARROW`.
@@ -45,37 +89,29 @@ pub fn available() -> bool {
 /// The pointers and leading dimensions must describe valid matrices of those shapes, `C`
 /// exclusively borrowed and not overlapping `A` or `B`.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn ab(
+pub unsafe fn ab<T: Elem>(
     m: usize,
     n: usize,
     k: usize,
-    a: *const f32,
+    a: *const T,
     lda: usize,
-    b: *const f32,
+    b: *const T,
     ldb: usize,
-    beta: f32,
-    c: *mut f32,
+    beta: T,
+    c: *mut T,
     ldc: usize,
 ) -> bool {
     if n > MAX_NARROW || !available() {
         return false;
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut c0 = 0;
-        while c0 < n {
-            let w = (n - c0).min(32);
-            // SAFETY: AVX-512F was detected; columns c0..c0 + w lie in B and C.
-            unsafe { avx512::ab_columns(m, w, k, a, lda, b.add(c0), ldb, beta, c.add(c0), ldc) };
-            c0 += w;
-        }
-        true
+    let mut c0 = 0;
+    while c0 < n {
+        let w = (n - c0).min(2 * T::LANES);
+        // SAFETY: AVX-512F was detected; columns c0..c0 + w lie in B and C.
+        unsafe { T::ab_columns(m, w, k, a, lda, b.add(c0), ldb, beta, c.add(c0), ldc) };
+        c0 += w;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (m, k, a, lda, b, ldb, beta, c, ldc);
-        false
-    }
+    true
 }
 
 /// `C = Aᵀ·B + beta·C` (row-major: `A` is `k × m` with leading dimension `lda`, `B` is
@@ -85,284 +121,344 @@ pub unsafe fn ab(
 /// # Safety
 /// As for [`ab`].
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn atb(
+pub unsafe fn atb<T: Elem>(
     m: usize,
     n: usize,
     k: usize,
-    a: *const f32,
+    a: *const T,
     lda: usize,
-    b: *const f32,
+    b: *const T,
     ldb: usize,
-    beta: f32,
-    c: *mut f32,
+    beta: T,
+    c: *mut T,
     ldc: usize,
 ) -> bool {
     if m > MAX_NARROW || !available() {
         return false;
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        // Rows of C in groups the register file holds (up to 24 accumulators), each group
-        // one more read of B.
-        let mut r0 = 0;
-        while r0 < m {
-            let g = (m - r0).min(24);
-            // SAFETY: AVX-512F was detected; rows r0..r0 + g of C are columns of A.
-            unsafe {
-                let (a, c) = (a.add(r0), c.add(r0 * ldc));
-                macro_rules! rows {
-                    ($($g:literal)*) => {
-                        match g {
-                            $($g => avx512::atb_rows::<$g>(n, k, a, lda, b, ldb, beta, c, ldc),)*
-                            _ => unreachable!("groups hold 1 to 24 rows"),
-                        }
-                    };
-                }
-                rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24);
-            }
-            r0 += g;
-        }
-        true
+    // Rows of C in groups the register file holds (up to 24 accumulators), each group
+    // one more read of B.
+    let mut r0 = 0;
+    while r0 < m {
+        let g = (m - r0).min(24);
+        // SAFETY: AVX-512F was detected; rows r0..r0 + g of C are columns of A.
+        unsafe { T::atb_group(g, n, k, a.add(r0), lda, b, ldb, beta, c.add(r0 * ldc), ldc) };
+        r0 += g;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (n, k, a, lda, b, ldb, beta, c, ldc);
-        false
-    }
+    true
 }
 
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    /// Lanes of `w` (0..=16) columns.
-    fn mask(w: usize) -> __mmask16 {
-        if w >= 16 {
-            0xFFFF
-        } else {
-            ((1u32 << w) - 1) as __mmask16
+/// `f::<g>(args)` for the run-time `g` among the literals given.
+macro_rules! by_group {
+    ($g:expr, $f:ident, $args:tt, $($n:literal)*) => {
+        match $g {
+            $($n => $f::<$n> $args,)*
+            _ => unreachable!("groups hold 1 to 24 rows"),
         }
-    }
+    };
+}
 
-    /// Writes `acc` (masked by `m`) to `c`, as `acc + beta·c`.
-    #[target_feature(enable = "avx512f")]
-    unsafe fn put(c: *mut f32, m: __mmask16, acc: __m512, beta: f32) {
-        // SAFETY: the caller's masked lanes lie in C.
-        unsafe {
-            let v = if beta == 0.0 {
-                acc
-            } else {
-                _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c), acc)
-            };
-            _mm512_mask_storeu_ps(c, m, v);
-        }
-    }
+/// The kernels of one element type: `$m` is the module, `$t` the type, `$lanes` its values
+/// per register, then its AVX-512 intrinsics (register type, mask type, set1, fmadd,
+/// mul, loadu, maskz_loadu, mask_storeu, setzero).
+macro_rules! kernels {
+    ($m:ident, $t:ty, $lanes:literal, $v:ty, $mask:ty, $set1:ident, $fmadd:ident, $mul:ident,
+     $loadu:ident, $maskz_loadu:ident, $mask_storeu:ident, $zero:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        mod $m {
+            use std::arch::x86_64::*;
 
-    /// [`super::ab`] for `w ≤ 32` columns.
-    ///
-    /// # Safety
-    /// AVX-512F; as [`super::ab`] with `n = w`.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn ab_columns(
-        m: usize,
-        w: usize,
-        k: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        beta: f32,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        let (m0, m1) = (mask(w), mask(w.saturating_sub(16)));
-        let mut r = 0;
-        // SAFETY (all calls): rows r.. of A and C exist (r + R ≤ m).
-        unsafe {
-            while r + 12 <= m {
-                ab_rows::<12>(
-                    k,
-                    a.add(r * lda),
-                    lda,
-                    b,
-                    ldb,
-                    m0,
-                    m1,
-                    beta,
-                    c.add(r * ldc),
-                    ldc,
-                );
-                r += 12;
-            }
-            if r + 8 <= m {
-                ab_rows::<8>(
-                    k,
-                    a.add(r * lda),
-                    lda,
-                    b,
-                    ldb,
-                    m0,
-                    m1,
-                    beta,
-                    c.add(r * ldc),
-                    ldc,
-                );
-                r += 8;
-            }
-            if r + 4 <= m {
-                ab_rows::<4>(
-                    k,
-                    a.add(r * lda),
-                    lda,
-                    b,
-                    ldb,
-                    m0,
-                    m1,
-                    beta,
-                    c.add(r * ldc),
-                    ldc,
-                );
-                r += 4;
-            }
-            while r < m {
-                ab_rows::<1>(
-                    k,
-                    a.add(r * lda),
-                    lda,
-                    b,
-                    ldb,
-                    m0,
-                    m1,
-                    beta,
-                    c.add(r * ldc),
-                    ldc,
-                );
-                r += 1;
-            }
-        }
-    }
+            /// Rows of `B` per block of [`atb_rows`]: a block's rows, a register of columns
+            /// at a time, touch few enough pages and cache lines (B's rows are a panel row
+            /// apart, often more than a page) that the next columns find them cached.
+            const ROW_BLOCK: usize = 64;
 
-    /// `R` rows of `C = A·B` over columns masked by `m0` (0..16) and `m1` (16..32).
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn ab_rows<const R: usize>(
-        k: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        m0: __mmask16,
-        m1: __mmask16,
-        beta: f32,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        let mut lo = [_mm512_setzero_ps(); R];
-        let mut hi = [_mm512_setzero_ps(); R];
-        // SAFETY: j < k and r < R address A and B inside their shapes; masked-off lanes
-        // are not read.
-        unsafe {
-            if m1 == 0 {
-                for j in 0..k {
-                    let b0 = _mm512_maskz_loadu_ps(m0, b.add(j * ldb));
-                    for (r, acc) in lo.iter_mut().enumerate() {
-                        *acc = _mm512_fmadd_ps(_mm512_set1_ps(*a.add(r * lda + j)), b0, *acc);
-                    }
-                }
-            } else {
-                for j in 0..k {
-                    let row = b.add(j * ldb);
-                    let b0 = _mm512_loadu_ps(row);
-                    let b1 = _mm512_maskz_loadu_ps(m1, row.add(16));
-                    for r in 0..R {
-                        let x = _mm512_set1_ps(*a.add(r * lda + j));
-                        lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
-                        hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
-                    }
+            /// Values ahead of the current columns that [`atb_rows`] prefetches.
+            const PREFETCH: usize = 256 / std::mem::size_of::<$t>();
+
+            /// Lanes of `w` (0..=LANES) columns.
+            fn mask(w: usize) -> $mask {
+                if w >= $lanes {
+                    <$mask>::MAX
+                } else {
+                    ((1u32 << w) - 1) as $mask
                 }
             }
-            for r in 0..R {
-                let out = c.add(r * ldc);
-                put(out, m0, lo[r], beta);
-                if m1 != 0 {
-                    put(out.add(16), m1, hi[r], beta);
-                }
-            }
-        }
-    }
 
-    /// Rows of `B` per block of [`atb_rows`]: a block's rows, 16 columns at a time, touch
-    /// few enough pages and cache lines (B's rows are a panel row apart, often more than a
-    /// page) that the next 16 columns find them still cached.
-    const ROW_BLOCK: usize = 64;
-
-    /// Columns ahead of the current strip that [`atb_rows`] prefetches.
-    const PREFETCH_COLUMNS: usize = 64;
-
-    /// `G` rows of `C = Aᵀ·B` (columns of `A` from `a`), all `n` columns: for each block of
-    /// [`ROW_BLOCK`] rows of `B`, 16 columns at a time, with the sums carried in `C`
-    /// between blocks (stored and reloaded exactly, so the order of the sums is that of
-    /// the rows).
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn atb_rows<const G: usize>(
-        n: usize,
-        k: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        beta: f32,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        let mut i0 = 0;
-        loop {
-            let i1 = (i0 + ROW_BLOCK).min(k);
-            let mut j0 = 0;
-            while j0 < n {
-                let lanes = mask(n - j0);
-                // SAFETY: i < k, g < G and the masked lanes j0.. < n address A, B and C
-                // inside their shapes.
+            /// Writes `acc` (masked by `m`) to `c`, as `acc + beta·c`.
+            #[target_feature(enable = "avx512f")]
+            unsafe fn put(c: *mut $t, m: $mask, acc: $v, beta: $t) {
+                // SAFETY: the caller's masked lanes lie in C.
                 unsafe {
-                    let mut acc = [_mm512_setzero_ps(); G];
-                    for (g, s) in acc.iter_mut().enumerate() {
-                        let at = c.add(g * ldc + j0);
-                        if i0 > 0 {
-                            *s = _mm512_maskz_loadu_ps(lanes, at);
-                        } else if beta != 0.0 {
-                            *s = _mm512_mul_ps(
-                                _mm512_set1_ps(beta),
-                                _mm512_maskz_loadu_ps(lanes, at),
-                            );
-                        }
+                    let v = if beta == 0.0 {
+                        acc
+                    } else {
+                        $fmadd($set1(beta), $maskz_loadu(m, c), acc)
+                    };
+                    $mask_storeu(c, m, v);
+                }
+            }
+
+            /// [`super::ab`] for `w ≤ 2·LANES` columns.
+            ///
+            /// # Safety
+            /// AVX-512F; as [`super::ab`] with `n = w`.
+            #[allow(clippy::too_many_arguments)]
+            #[target_feature(enable = "avx512f")]
+            pub(super) unsafe fn ab_columns(
+                m: usize,
+                w: usize,
+                k: usize,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                beta: $t,
+                c: *mut $t,
+                ldc: usize,
+            ) {
+                let (m0, m1) = (mask(w), mask(w.saturating_sub($lanes)));
+                let mut r = 0;
+                // SAFETY (all calls): rows r.. of A and C exist (r + R ≤ m).
+                unsafe {
+                    let at = |r: usize| (a.add(r * lda), c.add(r * ldc));
+                    while r + 12 <= m {
+                        let (a, c) = at(r);
+                        ab_rows::<12>(k, a, lda, b, ldb, m0, m1, beta, c, ldc);
+                        r += 12;
                     }
-                    for i in i0..i1 {
-                        // The rows are a panel row apart: fetch them two column strips
-                        // ahead, as no hardware prefetcher follows that many streams.
-                        let ahead = b.wrapping_add(i * ldb + j0 + PREFETCH_COLUMNS);
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-                        let x = _mm512_maskz_loadu_ps(lanes, b.add(i * ldb + j0));
-                        let ai = a.add(i * lda);
-                        for (g, s) in acc.iter_mut().enumerate() {
-                            *s = _mm512_fmadd_ps(_mm512_set1_ps(*ai.add(g)), x, *s);
-                        }
+                    if r + 8 <= m {
+                        let (a, c) = at(r);
+                        ab_rows::<8>(k, a, lda, b, ldb, m0, m1, beta, c, ldc);
+                        r += 8;
                     }
-                    for (g, s) in acc.iter().enumerate() {
-                        _mm512_mask_storeu_ps(c.add(g * ldc + j0), lanes, *s);
+                    if r + 4 <= m {
+                        let (a, c) = at(r);
+                        ab_rows::<4>(k, a, lda, b, ldb, m0, m1, beta, c, ldc);
+                        r += 4;
+                    }
+                    while r < m {
+                        let (a, c) = at(r);
+                        ab_rows::<1>(k, a, lda, b, ldb, m0, m1, beta, c, ldc);
+                        r += 1;
                     }
                 }
-                j0 += 16;
             }
-            if i1 >= k {
-                break;
+
+            /// `R` rows of `C = A·B` over the columns masked by `m0` (the first register)
+            /// and `m1` (the second).
+            #[allow(clippy::too_many_arguments)]
+            #[inline]
+            #[target_feature(enable = "avx512f")]
+            unsafe fn ab_rows<const R: usize>(
+                k: usize,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                m0: $mask,
+                m1: $mask,
+                beta: $t,
+                c: *mut $t,
+                ldc: usize,
+            ) {
+                let mut lo = [$zero(); R];
+                let mut hi = [$zero(); R];
+                // SAFETY: j < k and r < R address A and B inside their shapes; masked-off
+                // lanes are not read.
+                unsafe {
+                    if m1 == 0 {
+                        for j in 0..k {
+                            let b0 = $maskz_loadu(m0, b.add(j * ldb));
+                            for (r, acc) in lo.iter_mut().enumerate() {
+                                *acc = $fmadd($set1(*a.add(r * lda + j)), b0, *acc);
+                            }
+                        }
+                    } else {
+                        for j in 0..k {
+                            let row = b.add(j * ldb);
+                            let b0 = $loadu(row);
+                            let b1 = $maskz_loadu(m1, row.add($lanes));
+                            for r in 0..R {
+                                let x = $set1(*a.add(r * lda + j));
+                                lo[r] = $fmadd(x, b0, lo[r]);
+                                hi[r] = $fmadd(x, b1, hi[r]);
+                            }
+                        }
+                    }
+                    for r in 0..R {
+                        let out = c.add(r * ldc);
+                        put(out, m0, lo[r], beta);
+                        if m1 != 0 {
+                            put(out.add($lanes), m1, hi[r], beta);
+                        }
+                    }
+                }
             }
-            i0 = i1;
+
+            /// [`super::atb`] for `g ≤ 24` rows of `C`.
+            ///
+            /// # Safety
+            /// AVX-512F; as [`super::atb`] with `m = g`.
+            #[allow(clippy::too_many_arguments)]
+            #[target_feature(enable = "avx512f")]
+            pub(super) unsafe fn atb_group(
+                g: usize,
+                n: usize,
+                k: usize,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                beta: $t,
+                c: *mut $t,
+                ldc: usize,
+            ) {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    by_group!(
+                        g,
+                        atb_rows,
+                        (n, k, a, lda, b, ldb, beta, c, ldc),
+                        1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24
+                    )
+                }
+            }
+
+            /// `G` rows of `C = Aᵀ·B` (columns of `A` from `a`), all `n` columns: for each
+            /// block of [`ROW_BLOCK`] rows of `B`, a register of columns at a time, with
+            /// the sums carried in `C` between blocks (stored and reloaded exactly, so the
+            /// order of the sums is that of the rows).
+            #[allow(clippy::too_many_arguments)]
+            #[target_feature(enable = "avx512f")]
+            unsafe fn atb_rows<const G: usize>(
+                n: usize,
+                k: usize,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                beta: $t,
+                c: *mut $t,
+                ldc: usize,
+            ) {
+                let mut i0 = 0;
+                loop {
+                    let i1 = (i0 + ROW_BLOCK).min(k);
+                    let mut j0 = 0;
+                    while j0 < n {
+                        let lanes = mask(n - j0);
+                        // SAFETY: i < k, g < G and the masked lanes j0.. < n address A, B
+                        // and C inside their shapes.
+                        unsafe {
+                            let mut acc = [$zero(); G];
+                            for (g, s) in acc.iter_mut().enumerate() {
+                                let at = c.add(g * ldc + j0);
+                                if i0 > 0 {
+                                    *s = $maskz_loadu(lanes, at);
+                                } else if beta != 0.0 {
+                                    *s = $mul($set1(beta), $maskz_loadu(lanes, at));
+                                }
+                            }
+                            for i in i0..i1 {
+                                // The rows are a panel row apart: fetch them ahead, as no
+                                // hardware prefetcher follows that many streams.
+                                let ahead = b.wrapping_add(i * ldb + j0 + PREFETCH);
+                                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                                let x = $maskz_loadu(lanes, b.add(i * ldb + j0));
+                                let ai = a.add(i * lda);
+                                for (g, s) in acc.iter_mut().enumerate() {
+                                    *s = $fmadd($set1(*ai.add(g)), x, *s);
+                                }
+                            }
+                            for (g, s) in acc.iter().enumerate() {
+                                $mask_storeu(c.add(g * ldc + j0), lanes, *s);
+                            }
+                        }
+                        j0 += $lanes;
+                    }
+                    if i1 >= k {
+                        break;
+                    }
+                    i0 = i1;
+                }
+            }
         }
-    }
+
+        impl Elem for $t {
+            const LANES: usize = $lanes;
+            unsafe fn ab_columns(
+                m: usize,
+                w: usize,
+                k: usize,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                beta: $t,
+                c: *mut $t,
+                ldc: usize,
+            ) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the caller's contract (AVX-512F detected by `ab`).
+                unsafe {
+                    $m::ab_columns(m, w, k, a, lda, b, ldb, beta, c, ldc)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (m, w, k, a, lda, b, ldb, beta, c, ldc);
+            }
+            unsafe fn atb_group(
+                g: usize,
+                n: usize,
+                k: usize,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                beta: $t,
+                c: *mut $t,
+                ldc: usize,
+            ) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the caller's contract (AVX-512F detected by `atb`).
+                unsafe {
+                    $m::atb_group(g, n, k, a, lda, b, ldb, beta, c, ldc)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (g, n, k, a, lda, b, ldb, beta, c, ldc);
+            }
+        }
+    };
 }
+
+kernels!(
+    single,
+    f32,
+    16,
+    __m512,
+    __mmask16,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_mul_ps,
+    _mm512_loadu_ps,
+    _mm512_maskz_loadu_ps,
+    _mm512_mask_storeu_ps,
+    _mm512_setzero_ps
+);
+kernels!(
+    double,
+    f64,
+    8,
+    __m512d,
+    __mmask8,
+    _mm512_set1_pd,
+    _mm512_fmadd_pd,
+    _mm512_mul_pd,
+    _mm512_loadu_pd,
+    _mm512_maskz_loadu_pd,
+    _mm512_mask_storeu_pd,
+    _mm512_setzero_pd
+);
 
 #[cfg(test)]
 mod tests {
@@ -387,36 +483,74 @@ mod tests {
         }
     }
 
+    /// The element types under test, with what the checks need.
+    trait Val: Elem + PartialEq + std::fmt::Debug {
+        const NAN: Self;
+        /// Relative tolerance against the float64 product.
+        const TOL: f64;
+        fn of(x: f32) -> Self;
+        fn f64(self) -> f64;
+        fn bits(self) -> u64;
+    }
+
+    impl Val for f32 {
+        const NAN: f32 = f32::NAN;
+        const TOL: f64 = 1e-4;
+        fn of(x: f32) -> f32 {
+            x
+        }
+        fn f64(self) -> f64 {
+            self as f64
+        }
+        fn bits(self) -> u64 {
+            self.to_bits() as u64
+        }
+    }
+
+    impl Val for f64 {
+        const NAN: f64 = f64::NAN;
+        const TOL: f64 = 1e-12;
+        fn of(x: f32) -> f64 {
+            x as f64
+        }
+        fn f64(self) -> f64 {
+            self
+        }
+        fn bits(self) -> u64 {
+            self.to_bits()
+        }
+    }
+
     /// A `rows × cols` row-major matrix with leading dimension `ld ≥ cols` (padding NaN, so
     /// a kernel reading outside the shape shows).
-    fn matrix(rng: &mut Rng, rows: usize, cols: usize, ld: usize) -> Vec<f32> {
-        let mut v = vec![f32::NAN; rows.max(1) * ld];
+    fn matrix<T: Val>(rng: &mut Rng, rows: usize, cols: usize, ld: usize) -> Vec<T> {
+        let mut v = vec![T::NAN; rows.max(1) * ld];
         for i in 0..rows {
             for j in 0..cols {
-                v[i * ld + j] = rng.value();
+                v[i * ld + j] = T::of(rng.value());
             }
         }
         v
     }
 
-    fn check(got: &[f32], want: &[f64], old: &[f32], rows: usize, cols: usize, ldc: usize) {
+    fn check<T: Val>(got: &[T], want: &[f64], old: &[T], rows: usize, cols: usize, ldc: usize) {
         for i in 0..rows {
             for j in 0..cols {
-                let (g, w) = (got[i * ldc + j] as f64, want[i * cols + j]);
+                let (g, w) = (got[i * ldc + j].f64(), want[i * cols + j]);
                 assert!(
-                    (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                    (g - w).abs() <= T::TOL * (1.0 + w.abs()),
                     "C[{i},{j}] {g} vs {w}"
                 );
             }
             // Padding past the shape is untouched.
             for j in cols..ldc {
-                assert_eq!(got[i * ldc + j].to_bits(), old[i * ldc + j].to_bits());
+                assert_eq!(got[i * ldc + j].bits(), old[i * ldc + j].bits());
             }
         }
     }
 
     #[test]
-    fn both_kernels_equal_a_float64_product_on_random_shapes_strides_and_betas() {
+    fn both_kernels_in_both_precisions_equal_a_float64_product_on_random_shapes_and_strides() {
         if !available() {
             eprintln!("skipped: this CPU has no AVX-512F, the kernels do not run here");
             return;
@@ -426,27 +560,28 @@ mod tests {
             .map_or(1, |d| d.as_nanos() as u64);
         eprintln!("seed {seed}");
         let mut rng = Rng(seed);
+        cases::<f32>(&mut rng);
+        cases::<f64>(&mut rng);
+    }
+
+    fn cases<T: Val>(rng: &mut Rng) {
         for case in 0..60 {
             let m = 1 + rng.below(80);
             let narrow = 1 + rng.below(MAX_NARROW);
             let k = rng.below(300);
-            let beta = [0.0f32, 1.0, -0.5][case % 3];
+            let beta = T::of([0.0f32, 1.0, -0.5][case % 3]);
             let pad = |r: &mut Rng| r.below(5);
             // ab: A m×k, B k×narrow, C m×narrow.
-            let (lda, ldb, ldc) = (
-                k + pad(&mut rng),
-                narrow + pad(&mut rng),
-                narrow + pad(&mut rng),
-            );
-            let a = matrix(&mut rng, m, k, lda.max(1));
-            let b = matrix(&mut rng, k, narrow, ldb);
-            let c0 = matrix(&mut rng, m, narrow, ldc);
+            let (lda, ldb, ldc) = (k + pad(rng), narrow + pad(rng), narrow + pad(rng));
+            let a: Vec<T> = matrix(rng, m, k, lda.max(1));
+            let b: Vec<T> = matrix(rng, k, narrow, ldb);
+            let c0: Vec<T> = matrix(rng, m, narrow, ldc);
             let mut want = vec![0.0f64; m * narrow];
             for i in 0..m {
                 for j in 0..narrow {
-                    let mut s = beta as f64 * c0[i * ldc + j] as f64;
+                    let mut s = beta.f64() * c0[i * ldc + j].f64();
                     for t in 0..k {
-                        s += a[i * lda + t] as f64 * b[t * ldb + j] as f64;
+                        s += a[i * lda + t].f64() * b[t * ldb + j].f64();
                     }
                     want[i * narrow + j] = s;
                 }
@@ -471,16 +606,16 @@ mod tests {
             check(&c, &want, &c0, m, narrow, ldc);
             // atb: A k×narrow, B k×n, C narrow×n.
             let n = m;
-            let (lda, ldb, ldc) = (narrow + pad(&mut rng), n + pad(&mut rng), n + pad(&mut rng));
-            let a = matrix(&mut rng, k, narrow, lda);
-            let b = matrix(&mut rng, k, n, ldb);
-            let c0 = matrix(&mut rng, narrow, n, ldc);
+            let (lda, ldb, ldc) = (narrow + pad(rng), n + pad(rng), n + pad(rng));
+            let a: Vec<T> = matrix(rng, k, narrow, lda);
+            let b: Vec<T> = matrix(rng, k, n, ldb);
+            let c0: Vec<T> = matrix(rng, narrow, n, ldc);
             let mut want = vec![0.0f64; narrow * n];
             for i in 0..narrow {
                 for j in 0..n {
-                    let mut s = beta as f64 * c0[i * ldc + j] as f64;
+                    let mut s = beta.f64() * c0[i * ldc + j].f64();
                     for t in 0..k {
-                        s += a[t * lda + i] as f64 * b[t * ldb + j] as f64;
+                        s += a[t * lda + i].f64() * b[t * ldb + j].f64();
                     }
                     want[i * n + j] = s;
                 }

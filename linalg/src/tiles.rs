@@ -218,7 +218,19 @@ impl Real for f64 {
         c: *mut f64,
         ldc: usize,
     ) {
-        // SAFETY: the caller's contract.
+        // A narrow operand goes to the skinny kernels where they run (see
+        // `crate::skinny` for why).
+        // SAFETY (all calls): the caller's contract.
+        let done = unsafe {
+            if trans_a {
+                crate::skinny::atb(m, n, k, a, lda, b, ldb, beta, c, ldc)
+            } else {
+                crate::skinny::ab(m, n, k, a, lda, b, ldb, beta, c, ldc)
+            }
+        };
+        if done {
+            return;
+        }
         unsafe {
             cblas_dgemm(
                 CBLAS_LAYOUT::CblasRowMajor,
