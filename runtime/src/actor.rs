@@ -7,8 +7,11 @@
 
 use std::thread::JoinHandle;
 
+use std::sync::Arc;
+
 use crossbeam_channel::{unbounded, Sender};
 
+use crate::gpu::GpuDevice;
 use crate::topology::bind_current_thread;
 
 /// Work sent to an actor.
@@ -25,19 +28,26 @@ pub struct ActorSpec {
     pub memory: u64,
     /// Whether to pin the threads (off in some tests and when binding is unavailable).
     pub pin: bool,
+    /// The CUDA device (ordinal) of a GPU actor; its threads still run on `cores`.
+    pub gpu: Option<usize>,
 }
 
 impl ActorSpec {
-    /// Human-readable device name: `numa0 cores 0,1`.
+    /// Human-readable device name: `cpu numa0 cores 0,1`, or `gpu 0 (cpu numa0 cores 0,1)`.
     pub fn device(&self) -> String {
         let cores: Vec<String> = self.cores.iter().map(|c| c.to_string()).collect();
-        format!("cpu numa{} cores {}", self.domain, cores.join(","))
+        let cpu = format!("cpu numa{} cores {}", self.domain, cores.join(","));
+        match self.gpu {
+            Some(g) => format!("gpu {g} ({cpu})"),
+            None => cpu,
+        }
     }
 }
 
 /// A running actor.
 pub struct Actor {
     spec: ActorSpec,
+    gpu: Option<Arc<GpuDevice>>,
     mailbox: Option<Sender<Job>>,
     workers: Vec<JoinHandle<()>>,
     pin_error: Option<String>,
@@ -46,6 +56,16 @@ pub struct Actor {
 impl Actor {
     /// Starts the actor's worker threads, pinned to its cores.
     pub fn spawn(name: &str, spec: ActorSpec) -> std::io::Result<Actor> {
+        Actor::spawn_with(name, spec, None)
+    }
+
+    /// Starts a GPU actor (with `gpu`, the device of `spec.gpu` already opened) or a CPU
+    /// actor (`None`).
+    pub fn spawn_with(
+        name: &str,
+        spec: ActorSpec,
+        gpu: Option<Arc<GpuDevice>>,
+    ) -> std::io::Result<Actor> {
         let (tx, rx) = unbounded::<Job>();
         let (pin_tx, pin_rx) = unbounded::<Option<String>>();
         let mut workers = Vec::with_capacity(spec.cores.len());
@@ -74,6 +94,7 @@ impl Actor {
         let pin_error = pin_rx.iter().flatten().next();
         Ok(Actor {
             spec,
+            gpu,
             mailbox: Some(tx),
             workers,
             pin_error,
@@ -91,6 +112,11 @@ impl Actor {
     /// The actor's specification.
     pub fn spec(&self) -> &ActorSpec {
         &self.spec
+    }
+
+    /// The device of a GPU actor.
+    pub fn gpu(&self) -> Option<&Arc<GpuDevice>> {
+        self.gpu.as_ref()
     }
 
     /// Number of worker threads.

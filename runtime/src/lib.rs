@@ -9,6 +9,7 @@ pub mod actor;
 mod blosc;
 pub mod budget;
 mod direct;
+pub mod gpu;
 pub mod grid;
 pub mod panel;
 pub mod readahead;
@@ -62,6 +63,9 @@ pub enum RuntimeError {
         /// The panic message.
         message: String,
     },
+    /// A GPU actor's device could not be used.
+    #[error(transparent)]
+    Gpu(#[from] gpu::GpuError),
     /// Starting a thread failed.
     #[error("could not start actor threads: {0}")]
     Spawn(#[from] std::io::Error),

@@ -8,6 +8,7 @@ use crossbeam_channel::unbounded;
 use rankwise_transports::Comm;
 
 use crate::actor::{Actor, ActorSpec};
+use crate::gpu::{self, DeviceChoice, GpuDevice};
 use crate::grid::{ActorShape, World};
 use crate::topology::Topology;
 use crate::RuntimeError;
@@ -34,6 +35,8 @@ pub struct RuntimeConfig {
     pub pin: bool,
     /// Who shares the node's cores out among its ranks.
     pub core_share: CoreShare,
+    /// CPU actors, GPU actors, or GPU actors where the node has usable GPUs.
+    pub device: DeviceChoice,
 }
 
 /// Who shares a node's cores out among the ranks on it.
@@ -59,17 +62,37 @@ impl Default for RuntimeConfig {
             local_size: 1,
             pin: true,
             core_share: CoreShare::LauncherIfBound,
+            device: DeviceChoice::Cpu,
         }
     }
 }
 
 /// Decides this rank's actors from the topology: the node's NUMA domains are shared out
 /// among the node's ranks (a domain shared by several ranks has its cores split between
-/// them), then the rank's cores among its actors.
+/// them), then the rank's cores among its actors. With GPUs (`config.device`), the rank has
+/// one actor per GPU it is given ([`gpu::gpus_for_rank`]), its cores shared among them.
 pub fn actor_specs(
     topology: &Topology,
     config: &RuntimeConfig,
 ) -> Result<Vec<ActorSpec>, RuntimeError> {
+    let gpus = match config.device {
+        DeviceChoice::Cpu => Vec::new(),
+        choice => {
+            gpu::resolve_devices(choice, gpu::probed(), config.local_rank, config.local_size)?.0
+        }
+    };
+    if let (Some(a), false) = (config.actors, gpus.is_empty()) {
+        if a != gpus.len() {
+            return Err(RuntimeError::Option {
+                option: "--actors",
+                message: format!(
+                    "this rank has {} GPU(s), one actor each; --actors {a} asks for another \
+                     count (use --device cpu for CPU actors)",
+                    gpus.len()
+                ),
+            });
+        }
+    }
     if config.actors == Some(0) {
         return Err(RuntimeError::Option {
             option: "--actors",
@@ -135,7 +158,12 @@ pub fn actor_specs(
         };
         vec![(domains[d].0, share)]
     };
-    let n_actors = config.actors.unwrap_or(mine.len());
+    let split = config.actors.is_some() || !gpus.is_empty();
+    let n_actors = if gpus.is_empty() {
+        config.actors.unwrap_or(mine.len())
+    } else {
+        gpus.len()
+    };
     let all_cores: Vec<(usize, usize)> = mine
         .iter()
         .flat_map(|(d, cs)| cs.iter().map(move |&c| (*d, c)))
@@ -153,7 +181,7 @@ pub fn actor_specs(
     };
     let mut specs = Vec::with_capacity(n_actors);
     for a in 0..n_actors {
-        let (domain, mut cores) = if config.actors.is_none() {
+        let (domain, mut cores) = if !split {
             (mine[a].0, mine[a].1.clone())
         } else {
             // Split the rank's cores round-robin; with more actors than cores, share them.
@@ -178,6 +206,7 @@ pub fn actor_specs(
             cores,
             memory,
             pin: config.pin,
+            gpu: gpus.get(a).copied(),
         });
     }
     Ok(specs)
@@ -202,32 +231,63 @@ impl Runtime {
     /// Starts this rank's actors and learns every other rank's (a collective call: every
     /// rank of `comm` must make it).
     pub fn new(comm: Box<dyn Comm>, specs: Vec<ActorSpec>) -> Result<Runtime, RuntimeError> {
+        Runtime::try_new(comm, specs).map_err(|(_, e)| e)
+    }
+
+    /// [`Runtime::new`], giving the transport back when this rank fails before it spoke to
+    /// the others (a GPU that cannot be opened, threads that cannot start), so that the
+    /// caller can tell every rank instead of leaving them waiting.
+    pub fn try_new(
+        comm: Box<dyn Comm>,
+        specs: Vec<ActorSpec>,
+    ) -> Result<Runtime, (Box<dyn Comm>, RuntimeError)> {
         let rank = comm.rank();
+        let mut devices = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            devices.push(match spec.gpu {
+                Some(g) => match GpuDevice::open(g, gpu::probed()) {
+                    Ok(d) => Some(Arc::new(d)),
+                    Err(e) => return Err((comm, e.into())),
+                },
+                None => None,
+            });
+        }
         let mut actors = Vec::with_capacity(specs.len());
-        for (i, spec) in specs.into_iter().enumerate() {
-            actors.push(Actor::spawn(&format!("r{rank}a{i}"), spec)?);
+        for (i, (spec, dev)) in specs.into_iter().zip(devices).enumerate() {
+            match Actor::spawn_with(&format!("r{rank}a{i}"), spec, dev) {
+                Ok(a) => actors.push(a),
+                Err(e) => return Err((comm, e.into())),
+            }
         }
         let shapes: Vec<ActorShape> = actors
             .iter()
             .map(|a| ActorShape {
                 threads: a.threads(),
                 memory: a.spec().memory,
-                device: a.spec().device(),
+                device: match a.gpu() {
+                    Some(d) => format!("{} {}", a.spec().device(), d.name()),
+                    None => a.spec().device(),
+                },
             })
             .collect();
         let mine = encode_shapes(&shapes);
-        let all = comm.allgather_bytes(&mine)?;
+        let all = match comm.allgather_bytes(&mine) {
+            Ok(all) => all,
+            Err(e) => return Err((comm, e.into())),
+        };
         let mut world = World::default();
         for (r, bytes) in all.iter().enumerate() {
-            world
-                .ranks
-                .push(decode_shapes(bytes).ok_or(RuntimeError::Transport(
-                    rankwise_transports::TransportError::Length {
+            match decode_shapes(bytes) {
+                Some(s) => world.ranks.push(s),
+                None => {
+                    let e = rankwise_transports::TransportError::Length {
                         peer: r,
                         got: bytes.len(),
                         expected: 0,
-                    },
-                ))?);
+                    };
+                    return Err((comm, e.into()));
+                }
+            }
         }
         Ok(Runtime {
             comm,
@@ -497,6 +557,7 @@ mod tests {
                 cores: vec![0, 0],
                 memory: 1,
                 pin: false,
+                gpu: None,
             };
             2
         ];

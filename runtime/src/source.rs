@@ -166,6 +166,11 @@ pub trait PanelSource: Send + Sync {
     fn stored(&self) -> Option<&dyn StoredPanels> {
         None
     }
+    /// The generator behind this source, when it is one: a GPU actor then produces the
+    /// panels on its device instead of on the host.
+    fn generated(&self) -> Option<&Generated> {
+        None
+    }
 }
 
 /// A genotype matrix: variants (rows) × samples (columns) of dosages 0, 1, 2, with −1 for a
@@ -186,6 +191,10 @@ pub trait GenotypeSource: Send + Sync {
     }
     /// Storage-backed sources decode whole panels; see [`PanelSource::stored`].
     fn stored(&self) -> Option<&dyn StoredPanels> {
+        None
+    }
+    /// The generator behind this source; see [`PanelSource::generated`].
+    fn generated(&self) -> Option<&Generated> {
         None
     }
 }
@@ -452,6 +461,28 @@ impl Generated {
     /// The distribution.
     pub fn dist(&self) -> Dist {
         self.dist
+    }
+
+    /// The key of the element counters: element `(row, col)` draws
+    /// `mix64(key + (row·2²⁴ + col)·γ)` (the device kernels generate from it).
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// The missing-call rate as the 64-bit threshold the draws are compared with.
+    pub fn missing_threshold(&self) -> u64 {
+        self.missing
+    }
+
+    /// The integer allele-frequency thresholds of variants `rows`, one per population
+    /// (`populations()` per variant, variant-major), appended to `out`: the draws of a
+    /// sample of population `q` are compared with its variant's threshold `q`.
+    pub fn genotype_thresholds(&self, rows: Range<u64>, out: &mut Vec<u64>) {
+        for row in rows {
+            for q in 0..self.populations.max(1) {
+                out.push(threshold(self.population_frequency(row, q)));
+            }
+        }
     }
 
     /// The raw 64-bit draw of element `(row, col)` of the untransposed matrix.
@@ -748,6 +779,10 @@ fn normal_from(bits: u64) -> f64 {
 }
 
 impl PanelSource for Generated {
+    fn generated(&self) -> Option<&Generated> {
+        Some(self)
+    }
+
     fn shape(&self) -> (u64, u64) {
         if self.transposed {
             (self.cols, self.rows)
@@ -858,6 +893,10 @@ impl PanelSource for Generated {
 }
 
 impl GenotypeSource for Generated {
+    fn generated(&self) -> Option<&Generated> {
+        Some(self)
+    }
+
     fn shape(&self) -> (u64, u64) {
         PanelSource::shape(self)
     }

@@ -1,0 +1,283 @@
+//! One CUDA device of a GPU actor: its context, stream, cuBLAS handle and kernels.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use cudarc::nvrtc::Ptx;
+
+use super::{GpuError, GpuLibraries};
+
+/// The CUDA C source of the device kernels.
+pub const KERNELS_SOURCE: &str = include_str!("kernels.cu");
+
+/// Names of the kernels in [`KERNELS_SOURCE`], in the order of [`GpuKernels`]' fields.
+const KERNEL_NAMES: [&str; 9] = [
+    "uniform_f64",
+    "uniform_f32",
+    "genotype_packed",
+    "standardize_f64",
+    "standardize_f32",
+    "add_f32_to_f64",
+    "add_f64",
+    "sum_squares_f64",
+    "sum_squares_f32",
+];
+
+/// The compiled kernels of one device (see `kernels.cu` for what each computes).
+#[derive(Clone, Debug)]
+pub struct GpuKernels {
+    /// Uniform generated values, f64.
+    pub uniform_f64: CudaFunction,
+    /// Uniform generated values rounded to f32.
+    pub uniform_f32: CudaFunction,
+    /// Generated genotype dosages, 2-bit packed, with per-variant code counts.
+    pub genotype_packed: CudaFunction,
+    /// Packed codes → standardized f64 tile through per-variant tables.
+    pub standardize_f64: CudaFunction,
+    /// Packed codes → standardized f32 tile.
+    pub standardize_f32: CudaFunction,
+    /// `acc += part` with f32 parts and f64 sums.
+    pub add_f32_to_f64: CudaFunction,
+    /// `acc += part` in f64.
+    pub add_f64: CudaFunction,
+    /// `out += Σ x²` of an f64 buffer.
+    pub sum_squares_f64: CudaFunction,
+    /// `out += Σ x²` of an f32 buffer, summed in f64.
+    pub sum_squares_f32: CudaFunction,
+}
+
+/// Compiles [`KERNELS_SOURCE`] with NVRTC into machine code (CUBIN) for compute
+/// capability `major.minor`. Machine code rather than PTX: PTX from an NVRTC newer than the
+/// driver is refused by the driver's JIT, while a CUBIN for the device's own architecture
+/// loads under any driver of the same CUDA major version.
+pub fn compile_kernels(major: i32, minor: i32) -> Result<Vec<u8>, String> {
+    use cudarc::nvrtc::{result, sys};
+    let src = std::ffi::CString::new(KERNELS_SOURCE).expect("the kernel source has no NUL");
+    let prog = result::create_program(&src, None).map_err(|e| e.to_string())?;
+    let options = [
+        format!("--gpu-architecture=sm_{major}{minor}"),
+        // Bit-exact generator arithmetic: no contraction of multiplies and adds.
+        "--fmad=false".to_string(),
+    ];
+    // SAFETY: `prog` is a live program; the options are NUL-free strings.
+    let compiled = unsafe { result::compile_program(prog, &options) };
+    let out = match compiled {
+        Err(e) => {
+            // SAFETY: as above.
+            let log = unsafe { result::get_program_log(prog) }
+                .map(|l| {
+                    let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
+                    String::from_utf8_lossy(&bytes)
+                        .trim_end_matches('\0')
+                        .to_string()
+                })
+                .unwrap_or_default();
+            Err(format!("{e}: {log}"))
+        }
+        Ok(()) => {
+            let mut size = 0usize;
+            // SAFETY: `prog` compiled; `size` and then `cubin` (of that size) are valid
+            // out-buffers.
+            unsafe {
+                sys::nvrtcGetCUBINSize(prog, &mut size)
+                    .result()
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        let mut cubin = vec![0u8; size];
+                        sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast())
+                            .result()
+                            .map_err(|e| e.to_string())
+                            .map(|()| cubin)
+                    })
+            }
+        }
+    };
+    // SAFETY: destroyed once, after its last use.
+    let _ = unsafe { result::destroy_program(prog) };
+    out
+}
+
+/// A CUDA device opened for one GPU actor.
+pub struct GpuDevice {
+    ordinal: usize,
+    name: String,
+    memory_bytes: u64,
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    kernels: GpuKernels,
+    /// One job's device work at a time: the actor's threads share the stream, and each
+    /// job sizes its device buffers for the whole device.
+    lane: Mutex<()>,
+}
+
+impl std::fmt::Debug for GpuDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuDevice({} {})", self.ordinal, self.name)
+    }
+}
+
+impl GpuDevice {
+    /// Opens device `ordinal`: its primary context, a stream, a cuBLAS handle on it, and
+    /// the kernels compiled for its compute capability. Checks first that the libraries
+    /// are there (see [`GpuLibraries::usable`]).
+    pub fn open(ordinal: usize, libs: &GpuLibraries) -> Result<GpuDevice, GpuError> {
+        libs.usable()?;
+        let info = libs
+            .devices
+            .iter()
+            .find(|d| d.ordinal == ordinal)
+            .ok_or_else(|| {
+                GpuError::NoDevice(format!(
+                    "device {ordinal} asked for, {} visible",
+                    libs.devices.len()
+                ))
+            })?;
+        let cuda = |what: &str| {
+            let what = what.to_string();
+            move |e: cudarc::driver::DriverError| GpuError::Cuda {
+                ordinal,
+                what,
+                message: e.to_string(),
+            }
+        };
+        let ctx = CudaContext::new(ordinal).map_err(cuda("creating the context"))?;
+        let stream = ctx.new_stream().map_err(cuda("creating a stream"))?;
+        let blas = CudaBlas::new(Arc::clone(&stream)).map_err(|e| GpuError::Cuda {
+            ordinal,
+            what: "creating the cuBLAS handle".into(),
+            message: e.to_string(),
+        })?;
+        let (major, minor) = info.compute_capability;
+        let ptx = compile_kernels(major, minor).map_err(|message| GpuError::Compile {
+            ordinal,
+            arch: format!("sm_{major}{minor}"),
+            message,
+        })?;
+        let module = ctx
+            .load_module(Ptx::from_binary(ptx))
+            .map_err(cuda("loading the kernels"))?;
+        let mut f = Vec::with_capacity(KERNEL_NAMES.len());
+        for name in KERNEL_NAMES {
+            f.push(
+                module
+                    .load_function(name)
+                    .map_err(cuda(&format!("kernel {name}")))?,
+            );
+        }
+        let mut f = f.into_iter();
+        let mut next = || f.next().expect("one function per kernel name");
+        let kernels = GpuKernels {
+            uniform_f64: next(),
+            uniform_f32: next(),
+            genotype_packed: next(),
+            standardize_f64: next(),
+            standardize_f32: next(),
+            add_f32_to_f64: next(),
+            add_f64: next(),
+            sum_squares_f64: next(),
+            sum_squares_f32: next(),
+        };
+        Ok(GpuDevice {
+            ordinal,
+            name: info.name.clone(),
+            memory_bytes: info.memory_bytes,
+            stream,
+            blas,
+            kernels,
+            lane: Mutex::new(()),
+        })
+    }
+
+    /// CUDA device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Model name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Device memory in bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory_bytes
+    }
+
+    /// Free device memory in bytes, as the driver reports it now.
+    pub fn free_memory(&self) -> Result<u64, GpuError> {
+        self.stream
+            .context()
+            .mem_get_info()
+            .map(|(free, _)| free as u64)
+            .map_err(|e| self.error("reading free memory", e))
+    }
+
+    /// The actor's stream: every kernel, copy and GEMM of its jobs runs on it.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// cuBLAS, bound to [`GpuDevice::stream`].
+    pub fn blas(&self) -> &CudaBlas {
+        &self.blas
+    }
+
+    /// The compiled kernels.
+    pub fn kernels(&self) -> &GpuKernels {
+        &self.kernels
+    }
+
+    /// Holds the device for one job's work.
+    pub fn lock(&self) -> MutexGuard<'_, ()> {
+        // A job that panicked while holding the lane left no state behind it to protect.
+        self.lane.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A CUDA error of this device, saying what was being done.
+    pub fn error(&self, what: &str, e: impl std::fmt::Display) -> GpuError {
+        GpuError::Cuda {
+            ordinal: self.ordinal,
+            what: what.into(),
+            message: e.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernels compile wherever NVRTC can be loaded, GPU or not (NVRTC is a compiler
+    /// library; `pip install nvidia-cuda-nvrtc` provides one on any x86-64 Linux).
+    #[test]
+    fn kernels_compile_with_nvrtc() {
+        let libs = super::super::probe();
+        if libs.find("nvrtc").is_none() {
+            println!(
+                "skipped: NVRTC not found (searched {}); the CUDA kernels were not compiled",
+                libs.libraries
+                    .iter()
+                    .find(|l| l.name == "nvrtc")
+                    .map(|l| l.searched.join(" "))
+                    .unwrap_or_default()
+            );
+            return;
+        }
+        for (major, minor) in [(8, 0), (9, 0)] {
+            let bytes = compile_kernels(major, minor)
+                .unwrap_or_else(|log| panic!("sm_{major}{minor}: {log}"));
+            assert!(
+                bytes.starts_with(b"\x7fELF"),
+                "sm_{major}{minor}: not a CUBIN"
+            );
+            // Every kernel is in the machine code's symbol table.
+            for name in KERNEL_NAMES {
+                assert!(
+                    bytes.windows(name.len()).any(|w| w == name.as_bytes()),
+                    "sm_{major}{minor}: {name} missing"
+                );
+            }
+        }
+    }
+}

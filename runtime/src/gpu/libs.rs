@@ -1,0 +1,237 @@
+//! Which CUDA libraries this process can load, and the devices the driver reports.
+
+use std::fmt::Write as _;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::GpuError;
+
+/// The libraries the GPU actors use, by cudarc's base name, with what each is for.
+pub(crate) const LIBRARIES: [(&str, &str); 6] = [
+    ("cuda", "CUDA driver"),
+    ("nvrtc", "NVRTC, compiles the kernels"),
+    ("cublas", "cuBLAS, the GEMMs"),
+    ("cublasLt", "cuBLASLt, loaded by cuBLAS"),
+    ("cusolver", "cuSOLVER, panel QR"),
+    ("nccl", "NCCL, collectives on device buffers"),
+];
+
+/// The libraries the GPU passes cannot run without.
+const REQUIRED: [&str; 3] = ["cuda", "nvrtc", "cublas"];
+
+/// One library's probe.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Library {
+    /// cudarc's base name (`cublas`).
+    pub name: &'static str,
+    /// What rankwise uses it for.
+    pub purpose: &'static str,
+    /// The file name that loaded, if one did.
+    pub found: Option<String>,
+    /// The file names tried, in order.
+    pub searched: Vec<String>,
+}
+
+/// A CUDA device as the driver reports it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GpuInfo {
+    /// CUDA device ordinal (after `CUDA_VISIBLE_DEVICES`).
+    pub ordinal: usize,
+    /// Model name.
+    pub name: String,
+    /// Device memory in bytes.
+    pub memory_bytes: u64,
+    /// Compute capability `(major, minor)`.
+    pub compute_capability: (i32, i32),
+    /// PCI address `domain:bus:device.0`, as hwloc prints it.
+    pub pci_bus_id: String,
+}
+
+/// What [`probe`] found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GpuLibraries {
+    /// Every library of [`LIBRARIES`], found or not.
+    pub libraries: Vec<Library>,
+    /// The driver's CUDA version as `(major, minor)`, when the driver loaded.
+    pub driver_version: Option<(i32, i32)>,
+    /// Devices visible to this process.
+    pub devices: Vec<GpuInfo>,
+    /// Why the device list could not be read, when the driver loaded but failed.
+    pub device_error: Option<String>,
+}
+
+/// Looks for each CUDA library under the names cudarc would load, and asks the driver (if
+/// it loaded) for its version and devices. Never panics and never calls a library it did
+/// not find.
+pub fn probe() -> GpuLibraries {
+    let libraries: Vec<Library> = LIBRARIES
+        .iter()
+        .map(|&(name, purpose)| {
+            // cudarc's candidates also carry Windows-style names (`cublas64_12`); on
+            // Linux only `libNAME.so` and its versioned names can exist.
+            let prefix = format!("lib{name}.so");
+            let mut searched = Vec::new();
+            for c in cudarc::get_lib_name_candidates(name) {
+                if c.starts_with(&prefix) && !searched.contains(&c) {
+                    searched.push(c);
+                }
+            }
+            // SAFETY: loading a shared library runs its initializers; the CUDA libraries'
+            // are the ones cudarc itself would run on first use.
+            let found = searched
+                .iter()
+                .find(|c| unsafe { libloading::Library::new(c.as_str()) }.is_ok())
+                .cloned();
+            Library {
+                name,
+                purpose,
+                found,
+                searched,
+            }
+        })
+        .collect();
+    let mut out = GpuLibraries {
+        libraries,
+        driver_version: None,
+        devices: Vec::new(),
+        device_error: None,
+    };
+    if out.find("cuda").is_some() {
+        // A driver too old for a symbol cudarc expects panics inside cudarc: report it.
+        match catch_unwind(AssertUnwindSafe(query_driver)) {
+            Ok(Ok((version, devices))) => {
+                out.driver_version = Some(version);
+                out.devices = devices;
+            }
+            Ok(Err(e)) => out.device_error = Some(e),
+            Err(_) => {
+                out.device_error = Some("the CUDA driver lacks a function rankwise uses".into())
+            }
+        }
+    }
+    out
+}
+
+fn query_driver() -> Result<((i32, i32), Vec<GpuInfo>), String> {
+    use cudarc::driver::{result, sys};
+    result::init().map_err(|e| format!("cuInit: {e}"))?;
+    let mut v = 0i32;
+    // SAFETY: the driver is loaded (probed) and initialized; `v` is a valid out-pointer.
+    unsafe { sys::cuDriverGetVersion(&mut v) }
+        .result()
+        .map_err(|e| format!("cuDriverGetVersion: {e}"))?;
+    let count = result::device::get_count().map_err(|e| format!("cuDeviceGetCount: {e}"))?;
+    let mut devices = Vec::new();
+    for ordinal in 0..count.max(0) as usize {
+        let dev = result::device::get(ordinal as i32).map_err(|e| format!("cuDeviceGet: {e}"))?;
+        let attr = |a| {
+            // SAFETY: `dev` is a device handle of the initialized driver.
+            unsafe { result::device::get_attribute(dev, a) }.unwrap_or(-1)
+        };
+        use sys::CUdevice_attribute::*;
+        let name = result::device::get_name(dev).unwrap_or_else(|e| format!("({e})"));
+        // SAFETY: as above.
+        let memory_bytes = unsafe { result::device::total_mem(dev) }.unwrap_or(0) as u64;
+        devices.push(GpuInfo {
+            ordinal,
+            name,
+            memory_bytes,
+            compute_capability: (
+                attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+            ),
+            pci_bus_id: format!(
+                "{:04x}:{:02x}:{:02x}.0",
+                attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+                attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+                attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)
+            ),
+        });
+    }
+    Ok(((v / 1000, (v % 1000) / 10), devices))
+}
+
+impl GpuLibraries {
+    /// The library `name` if it was found.
+    pub fn find(&self, name: &str) -> Option<&Library> {
+        self.libraries
+            .iter()
+            .find(|l| l.name == name && l.found.is_some())
+    }
+
+    /// An error naming `library` when it was not found (`what` says who needs it).
+    pub fn require(&self, library: &'static str, what: &str) -> Result<(), GpuError> {
+        if self.find(library).is_some() {
+            return Ok(());
+        }
+        let searched = self
+            .libraries
+            .iter()
+            .find(|l| l.name == library)
+            .map(|l| l.searched.join(", "))
+            .unwrap_or_default();
+        Err(GpuError::Missing {
+            what: what.into(),
+            library,
+            searched,
+        })
+    }
+
+    /// Whether the GPU passes can run: the driver, NVRTC and cuBLAS were found.
+    pub fn usable(&self) -> Result<(), GpuError> {
+        for l in REQUIRED {
+            self.require(l, "--device gpu")?;
+        }
+        Ok(())
+    }
+
+    /// The lines `rankwise info` prints.
+    pub fn summary(&self) -> String {
+        let mut s = String::from("CUDA libraries (loaded at run time):\n");
+        for l in &self.libraries {
+            let _ = match &l.found {
+                Some(f) => writeln!(s, "  {:<9} found: {f} ({})", l.name, l.purpose),
+                None => writeln!(
+                    s,
+                    "  {:<9} not found ({}; searched {})",
+                    l.name,
+                    l.purpose,
+                    l.searched.join(" ")
+                ),
+            };
+        }
+        match (self.driver_version, &self.device_error) {
+            (Some((ma, mi)), _) => {
+                let _ = writeln!(s, "  driver supports CUDA {ma}.{mi}");
+            }
+            (None, Some(e)) => {
+                let _ = writeln!(s, "  driver: {e}");
+            }
+            (None, None) => {}
+        }
+        if self.find("cuda").is_some() {
+            let _ = writeln!(s, "CUDA devices: {}", self.devices.len());
+            for d in &self.devices {
+                let _ = writeln!(
+                    s,
+                    "  cuda {}: {} ({:.1} GiB, compute {}.{}, PCI {})",
+                    d.ordinal,
+                    d.name,
+                    d.memory_bytes as f64 / (1u64 << 30) as f64,
+                    d.compute_capability.0,
+                    d.compute_capability.1,
+                    d.pci_bus_id
+                );
+            }
+        }
+        match self.usable() {
+            Ok(()) if !self.devices.is_empty() => {
+                s.push_str("GPU actors: available (--device auto uses them)\n")
+            }
+            Ok(()) => s.push_str("GPU actors: unavailable: no device visible\n"),
+            Err(e) => {
+                let _ = writeln!(s, "GPU actors: unavailable: {e}");
+            }
+        }
+        s
+    }
+}
