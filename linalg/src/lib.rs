@@ -2,6 +2,7 @@
 //! panel order, the exact tall-and-skinny SVD built on it, the randomized SVD, and a strided
 //! sum over the same tree.
 
+pub mod gpu;
 pub mod kernels;
 pub mod reads;
 pub mod reduce;
@@ -85,6 +86,9 @@ pub enum LinalgError {
         /// Sender.
         peer: usize,
     },
+    /// A GPU actor's device failed.
+    #[error(transparent)]
+    Gpu(rankwise_runtime::gpu::GpuError),
     /// A tree node that should have been present was not (an internal invariant).
     #[error("reduction tree: node {node} at level {level} missing")]
     Tree {

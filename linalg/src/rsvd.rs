@@ -28,8 +28,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+use cudarc::cublas::{CudaBlas, Gemm};
 
 use ndarray::{s, Array2, ArrayView2};
 use rankwise_runtime::{
@@ -38,13 +41,14 @@ use rankwise_runtime::{
 };
 use serde::Serialize;
 
+use crate::gpu::{self, DeviceSource, GpuReal};
 use crate::kernels::{qr, small_svd, stack_rows, Keep, PanelFactor};
 use crate::reads::{
     read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading, DEFAULT_SEGMENT_BYTES,
 };
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
-    gemm, Operand, PanelFacts, Precision, Real, Stored, TileProducer, TILE_COLS, TILE_ROWS,
+    gemm, Operand, PanelFacts, Precision, Stored, TileProducer, TILE_COLS, TILE_ROWS,
 };
 use crate::tree::{decode, encode, PartialSums, Tree};
 use crate::LinalgError;
@@ -404,6 +408,10 @@ pub struct RsvdResult {
     pub bytes_produced: u64,
     /// What this rank read from storage (zero for generated and in-memory operands).
     pub read: ReadTotals,
+    /// Panel passes this rank computed on its GPUs (0 on CPU actors).
+    pub gpu_panels: u64,
+    /// Why GPU actors of this rank computed on their CPU cores, when they did.
+    pub gpu_note: Option<String>,
 }
 
 /// One panel's state between passes; it lives on its actor (moved in and out of jobs).
@@ -429,6 +437,22 @@ struct Ctx {
     read: Arc<Reading>,
     /// Rows per read-ahead segment, when panels are read in segments.
     segment_rows: Option<u64>,
+    /// Each of this rank's actors' GPU, if it is a GPU actor.
+    gpus: Vec<Option<Arc<rankwise_runtime::gpu::GpuDevice>>>,
+    /// The operand as a device produces it, when one can.
+    device_source: Option<DeviceSource>,
+    /// Panel passes computed on a GPU.
+    gpu_panels: AtomicU64,
+}
+
+impl Ctx {
+    /// The device and what it produces, when `actor` computes its panels on a GPU.
+    fn on_gpu(&self, actor: usize) -> Option<(&gpu::GpuDevice, &DeviceSource)> {
+        let dev = self.gpus.get(actor)?.as_deref()?;
+        let src = self.device_source.as_ref()?;
+        self.gpu_panels.fetch_add(1, Ordering::Relaxed);
+        Some((dev, src))
+    }
 }
 
 impl Ctx {
@@ -520,7 +544,12 @@ pub fn rsvd(
             .operand
             .stored()
             .and_then(|s| segment_rows(s, &problem.grid, options.segment_bytes)),
+        gpus: rt.actors().iter().map(|a| a.gpu().cloned()).collect(),
+        device_source: DeviceSource::of(&problem.operand),
+        gpu_panels: AtomicU64::new(0),
     });
+    let gpu_note = (ctx.gpus.iter().any(Option::is_some) && ctx.device_source.is_none())
+        .then(|| DeviceSource::why_not(&problem.operand));
 
     // Pass 1: the sketch and the probe products.
     let t = Instant::now();
@@ -665,7 +694,10 @@ pub fn rsvd(
     let passes = options.passes() as u64;
     let bytes_produced = (my_rows + (passes - 1) * regenerated_rows) * n as u64 * value_bytes;
     let read = ctx.read.totals();
+    let gpu_panels = ctx.gpu_panels.load(Ordering::Relaxed);
     Ok(RsvdResult {
+        gpu_panels,
+        gpu_note,
         s: s_k,
         wt,
         transposed: problem.transposed,
@@ -719,17 +751,30 @@ fn range_pass(
     }
 }
 
-fn range_pass_t<T: Real>(
+fn range_pass_t<T: GpuReal>(
     rt: &Runtime,
     ctx: &Arc<Ctx>,
     states: States,
     omega: Arc<Array2<T>>,
     l: usize,
     first: bool,
-) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError> {
+) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError>
+where
+    CudaBlas: Gemm<T>,
+{
     let c = Arc::clone(ctx);
     let reads = ctx.reads(rt, &states)?;
     let out = rt.map(states, move |actor, mut st: PanelState| {
+        if let Some((dev, src)) = c.on_gpu(actor) {
+            let (mut y, facts) =
+                gpu::range_panel::<T>(dev, src, st.rows.clone(), omega.view(), first)?;
+            if omega.ncols() > l {
+                st.probes = Some(y.slice(s![.., l..]).to_owned());
+                y = y.slice(s![.., ..l]).as_standard_layout().into_owned();
+            }
+            st.y = Some(y);
+            return Ok::<_, LinalgError>((st, facts));
+        }
         let read = match st.stored {
             None => reads.panel(actor, st.p)?,
             Some(_) => PanelRead::NotRead,
@@ -909,16 +954,28 @@ fn project_pass(
 
 type Mapped = Vec<Vec<Result<PanelState, LinalgError>>>;
 
-fn project_map<T: Real>(
+fn project_map<T: GpuReal>(
     rt: &Runtime,
     ctx: &Arc<Ctx>,
     sums: &Arc<PartialSums>,
     states: States,
-) -> Result<Mapped, LinalgError> {
+) -> Result<Mapped, LinalgError>
+where
+    CudaBlas: Gemm<T>,
+{
     let c = Arc::clone(ctx);
     let s2 = Arc::clone(sums);
     let reads = ctx.reads(rt, &states)?;
     Ok(rt.map(states, move |actor, st: PanelState| {
+        if let Some((dev, src)) = c.on_gpu(actor) {
+            let q = st.basis.last().ok_or(LinalgError::Tree {
+                level: 0,
+                node: st.p,
+            })?;
+            let b = gpu::project_panel::<T>(dev, src, st.rows.clone(), q.view(), c.n)?;
+            s2.insert(st.p, b.t().as_standard_layout().into_owned());
+            return Ok::<_, LinalgError>(st);
+        }
         let read = match st.stored {
             None => reads.panel(actor, st.p)?,
             Some(_) => PanelRead::NotRead,

@@ -909,14 +909,22 @@ pub fn row_scale(row: &[i8]) -> Result<(RowScale, RowCounts), (usize, i8)> {
         dosages: [calls - ones - twos, ones, twos],
         missing: row.len() as u64 - calls,
     };
+    Ok((scale_of(&counts), counts))
+}
+
+/// The standardization of a variant from how often each dosage occurs in its row: mean
+/// `2p` with `p` the allele frequency among the calls, scale `1/√(2p(1−p))`, or 0 (the
+/// variant is dropped) when it is monomorphic or has no calls. The CPU kernels and the
+/// GPU passes (which count codes on the device) both standardize through it.
+pub fn scale_of(counts: &RowCounts) -> RowScale {
+    let [zeros, ones, twos] = counts.dosages;
+    let calls = zeros + ones + twos;
+    let sum = ones + 2 * twos;
     if calls == 0 {
-        return Ok((
-            RowScale {
-                mean: 0.0,
-                scale: 0.0,
-            },
-            counts,
-        ));
+        return RowScale {
+            mean: 0.0,
+            scale: 0.0,
+        };
     }
     let p = sum as f64 / (2.0 * calls as f64);
     let var = 2.0 * p * (1.0 - p);
@@ -925,13 +933,10 @@ pub fn row_scale(row: &[i8]) -> Result<(RowScale, RowCounts), (usize, i8)> {
     } else {
         1.0 / var.sqrt()
     };
-    Ok((
-        RowScale {
-            mean: 2.0 * p,
-            scale,
-        },
-        counts,
-    ))
+    RowScale {
+        mean: 2.0 * p,
+        scale,
+    }
 }
 
 /// `(Σ max(g, 0), calls, twos, any value outside −1..=2)`, in u32 lanes per block of rows
