@@ -37,6 +37,12 @@ demo: build
 test: build
 	$(CARGO) test --release --workspace
 
+# On a machine with an NVIDIA GPU: the GPU tests, where a missing GPU fails instead of
+# skipping, and the GPU units of the runtime (probe, kernels compiled by NVRTC).
+test-gpu: build
+	RANKWISE_REQUIRE_GPU=1 $(CARGO) test --release --test gpu -- --nocapture
+	$(CARGO) test --release -p rankwise-runtime gpu -- --nocapture
+
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

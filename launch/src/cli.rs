@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ndarray::ArrayView2;
 use rankwise_linalg::{svd, FactorSink, LinalgError, SvdOptions, SvdPlan, SvdProblem, SvdResult};
 use rankwise_runtime::budget::format_bytes;
+use rankwise_runtime::gpu::DeviceChoice;
 use rankwise_runtime::zarr::ZarrMatrix;
 use rankwise_runtime::{
     actor_specs, parse_bytes, ChunkGrid, CoreShare, Dist, PanelSource, Runtime, RuntimeConfig,
@@ -130,6 +131,11 @@ struct RunArgs {
     /// Do not pin worker threads to cores.
     #[arg(long)]
     no_pin: bool,
+    /// Where actors compute: `cpu`, `gpu` (one GPU actor per GPU the rank is given; an
+    /// error without CUDA or a device), or `auto` (GPUs where CUDA, NVRTC, cuBLAS and a
+    /// device are all present, else CPU; `rankwise info` shows what was found).
+    #[arg(long, default_value = "auto", value_parser = parse_device)]
+    device: DeviceChoice,
     /// Seconds a rank waits for a message before it declares its peer gone.
     #[arg(long, default_value_t = 600)]
     comm_timeout: u64,
@@ -137,6 +143,10 @@ struct RunArgs {
     /// read in parts: Blosc or uncompressed chunks spanning every column.
     #[arg(long, value_name = "SIZE", default_value = "16M")]
     read_segment: String,
+}
+
+fn parse_device(s: &str) -> Result<DeviceChoice, String> {
+    s.parse()
 }
 
 impl RunArgs {
@@ -188,6 +198,10 @@ struct PlanArgs {
 struct InfoArgs {
     #[command(flatten)]
     run: RunArgs,
+    /// Also compile the GPU kernels with NVRTC, for each visible device's architecture
+    /// (sm_90 when there is none): checks a CUDA installation without running anything.
+    #[arg(long)]
+    check_kernels: bool,
 }
 
 /// Errors of the command line.
@@ -264,7 +278,10 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
-        Command::Info(a) => run_ranks(&a.run, info),
+        Command::Info(a) => {
+            let check = a.check_kernels;
+            run_ranks(&a.run, move |rt, launch| info(rt, launch, check))
+        }
         Command::Plan(a) => {
             let a = Arc::new(a);
             run_ranks(&a.run.clone(), move |rt, _| plan(rt, &a))
@@ -336,6 +353,7 @@ fn runtime_config(run: &RunArgs, launch: &LaunchInfo) -> Result<RuntimeConfig, C
         } else {
             CoreShare::LauncherIfBound
         },
+        device: run.device,
     })
 }
 
@@ -539,7 +557,10 @@ fn rank_main(comm: Box<dyn Comm>, run: &RunArgs, launch: &LaunchInfo, job: &Job)
                 Ok(s) => s,
                 Err(e) => return failed(Some(comm), e.into()),
             };
-            let rt = Runtime::new(comm, specs).map_err(|e| (None, e.into()))?;
+            let rt = match Runtime::try_new(comm, specs) {
+                Ok(rt) => rt,
+                Err((comm, e)) => return failed(Some(comm), e.into()),
+            };
             match catch_unwind(AssertUnwindSafe(|| job(&rt, launch))) {
                 Ok(Ok(v)) => Ok(v),
                 Ok(Err(e)) => failed(Some(rt.into_comm()), e),
@@ -606,7 +627,44 @@ fn injected_fault(rt: &Runtime, phase: &str) -> Result<(), CliError> {
     }
 }
 
-fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
+/// `rankwise info --check-kernels`: NVRTC compiles the kernels for every visible device's
+/// architecture, or for sm_90 (Hopper) on a machine without devices.
+fn check_kernels() -> Result<String, CliError> {
+    use rankwise_runtime::gpu::{compile_kernels, probed};
+    let libs = probed();
+    libs.require("nvrtc", "--check-kernels")
+        .map_err(RuntimeError::from)?;
+    let mut archs: Vec<(i32, i32)> = libs.devices.iter().map(|d| d.compute_capability).collect();
+    if archs.is_empty() {
+        archs.push((9, 0));
+    }
+    archs.dedup();
+    let mut out = String::new();
+    for (major, minor) in archs {
+        let cubin = compile_kernels(major, minor).map_err(|message| {
+            RuntimeError::from(rankwise_runtime::gpu::GpuError::Compile {
+                ordinal: 0,
+                arch: format!("sm_{major}{minor}"),
+                message,
+            })
+        })?;
+        out.push_str(&format!(
+            "kernels: compiled for sm_{major}{minor} by NVRTC ({}), {} bytes of machine code\n",
+            libs.find("nvrtc")
+                .and_then(|l| l.found.as_deref())
+                .unwrap_or("?"),
+            cubin.len()
+        ));
+    }
+    Ok(out)
+}
+
+fn info(rt: &Runtime, launch: &LaunchInfo, check: bool) -> Result<Option<String>, CliError> {
+    let kernels = if check && rt.rank() == 0 {
+        Some(check_kernels()?)
+    } else {
+        None
+    };
     let topology = Topology::detect();
     let mut lines = Vec::new();
     let actors: Vec<String> = rt
@@ -635,12 +693,13 @@ fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
         launch.local_size.unwrap_or(1)
     ));
     let binding = launch.device(topology.gpus.len(), topology.numa.len());
+    let gpu_actors = rt.actors().iter().filter(|a| a.gpu().is_some()).count();
     lines.push(format!(
-        "  device by local rank: {binding:?}{}",
-        match binding {
-            crate::launcher::DeviceBinding::Gpu(_) =>
-                " (GPU actors are not part of this build: the rank runs CPU actors)",
-            crate::launcher::DeviceBinding::Numa(_) => "",
+        "  device by local rank: {binding:?}; {}",
+        if gpu_actors > 0 {
+            format!("{gpu_actors} GPU actor(s)")
+        } else {
+            "CPU actors".to_string()
         }
     ));
     lines.extend(allocation_lines(launch));
@@ -651,6 +710,10 @@ fn info(rt: &Runtime, launch: &LaunchInfo) -> Result<Option<String>, CliError> {
         let mut out = topology.summary();
         if !out.ends_with('\n') {
             out.push('\n');
+        }
+        out.push_str(&rankwise_runtime::gpu::probed().summary());
+        if let Some(k) = &kernels {
+            out.push_str(k);
         }
         for part in all {
             out.push_str(&String::from_utf8_lossy(&part));

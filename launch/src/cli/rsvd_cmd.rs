@@ -464,6 +464,8 @@ fn compute(
             "bytes_produced": result.bytes_produced,
             "read": result.read,
             "timings": result.timings,
+            "gpu_panel_passes": result.gpu_panels,
+            "gpu_note": result.gpu_note,
         }),
     )?
     else {
@@ -683,6 +685,16 @@ fn summary_text(
             "  ‖A − UΣVᵀ‖₂ ≤ {:.4e} except with probability {:.0e}",
             e.spectral_bound, e.failure_probability
         );
+    }
+    if r.gpu_panels > 0 {
+        let _ = writeln!(
+            s,
+            "GPU: {} panel passes on rank 0's GPU actors",
+            r.gpu_panels
+        );
+    }
+    if let Some(note) = &r.gpu_note {
+        let _ = writeln!(s, "note: {note}");
     }
     let _ = writeln!(s, "phases (rank 0):");
     for t in &r.timings {

@@ -1,0 +1,322 @@
+//! GPU actors.
+//!
+//! Everywhere (`make test`): the CUDA probe and `rankwise info` never panic and name every
+//! library; `--device gpu` without CUDA fails with a message naming the missing library, on
+//! one rank and on both ranks of `mpirun -np 2`, without hanging; `--device auto` runs on
+//! CPU; and the device kernels compile with NVRTC installed from PyPI (a compiler library:
+//! no GPU needed).
+//!
+//! On a machine with a GPU (`make test-gpu`, which sets `RANKWISE_REQUIRE_GPU=1` so that a
+//! missing GPU fails instead of skipping): the device generator gives the host generator's
+//! values, and `rsvd`/`pca` on GPU actors agree with CPU actors on the same seed and grid.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+
+use common::mpirun_util::run_with_timeout;
+use common::*;
+use ndarray::Array2;
+use rankwise::linalg::gpu::{produce_rows, DeviceSource};
+use rankwise::linalg::Operand;
+use rankwise::runtime::gpu::{probed, GpuDevice};
+use rankwise::runtime::{Dist, Generated, GenotypeSource, PanelSource};
+
+/// Whether this machine can run the GPU passes; prints why not (or fails under
+/// `RANKWISE_REQUIRE_GPU=1`).
+fn gpu_or_skip(test: &str) -> Option<Arc<GpuDevice>> {
+    let libs = probed();
+    let why = match libs.usable() {
+        Err(e) => e.to_string(),
+        Ok(()) if libs.devices.is_empty() => "no CUDA device visible".into(),
+        Ok(()) => match GpuDevice::open(0, libs) {
+            Ok(d) => return Some(Arc::new(d)),
+            Err(e) => e.to_string(),
+        },
+    };
+    assert!(
+        std::env::var("RANKWISE_REQUIRE_GPU").as_deref() != Ok("1"),
+        "{test}: RANKWISE_REQUIRE_GPU=1 but no usable GPU: {why}"
+    );
+    println!("{test}: skipped: {why}");
+    None
+}
+
+fn gpu_usable() -> bool {
+    let libs = probed();
+    libs.usable().is_ok() && !libs.devices.is_empty()
+}
+
+#[test]
+fn info_names_every_cuda_library() {
+    let run = embedded(&strings(&["info"]));
+    run.assert_success();
+    for lib in ["cuda", "nvrtc", "cublas", "cublasLt", "cusolver", "nccl"] {
+        assert!(
+            run.stdout.contains(&format!("  {lib:<9} found: "))
+                || run.stdout.contains(&format!("  {lib:<9} not found (")),
+            "info says nothing of {lib}:\n{}",
+            run.stdout
+        );
+    }
+    assert!(run.stdout.contains("GPU actors: "), "{}", run.stdout);
+}
+
+#[test]
+fn device_gpu_without_cuda_fails_naming_the_library_on_every_rank() {
+    if gpu_usable() {
+        println!("skipped: this machine has a usable GPU");
+        return;
+    }
+    let why = probed().usable().err().map(|e| e.to_string());
+    let args = strings(&[
+        "rsvd",
+        "--rows",
+        "2000",
+        "--cols",
+        "50",
+        "--chunk-rows",
+        "500",
+        "-k",
+        "3",
+        "--device",
+        "gpu",
+    ]);
+    let run = embedded(&args);
+    run.assert_finished();
+    assert_eq!(run.code, Some(1), "{}", run.describe());
+    assert!(
+        run.stderr.contains("rankwise: rank 0 failed: ") && run.stderr.contains("--device"),
+        "{}",
+        run.describe()
+    );
+    if let Some(why) = &why {
+        assert!(run.stderr.contains(why.as_str()), "{}", run.describe());
+        assert!(run.stderr.contains("library"), "{}", run.describe());
+    }
+    let run = under_mpirun(2, &args);
+    run.assert_finished();
+    assert_ne!(run.code, Some(0), "{}", run.describe());
+    let failures = run.stderr.matches(" failed: ").count();
+    assert!(failures >= 2, "both ranks must report:\n{}", run.describe());
+}
+
+#[test]
+fn device_auto_without_cuda_runs_on_cpu_actors() {
+    if gpu_usable() {
+        println!("skipped: this machine has a usable GPU");
+        return;
+    }
+    let common = [
+        "rsvd",
+        "--rows",
+        "3000",
+        "--cols",
+        "40",
+        "--chunk-rows",
+        "500",
+        "-k",
+        "4",
+        "--json",
+    ];
+    let auto = report(&embedded(&strings(
+        &[&common[..], &["--device", "auto"]].concat(),
+    )));
+    let cpu = report(&embedded(&strings(
+        &[&common[..], &["--device", "cpu"]].concat(),
+    )));
+    assert_eq!(
+        json_bits(&auto["singular_values"]),
+        json_bits(&cpu["singular_values"])
+    );
+    let actors = auto["actors"].to_string();
+    assert!(!actors.contains("gpu "), "{actors}");
+}
+
+/// The kernels compile for Ampere and Hopper with the NVRTC of PyPI's nvidia-cuda-nvrtc
+/// (scripts/nvrtc-venv.sh), through `rankwise info --check-kernels`.
+#[test]
+fn kernels_compile_with_nvrtc_from_pypi() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = rankwise_bin()
+        .ancestors()
+        .nth(2)
+        .expect("target dir")
+        .join("nvrtc-venv");
+    let out = Command::new("bash")
+        .arg(repo.join("scripts/nvrtc-venv.sh"))
+        .arg(&venv)
+        .output()
+        .expect("running bash");
+    assert!(
+        out.status.success(),
+        "scripts/nvrtc-venv.sh failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let libdir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let mut cmd = Command::new(rankwise_bin());
+    cmd.args(["info", "--check-kernels"])
+        .env("LD_LIBRARY_PATH", &libdir);
+    let run = run_with_timeout(cmd, CLI_LIMIT);
+    run.assert_success();
+    assert!(
+        run.stdout.contains("  nvrtc     found: libnvrtc.so"),
+        "{}",
+        run.stdout
+    );
+    let compiled = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("kernels: compiled for sm_"))
+        .count();
+    assert!(compiled >= 1, "{}", run.stdout);
+    // Without NVRTC the check names the library instead.
+    if probed().find("nvrtc").is_none() {
+        let run = embedded(&strings(&["info", "--check-kernels"]));
+        run.assert_finished();
+        assert_eq!(run.code, Some(1), "{}", run.describe());
+        assert!(
+            run.stderr
+                .contains("--check-kernels needs the nvrtc library"),
+            "{}",
+            run.describe()
+        );
+    }
+}
+
+#[test]
+fn device_generator_gives_the_host_values() {
+    let Some(dev) = gpu_or_skip("device_generator_gives_the_host_values") else {
+        return;
+    };
+    let mut rng = Draw(test_seed());
+    for _ in 0..4 {
+        let m = rng.range(100, 5000);
+        let n = rng.range(1, 3000);
+        let seed = rng.next();
+        let r0 = rng.range(0, m / 2);
+        let r1 = rng.range(r0 + 1, m);
+        // Uniform: bit for bit, f64 and f32.
+        let g = Generated::new(m, n, seed, Dist::Uniform);
+        let src = DeviceSource::of(&Operand::Dense(Arc::new(g.clone()))).expect("uniform");
+        let (dev64, _) = produce_rows::<f64>(&dev, &src, r0..r1, n as usize).unwrap();
+        let mut host = Array2::<f64>::zeros(dev64.dim());
+        PanelSource::fill(&g, r0..r1, host.view_mut()).unwrap();
+        assert_eq!(bits(&dev64), bits(&host), "uniform f64 {m}×{n} seed {seed}");
+        let (dev32, _) = produce_rows::<f32>(&dev, &src, r0..r1, n as usize).unwrap();
+        let mut host32 = Array2::<f32>::zeros(dev32.dim());
+        g.fill_cols_f32(r0..r1, 0..n, host32.view_mut()).unwrap();
+        assert_eq!(dev32, host32, "uniform f32 {m}×{n} seed {seed}");
+        // Genotypes with population structure and missing calls: the device's
+        // standardized values equal the host's standardization of the host's dosages.
+        let pops = rng.range(1, 4).min(n);
+        let g = Generated::new(m, n, seed, Dist::Genotype)
+            .with_populations(pops, 0.1)
+            .unwrap()
+            .with_missing(0.05);
+        let src = DeviceSource::of(&Operand::Genotypes(Arc::new(g.clone()))).expect("genotypes");
+        let (dev64, facts) = produce_rows::<f64>(&dev, &src, r0..r1, n as usize).unwrap();
+        let mut dosages = Array2::<i8>::zeros(((r1 - r0) as usize, n as usize));
+        g.fill_dosages(r0..r1, dosages.view_mut()).unwrap();
+        let mut missing = 0;
+        for (i, row) in dosages.rows().into_iter().enumerate() {
+            let (scale, counts) = rankwise::linalg::tiles::row_scale(row.as_slice().unwrap())
+                .expect("generated dosages are valid");
+            missing += counts.missing;
+            let t = scale.table();
+            for (j, &d) in row.iter().enumerate() {
+                let want = t[if d < 0 { 3 } else { d as usize }];
+                assert_eq!(
+                    dev64[[i, j]].to_bits(),
+                    want.to_bits(),
+                    "genotype ({}, {j}) of {m}×{n}, seed {seed}, {pops} populations",
+                    r0 + i as u64
+                );
+            }
+        }
+        assert_eq!(facts.missing, missing);
+    }
+}
+
+fn bits(a: &Array2<f64>) -> Vec<u64> {
+    a.iter().map(|x| x.to_bits()).collect()
+}
+
+fn singular_values(args: &[&str], device: &str) -> (Vec<f64>, serde_json::Value) {
+    let mut all = args.to_vec();
+    all.extend(["--json", "--device", device]);
+    let r = report(&embedded(&strings(&all)));
+    let s = r["singular_values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    (s, r)
+}
+
+fn assert_close(gpu: &[f64], cpu: &[f64], rel: f64, what: &str) {
+    assert_eq!(gpu.len(), cpu.len());
+    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+        assert!(
+            (g - c).abs() <= rel * cpu[0].abs(),
+            "{what}: σ{} GPU {g} CPU {c} (tolerance {rel} of σ₁)",
+            i + 1
+        );
+    }
+}
+
+#[test]
+fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
+    if gpu_or_skip("rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors").is_none() {
+        return;
+    }
+    let mut rng = Draw(test_seed());
+    let m = rng.range(20_000, 60_000);
+    let n = rng.range(200, 2000);
+    let seed = rng.next().to_string();
+    let (m, n) = (m.to_string(), n.to_string());
+    let rsvd = [
+        "rsvd",
+        "--rows",
+        &m,
+        "--cols",
+        &n,
+        "--chunk-rows",
+        "4096",
+        "-k",
+        "8",
+        "--seed",
+        &seed,
+    ];
+    let (cpu, _) = singular_values(&rsvd, "cpu");
+    let (gpu, report) = singular_values(&rsvd, "gpu");
+    assert!(report["actors"].to_string().contains("gpu 0"), "{report}");
+    assert_close(&gpu, &cpu, 1e-10, "rsvd f64");
+    let pca = [
+        "pca",
+        "--rows",
+        &m,
+        "--cols",
+        &n,
+        "--chunk-rows",
+        "4096",
+        "-k",
+        "6",
+        "--seed",
+        &seed,
+        "--populations",
+        "3",
+        "--missing",
+        "0.05",
+    ];
+    let (cpu, _) = singular_values(&pca, "cpu");
+    let (gpu, _) = singular_values(&pca, "gpu");
+    assert_close(&gpu, &cpu, 1e-10, "pca f64");
+    let mut pca32 = pca.to_vec();
+    pca32.extend(["--precision", "f32"]);
+    let (cpu, _) = singular_values(&pca32, "cpu");
+    let (gpu, _) = singular_values(&pca32, "gpu");
+    assert_close(&gpu, &cpu, 1e-5, "pca f32");
+}
