@@ -731,6 +731,24 @@ pub fn gaussian(n: usize, w: usize, seed: u64) -> Array2<f64> {
 
 type States = Vec<Vec<PanelState>>;
 
+/// `dst += src`, row by row over contiguous slices: ndarray's element-wise zip over these
+/// views cost a tenth of the f32 tile products on the 2-core Xeon.
+fn add_to_f64<T: crate::tiles::Real>(
+    mut dst: ndarray::ArrayViewMut2<'_, f64>,
+    src: ArrayView2<'_, T>,
+) {
+    for (mut d, s) in dst.rows_mut().into_iter().zip(src.rows()) {
+        match (d.as_slice_mut(), s.as_slice()) {
+            (Some(d), Some(s)) => {
+                for (a, &p) in d.iter_mut().zip(s) {
+                    *a += p.to_f64();
+                }
+            }
+            _ => d.zip_mut_with(&s, |a, &p| *a += p.to_f64()),
+        }
+    }
+}
+
 /// `Y = A·omega` for every panel; with `first`, also produces (and keeps, if resident) the
 /// panels and the facts of pass 1, and keeps the probe columns `omega[:, l..]`.
 fn range_pass(
@@ -804,8 +822,7 @@ where
                         T::zero(),
                         part.view_mut(),
                     );
-                    y.slice_mut(s![r0..r0 + b, ..])
-                        .zip_mut_with(&part, |a, &p| *a += p.to_f64());
+                    add_to_f64(y.slice_mut(s![r0..r0 + b, ..]), part.view());
                 },
             )?;
         if kept.is_some() {
@@ -1006,8 +1023,7 @@ where
                         T::zero(),
                         part.view_mut(),
                     );
-                    b.slice_mut(s![.., c0..c0 + w])
-                        .zip_mut_with(&part, |a, &p| *a += p.to_f64());
+                    add_to_f64(b.slice_mut(s![.., c0..c0 + w]), part.view());
                 },
             )?;
         s2.insert(st.p, b.t().as_standard_layout().into_owned());

@@ -27,16 +27,23 @@
 /// [`atb`]); wider products go to BLAS, whose packing is then amortized.
 pub const MAX_NARROW: usize = 64;
 
-/// True when the kernels run on this CPU.
+/// True when the kernels run on this CPU: it has AVX-512F, and `RANKWISE_SKINNY=0` does not
+/// send every product to BLAS (to compare the two on a given CPU).
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        if std::env::var("RANKWISE_SKINNY").as_deref() == Ok("0") {
+            return false;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512f")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
 }
 
 /// The element types the kernels take (f32 and f64).
