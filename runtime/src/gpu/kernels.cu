@@ -25,26 +25,26 @@ __device__ __forceinline__ double unit_f64(u64 x) {
     return (double)(x >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// Uniform values of rows row0 .. row0+h, columns col0 .. col0+w of the generated matrix.
-// Grid: x over columns, y over rows (y may be smaller than h: rows are strided).
-extern "C" __global__ void uniform_f64(double* out, u64 key, u64 row0, u64 col0, u32 h,
-                                       u32 w, u32 ld) {
+// Uniform values of rows row0 .. row0+h, columns col0 .. col0+w of the generated matrix,
+// rounded to T. Grid: x over columns, y over rows (y may be smaller than h: rows are strided).
+template <typename T>
+__device__ void uniform(T* out, u64 key, u64 row0, u64 col0, u32 h, u32 w, u32 ld) {
     u32 j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= w) return;
     for (u32 i = blockIdx.y; i < h; i += gridDim.y) {
         u64 c = (row0 + i) * MAX_GENERATED_COLS + col0 + j;
-        out[(u64)i * ld + j] = unit_f64(mix64(key + c * GAMMA));
+        out[(u64)i * ld + j] = (T)unit_f64(mix64(key + c * GAMMA));
     }
+}
+
+extern "C" __global__ void uniform_f64(double* out, u64 key, u64 row0, u64 col0, u32 h,
+                                       u32 w, u32 ld) {
+    uniform<double>(out, key, row0, col0, h, w, ld);
 }
 
 extern "C" __global__ void uniform_f32(float* out, u64 key, u64 row0, u64 col0, u32 h, u32 w,
                                        u32 ld) {
-    u32 j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= w) return;
-    for (u32 i = blockIdx.y; i < h; i += gridDim.y) {
-        u64 c = (row0 + i) * MAX_GENERATED_COLS + col0 + j;
-        out[(u64)i * ld + j] = (float)unit_f64(mix64(key + c * GAMMA));
-    }
+    uniform<float>(out, key, row0, col0, h, w, ld);
 }
 
 // Genotype dosages of variants row0 .. row0+h (all n samples), 2-bit packed four per byte
@@ -86,8 +86,9 @@ extern "C" __global__ void genotype_packed(u8* packed, u32* counts, const u64* t
 // Standardized tile from packed codes: out(i, j) = table[4*i + code(i, col0 + j)], the
 // table holding each variant's standardized value of dosages 0, 1, 2 and of a missing call
 // (computed on the host exactly as the CPU kernels do, then rounded to the tile's type).
-extern "C" __global__ void standardize_f64(double* out, const u8* packed, const double* table,
-                                           u32 col0, u32 h, u32 w, u32 pld, u32 ld) {
+template <typename T>
+__device__ void standardize(T* out, const u8* packed, const T* table, u32 col0, u32 h, u32 w,
+                            u32 pld, u32 ld) {
     u32 j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= w) return;
     u32 col = col0 + j;
@@ -97,15 +98,14 @@ extern "C" __global__ void standardize_f64(double* out, const u8* packed, const 
     }
 }
 
+extern "C" __global__ void standardize_f64(double* out, const u8* packed, const double* table,
+                                           u32 col0, u32 h, u32 w, u32 pld, u32 ld) {
+    standardize<double>(out, packed, table, col0, h, w, pld, ld);
+}
+
 extern "C" __global__ void standardize_f32(float* out, const u8* packed, const float* table,
                                            u32 col0, u32 h, u32 w, u32 pld, u32 ld) {
-    u32 j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= w) return;
-    u32 col = col0 + j;
-    for (u32 i = blockIdx.y; i < h; i += gridDim.y) {
-        u32 code = (packed[(u64)i * pld + (col >> 2)] >> (2 * (col & 3))) & 3;
-        out[(u64)i * ld + j] = table[4 * i + code];
-    }
+    standardize<float>(out, packed, table, col0, h, w, pld, ld);
 }
 
 // acc[i] += part[i]: single-precision products summed in double, as the CPU kernels do.
