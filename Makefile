@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 # Where `make install` puts the C library, its header, the Fortran module and rankwise.pc.
 PREFIX ?= /usr/local
 
-.PHONY: deps build capi install demo test test-gpu bench lint clean
+.PHONY: deps build capi install bundle demo test test-gpu bench lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -26,6 +26,12 @@ capi: deps
 # module include/rankwise.f90 under PREFIX.
 install: capi
 	scripts/install-capi.sh $(PREFIX)
+
+# A relocatable copy (bin/, lib/, env.sh) for machines without the Debian packages rankwise
+# links: `make bundle DIR=/path/to/new/dir [TESTS=1]` (TESTS=1 adds the GPU test binary,
+# which make test builds).
+bundle: build
+	scripts/bundle.sh $(DIR) $(if $(TESTS),--tests,)
 
 # The main job on the embedded default: the exact SVD of a generated 10,000,000 × 20
 # float64 matrix in one process.
