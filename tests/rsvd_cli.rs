@@ -149,6 +149,50 @@ fn same_bits_everywhere(
     (reference, ref_out)
 }
 
+/// Regression: on AVX-512 Intel CPUs OpenBLAS's SkylakeX kernels made the root rank's small
+/// QR and SVD depend on where their operands lay in memory, and this block Krylov run (a
+/// 36-column basis of a 38-column matrix) gave other bits with 2 and 3 local ranks than
+/// with 1. The binary now runs OpenBLAS's Haswell kernels there; the child processes get no
+/// OPENBLAS_CORETYPE of the test's environment, so the binary chooses by itself.
+#[test]
+fn openblas_avx512_kernels_no_longer_change_the_bits_with_the_rank_count() {
+    let args = [
+        "rsvd",
+        "--rows",
+        "5114",
+        "--cols",
+        "38",
+        "--chunk-rows",
+        "1023",
+        "--seed",
+        "9198451021521047816",
+        "-k",
+        "7",
+        "--oversample",
+        "5",
+        "--power-iters",
+        "2",
+        "--method",
+        "block-krylov",
+        "--sketch-seed",
+        "10271324026120266740",
+        "--json",
+    ];
+    let bits = |ranks: &str| {
+        let mut cmd = std::process::Command::new(rankwise_bin());
+        cmd.args(args)
+            .args(["--local-ranks", ranks])
+            .env_remove("OPENBLAS_CORETYPE");
+        json_bits(
+            &report(&common::mpirun_util::run_with_timeout(cmd, CLI_LIMIT))["singular_values"],
+        )
+    };
+    let one = bits("1");
+    for ranks in ["2", "3"] {
+        assert_eq!(bits(ranks), one, "--local-ranks {ranks} against 1");
+    }
+}
+
 #[test]
 fn rsvd_under_mpirun_matches_the_embedded_run_bit_for_bit() {
     let dir = scratch("rsvd-cli-bits");

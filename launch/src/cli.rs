@@ -267,8 +267,36 @@ fn hold_large_blocks_in_mmap() {
     }
 }
 
+/// Regression (bit-identity across rank counts on AVX-512 Intel CPUs): OpenBLAS's SkylakeX
+/// kernels give results that depend on the operands' addresses, so the root rank's small QR
+/// and SVD differed in the last bits between `--local-ranks 1`, 2 and 3 (block Krylov with a
+/// 36-column basis, tests/rsvd_cli.rs). OpenBLAS picks its kernels when it is loaded, from
+/// `OPENBLAS_CORETYPE`, before `main` runs: so the process starts itself again with the
+/// Haswell (AVX2) kernels, which are layout-independent, unless the variable was set by the
+/// user (then it is respected). The skinny tile kernels keep AVX-512 either way.
+fn keep_results_independent_of_layout() {
+    const VAR: &str = "OPENBLAS_CORETYPE";
+    if std::env::var_os(VAR).is_some() || !rankwise_linalg::kernels::openblas_layout_dependent() {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let mut args = std::env::args_os();
+    let argv0 = args.next().unwrap_or_else(|| "rankwise".into());
+    let err = std::process::Command::new("/proc/self/exe")
+        .arg0(argv0)
+        .args(args)
+        .env(VAR, "Haswell")
+        .exec();
+    // exec returns only when it failed: carry on with the AVX-512 kernels.
+    eprintln!(
+        "rankwise: could not restart with {VAR}=Haswell ({err}); results may differ in the \
+         last bits between rank counts"
+    );
+}
+
 /// Runs the command line; returns the process exit status.
 pub fn main() -> i32 {
+    keep_results_independent_of_layout();
     hold_large_blocks_in_mmap();
     let cli = match Cli::try_parse() {
         Ok(c) => c,

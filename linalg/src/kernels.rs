@@ -36,6 +36,34 @@ pub fn init_blas_threads() {
     unsafe { openblas_set_num_threads(1) };
 }
 
+/// The name of the kernels OpenBLAS chose for this CPU at load time (e.g. `Haswell`,
+/// `SkylakeX`).
+pub fn openblas_core() -> String {
+    extern "C" {
+        fn openblas_get_corename() -> *const std::os::raw::c_char;
+    }
+    // SAFETY: returns a pointer to a static NUL-terminated string of OpenBLAS's.
+    let name = unsafe { openblas_get_corename() };
+    if name.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null, NUL-terminated, static.
+    unsafe { std::ffi::CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Whether OpenBLAS runs its AVX-512 kernels (SkylakeX and later), whose results depend on
+/// where the operands lie in memory: with them, the same small QR or SVD computed by
+/// another rank, at other addresses, can differ in the last bits, and runs with different
+/// rank counts stop being bit-identical (see `launch::cli::keep_results_independent_of_layout`).
+pub fn openblas_layout_dependent() -> bool {
+    let core = openblas_core().to_ascii_lowercase();
+    ["skylakex", "cooperlake", "sapphirerapids"]
+        .iter()
+        .any(|c| core.contains(c))
+}
+
 /// A factored panel: `panel = Q · R` with `Q = diag(Q_blocks) · Q_stack`.
 #[derive(Debug)]
 pub struct PanelFactor {
