@@ -36,7 +36,8 @@ pub enum GpuError {
     /// A CUDA library this needs was not found.
     #[error(
         "{what} needs the {library} library, which was not found (searched {searched}); \
-         set LD_LIBRARY_PATH to its directory or run with --device cpu"
+         set LD_LIBRARY_PATH to its directory{}",
+        if what.starts_with("--device") { " or run with --device cpu" } else { "" }
     )]
     Missing {
         /// What needed it.
