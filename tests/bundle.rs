@@ -12,17 +12,7 @@ use common::*;
 fn a_bundle_runs_from_its_own_libraries_with_the_same_bits() {
     let scratch = scratch("bundle");
     let dir = scratch.join("rankwise-bundle");
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("bash")
-        .arg(repo.join("scripts/bundle.sh"))
-        .arg(&dir)
-        .output()
-        .expect("running bash");
-    assert!(
-        out.status.success(),
-        "scripts/bundle.sh failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    repo_script("bundle.sh", &[dir.as_os_str()]);
     let lib = dir.join("lib");
     let bin = dir.join("bin/rankwise");
     // Every library outside the C library's own comes from the bundle.
@@ -70,7 +60,7 @@ fn a_bundle_runs_from_its_own_libraries_with_the_same_bits() {
     );
     // A second bundle never overwrites the first.
     let again = Command::new("bash")
-        .arg(repo.join("scripts/bundle.sh"))
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bundle.sh"))
         .arg(&dir)
         .output()
         .expect("running bash");

@@ -138,23 +138,14 @@ fn device_auto_without_cuda_runs_on_cpu_actors() {
 /// (scripts/nvrtc-venv.sh), through `rankwise info --check-kernels`.
 #[test]
 fn kernels_compile_with_nvrtc_from_pypi() {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = rankwise_bin()
         .ancestors()
         .nth(2)
         .expect("target dir")
         .join("nvrtc-venv");
-    let out = Command::new("bash")
-        .arg(repo.join("scripts/nvrtc-venv.sh"))
-        .arg(&venv)
-        .output()
-        .expect("running bash");
-    assert!(
-        out.status.success(),
-        "scripts/nvrtc-venv.sh failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let libdir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let libdir = repo_script("nvrtc-venv.sh", &[venv.as_os_str()])
+        .trim()
+        .to_string();
     let mut cmd = Command::new(rankwise_bin());
     cmd.args(["info", "--check-kernels"])
         .env("LD_LIBRARY_PATH", &libdir);

@@ -137,6 +137,26 @@ pub fn zarr_python() -> PathBuf {
         .clone()
 }
 
+/// `bash scripts/NAME args…` of this repository: its stdout, or the test fails with its
+/// stderr.
+pub fn repo_script(name: &str, args: &[&std::ffi::OsStr]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts")
+        .join(name);
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .output()
+        .expect("running bash");
+    assert!(
+        out.status.success(),
+        "scripts/{name} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A fresh scratch directory under the target dir.
 pub fn scratch(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
