@@ -428,6 +428,18 @@ struct PanelState {
     factor: Option<PanelFactor>,
 }
 
+impl PanelState {
+    /// Keeps `A·[Ω | W]` (`h × w`): the first `l` columns as the sketch, the rest as the
+    /// probe products.
+    fn set_sketch(&mut self, mut y: Array2<f64>, l: usize) {
+        if y.ncols() > l {
+            self.probes = Some(y.slice(s![.., l..]).to_owned());
+            y = y.slice(s![.., ..l]).as_standard_layout().into_owned();
+        }
+        self.y = Some(y);
+    }
+}
+
 struct Ctx {
     operand: Operand,
     resident: Vec<bool>,
@@ -731,24 +743,6 @@ pub fn gaussian(n: usize, w: usize, seed: u64) -> Array2<f64> {
 
 type States = Vec<Vec<PanelState>>;
 
-/// `dst += src`, row by row over contiguous slices: ndarray's element-wise zip over these
-/// views cost a tenth of the f32 tile products on the 2-core Xeon.
-fn add_to_f64<T: crate::tiles::Real>(
-    mut dst: ndarray::ArrayViewMut2<'_, f64>,
-    src: ArrayView2<'_, T>,
-) {
-    for (mut d, s) in dst.rows_mut().into_iter().zip(src.rows()) {
-        match (d.as_slice_mut(), s.as_slice()) {
-            (Some(d), Some(s)) => {
-                for (a, &p) in d.iter_mut().zip(s) {
-                    *a += p.to_f64();
-                }
-            }
-            _ => d.zip_mut_with(&s, |a, &p| *a += p.to_f64()),
-        }
-    }
-}
-
 /// `Y = A·omega` for every panel; with `first`, also produces (and keeps, if resident) the
 /// panels and the facts of pass 1, and keeps the probe columns `omega[:, l..]`.
 fn range_pass(
@@ -784,13 +778,8 @@ where
     let reads = ctx.reads(rt, &states)?;
     let out = rt.map(states, move |actor, mut st: PanelState| {
         if let Some((dev, src)) = c.on_gpu(actor) {
-            let (mut y, facts) =
-                gpu::range_panel::<T>(dev, src, st.rows.clone(), omega.view(), first)?;
-            if omega.ncols() > l {
-                st.probes = Some(y.slice(s![.., l..]).to_owned());
-                y = y.slice(s![.., ..l]).as_standard_layout().into_owned();
-            }
-            st.y = Some(y);
+            let (y, facts) = gpu::range_panel::<T>(dev, src, st.rows.clone(), omega.view(), first)?;
+            st.set_sketch(y, l);
             return Ok::<_, LinalgError>((st, facts));
         }
         let read = match st.stored {
@@ -822,7 +811,8 @@ where
                         T::zero(),
                         part.view_mut(),
                     );
-                    add_to_f64(y.slice_mut(s![r0..r0 + b, ..]), part.view());
+                    y.slice_mut(s![r0..r0 + b, ..])
+                        .zip_mut_with(&part, |a, &p| *a += p.to_f64());
                 },
             )?;
         if kept.is_some() {
@@ -831,11 +821,7 @@ where
         if let (PanelRead::Whole(lease), true) = (read, keep_lease) {
             st.stored = Some(Stored::Decoded(lease.take_values()));
         }
-        if w > l {
-            st.probes = Some(y.slice(s![.., l..]).to_owned());
-            y = y.slice(s![.., ..l]).as_standard_layout().into_owned();
-        }
-        st.y = Some(y);
+        st.set_sketch(y, l);
         Ok::<_, LinalgError>((st, facts))
     })?;
     let mut states = Vec::with_capacity(out.len());
@@ -984,11 +970,11 @@ where
     let s2 = Arc::clone(sums);
     let reads = ctx.reads(rt, &states)?;
     Ok(rt.map(states, move |actor, st: PanelState| {
+        let q = st.basis.last().ok_or(LinalgError::Tree {
+            level: 0,
+            node: st.p,
+        })?;
         if let Some((dev, src)) = c.on_gpu(actor) {
-            let q = st.basis.last().ok_or(LinalgError::Tree {
-                level: 0,
-                node: st.p,
-            })?;
             let b = gpu::project_panel::<T>(dev, src, st.rows.clone(), q.view(), c.n)?;
             s2.insert(st.p, b.t().as_standard_layout().into_owned());
             return Ok::<_, LinalgError>(st);
@@ -997,10 +983,6 @@ where
             None => reads.panel(actor, st.p)?,
             Some(_) => PanelRead::NotRead,
         };
-        let q = st.basis.last().ok_or(LinalgError::Tree {
-            level: 0,
-            node: st.p,
-        })?;
         let qt = q.mapv(T::from_f64);
         // Sums kept as `B` (basis × n), the tile products as `Qᵀ·T`: the narrow operand
         // on the left is what the skinny kernels take.
@@ -1023,7 +1005,8 @@ where
                         T::zero(),
                         part.view_mut(),
                     );
-                    add_to_f64(b.slice_mut(s![.., c0..c0 + w]), part.view());
+                    b.slice_mut(s![.., c0..c0 + w])
+                        .zip_mut_with(&part, |a, &p| *a += p.to_f64());
                 },
             )?;
         s2.insert(st.p, b.t().as_standard_layout().into_owned());
