@@ -268,44 +268,33 @@ fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
     let n = rng.range(200, 2000);
     let seed = rng.next().to_string();
     let (m, n) = (m.to_string(), n.to_string());
-    let rsvd = [
-        "rsvd",
-        "--rows",
-        &m,
-        "--cols",
-        &n,
-        "--chunk-rows",
-        "4096",
-        "-k",
-        "8",
-        "--seed",
-        &seed,
-    ];
+    // The same generated matrix and grid for every command.
+    let job = |command: &'static str, k: &'static str| {
+        vec![
+            command,
+            "--rows",
+            m.as_str(),
+            "--cols",
+            n.as_str(),
+            "--chunk-rows",
+            "4096",
+            "-k",
+            k,
+            "--seed",
+            seed.as_str(),
+        ]
+    };
+    let rsvd = job("rsvd", "8");
     let (cpu, _) = singular_values(&rsvd, "cpu");
     let (gpu, report) = singular_values(&rsvd, "gpu");
     assert!(report["actors"].to_string().contains("gpu 0"), "{report}");
     assert_close(&gpu, &cpu, 1e-10, "rsvd f64");
-    let pca = [
-        "pca",
-        "--rows",
-        &m,
-        "--cols",
-        &n,
-        "--chunk-rows",
-        "4096",
-        "-k",
-        "6",
-        "--seed",
-        &seed,
-        "--populations",
-        "3",
-        "--missing",
-        "0.05",
-    ];
+    let mut pca = job("pca", "6");
+    pca.extend(["--populations", "3", "--missing", "0.05"]);
     let (cpu, _) = singular_values(&pca, "cpu");
     let (gpu, _) = singular_values(&pca, "gpu");
     assert_close(&gpu, &cpu, 1e-10, "pca f64");
-    let mut pca32 = pca.to_vec();
+    let mut pca32 = pca.clone();
     pca32.extend(["--precision", "f32"]);
     let (cpu, _) = singular_values(&pca32, "cpu");
     let (gpu, _) = singular_values(&pca32, "gpu");
