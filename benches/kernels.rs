@@ -214,6 +214,24 @@ fn rsvd_tiles(c: &mut Criterion) {
             })
         },
     );
+    // Packed codes and per-variant counts straight from the generator (a PCA's first pass).
+    let mut packed_rows = vec![0u8; b * n.div_ceil(4)];
+    let mut counts = Vec::with_capacity(b);
+    group.bench_function(
+        BenchmarkId::new("generate_genotypes_packed", format!("{b}x{n}")),
+        |bn| {
+            bn.iter(|| {
+                counts.clear();
+                geno.fill_packed_rows(
+                    4096..4096 + b as u64,
+                    &mut packed_rows,
+                    n.div_ceil(4),
+                    &mut counts,
+                );
+                std::hint::black_box(counts[0])
+            })
+        },
+    );
     // The same with 5 populations: a Beta draw per population and a run per population.
     let structured = geno
         .clone()

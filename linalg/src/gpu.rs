@@ -34,6 +34,7 @@ use cudarc::driver::{
 use ndarray::{s, Array2, ArrayView2};
 pub use rankwise_runtime::gpu::GpuDevice;
 use rankwise_runtime::gpu::{GpuError, GpuKernels};
+use rankwise_runtime::stream::{BLOCK_COLS, LANES};
 use rankwise_runtime::{Dist, Generated};
 
 use crate::tiles::{scale_of, Operand, PanelFacts, Real, RowCounts};
@@ -269,9 +270,11 @@ where
                     .arg(&b32)
                     .arg(&n32)
                     .arg(&n32);
+                // One thread per (256-column block, lane) of the row.
+                let threads = self.n.div_ceil(BLOCK_COLS) * LANES;
                 // SAFETY: the kernel writes b rows of n values at stride n inside the tile
                 // (b ≤ self.rows), and takes its scalars by value.
-                unsafe { l.launch(grid(self.n, b)) }
+                unsafe { l.launch(grid(threads, b)) }
                     .map_err(gpu(dev, "generating uniform values"))?;
                 if measure {
                     facts.sum_squares += self.sum_squares(b * self.n)?;
@@ -304,7 +307,7 @@ where
                     .arg(&stride);
                 // SAFETY: b rows of `stride` packed bytes and 4 counts each fit the buffers;
                 // the thresholds hold b·pops entries.
-                unsafe { l.launch(grid(stride as usize, b)) }
+                unsafe { l.launch(grid(self.n.div_ceil(BLOCK_COLS), b)) }
                     .map_err(gpu(dev, "generating genotypes"))?;
                 let mut host = vec![0u32; 4 * b];
                 stream

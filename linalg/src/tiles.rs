@@ -25,7 +25,7 @@ use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_runtime::readahead::ReadFn;
 use rankwise_runtime::{
-    GenotypeSource, PanelBuffer, PanelLease, PanelSource, PanelValues, StoredPanels,
+    Dist, GenotypeSource, PanelBuffer, PanelLease, PanelSource, PanelValues, StoredPanels,
 };
 
 use crate::reads::PanelRead;
@@ -788,6 +788,10 @@ impl<'a> TileProducer<'a> {
             }
         ];
         let mut scales = Vec::with_capacity(TILE_ROWS);
+        let direct = src
+            .generated()
+            .filter(|g| g.dist() == Dist::Genotype && !g.is_transposed());
+        let mut code_counts = Vec::with_capacity(TILE_ROWS);
         let mut local = None;
         let mut decoded = match packed {
             Some(_) => DecodedRows {
@@ -806,6 +810,36 @@ impl<'a> TileProducer<'a> {
                     Some((bytes, _, rows)) => {
                         scales.extend_from_slice(&rows[r0..r1]);
                         &bytes[r0 * stride..r1 * stride]
+                    }
+                    None if direct.is_some() => {
+                        // The generator packs and counts as it draws: no int8 rows.
+                        let gen = direct.expect("checked");
+                        let g = self.rows.start + r0 as u64..self.rows.start + r1 as u64;
+                        let dest: &mut [u8] = if keep {
+                            &mut kept_bytes[r0 * stride..r1 * stride]
+                        } else {
+                            &mut block[..b * stride]
+                        };
+                        code_counts.clear();
+                        gen.fill_packed_rows(g, dest, stride, &mut code_counts);
+                        for &[ones, twos, missing] in &code_counts {
+                            let counts = RowCounts {
+                                dosages: [n as u64 - ones - twos - missing, ones, twos],
+                                missing,
+                            };
+                            let scale = scale_of(&counts);
+                            facts.missing += counts.missing;
+                            if self.measure {
+                                facts.sum_squares += counts.sum_squares::<T>(scale);
+                            }
+                            scales.push(scale);
+                        }
+                        if keep {
+                            kept_rows.extend_from_slice(&scales);
+                            &kept_bytes[r0 * stride..r1 * stride]
+                        } else {
+                            &block[..b * stride]
+                        }
                     }
                     None => {
                         let g = self.rows.start + r0 as u64..self.rows.start + r1 as u64;

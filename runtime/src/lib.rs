@@ -15,6 +15,7 @@ pub mod panel;
 pub mod readahead;
 mod runtime;
 pub mod source;
+pub mod stream;
 pub mod topology;
 pub mod zarr;
 

@@ -3,13 +3,12 @@
 //! # The generator
 //!
 //! [`Generated`] is counter-based: the value at global `(row, col)` is a pure function of
-//! `(seed, row, col)`, computed by the SplitMix64 output function (Steele, Lea & Flood 2014)
-//! applied to `key(seed) + counter(row, col)·γ`. SplitMix64 is itself a counter-based
-//! generator: its n-th output is `mix(state₀ + n·γ)`, so jumping to any element costs one
-//! multiply and the stream passes BigCrush. Because no state is carried from one element to
-//! the next, a panel can be regenerated in any pass, by any actor on any rank or device, and
-//! the values never depend on placement, chunking or rank count. Normal values use the
-//! ziggurat of `rand_distr` fed by a short per-element stream derived the same way.
+//! `(seed, row, col)`. Values come from the block streams of [`crate::stream`]: fixed global
+//! blocks of 256 columns of a row, each a short multiply-free stream seeded by hashing the
+//! block's counter, so a panel can be regenerated in any pass, by any actor on any rank or
+//! device, and the values never depend on placement, chunking or rank count. Normal values
+//! use the ziggurat of `rand_distr` fed by a short SplitMix64 stream started from the
+//! element's word.
 //!
 //! # Genotypes with population structure
 //!
@@ -18,7 +17,7 @@
 //! (nearly) equal size, and population `q` draws its own frequency from the Balding–Nichols
 //! model, `p_iq ~ Beta(p_i(1−F)/F, (1−p_i)(1−F)/F)`: mean `p_i`, variance `F·p_i(1−p_i)`,
 //! where `F` is Wright's fixation index F_ST. The Beta draw is fed by a stream derived from
-//! `(seed, i, q)` exactly like an element's draw, so it too is the same wherever it is made.
+//! `(seed, i, q)` by the counter hash, so it too is the same wherever it is made.
 //! Contiguous blocks keep each row a few long runs of one frequency, which the vectorized
 //! fill handles as it handles a whole row without structure.
 
@@ -32,20 +31,8 @@ use crate::RuntimeError;
 
 use crate::panel::StoredPanels;
 
-/// The SplitMix64 increment (the golden ratio in 64-bit fixed point).
-pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-/// Columns of the generated index space: `counter = row · 2²⁴ + col`.
-pub const MAX_GENERATED_COLS: u64 = 1 << 24;
-/// Rows of the generated index space (so the counter stays below 2⁶⁴).
-pub const MAX_GENERATED_ROWS: u64 = 1 << 39;
-
-/// The SplitMix64 output (finalizer) function.
-#[inline(always)]
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+use crate::stream::{self, allele_threshold, counter_bits, Thresholds};
+pub use crate::stream::{mix64, GAMMA, MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 
 /// Maps the top 53 bits of `x` to a uniform f64 in [0, 1).
 #[inline(always)]
@@ -328,7 +315,7 @@ pub struct Generated {
     seed: u64,
     dist: Dist,
     key: u64,
-    /// Fraction of genotype calls reported missing (−1), as a 64-bit threshold.
+    /// Fraction of genotype calls reported missing (−1), as a 32-bit threshold.
     missing: u64,
     /// Genotype populations (contiguous blocks of samples); 1 means no structure.
     populations: u64,
@@ -422,23 +409,20 @@ impl Generated {
         if self.populations <= 1 {
             return p;
         }
-        let draw = mix64(
-            self.population_key
-                .wrapping_add((row * MAX_GENERATED_COLS + q).wrapping_mul(GAMMA)),
-        );
+        let draw = counter_bits(self.population_key, row, q);
         balding_nichols(p, self.fst, draw)
     }
 
     /// Genotypes only: report each call missing (−1) with probability `rate` (0 ≤ rate < 1),
     /// independently of its dosage draw.
     pub fn with_missing(mut self, rate: f64) -> Self {
-        self.missing = (rate.clamp(0.0, 1.0) * 18_446_744_073_709_551_616.0) as u64;
+        self.missing = stream::missing_threshold(rate);
         self
     }
 
     /// The missing-call rate.
     pub fn missing_rate(&self) -> f64 {
-        self.missing as f64 / 18_446_744_073_709_551_616.0
+        self.missing as f64 / 4_294_967_296.0
     }
 
     /// The same values, seen transposed (`cols × rows`): used for short-and-fat matrices,
@@ -463,42 +447,39 @@ impl Generated {
         self.dist
     }
 
-    /// The key of the element counters: element `(row, col)` draws
-    /// `mix64(key + (row·2²⁴ + col)·γ)` (the device kernels generate from it).
+    /// The key of the block streams ([`crate::stream`]; the device kernels generate from it).
     pub fn key(&self) -> u64 {
         self.key
     }
 
-    /// The missing-call rate as the 64-bit threshold the draws are compared with.
+    /// The missing-call rate as the 32-bit threshold of [`stream::missing_threshold`].
     pub fn missing_threshold(&self) -> u64 {
         self.missing
     }
 
-    /// The integer allele-frequency thresholds of variants `rows`, one per population
-    /// (`populations()` per variant, variant-major), appended to `out`: the draws of a
-    /// sample of population `q` are compared with its variant's threshold `q`.
+    /// The 16-bit allele thresholds ([`stream::allele_threshold`]) of variants `rows`, one
+    /// per population (`populations()` per variant, variant-major), appended to `out`: the
+    /// draws of a sample of population `q` are compared with its variant's threshold `q`.
     pub fn genotype_thresholds(&self, rows: Range<u64>, out: &mut Vec<u64>) {
         for row in rows {
             for q in 0..self.populations.max(1) {
-                out.push(threshold(self.population_frequency(row, q)));
+                out.push(allele_threshold(self.population_frequency(row, q)));
             }
         }
     }
 
-    /// The raw 64-bit draw of element `(row, col)` of the untransposed matrix.
-    #[inline(always)]
+    /// The raw 64-bit word of element `(row, col)` of the untransposed matrix (the word a
+    /// uniform or normal value is made from).
+    #[inline]
     pub fn bits(&self, row: u64, col: u64) -> u64 {
-        mix64(
-            self.key
-                .wrapping_add((row * MAX_GENERATED_COLS + col).wrapping_mul(GAMMA)),
-        )
+        stream::element_word(self.key, row, col)
     }
 
     /// Value at `(row, col)` of the untransposed matrix.
     #[inline]
     pub fn value(&self, row: u64, col: u64) -> f64 {
         match self.dist {
-            Dist::Uniform => unit_f64(self.bits(row, col)),
+            Dist::Uniform => stream::unit(self.bits(row, col)),
             Dist::Normal => normal_from(self.bits(row, col)),
             Dist::Genotype => self.genotype(row, col) as f64,
         }
@@ -509,39 +490,71 @@ impl Generated {
     /// [`Generated::fill_genotype_rows`] for more than a few values.
     #[inline]
     pub fn genotype(&self, row: u64, col: u64) -> i8 {
-        let t = threshold(self.population_frequency(row, self.population_of(col)));
-        let x = self.bits(row, col);
-        dosage(x, t, self.missing)
+        let t = allele_threshold(self.population_frequency(row, self.population_of(col)));
+        match stream::genotype_code(self.key, row, col, t, self.missing) {
+            3 => -1,
+            d => d as i8,
+        }
+    }
+
+    /// The population boundaries (`populations() + 1` column starts, the last one the
+    /// column count) for [`Thresholds::Populations`].
+    fn population_starts(&self) -> Vec<u64> {
+        (0..=self.populations)
+            .map(|q| self.population_start(q))
+            .collect()
+    }
+
+    /// The allele thresholds of variant `row`, one per population, into `t`.
+    fn thresholds_of(&self, row: u64, t: &mut Vec<u64>) {
+        t.clear();
+        self.genotype_thresholds(row..row + 1, t);
     }
 
     /// Dosages of variants `rows`, samples `cols`, into `out` (row-major, `rows.len()`
     /// rows of `cols.len()`): the fast path of [`GenotypeSource::fill_dosages`].
     pub fn fill_genotype_rows(&self, rows: Range<u64>, cols: Range<u64>, out: &mut [i8]) {
         let w = (cols.end - cols.start) as usize;
+        let starts = self.population_starts();
+        let mut t = Vec::new();
         for (li, row) in rows.enumerate() {
             let out = &mut out[li * w..(li + 1) * w];
-            if self.populations <= 1 {
-                let t = threshold(self.allele_frequency(row));
-                fill_dosage_run(out, self.run_base(row, cols.start), t, self.missing);
-                continue;
-            }
-            // One run per population the columns touch, each with its own frequency.
-            let mut j = cols.start;
-            while j < cols.end {
-                let q = self.population_of(j);
-                let end = self.population_start(q + 1).min(cols.end);
-                let t = threshold(self.population_frequency(row, q));
-                let run = &mut out[(j - cols.start) as usize..(end - cols.start) as usize];
-                fill_dosage_run(run, self.run_base(row, j), t, self.missing);
-                j = end;
-            }
+            self.thresholds_of(row, &mut t);
+            stream::dosage_row(self.key, row, cols.start, &starts, &t, self.missing, out);
+        }
+    }
+
+    /// The dosages of variants `rows` (all samples), 2-bit packed four per byte (low bits
+    /// first, code 3 a missing call, padding codes 0) into rows of `stride ≥ ⌈cols / 4⌉`
+    /// bytes of `out`, and each variant's counts of codes 1, 2 and 3 appended to `counts`:
+    /// the packed genotype panels of a PCA without an int8 copy or a counting pass.
+    pub fn fill_packed_rows(
+        &self,
+        rows: Range<u64>,
+        out: &mut [u8],
+        stride: usize,
+        counts: &mut Vec<[u64; 3]>,
+    ) {
+        let starts = self.population_starts();
+        let mut t = Vec::new();
+        for (li, row) in rows.enumerate() {
+            let out = &mut out[li * stride..(li + 1) * stride];
+            self.thresholds_of(row, &mut t);
+            counts.push(stream::packed_row(
+                self.key,
+                row,
+                self.cols,
+                &starts,
+                &t,
+                self.missing,
+                out,
+            ));
         }
     }
 
     /// Values at `(row, col0 + k·step)` of the untransposed matrix for `k` in
-    /// `0..out.len()`: one row of a strided selection such as `x[::s, ::s]`, produced
-    /// without generating the columns in between. Each value is the same bits as
-    /// [`Generated::value`] gives.
+    /// `0..out.len()`: one row of a strided selection such as `x[::s, ::s]`. Each value is
+    /// the same bits as [`Generated::value`] gives.
     pub fn fill_strided_row(
         &self,
         row: u64,
@@ -568,87 +581,73 @@ impl Generated {
                 ),
             });
         }
+        if step == 1 {
+            self.fill_row(row, col0, out);
+            return Ok(());
+        }
         match self.dist {
-            // The counter of (row, col0 + k·step) advances by step·γ per element: the same
-            // vectorized run as contiguous columns, with a longer stride.
-            Dist::Uniform => {
-                fill_uniform_run(out, self.run_base(row, col0), step.wrapping_mul(GAMMA))
-            }
-            Dist::Normal => {
+            Dist::Genotype => {
+                let starts = self.population_starts();
+                let mut t = Vec::new();
+                self.thresholds_of(row, &mut t);
+                let th = Thresholds::new(&starts, &t);
                 for (k, v) in out.iter_mut().enumerate() {
-                    *v = normal_from(self.bits(row, col0 + k as u64 * step));
+                    let col = col0 + k as u64 * step;
+                    let t = th.threshold_of(col);
+                    let code = stream::genotype_code(self.key, row, col, t, self.missing);
+                    *v = if code == 3 { -1.0 } else { code as f64 };
                 }
             }
-            Dist::Genotype => {
+            _ => {
                 for (k, v) in out.iter_mut().enumerate() {
-                    *v = self.genotype(row, col0 + k as u64 * step) as f64;
+                    *v = self.value(row, col0 + k as u64 * step);
                 }
             }
         }
         Ok(())
     }
 
-    /// The counter-based state of element `(row, col)` before mixing.
-    #[inline(always)]
-    fn run_base(&self, row: u64, col: u64) -> u64 {
-        self.key
-            .wrapping_add((row * MAX_GENERATED_COLS + col).wrapping_mul(GAMMA))
-    }
-
     /// Allele frequency of variant `row` for [`Dist::Genotype`].
     #[inline]
     pub fn allele_frequency(&self, row: u64) -> f64 {
         // A column index no real matrix reaches gives each row its own draw.
-        0.05 + 0.45 * unit_f64(self.bits(row, MAX_GENERATED_COLS - 1))
+        0.05 + 0.45 * unit_f64(counter_bits(self.key, row, MAX_GENERATED_COLS - 1))
+    }
+
+    /// Values of row `row` (untransposed), columns `col0..col0 + out.len()`.
+    fn fill_row(&self, row: u64, col0: u64, out: &mut [f64]) {
+        match self.dist {
+            Dist::Uniform => stream::uniform_row(self.key, row, col0, out),
+            Dist::Normal => {
+                let mut words = vec![0u64; out.len()];
+                stream::words_row(self.key, row, col0, &mut words);
+                for (v, &x) in out.iter_mut().zip(&words) {
+                    *v = normal_from(x);
+                }
+            }
+            Dist::Genotype => {
+                let mut codes = vec![0i8; out.len()];
+                self.fill_genotype_rows(row..row + 1, col0..col0 + out.len() as u64, &mut codes);
+                for (v, &d) in out.iter_mut().zip(&codes) {
+                    *v = d as f64;
+                }
+            }
+        }
     }
 
     /// Fills `out` with rows `rows`, columns `col0..col0 + out.ncols()` of the untransposed
     /// matrix.
     fn fill_direct(&self, rows: Range<u64>, col0: u64, mut out: ArrayViewMut2<'_, f64>) {
-        let ncols = out.ncols();
-        match self.dist {
-            Dist::Uniform => {
-                // Walk in memory order; the counter of (i, j) is an affine function of i and j.
-                if out.is_standard_layout() {
-                    for (li, mut row) in out.rows_mut().into_iter().enumerate() {
-                        let counter = (rows.start + li as u64) * MAX_GENERATED_COLS + col0;
-                        let base = self.key.wrapping_add(counter.wrapping_mul(GAMMA));
-                        let row = row.as_slice_mut().expect("standard layout row");
-                        fill_uniform_run(row, base, GAMMA);
-                    }
-                } else {
-                    let step = MAX_GENERATED_COLS.wrapping_mul(GAMMA);
-                    for j in 0..ncols {
-                        let mut col = out.column_mut(j);
-                        let base = self.key.wrapping_add(
-                            (rows.start * MAX_GENERATED_COLS + col0 + j as u64).wrapping_mul(GAMMA),
-                        );
-                        match col.as_slice_mut() {
-                            Some(s) => fill_uniform_run(s, base, step),
-                            None => {
-                                for (li, v) in col.iter_mut().enumerate() {
-                                    *v = unit_f64(mix64(
-                                        base.wrapping_add((li as u64).wrapping_mul(step)),
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            Dist::Genotype => {
-                // Row by row through the vectorized dosage fill: with populations, a value
-                // at a time would repeat the population's Beta draw for every element.
-                let mut codes = vec![0i8; ncols];
-                for (li, mut row) in out.rows_mut().into_iter().enumerate() {
-                    let r = rows.start + li as u64;
-                    self.fill_genotype_rows(r..r + 1, col0..col0 + ncols as u64, &mut codes);
-                    row.zip_mut_with(&ndarray::aview1(&codes), |v, &d| *v = d as f64);
-                }
-            }
-            Dist::Normal => {
-                for ((li, j), v) in out.indexed_iter_mut() {
-                    *v = self.value(rows.start + li as u64, col0 + j as u64);
+        let mut scratch = Vec::new();
+        for (li, mut dest) in out.rows_mut().into_iter().enumerate() {
+            let row = rows.start + li as u64;
+            match dest.as_slice_mut() {
+                Some(s) => self.fill_row(row, col0, s),
+                None => {
+                    // A column-major view (a transposed panel): make the row, then scatter.
+                    scratch.resize(dest.len(), 0.0);
+                    self.fill_row(row, col0, &mut scratch);
+                    dest.assign(&ndarray::aview1(&scratch));
                 }
             }
         }
@@ -681,71 +680,6 @@ fn balding_nichols(p: f64, fst: f64, bits: u64) -> f64 {
         p
     } else {
         x.clamp(POPULATION_FREQUENCY_MIN, 1.0 - POPULATION_FREQUENCY_MIN)
-    }
-}
-
-/// The integer form of `u < p` for `u = hi·2⁻³²`: `hi < ⌈p·2³²⌉`, exact because `p·2³²` is
-/// exact in f64. Lets the comparison run in integer SIMD lanes.
-#[inline(always)]
-fn threshold(p: f64) -> u64 {
-    (p * 4_294_967_296.0).ceil() as u64
-}
-
-/// One dosage from one element's draw: two Bernoulli(p) alleles from its two 32-bit halves;
-/// the missing flag from a second mix of the draw, so it is independent of the alleles.
-#[inline(always)]
-fn dosage(x: u64, t: u64, missing: u64) -> i8 {
-    let d = ((x >> 32) < t) as i8 + ((x & 0xFFFF_FFFF) < t) as i8;
-    if missing != 0 && mix64(x ^ MISSING_KEY) < missing {
-        -1
-    } else {
-        d
-    }
-}
-
-const MISSING_KEY: u64 = 0x6D15_5146_C0DE_0001;
-
-// The generator's inner loops are compiled for AVX-512 and AVX2 as well as the baseline and
-// chosen at run time: SplitMix64 needs 64-bit multiplies, which only AVX-512DQ has as one
-// instruction, and the generator is a large part of every pass over a generated matrix.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
-    "x86_64+avx2+fma"
-))]
-fn fill_uniform_run(out: &mut [f64], base: u64, step: u64) {
-    for (i, v) in out.iter_mut().enumerate() {
-        *v = unit_f64(mix64(base.wrapping_add((i as u64).wrapping_mul(step))));
-    }
-}
-
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
-    "x86_64+avx2+fma"
-))]
-fn fill_uniform_run_f32(out: &mut [f32], base: u64) {
-    for (i, v) in out.iter_mut().enumerate() {
-        *v = unit_f64(mix64(base.wrapping_add((i as u64).wrapping_mul(GAMMA)))) as f32;
-    }
-}
-
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
-    "x86_64+avx2+fma"
-))]
-fn fill_dosage_run(out: &mut [i8], base: u64, t: u64, missing: u64) {
-    if missing == 0 {
-        for (i, v) in out.iter_mut().enumerate() {
-            let x = mix64(base.wrapping_add((i as u64).wrapping_mul(GAMMA)));
-            *v = ((x >> 32) < t) as i8 + ((x & 0xFFFF_FFFF) < t) as i8;
-        }
-    } else {
-        for (i, v) in out.iter_mut().enumerate() {
-            *v = dosage(
-                mix64(base.wrapping_add((i as u64).wrapping_mul(GAMMA))),
-                t,
-                missing,
-            );
-        }
     }
 }
 
@@ -868,9 +802,12 @@ impl PanelSource for Generated {
             });
         }
         for (li, mut row) in out.rows_mut().into_iter().enumerate() {
-            let counter = (rows.start + li as u64) * MAX_GENERATED_COLS + cols.start;
-            let base = self.key.wrapping_add(counter.wrapping_mul(GAMMA));
-            fill_uniform_run_f32(row.as_slice_mut().expect("standard layout row"), base);
+            stream::uniform_row_f32(
+                self.key,
+                rows.start + li as u64,
+                cols.start,
+                row.as_slice_mut().expect("standard layout row"),
+            );
         }
         Ok(())
     }
@@ -920,8 +857,11 @@ impl GenotypeSource for Generated {
             });
         }
         if self.transposed {
-            for ((i, j), v) in out.indexed_iter_mut() {
-                *v = self.genotype(j as u64, rows.start + i as u64);
+            // Panel rows are samples: make each variant's run over them, then scatter it.
+            let mut run = vec![0i8; out.nrows()];
+            for (j, mut col) in out.columns_mut().into_iter().enumerate() {
+                self.fill_genotype_rows(j as u64..j as u64 + 1, rows.clone(), &mut run);
+                col.assign(&ndarray::aview1(&run));
             }
             return Ok(());
         }
@@ -964,6 +904,16 @@ mod tests {
         };
         g.fill(rows, a.view_mut()).unwrap();
         a
+    }
+
+    /// The dosage of genotype `(i, j)` from its definition: two 16-bit draws, each an
+    /// alternative allele when below `p` rounded to a multiple of 2⁻¹⁶.
+    fn expected_dosage(g: &Generated, i: u64, j: u64, p: f64) -> i8 {
+        let c = (j % 256) as usize;
+        let h = stream::word(g.key(), i, j / 256, c / 2) >> (32 * (c % 2)) & 0xFFFF_FFFF;
+        let q = (p * 65_536.0).round() / 65_536.0;
+        let (a, b) = ((h & 0xFFFF) as f64 / 65_536.0, (h >> 16) as f64 / 65_536.0);
+        (a < q) as i8 + (b < q) as i8
     }
 
     #[test]
@@ -1065,22 +1015,19 @@ mod tests {
     #[test]
     fn fast_genotype_rows_match_elementwise_definition() {
         for missing in [0.0, 0.15] {
-            let g = Generated::new(9, 203, 5, Dist::Genotype).with_missing(missing);
-            let mut fast = vec![0i8; 9 * 190];
-            g.fill_genotype_rows(0..9, 13..203, &mut fast);
+            let g = Generated::new(9, 603, 5, Dist::Genotype).with_missing(missing);
+            let mut fast = vec![0i8; 9 * 590];
+            g.fill_genotype_rows(0..9, 13..603, &mut fast);
             let mut seen_missing = 0;
             for i in 0..9u64 {
                 let p = g.allele_frequency(i);
-                for j in 13..203u64 {
-                    let x = g.bits(i, j);
-                    let a = ((x >> 32) as f64) * (1.0 / 4_294_967_296.0);
-                    let b = ((x & 0xFFFF_FFFF) as f64) * (1.0 / 4_294_967_296.0);
-                    let v = fast[(i * 190 + j - 13) as usize];
+                for j in 13..603u64 {
+                    let v = fast[(i * 590 + j - 13) as usize];
                     assert_eq!(v, g.genotype(i, j));
                     if v < 0 {
                         seen_missing += 1;
                     } else {
-                        assert_eq!(v, (a < p) as i8 + (b < p) as i8);
+                        assert_eq!(v, expected_dosage(&g, i, j, p));
                     }
                 }
             }
@@ -1131,12 +1078,12 @@ mod tests {
     #[test]
     fn structured_rows_match_elementwise_definition_and_layouts() {
         for missing in [0.0, 0.15] {
-            let g = Generated::new(9, 203, 5, Dist::Genotype)
+            let g = Generated::new(9, 603, 5, Dist::Genotype)
                 .with_missing(missing)
                 .with_populations(7, 0.2)
                 .unwrap();
-            // Column ranges that start and end inside populations.
-            for cols in [0..203u64, 13..203, 30..31, 28..59] {
+            // Column ranges that start and end inside populations and blocks.
+            for cols in [0..603u64, 13..603, 30..31, 28..59, 250..520] {
                 let w = (cols.end - cols.start) as usize;
                 let mut fast = vec![0i8; 9 * w];
                 g.fill_genotype_rows(0..9, cols.clone(), &mut fast);
@@ -1145,11 +1092,8 @@ mod tests {
                         let v = fast[i as usize * w + (j - cols.start) as usize];
                         assert_eq!(v, g.genotype(i, j), "({i}, {j})");
                         if v >= 0 {
-                            let x = g.bits(i, j);
                             let p = g.population_frequency(i, g.population_of(j));
-                            let a = ((x >> 32) as f64) / 4_294_967_296.0;
-                            let b = ((x & 0xFFFF_FFFF) as f64) / 4_294_967_296.0;
-                            assert_eq!(v, (a < p) as i8 + (b < p) as i8);
+                            assert_eq!(v, expected_dosage(&g, i, j, p));
                         }
                     }
                 }
@@ -1159,7 +1103,7 @@ mod tests {
             let rows = dense(&g, 2..7, false);
             let t = dense(&g.clone().transposed(), 40..90, true);
             for i in 0..9usize {
-                for j in 0..203usize {
+                for j in 0..603usize {
                     let v = g.genotype(i as u64, j as u64) as f64;
                     assert_eq!(whole[[i, j]], v);
                     if (2..7).contains(&i) {

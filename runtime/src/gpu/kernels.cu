@@ -1,9 +1,13 @@
 // rankwise device kernels, compiled at run time by NVRTC (runtime/src/gpu/device.rs).
 //
-// The generator kernels reproduce runtime/src/source.rs bit for bit: the same SplitMix64
-// counter (key + (row * 2^24 + col) * GAMMA), the same mixing, the same mapping to [0, 1)
-// and the same dosage draws. Population allele-frequency thresholds, whose Beta draws come
-// from the host's samplers, arrive as a table computed on the host.
+// The generator kernels reproduce runtime/src/stream.rs bit for bit: row r's columns are
+// grouped in blocks of 256, and block b is a stream of words from 8 interleaved
+// xoroshiro128+ lanes (word w is output w / 8 of lane w % 8), lane l seeded with the
+// SplitMix64 draws of counters c + 2l and c + 2l + 1, c = r * 2^24 + 256 b. Uniform values
+// are word c % 256 as a mantissa in [1, 2) minus 1; a genotype at column c takes the 32-bit
+// half c % 2 of word (c % 256) / 2 (two 16-bit allele draws against the variant's
+// threshold) and, for a missing call, the same half of word 128 + (c % 256) / 2. Population
+// allele thresholds, whose Beta draws come from the host's samplers, arrive as a table.
 //
 // Matrices are row-major: element (i, j) of a tile with leading dimension ld is at i*ld + j.
 
@@ -13,7 +17,8 @@ typedef unsigned char u8;
 
 #define GAMMA 0x9E3779B97F4A7C15ULL
 #define MAX_GENERATED_COLS (1ULL << 24)
-#define MISSING_KEY 0x6D155146C0DE0001ULL
+#define BLOCK_COLS 256
+#define LANES 8
 
 __device__ __forceinline__ u64 mix64(u64 z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -21,19 +26,47 @@ __device__ __forceinline__ u64 mix64(u64 z) {
     return z ^ (z >> 31);
 }
 
-__device__ __forceinline__ double unit_f64(u64 x) {
-    return (double)(x >> 11) * (1.0 / 9007199254740992.0);
+__device__ __forceinline__ u64 rotl(u64 x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// One lane of a block stream: seeded, then stepped once per output.
+struct Lane {
+    u64 s0, s1;
+    __device__ __forceinline__ Lane(u64 key, u64 row, u64 block, u32 l) {
+        u64 c = row * MAX_GENERATED_COLS + block * BLOCK_COLS + 2 * l;
+        s0 = mix64(key + c * GAMMA);
+        s1 = mix64(key + (c + 1) * GAMMA);
+    }
+    __device__ __forceinline__ u64 next() {
+        u64 r = s0 + s1;
+        u64 b = s1 ^ s0;
+        s0 = rotl(s0, 24) ^ b ^ (b << 16);
+        s1 = rotl(b, 37);
+        return r;
+    }
+};
+
+__device__ __forceinline__ double unit(u64 x) {
+    return __longlong_as_double((long long)((x >> 12) | 0x3FF0000000000000ULL)) - 1.0;
 }
 
 // Uniform values of rows row0 .. row0+h, columns col0 .. col0+w of the generated matrix,
-// rounded to T. Grid: x over columns, y over rows (y may be smaller than h: rows are strided).
+// rounded to T. One thread per (block, lane) that the columns touch: grid x over those,
+// y over rows (y may be smaller than h: rows are strided).
 template <typename T>
 __device__ void uniform(T* out, u64 key, u64 row0, u64 col0, u32 h, u32 w, u32 ld) {
-    u32 j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= w) return;
+    u32 x = blockIdx.x * blockDim.x + threadIdx.x;
+    u64 first = col0 / BLOCK_COLS;
+    u64 blocks = (col0 + w + BLOCK_COLS - 1) / BLOCK_COLS - first;
+    if (x >= blocks * LANES) return;
+    u64 block = first + x / LANES;
+    u32 l = x % LANES;
     for (u32 i = blockIdx.y; i < h; i += gridDim.y) {
-        u64 c = (row0 + i) * MAX_GENERATED_COLS + col0 + j;
-        out[(u64)i * ld + j] = (T)unit_f64(mix64(key + c * GAMMA));
+        Lane lane(key, row0 + i, block, l);
+        for (u32 t = 0; t < BLOCK_COLS / LANES; t++) {
+            u64 word = lane.next();
+            u64 col = block * BLOCK_COLS + t * LANES + l;
+            if (col >= col0 && col < col0 + w) out[(u64)i * ld + (col - col0)] = (T)unit(word);
+        }
     }
 }
 
@@ -48,31 +81,81 @@ extern "C" __global__ void uniform_f32(float* out, u64 key, u64 row0, u64 col0, 
 }
 
 // Genotype dosages of variants row0 .. row0+h (all n samples), 2-bit packed four per byte
-// (low bits first; code 3 is a missing call), and per variant the count of each code
-// (counts[4*i + code], which the caller zeroes). thresholds[i*pops + q] is the integer
-// threshold of variant row0+i in population q (sample j is in population j*pops/n).
-// Grid: x over packed bytes, y over variants (strided).
+// (low bits first; code 3 is a missing call; padding codes 0), and per variant the count of
+// each code (counts[4*i + code], which the caller zeroes). thresholds[i*pops + q] is the
+// 16-bit allele threshold of variant row0+i in population q (sample j is in population
+// j*pops/n); `missing` the 32-bit missing-call threshold. One thread per 256-sample block:
+// grid x over blocks, y over variants (strided).
 extern "C" __global__ void genotype_packed(u8* packed, u32* counts, const u64* thresholds,
                                            u64 key, u64 row0, u32 h, u32 n, u32 pops,
                                            u64 missing, u32 ld) {
     u32 b = blockIdx.x * blockDim.x + threadIdx.x;
-    u32 bytes = (n + 3) / 4;
+    u32 blocks = (n + BLOCK_COLS - 1) / BLOCK_COLS;
     for (u32 i = blockIdx.y; i < h; i += gridDim.y) {
         u32 c[4] = {0, 0, 0, 0};
-        if (b < bytes) {
-            u32 byte = 0;
-            for (u32 k = 0; k < 4; k++) {
-                u32 j = 4 * b + k;
-                if (j >= n) break;
-                u32 q = (u32)(((u64)j * pops) / n);
-                u64 t = thresholds[(u64)i * pops + q];
-                u64 x = mix64(key + ((row0 + i) * MAX_GENERATED_COLS + j) * GAMMA);
-                u32 d = (u32)((x >> 32) < t) + (u32)((x & 0xFFFFFFFFULL) < t);
-                if (missing != 0 && mix64(x ^ MISSING_KEY) < missing) d = 3;
-                byte |= d << (2 * k);
-                c[d] += 1;
+        if (b < blocks) {
+            Lane lanes[LANES] = {
+                Lane(key, row0 + i, b, 0), Lane(key, row0 + i, b, 1),
+                Lane(key, row0 + i, b, 2), Lane(key, row0 + i, b, 3),
+                Lane(key, row0 + i, b, 4), Lane(key, row0 + i, b, 5),
+                Lane(key, row0 + i, b, 6), Lane(key, row0 + i, b, 7),
+            };
+            u32 codes[BLOCK_COLS / 16];  // column k of the block at bits 2(k % 16) of [k / 16]
+            u32 first = b * BLOCK_COLS;
+            u32 q = (u32)(((u64)first * pops) / n);
+            u64 tq = thresholds[(u64)i * pops + q];
+            // Alleles: words 0 .. 127, i.e. steps 0 .. 15 of every lane.
+            for (u32 t = 0; t < BLOCK_COLS / (2 * LANES); t++) {
+                u32 packed2 = 0;  // the 16 columns of this step
+#pragma unroll
+                for (u32 l = 0; l < LANES; l++) {
+                    u64 x = lanes[l].next();
+                    u32 w = t * LANES + l;
+#pragma unroll
+                    for (u32 half = 0; half < 2; half++) {
+                        u32 k = 2 * w + half;
+                        u32 j = first + k;
+                        u64 th = tq;
+                        if (pops > 1) th = thresholds[(u64)i * pops + (u32)(((u64)j * pops) / n)];
+                        u64 hw = (x >> (32 * half)) & 0xFFFFFFFFULL;
+                        u32 d = (u32)((hw & 0xFFFF) < th) + (u32)((hw >> 16) < th);
+                        packed2 |= d << (2 * (k % 16));
+                    }
+                }
+                codes[t] = packed2;
             }
-            packed[(u64)i * ld + b] = (u8)byte;
+            // Missing calls: words 128 .. 255, steps 16 .. 31.
+            if (missing != 0) {
+                for (u32 t = 0; t < BLOCK_COLS / (2 * LANES); t++) {
+#pragma unroll
+                    for (u32 l = 0; l < LANES; l++) {
+                        u64 x = lanes[l].next();
+                        u32 w = t * LANES + l;
+#pragma unroll
+                        for (u32 half = 0; half < 2; half++) {
+                            u32 k = 2 * w + half;
+                            if (((x >> (32 * half)) & 0xFFFFFFFFULL) < missing)
+                                codes[t] |= 3u << (2 * (k % 16));
+                        }
+                    }
+                }
+            }
+            u32 bytes = (n + 3) / 4;
+            for (u32 t = 0; t < BLOCK_COLS / 16; t++) {
+                u32 v = codes[t];
+                u32 col = first + 16 * t;
+                if (col >= n) break;
+                if (n - col < 16) v &= (1u << (2 * (n - col))) - 1;  // padding codes 0
+                u32 lo = v & 0x55555555u, hi = (v >> 1) & 0x55555555u;
+                c[1] += __popc(lo & ~hi);
+                c[2] += __popc(hi & ~lo);
+                c[3] += __popc(lo & hi);
+                c[0] += min(16u, n - col) - __popc((lo | hi));
+                for (u32 k = 0; k < 4; k++) {
+                    u32 byte = 4 * (col / 16) + k;
+                    if (byte < bytes) packed[(u64)i * ld + byte] = (u8)(v >> (8 * k));
+                }
+            }
         }
         // Sum the block's counts: warp shuffles, then one atomic per warp and code.
         for (int code = 0; code < 4; code++) {

@@ -1,0 +1,752 @@
+//! Block streams: the words behind every generated value.
+//!
+//! # Design
+//!
+//! A generated value must be a pure function of `(key, row, col)`, so that any actor on any
+//! rank or device can regenerate any panel in any pass. The first generator did that by
+//! hashing every element's counter with the SplitMix64 finalizer: two 64-bit multiplies per
+//! value. On CPUs where a vector 64-bit multiply is several µops (AVX2 has none; Ice Lake's
+//! `vpmullq` is three) the hash was a quarter of a generated genotype PCA.
+//!
+//! The columns of row `r` are now grouped in fixed global blocks of [`BLOCK_COLS`]; block
+//! `b` is one short stream of 64-bit words from [`LANES`] interleaved xoroshiro128+
+//! generators (Blackman & Vigna 2018: two xors, two rotates, a shift and an add per word,
+//! no multiply). Word `w` of the block is output `⌊w / LANES⌋` of lane `w mod LANES`, so one
+//! step of all lanes fills one SIMD register of words on AVX-512 (two on AVX2), and a GPU
+//! thread can make a block alone. Lane `l` starts from the SplitMix64 draws of counters
+//! `c + 2l` and `c + 2l + 1`, where `c = r·2²⁴ + b·BLOCK_COLS` is the counter of the
+//! block's first element: the hash is paid 16 times per 256 words instead of 256 times, and
+//! seeding from a bijective hash of distinct counters keeps every lane's state distinct
+//! and nonzero in practice. Blocks never depend on each other, so values still do not
+//! depend on panel splits, tile widths or rank counts; the price is that one element alone
+//! costs up to `BLOCK_COLS / LANES` steps of its lane ([`word`]), which only scalar
+//! accessors and strided selections pay.
+//!
+//! How words become values:
+//! - uniform: word `c mod 256` of block `⌊c / 256⌋`, its top 52 bits as the mantissa of a
+//!   number in [1, 2), minus 1 ([`unit`]): exact, and a shift, an or and a subtraction
+//!   in any SIMD width;
+//! - genotypes: column `c` uses the 32-bit half `c mod 2` (low half first) of word
+//!   `(c mod 256) / 2`; its two 16-bit halves are the two alleles' uniform draws, each an
+//!   alternative allele when below the variant's threshold `round(p·2¹⁶)`
+//!   ([`allele_threshold`]). A missing call is decided by the same half of word
+//!   `128 + (c mod 256) / 2` against `round(rate·2³²)`, so the alleles do not change with the
+//!   missing rate and a block without missing calls makes only 128 words.
+//!
+//! The device kernels (`gpu/kernels.cu`) implement the same definition, and the tests there
+//! compare them with these functions bit for bit.
+
+/// The SplitMix64 increment (the golden ratio in 64-bit fixed point).
+pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+/// Columns of the generated index space: `counter = row · 2²⁴ + col`.
+pub const MAX_GENERATED_COLS: u64 = 1 << 24;
+/// Rows of the generated index space (so the counter stays below 2⁶⁴).
+pub const MAX_GENERATED_ROWS: u64 = 1 << 39;
+/// Columns per block stream.
+pub const BLOCK_COLS: usize = 256;
+/// Interleaved generators per block stream.
+pub const LANES: usize = 8;
+/// Words of a genotype block: alleles in the first half, missing-call draws in the second.
+const GENOTYPE_WORDS: usize = BLOCK_COLS / 2;
+
+/// The SplitMix64 output (finalizer) function.
+#[inline(always)]
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The counter-based draw `mix64(key + (row·2²⁴ + col)·γ)`: per-row and per-population
+/// parameters, and the seeds of block streams.
+#[inline(always)]
+pub fn counter_bits(key: u64, row: u64, col: u64) -> u64 {
+    mix64(key.wrapping_add((row * MAX_GENERATED_COLS + col).wrapping_mul(GAMMA)))
+}
+
+/// A word's uniform value in [0, 1): its top 52 bits as a mantissa.
+#[inline(always)]
+pub fn unit(x: u64) -> f64 {
+    f64::from_bits((x >> 12) | 0x3FF0_0000_0000_0000) - 1.0
+}
+
+/// The 16-bit threshold of allele frequency `p`: an allele's draw `u` (16 bits) is the
+/// alternative allele when `u < allele_threshold(p)`, i.e. with probability `p` rounded to
+/// a multiple of 2⁻¹⁶.
+#[inline]
+pub fn allele_threshold(p: f64) -> u64 {
+    // At most 2¹⁶ − 1, so a threshold fits the 16-bit lanes it is compared in.
+    (p.clamp(0.0, 1.0) * 65_536.0).round().min(65_535.0) as u64
+}
+
+/// The 32-bit threshold of a missing-call rate (a call is missing when its 32-bit draw is
+/// below it).
+#[inline]
+pub fn missing_threshold(rate: f64) -> u64 {
+    (rate.clamp(0.0, 1.0) * 4_294_967_296.0)
+        .round()
+        .min(4_294_967_295.0) as u64
+}
+
+/// The starting states of the lanes of block `block` of row `row`.
+#[inline(always)]
+fn seed(key: u64, row: u64, block: u64) -> ([u64; LANES], [u64; LANES]) {
+    let c = row * MAX_GENERATED_COLS + block * BLOCK_COLS as u64;
+    let (mut s0, mut s1) = ([0u64; LANES], [0u64; LANES]);
+    for l in 0..LANES {
+        s0[l] = counter_bits(key, 0, c + 2 * l as u64);
+        s1[l] = counter_bits(key, 0, c + 2 * l as u64 + 1);
+    }
+    (s0, s1)
+}
+
+/// One xoroshiro128+ step of every lane, writing each lane's output.
+#[inline(always)]
+fn step(s0: &mut [u64; LANES], s1: &mut [u64; LANES], out: &mut [u64]) {
+    for l in 0..LANES {
+        let a = s0[l];
+        let b = s1[l] ^ a;
+        out[l] = a.wrapping_add(s1[l]);
+        s0[l] = a.rotate_left(24) ^ b ^ (b << 16);
+        s1[l] = b.rotate_left(37);
+    }
+}
+
+/// The first `out.len()` words (a multiple of [`LANES`]) of block `block` of row `row`.
+#[inline(always)]
+pub fn block_words(key: u64, row: u64, block: u64, out: &mut [u64]) {
+    let (mut s0, mut s1) = seed(key, row, block);
+    for chunk in out.chunks_exact_mut(LANES) {
+        step(&mut s0, &mut s1, chunk);
+    }
+}
+
+/// Word `w` of block `block` of row `row`, alone (steps its lane `w / LANES` times).
+pub fn word(key: u64, row: u64, block: u64, w: usize) -> u64 {
+    let l = w % LANES;
+    let c = row * MAX_GENERATED_COLS + block * BLOCK_COLS as u64;
+    let mut a = counter_bits(key, 0, c + 2 * l as u64);
+    let mut s1 = counter_bits(key, 0, c + 2 * l as u64 + 1);
+    for _ in 0..w / LANES {
+        let b = s1 ^ a;
+        a = a.rotate_left(24) ^ b ^ (b << 16);
+        s1 = b.rotate_left(37);
+    }
+    a.wrapping_add(s1)
+}
+
+/// The word of element `(row, col)` for uniform values.
+pub fn element_word(key: u64, row: u64, col: u64) -> u64 {
+    word(
+        key,
+        row,
+        col / BLOCK_COLS as u64,
+        (col % BLOCK_COLS as u64) as usize,
+    )
+}
+
+/// Where a genotype's draws are: the word of its alleles, the shift of its 32-bit half, and
+/// the word of its missing-call draw.
+#[inline(always)]
+fn genotype_place(col: u64) -> (usize, u32, usize) {
+    let c = (col % BLOCK_COLS as u64) as usize;
+    (c / 2, 32 * (c % 2) as u32, GENOTYPE_WORDS + c / 2)
+}
+
+/// Dosage code of one 32-bit half: alternative alleles among its two 16-bit draws.
+#[inline(always)]
+fn alleles(h: u64, t: u64) -> u64 {
+    ((h & 0xFFFF) < t) as u64 + (((h >> 16) & 0xFFFF) < t) as u64
+}
+
+/// The genotype code of element `(row, col)` (0, 1, 2, or 3 for a missing call), alone.
+pub fn genotype_code(key: u64, row: u64, col: u64, t: u64, missing: u64) -> u8 {
+    let block = col / BLOCK_COLS as u64;
+    let (w, shift, mw) = genotype_place(col);
+    if missing != 0 && (word(key, row, block, mw) >> shift) & 0xFFFF_FFFF < missing {
+        return 3;
+    }
+    alleles(word(key, row, block, w) >> shift, t) as u8
+}
+
+/// Fills `out` with the uniform values of row `row`, columns `col0..col0 + out.len()`.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
+    "x86_64+avx2+fma"
+))]
+pub fn uniform_row(key: u64, row: u64, col0: u64, out: &mut [f64]) {
+    let mut words = [0u64; BLOCK_COLS];
+    for (block, skip, range) in blocks(col0, out.len()) {
+        let need = (skip + range.len()).div_ceil(LANES) * LANES;
+        block_words(key, row, block, &mut words[..need]);
+        for (o, &x) in out[range].iter_mut().zip(&words[skip..]) {
+            *o = unit(x);
+        }
+    }
+}
+
+/// [`uniform_row`] rounded to f32.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
+    "x86_64+avx2+fma"
+))]
+pub fn uniform_row_f32(key: u64, row: u64, col0: u64, out: &mut [f32]) {
+    let mut words = [0u64; BLOCK_COLS];
+    for (block, skip, range) in blocks(col0, out.len()) {
+        let need = (skip + range.len()).div_ceil(LANES) * LANES;
+        block_words(key, row, block, &mut words[..need]);
+        for (o, &x) in out[range].iter_mut().zip(&words[skip..]) {
+            *o = unit(x) as f32;
+        }
+    }
+}
+
+/// The raw words of row `row`, columns `col0..col0 + out.len()` (uniform placement: word
+/// `c mod 256` of block `⌊c / 256⌋`).
+pub fn words_row(key: u64, row: u64, col0: u64, out: &mut [u64]) {
+    let mut words = [0u64; BLOCK_COLS];
+    for (block, skip, range) in blocks(col0, out.len()) {
+        let need = (skip + range.len()).div_ceil(LANES) * LANES;
+        block_words(key, row, block, &mut words[..need]);
+        let len = range.len();
+        out[range].copy_from_slice(&words[skip..skip + len]);
+    }
+}
+
+/// The blocks that columns `col0..col0 + len` touch, as `(block, skip, range)`: `range` is
+/// where the block's columns land in the output, `skip` how many of the block's first
+/// columns lie before `col0`. (An iterator rather than a callback: closures do not inherit
+/// the target features of the multiversioned function around them, and a large one would
+/// not be inlined into it and so would lose its SIMD code.)
+#[inline(always)]
+fn blocks(col0: u64, len: usize) -> impl Iterator<Item = (u64, usize, std::ops::Range<usize>)> {
+    let mut done = 0usize;
+    std::iter::from_fn(move || {
+        if done >= len {
+            return None;
+        }
+        let col = col0 + done as u64;
+        let block = col / BLOCK_COLS as u64;
+        let skip = (col % BLOCK_COLS as u64) as usize;
+        let take = (BLOCK_COLS - skip).min(len - done);
+        let range = done..done + take;
+        done += take;
+        Some((block, skip, range))
+    })
+}
+
+/// Per-column allele thresholds of a row: one for the whole row, or one per population
+/// over contiguous column runs.
+#[derive(Clone, Copy, Debug)]
+pub enum Thresholds<'a> {
+    /// Every column has this threshold.
+    Row(u64),
+    /// Population `q` covers columns `starts[q]..starts[q + 1]` and has threshold `t[q]`.
+    Populations {
+        /// The first column of each population, then the column count.
+        starts: &'a [u64],
+        /// The threshold of each population.
+        t: &'a [u64],
+    },
+}
+
+impl<'a> Thresholds<'a> {
+    /// One threshold `t[0]` for the row when there are no population `starts` (or one
+    /// population), else [`Thresholds::Populations`].
+    pub fn new(starts: &'a [u64], t: &'a [u64]) -> Self {
+        if starts.len() <= 2 {
+            Thresholds::Row(t[0])
+        } else {
+            Thresholds::Populations { starts, t }
+        }
+    }
+
+    /// The threshold of one column.
+    pub fn threshold_of(&self, col: u64) -> u64 {
+        match *self {
+            Thresholds::Row(t) => t,
+            Thresholds::Populations { starts, t } => {
+                let q = starts[1..].partition_point(|&s| s <= col);
+                t[q.min(t.len() - 1)]
+            }
+        }
+    }
+
+    /// The threshold of every word of a block, when one threshold covers the whole block.
+    fn uniform_over(&self, block: u64) -> Option<u64> {
+        let first = block * BLOCK_COLS as u64;
+        let t = self.threshold_of(first);
+        match *self {
+            Thresholds::Row(t) => Some(t),
+            Thresholds::Populations { .. } => {
+                (self.threshold_of(first + BLOCK_COLS as u64 - 1) == t).then_some(t)
+            }
+        }
+    }
+}
+
+/// Dosage codes of one block, one byte per column: `tw(w)` gives the thresholds of word
+/// `w`'s even and odd columns.
+#[inline(always)]
+fn block_codes(
+    words: &[u64],
+    tw: impl Fn(usize) -> (u64, u64),
+    missing: u64,
+    out: &mut [u16; GENOTYPE_WORDS],
+) {
+    // out[w] holds the codes of columns 2w (low byte) and 2w + 1 (high byte).
+    for (w, o) in out.iter_mut().enumerate() {
+        let x = words[w];
+        let (te, to) = tw(w);
+        let mut d0 = alleles(x, te);
+        let mut d1 = alleles(x >> 32, to);
+        if missing != 0 {
+            let m = words[GENOTYPE_WORDS + w];
+            d0 = if (m & 0xFFFF_FFFF) < missing { 3 } else { d0 };
+            d1 = if (m >> 32) < missing { 3 } else { d1 };
+        }
+        *o = (d0 | (d1 << 8)) as u16;
+    }
+}
+
+/// Makes the codes of a whole block into `codes` (column `c` in byte `c` of the
+/// little-endian pairs).
+#[inline(always)]
+fn genotype_block(
+    key: u64,
+    row: u64,
+    block: u64,
+    thresholds: &Thresholds<'_>,
+    missing: u64,
+    words: &mut [u64; BLOCK_COLS],
+    codes: &mut [u16; GENOTYPE_WORDS],
+) {
+    let n = if missing != 0 {
+        BLOCK_COLS
+    } else {
+        GENOTYPE_WORDS
+    };
+    block_words(key, row, block, &mut words[..n]);
+    match thresholds.uniform_over(block) {
+        Some(t) => block_codes(&words[..n], |_| (t, t), missing, codes),
+        None => {
+            let first = block * BLOCK_COLS as u64;
+            let mut tw = [(0u64, 0u64); GENOTYPE_WORDS];
+            for (w, t) in tw.iter_mut().enumerate() {
+                let c = first + 2 * w as u64;
+                *t = (thresholds.threshold_of(c), thresholds.threshold_of(c + 1));
+            }
+            block_codes(&words[..n], |w| tw[w], missing, codes)
+        }
+    }
+}
+
+/// Dosages (−1 for a missing call) of row `row`, columns `col0..col0 + out.len()`.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
+    "x86_64+avx2+fma"
+))]
+pub fn dosage_row(
+    key: u64,
+    row: u64,
+    col0: u64,
+    starts: &[u64],
+    t: &[u64],
+    missing: u64,
+    out: &mut [i8],
+) {
+    let thresholds = &Thresholds::new(starts, t);
+    let mut words = [0u64; BLOCK_COLS];
+    let mut codes = [0u16; GENOTYPE_WORDS];
+    for (block, skip, range) in blocks(col0, out.len()) {
+        genotype_block(key, row, block, thresholds, missing, &mut words, &mut codes);
+        let mut bytes = [0u8; BLOCK_COLS];
+        for (b, &c) in bytes.chunks_exact_mut(2).zip(&codes) {
+            b.copy_from_slice(&c.to_le_bytes());
+        }
+        for (o, &code) in out[range].iter_mut().zip(&bytes[skip..]) {
+            *o = if code == 3 { -1 } else { code as i8 };
+        }
+    }
+}
+
+/// Codes of row `row` (all `cols` columns) 2-bit packed, four per byte, low bits first
+/// (code 3 is a missing call, padding codes are 0), into `out` (`⌈cols / 4⌉` bytes), and
+/// the row's counts of codes 1, 2 and 3.
+pub fn packed_row(
+    key: u64,
+    row: u64,
+    cols: u64,
+    starts: &[u64],
+    t: &[u64],
+    missing: u64,
+    out: &mut [u8],
+) -> [u64; 3] {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512bw") {
+        // SAFETY: the CPU has AVX-512BW (and so AVX-512F).
+        return unsafe { packed_row_avx512(key, row, cols, starts, t, missing, out) };
+    }
+    packed_row_portable(key, row, cols, starts, t, missing, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+unsafe fn packed_row_avx512(
+    key: u64,
+    row: u64,
+    cols: u64,
+    starts: &[u64],
+    t: &[u64],
+    missing: u64,
+    out: &mut [u8],
+) -> [u64; 3] {
+    packed_row_with::<Avx512Masks>(key, row, cols, starts, t, missing, out)
+}
+
+#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
+fn packed_row_portable(
+    key: u64,
+    row: u64,
+    cols: u64,
+    starts: &[u64],
+    t: &[u64],
+    missing: u64,
+    out: &mut [u8],
+) -> [u64; 3] {
+    packed_row_with::<ScalarMasks>(key, row, cols, starts, t, missing, out)
+}
+
+#[inline(always)]
+fn packed_row_with<M: Masks>(
+    key: u64,
+    row: u64,
+    cols: u64,
+    starts: &[u64],
+    t: &[u64],
+    missing: u64,
+    out: &mut [u8],
+) -> [u64; 3] {
+    let thresholds = &Thresholds::new(starts, t);
+    let mut words = [0u64; BLOCK_COLS];
+    let mut codes = [0u16; GENOTYPE_WORDS];
+    let bytes = cols.div_ceil(4) as usize;
+    let out = &mut out[..bytes];
+    let n = if missing != 0 {
+        BLOCK_COLS
+    } else {
+        GENOTYPE_WORDS
+    };
+    for (block, dest) in out.chunks_mut(BLOCK_COLS / 4).enumerate() {
+        let block = block as u64;
+        if let Some(t) = thresholds.uniform_over(block) {
+            // One threshold for the block: compare 16-bit draws by the register, pack from
+            // the comparison masks (see `pack16`).
+            block_words(key, row, block, &mut words[..n]);
+            let mut packed = [0u8; BLOCK_COLS / 4];
+            for (g, p) in packed.chunks_exact_mut(4).enumerate() {
+                let a = &words[LANES * g..LANES * (g + 1)];
+                let m = if missing != 0 {
+                    let w = GENOTYPE_WORDS + LANES * g;
+                    M::missing(&words[w..w + LANES], missing)
+                } else {
+                    0
+                };
+                p.copy_from_slice(&pack16(M::alleles(a, t), m).to_le_bytes());
+            }
+            let len = dest.len();
+            dest.copy_from_slice(&packed[..len]);
+            continue;
+        }
+        genotype_block(key, row, block, thresholds, missing, &mut words, &mut codes);
+        // Four codes (bytes) in a u32 gather into one byte, as `pack_row` does.
+        for (k, o) in dest.iter_mut().enumerate() {
+            let x = codes[2 * k] as u32 | (codes[2 * k + 1] as u32) << 16;
+            *o = (x | x >> 6 | x >> 12 | x >> 18) as u8;
+        }
+    }
+    // Codes past the last column are padding: zero them, so they count as nothing.
+    let tail = (cols % 4) as u32;
+    if tail != 0 {
+        out[bytes - 1] &= (1u8 << (2 * tail)) - 1;
+    }
+    count_codes(out)
+}
+
+/// The comparisons of a group of eight words (sixteen columns) as bit masks.
+trait Masks {
+    /// Bit `f`: field `f` (16 bits, little-endian order) of the eight words is below `t`,
+    /// i.e. that allele draw is the alternative allele. Bits `2k` and `2k + 1` are then the
+    /// two alleles of the group's column `k`.
+    fn alleles(words: &[u64], t: u64) -> u32;
+    /// Bit `k`: the 32-bit half `k` of the eight missing-call words is below `missing`,
+    /// i.e. column `k` of the group is a missing call.
+    fn missing(words: &[u64], missing: u64) -> u32;
+}
+
+/// [`Masks`] one field at a time (the definition, and the code for CPUs without AVX-512).
+struct ScalarMasks;
+
+impl Masks for ScalarMasks {
+    #[inline(always)]
+    fn alleles(words: &[u64], t: u64) -> u32 {
+        let mut m = 0u32;
+        for (w, &x) in words[..LANES].iter().enumerate() {
+            for f in 0..4 {
+                m |= (((x >> (16 * f)) & 0xFFFF < t) as u32) << (4 * w + f);
+            }
+        }
+        m
+    }
+
+    #[inline(always)]
+    fn missing(words: &[u64], missing: u64) -> u32 {
+        let mut k = 0u32;
+        for (w, &x) in words[..LANES].iter().enumerate() {
+            k |= (((x & 0xFFFF_FFFF) < missing) as u32) << (2 * w);
+            k |= (((x >> 32) < missing) as u32) << (2 * w + 1);
+        }
+        k
+    }
+}
+
+/// [`Masks`] by one AVX-512 comparison each. Only used where the CPU has AVX-512BW.
+#[cfg(target_arch = "x86_64")]
+struct Avx512Masks;
+
+#[cfg(target_arch = "x86_64")]
+impl Masks for Avx512Masks {
+    #[inline(always)]
+    fn alleles(words: &[u64], t: u64) -> u32 {
+        use std::arch::x86_64::*;
+        let words = &words[..LANES];
+        // SAFETY: eight words are 64 readable bytes; only reached from
+        // `packed_row_avx512`, which runs where the CPU has AVX-512BW. Thresholds are
+        // below 2¹⁶ (`allele_threshold`).
+        unsafe {
+            let v = _mm512_loadu_si512(words.as_ptr().cast());
+            _mm512_cmplt_epu16_mask(v, _mm512_set1_epi16(t as u16 as i16))
+        }
+    }
+
+    #[inline(always)]
+    fn missing(words: &[u64], missing: u64) -> u32 {
+        use std::arch::x86_64::*;
+        let words = &words[..LANES];
+        // SAFETY: as above (AVX-512F); thresholds are below 2³² (`missing_threshold`).
+        unsafe {
+            let v = _mm512_loadu_si512(words.as_ptr().cast());
+            _mm512_cmplt_epu32_mask(v, _mm512_set1_epi32(missing as u32 as i32)) as u32
+        }
+    }
+}
+
+/// Sixteen packed codes from the allele mask `a` (bits `2k`, `2k + 1`: column `k`'s
+/// alleles) and the missing mask `m` (bit `k`): the dosage `b₀ + b₁` is code
+/// `(b₀ ⊕ b₁) | (b₀ ∧ b₁) << 1`, and a missing call sets both bits.
+#[inline(always)]
+fn pack16(a: u32, m: u32) -> u32 {
+    let lo = a & 0x5555_5555;
+    let hi = (a >> 1) & 0x5555_5555;
+    let mut codes = (lo ^ hi) | ((lo & hi) << 1);
+    if m != 0 {
+        // Bit k → bits 2k and 2k + 1.
+        let mut x = m & 0xFFFF;
+        x = (x | x << 8) & 0x00FF_00FF;
+        x = (x | x << 4) & 0x0F0F_0F0F;
+        x = (x | x << 2) & 0x3333_3333;
+        x = (x | x << 1) & 0x5555_5555;
+        codes |= x * 3;
+    }
+    codes
+}
+
+/// How many codes 1, 2 and 3 the packed bytes hold.
+pub fn count_codes(bytes: &[u8]) -> [u64; 3] {
+    const LOW: u64 = 0x5555_5555_5555_5555;
+    let mut c = [0u64; 3];
+    let mut add = |x: u64| {
+        let lo = x & LOW;
+        let hi = (x >> 1) & LOW;
+        c[0] += (lo & !hi).count_ones() as u64;
+        c[1] += (hi & !lo).count_ones() as u64;
+        c[2] += (lo & hi).count_ones() as u64;
+    };
+    let mut chunks = bytes.chunks_exact(8);
+    for ch in &mut chunks {
+        add(u64::from_le_bytes(ch.try_into().expect("eight bytes")));
+    }
+    let mut last = [0u8; 8];
+    let rest = chunks.remainder();
+    last[..rest.len()].copy_from_slice(rest);
+    add(u64::from_le_bytes(last));
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scalar_block(key: u64, row: u64, block: u64) -> Vec<u64> {
+        (0..BLOCK_COLS).map(|w| word(key, row, block, w)).collect()
+    }
+
+    #[test]
+    fn block_words_are_the_lane_definition() {
+        for (key, row, block) in [(1u64, 0u64, 0u64), (77, 5, 3), (u64::MAX, 1 << 30, 65_000)] {
+            let mut fast = [0u64; BLOCK_COLS];
+            block_words(key, row, block, &mut fast);
+            assert_eq!(fast.to_vec(), scalar_block(key, row, block));
+            let mut short = [0u64; 24];
+            block_words(key, row, block, &mut short);
+            assert_eq!(short, fast[..24]);
+        }
+    }
+
+    /// The reference xoroshiro128+ (Blackman & Vigna's `next()`), one lane at a time.
+    #[test]
+    fn lanes_are_xoroshiro128_plus() {
+        let (s0, s1) = seed(9, 2, 1);
+        let words = scalar_block(9, 2, 1);
+        for l in 0..LANES {
+            let mut s = [s0[l], s1[l]];
+            for t in 0..BLOCK_COLS / LANES {
+                let r = s[0].wrapping_add(s[1]);
+                let x = s[1] ^ s[0];
+                s[0] = s[0].rotate_left(24) ^ x ^ (x << 16);
+                s[1] = x.rotate_left(37);
+                assert_eq!(words[t * LANES + l], r, "lane {l} step {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn rows_at_any_offset_match_elements() {
+        for (col0, len) in [(0u64, 700usize), (3, 250), (255, 2), (256, 256), (1000, 37)] {
+            let mut a = vec![0f64; len];
+            let mut b = vec![0f32; len];
+            uniform_row(5, 11, col0, &mut a);
+            uniform_row_f32(5, 11, col0, &mut b);
+            for k in 0..len {
+                let want = unit(element_word(5, 11, col0 + k as u64));
+                assert_eq!(a[k].to_bits(), want.to_bits(), "col {}", col0 + k as u64);
+                assert_eq!(b[k], want as f32);
+            }
+        }
+    }
+
+    #[test]
+    fn unit_is_in_range_and_exact() {
+        assert_eq!(unit(0), 0.0);
+        assert_eq!(unit(u64::MAX), 1.0 - f64::EPSILON);
+        assert_eq!(unit(1 << 63), 0.5);
+    }
+
+    #[test]
+    fn packed_and_dosage_rows_match_elements() {
+        let starts = [0u64, 100, 390, 700];
+        let ts = [allele_threshold(0.1), allele_threshold(0.45), 9];
+        for missing in [0, missing_threshold(0.2)] {
+            for th in [
+                Thresholds::Row(allele_threshold(0.3)),
+                Thresholds::Populations {
+                    starts: &starts,
+                    t: &ts,
+                },
+            ] {
+                for cols in [1u64, 5, 255, 256, 257, 700] {
+                    let th = match th {
+                        Thresholds::Populations { .. } if cols < 700 => {
+                            Thresholds::Row(allele_threshold(0.3))
+                        }
+                        t => t,
+                    };
+                    let mut packed = vec![0xFFu8; cols.div_ceil(4) as usize + 3];
+                    let (st, t): (&[u64], Vec<u64>) = match th {
+                        Thresholds::Row(t) => (&[], vec![t]),
+                        Thresholds::Populations { starts, t } => (starts, t.to_vec()),
+                    };
+                    let counts = packed_row(7, 3, cols, st, &t, missing, &mut packed);
+                    let mut dosages = vec![0i8; cols as usize];
+                    dosage_row(7, 3, 0, st, &t, missing, &mut dosages);
+                    let mut want = [0u64; 3];
+                    for c in 0..cols {
+                        let code = genotype_code(7, 3, c, th.threshold_of(c), missing);
+                        let got = (packed[c as usize / 4] >> (2 * (c % 4))) & 3;
+                        assert_eq!(got, code, "cols {cols} col {c}");
+                        let d = dosages[c as usize];
+                        assert_eq!(if d < 0 { 3 } else { d as u8 }, code);
+                        if code > 0 {
+                            want[code as usize - 1] += 1;
+                        }
+                    }
+                    assert_eq!(counts, want, "cols {cols}");
+                    if cols % 4 != 0 {
+                        let last = packed[cols as usize / 4];
+                        assert_eq!(last >> (2 * (cols % 4)), 0, "padding of {cols}");
+                    }
+                    assert_eq!(
+                        packed[cols.div_ceil(4) as usize],
+                        0xFF,
+                        "wrote past the row"
+                    );
+                    if missing == 0 {
+                        assert_eq!(want[2], 0, "missing calls without a missing rate");
+                    } else if cols >= 256 {
+                        assert!(want[2] > 0, "no missing call in {cols} at 20 %");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 comparisons (where this CPU has them) and the portable ones pack the
+    /// same bytes, thresholds at their extremes included.
+    #[test]
+    fn packed_rows_do_not_depend_on_the_instruction_set() {
+        for (t, missing) in [(1u64, 0u64), (0xFFFF, 0), (30_000, 1), (9, u32::MAX as u64)] {
+            for cols in [16u64, 1000] {
+                let mut a = vec![0u8; cols.div_ceil(4) as usize];
+                let mut b = a.clone();
+                let ca = packed_row(3, 8, cols, &[], &[t], missing, &mut a);
+                let cb = packed_row_portable(3, 8, cols, &[], &[t], missing, &mut b);
+                assert_eq!((a, ca), (b, cb), "t {t} missing {missing} cols {cols}");
+            }
+        }
+    }
+
+    #[test]
+    fn dosage_frequencies_follow_the_thresholds() {
+        let p = 0.3;
+        let mut d = vec![0i8; 200_000];
+        dosage_row(
+            1,
+            0,
+            0,
+            &[],
+            &[allele_threshold(p)],
+            missing_threshold(0.1),
+            &mut d,
+        );
+        let missing = d.iter().filter(|&&v| v < 0).count() as f64 / d.len() as f64;
+        let calls: Vec<f64> = d.iter().filter(|&&v| v >= 0).map(|&v| v as f64).collect();
+        let mean = calls.iter().sum::<f64>() / calls.len() as f64;
+        assert!((missing - 0.1).abs() < 0.005, "missing {missing}");
+        assert!((mean - 2.0 * p).abs() < 0.01, "mean {mean}");
+    }
+
+    #[test]
+    fn count_codes_counts_every_byte() {
+        let bytes: Vec<u8> = (0..=255u8).chain(0..13).collect();
+        let mut want = [0u64; 3];
+        for &b in &bytes {
+            for k in 0..4 {
+                let c = (b >> (2 * k)) & 3;
+                if c > 0 {
+                    want[c as usize - 1] += 1;
+                }
+            }
+        }
+        assert_eq!(count_codes(&bytes), want);
+    }
+}
