@@ -1,7 +1,7 @@
 //! Criterion micro-benchmarks of rankwise's kernels, through the public API of the facade
 //! crate only:
 //!
-//! * `generator/*`: the counter-based generator filling a 100,000 × 20 column-major panel
+//! * `generator/*`: the generator filling a 100,000 × 20 column-major panel
 //!   (uniform and genotype values);
 //! * `panel_factor/*`: `PanelFactor::compute` (block-by-block QR, fed by the generator, as
 //!   in the SVD's first pass) of a 625,000 × 20 panel (the main job's panel) and of a

@@ -89,7 +89,7 @@ struct MatrixArgs {
     /// `--zarr`, a multiple of the stored chunk (or shard) rows; the stored chunks by default.
     #[arg(long, required_unless_present = "zarr")]
     chunk_rows: Option<u64>,
-    /// Seed of the counter-based generator.
+    /// Seed of the generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Distribution of the generated values: uniform, normal or genotype.

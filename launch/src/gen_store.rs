@@ -354,7 +354,7 @@ impl GenLayout {
         let g = &self.source;
         let (rows, cols) = self.shape();
         let mut generator = json!({
-            "name": "rankwise counter-based generator (SplitMix64 of seed, row, column)",
+            "name": "rankwise block-stream generator (xoroshiro128+ lanes per 256 columns, seeded by SplitMix64 of seed, row, column)",
             "dist": g.dist(),
             "seed": g.seed(),
             "rows": rows,

@@ -3,7 +3,7 @@
 //! # What runs where
 //!
 //! A panel of a generated matrix never exists on the host: the device generates it row
-//! tile by row tile (the counter-based generator of `rankwise_runtime::source`, ported to
+//! tile by row tile (the block-stream generator of `rankwise_runtime::stream`, ported to
 //! CUDA in `runtime/src/gpu/kernels.cu`, gives the same values), standardizes genotype
 //! tiles from their 2-bit codes, and multiplies them by cuBLAS. Only the thin results
 //! come back: `Y = A·[Ω | W]` (`h × (l + r)`) in the range pass, `B = QᵀA` (`l × n`) in

@@ -317,6 +317,8 @@ pub struct Generated {
     key: u64,
     /// Fraction of genotype calls reported missing (−1), as a 32-bit threshold.
     missing: u64,
+    /// The missing-call rate as given.
+    missing_rate: f64,
     /// Genotype populations (contiguous blocks of samples); 1 means no structure.
     populations: u64,
     /// F_ST of the Balding–Nichols draws (used only with more than one population).
@@ -337,6 +339,7 @@ impl Generated {
             dist,
             key: mix64(seed ^ 0x005E_ED0F_4A4E_4B57),
             missing: 0,
+            missing_rate: 0.0,
             populations: 1,
             fst: DEFAULT_FST,
             population_key: mix64(seed ^ POPULATION_KEY),
@@ -417,12 +420,13 @@ impl Generated {
     /// independently of its dosage draw.
     pub fn with_missing(mut self, rate: f64) -> Self {
         self.missing = stream::missing_threshold(rate);
+        self.missing_rate = rate.clamp(0.0, 1.0);
         self
     }
 
     /// The missing-call rate.
     pub fn missing_rate(&self) -> f64 {
-        self.missing as f64 / 4_294_967_296.0
+        self.missing_rate
     }
 
     /// The same values, seen transposed (`cols × rows`): used for short-and-fat matrices,

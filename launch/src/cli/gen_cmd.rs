@@ -33,7 +33,7 @@ pub(super) struct GenArgs {
     /// Rows per stored chunk.
     #[arg(long)]
     chunk_rows: u64,
-    /// Seed of the counter-based generator.
+    /// Seed of the generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Distribution of the generated values: uniform, normal or genotype.

@@ -32,7 +32,7 @@ pub(super) struct ReduceArgs {
     /// Columns per tile, the unit of work of an actor thread (default: all columns).
     #[arg(long)]
     chunk_cols: Option<u64>,
-    /// Seed of the counter-based generator.
+    /// Seed of the generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Distribution of the generated values: uniform, normal or genotype.
