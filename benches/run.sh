@@ -4,6 +4,7 @@
 # the machine's own memory bandwidth and DGEMM rate measured in the same run.
 #
 #   bash benches/run.sh [--quick]      (or: make bench [QUICK=1])
+#   bash benches/run.sh --kernels      (only the criterion kernels and their section)
 #
 # Prints one table and rewrites the section between `<!-- BEGIN exact-svd -->` and
 # `<!-- END exact-svd -->` of benches/RESULTS.md (the rest of that file is left as it is).
@@ -15,13 +16,15 @@
 set -euo pipefail
 
 usage() {
-    sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 QUICK=0
+KERNELS_ONLY=0
 for arg in "$@"; do
     case "$arg" in
         --quick) QUICK=1 ;;
+        --kernels) KERNELS_ONLY=1 ;;
         -h | --help)
             usage
             exit 0
@@ -126,6 +129,20 @@ PY="$VENV/bin/python"
 export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ under benches/
 "$PY" -m pip freeze --disable-pip-version-check >"$OUT/pip-freeze.txt"
 
+criterion_kernels() {
+    load_mark "criterion kernels"
+    run cargo bench --bench kernels 2>&1 | tee "$OUT/criterion.txt" >&2
+    "$PY" benches/report.py kernels --dir "$OUT" --results "$RESULTS" --mode "$MODE" \
+        --bin "$BIN" --threads "$THREADS"
+}
+
+if ((KERNELS_ONLY)); then
+    criterion_kernels
+    rm -f "$RW"
+    log "raw results in $OUT; kernels table in $RESULTS"
+    exit 0
+fi
+
 # ---------------------------------------------------------------------------------------
 # The machine: memory bandwidth and DGEMM.
 
@@ -183,10 +200,7 @@ load_mark "end"
     --bin "$BIN" --snapshot "$RW" --threads "$THREADS" --regen-memory "$REGEN_MEMORY" --dgemm-reps "$DGEMM_REPS"
 
 if ((!QUICK)); then
-    load_mark "criterion kernels"
-    run cargo bench --bench kernels 2>&1 | tee "$OUT/criterion.txt" >&2
-    "$PY" benches/report.py kernels --dir "$OUT" --results "$RESULTS" --mode "$MODE" \
-        --bin "$BIN" --threads "$THREADS"
+    criterion_kernels
 fi
 rm -f "$RW"
 log "raw results in $OUT; table in $RESULTS"
