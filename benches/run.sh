@@ -70,7 +70,13 @@ fi
 MEMBW_MIB=1024 # per array; three arrays
 DGEMM_N=4000
 
-OUT="target/bench-results/$(date +%Y%m%d-%H%M%S)"
+# (--kernels runs go to kernels-<time>/: benches/summary.py reads the newest <date>-<time>/
+# for the end-to-end figures.)
+if ((KERNELS_ONLY)); then
+    OUT="target/bench-results/kernels-$(date +%Y%m%d-%H%M%S)"
+else
+    OUT="target/bench-results/$(date +%Y%m%d-%H%M%S)"
+fi
 TOOLS=target/bench-tools
 mkdir -p "$OUT" "$TOOLS"
 : >"$OUT/commands.txt"

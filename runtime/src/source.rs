@@ -620,41 +620,55 @@ impl Generated {
 
     /// Values of row `row` (untransposed), columns `col0..col0 + out.len()`.
     fn fill_row(&self, row: u64, col0: u64, out: &mut [f64]) {
+        let mut view = ndarray::ArrayViewMut2::from_shape((1, out.len()), out)
+            .expect("a row is a 1 × n matrix");
+        self.fill_direct(row..row + 1, col0, view.view_mut());
+    }
+
+    /// Fills `out` with rows `rows`, columns `col0..col0 + out.ncols()` of the untransposed
+    /// matrix, in whatever layout `out` has.
+    fn fill_direct(&self, rows: Range<u64>, col0: u64, mut out: ArrayViewMut2<'_, f64>) {
+        let (h, w) = out.dim();
+        if self.dist == Dist::Uniform {
+            if let Some(s) = out.as_slice_mut() {
+                for (i, row) in s.chunks_exact_mut(w.max(1)).enumerate() {
+                    stream::uniform_row(self.key, rows.start + i as u64, col0, row);
+                }
+                return;
+            }
+            if let Some(s) = out.view_mut().reversed_axes().as_slice_mut() {
+                // Column-major (a transposed or Fortran-order panel).
+                stream::uniform_cols(self.key, rows.start, h, col0, w, s, h);
+                return;
+            }
+        }
+        // Everything else is made row-major in one buffer, then copied in.
+        let mut made = ndarray::Array2::<f64>::zeros((h, w));
         match self.dist {
-            Dist::Uniform => stream::uniform_row(self.key, row, col0, out),
+            Dist::Uniform => {
+                for (i, mut row) in made.rows_mut().into_iter().enumerate() {
+                    let row = row.as_slice_mut().expect("standard layout");
+                    stream::uniform_row(self.key, rows.start + i as u64, col0, row);
+                }
+            }
             Dist::Normal => {
-                let mut words = vec![0u64; out.len()];
-                stream::words_row(self.key, row, col0, &mut words);
-                for (v, &x) in out.iter_mut().zip(&words) {
-                    *v = normal_from(x);
+                let mut words = vec![0u64; w];
+                for (i, mut row) in made.rows_mut().into_iter().enumerate() {
+                    stream::words_row(self.key, rows.start + i as u64, col0, &mut words);
+                    for (v, &x) in row.iter_mut().zip(&words) {
+                        *v = normal_from(x);
+                    }
                 }
             }
             Dist::Genotype => {
-                let mut codes = vec![0i8; out.len()];
-                self.fill_genotype_rows(row..row + 1, col0..col0 + out.len() as u64, &mut codes);
-                for (v, &d) in out.iter_mut().zip(&codes) {
+                let mut codes = vec![0i8; h * w];
+                self.fill_genotype_rows(rows, col0..col0 + w as u64, &mut codes);
+                for (v, &d) in made.iter_mut().zip(&codes) {
                     *v = d as f64;
                 }
             }
         }
-    }
-
-    /// Fills `out` with rows `rows`, columns `col0..col0 + out.ncols()` of the untransposed
-    /// matrix.
-    fn fill_direct(&self, rows: Range<u64>, col0: u64, mut out: ArrayViewMut2<'_, f64>) {
-        let mut scratch = Vec::new();
-        for (li, mut dest) in out.rows_mut().into_iter().enumerate() {
-            let row = rows.start + li as u64;
-            match dest.as_slice_mut() {
-                Some(s) => self.fill_row(row, col0, s),
-                None => {
-                    // A column-major view (a transposed panel): make the row, then scatter.
-                    scratch.resize(dest.len(), 0.0);
-                    self.fill_row(row, col0, &mut scratch);
-                    dest.assign(&ndarray::aview1(&scratch));
-                }
-            }
-        }
+        out.assign(&made);
     }
 }
 

@@ -201,6 +201,66 @@ pub fn uniform_row_f32(key: u64, row: u64, col0: u64, out: &mut [f32]) {
     }
 }
 
+/// Uniform values of rows `row0..row0 + rows`, columns `col0..col0 + cols`, column-major:
+/// value `(i, j)` at `out[j·ld + i]`. Eight rows at a time share the registers (lane `l`
+/// of eight rows' blocks steps together), so narrow panels such as the exact SVD's
+/// 20-column ones pay no per-row overhead and store whole registers down each column.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
+    "x86_64+avx2+fma"
+))]
+pub fn uniform_cols(
+    key: u64,
+    row0: u64,
+    rows: usize,
+    col0: u64,
+    cols: usize,
+    out: &mut [f64],
+    ld: usize,
+) {
+    let full = rows / LANES * LANES;
+    let mut xs = [[0u64; LANES]; BLOCK_COLS / LANES];
+    for i0 in (0..full).step_by(LANES) {
+        for (block, skip, range) in blocks(col0, cols) {
+            let first = block * BLOCK_COLS as u64;
+            let end = skip + range.len();
+            for l in 0..LANES.min(end) {
+                // Lane l of the eight rows' blocks, one row per register lane.
+                let (mut s0, mut s1) = ([0u64; LANES], [0u64; LANES]);
+                for r in 0..LANES {
+                    let c = (row0 + (i0 + r) as u64) * MAX_GENERATED_COLS + first + 2 * l as u64;
+                    s0[r] = counter_bits(key, 0, c);
+                    s1[r] = counter_bits(key, 0, c + 1);
+                }
+                let steps = (end - l).div_ceil(LANES);
+                for x in &mut xs[..steps] {
+                    step(&mut s0, &mut s1, x);
+                }
+                for (t, x) in xs[..steps].iter().enumerate() {
+                    let w = t * LANES + l;
+                    if w >= skip {
+                        let j = range.start + w - skip;
+                        let o = &mut out[j * ld + i0..j * ld + i0 + LANES];
+                        for (o, &x) in o.iter_mut().zip(x) {
+                            *o = unit(x);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut words = [0u64; BLOCK_COLS];
+    for i in full..rows {
+        for (block, skip, range) in blocks(col0, cols) {
+            let need = (skip + range.len()).div_ceil(LANES) * LANES;
+            block_words(key, row0 + i as u64, block, &mut words[..need]);
+            for (k, &x) in words[skip..skip + range.len()].iter().enumerate() {
+                out[(range.start + k) * ld + i] = unit(x);
+            }
+        }
+    }
+}
+
 /// The raw words of row `row`, columns `col0..col0 + out.len()` (uniform placement: word
 /// `c mod 256` of block `⌊c / 256⌋`).
 pub fn words_row(key: u64, row: u64, col0: u64, out: &mut [u64]) {
@@ -294,8 +354,10 @@ fn block_codes(
     missing: u64,
     out: &mut [u16; GENOTYPE_WORDS],
 ) {
-    // out[w] holds the codes of columns 2w (low byte) and 2w + 1 (high byte).
-    for (w, o) in out.iter_mut().enumerate() {
+    // out[w] holds the codes of columns 2w (low byte) and 2w + 1 (high byte); only the
+    // words made are coded.
+    let count = words.len().min(GENOTYPE_WORDS);
+    for (w, o) in out[..count].iter_mut().enumerate() {
         let x = words[w];
         let (te, to) = tw(w);
         let mut d0 = alleles(x, te);
@@ -312,19 +374,22 @@ fn block_codes(
 /// Makes the codes of a whole block into `codes` (column `c` in byte `c` of the
 /// little-endian pairs).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn genotype_block(
     key: u64,
     row: u64,
     block: u64,
+    end: usize,
     thresholds: &Thresholds<'_>,
     missing: u64,
     words: &mut [u64; BLOCK_COLS],
     codes: &mut [u16; GENOTYPE_WORDS],
 ) {
+    // Without missing calls only the allele words of columns ..end are needed.
     let n = if missing != 0 {
         BLOCK_COLS
     } else {
-        GENOTYPE_WORDS
+        end.div_ceil(2 * LANES) * LANES
     };
     block_words(key, row, block, &mut words[..n]);
     match thresholds.uniform_over(block) {
@@ -359,7 +424,10 @@ pub fn dosage_row(
     let mut words = [0u64; BLOCK_COLS];
     let mut codes = [0u16; GENOTYPE_WORDS];
     for (block, skip, range) in blocks(col0, out.len()) {
-        genotype_block(key, row, block, thresholds, missing, &mut words, &mut codes);
+        let end = skip + range.len();
+        genotype_block(
+            key, row, block, end, thresholds, missing, &mut words, &mut codes,
+        );
         let mut bytes = [0u8; BLOCK_COLS];
         for (b, &c) in bytes.chunks_exact_mut(2).zip(&codes) {
             b.copy_from_slice(&c.to_le_bytes());
@@ -458,7 +526,10 @@ fn packed_row_with<M: Masks>(
             dest.copy_from_slice(&packed[..len]);
             continue;
         }
-        genotype_block(key, row, block, thresholds, missing, &mut words, &mut codes);
+        let end = (cols - block * BLOCK_COLS as u64).min(BLOCK_COLS as u64) as usize;
+        genotype_block(
+            key, row, block, end, thresholds, missing, &mut words, &mut codes,
+        );
         // Four codes (bytes) in a u32 gather into one byte, as `pack_row` does.
         for (k, o) in dest.iter_mut().enumerate() {
             let x = codes[2 * k] as u32 | (codes[2 * k + 1] as u32) << 16;
@@ -632,6 +703,27 @@ mod tests {
                 assert_eq!(a[k].to_bits(), want.to_bits(), "col {}", col0 + k as u64);
                 assert_eq!(b[k], want as f32);
             }
+        }
+    }
+
+    #[test]
+    fn column_major_rows_match_elements() {
+        for (rows, col0, cols) in [
+            (19usize, 0u64, 20usize),
+            (8, 250, 300),
+            (3, 7, 1),
+            (17, 512, 256),
+        ] {
+            let ld = rows + 2;
+            let mut out = vec![f64::NAN; ld * cols];
+            uniform_cols(4, 100, rows, col0, cols, &mut out, ld);
+            for i in 0..rows {
+                for j in 0..cols {
+                    let want = unit(element_word(4, 100 + i as u64, col0 + j as u64));
+                    assert_eq!(out[j * ld + i].to_bits(), want.to_bits(), "({i}, {j})");
+                }
+            }
+            assert!(out.chunks(ld).all(|c| c[rows..].iter().all(|v| v.is_nan())));
         }
     }
 
