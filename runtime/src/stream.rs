@@ -354,10 +354,8 @@ fn block_codes(
     missing: u64,
     out: &mut [u16; GENOTYPE_WORDS],
 ) {
-    // out[w] holds the codes of columns 2w (low byte) and 2w + 1 (high byte); only the
-    // words made are coded.
-    let count = words.len().min(GENOTYPE_WORDS);
-    for (w, o) in out[..count].iter_mut().enumerate() {
+    // out[w] holds the codes of columns 2w (low byte) and 2w + 1 (high byte).
+    for (w, o) in out.iter_mut().enumerate() {
         let x = words[w];
         let (te, to) = tw(w);
         let mut d0 = alleles(x, te);
@@ -374,22 +372,19 @@ fn block_codes(
 /// Makes the codes of a whole block into `codes` (column `c` in byte `c` of the
 /// little-endian pairs).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn genotype_block(
     key: u64,
     row: u64,
     block: u64,
-    end: usize,
     thresholds: &Thresholds<'_>,
     missing: u64,
     words: &mut [u64; BLOCK_COLS],
     codes: &mut [u16; GENOTYPE_WORDS],
 ) {
-    // Without missing calls only the allele words of columns ..end are needed.
     let n = if missing != 0 {
         BLOCK_COLS
     } else {
-        end.div_ceil(2 * LANES) * LANES
+        GENOTYPE_WORDS
     };
     block_words(key, row, block, &mut words[..n]);
     match thresholds.uniform_over(block) {
@@ -424,10 +419,7 @@ pub fn dosage_row(
     let mut words = [0u64; BLOCK_COLS];
     let mut codes = [0u16; GENOTYPE_WORDS];
     for (block, skip, range) in blocks(col0, out.len()) {
-        let end = skip + range.len();
-        genotype_block(
-            key, row, block, end, thresholds, missing, &mut words, &mut codes,
-        );
+        genotype_block(key, row, block, thresholds, missing, &mut words, &mut codes);
         let mut bytes = [0u8; BLOCK_COLS];
         for (b, &c) in bytes.chunks_exact_mut(2).zip(&codes) {
             b.copy_from_slice(&c.to_le_bytes());
@@ -526,10 +518,7 @@ fn packed_row_with<M: Masks>(
             dest.copy_from_slice(&packed[..len]);
             continue;
         }
-        let end = (cols - block * BLOCK_COLS as u64).min(BLOCK_COLS as u64) as usize;
-        genotype_block(
-            key, row, block, end, thresholds, missing, &mut words, &mut codes,
-        );
+        genotype_block(key, row, block, thresholds, missing, &mut words, &mut codes);
         // Four codes (bytes) in a u32 gather into one byte, as `pack_row` does.
         for (k, o) in dest.iter_mut().enumerate() {
             let x = codes[2 * k] as u32 | (codes[2 * k + 1] as u32) << 16;
