@@ -169,20 +169,26 @@ pub fn genotype_code(key: u64, row: u64, col: u64, t: u64, missing: u64) -> u8 {
     alleles(word(key, row, block, w) >> shift, t) as u8
 }
 
+/// `out[k] = value(words[col0 + k])` along row `row`: the loop behind the row fills.
+#[inline(always)]
+fn map_row<T>(key: u64, row: u64, col0: u64, out: &mut [T], value: impl Fn(u64) -> T) {
+    let mut words = [0u64; BLOCK_COLS];
+    for (block, skip, range) in blocks(col0, out.len()) {
+        let need = (skip + range.len()).div_ceil(LANES) * LANES;
+        block_words(key, row, block, &mut words[..need]);
+        for (o, &x) in out[range].iter_mut().zip(&words[skip..]) {
+            *o = value(x);
+        }
+    }
+}
+
 /// Fills `out` with the uniform values of row `row`, columns `col0..col0 + out.len()`.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
     "x86_64+avx2+fma"
 ))]
 pub fn uniform_row(key: u64, row: u64, col0: u64, out: &mut [f64]) {
-    let mut words = [0u64; BLOCK_COLS];
-    for (block, skip, range) in blocks(col0, out.len()) {
-        let need = (skip + range.len()).div_ceil(LANES) * LANES;
-        block_words(key, row, block, &mut words[..need]);
-        for (o, &x) in out[range].iter_mut().zip(&words[skip..]) {
-            *o = unit(x);
-        }
-    }
+    map_row(key, row, col0, out, unit)
 }
 
 /// [`uniform_row`] rounded to f32.
@@ -191,14 +197,7 @@ pub fn uniform_row(key: u64, row: u64, col0: u64, out: &mut [f64]) {
     "x86_64+avx2+fma"
 ))]
 pub fn uniform_row_f32(key: u64, row: u64, col0: u64, out: &mut [f32]) {
-    let mut words = [0u64; BLOCK_COLS];
-    for (block, skip, range) in blocks(col0, out.len()) {
-        let need = (skip + range.len()).div_ceil(LANES) * LANES;
-        block_words(key, row, block, &mut words[..need]);
-        for (o, &x) in out[range].iter_mut().zip(&words[skip..]) {
-            *o = unit(x) as f32;
-        }
-    }
+    map_row(key, row, col0, out, |x| unit(x) as f32)
 }
 
 /// Uniform values of rows `row0..row0 + rows`, columns `col0..col0 + cols`, column-major:
@@ -264,13 +263,7 @@ pub fn uniform_cols(
 /// The raw words of row `row`, columns `col0..col0 + out.len()` (uniform placement: word
 /// `c mod 256` of block `⌊c / 256⌋`).
 pub fn words_row(key: u64, row: u64, col0: u64, out: &mut [u64]) {
-    let mut words = [0u64; BLOCK_COLS];
-    for (block, skip, range) in blocks(col0, out.len()) {
-        let need = (skip + range.len()).div_ceil(LANES) * LANES;
-        block_words(key, row, block, &mut words[..need]);
-        let len = range.len();
-        out[range].copy_from_slice(&words[skip..skip + len]);
-    }
+    map_row(key, row, col0, out, |x| x)
 }
 
 /// The blocks that columns `col0..col0 + len` touch, as `(block, skip, range)`: `range` is
