@@ -314,27 +314,31 @@ impl<'a> Thresholds<'a> {
         }
     }
 
-    /// The threshold of one column.
-    pub fn threshold_of(&self, col: u64) -> u64 {
+    /// The population of one column (0 for a row without populations).
+    fn population(&self, col: u64) -> usize {
         match *self {
-            Thresholds::Row(t) => t,
+            Thresholds::Row(_) => 0,
             Thresholds::Populations { starts, t } => {
-                let q = starts[1..].partition_point(|&s| s <= col);
-                t[q.min(t.len() - 1)]
+                starts[1..].partition_point(|&s| s <= col).min(t.len() - 1)
             }
         }
     }
 
-    /// The threshold of every word of a block, when one threshold covers the whole block.
+    /// The threshold of one column.
+    pub fn threshold_of(&self, col: u64) -> u64 {
+        match *self {
+            Thresholds::Row(t) => t,
+            Thresholds::Populations { t, .. } => t[self.population(col)],
+        }
+    }
+
+    /// The threshold of every column of a block, when the whole block lies in one
+    /// population (two populations with equal thresholds do not count: the columns
+    /// between them may belong to others).
     fn uniform_over(&self, block: u64) -> Option<u64> {
         let first = block * BLOCK_COLS as u64;
-        let t = self.threshold_of(first);
-        match *self {
-            Thresholds::Row(t) => Some(t),
-            Thresholds::Populations { .. } => {
-                (self.threshold_of(first + BLOCK_COLS as u64 - 1) == t).then_some(t)
-            }
-        }
+        let q = self.population(first);
+        (q == self.population(first + BLOCK_COLS as u64 - 1)).then(|| self.threshold_of(first))
     }
 }
 
@@ -771,6 +775,36 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Populations 0 and 3 of a 31-sample block share a threshold (both frequencies at the
+    /// clamp, common with a large F_ST): the block was taken for one population, and the
+    /// samples of populations 1 and 2 were drawn with the wrong threshold.
+    #[test]
+    fn equal_thresholds_at_a_blocks_ends_do_not_make_it_one_population() {
+        let starts = [0u64, 8, 16, 24, 31];
+        let t = [66u64, 40_000, 20_000, 66];
+        for missing in [0, missing_threshold(0.05)] {
+            let mut packed = [0u8; 8];
+            packed_row(5, 7, 31, &starts, &t, missing, &mut packed);
+            let mut dosages = [0i8; 31];
+            dosage_row(5, 7, 0, &starts, &t, missing, &mut dosages);
+            let th = Thresholds::new(&starts, &t);
+            for c in 0..31u64 {
+                let code = genotype_code(5, 7, c, th.threshold_of(c), missing);
+                assert_eq!(
+                    (packed[c as usize / 4] >> (2 * (c % 4))) & 3,
+                    code,
+                    "col {c}"
+                );
+                let d = dosages[c as usize];
+                assert_eq!(if d < 0 { 3 } else { d as u8 }, code, "col {c}");
+            }
+            assert!(
+                dosages[8..24].iter().any(|&d| d > 0),
+                "populations 1 and 2 drew"
+            );
         }
     }
 
