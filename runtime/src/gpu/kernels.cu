@@ -104,38 +104,29 @@ extern "C" __global__ void genotype_packed(u8* packed, u32* counts, const u64* t
             u32 first = b * BLOCK_COLS;
             u32 q = (u32)(((u64)first * pops) / n);
             u64 tq = thresholds[(u64)i * pops + q];
-            // Alleles: words 0 .. 127, i.e. steps 0 .. 15 of every lane.
-            for (u32 t = 0; t < BLOCK_COLS / (2 * LANES); t++) {
-                u32 packed2 = 0;  // the 16 columns of this step
+            // Steps 0 .. 15 of every lane are words 0 .. 127 (the alleles); with missing
+            // calls, steps 16 .. 31 are words 128 .. 255 (a missing call sets code 3).
+            u32 steps = missing != 0 ? BLOCK_COLS / LANES : BLOCK_COLS / (2 * LANES);
+            for (u32 t = 0; t < steps; t++) {
+                u32 g = t % (BLOCK_COLS / (2 * LANES));  // the 16 columns of this step
+                bool alleles = t == g;
+                if (alleles) codes[g] = 0;
 #pragma unroll
                 for (u32 l = 0; l < LANES; l++) {
                     u64 x = lanes[l].next();
-                    u32 w = t * LANES + l;
+                    u32 w = g * LANES + l;
 #pragma unroll
                     for (u32 half = 0; half < 2; half++) {
                         u32 k = 2 * w + half;
-                        u32 j = first + k;
-                        u64 th = tq;
-                        if (pops > 1) th = thresholds[(u64)i * pops + (u32)(((u64)j * pops) / n)];
                         u64 hw = (x >> (32 * half)) & 0xFFFFFFFFULL;
-                        u32 d = (u32)((hw & 0xFFFF) < th) + (u32)((hw >> 16) < th);
-                        packed2 |= d << (2 * (k % 16));
-                    }
-                }
-                codes[t] = packed2;
-            }
-            // Missing calls: words 128 .. 255, steps 16 .. 31.
-            if (missing != 0) {
-                for (u32 t = 0; t < BLOCK_COLS / (2 * LANES); t++) {
-#pragma unroll
-                    for (u32 l = 0; l < LANES; l++) {
-                        u64 x = lanes[l].next();
-                        u32 w = t * LANES + l;
-#pragma unroll
-                        for (u32 half = 0; half < 2; half++) {
-                            u32 k = 2 * w + half;
-                            if (((x >> (32 * half)) & 0xFFFFFFFFULL) < missing)
-                                codes[t] |= 3u << (2 * (k % 16));
+                        if (alleles) {
+                            u64 th = tq;
+                            if (pops > 1)
+                                th = thresholds[(u64)i * pops + (u32)(((u64)(first + k) * pops) / n)];
+                            u32 d = (u32)((hw & 0xFFFF) < th) + (u32)((hw >> 16) < th);
+                            codes[g] |= d << (2 * (k % 16));
+                        } else if (hw < missing) {
+                            codes[g] |= 3u << (2 * (k % 16));
                         }
                     }
                 }
