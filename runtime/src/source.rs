@@ -315,9 +315,7 @@ pub struct Generated {
     seed: u64,
     dist: Dist,
     key: u64,
-    /// Fraction of genotype calls reported missing (−1), as a 32-bit threshold.
-    missing: u64,
-    /// The missing-call rate as given.
+    /// Fraction of genotype calls reported missing (−1), as given.
     missing_rate: f64,
     /// Genotype populations (contiguous blocks of samples); 1 means no structure.
     populations: u64,
@@ -338,7 +336,6 @@ impl Generated {
             seed,
             dist,
             key: mix64(seed ^ 0x005E_ED0F_4A4E_4B57),
-            missing: 0,
             missing_rate: 0.0,
             populations: 1,
             fst: DEFAULT_FST,
@@ -419,7 +416,6 @@ impl Generated {
     /// Genotypes only: report each call missing (−1) with probability `rate` (0 ≤ rate < 1),
     /// independently of its dosage draw.
     pub fn with_missing(mut self, rate: f64) -> Self {
-        self.missing = stream::missing_threshold(rate);
         self.missing_rate = rate.clamp(0.0, 1.0);
         self
     }
@@ -458,7 +454,7 @@ impl Generated {
 
     /// The missing-call rate as the 32-bit threshold of [`stream::missing_threshold`].
     pub fn missing_threshold(&self) -> u64 {
-        self.missing
+        stream::missing_threshold(self.missing_rate)
     }
 
     /// The 16-bit allele thresholds ([`stream::allele_threshold`]) of variants `rows`, one
@@ -495,7 +491,7 @@ impl Generated {
     #[inline]
     pub fn genotype(&self, row: u64, col: u64) -> i8 {
         let t = allele_threshold(self.population_frequency(row, self.population_of(col)));
-        match stream::genotype_code(self.key, row, col, t, self.missing) {
+        match stream::genotype_code(self.key, row, col, t, self.missing_threshold()) {
             3 => -1,
             d => d as i8,
         }
@@ -520,11 +516,12 @@ impl Generated {
     pub fn fill_genotype_rows(&self, rows: Range<u64>, cols: Range<u64>, out: &mut [i8]) {
         let w = (cols.end - cols.start) as usize;
         let starts = self.population_starts();
+        let missing = self.missing_threshold();
         let mut t = Vec::new();
         for (li, row) in rows.enumerate() {
             let out = &mut out[li * w..(li + 1) * w];
             self.thresholds_of(row, &mut t);
-            stream::dosage_row(self.key, row, cols.start, &starts, &t, self.missing, out);
+            stream::dosage_row(self.key, row, cols.start, &starts, &t, missing, out);
         }
     }
 
@@ -540,18 +537,13 @@ impl Generated {
         counts: &mut Vec<[u64; 3]>,
     ) {
         let starts = self.population_starts();
+        let missing = self.missing_threshold();
         let mut t = Vec::new();
         for (li, row) in rows.enumerate() {
             let out = &mut out[li * stride..(li + 1) * stride];
             self.thresholds_of(row, &mut t);
             counts.push(stream::packed_row(
-                self.key,
-                row,
-                self.cols,
-                &starts,
-                &t,
-                self.missing,
-                out,
+                self.key, row, self.cols, &starts, &t, missing, out,
             ));
         }
     }
@@ -598,7 +590,8 @@ impl Generated {
                 for (k, v) in out.iter_mut().enumerate() {
                     let col = col0 + k as u64 * step;
                     let t = th.threshold_of(col);
-                    let code = stream::genotype_code(self.key, row, col, t, self.missing);
+                    let code =
+                        stream::genotype_code(self.key, row, col, t, self.missing_threshold());
                     *v = if code == 3 { -1.0 } else { code as f64 };
                 }
             }
