@@ -2,6 +2,7 @@
 //! panel order, the exact tall-and-skinny SVD built on it, the randomized SVD, and a strided
 //! sum over the same tree.
 
+pub mod fused;
 pub mod gpu;
 pub mod kernels;
 pub mod reads;
@@ -9,6 +10,8 @@ pub mod reduce;
 pub mod rsvd;
 pub mod skinny;
 pub mod svd;
+#[cfg(test)]
+mod testing;
 pub mod tiles;
 pub mod tree;
 

@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use cudarc::cublas::{CudaBlas, Gemm};
 
-use ndarray::{s, Array2, ArrayView2};
+use ndarray::{s, Array2};
 use rankwise_runtime::{
     ChunkGrid, Dist, Generated, GenotypeSource, MemoryPlan, PanelSource, Placement, Residency,
     Runtime, World,
@@ -48,7 +48,7 @@ use crate::reads::{
 };
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
-    gemm, Operand, PanelFacts, Precision, Stored, TileProducer, TILE_COLS, TILE_ROWS,
+    gemm, Operand, PanelFacts, Precision, Stored, Tile, TileProducer, TILE_COLS, TILE_ROWS,
 };
 use crate::tree::{decode, encode, PartialSums, Tree};
 use crate::LinalgError;
@@ -790,6 +790,14 @@ where
         let w = omega.ncols();
         let mut y = Array2::<f64>::zeros((h, w));
         let mut part = Array2::<T>::zeros((TILE_ROWS, w));
+        // Ωᵀ, for packed genotype tiles (their kernel takes Ω's columns as rows).
+        let omega_t = match c.operand {
+            Operand::Genotypes(_) if T::packed_tiles() => {
+                omega.t().as_standard_layout().into_owned()
+            }
+            _ => Array2::zeros((0, 0)),
+        };
+        let mut scratch = Vec::new();
         let keep = first && c.resident[actor];
         // A float panel decoded whole is kept as the read-ahead decoded it, without a copy.
         let keep_lease =
@@ -797,11 +805,20 @@ where
         let (facts, kept) = TileProducer::new(&c.operand, st.p, st.rows.clone())
             .read_from(&read)
             .measuring(first)
+            .packed_tiles(true)
             .for_each(
                 st.stored.as_ref(),
                 keep && !keep_lease,
                 &mut Vec::new(),
-                |r0, c0, t: ArrayView2<'_, T>| {
+                |r0, c0, t: Tile<'_, T>| {
+                    let t = match t {
+                        Tile::Dense(t) => t,
+                        Tile::Packed(p) => {
+                            let ot = omega_t.slice(s![.., c0..c0 + p.cols]);
+                            let ys = y.slice_mut(s![r0..r0 + p.rows, ..]);
+                            return T::ab_packed(&p, ot, ys, &mut scratch);
+                        }
+                    };
                     let b = t.nrows();
                     let mut part = part.slice_mut(s![..b, ..]);
                     gemm(
@@ -988,14 +1005,24 @@ where
         // on the left is what the skinny kernels take.
         let mut b = Array2::<f64>::zeros((q.ncols(), c.n));
         let mut part = Array2::<T>::zeros((q.ncols(), TILE_COLS));
+        let mut scratch = Vec::new();
         TileProducer::new(&c.operand, st.p, st.rows.clone())
             .read_from(&read)
             .measuring(false)
+            .packed_tiles(true)
             .for_each(
                 st.stored.as_ref(),
                 false,
                 &mut Vec::new(),
-                |r0, c0, t: ArrayView2<'_, T>| {
+                |r0, c0, t: Tile<'_, T>| {
+                    let t = match t {
+                        Tile::Dense(t) => t,
+                        Tile::Packed(p) => {
+                            let qs = qt.slice(s![r0..r0 + p.rows, ..]);
+                            let bs = b.slice_mut(s![.., c0..c0 + p.cols]);
+                            return T::atb_packed(&p, qs, bs, &mut scratch);
+                        }
+                    };
                     let w = t.ncols();
                     let mut part = part.slice_mut(s![.., ..w]);
                     gemm(

@@ -471,24 +471,7 @@ kernels!(
 mod tests {
     use super::*;
 
-    /// SplitMix64: fresh shapes and values from one printed seed.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, hi: usize) -> usize {
-            (self.next() % hi as u64) as usize
-        }
-        fn value(&mut self) -> f32 {
-            (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-    }
+    use crate::testing::Rng;
 
     /// The element types under test, with what the checks need.
     trait Val: Elem + PartialEq + std::fmt::Debug {
@@ -562,11 +545,7 @@ mod tests {
             eprintln!("skipped: this CPU has no AVX-512F, the kernels do not run here");
             return;
         }
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64);
-        eprintln!("seed {seed}");
-        let mut rng = Rng(seed);
+        let mut rng = Rng::fresh();
         cases::<f32>(&mut rng);
         cases::<f64>(&mut rng);
     }

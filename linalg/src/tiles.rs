@@ -17,6 +17,10 @@
 //! i.e. `x = 0`. Variants with `p = 0` or `p = 1` (no variance) are dropped: their rows are
 //! zero. The per-row mean and scale are computed when the row is first produced, from the
 //! whole row, so tiles of any width standardize identically.
+//!
+//! With f32 tiles on CPUs with AVX-512F, the passes never see the standardized values: a
+//! genotype tile is handed out packed ([`Tile::Packed`]) with each row's table of the four
+//! standardized codes, and [`crate::fused`] standardizes in registers as it multiplies.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -190,6 +194,33 @@ pub trait Real:
     fn values_of(buf: &PanelBuffer) -> Option<&[Self]>;
     /// Standardizes `out.len()` packed dosages starting at the first code of `bytes`.
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [Self]);
+    /// Whether genotype tiles of this type are handed out packed, for
+    /// [`Real::ab_packed`] and [`Real::atb_packed`] to multiply without a float copy.
+    fn packed_tiles() -> bool {
+        false
+    }
+    /// `y += T·Ω` for a packed tile, `ot = Ωᵀ` over the tile's columns (`w × cols`) and `y`
+    /// `rows × w`; by the fused kernels where they run, else standardized into `scratch`.
+    fn ab_packed(
+        t: &PackedTile<'_>,
+        ot: ArrayView2<'_, Self>,
+        y: ArrayViewMut2<'_, f64>,
+        scratch: &mut Vec<Self>,
+    ) {
+        let a = t.standardize(scratch);
+        add_product(false, a, ot.t(), y);
+    }
+    /// `b += Qᵀ·T` for a packed tile, `q` `rows × g` and `b` `g × cols`; as
+    /// [`Real::ab_packed`].
+    fn atb_packed(
+        t: &PackedTile<'_>,
+        q: ArrayView2<'_, Self>,
+        b: ArrayViewMut2<'_, f64>,
+        scratch: &mut Vec<Self>,
+    ) {
+        let a = t.standardize(scratch);
+        add_product(true, q, a, b);
+    }
     /// Σ x² in f64.
     fn sum_squares(x: &[Self]) -> f64;
     /// Wraps a resident panel.
@@ -382,6 +413,29 @@ impl Real for f32 {
     fn sum_squares(x: &[f32]) -> f64 {
         sum_squares_f32(x)
     }
+    fn packed_tiles() -> bool {
+        crate::fused::available()
+    }
+    fn ab_packed(
+        t: &PackedTile<'_>,
+        ot: ArrayView2<'_, f32>,
+        mut y: ArrayViewMut2<'_, f64>,
+        scratch: &mut Vec<f32>,
+    ) {
+        if !crate::fused::ab(t, ot, y.view_mut()) {
+            add_product(false, t.standardize(scratch), ot.t(), y);
+        }
+    }
+    fn atb_packed(
+        t: &PackedTile<'_>,
+        q: ArrayView2<'_, f32>,
+        mut b: ArrayViewMut2<'_, f64>,
+        scratch: &mut Vec<f32>,
+    ) {
+        if !crate::fused::atb(t, q, b.view_mut()) {
+            add_product(true, q, t.standardize(scratch), b);
+        }
+    }
     fn store(a: Array2<f32>) -> Stored {
         Stored::Dense32(a)
     }
@@ -484,6 +538,68 @@ pub enum Stored {
     },
 }
 
+/// A tile of 2-bit packed genotype codes, handed out instead of its standardized values
+/// where the passes multiply it packed ([`Real::packed_tiles`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PackedTile<'a> {
+    /// Codes from the tile's first column on; row `i` starts at byte `i·stride`.
+    pub bytes: &'a [u8],
+    /// Bytes from one row to the next.
+    pub stride: usize,
+    /// Rows of the tile.
+    pub rows: usize,
+    /// Columns of the tile.
+    pub cols: usize,
+    /// Each row's standardized values of codes 0–3 ([`RowScale::table`]) in f32.
+    pub tables: &'a [[f32; 4]],
+    /// Each row's standardization.
+    pub scales: &'a [RowScale],
+}
+
+impl PackedTile<'_> {
+    /// The standardized values (`rows × cols`, row-major), written into `out`.
+    pub fn standardize<'o, T: Real>(&self, out: &'o mut Vec<T>) -> ArrayView2<'o, T> {
+        let (h, w) = (self.rows, self.cols);
+        out.resize(h * w, T::default());
+        for i in 0..h {
+            let row = &self.bytes[i * self.stride..];
+            T::standardize_packed(row, self.scales[i], &mut out[i * w..(i + 1) * w]);
+        }
+        ArrayView2::from_shape((h, w), &out[..h * w]).expect("tile shape")
+    }
+}
+
+/// One tile as [`TileProducer::for_each`] hands it out.
+#[derive(Clone, Copy, Debug)]
+pub enum Tile<'a, T> {
+    /// The values, row-major.
+    Dense(ArrayView2<'a, T>),
+    /// Packed genotype codes with their standardization.
+    Packed(PackedTile<'a>),
+}
+
+impl<T> Tile<'_, T> {
+    /// `(rows, cols)`.
+    pub fn dim(&self) -> (usize, usize) {
+        match self {
+            Tile::Dense(t) => t.dim(),
+            Tile::Packed(p) => (p.rows, p.cols),
+        }
+    }
+}
+
+/// `c += op(a)·b` in f64, `op(a) = aᵀ` with `trans_a`, through an f32/f64 product.
+fn add_product<T: Real>(
+    trans_a: bool,
+    a: ArrayView2<'_, T>,
+    b: ArrayView2<'_, T>,
+    mut c: ArrayViewMut2<'_, f64>,
+) {
+    let mut part = Array2::<T>::zeros(c.dim());
+    gemm(trans_a, a, b, T::zero(), part.view_mut());
+    c.zip_mut_with(&part, |x, &p| *x += p.to_f64());
+}
+
 /// What producing a panel once tells about it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PanelFacts {
@@ -502,6 +618,7 @@ pub struct TileProducer<'a> {
     panel: usize,
     rows: Range<u64>,
     measure: bool,
+    packed: bool,
     decoded: Option<&'a PanelBuffer>,
     segments: Option<&'a dyn PanelSegments>,
 }
@@ -560,6 +677,7 @@ impl<'a> TileProducer<'a> {
             panel,
             rows,
             measure: true,
+            packed: false,
             decoded: None,
             segments: None,
         }
@@ -613,6 +731,13 @@ impl<'a> TileProducer<'a> {
         self
     }
 
+    /// Whether genotype tiles may be handed out packed ([`Tile::Packed`]) where the tile
+    /// type multiplies them so ([`Real::packed_tiles`]); off by default.
+    pub fn packed_tiles(mut self, packed: bool) -> Self {
+        self.packed = packed;
+        self
+    }
+
     fn panel_error(&self, rows: Range<u64>, message: String) -> LinalgError {
         LinalgError::Panel {
             panel: self.panel,
@@ -630,7 +755,7 @@ impl<'a> TileProducer<'a> {
         stored: Option<&Stored>,
         keep: bool,
         tile_buf: &mut Vec<T>,
-        mut f: impl FnMut(usize, usize, ArrayView2<'_, T>),
+        mut f: impl FnMut(usize, usize, Tile<'_, T>),
     ) -> Result<(PanelFacts, Option<Stored>), LinalgError> {
         let h = (self.rows.end - self.rows.start) as usize;
         let n = self.operand.shape().1 as usize;
@@ -643,7 +768,7 @@ impl<'a> TileProducer<'a> {
                         let c1 = (c0 + TILE_COLS).min(n);
                         let t = a.slice(s![r0..r1, c0..c1]);
                         // Measured after the GEMM has pulled the tile into cache.
-                        f(r0, c0, t);
+                        f(r0, c0, Tile::Dense(t));
                         if self.measure {
                             facts.sum_squares += sum_squares_view(t);
                         }
@@ -708,7 +833,7 @@ impl<'a> TileProducer<'a> {
                             .expect("the tile lies inside its panel");
                             // Measured after the GEMM has pulled the tile into cache: the
                             // decoded rows are read from memory once, not twice.
-                            f(r0, c0, t);
+                            f(r0, c0, Tile::Dense(t));
                             if self.measure {
                                 facts.sum_squares += sum_squares_view(t);
                             }
@@ -733,7 +858,7 @@ impl<'a> TileProducer<'a> {
                         if self.measure {
                             facts.sum_squares += sum_squares_view(t.view());
                         }
-                        f(r0, c0, t.view());
+                        f(r0, c0, Tile::Dense(t.view()));
                     }
                 }
                 let kept = match gathered {
@@ -754,11 +879,14 @@ impl<'a> TileProducer<'a> {
         stored: Option<&Stored>,
         keep: bool,
         tile: &mut Vec<T>,
-        mut f: impl FnMut(usize, usize, ArrayView2<'_, T>),
+        mut f: impl FnMut(usize, usize, Tile<'_, T>),
     ) -> Result<(PanelFacts, Option<Stored>), LinalgError> {
         let h = (self.rows.end - self.rows.start) as usize;
         let n = src.shape().1 as usize;
         let stride = n.div_ceil(4);
+        // Resident rows measured again are measured from their standardized values.
+        let packed_out = self.packed && T::packed_tiles() && !(self.measure && stored.is_some());
+        let mut tables: Vec<[f32; 4]> = Vec::with_capacity(TILE_ROWS);
         let mut facts = PanelFacts::default();
         let packed = match stored {
             Some(Stored::Packed {
@@ -895,9 +1023,28 @@ impl<'a> TileProducer<'a> {
                         facts.dropped += 1;
                     }
                 }
+                if packed_out {
+                    tables.clear();
+                    tables.extend(scales.iter().map(|s| s.table().map(|v| v as f32)));
+                }
                 for c0 in (0..n).step_by(TILE_COLS) {
                     let c1 = (c0 + TILE_COLS).min(n);
                     let w = c1 - c0;
+                    if packed_out {
+                        f(
+                            r0,
+                            c0,
+                            Tile::Packed(PackedTile {
+                                bytes: &rows_bytes[c0 / 4..],
+                                stride,
+                                rows: b,
+                                cols: w,
+                                tables: &tables,
+                                scales: &scales,
+                            }),
+                        );
+                        continue;
+                    }
                     for i in 0..b {
                         let row = &rows_bytes[i * stride..(i + 1) * stride];
                         T::standardize_packed(
@@ -911,7 +1058,7 @@ impl<'a> TileProducer<'a> {
                     if self.measure && packed.is_some() {
                         facts.sum_squares += T::sum_squares(&tile[..b * w]);
                     }
-                    f(r0, c0, t);
+                    f(r0, c0, Tile::Dense(t));
                 }
             }
             Ok(())
@@ -1220,15 +1367,13 @@ mod tests {
         let n = op.shape().1 as usize;
         let mut out = Array2::from_elem((h, n), f64::NAN);
         let (facts, kept) = TileProducer::new(op, 0, rows)
-            .for_each(
-                stored,
-                keep,
-                &mut Vec::new(),
-                |r0, c0, t: ArrayView2<'_, f64>| {
-                    out.slice_mut(s![r0..r0 + t.nrows(), c0..c0 + t.ncols()])
-                        .assign(&t);
-                },
-            )
+            .for_each(stored, keep, &mut Vec::new(), |r0, c0, t: Tile<'_, f64>| {
+                let Tile::Dense(t) = t else {
+                    panic!("f64 tiles are never packed")
+                };
+                out.slice_mut(s![r0..r0 + t.nrows(), c0..c0 + t.ncols()])
+                    .assign(&t);
+            })
             .unwrap();
         (out, facts, kept)
     }
@@ -1314,15 +1459,13 @@ mod tests {
         let (a, _, _) = collect(&op, 0..40, None, false);
         let mut b = Array2::<f32>::zeros((40, 1500));
         let (facts, _) = TileProducer::new(&op, 0, 0..40)
-            .for_each(
-                None,
-                false,
-                &mut Vec::new(),
-                |r0, c0, t: ArrayView2<'_, f32>| {
-                    b.slice_mut(s![r0..r0 + t.nrows(), c0..c0 + t.ncols()])
-                        .assign(&t);
-                },
-            )
+            .for_each(None, false, &mut Vec::new(), |r0, c0, t: Tile<'_, f32>| {
+                let Tile::Dense(t) = t else {
+                    panic!("tiles are packed only when asked for")
+                };
+                b.slice_mut(s![r0..r0 + t.nrows(), c0..c0 + t.ncols()])
+                    .assign(&t);
+            })
             .unwrap();
         assert_eq!(b, a.mapv(|x| x as f32));
         // The counted total variance is that of the rounded tiles, not of the f64 ones.

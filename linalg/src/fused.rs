@@ -1,0 +1,545 @@
+//! Products of 2-bit packed genotype tiles with a narrow operand, standardizing the codes
+//! in registers (float32, AVX-512F).
+//!
+//! # Why fused
+//!
+//! Standardizing a packed tile first writes 256 × 512 float32 values (512 KiB, more than
+//! the L2 share of a busy core) that the skinny kernels then read back. Profiles of
+//! `pca --precision f32` (200,000 × 20,000, q = 0, two cores) put the standardization at
+//! 14 % of CPU time, the two products at 55 % and the f64 accumulation of their results at
+//! 5 %. Packed, the tile is 32 KiB and stays in L1, and a group of 16 codes becomes 16
+//! standardized values in three instructions: broadcast, variable shift, and a `vpermps`
+//! through the row's table (its four values repeated four times, so the low four bits of
+//! each shifted lane index it directly).
+//!
+//! - [`ab`], `y += T·Ω`: the dot-product form. A row's values, 16 at a time, meet rows
+//!   of `Ωᵀ`; each output column keeps 16 partial sums, folded by one transposing
+//!   reduction per tile. All 16 lanes do useful work, where broadcasting each value against
+//!   a row of `Ω` (as [`crate::skinny::ab`] does) fills only 24 of 32 lanes for 24 columns.
+//!   Two rows share each load of `Ωᵀ`, and the columns go in sweeps of at most 12 so a
+//!   sweep's slice of `Ωᵀ` (12 × 512 × 4 bytes) stays in L1.
+//! - [`atb`], `b += Qᵀ·T`: the order of [`crate::skinny::atb`] (rows in order, one f32
+//!   sum per tile), so the result is bit for bit that of standardizing first.
+//!
+//! Both add their f32 sums to f64 accumulators directly, as the passes did after each tile.
+
+use ndarray::{ArrayView2, ArrayViewMut2};
+
+use crate::tiles::PackedTile;
+
+/// `m::f::<n>(args)` for the run-time `n` among the literals given.
+macro_rules! by_width {
+    ($n:expr, $m:ident :: $f:ident, $args:tt, $($k:literal)*) => {
+        match $n {
+            $($k => $m::$f::<$k> $args,)*
+            _ => unreachable!("widths are bounded by the callers"),
+        }
+    };
+}
+
+/// True when the fused kernels run on this CPU (those of [`crate::skinny`] run).
+pub fn available() -> bool {
+    crate::skinny::available()
+}
+
+/// Whether `t`'s byte slice holds every row's codes.
+fn covers(t: &PackedTile<'_>) -> bool {
+    t.rows == 0
+        || (t.tables.len() >= t.rows
+            && t.bytes.len() >= (t.rows - 1) * t.stride + t.cols.div_ceil(4)
+            && t.stride >= t.cols.div_ceil(4))
+}
+
+/// `y += T·Ω` with `T` the standardized tile (`rows × cols`), `ot = Ωᵀ` restricted to the
+/// tile's columns (`w × cols`, rows contiguous) and `y` `rows × w` (rows contiguous).
+/// Returns false, computing nothing, when the kernels do not run here or a layout does not
+/// fit them.
+pub fn ab(t: &PackedTile<'_>, ot: ArrayView2<'_, f32>, mut y: ArrayViewMut2<'_, f64>) -> bool {
+    let w = ot.nrows();
+    if !available()
+        || !covers(t)
+        || ot.ncols() != t.cols
+        || y.dim() != (t.rows, w)
+        || (t.cols > 1 && ot.strides()[1] != 1)
+        || (w > 1 && y.strides()[1] != 1)
+    {
+        return false;
+    }
+    if t.rows == 0 || w == 0 || t.cols == 0 {
+        return true;
+    }
+    let ldo = ot.strides()[0].max(1) as usize;
+    let ldy = y.strides()[0].max(1) as usize;
+    // Sweeps of equal width, at most 12 columns each (24 accumulators for two rows).
+    let sweeps = w.div_ceil(12);
+    let per = w.div_ceil(sweeps);
+    let mut c0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    while c0 < w {
+        let n = per.min(w - c0);
+        // SAFETY: AVX-512F was detected; `covers` checked every row's bytes and tables, the
+        // shapes checked `ot`'s rows c0..c0 + n (cols values each) and `y`'s columns.
+        unsafe {
+            let (o, yp) = (ot.as_ptr().add(c0 * ldo), y.as_mut_ptr().add(c0));
+            by_width!(n, x86::ab_sweep, (t, o, ldo, yp, ldy), 1 2 3 4 5 6 7 8 9 10 11 12);
+        }
+        c0 += n;
+    }
+    let _ = (c0, per, ldo, ldy);
+    true
+}
+
+/// `b += Qᵀ·T` with `q` `rows × g` (rows contiguous) and `b` `g × cols` (rows contiguous).
+/// Returns false, computing nothing, when the kernels do not run here or a layout does not
+/// fit them.
+pub fn atb(t: &PackedTile<'_>, q: ArrayView2<'_, f32>, mut b: ArrayViewMut2<'_, f64>) -> bool {
+    let g = q.ncols();
+    if !available()
+        || !covers(t)
+        || q.nrows() != t.rows
+        || b.dim() != (g, t.cols)
+        || (g > 1 && q.strides()[1] != 1)
+        || (t.cols > 1 && b.strides()[1] != 1)
+    {
+        return false;
+    }
+    if t.rows == 0 || g == 0 || t.cols == 0 {
+        return true;
+    }
+    let ldq = q.strides()[0].max(1) as usize;
+    let ldb = b.strides()[0].max(1) as usize;
+    let mut r0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    while r0 < g {
+        let n = (g - r0).min(24);
+        // SAFETY: AVX-512F was detected; `covers` checked every row's bytes and tables, the
+        // shapes checked `q`'s columns r0..r0 + n and `b`'s rows.
+        unsafe {
+            let (qp, bp) = (q.as_ptr().add(r0), b.as_mut_ptr().add(r0 * ldb));
+            by_width!(
+                n,
+                x86::atb_group,
+                (t, qp, ldq, bp, ldb),
+                1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24
+            );
+        }
+        r0 += n;
+    }
+    let _ = (r0, ldq, ldb);
+    true
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use crate::tiles::PackedTile;
+
+    /// Bytes ahead of a tile's first code that hold the next tile's codes (the passes take
+    /// a row block's tiles left to right).
+    const NEXT_TILE: usize = crate::tiles::TILE_COLS / 4;
+
+    /// Lanes of `n ≤ 16` columns.
+    fn mask(n: usize) -> __mmask16 {
+        if n >= 16 {
+            u16::MAX
+        } else {
+            ((1u32 << n) - 1) as u16
+        }
+    }
+
+    /// The `n < 16` codes of a row's ragged end (from `at`) as one 32-bit word, reading
+    /// only their bytes.
+    ///
+    /// # Safety
+    /// `at` holds `⌈n/4⌉` bytes.
+    #[inline]
+    unsafe fn tail(at: *const u8, n: usize) -> i32 {
+        let mut b = [0u8; 4];
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(at, b.as_mut_ptr(), n.div_ceil(4)) };
+        i32::from_le_bytes(b)
+    }
+
+    /// Standardized values of 16 codes through `lut` (the row's table, repeated).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn expand(word: i32, shifts: __m512i, lut: __m512, m: __mmask16) -> __m512 {
+        _mm512_maskz_permutexvar_ps(m, _mm512_srlv_epi32(_mm512_set1_epi32(word), shifts), lut)
+    }
+
+    /// Code shifts of the 16 lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn shifts() -> __m512i {
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+    }
+
+    /// A row's table in all four 128-bit blocks.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn table(t: &[f32; 4]) -> __m512 {
+        // SAFETY: four floats.
+        _mm512_broadcast_f32x4(unsafe { _mm_loadu_ps(t.as_ptr()) })
+    }
+
+    /// The sums of the lanes of up to 16 registers, in order: a transposing reduction
+    /// (45 shuffles and adds for 16 sums, in a fixed order).
+    #[inline(never)]
+    #[target_feature(enable = "avx512f")]
+    fn lane_sums<const N: usize>(acc: [__m512; N]) -> [f32; 16] {
+        let mut v = [_mm512_setzero_ps(); 16];
+        v[..N].copy_from_slice(&acc);
+        let mut t = [_mm512_setzero_ps(); 8];
+        for p in 0..8 {
+            let (a, b) = (v[2 * p], v[2 * p + 1]);
+            // Blocks [a0+a2, a1+a3, b0+b2, b1+b3].
+            t[p] = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
+                _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
+            );
+        }
+        let mut u = [_mm512_setzero_ps(); 4];
+        for p in 0..4 {
+            let (a, b) = (t[2 * p], t[2 * p + 1]);
+            // Block k: four partial sums of register 4p + k.
+            u[p] = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+                _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
+            );
+        }
+        let mut w = [_mm512_setzero_ps(); 2];
+        for p in 0..2 {
+            let (a, b) = (u[2 * p], u[2 * p + 1]);
+            // Per block: [a0+a2, b0+b2, a1+a3, b1+b3].
+            w[p] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+        }
+        // Lane 4k + i: the sum of register 4i + k.
+        let z = _mm512_add_ps(
+            _mm512_shuffle_ps::<0b01_00_01_00>(w[0], w[1]),
+            _mm512_shuffle_ps::<0b11_10_11_10>(w[0], w[1]),
+        );
+        let mut lanes = [0f32; 16];
+        // SAFETY: 16 floats.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), z) };
+        let mut out = [0f32; 16];
+        for (c, o) in out.iter_mut().enumerate() {
+            *o = lanes[4 * (c % 4) + c / 4];
+        }
+        out
+    }
+
+    /// `N` columns of `y += T·Ω` for every row of the tile (`o` = those columns of `Ωᵀ`,
+    /// `y` their first output column).
+    ///
+    /// # Safety
+    /// AVX-512F; as [`super::ab`] for columns `o`, `o + ldo`, … and `y .. y + N`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn ab_sweep<const N: usize>(
+        t: &PackedTile<'_>,
+        o: *const f32,
+        ldo: usize,
+        y: *mut f64,
+        ldy: usize,
+    ) {
+        let b = t.bytes.as_ptr();
+        let mut r = 0;
+        // SAFETY (both): rows r, r + 1 < t.rows.
+        unsafe {
+            while r + 2 <= t.rows {
+                let rows = [b.add(r * t.stride), b.add((r + 1) * t.stride)];
+                let luts = [&t.tables[r], &t.tables[r + 1]];
+                let ys = [y.add(r * ldy), y.add((r + 1) * ldy)];
+                ab_rows::<2, N>(t.cols, rows, luts, o, ldo, ys);
+                r += 2;
+            }
+            if r < t.rows {
+                let rows = [b.add(r * t.stride)];
+                ab_rows::<1, N>(t.cols, rows, [&t.tables[r]], o, ldo, [y.add(r * ldy)]);
+            }
+        }
+    }
+
+    /// `R` rows × `N` columns of `y += T·Ω`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn ab_rows<const R: usize, const N: usize>(
+        cols: usize,
+        rows: [*const u8; R],
+        luts: [&[f32; 4]; R],
+        o: *const f32,
+        ldo: usize,
+        y: [*mut f64; R],
+    ) {
+        let sh = shifts();
+        let mut lut = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            lut[r] = table(luts[r]);
+            _mm_prefetch::<_MM_HINT_T0>(rows[r].wrapping_add(NEXT_TILE).cast());
+            _mm_prefetch::<_MM_HINT_T0>(rows[r].wrapping_add(NEXT_TILE + 64).cast());
+        }
+        let mut acc = [[_mm512_setzero_ps(); N]; R];
+        let full = cols / 16;
+        // SAFETY (all): codes 16q.. of each row exist (16q < cols), and Ωᵀ's rows hold
+        // `cols` values; masked lanes are not read.
+        unsafe {
+            for q in 0..full {
+                let mut x = [_mm512_setzero_ps(); R];
+                for r in 0..R {
+                    let word = rows[r].add(4 * q).cast::<i32>().read_unaligned();
+                    x[r] = expand(word, sh, lut[r], u16::MAX);
+                }
+                for c in 0..N {
+                    let oc = _mm512_loadu_ps(o.add(c * ldo + 16 * q));
+                    for r in 0..R {
+                        acc[r][c] = _mm512_fmadd_ps(x[r], oc, acc[r][c]);
+                    }
+                }
+            }
+            let rest = cols - 16 * full;
+            if rest > 0 {
+                let m = mask(rest);
+                let mut x = [_mm512_setzero_ps(); R];
+                for r in 0..R {
+                    x[r] = expand(tail(rows[r].add(4 * full), rest), sh, lut[r], m);
+                }
+                for c in 0..N {
+                    let oc = _mm512_maskz_loadu_ps(m, o.add(c * ldo + 16 * full));
+                    for r in 0..R {
+                        acc[r][c] = _mm512_fmadd_ps(x[r], oc, acc[r][c]);
+                    }
+                }
+            }
+            for r in 0..R {
+                let s = lane_sums::<N>(acc[r]);
+                for c in 0..N {
+                    *y[r].add(c) += s[c] as f64;
+                }
+            }
+        }
+    }
+
+    /// `G` rows of `b += Qᵀ·T` (`q` their first column of `Q`, `b` their first row).
+    ///
+    /// # Safety
+    /// AVX-512F; as [`super::atb`] for columns `q .. q + G` and rows `b`, `b + ldb`, ….
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn atb_group<const G: usize>(
+        t: &PackedTile<'_>,
+        q: *const f32,
+        ldq: usize,
+        b: *mut f64,
+        ldb: usize,
+    ) {
+        let bytes = t.bytes.as_ptr();
+        for i in 0..t.rows {
+            let row = bytes.wrapping_add(i * t.stride);
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(NEXT_TILE).cast());
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(NEXT_TILE + 64).cast());
+        }
+        let full = t.cols / 16;
+        // SAFETY (both): as this function's.
+        unsafe {
+            for j in 0..full {
+                let acc = atb_columns::<G, true>(t, j, u16::MAX, q, ldq);
+                atb_add(acc, u16::MAX, b.add(16 * j), ldb);
+            }
+            let rest = t.cols - 16 * full;
+            if rest > 0 {
+                let acc = atb_columns::<G, false>(t, full, mask(rest), q, ldq);
+                atb_add(acc, mask(rest), b.add(16 * full), ldb);
+            }
+        }
+    }
+
+    /// The f32 sums of `G` rows of `Qᵀ·T` over columns `16·j ..` (masked by `m`; `FULL`
+    /// when all 16 are in the tile).
+    ///
+    /// # Safety
+    /// As [`atb_group`], with codes `16·j ..` in every row.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn atb_columns<const G: usize, const FULL: bool>(
+        t: &PackedTile<'_>,
+        j: usize,
+        m: __mmask16,
+        q: *const f32,
+        ldq: usize,
+    ) -> [__m512; G] {
+        let sh = shifts();
+        let bytes = t.bytes.as_ptr();
+        let mut acc = [_mm512_setzero_ps(); G];
+        // SAFETY: i < t.rows; the row's codes 16j.. exist (`tail` reads only the ragged
+        // end's bytes); Q's row i holds G values from `q`.
+        unsafe {
+            for i in 0..t.rows {
+                let at = bytes.add(i * t.stride + 4 * j);
+                let word = if FULL {
+                    at.cast::<i32>().read_unaligned()
+                } else {
+                    tail(at, t.cols - 16 * j)
+                };
+                let x = expand(word, sh, table(&t.tables[i]), m);
+                let qi = q.add(i * ldq);
+                for g in 0..G {
+                    acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(*qi.add(g)), x, acc[g]);
+                }
+            }
+        }
+        acc
+    }
+
+    /// `b[g, ..16] += acc[g]` in f64 over the lanes of `m`.
+    ///
+    /// # Safety
+    /// Rows `b + g·ldb` hold the masked lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn atb_add<const G: usize>(acc: [__m512; G], m: __mmask16, b: *mut f64, ldb: usize) {
+        let (m0, m1) = ((m & 0xff) as __mmask8, (m >> 8) as __mmask8);
+        for g in 0..G {
+            let a = acc[g];
+            let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
+            let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                _mm512_castps_pd(a),
+            )));
+            // SAFETY: the caller's contract.
+            unsafe {
+                let out = b.add(g * ldb);
+                let s0 = _mm512_add_pd(_mm512_maskz_loadu_pd(m0, out), lo);
+                _mm512_mask_storeu_pd(out, m0, s0);
+                if m1 != 0 {
+                    let s1 = _mm512_add_pd(_mm512_maskz_loadu_pd(m1, out.add(8)), hi);
+                    _mm512_mask_storeu_pd(out.add(8), m1, s1);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{s, Array2};
+
+    use super::*;
+    use crate::testing::Rng;
+    use crate::tiles::{Real, RowScale};
+
+    /// A random packed panel (`rows × stride` bytes, missing calls included) with random
+    /// standardizations, some of them dropped rows.
+    fn panel(rng: &mut Rng, rows: usize, stride: usize) -> (Vec<u8>, Vec<RowScale>) {
+        let bytes = (0..rows * stride).map(|_| rng.next() as u8).collect();
+        let scales = (0..rows)
+            .map(|_| {
+                let p = rng.below(1000) as f64 / 1000.0;
+                let scale = if rng.below(8) == 0 || p == 0.0 {
+                    0.0
+                } else {
+                    1.0 / (2.0 * p * (1.0 - p)).sqrt()
+                };
+                RowScale {
+                    mean: 2.0 * p,
+                    scale,
+                }
+            })
+            .collect();
+        (bytes, scales)
+    }
+
+    #[test]
+    fn fused_products_equal_standardizing_first_on_random_tiles() {
+        if !available() {
+            eprintln!("skipped: this CPU has no AVX-512F, the fused kernels do not run here");
+            return;
+        }
+        let mut rng = Rng::fresh();
+        for _ in 0..80 {
+            let rows = 1 + rng.below(40);
+            // Tiles start at a column that is a multiple of 4 inside wider rows.
+            let c0 = 4 * rng.below(40);
+            let cols = 1 + rng.below(700);
+            let stride = (c0 + cols).div_ceil(4) + rng.below(3);
+            let (bytes, scales) = panel(&mut rng, rows, stride);
+            let tables: Vec<[f32; 4]> =
+                scales.iter().map(|s| s.table().map(|v| v as f32)).collect();
+            // The slice ends at the last row's last code, so reads past it would be caught.
+            let end = (rows - 1) * stride + (c0 + cols).div_ceil(4);
+            let t = PackedTile {
+                bytes: &bytes[c0 / 4..end],
+                stride,
+                rows,
+                cols,
+                tables: &tables,
+                scales: &scales,
+            };
+            let dense = t.standardize(&mut Vec::<f32>::new()).to_owned();
+
+            let w = 1 + rng.below(40);
+            let ot = Array2::from_shape_fn((w, cols), |_| rng.value());
+            let y0 = Array2::from_shape_fn((rows, w), |_| rng.value() as f64);
+            let mut y = y0.clone();
+            assert!(ab(&t, ot.view(), y.view_mut()));
+            let want = &y0 + &dense.mapv(f64::from).dot(&ot.mapv(f64::from).t());
+            let scale = dense
+                .mapv(|x| x.abs() as f64)
+                .dot(&ot.mapv(|x| x.abs() as f64).t());
+            for ((a, b), s) in y.iter().zip(want.iter()).zip(scale.iter()) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (s + 1.0),
+                    "ab: {a} vs {b} ({rows}×{cols}, w {w})"
+                );
+            }
+
+            let g = 1 + rng.below(40);
+            let q = Array2::from_shape_fn((rows, g), |_| rng.value());
+            let b0 = Array2::from_shape_fn((g, cols), |_| rng.value() as f64);
+            let mut b = b0.clone();
+            assert!(atb(&t, q.view(), b.view_mut()));
+            // Bit for bit what standardizing first and the skinny kernel give.
+            let mut want = b0.clone();
+            let mut part = Array2::<f32>::zeros((g, cols));
+            crate::tiles::gemm(true, q.view(), dense.view(), 0.0, part.view_mut());
+            want.zip_mut_with(&part, |x, &p| *x += p as f64);
+            assert_eq!(b, want, "atb ({rows}×{cols}, g {g})");
+        }
+    }
+
+    #[test]
+    fn products_of_packed_tiles_fall_back_to_standardized_values() {
+        // f64 tiles are never multiplied packed: the trait's fallback must still be right.
+        let mut rng = Rng::fresh();
+        let (rows, cols, stride) = (7, 45, 13);
+        let (bytes, scales) = panel(&mut rng, rows, stride);
+        let tables: Vec<[f32; 4]> = scales.iter().map(|s| s.table().map(|v| v as f32)).collect();
+        let t = PackedTile {
+            bytes: &bytes,
+            stride,
+            rows,
+            cols,
+            tables: &tables,
+            scales: &scales,
+        };
+        let dense = t.standardize(&mut Vec::<f64>::new()).to_owned();
+        let ot = Array2::from_shape_fn((5, cols), |_| rng.value() as f64);
+        let mut y = Array2::<f64>::zeros((rows, 5));
+        f64::ab_packed(&t, ot.view(), y.view_mut(), &mut Vec::new());
+        let want = dense.dot(&ot.t());
+        assert!(y
+            .iter()
+            .zip(want.iter())
+            .all(|(a, b)| (a - b).abs() < 1e-12));
+        let q = Array2::from_shape_fn((rows, 3), |_| rng.value() as f64);
+        let mut b = Array2::<f64>::zeros((3, cols));
+        f64::atb_packed(&t, q.view(), b.view_mut(), &mut Vec::new());
+        let want = q.t().dot(&dense);
+        assert!(b
+            .iter()
+            .zip(want.iter())
+            .all(|(a, b)| (a - b).abs() < 1e-12));
+        // A layout the kernels do not take is declined, not misread.
+        let mut yt = Array2::<f64>::zeros((5, rows));
+        let yt = yt.view_mut().reversed_axes();
+        assert!(!ab(&t, ot.mapv(|x| x as f32).view(), yt) || !available());
+        let _ = s![..];
+    }
+}
