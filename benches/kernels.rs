@@ -173,7 +173,10 @@ fn config() -> Criterion {
 // What `criterion_group!` and `criterion_main!` expand to, written out so that the crate's
 // `missing_docs` lint has no undocumented generated `pub fn` to complain about.
 fn rsvd_tiles(c: &mut Criterion) {
-    use rankwise::linalg::tiles::{gemm, pack_row, row_scale, Real, TILE_COLS, TILE_ROWS};
+    use rankwise::linalg::fused;
+    use rankwise::linalg::tiles::{
+        gemm, pack_row, row_scale, PackedTile, Real, TILE_COLS, TILE_ROWS,
+    };
     let (b, w, n, l) = (TILE_ROWS, TILE_COLS, 20_000usize, 25usize);
     let mut group = c.benchmark_group("rsvd_tiles");
     let uniform = Generated::new(1 << 20, n as u64, SEED, Dist::Uniform);
@@ -324,6 +327,62 @@ fn rsvd_tiles(c: &mut Criterion) {
             bn.iter(|| {
                 gemm(true, q32.view(), t32.view(), 0.0, p32.view_mut());
                 std::hint::black_box(p32[[0, 0]])
+            })
+        },
+    );
+    // The fused products of packed genotypes (f32 passes), over a whole row block of tiles
+    // as the passes take them: 256 variants × 20,000 samples, Ω with the 4 probe columns.
+    if !fused::available() {
+        eprintln!("fused kernels skipped: this CPU has no AVX-512F");
+        group.finish();
+        return;
+    }
+    let tables: Vec<[f32; 4]> = scales.iter().map(|s| s.table().map(|v| v as f32)).collect();
+    let tile = |c0: usize| PackedTile {
+        bytes: &packed[c0 / 4..],
+        stride,
+        rows: b,
+        cols: w.min(n - c0),
+        tables: &tables,
+        scales: &scales,
+    };
+    // `pca -k 10`: l = 20 basis columns, plus 4 probe columns in the first pass.
+    let (lw, lq) = (24usize, 20usize);
+    let omega_n = Array2::<f32>::from_shape_fn((n, lw), |(i, j)| ((i * 7 + j) % 11) as f32 - 5.0);
+    let layout = fused::OmegaLayout::new(omega_n.view());
+    let basis = Array2::<f32>::from_shape_fn((b, lq), |(i, j)| ((i * 5 + j) % 13) as f32 - 6.0);
+    let mut yb = Array2::<f64>::zeros((b, lw));
+    let mut bb = Array2::<f64>::zeros((lq, n));
+    group.throughput(Throughput::Elements((2 * b * n * lw) as u64));
+    group.bench_function(
+        BenchmarkId::new("fused_packed_omega_flops", format!("{b}x{n}x{lw}")),
+        |bn| {
+            bn.iter(|| {
+                for c0 in (0..n).step_by(w) {
+                    let t = tile(c0);
+                    assert!(
+                        fused::ab(&t, &layout, c0, yb.view_mut()),
+                        "the fused kernels run"
+                    );
+                }
+                std::hint::black_box(yb[[0, 0]])
+            })
+        },
+    );
+    group.throughput(Throughput::Elements((2 * b * n * lq) as u64));
+    group.bench_function(
+        BenchmarkId::new("fused_qt_packed_flops", format!("{b}x{n}x{lq}")),
+        |bn| {
+            bn.iter(|| {
+                for c0 in (0..n).step_by(w) {
+                    let t = tile(c0);
+                    let out = bb.slice_mut(ndarray::s![.., c0..c0 + t.cols]);
+                    assert!(
+                        fused::atb(&t, basis.view(), out),
+                        "the fused kernels run here"
+                    );
+                }
+                std::hint::black_box(bb[[0, 0]])
             })
         },
     );

@@ -50,17 +50,72 @@ fn covers(t: &PackedTile<'_>) -> bool {
             && t.stride >= t.cols.div_ceil(4))
 }
 
-/// `y += T·Ω` with `T` the standardized tile (`rows × cols`), `ot = Ωᵀ` restricted to the
-/// tile's columns (`w × cols`, rows contiguous) and `y` `rows × w` (rows contiguous).
-/// Returns false, computing nothing, when the kernels do not run here or a layout does not
+/// Most columns of `Ω` that [`ab`] takes in one sweep over a tile's rows (24 accumulators
+/// for two rows).
+const SWEEP: usize = 12;
+
+/// `Ω` (`n × w`) laid out for [`ab`]: its columns in sweeps of equal width (at most
+/// [`SWEEP`]); within a sweep, for each group of 16 rows of `Ω`, each column's 16 values are
+/// contiguous, column after column. The kernel then reads a group's operands at fixed
+/// offsets from one pointer, with no address arithmetic per load.
+#[derive(Clone, Debug)]
+pub struct OmegaLayout {
+    data: Vec<f32>,
+    n: usize,
+    w: usize,
+    /// `(first column, width, offset in data)` of each sweep.
+    sweeps: Vec<(usize, usize, usize)>,
+}
+
+impl OmegaLayout {
+    /// The layout of `omega` (`n × w`); rows past `n` in the last group are zeros.
+    pub fn new(omega: ArrayView2<'_, f32>) -> Self {
+        let (n, w) = omega.dim();
+        let groups = n.div_ceil(16);
+        let count = w.div_ceil(SWEEP).max(1);
+        let per = w.div_ceil(count).max(1);
+        let mut data = vec![0f32; groups * 16 * w];
+        let mut sweeps = Vec::with_capacity(count);
+        let (mut c0, mut off) = (0, 0);
+        while c0 < w {
+            let width = per.min(w - c0);
+            for q in 0..groups {
+                for c in 0..width {
+                    let at = off + (q * width + c) * 16;
+                    for i in 0..16.min(n - 16 * q) {
+                        data[at + i] = omega[[16 * q + i, c0 + c]];
+                    }
+                }
+            }
+            sweeps.push((c0, width, off));
+            off += groups * width * 16;
+            c0 += width;
+        }
+        OmegaLayout { data, n, w, sweeps }
+    }
+
+    /// `(n, w)`.
+    pub fn dim(&self) -> (usize, usize) {
+        (self.n, self.w)
+    }
+}
+
+/// `y += T·Ω[c0.., ..]` with `T` the standardized tile (`rows × cols`, its first column
+/// column `c0` of the matrix, a multiple of 16) and `y` `rows × w` (rows contiguous).
+/// Returns false, computing nothing, when the kernels do not run here or a shape does not
 /// fit them.
-pub fn ab(t: &PackedTile<'_>, ot: ArrayView2<'_, f32>, mut y: ArrayViewMut2<'_, f64>) -> bool {
-    let w = ot.nrows();
+pub fn ab(
+    t: &PackedTile<'_>,
+    omega: &OmegaLayout,
+    c0: usize,
+    mut y: ArrayViewMut2<'_, f64>,
+) -> bool {
+    let w = omega.w;
     if !available()
         || !covers(t)
-        || ot.ncols() != t.cols
+        || !c0.is_multiple_of(16)
+        || c0 + t.cols > omega.n
         || y.dim() != (t.rows, w)
-        || (t.cols > 1 && ot.strides()[1] != 1)
         || (w > 1 && y.strides()[1] != 1)
     {
         return false;
@@ -68,24 +123,19 @@ pub fn ab(t: &PackedTile<'_>, ot: ArrayView2<'_, f32>, mut y: ArrayViewMut2<'_, 
     if t.rows == 0 || w == 0 || t.cols == 0 {
         return true;
     }
-    let ldo = ot.strides()[0].max(1) as usize;
     let ldy = y.strides()[0].max(1) as usize;
-    // Sweeps of equal width, at most 12 columns each (24 accumulators for two rows).
-    let sweeps = w.div_ceil(12);
-    let per = w.div_ceil(sweeps);
-    let mut c0 = 0;
     #[cfg(target_arch = "x86_64")]
-    while c0 < w {
-        let n = per.min(w - c0);
-        // SAFETY: AVX-512F was detected; `covers` checked every row's bytes and tables, the
-        // shapes checked `ot`'s rows c0..c0 + n (cols values each) and `y`'s columns.
+    for &(first, width, off) in &omega.sweeps {
+        // SAFETY: AVX-512F was detected; `covers` checked every row's bytes and tables; the
+        // sweep's groups c0/16 .. (c0 + cols)/16 lie in `data` (c0 + cols ≤ n), and `y`'s
+        // columns first .. first + width exist.
         unsafe {
-            let (o, yp) = (ot.as_ptr().add(c0 * ldo), y.as_mut_ptr().add(c0));
-            by_width!(n, x86::ab_sweep, (t, o, ldo, yp, ldy), 1 2 3 4 5 6 7 8 9 10 11 12);
+            let o = omega.data.as_ptr().add(off + c0 / 16 * width * 16);
+            let yp = y.as_mut_ptr().add(first);
+            by_width!(width, x86::ab_sweep, (t, o, yp, ldy), 1 2 3 4 5 6 7 8 9 10 11 12);
         }
-        c0 += n;
     }
-    let _ = (c0, per, ldo, ldy);
+    let _ = ldy;
     true
 }
 
@@ -229,16 +279,15 @@ mod x86 {
         out
     }
 
-    /// `N` columns of `y += T·Ω` for every row of the tile (`o` = those columns of `Ωᵀ`,
-    /// `y` their first output column).
+    /// `N` columns of `y += T·Ω` for every row of the tile (`o` = the tile's first group of
+    /// those columns in an [`super::OmegaLayout`], `y` their first output column).
     ///
     /// # Safety
-    /// AVX-512F; as [`super::ab`] for columns `o`, `o + ldo`, … and `y .. y + N`.
+    /// AVX-512F; as [`super::ab`] for a sweep of width `N` from `o` and `y .. y + N`.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn ab_sweep<const N: usize>(
         t: &PackedTile<'_>,
         o: *const f32,
-        ldo: usize,
         y: *mut f64,
         ldy: usize,
     ) {
@@ -250,12 +299,12 @@ mod x86 {
                 let rows = [b.add(r * t.stride), b.add((r + 1) * t.stride)];
                 let luts = [&t.tables[r], &t.tables[r + 1]];
                 let ys = [y.add(r * ldy), y.add((r + 1) * ldy)];
-                ab_rows::<2, N>(t.cols, rows, luts, o, ldo, ys);
+                ab_rows::<2, N>(t.cols, rows, luts, o, ys);
                 r += 2;
             }
             if r < t.rows {
                 let rows = [b.add(r * t.stride)];
-                ab_rows::<1, N>(t.cols, rows, [&t.tables[r]], o, ldo, [y.add(r * ldy)]);
+                ab_rows::<1, N>(t.cols, rows, [&t.tables[r]], o, [y.add(r * ldy)]);
             }
         }
     }
@@ -268,7 +317,6 @@ mod x86 {
         rows: [*const u8; R],
         luts: [&[f32; 4]; R],
         o: *const f32,
-        ldo: usize,
         y: [*mut f64; R],
     ) {
         let sh = shifts();
@@ -290,7 +338,7 @@ mod x86 {
                     x[r] = expand(word, sh, lut[r], u16::MAX);
                 }
                 for c in 0..N {
-                    let oc = _mm512_loadu_ps(o.add(c * ldo + 16 * q));
+                    let oc = _mm512_loadu_ps(o.add((q * N + c) * 16));
                     for r in 0..R {
                         acc[r][c] = _mm512_fmadd_ps(x[r], oc, acc[r][c]);
                     }
@@ -304,7 +352,7 @@ mod x86 {
                     x[r] = expand(tail(rows[r].add(4 * full), rest), sh, lut[r], m);
                 }
                 for c in 0..N {
-                    let oc = _mm512_maskz_loadu_ps(m, o.add(c * ldo + 16 * full));
+                    let oc = _mm512_maskz_loadu_ps(m, o.add((full * N + c) * 16));
                     for r in 0..R {
                         acc[r][c] = _mm512_fmadd_ps(x[r], oc, acc[r][c]);
                     }
@@ -331,35 +379,35 @@ mod x86 {
         b: *mut f64,
         ldb: usize,
     ) {
-        let bytes = t.bytes.as_ptr();
-        for i in 0..t.rows {
-            let row = bytes.wrapping_add(i * t.stride);
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(NEXT_TILE).cast());
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(NEXT_TILE + 64).cast());
-        }
         let full = t.cols / 16;
-        // SAFETY (both): as this function's.
+        // SAFETY (all): as this function's.
         unsafe {
             for j in 0..full {
-                let acc = atb_columns::<G, true>(t, j, u16::MAX, q, ldq);
+                // The first columns' sweep over the rows also fetches the next tile's codes,
+                // a row at a time (a burst of prefetches would wait for fill buffers).
+                let acc = if j == 0 {
+                    atb_columns::<G, true, true>(t, j, u16::MAX, q, ldq)
+                } else {
+                    atb_columns::<G, true, false>(t, j, u16::MAX, q, ldq)
+                };
                 atb_add(acc, u16::MAX, b.add(16 * j), ldb);
             }
             let rest = t.cols - 16 * full;
             if rest > 0 {
-                let acc = atb_columns::<G, false>(t, full, mask(rest), q, ldq);
+                let acc = atb_columns::<G, false, false>(t, full, mask(rest), q, ldq);
                 atb_add(acc, mask(rest), b.add(16 * full), ldb);
             }
         }
     }
 
     /// The f32 sums of `G` rows of `Qᵀ·T` over columns `16·j ..` (masked by `m`; `FULL`
-    /// when all 16 are in the tile).
+    /// when all 16 are in the tile; `FETCH` prefetches the next tile's codes).
     ///
     /// # Safety
     /// As [`atb_group`], with codes `16·j ..` in every row.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn atb_columns<const G: usize, const FULL: bool>(
+    unsafe fn atb_columns<const G: usize, const FULL: bool, const FETCH: bool>(
         t: &PackedTile<'_>,
         j: usize,
         m: __mmask16,
@@ -373,6 +421,11 @@ mod x86 {
         // end's bytes); Q's row i holds G values from `q`.
         unsafe {
             for i in 0..t.rows {
+                if FETCH {
+                    let next = bytes.wrapping_add(i * t.stride + NEXT_TILE);
+                    _mm_prefetch::<_MM_HINT_T0>(next.cast());
+                    _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64).cast());
+                }
                 let at = bytes.add(i * t.stride + 4 * j);
                 let word = if FULL {
                     at.cast::<i32>().read_unaligned()
@@ -423,7 +476,7 @@ mod tests {
 
     use super::*;
     use crate::testing::Rng;
-    use crate::tiles::{Real, RowScale};
+    use crate::tiles::{PackedOmega, Real, RowScale};
 
     /// A random packed panel (`rows × stride` bytes, missing calls included) with random
     /// standardizations, some of them dropped rows.
@@ -455,8 +508,8 @@ mod tests {
         let mut rng = Rng::fresh();
         for _ in 0..80 {
             let rows = 1 + rng.below(40);
-            // Tiles start at a column that is a multiple of 4 inside wider rows.
-            let c0 = 4 * rng.below(40);
+            // Tiles start at a column that is a multiple of 16 inside wider rows.
+            let c0 = 16 * rng.below(10);
             let cols = 1 + rng.below(700);
             let stride = (c0 + cols).div_ceil(4) + rng.below(3);
             let (bytes, scales) = panel(&mut rng, rows, stride);
@@ -474,15 +527,18 @@ mod tests {
             };
             let dense = t.standardize(&mut Vec::<f32>::new()).to_owned();
 
+            // Ω has rows for the whole panel width; the tile meets rows c0.. of it.
             let w = 1 + rng.below(40);
-            let ot = Array2::from_shape_fn((w, cols), |_| rng.value());
+            let omega = Array2::from_shape_fn((c0 + cols + rng.below(40), w), |_| rng.value());
+            let layout = OmegaLayout::new(omega.view());
+            let o = omega.slice(s![c0..c0 + cols, ..]);
             let y0 = Array2::from_shape_fn((rows, w), |_| rng.value() as f64);
             let mut y = y0.clone();
-            assert!(ab(&t, ot.view(), y.view_mut()));
-            let want = &y0 + &dense.mapv(f64::from).dot(&ot.mapv(f64::from).t());
+            assert!(ab(&t, &layout, c0, y.view_mut()));
+            let want = &y0 + &dense.mapv(f64::from).dot(&o.mapv(f64::from));
             let scale = dense
                 .mapv(|x| x.abs() as f64)
-                .dot(&ot.mapv(|x| x.abs() as f64).t());
+                .dot(&o.mapv(|x| x.abs() as f64));
             for ((a, b), s) in y.iter().zip(want.iter()).zip(scale.iter()) {
                 assert!(
                     (a - b).abs() <= 1e-5 * (s + 1.0),
@@ -520,10 +576,11 @@ mod tests {
             scales: &scales,
         };
         let dense = t.standardize(&mut Vec::<f64>::new()).to_owned();
-        let ot = Array2::from_shape_fn((5, cols), |_| rng.value() as f64);
+        let omega = Array2::from_shape_fn((cols + 16, 5), |_| rng.value() as f64);
         let mut y = Array2::<f64>::zeros((rows, 5));
-        f64::ab_packed(&t, ot.view(), y.view_mut(), &mut Vec::new());
-        let want = dense.dot(&ot.t());
+        let packed = PackedOmega::new(omega.view());
+        f64::ab_packed(&t, &packed, 16, y.view_mut(), &mut Vec::new());
+        let want = dense.dot(&omega.slice(s![16.., ..]));
         assert!(y
             .iter()
             .zip(want.iter())
@@ -536,10 +593,12 @@ mod tests {
             .iter()
             .zip(want.iter())
             .all(|(a, b)| (a - b).abs() < 1e-12));
-        // A layout the kernels do not take is declined, not misread.
+        // What the kernels do not take is declined, not misread: a transposed output, a
+        // tile not on a group of 16 columns, a tile past Ω's rows.
+        let layout = OmegaLayout::new(omega.mapv(|x| x as f32).view());
         let mut yt = Array2::<f64>::zeros((5, rows));
-        let yt = yt.view_mut().reversed_axes();
-        assert!(!ab(&t, ot.mapv(|x| x as f32).view(), yt) || !available());
-        let _ = s![..];
+        assert!(!ab(&t, &layout, 0, yt.view_mut().reversed_axes()));
+        assert!(!ab(&t, &layout, 4, y.view_mut()));
+        assert!(!ab(&t, &layout, 32, y.view_mut()));
     }
 }

@@ -48,7 +48,8 @@ use crate::reads::{
 };
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
-    gemm, Operand, PanelFacts, Precision, Stored, Tile, TileProducer, TILE_COLS, TILE_ROWS,
+    gemm, Operand, PackedOmega, PanelFacts, Precision, Stored, Tile, TileProducer, TILE_COLS,
+    TILE_ROWS,
 };
 use crate::tree::{decode, encode, PartialSums, Tree};
 use crate::LinalgError;
@@ -790,12 +791,10 @@ where
         let w = omega.ncols();
         let mut y = Array2::<f64>::zeros((h, w));
         let mut part = Array2::<T>::zeros((TILE_ROWS, w));
-        // Ωᵀ, for packed genotype tiles (their kernel takes Ω's columns as rows).
-        let omega_t = match c.operand {
-            Operand::Genotypes(_) if T::packed_tiles() => {
-                omega.t().as_standard_layout().into_owned()
-            }
-            _ => Array2::zeros((0, 0)),
+        // Ω as the products with packed genotype tiles take it.
+        let omega_p = match c.operand {
+            Operand::Genotypes(_) if T::packed_tiles() => Some(PackedOmega::new(omega.view())),
+            _ => None,
         };
         let mut scratch = Vec::new();
         let keep = first && c.resident[actor];
@@ -814,9 +813,9 @@ where
                     let t = match t {
                         Tile::Dense(t) => t,
                         Tile::Packed(p) => {
-                            let ot = omega_t.slice(s![.., c0..c0 + p.cols]);
+                            let om = omega_p.as_ref().expect("packed tiles come with packed Ω");
                             let ys = y.slice_mut(s![r0..r0 + p.rows, ..]);
-                            return T::ab_packed(&p, ot, ys, &mut scratch);
+                            return T::ab_packed(&p, om, c0, ys, &mut scratch);
                         }
                     };
                     let b = t.nrows();
