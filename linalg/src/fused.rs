@@ -16,12 +16,21 @@
 //!   of `Ωᵀ`; each output column keeps 16 partial sums, folded by one transposing
 //!   reduction per tile. All 16 lanes do useful work, where broadcasting each value against
 //!   a row of `Ω` (as [`crate::skinny::ab`] does) fills only 24 of 32 lanes for 24 columns.
-//!   Two rows share each load of `Ωᵀ`, and the columns go in sweeps of at most 12 so a
-//!   sweep's slice of `Ωᵀ` (12 × 512 × 4 bytes) stays in L1.
+//!   Two rows share each load of `Ω`, and the columns go in sweeps of at most 12 so a
+//!   sweep's slice for one tile (12 × 512 × 4 bytes) stays in L1. `Ω` is laid out once per
+//!   pass ([`OmegaLayout`]) so that a group's operands sit at fixed offsets.
+//!
+//!   Its sums are in another order than the skinny kernel's, so `pca --precision f32`
+//!   gives other last bits than standardized tiles would; the order depends only on the
+//!   operands, so results stay identical for any number of ranks, actors or threads.
 //! - [`atb`], `b += Qᵀ·T`: the order of [`crate::skinny::atb`] (rows in order, one f32
 //!   sum per tile), so the result is bit for bit that of standardizing first.
 //!
 //! Both add their f32 sums to f64 accumulators directly, as the passes did after each tile.
+//!
+//! Measured (criterion, `rsvd_tiles/fused_*`, a row block of 256 variants × 20,000 samples
+//! on one core of an Ice Lake Xeon): `Y = T·Ω` (24 columns) at 50–80 GFLOP/s and `Qᵀ·T`
+//! (20 rows) at 55–65 GFLOP/s, against 118 GFLOP/s for OpenBLAS's SGEMM of 3000 × 3000.
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
