@@ -777,6 +777,13 @@ where
 {
     let c = Arc::clone(ctx);
     let reads = ctx.reads(rt, &states)?;
+    // Ω as the products with packed genotype tiles take it, laid out once per pass.
+    let omega_p = match ctx.operand {
+        Operand::Genotypes(_) if T::packed_tiles() => {
+            Some(Arc::new(PackedOmega::new(omega.view())))
+        }
+        _ => None,
+    };
     let out = rt.map(states, move |actor, mut st: PanelState| {
         if let Some((dev, src)) = c.on_gpu(actor) {
             let (y, facts) = gpu::range_panel::<T>(dev, src, st.rows.clone(), omega.view(), first)?;
@@ -791,11 +798,6 @@ where
         let w = omega.ncols();
         let mut y = Array2::<f64>::zeros((h, w));
         let mut part = Array2::<T>::zeros((TILE_ROWS, w));
-        // Ω as the products with packed genotype tiles take it.
-        let omega_p = match c.operand {
-            Operand::Genotypes(_) if T::packed_tiles() => Some(PackedOmega::new(omega.view())),
-            _ => None,
-        };
         let mut scratch = Vec::new();
         let keep = first && c.resident[actor];
         // A float panel decoded whole is kept as the read-ahead decoded it, without a copy.
