@@ -35,16 +35,8 @@
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use crate::tiles::PackedTile;
-
-/// `m::f::<n>(args)` for the run-time `n` among the literals given.
-macro_rules! by_width {
-    ($n:expr, $m:ident :: $f:ident, $args:tt, $($k:literal)*) => {
-        match $n {
-            $($k => $m::$f::<$k> $args,)*
-            _ => unreachable!("widths are bounded by the callers"),
-        }
-    };
-}
+#[cfg(target_arch = "x86_64")]
+use x86::{ab_sweep, atb_group};
 
 /// True when the fused kernels run on this CPU (those of [`crate::skinny`] run).
 pub fn available() -> bool {
@@ -102,11 +94,6 @@ impl OmegaLayout {
         }
         OmegaLayout { data, n, w, sweeps }
     }
-
-    /// `(n, w)`.
-    pub fn dim(&self) -> (usize, usize) {
-        (self.n, self.w)
-    }
 }
 
 /// `y += T·Ω[c0.., ..]` with `T` the standardized tile (`rows × cols`, its first column
@@ -141,7 +128,7 @@ pub fn ab(
         unsafe {
             let o = omega.data.as_ptr().add(off + c0 / 16 * width * 16);
             let yp = y.as_mut_ptr().add(first);
-            by_width!(width, x86::ab_sweep, (t, o, yp, ldy), 1 2 3 4 5 6 7 8 9 10 11 12);
+            by_const!(width, ab_sweep, (t, o, yp, ldy), 1 2 3 4 5 6 7 8 9 10 11 12);
         }
     }
     let _ = ldy;
@@ -175,9 +162,9 @@ pub fn atb(t: &PackedTile<'_>, q: ArrayView2<'_, f32>, mut b: ArrayViewMut2<'_, 
         // shapes checked `q`'s columns r0..r0 + n and `b`'s rows.
         unsafe {
             let (qp, bp) = (q.as_ptr().add(r0), b.as_mut_ptr().add(r0 * ldb));
-            by_width!(
+            by_const!(
                 n,
-                x86::atb_group,
+                atb_group,
                 (t, qp, ldq, bp, ldb),
                 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24
             );
@@ -485,7 +472,7 @@ mod tests {
 
     use super::*;
     use crate::testing::Rng;
-    use crate::tiles::{PackedOmega, Real, RowScale};
+    use crate::tiles::{Real, RowScale};
 
     /// A random packed panel (`rows × stride` bytes, missing calls included) with random
     /// standardizations, some of them dropped rows.
@@ -587,8 +574,7 @@ mod tests {
         let dense = t.standardize(&mut Vec::<f64>::new()).to_owned();
         let omega = Array2::from_shape_fn((cols + 16, 5), |_| rng.value() as f64);
         let mut y = Array2::<f64>::zeros((rows, 5));
-        let packed = PackedOmega::new(omega.view());
-        f64::ab_packed(&t, &packed, 16, y.view_mut(), &mut Vec::new());
+        f64::ab_packed(&t, omega.view(), None, 16, y.view_mut(), &mut Vec::new());
         let want = dense.dot(&omega.slice(s![16.., ..]));
         assert!(y
             .iter()

@@ -2,6 +2,17 @@
 //! panel order, the exact tall-and-skinny SVD built on it, the randomized SVD, and a strided
 //! sum over the same tree.
 
+/// `f::<n>(args)` for the run-time `n` among the literals given (`f` a function in
+/// scope): the kernels' register-blocked widths are const generics, chosen once per call.
+macro_rules! by_const {
+    ($n:expr, $f:ident, $args:tt, $($k:literal)*) => {
+        match $n {
+            $($k => $f::<$k> $args,)*
+            _ => unreachable!("widths are bounded by the callers"),
+        }
+    };
+}
+
 pub mod fused;
 pub mod gpu;
 pub mod kernels;

@@ -48,8 +48,7 @@ use crate::reads::{
 };
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
-    gemm, Operand, PackedOmega, PanelFacts, Precision, Stored, Tile, TileProducer, TILE_COLS,
-    TILE_ROWS,
+    gemm, Operand, PanelFacts, Precision, Stored, Tile, TileProducer, TILE_COLS, TILE_ROWS,
 };
 use crate::tree::{decode, encode, PartialSums, Tree};
 use crate::LinalgError;
@@ -777,12 +776,10 @@ where
 {
     let c = Arc::clone(ctx);
     let reads = ctx.reads(rt, &states)?;
-    // Ω as the products with packed genotype tiles take it, laid out once per pass.
-    let omega_p = match ctx.operand {
-        Operand::Genotypes(_) if T::packed_tiles() => {
-            Some(Arc::new(PackedOmega::new(omega.view())))
-        }
-        _ => None,
+    // Ω as the fused products with packed genotype tiles take it, laid out once per pass.
+    let layout = match ctx.operand {
+        Operand::Genotypes(_) => T::omega_layout(omega.view()).map(Arc::new),
+        Operand::Dense(_) => None,
     };
     let out = rt.map(states, move |actor, mut st: PanelState| {
         if let Some((dev, src)) = c.on_gpu(actor) {
@@ -815,9 +812,9 @@ where
                     let t = match t {
                         Tile::Dense(t) => t,
                         Tile::Packed(p) => {
-                            let om = omega_p.as_ref().expect("packed tiles come with packed Ω");
                             let ys = y.slice_mut(s![r0..r0 + p.rows, ..]);
-                            return T::ab_packed(&p, om, c0, ys, &mut scratch);
+                            let l = layout.as_deref();
+                            return T::ab_packed(&p, omega.view(), l, c0, ys, &mut scratch);
                         }
                     };
                     let b = t.nrows();

@@ -155,16 +155,6 @@ pub unsafe fn atb<T: Elem>(
     true
 }
 
-/// `f::<g>(args)` for the run-time `g` among the literals given.
-macro_rules! by_group {
-    ($g:expr, $f:ident, $args:tt, $($n:literal)*) => {
-        match $g {
-            $($n => $f::<$n> $args,)*
-            _ => unreachable!("groups hold 1 to 24 rows"),
-        }
-    };
-}
-
 /// The kernels of one element type: `$m` is the module, `$t` the type, `$lanes` its values
 /// per register, then its AVX-512 intrinsics (register type, mask type, set1, fmadd,
 /// mul, loadu, maskz_loadu, mask_storeu, setzero).
@@ -323,7 +313,7 @@ macro_rules! kernels {
             ) {
                 // SAFETY: the caller's contract.
                 unsafe {
-                    by_group!(
+                    by_const!(
                         g,
                         atb_rows,
                         (n, k, a, lda, b, ldb, beta, c, ldc),

@@ -199,22 +199,26 @@ pub trait Real:
     fn packed_tiles() -> bool {
         false
     }
-    /// The fused kernels' layout of `Ω`, where they run for this type.
+    /// The fused kernels' layout of `Ω` (`n × w`), where they run for this type; made once
+    /// per pass for [`Real::ab_packed`].
     fn omega_layout(omega: ArrayView2<'_, Self>) -> Option<crate::fused::OmegaLayout> {
         let _ = omega;
         None
     }
     /// `y += T·Ω[c0.., ..]` for a packed tile whose first column is column `c0`, with `y`
-    /// `rows × w`; by the fused kernels where they run, else standardized into `scratch`.
+    /// `rows × w`: by the fused kernels with `layout` ([`Real::omega_layout`] of `omega`)
+    /// where they run, else standardized into `scratch` first.
     fn ab_packed(
         t: &PackedTile<'_>,
-        omega: &PackedOmega<Self>,
+        omega: ArrayView2<'_, Self>,
+        layout: Option<&crate::fused::OmegaLayout>,
         c0: usize,
         y: ArrayViewMut2<'_, f64>,
         scratch: &mut Vec<Self>,
     ) {
+        let _ = layout;
         let a = t.standardize(scratch);
-        add_product(false, a, omega.columns(c0, t.cols), y);
+        add_product(false, a, omega.slice(s![c0..c0 + t.cols, ..]), y);
     }
     /// `b += Qᵀ·T` for a packed tile, `q` `rows × g` and `b` `g × cols`; as
     /// [`Real::ab_packed`].
@@ -427,14 +431,15 @@ impl Real for f32 {
     }
     fn ab_packed(
         t: &PackedTile<'_>,
-        omega: &PackedOmega<f32>,
+        omega: ArrayView2<'_, f32>,
+        layout: Option<&crate::fused::OmegaLayout>,
         c0: usize,
         mut y: ArrayViewMut2<'_, f64>,
         scratch: &mut Vec<f32>,
     ) {
-        let fused = omega.fused.as_ref();
-        if !fused.is_some_and(|l| crate::fused::ab(t, l, c0, y.view_mut())) {
-            add_product(false, t.standardize(scratch), omega.columns(c0, t.cols), y);
+        if !layout.is_some_and(|l| crate::fused::ab(t, l, c0, y.view_mut())) {
+            let a = t.standardize(scratch);
+            add_product(false, a, omega.slice(s![c0..c0 + t.cols, ..]), y);
         }
     }
     fn atb_packed(
@@ -577,28 +582,6 @@ impl PackedTile<'_> {
             T::standardize_packed(row, self.scales[i], &mut out[i * w..(i + 1) * w]);
         }
         ArrayView2::from_shape((h, w), &out[..h * w]).expect("tile shape")
-    }
-}
-
-/// `Ω` (`n × w`) prepared for products with packed tiles ([`Real::ab_packed`]).
-#[derive(Clone, Debug)]
-pub struct PackedOmega<T> {
-    omega: Array2<T>,
-    fused: Option<crate::fused::OmegaLayout>,
-}
-
-impl<T: Real> PackedOmega<T> {
-    /// Prepares `omega`.
-    pub fn new(omega: ArrayView2<'_, T>) -> Self {
-        PackedOmega {
-            omega: omega.as_standard_layout().into_owned(),
-            fused: T::omega_layout(omega),
-        }
-    }
-
-    /// Rows `c0 .. c0 + cols` of `Ω` (the rows that meet a tile's columns).
-    fn columns(&self, c0: usize, cols: usize) -> ArrayView2<'_, T> {
-        self.omega.slice(s![c0..c0 + cols, ..])
     }
 }
 
