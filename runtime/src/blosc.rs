@@ -10,8 +10,8 @@
 //! the destination. Profiles of `rankwise rsvd --zarr` showed those copies (c-blosc's
 //! `fastcopy`) taking a quarter of all CPU time, more than the untransposition itself.
 //!
-//! Here a stored stream is read where it lies (in the frame in memory, or in the block
-//! read from the chunk file into a buffer that stays in cache: [`Blocks`]), only LZ4
+//! Here a stored stream is read where it lies (in the frame in memory: the chunk file is
+//! mapped, see `direct.rs`), only LZ4
 //! streams are decompressed (into a block-sized scratch buffer that stays in cache), and the
 //! untransposition writes straight into the destination: with AVX-512 (BW, VBMI) and GFNI,
 //! 64 groups of eight values at a time, one `vgf2p8affineqb` per eight 8×8 bit
@@ -74,8 +74,7 @@ pub(crate) enum Kernels {
 /// A parsed Blosc 1 frame that this module decodes.
 #[derive(Debug)]
 pub(crate) struct Frame<'a> {
-    /// The frame ([`Frame::parse`]), or its header and block offsets
-    /// ([`Frame::parse_prefix`]).
+    /// The frame.
     src: &'a [u8],
     /// Bytes of the whole frame.
     len: usize,
@@ -85,25 +84,12 @@ pub(crate) struct Frame<'a> {
     blocksize: usize,
 }
 
-/// Where the compressed blocks of a frame are read from.
-pub(crate) enum Blocks<'s> {
-    /// The frame's own bytes ([`Frame::parse`]): blocks are read where they lie.
-    InFrame,
-    /// A file holding the frame at offset 0 ([`Frame::parse_prefix`]): each block is read
-    /// into the scratch's block buffer, which stays in cache while it is decoded (a
-    /// mapped file is read straight from memory, its pages faulted in and unmapped again
-    /// for every segment: both cost more than the read).
-    File(&'s std::fs::File),
-}
-
-/// Reusable buffers of the decoder: the decompressed streams of one block, one decoded
-/// block for blocks that only partly fall in the requested range, and one compressed
-/// block read from a file.
+/// Reusable buffers of the decoder: the decompressed streams of one block, and one decoded
+/// block for blocks that only partly fall in the requested range.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     streams: Vec<u8>,
     block: Vec<u8>,
-    input: Vec<u8>,
 }
 
 fn le32(b: &[u8], at: usize) -> Option<u32> {
@@ -115,28 +101,9 @@ impl<'a> Frame<'a> {
     /// but not one this module decodes (another compressor); an error when the header or
     /// block offsets do not fit `src`.
     pub(crate) fn parse(src: &'a [u8]) -> Result<Option<Frame<'a>>, String> {
-        Frame::parse_prefix(src, src.len())
-    }
-
-    /// Bytes of the prefix that [`Frame::parse_prefix`] needs, from the frame's first
-    /// [`HEADER`] bytes: the header and, unless the frame is stored whole, one offset per
-    /// block. `None` when `header` is shorter than a header.
-    pub(crate) fn prefix_len(header: &[u8]) -> Option<usize> {
-        let flags = *header.get(2)?;
-        let nbytes = le32(header, 4)? as usize;
-        let blocksize = le32(header, 8)? as usize;
-        if flags & MEMCPYED != 0 || blocksize == 0 {
-            return Some(HEADER);
-        }
-        Some(HEADER.saturating_add(nbytes.div_ceil(blocksize).saturating_mul(4)))
-    }
-
-    /// [`Frame::parse`] of a frame of `len` bytes of which `src` holds the first ones
-    /// (at least [`Frame::prefix_len`]); its blocks are then decoded from a file
-    /// ([`Blocks::File`]).
-    pub(crate) fn parse_prefix(src: &'a [u8], len: usize) -> Result<Option<Frame<'a>>, String> {
+        let len = src.len();
         let bad = |what: &str| Err(format!("not a valid Blosc frame ({len} bytes; {what})"));
-        if src.len() < HEADER || len < HEADER {
+        if len < HEADER {
             return bad("shorter than its header");
         }
         let (version, flags, typesize) = (src[0], src[2], src[3] as usize);
@@ -172,9 +139,6 @@ impl<'a> Frame<'a> {
         if HEADER + 4 * nblocks > len {
             return bad("block offsets past its end");
         }
-        if HEADER + 4 * nblocks > src.len() {
-            return bad("its block offsets were not all read");
-        }
         Ok(Some(frame))
     }
 
@@ -196,18 +160,6 @@ impl<'a> Frame<'a> {
         scratch: &mut Scratch,
         kernels: Kernels,
     ) -> Result<(), String> {
-        self.decode_from(Blocks::InFrame, part, dest, scratch, kernels)
-    }
-
-    /// [`Frame::decode`] with the blocks read from `blocks`.
-    pub(crate) fn decode_from(
-        &self,
-        blocks: Blocks<'_>,
-        part: Range<usize>,
-        dest: &mut [u8],
-        scratch: &mut Scratch,
-        kernels: Kernels,
-    ) -> Result<(), String> {
         if part.end > self.nbytes || part.start > part.end || dest.len() != part.len() {
             return Err(format!(
                 "bytes {}..{} asked of a Blosc frame of {} bytes",
@@ -215,17 +167,8 @@ impl<'a> Frame<'a> {
             ));
         }
         if self.flags & MEMCPYED != 0 {
-            return match blocks {
-                Blocks::InFrame => {
-                    let src = self
-                        .src
-                        .get(HEADER + part.start..HEADER + part.end)
-                        .ok_or("internal: a stored Blosc frame decoded from its header only")?;
-                    dest.copy_from_slice(src);
-                    Ok(())
-                }
-                Blocks::File(f) => read_at(f, dest, (HEADER + part.start) as u64),
-            };
+            dest.copy_from_slice(&self.src[HEADER + part.start..HEADER + part.end]);
+            return Ok(());
         }
         if part.is_empty() {
             return Ok(());
@@ -235,7 +178,7 @@ impl<'a> Frame<'a> {
             let block = b * bs..((b + 1) * bs).min(self.nbytes);
             let want = block.start.max(part.start)..block.end.min(part.end);
             let out = &mut dest[want.start - part.start..want.end - part.start];
-            let data = self.block_bytes(b, block.len(), &blocks, &mut scratch.input)?;
+            let data = self.block_bytes(b, block.len())?;
             if want == block {
                 self.decode_block(b, data, out, &mut scratch.streams, kernels)?;
             } else {
@@ -252,14 +195,8 @@ impl<'a> Frame<'a> {
 
     /// The compressed bytes of block `b` (`bsize` bytes decoded), from its offset to the
     /// next block's, or at most what its streams can take (each split stored whole, with
-    /// its size) and never past the frame. Read into `input` from a file.
-    fn block_bytes<'d>(
-        &'d self,
-        b: usize,
-        bsize: usize,
-        blocks: &Blocks<'_>,
-        input: &'d mut Vec<u8>,
-    ) -> Result<&'d [u8], String> {
+    /// its size) and never past the frame.
+    fn block_bytes(&self, b: usize, bsize: usize) -> Result<&'a [u8], String> {
         let Some(start) = le32(self.src, HEADER + 4 * b).map(|v| v as usize) else {
             return Err(format!(
                 "corrupt Blosc block {b}: its offset lies past the frame"
@@ -282,17 +219,7 @@ impl<'a> Frame<'a> {
                 }
             }
         }
-        match blocks {
-            Blocks::InFrame => self
-                .src
-                .get(start..end)
-                .ok_or_else(|| "internal: a Blosc frame decoded from its header only".to_string()),
-            Blocks::File(f) => {
-                input.resize(end - start, 0);
-                read_at(f, input, start as u64)?;
-                Ok(&input[..])
-            }
-        }
+        Ok(&self.src[start..end])
     }
 
     /// Decodes block `b`, whose compressed bytes begin `data`, into `out` (the block's
@@ -417,13 +344,6 @@ impl<'a> Frame<'a> {
         }
         Ok(())
     }
-}
-
-/// Reads exactly `buf.len()` bytes of `f` at `offset`.
-fn read_at(f: &std::fs::File, buf: &mut [u8], offset: u64) -> Result<(), String> {
-    use std::os::unix::fs::FileExt;
-    f.read_exact_at(buf, offset)
-        .map_err(|e| format!("cannot read {} bytes at byte {offset}: {e}", buf.len()))
 }
 
 /// Calls `f` with the `t` slices `get(0..t)`, on the stack for the typesizes Blosc splits
@@ -827,86 +747,9 @@ mod tests {
                             assert_eq!(out, &v[part.clone()], "part {part:?}");
                         }
                     }
-                    // The same frame read block by block from a file.
-                    let file = frame_file(&frame);
-                    let mut head = [0u8; 16];
-                    head.copy_from_slice(&frame[..16]);
-                    let prefix = Frame::prefix_len(&head).unwrap();
-                    let f = Frame::parse_prefix(&frame[..prefix], frame.len())
-                        .unwrap()
-                        .expect("an lz4 frame");
-                    for part in [0..len, len / 3..len / 2, 1..len.saturating_sub(1)] {
-                        if part.start > part.end {
-                            continue;
-                        }
-                        let mut out = vec![0u8; part.len()];
-                        f.decode_from(
-                            Blocks::File(&file),
-                            part.clone(),
-                            &mut out,
-                            &mut scratch,
-                            Kernels::Detect,
-                        )
-                        .unwrap();
-                        assert!(
-                            out == v[part.clone()],
-                            "from a file: typesize {typesize} shuffle {shuffle} len {len} \
-                             part {part:?}"
-                        );
-                    }
                 }
             }
         }
-    }
-
-    /// An unnamed temporary file holding `bytes`.
-    fn frame_file(bytes: &[u8]) -> std::fs::File {
-        use std::io::{Seek, Write};
-        let dir = std::env::temp_dir();
-        let path = dir.join(format!(
-            "rankwise-blosc-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let mut f = std::fs::File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
-        std::fs::remove_file(&path).unwrap();
-        f.write_all(bytes).unwrap();
-        f.rewind().unwrap();
-        f
-    }
-
-    #[test]
-    fn a_frame_read_from_a_file_cut_short_is_an_error_not_a_panic() {
-        let v = values(300_000, 9);
-        let frame = compress(&v, 4, 2, 32 * 1024);
-        let prefix = Frame::prefix_len(&frame[..16]).unwrap();
-        let f = Frame::parse_prefix(&frame[..prefix], frame.len())
-            .unwrap()
-            .expect("an lz4 frame");
-        let mut scratch = Scratch::default();
-        let mut out = vec![0u8; v.len()];
-        // The file shrank after its header was read (another process rewriting it).
-        for keep in [prefix, frame.len() / 2, frame.len() - 1] {
-            let file = frame_file(&frame[..keep]);
-            let e = f
-                .decode_from(
-                    Blocks::File(&file),
-                    0..v.len(),
-                    &mut out,
-                    &mut scratch,
-                    Kernels::Detect,
-                )
-                .unwrap_err();
-            assert!(e.contains("cannot read") || e.contains("corrupt"), "{e}");
-        }
-        // A header whose block offsets were not all read.
-        assert!(Frame::parse_prefix(&frame[..prefix - 4], frame.len()).is_err());
     }
 
     #[test]
