@@ -681,6 +681,19 @@ impl<'b> DecodedRows<'b> {
     }
 }
 
+/// `len` values of `buf` (grown as needed) starting on a 64-byte boundary. The kernels
+/// read a tile a register of a row at a time, and tile rows are whole cache lines apart;
+/// a buffer of this size is placed by the allocator 16 bytes past a line, where every
+/// such load straddles two lines (see `fused::OmegaLayout`).
+fn aligned_tile<T: Copy + Default>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
+    let pad = 64 / std::mem::size_of::<T>().max(1);
+    if buf.len() < len + pad {
+        buf.resize(len + pad, T::default());
+    }
+    let off = buf.as_ptr().align_offset(64).min(pad);
+    &mut buf[off..off + len]
+}
+
 thread_local! {
     static CODES: std::cell::RefCell<Vec<i8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -826,7 +839,7 @@ impl<'a> TileProducer<'a> {
                 } else {
                     None
                 };
-                tile_buf.resize(TILE_ROWS * TILE_COLS, T::default());
+                let tile_buf = aligned_tile(tile_buf, TILE_ROWS * TILE_COLS);
                 for r0 in (0..h).step_by(TILE_ROWS) {
                     let r1 = (r0 + TILE_ROWS).min(h);
                     let g = self.rows.start + r0 as u64..self.rows.start + r1 as u64;
@@ -918,7 +931,7 @@ impl<'a> TileProducer<'a> {
             Vec::new()
         };
         let mut kept_rows = Vec::new();
-        tile.resize(TILE_ROWS * TILE_COLS, T::default());
+        let tile = aligned_tile(tile, TILE_ROWS * TILE_COLS);
         let mut codes = CODES.with(|t| std::mem::take(&mut *t.borrow_mut()));
         codes.resize(TILE_ROWS * n.max(1), 0);
         // Rows produced in this pass are packed first (into the kept panel, or a block
