@@ -153,6 +153,9 @@ pub fn ab(
     true
 }
 
+/// Rows of `B` per sweep of [`atb`]'s kernel (two registers each).
+const PAIR_ROWS: usize = 12;
+
 /// `b += Qᵀ·T` with `q` `rows × g` (rows contiguous) and `b` `g × cols` (rows contiguous).
 /// Returns false, computing nothing, when the kernels do not run here or a layout does not
 /// fit them.
@@ -172,10 +175,13 @@ pub fn atb(t: &PackedTile<'_>, q: ArrayView2<'_, f32>, mut b: ArrayViewMut2<'_, 
     }
     let ldq = q.strides()[0].max(1) as usize;
     let ldb = b.strides()[0].max(1) as usize;
+    // Rows of B in even blocks of at most PAIR_ROWS: the kernel keeps two accumulators per
+    // row of B (two column groups), and all of them in registers.
+    let per = g.div_ceil(g.div_ceil(PAIR_ROWS));
     let mut r0 = 0;
     #[cfg(target_arch = "x86_64")]
     while r0 < g {
-        let n = (g - r0).min(24);
+        let n = (g - r0).min(per);
         // SAFETY: AVX-512F was detected; `covers` checked every row's bytes and tables, the
         // shapes checked `q`'s columns r0..r0 + n and `b`'s rows.
         unsafe {
@@ -184,12 +190,12 @@ pub fn atb(t: &PackedTile<'_>, q: ArrayView2<'_, f32>, mut b: ArrayViewMut2<'_, 
                 n,
                 atb_group,
                 (t, qp, ldq, bp, ldb),
-                1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24
+                1 2 3 4 5 6 7 8 9 10 11 12
             );
         }
         r0 += n;
     }
-    let _ = (r0, ldq, ldb);
+    let _ = (r0, per, ldq, ldb);
     true
 }
 
@@ -396,9 +402,20 @@ mod x86 {
         let full = t.cols / 16;
         // SAFETY (all): as this function's.
         unsafe {
-            for j in 0..full {
-                // The first columns' sweep over the rows also fetches the next tile's codes,
-                // a row at a time (a burst of prefetches would wait for fill buffers).
+            let mut j = 0;
+            while j + 1 < full {
+                // The first sweep over the rows also fetches the next tile's codes, a row at
+                // a time (a burst of prefetches would wait for fill buffers).
+                let (a0, a1) = if j == 0 {
+                    atb_pair::<G, true>(t, j, q, ldq)
+                } else {
+                    atb_pair::<G, false>(t, j, q, ldq)
+                };
+                atb_add(a0, u16::MAX, b.add(16 * j), ldb);
+                atb_add(a1, u16::MAX, b.add(16 * (j + 1)), ldb);
+                j += 2;
+            }
+            if j < full {
                 let acc = if j == 0 {
                     atb_columns::<G, true, true>(t, j, u16::MAX, q, ldq)
                 } else {
@@ -412,6 +429,51 @@ mod x86 {
                 atb_add(acc, mask(rest), b.add(16 * full), ldb);
             }
         }
+    }
+
+    /// [`atb_columns`] of the full column groups `j` and `j + 1` at once. Each value of Q
+    /// is loaded once for two multiply-adds, where the one-group kernel loads it for each:
+    /// on this Ice Lake, multiply-adds with a memory operand ran at about half the rate of
+    /// register ones, and a standalone loop of this shape ran 40% faster than the
+    /// one-group loop. Each sum still runs over the rows in order, so the result is the
+    /// same, bit for bit.
+    ///
+    /// # Safety
+    /// As [`atb_columns`], for the codes of groups `j` and `j + 1`.
+    #[inline(never)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn atb_pair<const G: usize, const FETCH: bool>(
+        t: &PackedTile<'_>,
+        j: usize,
+        q: *const f32,
+        ldq: usize,
+    ) -> ([__m512; G], [__m512; G]) {
+        let sh = shifts();
+        let bytes = t.bytes.as_ptr();
+        let mut a0 = [_mm512_setzero_ps(); G];
+        let mut a1 = [_mm512_setzero_ps(); G];
+        // SAFETY: i < t.rows; the row's codes 16j .. 16j + 32 exist (both groups are full);
+        // Q's row i holds G values from `q`.
+        unsafe {
+            for i in 0..t.rows {
+                if FETCH {
+                    let next = bytes.wrapping_add(i * t.stride + NEXT_TILE);
+                    _mm_prefetch::<_MM_HINT_T0>(next.cast());
+                    _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64).cast());
+                }
+                let at = bytes.add(i * t.stride + 4 * j);
+                let lut = table(&t.tables[i]);
+                let x0 = expand(at.cast::<i32>().read_unaligned(), sh, lut, u16::MAX);
+                let x1 = expand(at.add(4).cast::<i32>().read_unaligned(), sh, lut, u16::MAX);
+                let qi = q.add(i * ldq);
+                for g in 0..G {
+                    let v = _mm512_set1_ps(*qi.add(g));
+                    a0[g] = _mm512_fmadd_ps(v, x0, a0[g]);
+                    a1[g] = _mm512_fmadd_ps(v, x1, a1[g]);
+                }
+            }
+        }
+        (a0, a1)
     }
 
     /// The f32 sums of `G` rows of `Qᵀ·T` over columns `16·j ..` (masked by `m`; `FULL`
