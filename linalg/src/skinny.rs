@@ -143,11 +143,12 @@ pub unsafe fn atb<T: Elem>(
     if m > MAX_NARROW || !available() {
         return false;
     }
-    // Rows of C in groups the register file holds (up to 24 accumulators), each group
-    // one more read of B.
+    // Rows of C in even groups of at most 12, each group one more read of B: the kernel
+    // keeps two registers of columns of each row of C (24 accumulators).
+    let per = m.div_ceil(m.div_ceil(12).max(1)).max(1);
     let mut r0 = 0;
     while r0 < m {
-        let g = (m - r0).min(24);
+        let g = (m - r0).min(per);
         // SAFETY: AVX-512F was detected; rows r0..r0 + g of C are columns of A.
         unsafe { T::atb_group(g, n, k, a.add(r0), lda, b, ldb, beta, c.add(r0 * ldc), ldc) };
         r0 += g;
@@ -293,7 +294,7 @@ macro_rules! kernels {
                 }
             }
 
-            /// [`super::atb`] for `g ≤ 24` rows of `C`.
+            /// [`super::atb`] for `g ≤ 12` rows of `C`.
             ///
             /// # Safety
             /// AVX-512F; as [`super::atb`] with `m = g`.
@@ -317,7 +318,7 @@ macro_rules! kernels {
                         g,
                         atb_rows,
                         (n, k, a, lda, b, ldb, beta, c, ldc),
-                        1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24
+                        1 2 3 4 5 6 7 8 9 10 11 12
                     )
                 }
             }
@@ -343,6 +344,11 @@ macro_rules! kernels {
                 loop {
                     let i1 = (i0 + ROW_BLOCK).min(k);
                     let mut j0 = 0;
+                    while j0 + 2 * $lanes <= n {
+                        // SAFETY: as below, for two whole registers of columns.
+                        unsafe { atb_pair::<G>(i0, i1, j0, a, lda, b, ldb, beta, c, ldc) };
+                        j0 += 2 * $lanes;
+                    }
                     while j0 < n {
                         let lanes = mask(n - j0);
                         // SAFETY: i < k, g < G and the masked lanes j0.. < n address A, B
@@ -378,6 +384,60 @@ macro_rules! kernels {
                         break;
                     }
                     i0 = i1;
+                }
+            }
+            /// Rows `i0..i1` of [`atb_rows`] for the two registers of columns from `j0`
+            /// at once: each value of `A` is loaded once for two multiply-adds, where one
+            /// register of columns loads it for each (on Ice Lake, multiply-adds with a
+            /// memory operand ran at about half the rate of register ones). Each sum still
+            /// runs over the rows in order. Not inlined: inlined into [`atb_rows`], some
+            /// of the 24 accumulators were spilled to the stack.
+            #[allow(clippy::too_many_arguments)]
+            #[inline(never)]
+            #[target_feature(enable = "avx512f")]
+            unsafe fn atb_pair<const G: usize>(
+                i0: usize,
+                i1: usize,
+                j0: usize,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                beta: $t,
+                c: *mut $t,
+                ldc: usize,
+            ) {
+                // SAFETY: the caller's contract: rows i0..i1 of A and B, columns
+                // j0..j0 + 2·lanes of B and C, rows 0..G of C.
+                unsafe {
+                    let (mut s0, mut s1) = ([$zero(); G], [$zero(); G]);
+                    for g in 0..G {
+                        let at = c.add(g * ldc + j0);
+                        if i0 > 0 {
+                            s0[g] = $loadu(at);
+                            s1[g] = $loadu(at.add($lanes));
+                        } else if beta != 0.0 {
+                            s0[g] = $mul($set1(beta), $loadu(at));
+                            s1[g] = $mul($set1(beta), $loadu(at.add($lanes)));
+                        }
+                    }
+                    for i in i0..i1 {
+                        let row = b.add(i * ldb + j0);
+                        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(PREFETCH).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(PREFETCH + $lanes).cast());
+                        let (x0, x1) = ($loadu(row), $loadu(row.add($lanes)));
+                        let ai = a.add(i * lda);
+                        for g in 0..G {
+                            let v = $set1(*ai.add(g));
+                            s0[g] = $fmadd(v, x0, s0[g]);
+                            s1[g] = $fmadd(v, x1, s1[g]);
+                        }
+                    }
+                    for g in 0..G {
+                        let at = c.add(g * ldc + j0);
+                        $mask_storeu(at, <$mask>::MAX, s0[g]);
+                        $mask_storeu(at.add($lanes), <$mask>::MAX, s1[g]);
+                    }
                 }
             }
         }
