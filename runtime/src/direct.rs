@@ -6,9 +6,10 @@
 //! fresh vector, and copying that into the destination. For the 400 MB chunks of a
 //! genotype or float matrix, those two fresh allocations cost more in page faults than
 //! Blosc costs in decoding (measured: about 40% of the time of `rankwise read` on a Blosc
-//! lz4 + bitshuffle store went to the kernel, faulting and zeroing new pages). Here the file
-//! is read into a buffer that the reader keeps from chunk to chunk (or mapped), and Blosc
-//! frames decode straight into the panel when the chunk lands contiguously in it: LZ4 and
+//! lz4 + bitshuffle store went to the kernel, faulting and zeroing new pages). Here a whole
+//! chunk is read into a buffer that the reader keeps from chunk to chunk, a part of a Blosc
+//! chunk is decoded from the mapped file (only the blocks that hold it), and Blosc frames
+//! decode straight into the panel when the chunk lands contiguously in it: LZ4 and
 //! stored frames by [`crate::blosc`], other compressors by c-blosc. Every other chain
 //! (zstd, gzip, sharding, big-endian, filters) still goes through zarrs, and so does a
 //! missing chunk (the fill value).
