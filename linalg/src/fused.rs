@@ -404,8 +404,7 @@ mod x86 {
         unsafe {
             let mut j = 0;
             while j + 1 < full {
-                // The first sweep over the rows also fetches the next tile's codes, a row at
-                // a time (a burst of prefetches would wait for fill buffers).
+                // The first sweep over the rows also fetches the next tile's codes.
                 let (a0, a1) = if j == 0 {
                     atb_pair::<G, true>(t, j, q, ldq)
                 } else {
@@ -429,6 +428,17 @@ mod x86 {
                 atb_add(acc, mask(rest), b.add(16 * full), ldb);
             }
         }
+    }
+
+    /// Fetches row `i`'s codes of the tile after `t` (the passes take a row block's tiles
+    /// left to right), a row at a time: a burst of prefetches would wait for fill buffers.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn fetch_next_tile(t: &PackedTile<'_>, i: usize) {
+        let next = t.bytes.as_ptr().wrapping_add(i * t.stride + NEXT_TILE);
+        // A prefetch never faults, whatever the address.
+        _mm_prefetch::<_MM_HINT_T0>(next.cast());
+        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64).cast());
     }
 
     /// [`atb_columns`] of the full column groups `j` and `j + 1` at once. Each value of Q
@@ -457,9 +467,7 @@ mod x86 {
         unsafe {
             for i in 0..t.rows {
                 if FETCH {
-                    let next = bytes.wrapping_add(i * t.stride + NEXT_TILE);
-                    _mm_prefetch::<_MM_HINT_T0>(next.cast());
-                    _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64).cast());
+                    fetch_next_tile(t, i);
                 }
                 let at = bytes.add(i * t.stride + 4 * j);
                 let lut = table(&t.tables[i]);
@@ -498,9 +506,7 @@ mod x86 {
         unsafe {
             for i in 0..t.rows {
                 if FETCH {
-                    let next = bytes.wrapping_add(i * t.stride + NEXT_TILE);
-                    _mm_prefetch::<_MM_HINT_T0>(next.cast());
-                    _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64).cast());
+                    fetch_next_tile(t, i);
                 }
                 let at = bytes.add(i * t.stride + 4 * j);
                 let word = if FULL {
