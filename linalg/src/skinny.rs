@@ -344,40 +344,17 @@ macro_rules! kernels {
                 loop {
                     let i1 = (i0 + ROW_BLOCK).min(k);
                     let mut j0 = 0;
+                    // SAFETY (both calls): i0..i1 < k rows, G rows of C, and the columns
+                    // given (two whole registers, or the masked lanes j0.. < n) lie in A,
+                    // B and C.
                     while j0 + 2 * $lanes <= n {
-                        // SAFETY: as below, for two whole registers of columns.
-                        unsafe { atb_pair::<G>(i0, i1, j0, a, lda, b, ldb, beta, c, ldc) };
+                        let full = <$mask>::MAX;
+                        unsafe { atb_block::<G, 2>(i0..i1, j0, [full; 2], a, lda, b, ldb, beta, c, ldc) };
                         j0 += 2 * $lanes;
                     }
                     while j0 < n {
-                        let lanes = mask(n - j0);
-                        // SAFETY: i < k, g < G and the masked lanes j0.. < n address A, B
-                        // and C inside their shapes.
-                        unsafe {
-                            let mut acc = [$zero(); G];
-                            for (g, s) in acc.iter_mut().enumerate() {
-                                let at = c.add(g * ldc + j0);
-                                if i0 > 0 {
-                                    *s = $maskz_loadu(lanes, at);
-                                } else if beta != 0.0 {
-                                    *s = $mul($set1(beta), $maskz_loadu(lanes, at));
-                                }
-                            }
-                            for i in i0..i1 {
-                                // The rows are a panel row apart: fetch them ahead, as no
-                                // hardware prefetcher follows that many streams.
-                                let ahead = b.wrapping_add(i * ldb + j0 + PREFETCH);
-                                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-                                let x = $maskz_loadu(lanes, b.add(i * ldb + j0));
-                                let ai = a.add(i * lda);
-                                for (g, s) in acc.iter_mut().enumerate() {
-                                    *s = $fmadd($set1(*ai.add(g)), x, *s);
-                                }
-                            }
-                            for (g, s) in acc.iter().enumerate() {
-                                $mask_storeu(c.add(g * ldc + j0), lanes, *s);
-                            }
-                        }
+                        let lanes = [mask(n - j0)];
+                        unsafe { atb_block::<G, 1>(i0..i1, j0, lanes, a, lda, b, ldb, beta, c, ldc) };
                         j0 += $lanes;
                     }
                     if i1 >= k {
@@ -386,19 +363,20 @@ macro_rules! kernels {
                     i0 = i1;
                 }
             }
-            /// Rows `i0..i1` of [`atb_rows`] for the two registers of columns from `j0`
-            /// at once: each value of `A` is loaded once for two multiply-adds, where one
-            /// register of columns loads it for each (on Ice Lake, multiply-adds with a
-            /// memory operand ran at about half the rate of register ones). Each sum still
-            /// runs over the rows in order. Not inlined: inlined into [`atb_rows`], some
-            /// of the 24 accumulators were spilled to the stack.
+            /// Rows `rows` of [`atb_rows`] for `W` registers of columns from `j0` (lanes
+            /// `masks`), the sums starting from `C` (or `beta·C` in the first block). With
+            /// two registers, each value of `A` is loaded once for two multiply-adds, where
+            /// one register loads it for each: on Ice Lake, multiply-adds with a memory
+            /// operand ran at about half the rate of register ones. Each sum still runs
+            /// over the rows in order. Not inlined: inlined into [`atb_rows`], some of the
+            /// 24 accumulators were spilled to the stack.
             #[allow(clippy::too_many_arguments)]
             #[inline(never)]
             #[target_feature(enable = "avx512f")]
-            unsafe fn atb_pair<const G: usize>(
-                i0: usize,
-                i1: usize,
+            unsafe fn atb_block<const G: usize, const W: usize>(
+                rows: std::ops::Range<usize>,
                 j0: usize,
+                masks: [$mask; W],
                 a: *const $t,
                 lda: usize,
                 b: *const $t,
@@ -407,36 +385,42 @@ macro_rules! kernels {
                 c: *mut $t,
                 ldc: usize,
             ) {
-                // SAFETY: the caller's contract: rows i0..i1 of A and B, columns
-                // j0..j0 + 2·lanes of B and C, rows 0..G of C.
+                // SAFETY: the caller's contract: rows `rows` of A and B, the masked lanes
+                // of W registers from column j0 of B and C, rows 0..G of C.
                 unsafe {
-                    let (mut s0, mut s1) = ([$zero(); G], [$zero(); G]);
-                    for g in 0..G {
-                        let at = c.add(g * ldc + j0);
-                        if i0 > 0 {
-                            s0[g] = $loadu(at);
-                            s1[g] = $loadu(at.add($lanes));
-                        } else if beta != 0.0 {
-                            s0[g] = $mul($set1(beta), $loadu(at));
-                            s1[g] = $mul($set1(beta), $loadu(at.add($lanes)));
+                    let mut acc = [[$zero(); W]; G];
+                    for (g, s) in acc.iter_mut().enumerate() {
+                        for (w, s) in s.iter_mut().enumerate() {
+                            let at = c.add(g * ldc + j0 + w * $lanes);
+                            if rows.start > 0 {
+                                *s = $maskz_loadu(masks[w], at);
+                            } else if beta != 0.0 {
+                                *s = $mul($set1(beta), $maskz_loadu(masks[w], at));
+                            }
                         }
                     }
-                    for i in i0..i1 {
+                    for i in rows {
+                        // The rows are a panel row apart: fetch them ahead, as no hardware
+                        // prefetcher follows that many streams.
                         let row = b.add(i * ldb + j0);
-                        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(PREFETCH).cast());
-                        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(PREFETCH + $lanes).cast());
-                        let (x0, x1) = ($loadu(row), $loadu(row.add($lanes)));
+                        let mut x = [$zero(); W];
+                        for (w, x) in x.iter_mut().enumerate() {
+                            let ahead = row.wrapping_add(PREFETCH + w * $lanes);
+                            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                            *x = $maskz_loadu(masks[w], row.add(w * $lanes));
+                        }
                         let ai = a.add(i * lda);
-                        for g in 0..G {
+                        for (g, s) in acc.iter_mut().enumerate() {
                             let v = $set1(*ai.add(g));
-                            s0[g] = $fmadd(v, x0, s0[g]);
-                            s1[g] = $fmadd(v, x1, s1[g]);
+                            for (s, x) in s.iter_mut().zip(x) {
+                                *s = $fmadd(v, x, *s);
+                            }
                         }
                     }
-                    for g in 0..G {
-                        let at = c.add(g * ldc + j0);
-                        $mask_storeu(at, <$mask>::MAX, s0[g]);
-                        $mask_storeu(at.add($lanes), <$mask>::MAX, s1[g]);
+                    for (g, s) in acc.iter().enumerate() {
+                        for (w, s) in s.iter().enumerate() {
+                            $mask_storeu(c.add(g * ldc + j0 + w * $lanes), masks[w], *s);
+                        }
                     }
                 }
             }
