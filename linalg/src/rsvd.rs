@@ -329,9 +329,12 @@ impl RsvdPlan {
                 mp.residency = Residency::Regenerated;
             }
             // Keeping decoded float panels costs touching that much fresh memory once,
-            // which costs about what decoding it again does (more on a virtual machine
-            // whose free memory goes back to the host); with two passes the only read it
-            // saves is the second, so the panels are read twice instead. Genotypes stay
+            // which costs about what decoding it again does, and far more on a virtual
+            // machine that hands free memory back to its host (free page reporting: on
+            // the 2-core benchmark VM, pages the host had taken back cost about 2 s per GB
+            // to touch again, and `rsvd --zarr` at q = 0 with resident panels took 3.6–7.4 s
+            // against 2.5–2.7 s); with two passes the only read it saves is the second,
+            // so the panels are read twice instead. Genotypes stay
             // resident: packed, they are a quarter of what they decode to.
             if matches!(&problem.operand, Operand::Dense(s) if s.stored().is_some())
                 && options.passes() <= 2
