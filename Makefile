@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 # Where `make install` puts the C library, its header, the Fortran module and rankwise.pc.
 PREFIX ?= /usr/local
 
-.PHONY: deps build capi install bundle demo test test-gpu bench lint clean
+.PHONY: deps build capi install bundle demo test test-gpu bench bench-gpu lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -52,6 +52,11 @@ test: build
 test-gpu: build
 	RANKWISE_REQUIRE_GPU=1 $(CARGO) test --release --test gpu -- --nocapture
 	$(CARGO) test --release -p rankwise-runtime gpu -- --nocapture
+
+# On a machine with an NVIDIA GPU: tests/gpu.rs, then the 10M × 20k genotype rsvd on one GPU.
+bench-gpu: build
+	$(CARGO) test --release --test gpu --no-run
+	bash benches/gpu.sh
 
 lint: deps
 	$(CARGO) fmt --all -- --check

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# GPU checks and benchmark, for a machine with an NVIDIA GPU: tests/gpu.rs, then `rsvd -k 10`
+# of a generated 10,000,000 × 20,000 genotype matrix (200 GB as uint8) on one GPU, generated
+# on the device panel by panel and regenerated in every pass.
+#
+# From a checkout with a release build (`make build`, and `make test` for the test binary):
+#
+#   bash benches/gpu.sh
+#
+# From a bundle, on a machine without Rust or the Debian packages rankwise links (a GPU node
+# image): `make bundle DIR=/tmp/rw TESTS=1` here, copy it there (as a tar.xz: the bundle is
+# about 67 MB, 13 MB compressed), then
+#
+#   RANKWISE=/tmp/rw/bin/rankwise GPU_TESTS=/tmp/rw/release/deps/gpu bash benches/gpu.sh
+#
+# Environment: OUT (results folder; default target/bench-results/gpu-STAMP), ROWS and COLS
+# (the benchmark's shape; default 10000000 × 20000), CHUNK_ROWS (default 250000), PRECISIONS
+# (default "f32 f64"), TIMEOUT (seconds per rankwise run, default 300).
+#
+# CUDA libraries: rankwise loads the driver, NVRTC and cuBLAS at run time. Where the loader
+# does not find them, this script adds the folders CUDA images and NVIDIA's Python wheels
+# put them in to LD_LIBRARY_PATH, and records what it used.
+#
+# OUT receives at most seven files (env.txt, tests.log, runs.log, small-gpu.json,
+# small-cpu.json, rsvd-PRECISION.json, summary.md), small enough to copy back whole.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RANKWISE=${RANKWISE:-$ROOT/target/release/rankwise}
+ROWS=${ROWS:-10000000}
+COLS=${COLS:-20000}
+CHUNK_ROWS=${CHUNK_ROWS:-250000}
+PRECISIONS=${PRECISIONS:-f32 f64}
+TIMEOUT=${TIMEOUT:-300}
+OUT=${OUT:-$ROOT/target/bench-results/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
+die() {
+    printf 'gpu.sh: %s\n' "$*" >&2
+    exit 1
+}
+[[ -x $RANKWISE ]] || die "$RANKWISE is missing: run make build, or set RANKWISE (a bundle's bin/rankwise)"
+if [[ -z ${GPU_TESTS:-} ]]; then
+    GPU_TESTS=
+    for f in "$ROOT"/target/release/deps/gpu-*; do
+        [[ -x $f && $f != *.d && ( -z $GPU_TESTS || $f -nt $GPU_TESTS ) ]] && GPU_TESTS=$f
+    done
+fi
+mkdir -p "$OUT"
+
+# The folders that hold a CUDA library, in the order a CUDA image's loader would not know.
+cuda_dirs() {
+    local d
+    for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/local/cuda/lib64 \
+        /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+        [[ -d $d ]] && printf '%s\n' "$d"
+    done
+    # NVIDIA's wheels (nvidia-cublas, nvidia-cuda-nvrtc, …) keep theirs in site-packages.
+    if command -v python3 >/dev/null; then
+        python3 - <<'EOF' 2>/dev/null || true
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for r in roots:
+    for d in sorted(glob.glob(os.path.join(r, "nvidia", "**", "lib"), recursive=True)):
+        print(d)
+EOF
+    fi
+}
+
+missing() { # the CUDA libraries rankwise info reports not found
+    "$RANKWISE" info 2>/dev/null | awk '/^  (cuda|nvrtc|cublas|cublasLt) +not found/ {print $1}'
+}
+if [[ -n $(missing) ]]; then
+    extra=$(cuda_dirs | paste -sd: -)
+    export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
+summarize() {
+    python3 - "$OUT" "$ROWS" "$COLS" >"$OUT/summary.md" <<'EOF'
+import json, os, sys
+
+out, rows, cols = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+
+def load(name):
+    try:
+        with open(os.path.join(out, name + ".json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+env = open(os.path.join(out, "env.txt")).read().splitlines()
+gpu = next((l for l in env if "H100" in l or "H200" in l or "NVIDIA" in l), "GPU: see env.txt")
+print(f"## GPU: rsvd -k 10 of a generated {rows:,} × {cols:,} genotype matrix\n")
+print(f"Device (nvidia-smi: name, driver, memory, PCIe): {gpu}\n")
+small_g, small_c = load("small-gpu"), load("small-cpu")
+if small_g and small_c:
+    sg, sc = small_g["singular_values"], small_c["singular_values"]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(sg, sc))
+    panels = small_g["per_rank"][0].get("gpu_panel_passes")
+    m, n = small_g["shape"]
+    print(f"- {m:,} × {n:,}, f64: σ on GPU against CPU actors, largest relative "
+          f"difference {worst:.1e}; panel passes on the GPU: {panels}.")
+print()
+print("| precision | total | pass 1 | last pass | GEMM TFLOP/s | generated GB/s | peak RSS |")
+print("|---|---|---|---|---|---|---|")
+for p in ("f32", "f64"):
+    d = load("rsvd-" + p)
+    if not d:
+        continue
+    r = d["per_rank"][0]
+    t = {x["phase"]: x["seconds"] for x in r["timings"]}
+    passes = [v for k, v in t.items() if "pass" in k]
+    gen = r["bytes_produced"] / max(sum(passes), 1e-9) / 1e9
+    first = next((v for k, v in t.items() if k.startswith("pass 1")), float("nan"))
+    last = next((v for k, v in t.items() if k.startswith("last pass")), float("nan"))
+    print(f"| {p} | {d['seconds']:.2f} s | {first:.2f} s | {last:.2f} s | "
+          f"{d['gemm_gflop_per_s'] / 1000:.1f} | {gen:.1f} | "
+          f"{r['peak_rss_bytes'] / 2**30:.2f} GiB |")
+print()
+print("Generated GB/s: bytes produced (one per value per pass) over the passes' time.")
+EOF
+    cat "$OUT/summary.md"
+}
+# SUMMARY_ONLY=1: only remake summary.md from the files already in OUT.
+if [[ -n ${SUMMARY_ONLY:-} ]]; then
+    summarize
+    exit 0
+fi
+
+{
+    echo "date: $(date -u +%FT%TZ)"
+    echo "host: $(hostname)"
+    echo "LD_LIBRARY_PATH: ${LD_LIBRARY_PATH:-}"
+    echo
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max \
+            --format=csv 2>&1 || true
+    else
+        echo "nvidia-smi: not found"
+    fi
+    echo
+    "$RANKWISE" info 2>&1 || true
+} >"$OUT/env.txt"
+if [[ -n $(missing) ]]; then
+    cat "$OUT/env.txt" >&2
+    die "CUDA libraries not found: $(missing | paste -sd' ' -) (see $OUT/env.txt)"
+fi
+
+status=0
+if [[ -n $GPU_TESTS && -x $GPU_TESTS ]]; then
+    echo "tests/gpu.rs: $GPU_TESTS"
+    RANKWISE_REQUIRE_GPU=1 timeout "$TIMEOUT" "$GPU_TESTS" --nocapture --test-threads=1 \
+        >"$OUT/tests.log" 2>&1 || status=$?
+    tail -n 3 "$OUT/tests.log"
+else
+    echo "no GPU test binary (make test builds it; a bundle has release/deps/gpu)" | tee "$OUT/tests.log"
+fi
+
+run() { # name, then rankwise arguments; the report as JSON in OUT/name.json
+    local name=$1 rc=0
+    shift
+    echo "== $name: rankwise $*" >>"$OUT/runs.log"
+    timeout "$TIMEOUT" "$RANKWISE" "$@" --json >"$OUT/$name.json" 2>>"$OUT/runs.log" || rc=$?
+    if ((rc != 0)); then
+        echo "$name: exit $rc" | tee -a "$OUT/runs.log"
+        rm -f "$OUT/$name.json"
+        status=1
+    fi
+}
+
+# A small run on both kinds of actor first: it warms the driver and NVRTC's cache, and its
+# σ compare the two.
+small=(rsvd --rows 400000 --cols "$COLS" --chunk-rows 50000 --dist genotype -k 10 --power-iters 0
+    --precision f64)
+run small-gpu "${small[@]}" --device gpu
+run small-cpu "${small[@]}" --device cpu
+for p in $PRECISIONS; do
+    run "rsvd-$p" rsvd --rows "$ROWS" --cols "$COLS" --chunk-rows "$CHUNK_ROWS" --dist genotype \
+        -k 10 --power-iters 0 --precision "$p" --device gpu
+done
+
+summarize
+echo "results in $OUT"
+exit "$status"
