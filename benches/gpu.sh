@@ -21,8 +21,9 @@
 # does not find them, this script adds the folders CUDA images and NVIDIA's Python wheels
 # put them in to LD_LIBRARY_PATH, and records what it used.
 #
-# OUT receives at most seven files (env.txt, tests.log, runs.log, small-gpu.json,
-# small-cpu.json, rsvd-PRECISION.json, summary.md), small enough to copy back whole.
+# OUT receives eight files with the default PRECISIONS (env.txt, tests.log, runs.log,
+# small-gpu.json, small-cpu.json, rsvd-f32.json, rsvd-f64.json, summary.md), small enough to
+# copy back whole.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
