@@ -14,7 +14,10 @@ use std::time::Instant;
 use common::*;
 use ndarray::{s, Array1, Array2};
 use ndarray_linalg::{JobSvd, SVDDCInto, QR};
-use rankwise::linalg::{rsvd, FactorSink, Method, Precision, RsvdOptions, RsvdProblem, RsvdResult};
+use rankwise::linalg::{
+    fused_condition_limit, rsvd, FactorSink, LastPass, Method, Precision, RsvdOptions, RsvdProblem,
+    RsvdResult,
+};
 use rankwise::runtime::{
     Dist, Generated, InMemoryGenotypes, InMemoryMatrix, Runtime, RuntimeConfig,
 };
@@ -151,6 +154,29 @@ fn chunk_for(m: usize, draw: &mut Draw) -> u64 {
 // 1. Known spectra: σ, the spectral error, subspace angles, the error estimate.
 // ---------------------------------------------------------------------------------------
 
+/// A fused last pass is used exactly when the sketch's condition number is within the
+/// limit, and the passes made say so.
+fn check_last_pass(r: &RsvdResult, options: &RsvdOptions, what: &str) {
+    let lp = r.last_pass;
+    assert_eq!(lp.limit, fused_condition_limit(options.precision), "{what}");
+    match (options.fuses_last_pass(), lp.condition) {
+        (true, Some(c)) => {
+            assert!(c >= 1.0 - 1e-12, "{what}: cond {c}");
+            assert_eq!(lp.fused, c <= lp.limit, "{what}");
+            assert_eq!(
+                r.passes,
+                options.passes() + usize::from(!lp.fused),
+                "{what}"
+            );
+        }
+        (false, None) => {
+            assert!(!lp.fused, "{what}");
+            assert_eq!(r.passes, options.passes(), "{what}");
+        }
+        (planned, cond) => panic!("{what}: planned fused {planned}, cond {cond:?}"),
+    }
+}
+
 fn known_spectrum_case(profile: Profile) {
     let t0 = Instant::now();
     let seed = test_seed();
@@ -184,7 +210,8 @@ fn known_spectrum_case(profile: Profile) {
         problem.grid.panels()
     );
     let tol = 1e-12 * sig[0];
-    for q in 0..=2 {
+    let runs = (0..=2).flat_map(|q| [(q, LastPass::Fused), (q, LastPass::Separate)]);
+    for (q, last_pass) in runs {
         let options = RsvdOptions {
             k,
             oversample: p,
@@ -192,10 +219,15 @@ fn known_spectrum_case(profile: Profile) {
             method: Method::SubspaceIteration,
             seed: draw.next(),
             probes: 10,
+            last_pass,
             ..RsvdOptions::default()
         };
-        let what = format!("{case}, q {q}, sketch seed {}", options.seed);
         let (r, u) = run(&rt, &problem, &options);
+        let what = format!(
+            "{case}, q {q}, sketch seed {}, {last_pass:?} last pass ({:?})",
+            options.seed, r.last_pass
+        );
+        check_last_pass(&r, &options, &what);
         let v = r.wt.t().to_owned();
         assert_eq!(r.s.len(), k, "{what}");
         assert_eq!(r.wt.dim(), (k, n), "{what}");
@@ -261,9 +293,13 @@ fn known_spectrum_case(profile: Profile) {
 
         let (su, sv) = (sin_theta(&u_exk, &u), sin_theta(&v_exk, &v));
         eprintln!(
-            "  q {q}: ‖E‖₂ {err2:.3e} (σk+1 {:.3e}, bound σk+1 + {bound:.3e}), ‖E‖_F {err_f:.3e} \
+            "  q {q}, {last_pass:?} (cond(Y) {:.3e}, fused {}): ‖E‖₂ {err2:.3e} (σk+1 {:.3e}, bound σk+1 + {bound:.3e}), ‖E‖_F {err_f:.3e} \
              ≈ {:.3e}, spectral bound {:.3e}; sin θ(U) {su:.2e}, sin θ(V) {sv:.2e}",
-            sig[k], est.frobenius, est.spectral_bound
+            r.last_pass.condition.unwrap_or(f64::NAN),
+            r.last_pass.fused,
+            sig[k],
+            est.frobenius,
+            est.spectral_bound
         );
         if profile == Profile::Fast {
             // σk/σk+1 = 2 and σl+1/σk ≤ 2^{−8}: the top-k subspaces converge like
@@ -328,9 +364,19 @@ fn block_krylov_dominates_subspace_iteration() {
                 probes: 5,
                 ..RsvdOptions::default()
             };
-            assert_eq!(options.passes(), 2 + 2 * q);
+            // Subspace iteration forms B in its last range pass; block Krylov, whose basis
+            // is orthonormalized after that pass, reads the matrix once more.
+            let planned = match method {
+                Method::SubspaceIteration => 1 + 2 * q,
+                Method::BlockKrylov => 2 + 2 * q,
+            };
+            assert_eq!(options.passes(), planned);
             let (r, u) = run(&rt, &problem, &options);
-            assert_eq!(r.plan.passes, 2 + 2 * q);
+            assert_eq!(r.plan.passes, planned);
+            assert_eq!(
+                r.passes,
+                planned + usize::from(r.last_pass.condition.is_some() && !r.last_pass.fused)
+            );
             assert_eq!(
                 r.plan.basis,
                 if method == Method::BlockKrylov {
@@ -778,6 +824,123 @@ fn bad_genotype_values_name_the_variant_and_sample() {
 
 /// f32 tiles (SGEMM, f64 accumulators) agree with f64 tiles to single precision, for float
 /// matrices and for genotypes.
+/// The fused last pass (`B = R⁻ᵀ·YᵀA` summed in the last range pass) against a pass of its
+/// own (`B = QᵀA`) with the same sketch: the same σ up to the tiles' rounding times
+/// cond(Y), for dense and genotype operands, f64 and f32 tiles, q = 0 and 1, 1 and 3
+/// actors. A rank-deficient matrix, whose sketch is singular, falls back to the separate
+/// pass and gives its result bit for bit.
+#[test]
+fn fused_last_pass_agrees_with_a_separate_pass() {
+    let seed = test_seed();
+    let mut draw = Draw(seed);
+    let (m, n) = (draw.range(1500, 4000), draw.range(80, 200));
+    let problems = [
+        RsvdProblem::generated(m, n, m.div_ceil(3), draw.next(), Dist::Normal).unwrap(),
+        RsvdProblem::genotypes(
+            Arc::new(Generated::new(m, n, draw.next(), Dist::Genotype).with_missing(0.05)),
+            m.div_ceil(4),
+        )
+        .unwrap(),
+    ];
+    let mut fused_runs = 0;
+    for actors in [1, 3] {
+        let rt = runtime(actors);
+        for (i, problem) in problems.iter().enumerate() {
+            for precision in [Precision::F64, Precision::F32] {
+                for q in [0, 1] {
+                    let base = RsvdOptions {
+                        k: draw.range(3, 8) as usize,
+                        power_iters: q,
+                        seed: draw.next(),
+                        precision,
+                        ..RsvdOptions::default()
+                    };
+                    let what = format!(
+                        "{m}×{n} problem {i}, {actors} actor(s), {precision:?}, q {q}, sketch \
+                         seed {} (test seed {seed})",
+                        base.seed
+                    );
+                    let (fused, _) = run(&rt, problem, &base);
+                    let (sep, _) = run(
+                        &rt,
+                        problem,
+                        &RsvdOptions {
+                            last_pass: LastPass::Separate,
+                            ..base.clone()
+                        },
+                    );
+                    check_last_pass(&fused, &base, &what);
+                    assert_eq!(sep.passes, 2 + 2 * q, "{what}");
+                    let cond = fused.last_pass.condition.expect("a fused pass was planned");
+                    if !fused.last_pass.fused {
+                        assert_eq!(bits(&fused.s), bits(&sep.s), "{what}: fallback differs");
+                        continue;
+                    }
+                    fused_runs += 1;
+                    assert_eq!(fused.passes, 1 + 2 * q, "{what}");
+                    let u = match precision {
+                        Precision::F64 => f64::EPSILON,
+                        Precision::F32 => f32::EPSILON as f64,
+                    };
+                    // Rounding of the tile products (sums of up to `m` terms, carried in
+                    // f64 across tiles), amplified by cond(R) in R⁻ᵀ·W.
+                    let tol = 4.0 * u * (cond + 1.0) * (m as f64).sqrt() * sep.s[0];
+                    let worst = fused
+                        .s
+                        .iter()
+                        .zip(&sep.s)
+                        .map(|(a, b)| (a - b).abs() / tol)
+                        .fold(0.0f64, f64::max);
+                    eprintln!("{what}: cond {cond:.3e}, largest σ difference {worst:.2e} of tol");
+                    for (j, (a, b)) in fused.s.iter().zip(&sep.s).enumerate() {
+                        assert!(
+                            (a - b).abs() <= tol,
+                            "{what}: σ{} fused {a:e} vs separate {b:e} (cond {cond:.3e}, tol \
+                             {tol:e})",
+                            j + 1
+                        );
+                    }
+                    assert_eq!(fused.total_sum_squares, sep.total_sum_squares, "{what}");
+                }
+            }
+        }
+    }
+    // The dense Gaussian matrix's sketch is always well conditioned (σ1/σn of a tall
+    // Gaussian matrix is about (√m + √n)/(√m − √n) < 2 here).
+    assert!(
+        fused_runs >= 8,
+        "only {fused_runs} fused runs (seed {seed})"
+    );
+
+    // Rank 2 < l: Y = AΩ is singular, so B comes from a pass of its own.
+    let x = dense(m, 2, draw.next(), Dist::Normal).dot(&dense(2, n, draw.next(), Dist::Normal));
+    let problem =
+        RsvdProblem::dense(Arc::new(InMemoryMatrix::new(x, "rank 2")), m.div_ceil(3)).unwrap();
+    let rt = runtime(2);
+    let options = RsvdOptions {
+        k: 4,
+        power_iters: 0,
+        seed: draw.next(),
+        ..RsvdOptions::default()
+    };
+    let (fused, u_fused) = run(&rt, &problem, &options);
+    let (sep, u_sep) = run(
+        &rt,
+        &problem,
+        &RsvdOptions {
+            last_pass: LastPass::Separate,
+            ..options.clone()
+        },
+    );
+    let what = format!("rank 2 ({:?}, seed {seed})", fused.last_pass);
+    check_last_pass(&fused, &options, &what);
+    assert!(!fused.last_pass.fused, "{what}");
+    assert_eq!(fused.passes, 2, "{what}");
+    assert_eq!(bits(&fused.s), bits(&sep.s), "{what}");
+    assert_eq!(mat_bits(&fused.wt), mat_bits(&sep.wt), "{what}");
+    assert_eq!(mat_bits(&u_fused), mat_bits(&u_sep), "{what}");
+}
+
 #[test]
 fn f32_precision_agrees_with_f64() {
     let seed = test_seed();

@@ -15,6 +15,20 @@
 //! 3. Last pass: `B = QᵀA`; the root computes `B = U_B Σ Vᵀ` and broadcasts it, and every
 //!    actor forms its rows `U = Q·U_B` and the probe residuals `(A − UΣVᵀ)W`.
 //!
+//! # The fused last pass
+//!
+//! `Q = Y·R⁻¹` for the TSQR's `R`, so `B = QᵀA = R⁻ᵀ·(YᵀA)`, and `YᵀA = Σ Y_iᵀA_i` over row
+//! blocks needs only row block `i` of `A` and of `Y`. The last range pass therefore sweeps
+//! every row block's tiles twice ([`crate::tiles::Sweeps::Twice`]): the first sweep
+//! completes the block's rows of `Y = A·Ω`, the second sums `Y_iᵀA_i` while the block is
+//! still in cache, and the third pass over the matrix is saved (at `q = 0`, half the reads
+//! and decodes). The price is rounding: `R⁻ᵀ` multiplies the error of `YᵀA` by up to
+//! `cond(R) = cond(Y)`, so the root checks `cond(R)` ([`fused_condition_limit`]) and,
+//! when it is over, every rank makes the separate pass (the same decision everywhere: the
+//! root broadcasts it with `B`). Yu et al.'s single-pass PCA (IJCAI 2017) rests on the
+//! same identity (`AᵀY` summed in the pass that forms `Y`). Unlike the single-pass sketches
+//! of Tropp et al. (2017), it gives the two-pass algorithm's `B`, not an approximation.
+//!
 //! Only `l × n` and `l × l` matrices travel. Every pass produces the panels again from the
 //! source unless the memory plan keeps them resident (2-bit packed for genotypes). Sums over
 //! panels follow the fixed tree of [`crate::tree`], so results are bit-identical for any
@@ -48,10 +62,12 @@ use crate::reads::{
 };
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
-    gemm, Operand, PanelFacts, Precision, Stored, Tile, TileProducer, TILE_COLS, TILE_ROWS,
+    gemm, Operand, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer, TILE_COLS,
+    TILE_ROWS,
 };
 use crate::tree::{decode, encode, PartialSums, Tree};
 use crate::LinalgError;
+use ndarray_linalg::{Diag, SolveTriangular, UPLO};
 
 /// How the range is refined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -61,6 +77,20 @@ pub enum Method {
     SubspaceIteration,
     /// Block Krylov: the basis spans every block `(AAᵀ)^j AΩ`, `j = 0 … q`.
     BlockKrylov,
+}
+
+/// Where the last pass's `B = QᵀA` is formed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LastPass {
+    /// In the last range pass, which also sums `W = YᵀA` over each row block once that
+    /// block's rows of `Y = A·Ω` are complete; after the TSQR `Y = QR`, `B = R⁻ᵀW` on the
+    /// root. One read of the matrix fewer; falls back to a pass of its own when `R` is too
+    /// ill-conditioned for that (see [`fused_condition_limit`]). Block Krylov with power
+    /// iterations always uses a pass of its own.
+    Fused,
+    /// In a pass of its own, `B = QᵀA` (Halko et al.'s Algorithm 4.4 as written).
+    Separate,
 }
 
 /// Options of the randomized SVD.
@@ -85,6 +115,8 @@ pub struct RsvdOptions {
     /// Decoded bytes per read-ahead segment, where a stored band is read in parts
     /// ([`crate::reads::segment_rows`]).
     pub segment_bytes: u64,
+    /// Where `B = QᵀA` is formed.
+    pub last_pass: LastPass,
 }
 
 impl Default for RsvdOptions {
@@ -98,6 +130,7 @@ impl Default for RsvdOptions {
             probes: 4,
             precision: Precision::F64,
             segment_bytes: DEFAULT_SEGMENT_BYTES,
+            last_pass: LastPass::Fused,
         }
     }
 }
@@ -116,9 +149,15 @@ impl RsvdOptions {
         }
     }
 
-    /// Passes over the matrix.
+    /// Whether the plan forms `B` in the last range pass ([`LastPass::Fused`]).
+    pub fn fuses_last_pass(&self) -> bool {
+        self.last_pass == LastPass::Fused
+            && (self.method == Method::SubspaceIteration || self.power_iters == 0)
+    }
+
+    /// Passes over the matrix the plan makes (one more if a fused last pass falls back).
     pub fn passes(&self) -> usize {
-        2 + 2 * self.power_iters
+        2 + 2 * self.power_iters - usize::from(self.fuses_last_pass())
     }
 
     /// Checks the options against an `m × n` matrix.
@@ -333,8 +372,9 @@ impl RsvdPlan {
             // machine that hands free memory back to its host (free page reporting: on
             // the 2-core benchmark VM, pages the host had taken back cost about 2 s per GB
             // to touch again, and `rsvd --zarr` at q = 0 with resident panels took 3.6–7.4 s
-            // against 2.5–2.7 s); with two passes the only read it saves is the second,
-            // so the panels are read twice instead. Genotypes stay
+            // against 2.5–2.7 s); with at most two passes (a fused last pass that fell
+            // back) the only read it saves is the second, so the panels are read twice
+            // instead. Genotypes stay
             // resident: packed, they are a quarter of what they decode to.
             if matches!(&problem.operand, Operand::Dense(s) if s.stored().is_some())
                 && options.passes() <= 2
@@ -415,6 +455,34 @@ pub struct RsvdResult {
     pub gpu_panels: u64,
     /// Why GPU actors of this rank computed on their CPU cores, when they did.
     pub gpu_note: Option<String>,
+    /// How the last pass went.
+    pub last_pass: LastPassReport,
+    /// Passes over the matrix made.
+    pub passes: usize,
+}
+
+/// How `B` was formed.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LastPassReport {
+    /// True when `B = R⁻ᵀ·YᵀA` came from the last range pass; false when a pass of its
+    /// own computed `B = QᵀA`.
+    pub fused: bool,
+    /// The 2-norm condition number of the sketch's `R` (of `Y`), when a fused last pass
+    /// was planned.
+    pub condition: Option<f64>,
+    /// The largest condition number the fused pass is used for.
+    pub limit: f64,
+}
+
+/// The largest condition number of `Y` for which `B = R⁻ᵀ·(YᵀA)` is used. Its rounding
+/// error is about `cond(R)` times that of `QᵀA` (both products rounded in the tiles'
+/// precision), so the limit keeps the loss to about two decimal digits in either
+/// precision.
+pub fn fused_condition_limit(precision: Precision) -> f64 {
+    match precision {
+        Precision::F64 => 1e2,
+        Precision::F32 => 1e2,
+    }
 }
 
 /// One panel's state between passes; it lives on its actor (moved in and out of jobs).
@@ -566,20 +634,26 @@ pub fn rsvd(
     let gpu_note = (ctx.gpus.iter().any(Option::is_some) && ctx.device_source.is_none())
         .then(|| DeviceSource::why_not(&problem.operand));
 
-    // Pass 1: the sketch and the probe products.
+    // Pass 1: the sketch and the probe products; with a fused last pass and no power
+    // iterations, also `W = YᵀA`.
+    let fuse = options.fuses_last_pass();
+    let q = options.power_iters;
+    let w_sums = || Arc::new(PartialSums::new(tree.owners().to_vec(), comm.rank()));
     let t = Instant::now();
     let omega = Arc::new(gaussian(n, l + r, options.seed));
     let prec = options.precision;
-    let (st, facts) = range_pass(rt, &ctx, states, omega, l, true, prec)?;
+    let mut fused_w = (fuse && q == 0).then(w_sums);
+    let (st, facts) = range_pass(rt, &ctx, states, omega, l, true, prec, fused_w.as_ref())?;
     let mut states = st;
     let stats = tree.sum_all(comm, facts, (1, 3))?;
     let total_sum_squares = stats[[0, 0]];
-    timings.push(phase("pass 1: produce panels + A·Ω", t));
+    let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
+    timings.push(phase(&format!("pass 1: produce panels + A·Ω{also_w}"), t));
     let t = Instant::now();
-    orthonormalize(rt, &tree, &mut states, false)?;
+    let mut root_r = orthonormalize(rt, &tree, &mut states, false)?;
     timings.push(phase("orthonormalize (TSQR)", t));
 
-    for it in 1..=options.power_iters {
+    for it in 1..=q {
         let t = Instant::now();
         let z = project_pass(rt, &ctx, &tree, &mut states, prec, |bt| {
             let (q, _) = qr(bt)?;
@@ -587,15 +661,27 @@ pub fn rsvd(
         })?;
         timings.push(phase(&format!("iteration {it}: Aᵀ·Q + orth"), t));
         let t = Instant::now();
-        let (st, _) = range_pass(rt, &ctx, states, Arc::new(z), l, false, prec)?;
+        let last = fuse && it == q;
+        fused_w = last.then(w_sums);
+        let (st, _) = range_pass(
+            rt,
+            &ctx,
+            states,
+            Arc::new(z),
+            l,
+            false,
+            prec,
+            fused_w.as_ref(),
+        )?;
         states = st;
-        orthonormalize(
+        root_r = orthonormalize(
             rt,
             &tree,
             &mut states,
             options.method == Method::BlockKrylov,
         )?;
-        timings.push(phase(&format!("iteration {it}: A·Z + orth"), t));
+        let also_w = if last { " + Yᵀ·A" } else { "" };
+        timings.push(phase(&format!("iteration {it}: A·Z{also_w} + orth"), t));
     }
     if options.method == Method::BlockKrylov && options.power_iters > 0 {
         let t = Instant::now();
@@ -610,13 +696,14 @@ pub fn rsvd(
         timings.push(phase("block Krylov: orthonormalize the basis", t));
     }
 
-    // Last pass: B = QᵀA, its SVD on the root, broadcast.
+    // Last pass: B = QᵀA (or R⁻ᵀ·YᵀA, summed in the last range pass), its SVD on the root,
+    // broadcast.
     let t = Instant::now();
     let basis = plan.basis;
     let w = gaussian(n, l + r, options.seed)
         .slice(s![.., l..])
         .to_owned();
-    let packed = project_pass(rt, &ctx, &tree, &mut states, prec, |bt| {
+    let finish = |bt: Array2<f64>| {
         let (u, s, vt) = small_svd(bt.t())?;
         let vtk = vt.slice(s![..k, ..]).to_owned();
         let vtw = vtk.dot(&w);
@@ -626,7 +713,33 @@ pub fn rsvd(
         out.extend(encode(&vtk));
         out.extend(encode(&vtw));
         Ok(Array2::from_shape_vec((1, out.len()), out).expect("flat"))
-    })?;
+    };
+    let mut last_pass = LastPassReport {
+        fused: false,
+        condition: None,
+        limit: fused_condition_limit(prec),
+    };
+    let fused = match fused_w {
+        Some(sums) => {
+            let limit = last_pass.limit;
+            let (cond, packed) = fused_finish(rt, &tree, &sums, root_r.take(), limit, finish)?;
+            last_pass.condition = Some(cond);
+            packed
+        }
+        None => None,
+    };
+    let packed = match fused {
+        Some(p) => {
+            last_pass.fused = true;
+            timings.push(phase("last pass (fused): R⁻ᵀ·YᵀA + SVD of B", t));
+            p
+        }
+        None => {
+            let p = project_pass(rt, &ctx, &tree, &mut states, prec, finish)?;
+            timings.push(phase("last pass: Qᵀ·A + SVD of B", t));
+            p
+        }
+    };
     let flat: Vec<f64> = packed.iter().copied().collect();
     let root = tree.root_owner();
     let bad = || LinalgError::Message { peer: root };
@@ -642,7 +755,6 @@ pub fn rsvd(
     if ub.dim() != (basis, k) || wt.dim() != (k, n) {
         return Err(bad());
     }
-    timings.push(phase("last pass: Qᵀ·A + SVD of B", t));
 
     // U = Q·U_B, and the probe residuals.
     let t = Instant::now();
@@ -706,7 +818,7 @@ pub fn rsvd(
         }),
         Operand::Dense(_) => None,
     };
-    let passes = options.passes() as u64;
+    let passes = (options.passes() + usize::from(fuse && !last_pass.fused)) as u64;
     let bytes_produced = (my_rows + (passes - 1) * regenerated_rows) * n as u64 * value_bytes;
     let read = ctx.read.totals();
     let gpu_panels = ctx.gpu_panels.load(Ordering::Relaxed);
@@ -723,6 +835,8 @@ pub fn rsvd(
         plan,
         bytes_produced,
         read,
+        last_pass,
+        passes: passes as usize,
     })
 }
 
@@ -747,7 +861,10 @@ pub fn gaussian(n: usize, w: usize, seed: u64) -> Array2<f64> {
 type States = Vec<Vec<PanelState>>;
 
 /// `Y = A·omega` for every panel; with `first`, also produces (and keeps, if resident) the
-/// panels and the facts of pass 1, and keeps the probe columns `omega[:, l..]`.
+/// panels and the facts of pass 1, and keeps the probe columns `omega[:, l..]`. With
+/// `w_sums`, also `Wᵀ = AᵀY` of the sketch columns, each panel's into `w_sums`: every row
+/// block's tiles are swept twice, the second time once its rows of `Y` are complete.
+#[allow(clippy::too_many_arguments)]
 fn range_pass(
     rt: &Runtime,
     ctx: &Arc<Ctx>,
@@ -756,12 +873,14 @@ fn range_pass(
     l: usize,
     first: bool,
     precision: Precision,
+    w_sums: Option<&Arc<PartialSums>>,
 ) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError> {
+    let w_sums = w_sums.cloned();
     match precision {
-        Precision::F64 => range_pass_t::<f64>(rt, ctx, states, omega, l, first),
+        Precision::F64 => range_pass_t::<f64>(rt, ctx, states, omega, l, first, w_sums),
         Precision::F32 => {
             let o32 = Arc::new(omega.mapv(|x| x as f32));
-            range_pass_t::<f32>(rt, ctx, states, o32, l, first)
+            range_pass_t::<f32>(rt, ctx, states, o32, l, first, w_sums)
         }
     }
 }
@@ -773,6 +892,7 @@ fn range_pass_t<T: GpuReal>(
     omega: Arc<Array2<T>>,
     l: usize,
     first: bool,
+    w_sums: Option<Arc<PartialSums>>,
 ) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError>
 where
     CudaBlas: Gemm<T>,
@@ -787,6 +907,12 @@ where
     let out = rt.map(states, move |actor, mut st: PanelState| {
         if let Some((dev, src)) = c.on_gpu(actor) {
             let (y, facts) = gpu::range_panel::<T>(dev, src, st.rows.clone(), omega.view(), first)?;
+            if let Some(sums) = &w_sums {
+                // The device produces the panel again for YᵀA (as a separate pass would).
+                let ys = y.slice(s![.., ..l]).as_standard_layout().into_owned();
+                let b = gpu::project_panel::<T>(dev, src, st.rows.clone(), ys.view(), c.n)?;
+                sums.insert(st.p, b.t().as_standard_layout().into_owned());
+            }
             st.set_sketch(y, l);
             return Ok::<_, LinalgError>((st, facts));
         }
@@ -799,6 +925,17 @@ where
         let mut y = Array2::<f64>::zeros((h, w));
         let mut part = Array2::<T>::zeros((TILE_ROWS, w));
         let mut scratch = Vec::new();
+        // The fused `W = YᵀA` (`l × n`), a row block of `Y` in the tiles' type, and the
+        // tile products.
+        let mut wsum = w_sums.as_ref().map(|_| Array2::<f64>::zeros((l, c.n)));
+        let mut yt = Array2::<T>::zeros((if wsum.is_some() { TILE_ROWS } else { 0 }, l));
+        let mut wpart = Array2::<T>::zeros((if wsum.is_some() { l } else { 0 }, TILE_COLS));
+        let mut wscratch = Vec::new();
+        let sweeps = if wsum.is_some() {
+            Sweeps::Twice
+        } else {
+            Sweeps::Once
+        };
         let keep = first && c.resident[actor];
         // A float panel decoded whole is kept as the read-ahead decoded it, without a copy.
         let keep_lease =
@@ -807,11 +944,35 @@ where
             .read_from(&read)
             .measuring(first)
             .packed_tiles(true)
-            .for_each(
+            .sweep(
                 st.stored.as_ref(),
                 keep && !keep_lease,
                 &mut Vec::new(),
-                |r0, c0, t: Tile<'_, T>| {
+                sweeps,
+                |sweep, r0, c0, t: Tile<'_, T>| {
+                    if let (Sweep::Second, Some(ws)) = (sweep, wsum.as_mut()) {
+                        let rows = t.dim().0;
+                        if c0 == 0 {
+                            yt.slice_mut(s![..rows, ..])
+                                .zip_mut_with(&y.slice(s![r0..r0 + rows, ..l]), |a, &v| {
+                                    *a = T::from_f64(v)
+                                });
+                        }
+                        let ys = yt.slice(s![..rows, ..]);
+                        let t = match t {
+                            Tile::Dense(t) => t,
+                            Tile::Packed(p) => {
+                                let bs = ws.slice_mut(s![.., c0..c0 + p.cols]);
+                                return T::atb_packed(&p, ys, bs, &mut wscratch);
+                            }
+                        };
+                        let cols = t.ncols();
+                        let mut part = wpart.slice_mut(s![.., ..cols]);
+                        gemm(true, ys, t, T::zero(), part.view_mut());
+                        ws.slice_mut(s![.., c0..c0 + cols])
+                            .zip_mut_with(&part, |a, &p| *a += p.to_f64());
+                        return;
+                    }
                     let t = match t {
                         Tile::Dense(t) => t,
                         Tile::Packed(p) => {
@@ -839,6 +1000,9 @@ where
         if let (PanelRead::Whole(lease), true) = (read, keep_lease) {
             st.stored = Some(Stored::Decoded(lease.take_values()));
         }
+        if let (Some(sums), Some(ws)) = (&w_sums, wsum) {
+            sums.insert(st.p, ws.t().as_standard_layout().into_owned());
+        }
         st.set_sketch(y, l);
         Ok::<_, LinalgError>((st, facts))
     })?;
@@ -864,13 +1028,13 @@ where
 }
 
 /// Orthonormalizes every panel's `y` by the distributed TSQR; the panel's rows of `Q` are
-/// appended to (`append`) or replace its basis.
+/// appended to (`append`) or replace its basis. Returns `R` (`Y = QR`) on the tree's root.
 fn orthonormalize(
     rt: &Runtime,
     tree: &Tree<'_>,
     states: &mut States,
     append: bool,
-) -> Result<(), LinalgError> {
+) -> Result<Option<Array2<f64>>, LinalgError> {
     let comm = rt.comm();
     let out = rt.map(std::mem::take(states), |_, mut st: PanelState| {
         let y = st.y.take().ok_or(LinalgError::Tree {
@@ -904,7 +1068,7 @@ fn orthonormalize(
         node_q.insert((level, j), (ka, q));
         Ok(r)
     })?;
-    let start = root.map(|r| Array2::eye(r.nrows()));
+    let start = root.as_ref().map(|r| Array2::eye(r.nrows()));
     let mut c = tree.down(comm, start, |level, j, c| {
         let (ka, q) = node_q
             .remove(&(level, j))
@@ -939,7 +1103,51 @@ fn orthonormalize(
     for list in out {
         states.push(list.into_iter().collect::<Result<Vec<_>, _>>()?);
     }
-    Ok(())
+    Ok(root)
+}
+
+/// The fused last pass's end: sums `Wᵀ = AᵀY` over the tree and, on the root, when
+/// `cond(R) ≤ limit`, applies `finish` to `Bᵀ = AᵀQ = Wᵀ·R⁻¹`. Every rank gets `cond(R)`
+/// and the root's result, `None` when the condition number was over the limit (the
+/// caller then reads the matrix once more for `B = QᵀA`).
+fn fused_finish(
+    rt: &Runtime,
+    tree: &Tree<'_>,
+    sums: &PartialSums,
+    root_r: Option<Array2<f64>>,
+    limit: f64,
+    finish: impl FnOnce(Array2<f64>) -> Result<Array2<f64>, LinalgError>,
+) -> Result<(f64, Option<Array2<f64>>), LinalgError> {
+    let comm = rt.comm();
+    let root = tree.up_partial(comm, sums.take(), |_, _, a, b| Ok(a + b))?;
+    let owner = tree.root_owner();
+    let mut flat = Vec::new();
+    if let (Some(wt), Some(r)) = (root, root_r) {
+        let (_, sv, _) = small_svd(r.view())?;
+        let (hi, lo) = (sv.first().copied(), sv.last().copied());
+        let cond = match (hi, lo) {
+            (Some(hi), Some(lo)) if r.nrows() == wt.ncols() && lo > 0.0 => hi / lo,
+            _ => f64::INFINITY,
+        };
+        flat.push(cond);
+        if cond <= limit {
+            // Rᵀ·B = W, B = QᵀA.
+            let b = r
+                .t()
+                .to_owned()
+                .solve_triangular(UPLO::Lower, Diag::NonUnit, &wt.t().to_owned())
+                .map_err(|e| LinalgError::Lapack(format!("triangular solve with R: {e}")))?;
+            flat.extend(encode(&finish(b.t().to_owned())?));
+        }
+    }
+    comm.broadcast_f64(owner, &mut flat)?;
+    let bad = || LinalgError::Message { peer: owner };
+    let cond = *flat.first().ok_or_else(bad)?;
+    let packed = match flat.len() {
+        1 => None,
+        _ => Some(decode(owner, &flat[1..])?),
+    };
+    Ok((cond, packed))
 }
 
 /// `Bᵀ = AᵀQ` (`n × basis`) over all panels, with `Q` the panel's last basis block,

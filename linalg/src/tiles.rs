@@ -585,6 +585,26 @@ impl PackedTile<'_> {
     }
 }
 
+/// How many times the tiles of each row block are handed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sweeps {
+    /// Once.
+    Once,
+    /// Twice: every tile of a row block once more after the whole block went out once, so
+    /// that a product needing the block's finished rows (`Yᵀ·A` after `Y = A·Ω`) reads the
+    /// same values in the same pass.
+    Twice,
+}
+
+/// Which of a row block's sweeps a tile belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sweep {
+    /// The first (the only one with [`Sweeps::Once`]).
+    First,
+    /// The second, after every tile of the row block went out in the first.
+    Second,
+}
+
 /// One tile as [`TileProducer::for_each`] hands it out.
 #[derive(Clone, Copy, Debug)]
 pub enum Tile<'a, T> {
@@ -786,6 +806,27 @@ impl<'a> TileProducer<'a> {
         tile_buf: &mut Vec<T>,
         mut f: impl FnMut(usize, usize, Tile<'_, T>),
     ) -> Result<(PanelFacts, Option<Stored>), LinalgError> {
+        self.sweep(stored, keep, tile_buf, Sweeps::Once, |_, r0, c0, t| {
+            f(r0, c0, t)
+        })
+    }
+
+    /// [`TileProducer::for_each`], with each row block's tiles handed out `sweeps` times:
+    /// `f(sweep, row0, col0, tile)`. A second sweep reads decoded and resident rows where
+    /// they are and produces other tiles again (generating or converting them), so it
+    /// costs no memory beyond one tile. Only the first sweep is measured and kept.
+    pub fn sweep<T: Real>(
+        &self,
+        stored: Option<&Stored>,
+        keep: bool,
+        tile_buf: &mut Vec<T>,
+        sweeps: Sweeps,
+        mut f: impl FnMut(Sweep, usize, usize, Tile<'_, T>),
+    ) -> Result<(PanelFacts, Option<Stored>), LinalgError> {
+        let order: &[Sweep] = match sweeps {
+            Sweeps::Once => &[Sweep::First],
+            Sweeps::Twice => &[Sweep::First, Sweep::Second],
+        };
         let h = (self.rows.end - self.rows.start) as usize;
         let n = self.operand.shape().1 as usize;
         let mut facts = PanelFacts::default();
@@ -793,13 +834,15 @@ impl<'a> TileProducer<'a> {
             (Operand::Dense(_), Some(a)) => {
                 for r0 in (0..h).step_by(TILE_ROWS) {
                     let r1 = (r0 + TILE_ROWS).min(h);
-                    for c0 in (0..n).step_by(TILE_COLS) {
-                        let c1 = (c0 + TILE_COLS).min(n);
-                        let t = a.slice(s![r0..r1, c0..c1]);
-                        // Measured after the GEMM has pulled the tile into cache.
-                        f(r0, c0, Tile::Dense(t));
-                        if self.measure {
-                            facts.sum_squares += sum_squares_view(t);
+                    for &sweep in order {
+                        for c0 in (0..n).step_by(TILE_COLS) {
+                            let c1 = (c0 + TILE_COLS).min(n);
+                            let t = a.slice(s![r0..r1, c0..c1]);
+                            // Measured after the GEMM has pulled the tile into cache.
+                            f(sweep, r0, c0, Tile::Dense(t));
+                            if self.measure && sweep == Sweep::First {
+                                facts.sum_squares += sum_squares_view(t);
+                            }
                         }
                     }
                 }
@@ -850,8 +893,12 @@ impl<'a> TileProducer<'a> {
                         let len = (b.rows * w).min(bytes.len());
                         all.values.bytes_mut()[r0 * w..r0 * w + len].copy_from_slice(&bytes[..len]);
                     }
-                    for c0 in (0..n).step_by(TILE_COLS) {
+                    for (&sweep, c0) in order
+                        .iter()
+                        .flat_map(|s| std::iter::repeat(s).zip((0..n).step_by(TILE_COLS)))
+                    {
                         let c1 = (c0 + TILE_COLS).min(n);
+                        let first = sweep == Sweep::First;
                         let same_type = block.and_then(|(b, i, _)| Some((T::values_of(b)?, i)));
                         if let Some((v, i)) = same_type {
                             // The same tiles, as views of the decoded rows.
@@ -862,13 +909,14 @@ impl<'a> TileProducer<'a> {
                             .expect("the tile lies inside its panel");
                             // Measured after the GEMM has pulled the tile into cache: the
                             // decoded rows are read from memory once, not twice.
-                            f(r0, c0, Tile::Dense(t));
-                            if self.measure {
+                            f(sweep, r0, c0, Tile::Dense(t));
+                            if self.measure && first {
                                 facts.sum_squares += sum_squares_view(t);
                             }
                             continue;
                         }
                         let cols = c0 as u64..c1 as u64;
+                        let refill = first || kept.is_none();
                         let mut t = match kept.as_mut() {
                             Some(k) => k.slice_mut(s![r0..r1, c0..c1]),
                             None => ArrayViewMut2::from_shape(
@@ -878,16 +926,18 @@ impl<'a> TileProducer<'a> {
                             .expect("tile fits its buffer"),
                         };
                         match block {
+                            // A kept tile was filled in the first sweep.
+                            _ if !refill => {}
                             Some((b, i, _)) => {
                                 T::fill_buffer(b, i..i + (r1 - r0), c0..c1, t.view_mut())
                             }
                             None => T::fill(src.as_ref(), g.clone(), cols, t.view_mut())
                                 .map_err(|e| self.panel_error(g.clone(), e.to_string()))?,
                         }
-                        if self.measure {
+                        if self.measure && first {
                             facts.sum_squares += sum_squares_view(t.view());
                         }
-                        f(r0, c0, Tile::Dense(t.view()));
+                        f(sweep, r0, c0, Tile::Dense(t.view()));
                     }
                 }
                 let kept = match gathered {
@@ -897,7 +947,7 @@ impl<'a> TileProducer<'a> {
                 Ok((facts, kept))
             }
             (Operand::Genotypes(src), _) => {
-                self.genotype_tiles(src.as_ref(), stored, keep, tile_buf, f)
+                self.genotype_tiles(src.as_ref(), stored, keep, tile_buf, order, f)
             }
         }
     }
@@ -908,7 +958,8 @@ impl<'a> TileProducer<'a> {
         stored: Option<&Stored>,
         keep: bool,
         tile: &mut Vec<T>,
-        mut f: impl FnMut(usize, usize, Tile<'_, T>),
+        order: &[Sweep],
+        mut f: impl FnMut(Sweep, usize, usize, Tile<'_, T>),
     ) -> Result<(PanelFacts, Option<Stored>), LinalgError> {
         let h = (self.rows.end - self.rows.start) as usize;
         let n = src.shape().1 as usize;
@@ -1056,11 +1107,15 @@ impl<'a> TileProducer<'a> {
                     tables.clear();
                     tables.extend(scales.iter().map(|s| s.table().map(|v| v as f32)));
                 }
-                for c0 in (0..n).step_by(TILE_COLS) {
+                for (&sweep, c0) in order
+                    .iter()
+                    .flat_map(|s| std::iter::repeat(s).zip((0..n).step_by(TILE_COLS)))
+                {
                     let c1 = (c0 + TILE_COLS).min(n);
                     let w = c1 - c0;
                     if packed_out {
                         f(
+                            sweep,
                             r0,
                             c0,
                             Tile::Packed(PackedTile {
@@ -1084,10 +1139,10 @@ impl<'a> TileProducer<'a> {
                     }
                     let t = ArrayView2::from_shape((b, w), &tile[..b * w]).expect("tile shape");
                     // Rows produced in this pass were measured from their counts above.
-                    if self.measure && packed.is_some() {
+                    if self.measure && packed.is_some() && sweep == Sweep::First {
                         facts.sum_squares += T::sum_squares(&tile[..b * w]);
                     }
-                    f(r0, c0, Tile::Dense(t));
+                    f(sweep, r0, c0, Tile::Dense(t));
                 }
             }
             Ok(())

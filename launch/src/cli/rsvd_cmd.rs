@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use ndarray::Array2;
 use rankwise_linalg::{
-    rsvd, Method, Operand, Precision, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
+    rsvd, LastPass, Method, Operand, Precision, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
 };
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
@@ -28,7 +28,8 @@ use crate::report::{peak_rss_bytes, seconds};
 pub(super) enum MethodChoice {
     /// Subspace iteration with re-orthonormalization at every half-step.
     Subspace,
-    /// Block Krylov (Musco & Musco 2015): the same passes, a basis of (q + 1)(k + p) columns.
+    /// Block Krylov (Musco & Musco 2015): a basis of (q + 1)(k + p) columns; with power
+    /// iterations, B in a pass of its own (one more than subspace iteration).
     BlockKrylov,
 }
 
@@ -58,6 +59,21 @@ pub(super) struct SketchArgs {
     /// float32 Zarr array (its values carry no more), f64 otherwise.
     #[arg(long, value_enum, default_value = "auto")]
     precision: PrecisionChoice,
+    /// Where B = QᵀA is formed. `fused`: in the last range pass, as R⁻ᵀ·(YᵀA), one read
+    /// of the matrix fewer; used when the sketch's condition number is at most 100 (the
+    /// report gives it), else a pass of its own follows. `separate`: always a pass of its
+    /// own.
+    #[arg(long, value_enum, default_value = "fused")]
+    last_pass: LastPassChoice,
+}
+
+/// Where the last pass's product is formed.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LastPassChoice {
+    /// In the last range pass, when the sketch is well conditioned.
+    Fused,
+    /// In a pass of its own.
+    Separate,
 }
 
 /// Precision of the tile GEMMs.
@@ -94,6 +110,10 @@ impl SketchArgs {
                 PrecisionChoice::Auto if stored_f32 => Precision::F32,
                 PrecisionChoice::Auto | PrecisionChoice::F64 => Precision::F64,
                 PrecisionChoice::F32 => Precision::F32,
+            },
+            last_pass: match self.last_pass {
+                LastPassChoice::Fused => LastPass::Fused,
+                LastPassChoice::Separate => LastPass::Separate,
             },
             ..RsvdOptions::default()
         }
@@ -580,7 +600,8 @@ fn report_json(
         "matrix": job.describe,
         "source": problem.operand.describe(),
         "options": options,
-        "passes": r.plan.passes,
+        "passes": r.passes,
+        "last_pass": r.last_pass,
         "transposed": problem.transposed,
         "grid": r.plan.grid,
         "placement": r.plan.placement,
@@ -622,19 +643,30 @@ fn summary_text(
         job.command,
         problem.operand.describe()
     );
-    let _ =
-        writeln!(
+    let _ = writeln!(
         s,
-        "  k = {}, oversample {}, {} power iteration(s), {:?}: {} passes; {} panels of {} rows{}; \
-         {} rank(s), {} actor(s), transport {}",
+        "  k = {}, oversample {}, {} power iteration(s), {:?}: {} passes{}; {} panels of {} \
+         rows{}; {} rank(s), {} actor(s), transport {}",
         options.k,
         options.oversample,
         options.power_iters,
         options.method,
-        r.plan.passes,
+        r.passes,
+        match r.last_pass.condition {
+            Some(c) if r.last_pass.fused => format!(" (B fused into the last: cond(Y) {c:.3})"),
+            Some(c) => format!(
+                " (B in a pass of its own: cond(Y) {c:.3e} > {:.0e})",
+                r.last_pass.limit
+            ),
+            None => String::new(),
+        },
         g.panels(),
         g.chunk_rows,
-        if problem.transposed { " (through the transpose)" } else { "" },
+        if problem.transposed {
+            " (through the transpose)"
+        } else {
+            ""
+        },
         rt.comm().size(),
         rt.world().actors(),
         rt.comm().name()
