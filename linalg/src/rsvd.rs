@@ -381,6 +381,11 @@ impl RsvdPlan {
             {
                 mp.residency = Residency::Regenerated;
             }
+            // One pass (q = 0, B fused into it): nothing would read a kept copy unless the
+            // fused pass falls back, and keeping it costs its fresh memory every run.
+            if options.passes() == 1 {
+                mp.residency = Residency::Regenerated;
+            }
             memory.push(mp);
         }
         Ok(RsvdPlan {
