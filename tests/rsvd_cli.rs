@@ -14,7 +14,7 @@ use std::time::Instant;
 use common::mpirun_util::RunOutput;
 use common::*;
 use rankwise::launch::output::read_f64_array;
-use rankwise::linalg::{rsvd, Method, RsvdOptions, RsvdProblem};
+use rankwise::linalg::{rsvd, LastPass, Method, RsvdOptions, RsvdProblem};
 use rankwise::runtime::{Dist, Generated, RuntimeConfig};
 use serde_json::Value;
 
@@ -38,7 +38,10 @@ fn sketch_args(draw: &mut Draw, cols: u64) -> (Vec<String>, RsvdOptions) {
     let q = draw.range(0, 2) as usize;
     let krylov = (q + 1) * (k + p) <= cols as usize && draw.range(0, 1) == 1;
     let seed = draw.next();
+    let separate = draw.range(0, 2) == 0;
     let args = strings(&[
+        "--last-pass",
+        if separate { "separate" } else { "fused" },
         "-k",
         &k.to_string(),
         "--oversample",
@@ -63,6 +66,11 @@ fn sketch_args(draw: &mut Draw, cols: u64) -> (Vec<String>, RsvdOptions) {
         },
         seed,
         probes: 4,
+        last_pass: if separate {
+            LastPass::Separate
+        } else {
+            LastPass::Fused
+        },
         ..RsvdOptions::default()
     };
     (args, options)
@@ -132,6 +140,9 @@ fn same_bits_everywhere(
             );
         }
         assert_eq!(r["genotypes"], reference["genotypes"], "{what}");
+        // Every rank took the root's decision on the last pass.
+        assert_eq!(r["passes"], reference["passes"], "{what}");
+        assert_eq!(r["last_pass"], reference["last_pass"], "{what}");
         assert_eq!(
             json_bits(&Value::Array(vec![r["total_sum_squares"].clone()])),
             json_bits(&Value::Array(vec![reference["total_sum_squares"].clone()])),
@@ -239,6 +250,17 @@ fn rsvd_under_mpirun_matches_the_embedded_run_bit_for_bit() {
         "the CLI's S differs from the library's"
     );
     assert_eq!(reference["options"]["k"].as_u64(), Some(options.k as u64));
+    assert_eq!(reference["passes"].as_u64(), Some(r.passes as u64));
+    assert_eq!(
+        reference["last_pass"]["fused"].as_bool(),
+        Some(r.last_pass.fused)
+    );
+    assert_eq!(
+        r.last_pass.condition.is_some(),
+        options.fuses_last_pass(),
+        "{:?}",
+        r.last_pass
+    );
 }
 
 fn pca_args(draw: &mut Draw) -> (Vec<String>, u64, u64, u64, f64, u64, RsvdOptions) {
