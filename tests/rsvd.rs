@@ -15,8 +15,8 @@ use common::*;
 use ndarray::{s, Array1, Array2};
 use ndarray_linalg::{JobSvd, SVDDCInto, QR};
 use rankwise::linalg::{
-    fused_condition_limit, rsvd, FactorSink, LastPass, Method, Precision, RsvdOptions, RsvdProblem,
-    RsvdResult,
+    fused_condition_limit, rsvd, FactorSink, Method, Precision, Projection, RsvdOptions,
+    RsvdProblem, RsvdResult,
 };
 use rankwise::runtime::{
     Dist, Generated, InMemoryGenotypes, InMemoryMatrix, Runtime, RuntimeConfig,
@@ -154,27 +154,37 @@ fn chunk_for(m: usize, draw: &mut Draw) -> u64 {
 // 1. Known spectra: σ, the spectral error, subspace angles, the error estimate.
 // ---------------------------------------------------------------------------------------
 
-/// A fused last pass is used exactly when the sketch's condition number is within the
-/// limit, and the passes made say so.
-fn check_last_pass(r: &RsvdResult, options: &RsvdOptions, what: &str) {
-    let lp = r.last_pass;
-    assert_eq!(lp.limit, fused_condition_limit(options.precision), "{what}");
-    match (options.fuses_last_pass(), lp.condition) {
-        (true, Some(c)) => {
-            assert!(c >= 1.0 - 1e-12, "{what}: cond {c}");
-            assert_eq!(lp.fused, c <= lp.limit, "{what}");
-            assert_eq!(
-                r.passes,
-                options.passes() + usize::from(!lp.fused),
-                "{what}"
-            );
+/// Projections are fused as planned: each power iteration's and the last when the
+/// condition number predicted for its sketch is within the limit (always for the first),
+/// used when the measured one is, and the passes made say so.
+fn check_projections(r: &RsvdResult, options: &RsvdOptions, what: &str) {
+    let q = options.power_iters;
+    let limit = r.condition_limit;
+    assert_eq!(limit, fused_condition_limit(options.precision), "{what}");
+    assert_eq!(r.projections.len(), q + 1, "{what}");
+    assert_eq!(
+        r.plan.fused,
+        options.projection == Projection::Fused,
+        "{what}"
+    );
+    assert_eq!(r.plan.passes, options.passes(), "{what}");
+    let krylov_last = options.method == Method::BlockKrylov && q > 0;
+    for (i, p) in r.projections.iter().enumerate() {
+        let at = format!("{what}: projection {i} {p:?}");
+        assert_eq!(p.predicted.is_some(), r.plan.fused && i > 0, "{at}");
+        let attempted =
+            r.plan.fused && !(krylov_last && i == q) && p.predicted.is_none_or(|c| c <= limit);
+        assert_eq!(p.condition.is_some(), attempted, "{at}");
+        match p.condition {
+            Some(c) => {
+                assert!(c >= 1.0 - 1e-12, "{at}");
+                assert_eq!(p.fused, c <= limit, "{at}");
+            }
+            None => assert!(!p.fused, "{at}"),
         }
-        (false, None) => {
-            assert!(!lp.fused, "{what}");
-            assert_eq!(r.passes, options.passes(), "{what}");
-        }
-        (planned, cond) => panic!("{what}: planned fused {planned}, cond {cond:?}"),
     }
+    let fused = r.projections.iter().filter(|p| p.fused).count();
+    assert_eq!(r.passes, 2 + 2 * q - fused, "{what}");
 }
 
 fn known_spectrum_case(profile: Profile) {
@@ -210,8 +220,8 @@ fn known_spectrum_case(profile: Profile) {
         problem.grid.panels()
     );
     let tol = 1e-12 * sig[0];
-    let runs = (0..=2).flat_map(|q| [(q, LastPass::Fused), (q, LastPass::Separate)]);
-    for (q, last_pass) in runs {
+    let runs = (0..=2).flat_map(|q| [(q, Projection::Fused), (q, Projection::Separate)]);
+    for (q, projection) in runs {
         let options = RsvdOptions {
             k,
             oversample: p,
@@ -219,15 +229,15 @@ fn known_spectrum_case(profile: Profile) {
             method: Method::SubspaceIteration,
             seed: draw.next(),
             probes: 10,
-            last_pass,
+            projection,
             ..RsvdOptions::default()
         };
         let (r, u) = run(&rt, &problem, &options);
         let what = format!(
-            "{case}, q {q}, sketch seed {}, {last_pass:?} last pass ({:?})",
-            options.seed, r.last_pass
+            "{case}, q {q}, sketch seed {}, {projection:?} projections ({:?})",
+            options.seed, r.projections
         );
-        check_last_pass(&r, &options, &what);
+        check_projections(&r, &options, &what);
         let v = r.wt.t().to_owned();
         assert_eq!(r.s.len(), k, "{what}");
         assert_eq!(r.wt.dim(), (k, n), "{what}");
@@ -293,10 +303,10 @@ fn known_spectrum_case(profile: Profile) {
 
         let (su, sv) = (sin_theta(&u_exk, &u), sin_theta(&v_exk, &v));
         eprintln!(
-            "  q {q}, {last_pass:?} (cond(Y) {:.3e}, fused {}): ‖E‖₂ {err2:.3e} (σk+1 {:.3e}, bound σk+1 + {bound:.3e}), ‖E‖_F {err_f:.3e} \
+            "  q {q}, {projection:?} (cond(Y) {:.3?}, fused {:?}): ‖E‖₂ {err2:.3e} (σk+1 {:.3e}, bound σk+1 + {bound:.3e}), ‖E‖_F {err_f:.3e} \
              ≈ {:.3e}, spectral bound {:.3e}; sin θ(U) {su:.2e}, sin θ(V) {sv:.2e}",
-            r.last_pass.condition.unwrap_or(f64::NAN),
-            r.last_pass.fused,
+            r.projections.iter().filter_map(|p| p.condition).collect::<Vec<_>>(),
+            r.projections.iter().map(|p| p.fused).collect::<Vec<_>>(),
             sig[k],
             est.frobenius,
             est.spectral_bound
@@ -364,19 +374,16 @@ fn block_krylov_dominates_subspace_iteration() {
                 probes: 5,
                 ..RsvdOptions::default()
             };
-            // Subspace iteration forms B in its last range pass; block Krylov, whose basis
-            // is orthonormalized after that pass, reads the matrix once more.
-            let planned = match method {
-                Method::SubspaceIteration => 1 + 2 * q,
-                Method::BlockKrylov => 2 + 2 * q,
+            // Fused, every projection would be in the range pass before, but for block
+            // Krylov's last, of the basis orthonormalized after that pass.
+            let fused = match method {
+                Method::SubspaceIteration => 1 + q,
+                Method::BlockKrylov => 2 + q,
             };
-            assert_eq!(options.passes(), planned);
+            assert_eq!(options.passes(), fused);
             let (r, u) = run(&rt, &problem, &options);
-            assert_eq!(r.plan.passes, planned);
-            assert_eq!(
-                r.passes,
-                planned + usize::from(r.last_pass.condition.is_some() && !r.last_pass.fused)
-            );
+            assert_eq!(r.plan.passes, fused);
+            check_projections(&r, &options, &case);
             assert_eq!(
                 r.plan.basis,
                 if method == Method::BlockKrylov {
@@ -824,13 +831,13 @@ fn bad_genotype_values_name_the_variant_and_sample() {
 
 /// f32 tiles (SGEMM, f64 accumulators) agree with f64 tiles to single precision, for float
 /// matrices and for genotypes.
-/// The fused last pass (`B = R⁻ᵀ·YᵀA` summed in the last range pass) against a pass of its
-/// own (`B = QᵀA`) with the same sketch: the same σ up to the tiles' rounding times
+/// Fused projections (`AᵀQ = (AᵀY)·R⁻¹`, `AᵀY` summed in the range pass before) against
+/// passes of their own (`AᵀQ`) with the same sketch: the same σ up to the tiles' rounding times
 /// cond(Y), for dense and genotype operands, f64 and f32 tiles, q = 0 and 1, 1 and 3
-/// actors. A rank-deficient matrix, whose sketch is singular, falls back to the separate
-/// pass and gives its result bit for bit.
+/// actors. A rank-deficient matrix, whose sketch is singular, falls back to separate passes
+/// and gives their result bit for bit.
 #[test]
-fn fused_last_pass_agrees_with_a_separate_pass() {
+fn fused_projections_agree_with_separate_passes() {
     let seed = test_seed();
     let mut draw = Draw(seed);
     let (m, n) = (draw.range(1500, 4000), draw.range(80, 200));
@@ -842,9 +849,8 @@ fn fused_last_pass_agrees_with_a_separate_pass() {
         )
         .unwrap(),
     ];
-    let mut fused_runs = 0;
+    let (mut fused_runs, mut fused_iterations) = (0, 0);
     for actors in [1, 3] {
-        let rt = runtime(actors);
         for (i, problem) in problems.iter().enumerate() {
             for precision in [Precision::F64, Precision::F32] {
                 for q in [0, 1] {
@@ -860,31 +866,43 @@ fn fused_last_pass_agrees_with_a_separate_pass() {
                          seed {} (test seed {seed})",
                         base.seed
                     );
+                    let rt = runtime(actors);
                     let (fused, _) = run(&rt, problem, &base);
                     let (sep, _) = run(
                         &rt,
                         problem,
                         &RsvdOptions {
-                            last_pass: LastPass::Separate,
+                            projection: Projection::Separate,
                             ..base.clone()
                         },
                     );
-                    check_last_pass(&fused, &base, &what);
+                    check_projections(&fused, &base, &what);
                     assert_eq!(sep.passes, 2 + 2 * q, "{what}");
-                    let cond = fused.last_pass.condition.expect("a fused pass was planned");
-                    if !fused.last_pass.fused {
+                    if fused.projections.iter().all(|p| !p.fused) {
                         assert_eq!(bits(&fused.s), bits(&sep.s), "{what}: fallback differs");
                         continue;
                     }
-                    fused_runs += 1;
-                    assert_eq!(fused.passes, 1 + 2 * q, "{what}");
+                    let cond = fused
+                        .projections
+                        .iter()
+                        .filter(|p| p.fused)
+                        .filter_map(|p| p.condition)
+                        .fold(1.0f64, f64::max);
+                    if fused.projections.iter().all(|p| p.fused) {
+                        fused_runs += 1;
+                        assert_eq!(fused.passes, 1 + q, "{what}");
+                    }
+                    if q > 0 && fused.projections.iter().all(|p| p.fused) {
+                        fused_iterations += 1;
+                    }
                     let u = match precision {
                         Precision::F64 => f64::EPSILON,
                         Precision::F32 => f32::EPSILON as f64,
                     };
                     // Rounding of the tile products (sums of up to `m` terms, carried in
-                    // f64 across tiles), amplified by cond(R) in R⁻ᵀ·W.
-                    let tol = 4.0 * u * (cond + 1.0) * (m as f64).sqrt() * sep.s[0];
+                    // f64 across tiles), amplified by cond(R) in W·R⁻¹, once per projection.
+                    let tol =
+                        4.0 * u * (cond + 1.0) * (m as f64).sqrt() * sep.s[0] * (q + 1) as f64;
                     let worst = fused
                         .s
                         .iter()
@@ -911,6 +929,7 @@ fn fused_last_pass_agrees_with_a_separate_pass() {
         fused_runs >= 8,
         "only {fused_runs} fused runs (seed {seed})"
     );
+    assert!(fused_iterations >= 4, "{fused_iterations} (seed {seed})");
 
     // Rank 2 < l: Y = AΩ is singular, so B comes from a pass of its own.
     let x = dense(m, 2, draw.next(), Dist::Normal).dot(&dense(2, n, draw.next(), Dist::Normal));
@@ -928,13 +947,13 @@ fn fused_last_pass_agrees_with_a_separate_pass() {
         &rt,
         &problem,
         &RsvdOptions {
-            last_pass: LastPass::Separate,
+            projection: Projection::Separate,
             ..options.clone()
         },
     );
-    let what = format!("rank 2 ({:?}, seed {seed})", fused.last_pass);
-    check_last_pass(&fused, &options, &what);
-    assert!(!fused.last_pass.fused, "{what}");
+    let what = format!("rank 2 ({:?}, seed {seed})", fused.projections);
+    check_projections(&fused, &options, &what);
+    assert!(!fused.projections[0].fused, "{what}");
     assert_eq!(fused.passes, 2, "{what}");
     assert_eq!(bits(&fused.s), bits(&sep.s), "{what}");
     assert_eq!(mat_bits(&fused.wt), mat_bits(&sep.wt), "{what}");

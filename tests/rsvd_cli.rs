@@ -14,7 +14,7 @@ use std::time::Instant;
 use common::mpirun_util::RunOutput;
 use common::*;
 use rankwise::launch::output::read_f64_array;
-use rankwise::linalg::{rsvd, LastPass, Method, RsvdOptions, RsvdProblem};
+use rankwise::linalg::{rsvd, Method, Projection, RsvdOptions, RsvdProblem};
 use rankwise::runtime::{Dist, Generated, RuntimeConfig};
 use serde_json::Value;
 
@@ -40,7 +40,7 @@ fn sketch_args(draw: &mut Draw, cols: u64) -> (Vec<String>, RsvdOptions) {
     let seed = draw.next();
     let separate = draw.range(0, 2) == 0;
     let args = strings(&[
-        "--last-pass",
+        "--projection",
         if separate { "separate" } else { "fused" },
         "-k",
         &k.to_string(),
@@ -66,10 +66,10 @@ fn sketch_args(draw: &mut Draw, cols: u64) -> (Vec<String>, RsvdOptions) {
         },
         seed,
         probes: 4,
-        last_pass: if separate {
-            LastPass::Separate
+        projection: if separate {
+            Projection::Separate
         } else {
-            LastPass::Fused
+            Projection::Fused
         },
         ..RsvdOptions::default()
     };
@@ -142,7 +142,7 @@ fn same_bits_everywhere(
         assert_eq!(r["genotypes"], reference["genotypes"], "{what}");
         // Every rank took the root's decision on the last pass.
         assert_eq!(r["passes"], reference["passes"], "{what}");
-        assert_eq!(r["last_pass"], reference["last_pass"], "{what}");
+        assert_eq!(r["projections"], reference["projections"], "{what}");
         assert_eq!(
             json_bits(&Value::Array(vec![r["total_sum_squares"].clone()])),
             json_bits(&Value::Array(vec![reference["total_sum_squares"].clone()])),
@@ -251,15 +251,19 @@ fn rsvd_under_mpirun_matches_the_embedded_run_bit_for_bit() {
     );
     assert_eq!(reference["options"]["k"].as_u64(), Some(options.k as u64));
     assert_eq!(reference["passes"].as_u64(), Some(r.passes as u64));
+    let fused: Vec<_> = r.projections.iter().map(|p| Some(p.fused)).collect();
+    let printed: Vec<_> = reference["projections"]
+        .as_array()
+        .expect("projections listed")
+        .iter()
+        .map(|p| p["fused"].as_bool())
+        .collect();
+    assert_eq!(printed, fused);
     assert_eq!(
-        reference["last_pass"]["fused"].as_bool(),
-        Some(r.last_pass.fused)
-    );
-    assert_eq!(
-        r.last_pass.condition.is_some(),
-        options.fuses_last_pass(),
+        r.projections.iter().any(|p| p.condition.is_some()),
+        options.projection == Projection::Fused,
         "{:?}",
-        r.last_pass
+        r.projections
     );
 }
 

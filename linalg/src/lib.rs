@@ -30,8 +30,8 @@ pub use kernels::{init_blas_threads, PanelFactor};
 pub use reads::ReadTotals;
 pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rsvd::{
-    fused_condition_limit, rsvd, ErrorEstimate, GenotypeSummary, LastPass, LastPassReport, Method,
-    RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
+    fused_condition_limit, rsvd, ErrorEstimate, GenotypeSummary, Method, Projection,
+    ProjectionReport, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
 };
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,

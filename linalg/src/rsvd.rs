@@ -15,19 +15,20 @@
 //! 3. Last pass: `B = QᵀA`; the root computes `B = U_B Σ Vᵀ` and broadcasts it, and every
 //!    actor forms its rows `U = Q·U_B` and the probe residuals `(A − UΣVᵀ)W`.
 //!
-//! # The fused last pass
+//! # Fused projections
 //!
-//! `Q = Y·R⁻¹` for the TSQR's `R`, so `B = QᵀA = R⁻ᵀ·(YᵀA)`, and `YᵀA = Σ Y_iᵀA_i` over row
-//! blocks needs only row block `i` of `A` and of `Y`. The last range pass therefore sweeps
-//! every row block's tiles twice ([`crate::tiles::Sweeps::Twice`]): the first sweep
-//! completes the block's rows of `Y = A·Ω`, the second sums `Y_iᵀA_i` while the block is
-//! still in cache, and the third pass over the matrix is saved (at `q = 0`, half the reads
-//! and decodes). The price is rounding: `R⁻ᵀ` multiplies the error of `YᵀA` by up to
-//! `cond(R) = cond(Y)`, so the root checks `cond(R)` ([`fused_condition_limit`]) and,
-//! when it is over, every rank makes the separate pass (the same decision everywhere: the
-//! root broadcasts it with `B`). Yu et al.'s single-pass PCA (IJCAI 2017) rests on the
-//! same identity (`AᵀY` summed in the pass that forms `Y`). Unlike the single-pass sketches
-//! of Tropp et al. (2017), it gives the two-pass algorithm's `B`, not an approximation.
+//! `Q = Y·R⁻¹` for the TSQR's `R`, so `AᵀQ = (AᵀY)·R⁻¹`, and `AᵀY = Σ A_iᵀY_i` over row
+//! blocks needs only row block `i` of `A` and of `Y`. Every range pass therefore sweeps each
+//! row block's tiles twice ([`crate::tiles::Sweeps::Twice`]): the first sweep completes the
+//! block's rows of `Y = A·Ω` (or `A·Z`), the second sums `A_iᵀY_i` while the block is still
+//! in cache, and the pass that would compute `AᵀQ` is saved: `q + 1` reads of the matrix
+//! instead of `2q + 2` (at `q = 0`, half the reads and decodes). The price is rounding:
+//! `R⁻¹` multiplies the error of `AᵀY` by up to `cond(R) = cond(Y)`, so the root checks
+//! `cond(R)` ([`fused_condition_limit`]) and, when it is over, every rank makes the separate
+//! pass (the same decision everywhere: the root broadcasts it with the result). Yu et al.'s
+//! single-pass PCA (IJCAI 2017) rests on the same identity (`AᵀY` summed in the pass that
+//! forms `Y`). Unlike the single-pass sketches of Tropp et al. (2017), it gives the two-pass
+//! algorithm's products, not approximations of them.
 //!
 //! Only `l × n` and `l × l` matrices travel. Every pass produces the panels again from the
 //! source unless the memory plan keeps them resident (2-bit packed for genotypes). Sums over
@@ -79,17 +80,20 @@ pub enum Method {
     BlockKrylov,
 }
 
-/// Where the last pass's `B = QᵀA` is formed.
+/// Where the projections `AᵀQ` (of each power iteration, and `B = QᵀA` at the end) are
+/// formed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum LastPass {
-    /// In the last range pass, which also sums `W = YᵀA` over each row block once that
-    /// block's rows of `Y = A·Ω` are complete; after the TSQR `Y = QR`, `B = R⁻ᵀW` on the
-    /// root. One read of the matrix fewer; falls back to a pass of its own when `R` is too
-    /// ill-conditioned for that (see [`fused_condition_limit`]). Block Krylov with power
-    /// iterations always uses a pass of its own.
+pub enum Projection {
+    /// In the range pass before, which also sums `W = YᵀA` over each row block once that
+    /// block's rows of `Y = A·Ω` (or `A·Z`) are complete; after the TSQR `Y = QR`,
+    /// `AᵀQ = Wᵀ·R⁻¹` on the root. One read of the matrix fewer per projection; each falls
+    /// back to a pass of its own when `R` is too ill-conditioned for that (see
+    /// [`fused_condition_limit`]). Block Krylov's last projection, of the whole basis,
+    /// always has a pass of its own.
     Fused,
-    /// In a pass of its own, `B = QᵀA` (Halko et al.'s Algorithm 4.4 as written).
+    /// In a pass of its own, as Halko et al.'s Algorithm 4.4 (randomized subspace
+    /// iteration) is written.
     Separate,
 }
 
@@ -115,8 +119,8 @@ pub struct RsvdOptions {
     /// Decoded bytes per read-ahead segment, where a stored band is read in parts
     /// ([`crate::reads::segment_rows`]).
     pub segment_bytes: u64,
-    /// Where `B = QᵀA` is formed.
-    pub last_pass: LastPass,
+    /// Where the projections `AᵀQ` are formed.
+    pub projection: Projection,
 }
 
 impl Default for RsvdOptions {
@@ -130,7 +134,7 @@ impl Default for RsvdOptions {
             probes: 4,
             precision: Precision::F64,
             segment_bytes: DEFAULT_SEGMENT_BYTES,
-            last_pass: LastPass::Fused,
+            projection: Projection::Fused,
         }
     }
 }
@@ -149,15 +153,15 @@ impl RsvdOptions {
         }
     }
 
-    /// Whether the plan forms `B` in the last range pass ([`LastPass::Fused`]).
-    pub fn fuses_last_pass(&self) -> bool {
-        self.last_pass == LastPass::Fused
-            && (self.method == Method::SubspaceIteration || self.power_iters == 0)
-    }
-
-    /// Passes over the matrix the plan makes (one more if a fused last pass falls back).
+    /// Passes over the matrix: `2q + 2` with separate projections, `q + 1` with every
+    /// projection fused (`q + 2` for block Krylov with power iterations), one more for each
+    /// fused projection that is not.
     pub fn passes(&self) -> usize {
-        2 + 2 * self.power_iters - usize::from(self.fuses_last_pass())
+        let q = self.power_iters;
+        match self.projection {
+            Projection::Separate => 2 + 2 * q,
+            Projection::Fused => 1 + q + usize::from(self.method == Method::BlockKrylov && q > 0),
+        }
     }
 
     /// Checks the options against an `m × n` matrix.
@@ -284,8 +288,11 @@ pub struct RsvdPlan {
     pub sketch: usize,
     /// Final basis columns.
     pub basis: usize,
-    /// Passes over the matrix.
+    /// Passes over the matrix when every projection it plans to fuse is fused
+    /// ([`RsvdResult::passes`] has those made).
     pub passes: usize,
+    /// Whether projections are fused into the range passes ([`Projection::Fused`]).
+    pub fused: bool,
     /// f64 values of one `B` reduction message.
     pub words_b: usize,
 }
@@ -372,22 +379,23 @@ impl RsvdPlan {
             // machine that hands free memory back to its host (free page reporting: on
             // the 2-core benchmark VM, pages the host had taken back cost about 2 s per GB
             // to touch again, and `rsvd --zarr` at q = 0 with resident panels took 3.6–7.4 s
-            // against 2.5–2.7 s); with at most two passes (a fused last pass that fell
+            // against 2.5–2.7 s); with at most two passes (a fused projection that fell
             // back) the only read it saves is the second, so the panels are read twice
-            // instead. Genotypes stay
-            // resident: packed, they are a quarter of what they decode to.
+            // instead. Genotypes stay resident with power iterations: packed, they are a
+            // quarter of what they decode to.
             if matches!(&problem.operand, Operand::Dense(s) if s.stored().is_some())
                 && options.passes() <= 2
             {
                 mp.residency = Residency::Regenerated;
             }
             // One pass (q = 0, B fused into it): nothing would read a kept copy unless the
-            // fused pass falls back, and keeping it costs its fresh memory every run.
+            // fused projection falls back, and keeping it costs its fresh memory every run.
             if options.passes() == 1 {
                 mp.residency = Residency::Regenerated;
             }
             memory.push(mp);
         }
+        let fused = options.projection == Projection::Fused;
         Ok(RsvdPlan {
             grid,
             ranks: world.ranks.len(),
@@ -396,6 +404,7 @@ impl RsvdPlan {
             sketch: l,
             basis,
             passes: options.passes(),
+            fused,
             words_b: 2 + basis * nn,
         })
     }
@@ -460,27 +469,31 @@ pub struct RsvdResult {
     pub gpu_panels: u64,
     /// Why GPU actors of this rank computed on their CPU cores, when they did.
     pub gpu_note: Option<String>,
-    /// How the last pass went.
-    pub last_pass: LastPassReport,
+    /// How each projection was formed, in order (the power iterations', then `B`'s).
+    pub projections: Vec<ProjectionReport>,
+    /// The largest cond(Y) a fused projection is used for.
+    pub condition_limit: f64,
     /// Passes over the matrix made.
     pub passes: usize,
 }
 
-/// How `B` was formed.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct LastPassReport {
-    /// True when `B = R⁻ᵀ·YᵀA` came from the last range pass; false when a pass of its
-    /// own computed `B = QᵀA`.
+/// How one projection `AᵀQ` was formed.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ProjectionReport {
+    /// True when it came from the range pass before (`Wᵀ·R⁻¹`); false when a pass of its
+    /// own computed it.
     pub fused: bool,
-    /// The 2-norm condition number of the sketch's `R` (of `Y`), when a fused last pass
-    /// was planned.
+    /// The 2-norm condition number of `Y` (of its TSQR's `R`), when `AᵀY` was summed for
+    /// a fused projection.
     pub condition: Option<f64>,
-    /// The largest condition number the fused pass is used for.
-    pub limit: f64,
+    /// For a power iteration's `Y = A·Z` and after, with fused projections planned: the
+    /// condition number predicted for `Y` before its pass (that of the previous `AᵀQ`);
+    /// `AᵀY` is summed only when it is within the limit.
+    pub predicted: Option<f64>,
 }
 
-/// The largest condition number of `Y` for which `B = R⁻ᵀ·(YᵀA)` is used. Its rounding
-/// error is about `cond(R)` times that of `QᵀA` (both products rounded in the tiles'
+/// The largest condition number of `Y` for which `AᵀQ = (AᵀY)·R⁻¹` is used. Its rounding
+/// error is about `cond(R)` times that of the separate product (both rounded in the tiles'
 /// precision), so the limit keeps the loss to about two decimal digits in either
 /// precision.
 pub fn fused_condition_limit(precision: Precision) -> f64 {
@@ -639,15 +652,17 @@ pub fn rsvd(
     let gpu_note = (ctx.gpus.iter().any(Option::is_some) && ctx.device_source.is_none())
         .then(|| DeviceSource::why_not(&problem.operand));
 
-    // Pass 1: the sketch and the probe products; with a fused last pass and no power
-    // iterations, also `W = YᵀA`.
-    let fuse = options.fuses_last_pass();
+    // Pass 1: the sketch and the probe products, and with fused projections `W = YᵀA`.
+    let fuse = plan.fused;
     let q = options.power_iters;
+    let krylov = options.method == Method::BlockKrylov;
     let w_sums = || Arc::new(PartialSums::new(tree.owners().to_vec(), comm.rank()));
+    let limit = fused_condition_limit(options.precision);
+    let mut projections = Vec::new();
     let t = Instant::now();
     let omega = Arc::new(gaussian(n, l + r, options.seed));
     let prec = options.precision;
-    let mut fused_w = (fuse && q == 0).then(w_sums);
+    let mut fused_w = fuse.then(w_sums);
     let (st, facts) = range_pass(rt, &ctx, states, omega, l, true, prec, fused_w.as_ref())?;
     let mut states = st;
     let stats = tree.sum_all(comm, facts, (1, 3))?;
@@ -658,16 +673,42 @@ pub fn rsvd(
     let mut root_r = orthonormalize(rt, &tree, &mut states, false)?;
     timings.push(phase("orthonormalize (TSQR)", t));
 
+    let mut predicted = None;
     for it in 1..=q {
         let t = Instant::now();
-        let z = project_pass(rt, &ctx, &tree, &mut states, prec, |bt| {
-            let (q, _) = qr(bt)?;
-            Ok(q.as_standard_layout().into_owned())
-        })?;
-        timings.push(phase(&format!("iteration {it}: Aᵀ·Q + orth"), t));
+        // `Z = orth(AᵀQ)`, and below it in one more row, cond(AᵀQ): the next `Y = A·Z` has
+        // about the same condition number (`Z` spans the dominant right singular vectors
+        // found so far, and `A` maps them to vectors of about those lengths).
+        let (zc, mut how) = project(
+            rt,
+            &ctx,
+            &tree,
+            &mut states,
+            prec,
+            (fused_w.take(), root_r.take(), limit),
+            |bt| {
+                let (q, r) = qr(bt)?;
+                let mut out = Array2::zeros((q.nrows() + 1, q.ncols()));
+                out.slice_mut(s![..q.nrows(), ..]).assign(&q);
+                out[[q.nrows(), 0]] = condition(&r)?;
+                Ok(out)
+            },
+        )?;
+        let (z, next) = (zc.slice(s![..n, ..]).to_owned(), zc[[n, 0]]);
+        let what = if how.fused {
+            "R⁻ᵀ·YᵀA"
+        } else {
+            "Aᵀ·Q"
+        };
+        timings.push(phase(&format!("iteration {it}: {what} + orth"), t));
+        how.predicted = predicted;
+        projections.push(how);
+        predicted = fuse.then_some(next);
         let t = Instant::now();
-        let last = fuse && it == q;
-        fused_w = last.then(w_sums);
+        // Fused only when the next sketch promises to be well enough conditioned (a fused
+        // projection that falls back has computed `AᵀY` for nothing), and not for block
+        // Krylov's last projection, of the whole basis orthonormalized after this pass.
+        fused_w = (fuse && next <= limit && !(krylov && it == q)).then(w_sums);
         let (st, _) = range_pass(
             rt,
             &ctx,
@@ -679,16 +720,11 @@ pub fn rsvd(
             fused_w.as_ref(),
         )?;
         states = st;
-        root_r = orthonormalize(
-            rt,
-            &tree,
-            &mut states,
-            options.method == Method::BlockKrylov,
-        )?;
-        let also_w = if last { " + Yᵀ·A" } else { "" };
+        root_r = orthonormalize(rt, &tree, &mut states, krylov)?;
+        let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
         timings.push(phase(&format!("iteration {it}: A·Z{also_w} + orth"), t));
     }
-    if options.method == Method::BlockKrylov && options.power_iters > 0 {
+    if krylov && q > 0 {
         let t = Instant::now();
         for st in states.iter_mut().flatten() {
             let blocks: Vec<_> = st.basis.iter().map(|b| b.view()).collect();
@@ -719,32 +755,23 @@ pub fn rsvd(
         out.extend(encode(&vtw));
         Ok(Array2::from_shape_vec((1, out.len()), out).expect("flat"))
     };
-    let mut last_pass = LastPassReport {
-        fused: false,
-        condition: None,
-        limit: fused_condition_limit(prec),
+    let (packed, mut how) = project(
+        rt,
+        &ctx,
+        &tree,
+        &mut states,
+        prec,
+        (fused_w.take(), root_r.take(), limit),
+        finish,
+    )?;
+    how.predicted = predicted;
+    let what = if how.fused {
+        "last projection (fused): R⁻ᵀ·YᵀA + SVD of B"
+    } else {
+        "last pass: Qᵀ·A + SVD of B"
     };
-    let fused = match fused_w {
-        Some(sums) => {
-            let limit = last_pass.limit;
-            let (cond, packed) = fused_finish(rt, &tree, &sums, root_r.take(), limit, finish)?;
-            last_pass.condition = Some(cond);
-            packed
-        }
-        None => None,
-    };
-    let packed = match fused {
-        Some(p) => {
-            last_pass.fused = true;
-            timings.push(phase("last pass (fused): R⁻ᵀ·YᵀA + SVD of B", t));
-            p
-        }
-        None => {
-            let p = project_pass(rt, &ctx, &tree, &mut states, prec, finish)?;
-            timings.push(phase("last pass: Qᵀ·A + SVD of B", t));
-            p
-        }
-    };
+    timings.push(phase(what, t));
+    projections.push(how);
     let flat: Vec<f64> = packed.iter().copied().collect();
     let root = tree.root_owner();
     let bad = || LinalgError::Message { peer: root };
@@ -823,7 +850,8 @@ pub fn rsvd(
         }),
         Operand::Dense(_) => None,
     };
-    let passes = (options.passes() + usize::from(fuse && !last_pass.fused)) as u64;
+    let fused_projections = projections.iter().filter(|p| p.fused).count();
+    let passes = (2 + 2 * q - fused_projections) as u64;
     let bytes_produced = (my_rows + (passes - 1) * regenerated_rows) * n as u64 * value_bytes;
     let read = ctx.read.totals();
     let gpu_panels = ctx.gpu_panels.load(Ordering::Relaxed);
@@ -840,7 +868,8 @@ pub fn rsvd(
         plan,
         bytes_produced,
         read,
-        last_pass,
+        projections,
+        condition_limit: limit,
         passes: passes as usize,
     })
 }
@@ -1111,10 +1140,48 @@ fn orthonormalize(
     Ok(root)
 }
 
-/// The fused last pass's end: sums `Wᵀ = AᵀY` over the tree and, on the root, when
-/// `cond(R) ≤ limit`, applies `finish` to `Bᵀ = AᵀQ = Wᵀ·R⁻¹`. Every rank gets `cond(R)`
-/// and the root's result, `None` when the condition number was over the limit (the
-/// caller then reads the matrix once more for `B = QᵀA`).
+/// The 2-norm condition number of a square `r` (infinite when singular).
+fn condition(r: &Array2<f64>) -> Result<f64, LinalgError> {
+    let (_, sv, _) = small_svd(r.view())?;
+    Ok(match (sv.first(), sv.last()) {
+        (Some(&hi), Some(&lo)) if lo > 0.0 && r.is_square() => hi / lo,
+        _ => f64::INFINITY,
+    })
+}
+
+/// `finish(AᵀQ)` on the root, broadcast, with `Q` every panel's last basis block: from the
+/// previous range pass's `W = YᵀA` (`fused`: its sums, `R` on the root, the condition
+/// limit) when that is well enough conditioned, else from a pass of its own.
+fn project(
+    rt: &Runtime,
+    ctx: &Arc<Ctx>,
+    tree: &Tree<'_>,
+    states: &mut States,
+    precision: Precision,
+    fused: (Option<Arc<PartialSums>>, Option<Array2<f64>>, f64),
+    finish: impl Fn(Array2<f64>) -> Result<Array2<f64>, LinalgError> + Copy,
+) -> Result<(Array2<f64>, ProjectionReport), LinalgError> {
+    let (sums, root_r, limit) = fused;
+    let mut how = ProjectionReport {
+        fused: false,
+        condition: None,
+        predicted: None,
+    };
+    if let Some(sums) = sums {
+        let (cond, out) = fused_finish(rt, tree, &sums, root_r, limit, finish)?;
+        how.condition = Some(cond);
+        if let Some(out) = out {
+            how.fused = true;
+            return Ok((out, how));
+        }
+    }
+    Ok((project_pass(rt, ctx, tree, states, precision, finish)?, how))
+}
+
+/// The fused projection's end: sums `Wᵀ = AᵀY` over the tree and, on the root, when
+/// `cond(R) ≤ limit`, applies `finish` to `AᵀQ = Wᵀ·R⁻¹`. Every rank gets `cond(R)` and
+/// the root's result, `None` when the condition number was over the limit (the caller then
+/// reads the matrix once more for `AᵀQ`).
 fn fused_finish(
     rt: &Runtime,
     tree: &Tree<'_>,
@@ -1128,11 +1195,9 @@ fn fused_finish(
     let owner = tree.root_owner();
     let mut flat = Vec::new();
     if let (Some(wt), Some(r)) = (root, root_r) {
-        let (_, sv, _) = small_svd(r.view())?;
-        let (hi, lo) = (sv.first().copied(), sv.last().copied());
-        let cond = match (hi, lo) {
-            (Some(hi), Some(lo)) if r.nrows() == wt.ncols() && lo > 0.0 => hi / lo,
-            _ => f64::INFINITY,
+        let cond = match r.nrows() == wt.ncols() {
+            true => condition(&r)?,
+            false => f64::INFINITY,
         };
         flat.push(cond);
         if cond <= limit {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use ndarray::Array2;
 use rankwise_linalg::{
-    rsvd, LastPass, Method, Operand, Precision, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
+    rsvd, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
 };
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
@@ -29,7 +29,7 @@ pub(super) enum MethodChoice {
     /// Subspace iteration with re-orthonormalization at every half-step.
     Subspace,
     /// Block Krylov (Musco & Musco 2015): a basis of (q + 1)(k + p) columns; with power
-    /// iterations, B in a pass of its own (one more than subspace iteration).
+    /// iterations, B in a pass of its own (one pass more than subspace iteration).
     BlockKrylov,
 }
 
@@ -42,7 +42,8 @@ pub(super) struct SketchArgs {
     /// Oversampling: the sketch has k + P columns.
     #[arg(long, default_value_t = 10)]
     oversample: usize,
-    /// Power iterations (each is two more passes over the matrix).
+    /// Power iterations (each is one more pass over the matrix, two with `--projection
+    /// separate`).
     #[arg(long, default_value_t = 2)]
     power_iters: usize,
     /// Range refinement.
@@ -59,18 +60,18 @@ pub(super) struct SketchArgs {
     /// float32 Zarr array (its values carry no more), f64 otherwise.
     #[arg(long, value_enum, default_value = "auto")]
     precision: PrecisionChoice,
-    /// Where B = QᵀA is formed. `fused`: in the last range pass, as R⁻ᵀ·(YᵀA), one read
-    /// of the matrix fewer; used when the sketch's condition number is at most 100 (the
-    /// report gives it), else a pass of its own follows. `separate`: always a pass of its
-    /// own.
+    /// Where the projections AᵀQ (one per power iteration, and B = QᵀA) are formed.
+    /// `fused`: in the range pass before, as (AᵀY)·R⁻¹, so q + 1 reads of the matrix
+    /// instead of 2q + 2; each is used when cond(Y) is at most 100 (the report gives it),
+    /// else a pass of its own follows. `separate`: always a pass of its own.
     #[arg(long, value_enum, default_value = "fused")]
-    last_pass: LastPassChoice,
+    projection: ProjectionChoice,
 }
 
-/// Where the last pass's product is formed.
+/// Where the projections are formed.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LastPassChoice {
-    /// In the last range pass, when the sketch is well conditioned.
+pub(super) enum ProjectionChoice {
+    /// In the range pass before, when the sketch is well conditioned.
     Fused,
     /// In a pass of its own.
     Separate,
@@ -111,9 +112,9 @@ impl SketchArgs {
                 PrecisionChoice::Auto | PrecisionChoice::F64 => Precision::F64,
                 PrecisionChoice::F32 => Precision::F32,
             },
-            last_pass: match self.last_pass {
-                LastPassChoice::Fused => LastPass::Fused,
-                LastPassChoice::Separate => LastPass::Separate,
+            projection: match self.projection {
+                ProjectionChoice::Fused => Projection::Fused,
+                ProjectionChoice::Separate => Projection::Separate,
             },
             ..RsvdOptions::default()
         }
@@ -601,7 +602,8 @@ fn report_json(
         "source": problem.operand.describe(),
         "options": options,
         "passes": r.passes,
-        "last_pass": r.last_pass,
+        "projections": r.projections,
+        "condition_limit": r.condition_limit,
         "transposed": problem.transposed,
         "grid": r.plan.grid,
         "placement": r.plan.placement,
@@ -623,6 +625,23 @@ fn report_json(
         "gemm_gflop_per_s": flops / elapsed / 1e9,
         "per_rank": ranks,
     })
+}
+
+/// How the projections went, for the summary line: how many were fused into the range
+/// pass before, and the largest cond(Y) of those that were.
+fn projections_text(r: &RsvdResult) -> String {
+    let planned: Vec<f64> = r.projections.iter().filter_map(|p| p.condition).collect();
+    if planned.is_empty() {
+        return String::new();
+    }
+    let fused = r.projections.iter().filter(|p| p.fused).count();
+    let worst = planned.iter().fold(0.0f64, |a, &b| a.max(b));
+    format!(
+        " ({fused} of {} projections fused into the pass before; largest cond(Y) {worst:.3}, \
+         limit {:.0e})",
+        r.projections.len(),
+        r.condition_limit
+    )
 }
 
 fn summary_text(
@@ -652,14 +671,7 @@ fn summary_text(
         options.power_iters,
         options.method,
         r.passes,
-        match r.last_pass.condition {
-            Some(c) if r.last_pass.fused => format!(" (B fused into the last: cond(Y) {c:.3})"),
-            Some(c) => format!(
-                " (B in a pass of its own: cond(Y) {c:.3e} > {:.0e})",
-                r.last_pass.limit
-            ),
-            None => String::new(),
-        },
+        projections_text(r),
         g.panels(),
         g.chunk_rows,
         if problem.transposed {
