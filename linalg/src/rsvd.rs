@@ -104,7 +104,8 @@ pub struct RsvdOptions {
     pub k: usize,
     /// Extra columns of the sketch (`l = k + oversample`).
     pub oversample: usize,
-    /// Power iterations `q` (each costs two passes over the matrix).
+    /// Power iterations `q` (each costs one pass over the matrix with fused projections,
+    /// two without).
     pub power_iters: usize,
     /// Subspace iteration or block Krylov.
     pub method: Method,

@@ -577,7 +577,8 @@ fn gemm_flops(m: u64, n: u64, options: &RsvdOptions) -> f64 {
     );
     let mn = 2.0 * m as f64 * n as f64;
     let q = options.power_iters as f64;
-    // Pass 1 with the probes, q iterations of two passes, the last pass with the basis.
+    // A·Ω with the probes, two products per iteration, and the last projection with the
+    // basis, in whichever passes they run.
     mn * ((l + r) + 2.0 * q * l + b)
 }
 
