@@ -35,6 +35,24 @@ fn runtime(actors: usize) -> Runtime {
     .unwrap()
 }
 
+/// A generated Gaussian matrix and a generated genotype matrix (missing calls at `missing`),
+/// both `m × n`, in `panels.0` and `panels.1` panels, from seeds drawn from `draw`.
+fn normal_and_genotypes(
+    draw: &mut Draw,
+    (m, n): (u64, u64),
+    panels: (u64, u64),
+    missing: f64,
+) -> [RsvdProblem; 2] {
+    [
+        RsvdProblem::generated(m, n, m.div_ceil(panels.0), draw.next(), Dist::Normal).unwrap(),
+        RsvdProblem::genotypes(
+            Arc::new(Generated::new(m, n, draw.next(), Dist::Genotype).with_missing(missing)),
+            m.div_ceil(panels.1),
+        )
+        .unwrap(),
+    ]
+}
+
 /// A sink that writes this rank's rows of the distributed factor into `store`.
 fn sink_into(store: &Arc<Mutex<Array2<f64>>>) -> FactorSink {
     let store = Arc::clone(store);
@@ -841,14 +859,7 @@ fn fused_projections_agree_with_separate_passes() {
     let seed = test_seed();
     let mut draw = Draw(seed);
     let (m, n) = (draw.range(1500, 4000), draw.range(80, 200));
-    let problems = [
-        RsvdProblem::generated(m, n, m.div_ceil(3), draw.next(), Dist::Normal).unwrap(),
-        RsvdProblem::genotypes(
-            Arc::new(Generated::new(m, n, draw.next(), Dist::Genotype).with_missing(0.05)),
-            m.div_ceil(4),
-        )
-        .unwrap(),
-    ];
+    let problems = normal_and_genotypes(&mut draw, (m, n), (3, 4), 0.05);
     let (mut fused_runs, mut fused_iterations) = (0, 0);
     for actors in [1, 3] {
         for (i, problem) in problems.iter().enumerate() {
@@ -965,14 +976,7 @@ fn f32_precision_agrees_with_f64() {
     let seed = test_seed();
     let mut draw = Draw(seed);
     let (m, n) = (draw.range(2000, 5000), draw.range(60, 120));
-    let problems = [
-        RsvdProblem::generated(m, n, m.div_ceil(4), draw.next(), Dist::Normal).unwrap(),
-        RsvdProblem::genotypes(
-            Arc::new(Generated::new(m, n, draw.next(), Dist::Genotype).with_missing(0.1)),
-            m.div_ceil(3),
-        )
-        .unwrap(),
-    ];
+    let problems = normal_and_genotypes(&mut draw, (m, n), (4, 3), 0.1);
     let rt = runtime(1);
     for problem in &problems {
         let base = RsvdOptions {
