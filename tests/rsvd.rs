@@ -847,8 +847,6 @@ fn bad_genotype_values_name_the_variant_and_sample() {
     assert_eq!(r.genotypes.unwrap().variants_dropped, 8);
 }
 
-/// f32 tiles (SGEMM, f64 accumulators) agree with f64 tiles to single precision, for float
-/// matrices and for genotypes.
 /// Fused projections (`AᵀQ = (AᵀY)·R⁻¹`, `AᵀY` summed in the range pass before) against
 /// passes of their own (`AᵀQ`) with the same sketch: the same σ up to the tiles' rounding times
 /// cond(Y), for dense and genotype operands, f64 and f32 tiles, q = 0 and 1, 1 and 3
@@ -971,6 +969,8 @@ fn fused_projections_agree_with_separate_passes() {
     assert_eq!(mat_bits(&u_fused), mat_bits(&u_sep), "{what}");
 }
 
+/// f32 tiles (SGEMM, f64 accumulators) agree with f64 tiles to single precision, for float
+/// matrices and for genotypes.
 #[test]
 fn f32_precision_agrees_with_f64() {
     let seed = test_seed();
