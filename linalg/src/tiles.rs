@@ -1490,6 +1490,59 @@ mod tests {
         }
     }
 
+    /// The second sweep of a row block hands out the first sweep's tiles again, after all of
+    /// them and in the same order, for produced and resident panels; it is neither measured
+    /// nor kept twice.
+    #[test]
+    fn a_second_sweep_hands_out_the_first_sweeps_tiles_again() {
+        let ops = [
+            Operand::Dense(Arc::new(Generated::new(600, 1100, 3, Dist::Uniform))),
+            Operand::Genotypes(Arc::new(
+                Generated::new(600, 1100, 4, Dist::Genotype).with_missing(0.1),
+            )),
+        ];
+        for op in &ops {
+            let (once, _, kept) = collect(op, 5..600, None, true);
+            for stored in [None, kept.as_ref()] {
+                let mut seen: Vec<(Sweep, usize, usize, Array2<f64>)> = Vec::new();
+                let (facts, again) = TileProducer::new(op, 0, 5..600)
+                    .sweep(
+                        stored,
+                        stored.is_none(),
+                        &mut Vec::new(),
+                        Sweeps::Twice,
+                        |sweep, r0, c0, t: Tile<'_, f64>| {
+                            let Tile::Dense(t) = t else {
+                                panic!("f64 tiles are never packed")
+                            };
+                            seen.push((sweep, r0, c0, t.to_owned()));
+                        },
+                    )
+                    .unwrap();
+                let per_block = 1100usize.div_ceil(TILE_COLS);
+                assert_eq!(seen.len(), 2 * per_block * 595usize.div_ceil(TILE_ROWS));
+                for block in seen.chunks(2 * per_block) {
+                    let (first, second) = block.split_at(per_block);
+                    for (a, b) in first.iter().zip(second) {
+                        assert_eq!((a.0, b.0), (Sweep::First, Sweep::Second));
+                        assert_eq!((a.1, a.2, &a.3), (b.1, b.2, &b.3));
+                    }
+                }
+                let mut whole = Array2::from_elem((595, 1100), f64::NAN);
+                for (_, r0, c0, t) in seen.iter().filter(|x| x.0 == Sweep::Second) {
+                    whole
+                        .slice_mut(s![*r0..r0 + t.nrows(), *c0..c0 + t.ncols()])
+                        .assign(t);
+                }
+                assert_eq!(whole, once);
+                let (_, once_facts, _) = collect(op, 5..600, stored, false);
+                assert_eq!(facts.sum_squares, once_facts.sum_squares);
+                assert_eq!(facts.missing, once_facts.missing);
+                assert_eq!(again.is_some(), stored.is_none());
+            }
+        }
+    }
+
     #[test]
     fn dense_tiles_resident_equal_regenerated() {
         let g = Generated::new(200, 2500, 1, Dist::Uniform);
