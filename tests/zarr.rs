@@ -336,3 +336,77 @@ fn segmented_reads_give_the_bits_of_whole_panels() {
         }
     }
 }
+
+/// A stored matrix of rank 2 makes the sketch `Y = A·Ω` singular, so its fused projection
+/// falls back to a pass of its own: every rank takes the root's decision, under mpirun as
+/// embedded, with the same bits as `--projection separate`.
+#[test]
+fn a_singular_sketch_falls_back_to_a_separate_pass_on_every_rank() {
+    let dir = scratch("zarr-rank2");
+    let mut draw = Draw(test_seed());
+    let (rows, cols) = (draw.range(3000, 5000), draw.range(30, 60));
+    let chunk = (rows.div_ceil(draw.range(3, 6)), cols);
+    let (x, y) = (
+        Generated::new(rows, 2, draw.next(), Dist::Normal),
+        Generated::new(2, cols, draw.next(), Dist::Normal),
+    );
+    let store = Arc::new(FilesystemStore::new(dir.join("rank2.zarr")).unwrap());
+    let array = ArrayBuilder::new(
+        vec![rows, cols],
+        vec![chunk.0, chunk.1],
+        data_type::float64(),
+        0.0f64,
+    )
+    .build(store, "/")
+    .unwrap();
+    array.store_metadata().unwrap();
+    for ci in 0..rows.div_ceil(chunk.0) {
+        let r = ci * chunk.0..((ci + 1) * chunk.0).min(rows);
+        let values: Vec<f64> = r
+            .clone()
+            .flat_map(|i| {
+                let (x, y) = (&x, &y);
+                (0..cols)
+                    .map(move |j| x.value(i, 0) * y.value(0, j) + x.value(i, 1) * y.value(1, j))
+            })
+            .collect();
+        array
+            .store_chunk_subset(&[ci, 0], &[0..r.end - r.start, 0..cols], &values[..])
+            .unwrap();
+    }
+    let z = dir.join("rank2.zarr");
+    let args = |projection: &str, q: &str| {
+        strings(&[
+            "rsvd",
+            "--zarr",
+            z.to_str().unwrap(),
+            "-k",
+            "4",
+            "--power-iters",
+            q,
+            "--projection",
+            projection,
+            "--json",
+        ])
+    };
+    for q in ["0", "1"] {
+        let separate = report(&embedded(&args("separate", q)));
+        let fused = report(&embedded(&args("fused", q)));
+        let two = report(&under_mpirun(2, &args("fused", q)));
+        for (what, r) in [("embedded", &fused), ("mpirun -np 2", &two)] {
+            let first = &r["projections"][0];
+            assert_eq!(first["fused"], false, "q {q}, {what}: {r}");
+            assert!(
+                first["condition"].as_f64().unwrap_or(f64::INFINITY) > 1e2,
+                "q {q}, {what}: {first}"
+            );
+            assert_eq!(r["passes"], separate["passes"], "q {q}, {what}");
+            assert_eq!(
+                json_bits(&r["singular_values"]),
+                json_bits(&separate["singular_values"]),
+                "q {q}, {what}"
+            );
+        }
+        assert_eq!(two["projections"], fused["projections"], "q {q}");
+    }
+}
