@@ -23,6 +23,17 @@ use zarrs::filesystem::FilesystemStore;
 /// with chunks `chunk` (uncompressed, so that a damaged chunk is detected by its length).
 fn write_generated(dir: &Path, rows: u64, cols: u64, chunk: (u64, u64), seed: u64) {
     let g = Generated::new(rows, cols, seed, Dist::Uniform);
+    write_f64(dir, (rows, cols), chunk, |r, band| g.fill(r, band).unwrap());
+}
+
+/// Writes a `rows × cols` float64 Zarr v3 array with chunks `chunk`, uncompressed, band of
+/// chunk rows by band: `fill(rows, band)` supplies the values of rows `rows`.
+fn write_f64(
+    dir: &Path,
+    (rows, cols): (u64, u64),
+    chunk: (u64, u64),
+    fill: impl Fn(std::ops::Range<u64>, ndarray::ArrayViewMut2<'_, f64>),
+) {
     let store = Arc::new(FilesystemStore::new(dir).unwrap());
     let array = ArrayBuilder::new(
         vec![rows, cols],
@@ -36,7 +47,7 @@ fn write_generated(dir: &Path, rows: u64, cols: u64, chunk: (u64, u64), seed: u6
     for ci in 0..rows.div_ceil(chunk.0) {
         let r = ci * chunk.0..((ci + 1) * chunk.0).min(rows);
         let mut band = ndarray::Array2::<f64>::zeros(((r.end - r.start) as usize, cols as usize));
-        g.fill(r.clone(), band.view_mut()).unwrap();
+        fill(r.clone(), band.view_mut());
         for cj in 0..cols.div_ceil(chunk.1) {
             let c = cj * chunk.1..((cj + 1) * chunk.1).min(cols);
             let block = band.slice(ndarray::s![.., c.start as usize..c.end as usize]);
@@ -350,31 +361,14 @@ fn a_singular_sketch_falls_back_to_a_separate_pass_on_every_rank() {
         Generated::new(rows, 2, draw.next(), Dist::Normal),
         Generated::new(2, cols, draw.next(), Dist::Normal),
     );
-    let store = Arc::new(FilesystemStore::new(dir.join("rank2.zarr")).unwrap());
-    let array = ArrayBuilder::new(
-        vec![rows, cols],
-        vec![chunk.0, chunk.1],
-        data_type::float64(),
-        0.0f64,
-    )
-    .build(store, "/")
-    .unwrap();
-    array.store_metadata().unwrap();
-    for ci in 0..rows.div_ceil(chunk.0) {
-        let r = ci * chunk.0..((ci + 1) * chunk.0).min(rows);
-        let values: Vec<f64> = r
-            .clone()
-            .flat_map(|i| {
-                let (x, y) = (&x, &y);
-                (0..cols)
-                    .map(move |j| x.value(i, 0) * y.value(0, j) + x.value(i, 1) * y.value(1, j))
-            })
-            .collect();
-        array
-            .store_chunk_subset(&[ci, 0], &[0..r.end - r.start, 0..cols], &values[..])
-            .unwrap();
-    }
     let z = dir.join("rank2.zarr");
+    write_f64(&z, (rows, cols), chunk, |r, mut band| {
+        for (i, mut row) in r.zip(band.rows_mut()) {
+            for (j, v) in (0..cols).zip(row.iter_mut()) {
+                *v = x.value(i, 0) * y.value(0, j) + x.value(i, 1) * y.value(1, j);
+            }
+        }
+    });
     let args = |projection: &str, q: &str| {
         strings(&[
             "rsvd",
