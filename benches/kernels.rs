@@ -9,7 +9,8 @@
 //! * `rsvd_tiles/*`: the randomized passes' tile kernels: a 256 × 512 uniform tile from the
 //!   generator (f64 and f32), 256 rows × 20,000 genotype dosages generated, a 256 × 512
 //!   tile standardized from 2-bit codes (f64 and f32), and the tile GEMM `tile · Ω` with a
-//!   25-column Ω (DGEMM and SGEMM);
+//!   25-column Ω (DGEMM and SGEMM), and a fused range pass (`Y = T·Ω`, then `Yᵀ·T`) over
+//!   float32 row blocks of 256 × 5,000 read from memory, with either kernel for `T·Ω`;
 //! * `allreduce/*`: `Comm::allreduce_sum_f64` of a 20 × 20 and a 200 × 200 buffer over a
 //!   two-rank `Local` world, one thread per rank;
 //! * `zarr_decode/*`: `ZarrMatrix::read_panel` of one band of 2,000 × 5,000 float32 chunks
@@ -386,6 +387,54 @@ fn rsvd_tiles(c: &mut Criterion) {
             })
         },
     );
+    // A fused range pass over float32 row blocks read from memory, as `rsvd --zarr` at
+    // q = 0 takes a decoded band: each row block's tiles once for `Y = T·Ω` (24 columns),
+    // then again for `W += Yᵀ·T` (20 rows, the skinny kernel and an f64 addition), over 25
+    // row blocks (128 MB) in turn so that no block is in cache when its turn comes. `Y` by
+    // the skinny kernel with an f64 addition after each tile (`skinny_ab`), or by the
+    // dot-product kernel adding to f64 directly (`dot_ab`, what the passes use).
+    let (cols, blocks) = (5_000usize, 25usize);
+    let band = Array2::<f32>::from_shape_fn((blocks * b, cols), |(i, j)| {
+        ((i * 131 + j * 71) % 1009) as f32 / 1009.0 - 0.5
+    });
+    let omega_c =
+        Array2::<f32>::from_shape_fn((cols, lw), |(i, j)| ((i * 7 + j) % 11) as f32 - 5.0);
+    let layout_c = fused::OmegaLayout::new(omega_c.view());
+    let mut yc = Array2::<f64>::zeros((b, lw));
+    let mut wc = Array2::<f64>::zeros((lq, cols));
+    let mut y32 = Array2::<f32>::zeros((b, lq));
+    group.throughput(Throughput::Elements((2 * b * cols * (lw + lq)) as u64));
+    for (name, layout) in [("skinny_ab", None), ("dot_ab", Some(&layout_c))] {
+        let mut next = 0usize;
+        let mut scratch = Vec::new();
+        group.bench_function(
+            BenchmarkId::new(
+                format!("fused_pass_f32_{name}_flops"),
+                format!("{b}x{cols}"),
+            ),
+            |bn| {
+                bn.iter(|| {
+                    let r0 = (next % blocks) * b;
+                    next += 1;
+                    let rows = band.slice(ndarray::s![r0..r0 + b, ..]);
+                    yc.fill(0.0);
+                    for c0 in (0..cols).step_by(w) {
+                        let t = rows.slice(ndarray::s![.., c0..(c0 + w).min(cols)]);
+                        let y = yc.view_mut();
+                        f32::ab_dense(t, omega_c.view(), layout, c0, y, &mut scratch);
+                    }
+                    y32.zip_mut_with(&yc.slice(ndarray::s![.., ..lq]), |a, &v| *a = v as f32);
+                    for c0 in (0..cols).step_by(w) {
+                        let c1 = (c0 + w).min(cols);
+                        let t = rows.slice(ndarray::s![.., c0..c1]);
+                        let out = wc.slice_mut(ndarray::s![.., c0..c1]);
+                        f32::atb_dense(t, y32.view(), out, &mut scratch);
+                    }
+                    std::hint::black_box(wc[[0, 0]])
+                })
+            },
+        );
+    }
     group.finish();
 }
 

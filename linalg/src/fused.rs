@@ -1,5 +1,5 @@
 //! Products of 2-bit packed genotype tiles with a narrow operand, standardizing the codes
-//! in registers (float32, AVX-512F).
+//! in registers, and the same dot-product kernel for float32 tiles (AVX-512F).
 //!
 //! # Why fused
 //!
@@ -23,8 +23,19 @@
 //!   Its sums are in another order than the skinny kernel's, so `pca --precision f32`
 //!   gives other last bits than standardized tiles would; the order depends only on the
 //!   operands, so results stay identical for any number of ranks, actors or threads.
+//! - [`ab_values`], the same for a float32 tile (decoded, resident or generated), the
+//!   values loaded as they lie. Against the skinny kernel followed by an f64 addition, on
+//!   one Ice Lake core (criterion, `rsvd_tiles/fused_pass_f32_*`, and by hand): a tile in
+//!   L2, 83 against 107 µs (76 against 59 GFLOP/s); a row block of 256 × 5,000 read from
+//!   memory, 1.10 against 1.37 ms; a whole fused range pass over such a block, `Yᵀ·T`
+//!   included, 1.58–1.64 against 1.66–1.75 ms. Streaming rows two at a time, it fetches the rows two
+//!   pairs ahead itself (without, a row block from memory ran slower than the skinny
+//!   kernel, whose twelve rows at a time the hardware prefetchers follow).
 //! - [`atb`], `b += Qᵀ·T`: the order of [`crate::skinny::atb`] (rows in order, one f32
-//!   sum per tile), so the result is bit for bit that of standardizing first.
+//!   sum per tile), so the result is bit for bit that of standardizing first. Float32
+//!   tiles keep the skinny kernel: this one, reading all 256 rows of a tile per pair of
+//!   column groups, ran slower on row blocks read from memory than the skinny kernel's
+//!   blocks of 64 rows, and no faster in cache (79 against 82 µs).
 //!
 //! Both add their f32 sums to f64 accumulators directly, as the passes did after each tile.
 //!
@@ -115,15 +126,70 @@ impl OmegaLayout {
 /// column `c0` of the matrix, a multiple of 16) and `y` `rows × w` (rows contiguous).
 /// Returns false, computing nothing, when the kernels do not run here or a shape does not
 /// fit them.
-pub fn ab(
-    t: &PackedTile<'_>,
+pub fn ab(t: &PackedTile<'_>, omega: &OmegaLayout, c0: usize, y: ArrayViewMut2<'_, f64>) -> bool {
+    covers(t) && ab_src::<true>(packed_src(t), omega, c0, y)
+}
+
+/// [`ab`] for a float32 tile (`rows × cols`, rows contiguous, its first column column
+/// `c0` of the matrix): the same dot-product form and order of sums, 16 values loaded at
+/// a time where they lie.
+pub fn ab_values(
+    t: ArrayView2<'_, f32>,
+    omega: &OmegaLayout,
+    c0: usize,
+    y: ArrayViewMut2<'_, f64>,
+) -> bool {
+    values_src(t).is_some_and(|src| ab_src::<false>(src, omega, c0, y))
+}
+
+/// What the kernels read of a tile: row `i` starts `i·stride` bytes from `base` and holds
+/// 2-bit codes translated through `tables[i]` (packed), or float32 values (`tables` null).
+#[derive(Clone, Copy, Debug)]
+struct Src {
+    base: *const u8,
+    stride: usize,
+    rows: usize,
+    cols: usize,
+    tables: *const [f32; 4],
+}
+
+/// The kernels' view of a packed tile whose bytes and tables `covers` checked.
+fn packed_src(t: &PackedTile<'_>) -> Src {
+    Src {
+        base: t.bytes.as_ptr(),
+        stride: t.stride,
+        rows: t.rows,
+        cols: t.cols,
+        tables: t.tables.as_ptr(),
+    }
+}
+
+/// The kernels' view of a float32 tile, when its rows are contiguous.
+fn values_src(t: ArrayView2<'_, f32>) -> Option<Src> {
+    let (rows, cols) = t.dim();
+    let st = t.strides();
+    let row_step = if rows > 1 { st[0] } else { cols as isize };
+    if (cols > 1 && st[1] != 1) || row_step < cols as isize {
+        return None;
+    }
+    Some(Src {
+        base: t.as_ptr().cast(),
+        stride: 4 * row_step as usize,
+        rows,
+        cols,
+        tables: std::ptr::null(),
+    })
+}
+
+/// [`ab`] and [`ab_values`] once the tile is checked (`P`: packed).
+fn ab_src<const P: bool>(
+    t: Src,
     omega: &OmegaLayout,
     c0: usize,
     mut y: ArrayViewMut2<'_, f64>,
 ) -> bool {
     let w = omega.w;
     if !available()
-        || !covers(t)
         || !c0.is_multiple_of(16)
         || c0 + t.cols > omega.n
         || y.dim() != (t.rows, w)
@@ -137,16 +203,16 @@ pub fn ab(
     let ldy = y.strides()[0].max(1) as usize;
     #[cfg(target_arch = "x86_64")]
     for &(first, width, off) in &omega.sweeps {
-        // SAFETY: AVX-512F was detected; `covers` checked every row's bytes and tables; the
-        // sweep's groups c0/16 .. (c0 + cols)/16 lie in `data` (c0 + cols ≤ n), and `y`'s
-        // columns first .. first + width exist.
+        // SAFETY: AVX-512F was detected; the caller checked the tile's rows (and tables);
+        // the sweep's groups c0/16 .. (c0 + cols)/16 lie in `data` (c0 + cols ≤ n), and
+        // `y`'s columns first .. first + width exist.
         unsafe {
             let o = omega
                 .data
                 .as_ptr()
                 .add(omega.base + off + c0 / 16 * width * 16);
             let yp = y.as_mut_ptr().add(first);
-            by_const!(width, ab_sweep, (t, o, yp, ldy), 1 2 3 4 5 6 7 8 9 10 11 12);
+            by_const!(width, ab_sweep::<P>, (&t, o, yp, ldy), 1 2 3 4 5 6 7 8 9 10 11 12);
         }
     }
     let _ = ldy;
@@ -160,9 +226,12 @@ const PAIR_ROWS: usize = 12;
 /// Returns false, computing nothing, when the kernels do not run here or a layout does not
 /// fit them.
 pub fn atb(t: &PackedTile<'_>, q: ArrayView2<'_, f32>, mut b: ArrayViewMut2<'_, f64>) -> bool {
+    if !covers(t) {
+        return false;
+    }
+    let t = packed_src(t);
     let g = q.ncols();
     if !available()
-        || !covers(t)
         || q.nrows() != t.rows
         || b.dim() != (g, t.cols)
         || (g > 1 && q.strides()[1] != 1)
@@ -189,7 +258,7 @@ pub fn atb(t: &PackedTile<'_>, q: ArrayView2<'_, f32>, mut b: ArrayViewMut2<'_, 
             by_const!(
                 n,
                 atb_group,
-                (t, qp, ldq, bp, ldb),
+                (&t, qp, ldq, bp, ldb),
                 1 2 3 4 5 6 7 8 9 10 11 12
             );
         }
@@ -203,11 +272,16 @@ pub fn atb(t: &PackedTile<'_>, q: ArrayView2<'_, f32>, mut b: ArrayViewMut2<'_, 
 mod x86 {
     use std::arch::x86_64::*;
 
-    use crate::tiles::PackedTile;
+    use super::Src;
 
-    /// Bytes ahead of a tile's first code that hold the next tile's codes (the passes take
-    /// a row block's tiles left to right).
+    /// Bytes ahead of a packed tile's first code that hold the next tile's codes (the
+    /// passes take a row block's tiles left to right).
     const NEXT_TILE: usize = crate::tiles::TILE_COLS / 4;
+
+    /// Pairs of rows ahead of the current pair whose float32 values [`ab_rows`] fetches,
+    /// a line per group: two rows at a time are too few streams for the hardware
+    /// prefetchers to run ahead of a tile read from memory.
+    const PAIRS_AHEAD: usize = 2;
 
     /// Lanes of `n ≤ 16` columns.
     fn mask(n: usize) -> __mmask16 {
@@ -234,23 +308,71 @@ mod x86 {
     /// Standardized values of 16 codes through `lut` (the row's table, repeated).
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn expand(word: i32, shifts: __m512i, lut: __m512, m: __mmask16) -> __m512 {
+    fn expand(word: i32, lut: __m512, m: __mmask16) -> __m512 {
+        let shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         _mm512_maskz_permutexvar_ps(m, _mm512_srlv_epi32(_mm512_set1_epi32(word), shifts), lut)
     }
 
-    /// Code shifts of the 16 lanes.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn shifts() -> __m512i {
-        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+    /// One row of a tile: its first byte and, packed, its table in all four 128-bit
+    /// blocks.
+    #[derive(Clone, Copy)]
+    struct Row {
+        at: *const u8,
+        lut: __m512,
     }
 
-    /// A row's table in all four 128-bit blocks.
+    /// Row `i` of `t`.
+    ///
+    /// # Safety
+    /// `i < t.rows`.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn table(t: &[f32; 4]) -> __m512 {
-        // SAFETY: four floats.
-        _mm512_broadcast_f32x4(unsafe { _mm_loadu_ps(t.as_ptr()) })
+    unsafe fn row<const P: bool>(t: &Src, i: usize) -> Row {
+        // SAFETY: the caller's contract; a packed tile has a table per row.
+        unsafe {
+            Row {
+                at: t.base.add(i * t.stride),
+                lut: if P {
+                    _mm512_broadcast_f32x4(_mm_loadu_ps((*t.tables.add(i)).as_ptr()))
+                } else {
+                    _mm512_setzero_ps()
+                },
+            }
+        }
+    }
+
+    /// Values `16·j ..` of a row: all 16 (`FULL`), or the `n < 16` of its ragged end
+    /// (lanes `m`), reading nothing past them.
+    ///
+    /// # Safety
+    /// The row holds those values.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn group<const P: bool, const FULL: bool>(
+        r: Row,
+        j: usize,
+        n: usize,
+        m: __mmask16,
+    ) -> __m512 {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if P {
+                let at = r.at.add(4 * j);
+                let word = if FULL {
+                    at.cast::<i32>().read_unaligned()
+                } else {
+                    tail(at, n)
+                };
+                expand(word, r.lut, m)
+            } else {
+                let at = r.at.cast::<f32>().add(16 * j);
+                if FULL {
+                    _mm512_loadu_ps(at)
+                } else {
+                    _mm512_maskz_loadu_ps(m, at)
+                }
+            }
+        }
     }
 
     /// The sums of the lanes of up to 16 registers, in order: a transposing reduction
@@ -305,26 +427,25 @@ mod x86 {
     /// # Safety
     /// AVX-512F; as [`super::ab`] for a sweep of width `N` from `o` and `y .. y + N`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn ab_sweep<const N: usize>(
-        t: &PackedTile<'_>,
+    pub(super) unsafe fn ab_sweep<const P: bool, const N: usize>(
+        t: &Src,
         o: *const f32,
         y: *mut f64,
         ldy: usize,
     ) {
-        let b = t.bytes.as_ptr();
         let mut r = 0;
         // SAFETY (both): rows r, r + 1 < t.rows.
         unsafe {
             while r + 2 <= t.rows {
-                let rows = [b.add(r * t.stride), b.add((r + 1) * t.stride)];
-                let luts = [&t.tables[r], &t.tables[r + 1]];
+                let rows = [row::<P>(t, r), row::<P>(t, r + 1)];
                 let ys = [y.add(r * ldy), y.add((r + 1) * ldy)];
-                ab_rows::<2, N>(t.cols, rows, luts, o, ys);
+                let next = t.base.wrapping_add((r + 2 * PAIRS_AHEAD) * t.stride);
+                ab_rows::<P, 2, N>(t.cols, rows, o, ys, [next, next.wrapping_add(t.stride)]);
                 r += 2;
             }
             if r < t.rows {
-                let rows = [b.add(r * t.stride)];
-                ab_rows::<1, N>(t.cols, rows, [&t.tables[r]], o, [y.add(r * ldy)]);
+                let next = [t.base.wrapping_add((r + 1) * t.stride)];
+                ab_rows::<P, 1, N>(t.cols, [row::<P>(t, r)], o, [y.add(r * ldy)], next);
             }
         }
     }
@@ -332,30 +453,32 @@ mod x86 {
     /// `R` rows × `N` columns of `y += T·Ω`.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn ab_rows<const R: usize, const N: usize>(
+    unsafe fn ab_rows<const P: bool, const R: usize, const N: usize>(
         cols: usize,
-        rows: [*const u8; R],
-        luts: [&[f32; 4]; R],
+        rows: [Row; R],
         o: *const f32,
         y: [*mut f64; R],
+        next: [*const u8; R],
     ) {
-        let sh = shifts();
-        let mut lut = [_mm512_setzero_ps(); R];
-        for r in 0..R {
-            lut[r] = table(luts[r]);
-            _mm_prefetch::<_MM_HINT_T0>(rows[r].wrapping_add(NEXT_TILE).cast());
-            _mm_prefetch::<_MM_HINT_T0>(rows[r].wrapping_add(NEXT_TILE + 64).cast());
+        if P {
+            for r in &rows {
+                _mm_prefetch::<_MM_HINT_T0>(r.at.wrapping_add(NEXT_TILE).cast());
+                _mm_prefetch::<_MM_HINT_T0>(r.at.wrapping_add(NEXT_TILE + 64).cast());
+            }
         }
         let mut acc = [[_mm512_setzero_ps(); N]; R];
         let full = cols / 16;
-        // SAFETY (all): codes 16q.. of each row exist (16q < cols), and Ωᵀ's rows hold
+        // SAFETY (all): values 16q.. of each row exist (16q < cols), and Ωᵀ's rows hold
         // `cols` values; masked lanes are not read.
         unsafe {
             for q in 0..full {
                 let mut x = [_mm512_setzero_ps(); R];
                 for r in 0..R {
-                    let word = rows[r].add(4 * q).cast::<i32>().read_unaligned();
-                    x[r] = expand(word, sh, lut[r], u16::MAX);
+                    if !P {
+                        // A prefetch never faults, whatever the address.
+                        _mm_prefetch::<_MM_HINT_T0>(next[r].wrapping_add(64 * q).cast());
+                    }
+                    x[r] = group::<P, true>(rows[r], q, 16, u16::MAX);
                 }
                 for c in 0..N {
                     let oc = _mm512_loadu_ps(o.add((q * N + c) * 16));
@@ -369,7 +492,7 @@ mod x86 {
                 let m = mask(rest);
                 let mut x = [_mm512_setzero_ps(); R];
                 for r in 0..R {
-                    x[r] = expand(tail(rows[r].add(4 * full), rest), sh, lut[r], m);
+                    x[r] = group::<P, false>(rows[r], full, rest, m);
                 }
                 for c in 0..N {
                     let oc = _mm512_maskz_loadu_ps(m, o.add((full * N + c) * 16));
@@ -393,7 +516,7 @@ mod x86 {
     /// AVX-512F; as [`super::atb`] for columns `q .. q + G` and rows `b`, `b + ldb`, ….
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn atb_group<const G: usize>(
-        t: &PackedTile<'_>,
+        t: &Src,
         q: *const f32,
         ldq: usize,
         b: *mut f64,
@@ -430,13 +553,14 @@ mod x86 {
         }
     }
 
-    /// Fetches row `i`'s codes of the tile after `t` (the passes take a row block's tiles
-    /// left to right), a row at a time: a burst of prefetches would wait for fill buffers.
+    /// Fetches row `r`'s codes of the tile after this one (the passes take a row block's
+    /// tiles left to right), a row at a time: a burst of prefetches would wait for fill
+    /// buffers.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn fetch_next_tile(t: &PackedTile<'_>, i: usize) {
-        let next = t.bytes.as_ptr().wrapping_add(i * t.stride + NEXT_TILE);
+    fn fetch_next_tile(r: Row) {
         // A prefetch never faults, whatever the address.
+        let next = r.at.wrapping_add(NEXT_TILE);
         _mm_prefetch::<_MM_HINT_T0>(next.cast());
         _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64).cast());
     }
@@ -453,26 +577,23 @@ mod x86 {
     #[inline(never)]
     #[target_feature(enable = "avx512f")]
     unsafe fn atb_pair<const G: usize, const FETCH: bool>(
-        t: &PackedTile<'_>,
+        t: &Src,
         j: usize,
         q: *const f32,
         ldq: usize,
     ) -> ([__m512; G], [__m512; G]) {
-        let sh = shifts();
-        let bytes = t.bytes.as_ptr();
         let mut a0 = [_mm512_setzero_ps(); G];
         let mut a1 = [_mm512_setzero_ps(); G];
-        // SAFETY: i < t.rows; the row's codes 16j .. 16j + 32 exist (both groups are full);
-        // Q's row i holds G values from `q`.
+        // SAFETY: i < t.rows; the row's values 16j .. 16j + 32 exist (both groups are
+        // full); Q's row i holds G values from `q`.
         unsafe {
             for i in 0..t.rows {
+                let r = row::<true>(t, i);
                 if FETCH {
-                    fetch_next_tile(t, i);
+                    fetch_next_tile(r);
                 }
-                let at = bytes.add(i * t.stride + 4 * j);
-                let lut = table(&t.tables[i]);
-                let x0 = expand(at.cast::<i32>().read_unaligned(), sh, lut, u16::MAX);
-                let x1 = expand(at.add(4).cast::<i32>().read_unaligned(), sh, lut, u16::MAX);
+                let x0 = group::<true, true>(r, j, 16, u16::MAX);
+                let x1 = group::<true, true>(r, j + 1, 16, u16::MAX);
                 let qi = q.add(i * ldq);
                 for g in 0..G {
                     let v = _mm512_set1_ps(*qi.add(g));
@@ -488,33 +609,26 @@ mod x86 {
     /// when all 16 are in the tile; `FETCH` prefetches the next tile's codes).
     ///
     /// # Safety
-    /// As [`atb_group`], with codes `16·j ..` in every row.
+    /// As [`atb_group`], with values `16·j ..` in every row.
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn atb_columns<const G: usize, const FULL: bool, const FETCH: bool>(
-        t: &PackedTile<'_>,
+        t: &Src,
         j: usize,
         m: __mmask16,
         q: *const f32,
         ldq: usize,
     ) -> [__m512; G] {
-        let sh = shifts();
-        let bytes = t.bytes.as_ptr();
         let mut acc = [_mm512_setzero_ps(); G];
-        // SAFETY: i < t.rows; the row's codes 16j.. exist (`tail` reads only the ragged
-        // end's bytes); Q's row i holds G values from `q`.
+        // SAFETY: i < t.rows; the row's values 16j.. exist (`group` reads only the ragged
+        // end's); Q's row i holds G values from `q`.
         unsafe {
             for i in 0..t.rows {
+                let r = row::<true>(t, i);
                 if FETCH {
-                    fetch_next_tile(t, i);
+                    fetch_next_tile(r);
                 }
-                let at = bytes.add(i * t.stride + 4 * j);
-                let word = if FULL {
-                    at.cast::<i32>().read_unaligned()
-                } else {
-                    tail(at, t.cols - 16 * j)
-                };
-                let x = expand(word, sh, table(&t.tables[i]), m);
+                let x = group::<true, FULL>(r, j, t.cols - 16 * j, m);
                 let qi = q.add(i * ldq);
                 for g in 0..G {
                     acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(*qi.add(g)), x, acc[g]);
@@ -643,6 +757,10 @@ mod tests {
             let y0 = Array2::from_shape_fn((rows, w), |_| rng.value() as f64);
             let mut y = y0.clone();
             assert!(ab(&t, &layout, c0, y.view_mut()));
+            // The float kernel on the standardized values sums in the same order.
+            let mut yv = y0.clone();
+            assert!(ab_values(dense.view(), &layout, c0, yv.view_mut()));
+            assert_eq!(yv, y, "ab_values against ab ({rows}×{cols}, w {w})");
             let want = &y0 + &dense.mapv(f64::from).dot(&o.mapv(f64::from));
             let scale = dense
                 .mapv(|x| x.abs() as f64)
@@ -666,6 +784,67 @@ mod tests {
             want.zip_mut_with(&part, |x, &p| *x += p as f64);
             assert_eq!(b, want, "atb ({rows}×{cols}, g {g})");
         }
+    }
+
+    #[test]
+    fn ab_values_equals_a_float64_product_on_random_tiles_inside_wider_panels() {
+        if !available() {
+            eprintln!("skipped: this CPU has no AVX-512F, the fused kernels do not run here");
+            return;
+        }
+        let mut rng = Rng::fresh();
+        for _ in 0..60 {
+            // A tile of a row-major panel `rows × width`, from column c0 (a multiple of
+            // 16), as the passes cut decoded panels; NaN past the tile's columns, so a
+            // read outside it shows.
+            let (rows, cols) = (1 + rng.below(40), 1 + rng.below(600));
+            let c0 = 16 * rng.below(8);
+            let width = c0 + cols + rng.below(50);
+            let panel = Array2::from_shape_fn((rows, width), |(_, j)| {
+                if (c0..c0 + cols).contains(&j) {
+                    rng.value()
+                } else {
+                    f32::NAN
+                }
+            });
+            let t = panel.slice(s![.., c0..c0 + cols]);
+            let w = 1 + rng.below(30);
+            let omega = Array2::from_shape_fn((width, w), |_| rng.value());
+            let layout = OmegaLayout::new(omega.view());
+            let y0 = Array2::from_shape_fn((rows, w), |_| rng.value() as f64);
+            let mut y = y0.clone();
+            assert!(ab_values(t, &layout, c0, y.view_mut()));
+            let o = omega.slice(s![c0..c0 + cols, ..]);
+            let want = &y0 + &t.mapv(f64::from).dot(&o.mapv(f64::from));
+            let scale = t.mapv(|x| x.abs() as f64).dot(&o.mapv(|x| x.abs() as f64));
+            for ((a, b), s) in y.iter().zip(want.iter()).zip(scale.iter()) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (s + 1.0),
+                    "ab_values: {a} vs {b} ({rows}×{cols} from column {c0}, w {w})"
+                );
+            }
+        }
+        // Tiles whose rows are not contiguous, or a tile not on a group of 16 columns, are
+        // declined, not misread.
+        let panel = Array2::from_shape_fn((8, 64), |(i, j)| (i * 64 + j) as f32);
+        let omega = Array2::from_shape_fn((64, 3), |(i, j)| (i + j) as f32);
+        let layout = OmegaLayout::new(omega.view());
+        let mut y = Array2::<f64>::zeros((8, 3));
+        assert!(!ab_values(
+            panel.slice(s![.., ..;2]),
+            &layout,
+            0,
+            y.view_mut()
+        ));
+        assert!(!ab_values(
+            panel.slice(s![.., 4..20]),
+            &layout,
+            4,
+            y.view_mut()
+        ));
+        let mut yt = Array2::<f64>::zeros((64, 3));
+        assert!(!ab_values(panel.t(), &layout, 0, yt.view_mut()));
+        assert_eq!(y, Array2::<f64>::zeros((8, 3)));
     }
 
     #[test]

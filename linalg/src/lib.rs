@@ -3,8 +3,15 @@
 //! sum over the same tree.
 
 /// `f::<n>(args)` for the run-time `n` among the literals given (`f` a function in
-/// scope): the kernels' register-blocked widths are const generics, chosen once per call.
+/// scope; `f::<P>` gives `f::<P, n>`): the kernels' register-blocked widths are const
+/// generics, chosen once per call.
 macro_rules! by_const {
+    ($n:expr, $f:ident::<$p:ident>, $args:tt, $($k:literal)*) => {
+        match $n {
+            $($k => $f::<$p, $k> $args,)*
+            _ => unreachable!("widths are bounded by the callers"),
+        }
+    };
     ($n:expr, $f:ident, $args:tt, $($k:literal)*) => {
         match $n {
             $($k => $f::<$k> $args,)*

@@ -63,8 +63,7 @@ use crate::reads::{
 };
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
-    gemm, Operand, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer, TILE_COLS,
-    TILE_ROWS,
+    Operand, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer, TILE_COLS, TILE_ROWS,
 };
 use crate::tree::{decode, encode, PartialSums, Tree};
 use crate::LinalgError;
@@ -920,6 +919,17 @@ fn range_pass(
     }
 }
 
+/// Zeros for sums that the tile kernels add to, written rather than left to the
+/// allocator. A large `Array2::zeros` is fresh zero-filled memory whose first access, the
+/// kernels' read before their add, maps the shared zero page; the write after it faults
+/// again to copy the page and flushes the TLBs of every core the process runs on. Those
+/// faults (`do_wp_page`) took 2 % of the CPU time of `rsvd --zarr` at q = 0.
+fn written_zeros(shape: (usize, usize)) -> Array2<f64> {
+    let mut a = Array2::<f64>::zeros(shape);
+    a.fill(0.0);
+    a
+}
+
 fn range_pass_t<T: GpuReal>(
     rt: &Runtime,
     ctx: &Arc<Ctx>,
@@ -934,11 +944,8 @@ where
 {
     let c = Arc::clone(ctx);
     let reads = ctx.reads(rt, &states)?;
-    // Ω as the fused products with packed genotype tiles take it, laid out once per pass.
-    let layout = match ctx.operand {
-        Operand::Genotypes(_) => T::omega_layout(omega.view()).map(Arc::new),
-        Operand::Dense(_) => None,
-    };
+    // Ω as the fused products take it, laid out once per pass.
+    let layout = T::omega_layout(omega.view()).map(Arc::new);
     let out = rt.map(states, move |actor, mut st: PanelState| {
         if let Some((dev, src)) = c.on_gpu(actor) {
             let (y, facts) = gpu::range_panel::<T>(dev, src, st.rows.clone(), omega.view(), first)?;
@@ -957,14 +964,12 @@ where
         };
         let h = (st.rows.end - st.rows.start) as usize;
         let w = omega.ncols();
-        let mut y = Array2::<f64>::zeros((h, w));
-        let mut part = Array2::<T>::zeros((TILE_ROWS, w));
+        let mut y = written_zeros((h, w));
         let mut scratch = Vec::new();
         // The fused `W = YᵀA` (`l × n`), a row block of `Y` in the tiles' type, and the
         // tile products.
-        let mut wsum = w_sums.as_ref().map(|_| Array2::<f64>::zeros((l, c.n)));
+        let mut wsum = w_sums.as_ref().map(|_| written_zeros((l, c.n)));
         let mut yt = Array2::<T>::zeros((if wsum.is_some() { TILE_ROWS } else { 0 }, l));
-        let mut wpart = Array2::<T>::zeros((if wsum.is_some() { l } else { 0 }, TILE_COLS));
         let mut wscratch = Vec::new();
         let sweeps = if wsum.is_some() {
             Sweeps::Twice
@@ -994,39 +999,18 @@ where
                                 });
                         }
                         let ys = yt.slice(s![..rows, ..]);
-                        let t = match t {
-                            Tile::Dense(t) => t,
-                            Tile::Packed(p) => {
-                                let bs = ws.slice_mut(s![.., c0..c0 + p.cols]);
-                                return T::atb_packed(&p, ys, bs, &mut wscratch);
-                            }
+                        let bs = ws.slice_mut(s![.., c0..c0 + t.dim().1]);
+                        return match t {
+                            Tile::Dense(t) => T::atb_dense(t, ys, bs, &mut wscratch),
+                            Tile::Packed(p) => T::atb_packed(&p, ys, bs, &mut wscratch),
                         };
-                        let cols = t.ncols();
-                        let mut part = wpart.slice_mut(s![.., ..cols]);
-                        gemm(true, ys, t, T::zero(), part.view_mut());
-                        ws.slice_mut(s![.., c0..c0 + cols])
-                            .zip_mut_with(&part, |a, &p| *a += p.to_f64());
-                        return;
                     }
-                    let t = match t {
-                        Tile::Dense(t) => t,
-                        Tile::Packed(p) => {
-                            let ys = y.slice_mut(s![r0..r0 + p.rows, ..]);
-                            let l = layout.as_deref();
-                            return T::ab_packed(&p, omega.view(), l, c0, ys, &mut scratch);
-                        }
-                    };
-                    let b = t.nrows();
-                    let mut part = part.slice_mut(s![..b, ..]);
-                    gemm(
-                        false,
-                        t,
-                        omega.slice(s![c0..c0 + t.ncols(), ..]),
-                        T::zero(),
-                        part.view_mut(),
-                    );
-                    y.slice_mut(s![r0..r0 + b, ..])
-                        .zip_mut_with(&part, |a, &p| *a += p.to_f64());
+                    let ys = y.slice_mut(s![r0..r0 + t.dim().0, ..]);
+                    let l = layout.as_deref();
+                    match t {
+                        Tile::Dense(t) => T::ab_dense(t, omega.view(), l, c0, ys, &mut scratch),
+                        Tile::Packed(p) => T::ab_packed(&p, omega.view(), l, c0, ys, &mut scratch),
+                    }
                 },
             )?;
         if kept.is_some() {
@@ -1283,8 +1267,7 @@ where
         let qt = q.mapv(T::from_f64);
         // Sums kept as `B` (basis × n), the tile products as `Qᵀ·T`: the narrow operand
         // on the left is what the skinny kernels take.
-        let mut b = Array2::<f64>::zeros((q.ncols(), c.n));
-        let mut part = Array2::<T>::zeros((q.ncols(), TILE_COLS));
+        let mut b = written_zeros((q.ncols(), c.n));
         let mut scratch = Vec::new();
         TileProducer::new(&c.operand, st.p, st.rows.clone())
             .read_from(&read)
@@ -1295,25 +1278,13 @@ where
                 false,
                 &mut Vec::new(),
                 |r0, c0, t: Tile<'_, T>| {
-                    let t = match t {
-                        Tile::Dense(t) => t,
-                        Tile::Packed(p) => {
-                            let qs = qt.slice(s![r0..r0 + p.rows, ..]);
-                            let bs = b.slice_mut(s![.., c0..c0 + p.cols]);
-                            return T::atb_packed(&p, qs, bs, &mut scratch);
-                        }
-                    };
-                    let w = t.ncols();
-                    let mut part = part.slice_mut(s![.., ..w]);
-                    gemm(
-                        true,
-                        qt.slice(s![r0..r0 + t.nrows(), ..]),
-                        t,
-                        T::zero(),
-                        part.view_mut(),
-                    );
-                    b.slice_mut(s![.., c0..c0 + w])
-                        .zip_mut_with(&part, |a, &p| *a += p.to_f64());
+                    let (rows, cols) = t.dim();
+                    let qs = qt.slice(s![r0..r0 + rows, ..]);
+                    let bs = b.slice_mut(s![.., c0..c0 + cols]);
+                    match t {
+                        Tile::Dense(t) => T::atb_dense(t, qs, bs, &mut scratch),
+                        Tile::Packed(p) => T::atb_packed(&p, qs, bs, &mut scratch),
+                    }
                 },
             )?;
         s2.insert(st.p, b.t().as_standard_layout().into_owned());
