@@ -1381,17 +1381,27 @@ pub fn unpack_row(bytes: &[u8], out: &mut [i8]) {
     "x86_64+avx2+fma"
 ))]
 pub fn sum_squares(x: &[f64]) -> f64 {
-    let mut acc = [0.0f64; LANES];
-    let mut chunks = x.chunks_exact(LANES);
+    fold_lanes(lane_squares::<f64, LANES>(x))
+}
+
+/// Σ x² of `x` in `N` lanes, value `i` in lane `i mod N`; inlined into the callers, whose
+/// target features then vectorize it.
+#[inline(always)]
+fn lane_squares<T, const N: usize>(x: &[T]) -> [T; N]
+where
+    T: Copy + Default + std::ops::Mul<Output = T> + std::ops::AddAssign,
+{
+    let mut acc = [T::default(); N];
+    let mut chunks = x.chunks_exact(N);
     for c in &mut chunks {
-        for k in 0..LANES {
+        for k in 0..N {
             acc[k] += c[k] * c[k];
         }
     }
-    for (k, v) in chunks.remainder().iter().enumerate() {
+    for (k, &v) in chunks.remainder().iter().enumerate() {
         acc[k] += v * v;
     }
-    fold_lanes(acc)
+    acc
 }
 
 /// Lanes of the sums of squares: four AVX-512 registers of f64, so that four additions
@@ -1416,10 +1426,10 @@ fn fold_lanes(mut acc: [f64; LANES]) -> f64 {
 ///
 /// Converting every value to f64 first (as this did) made Σx² 5–7 % of the CPU time of
 /// `rsvd --zarr` at q = 0: two conversions and two f64 multiply-adds per 16 values where
-/// this takes an f32 multiplication and addition. Each lane's eight squares carry a relative error of at
-/// most 9u (u = 2⁻²⁴, about 5.4e-7) and the f64 sums add next to none, so the result is
-/// within 5.4e-7 of the exact Σx² of the values, whatever their number; the float32
-/// passes' own products sum 512 terms per tile in f32.
+/// this takes an f32 multiplication and addition. Each lane's eight squares carry a
+/// relative error of at most 9u (u = 2⁻²⁴, about 5.4e-7) and the f64 sums add next to
+/// none, so the result is within 5.4e-7 of the exact Σx² of the values, whatever their
+/// number; the float32 passes' own products sum 512 terms per tile in f32.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
     "x86_64+avx2+fma"
@@ -1427,16 +1437,7 @@ fn fold_lanes(mut acc: [f64; LANES]) -> f64 {
 pub fn sum_squares_f32(x: &[f32]) -> f64 {
     let mut total = [0.0f64; LANES];
     for block in x.chunks(F32_BLOCK) {
-        let mut acc = [0.0f32; F32_LANES];
-        let mut chunks = block.chunks_exact(F32_LANES);
-        for c in &mut chunks {
-            for k in 0..F32_LANES {
-                acc[k] += c[k] * c[k];
-            }
-        }
-        for (k, v) in chunks.remainder().iter().enumerate() {
-            acc[k] += v * v;
-        }
+        let acc = lane_squares::<f32, F32_LANES>(block);
         for k in 0..LANES {
             total[k] += acc[k] as f64 + acc[k + LANES] as f64;
         }
