@@ -176,7 +176,7 @@ fn config() -> Criterion {
 fn rsvd_tiles(c: &mut Criterion) {
     use rankwise::linalg::fused;
     use rankwise::linalg::tiles::{
-        gemm, pack_row, row_scale, PackedTile, Real, TILE_COLS, TILE_ROWS,
+        gemm, pack_row, row_scale, PackedTile, Real, Tile, TILE_COLS, TILE_ROWS,
     };
     let (b, w, n, l) = (TILE_ROWS, TILE_COLS, 20_000usize, 25usize);
     let mut group = c.benchmark_group("rsvd_tiles");
@@ -421,14 +421,14 @@ fn rsvd_tiles(c: &mut Criterion) {
                     for c0 in (0..cols).step_by(w) {
                         let t = rows.slice(ndarray::s![.., c0..(c0 + w).min(cols)]);
                         let y = yc.view_mut();
-                        f32::ab_dense(t, omega_c.view(), layout, c0, y, &mut scratch);
+                        f32::ab_tile(Tile::Dense(t), omega_c.view(), layout, c0, y, &mut scratch);
                     }
                     y32.zip_mut_with(&yc.slice(ndarray::s![.., ..lq]), |a, &v| *a = v as f32);
                     for c0 in (0..cols).step_by(w) {
                         let c1 = (c0 + w).min(cols);
                         let t = rows.slice(ndarray::s![.., c0..c1]);
                         let out = wc.slice_mut(ndarray::s![.., c0..c1]);
-                        f32::atb_dense(t, y32.view(), out, &mut scratch);
+                        f32::atb_tile(Tile::Dense(t), y32.view(), out, &mut scratch);
                     }
                     std::hint::black_box(wc[[0, 0]])
                 })

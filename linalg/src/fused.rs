@@ -672,7 +672,7 @@ mod tests {
 
     use super::*;
     use crate::testing::Rng;
-    use crate::tiles::{Real, RowScale};
+    use crate::tiles::{Real, RowScale, Tile};
 
     /// A random packed panel (`rows × stride` bytes, missing calls included) with random
     /// standardizations, some of them dropped rows.
@@ -865,7 +865,14 @@ mod tests {
         let dense = t.standardize(&mut Vec::<f64>::new()).to_owned();
         let omega = Array2::from_shape_fn((cols + 16, 5), |_| rng.value() as f64);
         let mut y = Array2::<f64>::zeros((rows, 5));
-        f64::ab_packed(&t, omega.view(), None, 16, y.view_mut(), &mut Vec::new());
+        f64::ab_tile(
+            Tile::Packed(t),
+            omega.view(),
+            None,
+            16,
+            y.view_mut(),
+            &mut Vec::new(),
+        );
         let want = dense.dot(&omega.slice(s![16.., ..]));
         assert!(y
             .iter()
@@ -873,7 +880,7 @@ mod tests {
             .all(|(a, b)| (a - b).abs() < 1e-12));
         let q = Array2::from_shape_fn((rows, 3), |_| rng.value() as f64);
         let mut b = Array2::<f64>::zeros((3, cols));
-        f64::atb_packed(&t, q.view(), b.view_mut(), &mut Vec::new());
+        f64::atb_tile(Tile::Packed(t), q.view(), b.view_mut(), &mut Vec::new());
         let want = q.t().dot(&dense);
         assert!(b
             .iter()

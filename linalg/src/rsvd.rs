@@ -1000,17 +1000,11 @@ where
                         }
                         let ys = yt.slice(s![..rows, ..]);
                         let bs = ws.slice_mut(s![.., c0..c0 + t.dim().1]);
-                        return match t {
-                            Tile::Dense(t) => T::atb_dense(t, ys, bs, &mut wscratch),
-                            Tile::Packed(p) => T::atb_packed(&p, ys, bs, &mut wscratch),
-                        };
+                        return T::atb_tile(t, ys, bs, &mut wscratch);
                     }
                     let ys = y.slice_mut(s![r0..r0 + t.dim().0, ..]);
                     let l = layout.as_deref();
-                    match t {
-                        Tile::Dense(t) => T::ab_dense(t, omega.view(), l, c0, ys, &mut scratch),
-                        Tile::Packed(p) => T::ab_packed(&p, omega.view(), l, c0, ys, &mut scratch),
-                    }
+                    T::ab_tile(t, omega.view(), l, c0, ys, &mut scratch);
                 },
             )?;
         if kept.is_some() {
@@ -1281,10 +1275,7 @@ where
                     let (rows, cols) = t.dim();
                     let qs = qt.slice(s![r0..r0 + rows, ..]);
                     let bs = b.slice_mut(s![.., c0..c0 + cols]);
-                    match t {
-                        Tile::Dense(t) => T::atb_dense(t, qs, bs, &mut scratch),
-                        Tile::Packed(p) => T::atb_packed(&p, qs, bs, &mut scratch),
-                    }
+                    T::atb_tile(t, qs, bs, &mut scratch);
                 },
             )?;
         s2.insert(st.p, b.t().as_standard_layout().into_owned());

@@ -195,21 +195,22 @@ pub trait Real:
     /// Standardizes `out.len()` packed dosages starting at the first code of `bytes`.
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [Self]);
     /// Whether genotype tiles of this type are handed out packed, for
-    /// [`Real::ab_packed`] and [`Real::atb_packed`] to multiply without a float copy.
+    /// [`Real::ab_tile`] and [`Real::atb_tile`] to multiply without a float copy.
     fn packed_tiles() -> bool {
         false
     }
     /// The fused kernels' layout of `Ω` (`n × w`), where they run for this type; made once
-    /// per pass for [`Real::ab_packed`].
+    /// per pass for [`Real::ab_tile`].
     fn omega_layout(omega: ArrayView2<'_, Self>) -> Option<crate::fused::OmegaLayout> {
         let _ = omega;
         None
     }
-    /// `y += T·Ω[c0.., ..]` for a packed tile whose first column is column `c0`, with `y`
+    /// `y += T·Ω[c0.., ..]` for a tile whose first column is column `c0`, with `y`
     /// `rows × w`: by the fused kernels with `layout` ([`Real::omega_layout`] of `omega`)
-    /// where they run, else standardized into `scratch` first.
-    fn ab_packed(
-        t: &PackedTile<'_>,
+    /// where they run, else by [`gemm`] (a packed tile standardized into `scratch` first)
+    /// and an f64 addition.
+    fn ab_tile(
+        t: Tile<'_, Self>,
         omega: ArrayView2<'_, Self>,
         layout: Option<&crate::fused::OmegaLayout>,
         c0: usize,
@@ -217,50 +218,18 @@ pub trait Real:
         scratch: &mut Vec<Self>,
     ) {
         let _ = layout;
-        let a = t.standardize(scratch);
-        add_product(false, a, omega.slice(s![c0..c0 + t.cols, ..]), y);
+        ab_tile_by_gemm(t, omega, c0, y, scratch);
     }
-    /// `b += Qᵀ·T` for a packed tile, `q` `rows × g` and `b` `g × cols`; as
-    /// [`Real::ab_packed`].
-    fn atb_packed(
-        t: &PackedTile<'_>,
+    /// `b += Qᵀ·T` for a tile, `q` `rows × g` and `b` `g × cols`: packed, by the fused
+    /// kernels where they run; otherwise by [`gemm`] and an f64 addition (for float tiles
+    /// the skinny kernel where it runs: `crate::fused` says why not the fused one).
+    fn atb_tile(
+        t: Tile<'_, Self>,
         q: ArrayView2<'_, Self>,
         b: ArrayViewMut2<'_, f64>,
         scratch: &mut Vec<Self>,
     ) {
-        let a = t.standardize(scratch);
-        add_product(true, q, a, b);
-    }
-    /// `y += T·Ω[c0.., ..]` for a tile of values whose first column is column `c0`, with
-    /// `y` `rows × w`: by the fused kernels with `layout` ([`Real::omega_layout`] of
-    /// `omega`) where they run, else by [`gemm`] into `scratch` and an f64 addition.
-    fn ab_dense(
-        t: ArrayView2<'_, Self>,
-        omega: ArrayView2<'_, Self>,
-        layout: Option<&crate::fused::OmegaLayout>,
-        c0: usize,
-        y: ArrayViewMut2<'_, f64>,
-        scratch: &mut Vec<Self>,
-    ) {
-        let _ = layout;
-        add_product_in(
-            false,
-            t,
-            omega.slice(s![c0..c0 + t.ncols(), ..]),
-            y,
-            scratch,
-        );
-    }
-    /// `b += Qᵀ·T` for a tile of values, `q` `rows × g` and `b` `g × cols`: by [`gemm`]
-    /// into `scratch` and an f64 addition (the skinny kernel where it runs; `crate::fused`
-    /// says why not the fused one).
-    fn atb_dense(
-        t: ArrayView2<'_, Self>,
-        q: ArrayView2<'_, Self>,
-        b: ArrayViewMut2<'_, f64>,
-        scratch: &mut Vec<Self>,
-    ) {
-        add_product_in(true, q, t, b, scratch);
+        atb_tile_by_gemm(t, q, b, scratch);
     }
     /// Σ x² in f64.
     fn sum_squares(x: &[Self]) -> f64;
@@ -470,45 +439,31 @@ impl Real for f32 {
     fn omega_layout(omega: ArrayView2<'_, f32>) -> Option<crate::fused::OmegaLayout> {
         crate::fused::available().then(|| crate::fused::OmegaLayout::new(omega))
     }
-    fn ab_packed(
-        t: &PackedTile<'_>,
+    fn ab_tile(
+        t: Tile<'_, f32>,
         omega: ArrayView2<'_, f32>,
         layout: Option<&crate::fused::OmegaLayout>,
         c0: usize,
         mut y: ArrayViewMut2<'_, f64>,
         scratch: &mut Vec<f32>,
     ) {
-        if !layout.is_some_and(|l| crate::fused::ab(t, l, c0, y.view_mut())) {
-            let a = t.standardize(scratch);
-            add_product(false, a, omega.slice(s![c0..c0 + t.cols, ..]), y);
+        let done = match (&t, layout) {
+            (Tile::Dense(v), Some(l)) => crate::fused::ab_values(*v, l, c0, y.view_mut()),
+            (Tile::Packed(p), Some(l)) => crate::fused::ab(p, l, c0, y.view_mut()),
+            (_, None) => false,
+        };
+        if !done {
+            ab_tile_by_gemm(t, omega, c0, y, scratch);
         }
     }
-    fn atb_packed(
-        t: &PackedTile<'_>,
+    fn atb_tile(
+        t: Tile<'_, f32>,
         q: ArrayView2<'_, f32>,
         mut b: ArrayViewMut2<'_, f64>,
         scratch: &mut Vec<f32>,
     ) {
-        if !crate::fused::atb(t, q, b.view_mut()) {
-            add_product(true, q, t.standardize(scratch), b);
-        }
-    }
-    fn ab_dense(
-        t: ArrayView2<'_, f32>,
-        omega: ArrayView2<'_, f32>,
-        layout: Option<&crate::fused::OmegaLayout>,
-        c0: usize,
-        mut y: ArrayViewMut2<'_, f64>,
-        scratch: &mut Vec<f32>,
-    ) {
-        if !layout.is_some_and(|l| crate::fused::ab_values(t, l, c0, y.view_mut())) {
-            add_product_in(
-                false,
-                t,
-                omega.slice(s![c0..c0 + t.ncols(), ..]),
-                y,
-                scratch,
-            );
+        if !matches!(&t, Tile::Packed(p) if crate::fused::atb(p, q, b.view_mut())) {
+            atb_tile_by_gemm(t, q, b, scratch);
         }
     }
     fn store(a: Array2<f32>) -> Stored {
@@ -693,6 +648,34 @@ fn add_product<T: Real>(
     let mut part = Array2::<T>::zeros(c.dim());
     gemm(trans_a, a, b, T::zero(), part.view_mut());
     c.zip_mut_with(&part, |x, &p| *x += p.to_f64());
+}
+
+/// [`Real::ab_tile`] by [`gemm`].
+fn ab_tile_by_gemm<T: Real>(
+    t: Tile<'_, T>,
+    omega: ArrayView2<'_, T>,
+    c0: usize,
+    y: ArrayViewMut2<'_, f64>,
+    scratch: &mut Vec<T>,
+) {
+    let o = omega.slice(s![c0..c0 + t.dim().1, ..]);
+    match t {
+        Tile::Dense(t) => add_product_in(false, t, o, y, scratch),
+        Tile::Packed(p) => add_product(false, p.standardize(scratch), o, y),
+    }
+}
+
+/// [`Real::atb_tile`] by [`gemm`].
+fn atb_tile_by_gemm<T: Real>(
+    t: Tile<'_, T>,
+    q: ArrayView2<'_, T>,
+    b: ArrayViewMut2<'_, f64>,
+    scratch: &mut Vec<T>,
+) {
+    match t {
+        Tile::Dense(t) => add_product_in(true, q, t, b, scratch),
+        Tile::Packed(p) => add_product(true, q, p.standardize(scratch), b),
+    }
 }
 
 /// [`add_product`] with the product in `scratch` (grown as needed, reused across tiles).
