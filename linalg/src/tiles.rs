@@ -638,18 +638,6 @@ impl<T> Tile<'_, T> {
     }
 }
 
-/// `c += op(a)·b` in f64, `op(a) = aᵀ` with `trans_a`, through an f32/f64 product.
-fn add_product<T: Real>(
-    trans_a: bool,
-    a: ArrayView2<'_, T>,
-    b: ArrayView2<'_, T>,
-    mut c: ArrayViewMut2<'_, f64>,
-) {
-    let mut part = Array2::<T>::zeros(c.dim());
-    gemm(trans_a, a, b, T::zero(), part.view_mut());
-    c.zip_mut_with(&part, |x, &p| *x += p.to_f64());
-}
-
 /// [`Real::ab_tile`] by [`gemm`].
 fn ab_tile_by_gemm<T: Real>(
     t: Tile<'_, T>,
@@ -660,8 +648,9 @@ fn ab_tile_by_gemm<T: Real>(
 ) {
     let o = omega.slice(s![c0..c0 + t.dim().1, ..]);
     match t {
-        Tile::Dense(t) => add_product_in(false, t, o, y, scratch),
-        Tile::Packed(p) => add_product(false, p.standardize(scratch), o, y),
+        Tile::Dense(t) => add_product(false, t, o, y, scratch),
+        // The standardized values hold `scratch`: the product takes its own buffer.
+        Tile::Packed(p) => add_product(false, p.standardize(scratch), o, y, &mut Vec::new()),
     }
 }
 
@@ -673,13 +662,14 @@ fn atb_tile_by_gemm<T: Real>(
     scratch: &mut Vec<T>,
 ) {
     match t {
-        Tile::Dense(t) => add_product_in(true, q, t, b, scratch),
-        Tile::Packed(p) => add_product(true, q, p.standardize(scratch), b),
+        Tile::Dense(t) => add_product(true, q, t, b, scratch),
+        Tile::Packed(p) => add_product(true, q, p.standardize(scratch), b, &mut Vec::new()),
     }
 }
 
-/// [`add_product`] with the product in `scratch` (grown as needed, reused across tiles).
-fn add_product_in<T: Real>(
+/// `c += op(a)·b` in f64, `op(a) = aᵀ` with `trans_a`, through an f32/f64 product in
+/// `scratch` (grown as needed, reused across tiles).
+fn add_product<T: Real>(
     trans_a: bool,
     a: ArrayView2<'_, T>,
     b: ArrayView2<'_, T>,
