@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, PinnedHostSlice};
 use cudarc::nvrtc::Ptx;
 
 use super::{GpuError, GpuLibraries};
@@ -12,7 +12,7 @@ use super::{GpuError, GpuLibraries};
 pub const KERNELS_SOURCE: &str = include_str!("kernels.cu");
 
 /// Names of the kernels in [`KERNELS_SOURCE`], in the order of [`GpuKernels`]' fields.
-const KERNEL_NAMES: [&str; 9] = [
+const KERNEL_NAMES: [&str; 10] = [
     "uniform_f64",
     "uniform_f32",
     "genotype_packed",
@@ -22,6 +22,7 @@ const KERNEL_NAMES: [&str; 9] = [
     "add_f64",
     "sum_squares_f64",
     "sum_squares_f32",
+    "round_f64_to_f32",
 ];
 
 /// The compiled kernels of one device (see `kernels.cu` for what each computes).
@@ -45,6 +46,8 @@ pub struct GpuKernels {
     pub sum_squares_f64: CudaFunction,
     /// `out += Σ x²` of an f32 buffer, summed in f64.
     pub sum_squares_f32: CudaFunction,
+    /// `out = x` rounded from f64 to f32.
+    pub round_f64_to_f32: CudaFunction,
 }
 
 /// Compiles [`KERNELS_SOURCE`] with NVRTC into machine code (CUBIN) for compute
@@ -104,8 +107,14 @@ pub struct GpuDevice {
     name: String,
     memory_bytes: u64,
     stream: Arc<CudaStream>,
+    /// Host-to-device copies of staged panels, so that they overlap the kernels on
+    /// `stream` (cudarc orders the two streams' uses of a buffer by its events).
+    copy_stream: Arc<CudaStream>,
     blas: CudaBlas,
     kernels: GpuKernels,
+    /// Page-locked staging buffers, kept from job to job: allocating them costs
+    /// milliseconds per buffer, and a pass stages every panel it reads.
+    pinned: Mutex<Vec<PinnedHostSlice<u8>>>,
     /// One job's device work at a time: the actor's threads share the stream, and each
     /// job sizes its device buffers for the whole device.
     lane: Mutex<()>,
@@ -143,6 +152,7 @@ impl GpuDevice {
         };
         let ctx = CudaContext::new(ordinal).map_err(cuda("creating the context"))?;
         let stream = ctx.new_stream().map_err(cuda("creating a stream"))?;
+        let copy_stream = ctx.new_stream().map_err(cuda("creating a copy stream"))?;
         let blas = CudaBlas::new(Arc::clone(&stream)).map_err(|e| GpuError::Cuda {
             ordinal,
             what: "creating the cuBLAS handle".into(),
@@ -177,14 +187,17 @@ impl GpuDevice {
             add_f64: next(),
             sum_squares_f64: next(),
             sum_squares_f32: next(),
+            round_f64_to_f32: next(),
         };
         Ok(GpuDevice {
             ordinal,
             name: info.name.clone(),
             memory_bytes: info.memory_bytes,
             stream,
+            copy_stream,
             blas,
             kernels,
+            pinned: Mutex::new(Vec::new()),
             lane: Mutex::new(()),
         })
     }
@@ -218,6 +231,52 @@ impl GpuDevice {
         &self.stream
     }
 
+    /// The stream that copies staged panels to the device ([`GpuDevice::pinned`]).
+    pub fn copy_stream(&self) -> &Arc<CudaStream> {
+        &self.copy_stream
+    }
+
+    /// Lends a page-locked host buffer of at least `bytes` bytes (from the device's pool
+    /// when one is large enough, else newly allocated); it goes back to the pool when the
+    /// lease is dropped. Copies from page-locked memory are DMA transfers that overlap the
+    /// host's work; from pageable memory the driver first copies through its own buffer.
+    pub fn pinned(&self, bytes: usize) -> Result<PinnedLease<'_>, GpuError> {
+        // Whole 8-byte words, so that the buffer can be viewed as f64 values.
+        let bytes = bytes.max(1).next_multiple_of(8);
+        let found = {
+            let mut pool = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+            let i = pool.iter().position(|b| b.len() >= bytes);
+            i.map(|i| pool.swap_remove(i))
+        };
+        let buffer = match found {
+            Some(b) => b,
+            None => {
+                let ctx = self.stream.context();
+                // SAFETY: the memory is uninitialized; every lease writes what it copies
+                // before the copy reads it (PinnedLease::values_mut hands out only what
+                // the caller fills).
+                unsafe { ctx.alloc_pinned::<u8>(bytes) }.map_err(|e| {
+                    self.error(
+                        &format!("allocating {bytes} bytes of pinned host memory"),
+                        e,
+                    )
+                })?
+            }
+        };
+        let done = self
+            .stream
+            .context()
+            .new_event(Some(
+                cudarc::driver::sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC,
+            ))
+            .map_err(|e| self.error("creating an event", e))?;
+        Ok(PinnedLease {
+            buffer: Some(buffer),
+            pool: &self.pinned,
+            done,
+        })
+    }
+
     /// cuBLAS, bound to [`GpuDevice::stream`].
     pub fn blas(&self) -> &CudaBlas {
         &self.blas
@@ -240,6 +299,71 @@ impl GpuDevice {
             ordinal: self.ordinal,
             what: what.into(),
             message: e.to_string(),
+        }
+    }
+}
+
+/// A page-locked host buffer lent by [`GpuDevice::pinned`], with the event of the last
+/// copy out of it: the host waits for that copy before writing the buffer again.
+pub struct PinnedLease<'d> {
+    buffer: Option<PinnedHostSlice<u8>>,
+    pool: &'d Mutex<Vec<PinnedHostSlice<u8>>>,
+    done: CudaEvent,
+}
+
+impl PinnedLease<'_> {
+    /// Bytes in the buffer.
+    pub fn len(&self) -> usize {
+        self.buffer.as_ref().map_or(0, |b| b.len())
+    }
+
+    /// Whether the buffer is empty (never: leases hold at least 8 bytes).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The buffer as `len` values of `T`, to be written, after the last copy out of it
+    /// has finished ([`PinnedLease::copied`]).
+    pub fn values_mut<T: bytemuck::Pod>(
+        &mut self,
+        len: usize,
+    ) -> Result<&mut [T], cudarc::driver::DriverError> {
+        self.done.synchronize()?;
+        let b = self
+            .buffer
+            .as_mut()
+            .expect("held until dropped")
+            .as_mut_slice()?;
+        Ok(&mut bytemuck::cast_slice_mut::<u8, T>(&mut b[..len * std::mem::size_of::<T>()])[..])
+    }
+
+    /// The first `len` values of `T` of the buffer, to be copied from.
+    pub fn values<T: bytemuck::Pod>(
+        &self,
+        len: usize,
+    ) -> Result<&[T], cudarc::driver::DriverError> {
+        let b = self
+            .buffer
+            .as_ref()
+            .expect("held until dropped")
+            .as_slice()?;
+        Ok(bytemuck::cast_slice::<u8, T>(
+            &b[..len * std::mem::size_of::<T>()],
+        ))
+    }
+
+    /// Marks the work queued on `stream` so far as the last copy out of the buffer.
+    pub fn copied(&self, stream: &CudaStream) -> Result<(), cudarc::driver::DriverError> {
+        self.done.record(stream)
+    }
+}
+
+impl Drop for PinnedLease<'_> {
+    fn drop(&mut self) {
+        // A copy still reading the buffer must finish before another lease may write it.
+        let _ = self.done.synchronize();
+        if let Some(b) = self.buffer.take() {
+            self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(b);
         }
     }
 }

@@ -217,3 +217,12 @@ extern "C" __global__ void sum_squares_f64(const double* x, u64 len, double* out
 extern "C" __global__ void sum_squares_f32(const float* x, u64 len, double* out) {
     sum_squares<float>(x, len, out);
 }
+
+// out[i] = (float)x[i]: rows of Y rounded to the tiles' type for Yᵀ·T, as the CPU kernels
+// round each row block of Y before multiplying it.
+extern "C" __global__ void round_f64_to_f32(float* out, const double* x, u64 len) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < len;
+         i += (u64)gridDim.x * blockDim.x) {
+        out[i] = (float)x[i];
+    }
+}

@@ -18,7 +18,7 @@
 mod device;
 mod libs;
 
-pub use device::{compile_kernels, GpuDevice, GpuKernels, KERNELS_SOURCE};
+pub use device::{compile_kernels, GpuDevice, GpuKernels, PinnedLease, KERNELS_SOURCE};
 pub use libs::{probe, GpuInfo, GpuLibraries, Library};
 
 use std::str::FromStr;
