@@ -10,8 +10,15 @@
 //! the projection pass, and per genotype tile its code counts (`h × 4`), from which the
 //! host computes each variant's standardization exactly as the CPU kernels do (so the
 //! standardized values are the CPU's, bit for bit), and sends back a 4-entry table per
-//! variant. The orthonormalization (TSQR of the thin `Y`) and everything after stay on the
-//! host, as on CPU actors.
+//! variant. With fused projections the range pass also forms `W = YᵀA` from the same
+//! tiles, each row block's `Y` first. The orthonormalization (TSQR of the thin `Y`) and
+//! everything after stay on the host, as on CPU actors.
+//!
+//! A panel read from storage (Zarr, raw files) is decoded on the host by the actor's CPU
+//! threads, as on CPU actors, and [`Staging`] copies it to the device block by block
+//! through page-locked buffers, double-buffered on a copy stream of its own: decode, copy
+//! and products overlap. Genotypes travel as their 2-bit codes with a 4-entry table per
+//! variant, computed on the host as the CPU kernels compute it.
 //!
 //! # Precision
 //!
@@ -29,15 +36,16 @@ use std::ops::Range;
 use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
-    CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaFunction, CudaSlice, CudaView, CudaViewMut, DeviceRepr, LaunchConfig, PushKernelArg,
+    ValidAsZeroBits,
 };
 use ndarray::{s, Array2, ArrayView2};
 pub use rankwise_runtime::gpu::GpuDevice;
-use rankwise_runtime::gpu::{GpuError, GpuKernels};
+use rankwise_runtime::gpu::{GpuError, GpuKernels, PinnedLease};
 use rankwise_runtime::stream::{BLOCK_COLS, LANES};
 use rankwise_runtime::{Dist, Generated};
 
-use crate::tiles::{scale_of, Operand, PanelFacts, Real, RowCounts};
+use crate::tiles::{scale_of, Operand, PackedTile, PanelFacts, Real, RowCounts, Tile, TILE_ROWS};
 use crate::LinalgError;
 
 /// Columns per f32 GEMM whose product is added to the f64 sums.
@@ -78,8 +86,8 @@ impl DeviceSource {
     /// Why an operand runs on CPU cores even on a GPU actor.
     pub fn why_not(operand: &Operand) -> String {
         format!(
-            "GPU actors produce generated uniform or genotype matrices on the device; {} is \
-             computed on the actor's CPU cores",
+            "GPU actors compute generated uniform or genotype matrices and stored matrices on \
+             the device; {} is computed on the actor's CPU cores",
             operand.describe()
         )
     }
@@ -92,7 +100,7 @@ impl DeviceSource {
 }
 
 /// Tile element types the device computes in.
-pub trait GpuReal: Real + DeviceRepr + ValidAsZeroBits
+pub trait GpuReal: Real + DeviceRepr + ValidAsZeroBits + bytemuck::Pod
 where
     CudaBlas: Gemm<Self>,
 {
@@ -375,8 +383,8 @@ where
 /// `acc += part` on the device, `len` values.
 fn add_into<T: GpuReal>(
     dev: &GpuDevice,
-    acc: &mut CudaSlice<f64>,
-    part: &CudaSlice<T>,
+    acc: &mut CudaViewMut<'_, f64>,
+    part: &CudaView<'_, T>,
     len: usize,
 ) -> Result<(), LinalgError>
 where
@@ -390,179 +398,648 @@ where
     };
     let len64 = len as u64;
     let mut l = dev.stream().launch_builder(f);
-    l.arg(&mut *acc).arg(part).arg(&len64);
+    l.arg(acc).arg(part).arg(&len64);
     // SAFETY: both buffers hold at least `len` values of the kernel's types (f32 parts go
     // to add_f32_to_f64, f64 parts to add_f64).
     unsafe { l.launch(flat(len)) }.map_err(gpu(dev, "adding partial products"))?;
     Ok(())
 }
 
-/// Range pass of one panel: `Y = A[rows, :]·omega` (`h × w`, f64), and the panel's facts.
-pub fn range_panel<T: GpuReal>(
-    dev: &GpuDevice,
-    src: &DeviceSource,
-    rows: Range<u64>,
-    omega: ArrayView2<'_, T>,
-    measure: bool,
-) -> Result<(Array2<f64>, PanelFacts), LinalgError>
-where
-    CudaBlas: Gemm<T>,
-{
-    let _lane = dev.lock();
-    let stream = dev.stream();
-    let (n, w) = omega.dim();
-    let h = (rows.end - rows.start) as usize;
-    let mut facts = PanelFacts::default();
-    let mut y = Array2::<f64>::zeros((h, w));
-    if h == 0 || w == 0 {
-        return Ok((y, facts));
-    }
-    let omega = omega.as_standard_layout();
-    let om = stream
-        .clone_htod(omega.as_slice().expect("standard layout"))
-        .map_err(gpu(dev, "copying the test matrix"))?;
-    let mut p = Producer::<T>::new(dev, src, n, h)?;
-    let alloc = gpu(dev, "allocating products");
-    let mut acc = stream.alloc_zeros::<f64>(p.rows * w).map_err(&alloc)?;
-    let chunk = T::chunk(n);
-    let mut part = if chunk < n {
-        Some(stream.alloc_zeros::<T>(p.rows * w).map_err(&alloc)?)
-    } else {
-        None
-    };
-    for r0 in (0..h).step_by(p.rows) {
-        let r1 = (r0 + p.rows).min(h);
-        let b = r1 - r0;
-        p.produce(
-            rows.start + r0 as u64..rows.start + r1 as u64,
-            measure,
-            &mut facts,
-        )?;
-        // Yᵀ (w × b) = Ωᵀ (w × n) · tileᵀ (n × b), column-major.
-        for c0 in (0..n).step_by(chunk) {
-            let kc = chunk.min(n - c0);
-            let cfg = |beta| GemmConfig {
-                transa: CUBLAS_OP_N,
-                transb: CUBLAS_OP_N,
-                m: w as i32,
-                n: b as i32,
-                k: kc as i32,
-                alpha: T::one(),
-                lda: w as i32,
-                ldb: n as i32,
-                beta,
-                ldc: w as i32,
-            };
-            let a = om.slice(c0 * w..(c0 + kc) * w);
-            let t = p.tile.slice(c0..);
-            if let Some(sums) = T::sums(&mut acc) {
-                // f64: one product over all columns, straight into the sums.
-                let mut c = sums.slice_mut(..b * w);
-                // SAFETY: the shapes lie inside the buffers: Ω is n × w, the tile b × n
-                // (row-major), the sums b × w.
-                unsafe { dev.blas().gemm(cfg(T::zero()), &a, &t, &mut c) }
-                    .map_err(|e| blas_err(dev, "GEMM of a tile with Ω", e))?;
-                continue;
-            }
-            let part = part.as_mut().expect("f32 products have a part buffer");
-            {
-                let mut c = part.slice_mut(..b * w);
-                // SAFETY: as above, with the product of kc columns into `part`.
-                unsafe { dev.blas().gemm(cfg(T::zero()), &a, &t, &mut c) }
-                    .map_err(|e| blas_err(dev, "GEMM of a tile with Ω", e))?;
-            }
-            if c0 == 0 {
-                stream
-                    .memset_zeros(&mut acc)
-                    .map_err(gpu(dev, "zeroing sums"))?;
-            }
-            add_into(dev, &mut acc, part, b * w)?;
-        }
-        let dst = y
-            .slice_mut(s![r0..r1, ..])
-            .into_slice()
-            .expect("rows of a standard-layout array are contiguous");
-        stream
-            .memcpy_dtoh(&acc.slice(..b * w), dst)
-            .map_err(gpu(dev, "copying Y"))?;
-    }
-    Ok((y, facts))
+/// What one panel's tiles are multiplied for on the device.
+#[derive(Clone, Copy, Debug)]
+pub enum PanelJob<'a, T> {
+    /// The range pass: `Y = A·Ω` (`h × w`), and with `fused: Some(l)` also
+    /// `W = Y[:, ..l]ᵀ·A` (`l × n`) from the same tiles, each row block of `Y` as soon as
+    /// its rows are complete (they depend on the block's rows of `A` only).
+    Range {
+        /// The test matrix with its probe columns, `n × w`.
+        omega: ArrayView2<'a, T>,
+        /// The columns of `Y` that `W` is formed from, when the projections are fused.
+        fused: Option<usize>,
+    },
+    /// The projection pass: `B = Qᵀ·A` (`l × n`) for the panel's rows of the basis.
+    Project {
+        /// The panel's rows of `Q`, `h × l`.
+        q: ArrayView2<'a, f64>,
+    },
 }
 
-/// Projection pass of one panel: `B = Qᵀ·A[rows, :]` (`l × n`, f64) for the panel's rows
-/// `q` (`h × l`) of the basis.
-pub fn project_panel<T: GpuReal>(
-    dev: &GpuDevice,
-    src: &DeviceSource,
-    rows: Range<u64>,
-    q: ArrayView2<'_, f64>,
-    n: usize,
-) -> Result<Array2<f64>, LinalgError>
+/// What a panel's device products bring back to the host.
+#[derive(Debug, Default)]
+pub struct PanelOut {
+    /// `Y` (`h × w`), in range passes.
+    pub y: Option<Array2<f64>>,
+    /// `W` (fused range passes) or `B` (projection passes), `l × n`.
+    pub b: Option<Array2<f64>>,
+    /// The panel's facts, when the device produced its values; a staged panel's facts
+    /// come from the host that decoded it.
+    pub facts: PanelFacts,
+}
+
+/// The device buffers of one panel's products, fed a block of the panel's rows at a time.
+struct Products<'d, T: GpuReal>
 where
     CudaBlas: Gemm<T>,
 {
-    let _lane = dev.lock();
-    let stream = dev.stream();
-    let (h, l) = q.dim();
-    let mut out = Array2::<f64>::zeros((l, n));
-    if h == 0 || l == 0 || n == 0 {
-        return Ok(out);
+    dev: &'d GpuDevice,
+    n: usize,
+    h: usize,
+    /// Columns of `Y` (range passes; 0 in projection passes).
+    w: usize,
+    /// Rows of `W`/`B` (0 when there is neither).
+    l: usize,
+    /// Ω, `n × w` row-major.
+    om: Option<CudaSlice<T>>,
+    /// `Y` of the whole panel, `h × w` row-major, f64.
+    y: Option<CudaSlice<f64>>,
+    /// The panel's rows of `Q`, `h × l` row-major.
+    q: Option<CudaSlice<T>>,
+    /// f32 range passes with fused projections: a block of `Y` rounded to f32.
+    yt: Option<CudaSlice<T>>,
+    /// `W` or `B`, `l × n` row-major (`Bᵀ` column-major for cuBLAS), f64.
+    b: Option<CudaSlice<f64>>,
+    /// f32: each product before it is added to the f64 sums.
+    part: Option<CudaSlice<T>>,
+}
+
+impl<'d, T: GpuReal> Products<'d, T>
+where
+    CudaBlas: Gemm<T>,
+{
+    /// Buffers for a panel of `h × n` fed at most `block` rows at a time.
+    fn new(
+        dev: &'d GpuDevice,
+        n: usize,
+        h: usize,
+        block: usize,
+        job: &PanelJob<'_, T>,
+    ) -> Result<Self, LinalgError> {
+        let stream = dev.stream();
+        let alloc = gpu(dev, "allocating products");
+        let f32 = std::mem::size_of::<T>() == 4;
+        let (mut om, mut y, mut q, mut yt) = (None, None, None, None);
+        let (w, l) = match job {
+            PanelJob::Range { omega, fused } => {
+                let omega = omega.as_standard_layout();
+                om = Some(
+                    stream
+                        .clone_htod(omega.as_slice().expect("standard layout"))
+                        .map_err(gpu(dev, "copying the test matrix"))?,
+                );
+                let w = omega.ncols();
+                y = Some(stream.alloc_zeros::<f64>(h * w).map_err(&alloc)?);
+                let l = fused.unwrap_or(0).min(w);
+                if l > 0 && f32 {
+                    yt = Some(stream.alloc_zeros::<T>(block * w).map_err(&alloc)?);
+                }
+                (w, l)
+            }
+            PanelJob::Project { q: rows } => {
+                let qt: Vec<T> = rows
+                    .as_standard_layout()
+                    .iter()
+                    .map(|&v| T::from_f64(v))
+                    .collect();
+                q = Some(
+                    stream
+                        .clone_htod(&qt)
+                        .map_err(gpu(dev, "copying the panel's rows of Q"))?,
+                );
+                (0, rows.ncols())
+            }
+        };
+        let b = (l > 0)
+            .then(|| stream.alloc_zeros::<f64>(l * n))
+            .transpose()
+            .map_err(&alloc)?;
+        let part = f32
+            .then(|| stream.alloc_zeros::<T>((block * w).max(l * n).max(1)))
+            .transpose()
+            .map_err(&alloc)?;
+        Ok(Products {
+            dev,
+            n,
+            h,
+            w,
+            l,
+            om,
+            y,
+            q,
+            yt,
+            b,
+            part,
+        })
     }
-    let mut p = Producer::<T>::new(dev, src, n, h)?;
-    let alloc = gpu(dev, "allocating products");
-    let mut acc = stream.alloc_zeros::<f64>(l * n).map_err(&alloc)?;
-    let mut part = if std::mem::size_of::<T>() == 4 {
-        Some(stream.alloc_zeros::<T>(l * n).map_err(&alloc)?)
-    } else {
-        None
-    };
-    let mut facts = PanelFacts::default();
-    let mut qt: Vec<T> = Vec::new();
-    for r0 in (0..h).step_by(p.rows) {
-        let r1 = (r0 + p.rows).min(h);
-        let b = r1 - r0;
-        p.produce(
-            rows.start + r0 as u64..rows.start + r1 as u64,
-            false,
-            &mut facts,
-        )?;
-        qt.clear();
-        qt.extend(q.slice(s![r0..r1, ..]).iter().map(|&v| T::from_f64(v)));
-        let qd = stream
-            .clone_htod(&qt)
-            .map_err(gpu(dev, "copying rows of Q"))?;
-        // Bᵀ (n × l) += tileᵀ (n × b) · Q (b × l), column-major; Q row-major is Qᵀ there.
+
+    /// Multiplies the panel's rows `r0..r0 + rows`: the first `rows · n` values of `tile`,
+    /// row-major.
+    fn rows(&mut self, r0: usize, rows: usize, tile: &CudaSlice<T>) -> Result<(), LinalgError> {
+        let (dev, n, w, l) = (self.dev, self.n, self.w, self.l);
+        if rows == 0 || n == 0 {
+            return Ok(());
+        }
+        if let (Some(om), Some(y)) = (&self.om, self.y.as_mut()) {
+            // Yᵀ (w × rows) = Ωᵀ (w × n) · tileᵀ (n × rows), column-major; f32 tiles in
+            // column chunks whose products are added to the f64 sums.
+            let chunk = T::chunk(n);
+            for c0 in (0..n).step_by(chunk) {
+                let kc = chunk.min(n - c0);
+                let cfg = GemmConfig {
+                    transa: CUBLAS_OP_N,
+                    transb: CUBLAS_OP_N,
+                    m: w as i32,
+                    n: rows as i32,
+                    k: kc as i32,
+                    alpha: T::one(),
+                    lda: w as i32,
+                    ldb: n as i32,
+                    beta: T::zero(),
+                    ldc: w as i32,
+                };
+                let a = om.slice(c0 * w..(c0 + kc) * w);
+                let t = tile.slice(c0..rows * n);
+                if let Some(sums) = T::sums(y) {
+                    let mut c = sums.slice_mut(r0 * w..(r0 + rows) * w);
+                    // SAFETY: Ω is n × w, the tile rows × n (row-major, columns from c0),
+                    // the rows of Y rows × w: every index lies inside its buffer.
+                    unsafe { dev.blas().gemm(cfg, &a, &t, &mut c) }
+                        .map_err(|e| blas_err(dev, "GEMM of a tile with Ω", e))?;
+                    continue;
+                }
+                let part = self.part.as_mut().expect("f32 products have a part buffer");
+                {
+                    let mut c = part.slice_mut(..rows * w);
+                    // SAFETY: as above, the product of kc columns into `part`.
+                    unsafe { dev.blas().gemm(cfg, &a, &t, &mut c) }
+                        .map_err(|e| blas_err(dev, "GEMM of a tile with Ω", e))?;
+                }
+                let mut acc = y.slice_mut(r0 * w..(r0 + rows) * w);
+                add_into(dev, &mut acc, &part.slice(..rows * w), rows * w)?;
+            }
+        }
+        if l == 0 {
+            return Ok(());
+        }
+        // Bᵀ (n × l) += tileᵀ (n × rows) · X (rows × l), column-major, where X is the
+        // block's rows of Q (leading dimension l) or of Y (leading dimension w, its first l
+        // columns): row-major X is Xᵀ to cuBLAS.
+        let (x, ldx): (CudaView<'_, T>, usize) = if let Some(q) = &self.q {
+            (q.slice(r0 * l..(r0 + rows) * l), l)
+        } else {
+            let y = self.y.as_mut().expect("range passes keep Y");
+            if T::sums(y).is_none() {
+                let yt = self.yt.as_mut().expect("f32 fused passes round Y");
+                let len = (rows * w) as u64;
+                let mut launch = dev.stream().launch_builder(&dev.kernels().round_f64_to_f32);
+                let src = y.slice(r0 * w..(r0 + rows) * w);
+                launch.arg(&mut *yt).arg(&src).arg(&len);
+                // SAFETY: `yt` holds `block · w` ≥ rows · w values; the source rows · w.
+                unsafe { launch.launch(flat(rows * w)) }.map_err(gpu(dev, "rounding Y to f32"))?;
+                (yt.slice(..rows * w), w)
+            } else {
+                let sums = T::sums(y).expect("f64");
+                (sums.slice(r0 * w..(r0 + rows) * w), w)
+            }
+        };
+        let b = self.b.as_mut().expect("l > 0 keeps B");
         let cfg = |beta| GemmConfig {
             transa: CUBLAS_OP_N,
             transb: CUBLAS_OP_T,
             m: n as i32,
             n: l as i32,
-            k: b as i32,
+            k: rows as i32,
             alpha: T::one(),
             lda: n as i32,
-            ldb: l as i32,
+            ldb: ldx as i32,
             beta,
             ldc: n as i32,
         };
-        if let Some(sums) = T::sums(&mut acc) {
-            // f64: accumulate in place. SAFETY: tile b × n, Q b × l, sums l × n.
-            unsafe { dev.blas().gemm(cfg(T::one()), &p.tile, &qd, sums) }
-                .map_err(|e| blas_err(dev, "GEMM of Qᵀ with a tile", e))?;
-            continue;
+        let t = tile.slice(..rows * n);
+        if let Some(sums) = T::sums(b) {
+            // SAFETY: the tile is rows × n, X rows × ldx with l ≤ ldx columns used, the
+            // sums l × n.
+            unsafe { dev.blas().gemm(cfg(T::one()), &t, &x, sums) }
+                .map_err(|e| blas_err(dev, "GEMM of a tile with Q or Y", e))?;
+            return Ok(());
         }
-        let part = part.as_mut().expect("f32 products have a part buffer");
-        // SAFETY: as above, the product into `part`.
-        unsafe { dev.blas().gemm(cfg(T::zero()), &p.tile, &qd, part) }
-            .map_err(|e| blas_err(dev, "GEMM of Qᵀ with a tile", e))?;
-        add_into(dev, &mut acc, part, l * n)?;
+        let part = self.part.as_mut().expect("f32 products have a part buffer");
+        {
+            let mut c = part.slice_mut(..l * n);
+            // SAFETY: as above, the product into `part`.
+            unsafe { dev.blas().gemm(cfg(T::zero()), &t, &x, &mut c) }
+                .map_err(|e| blas_err(dev, "GEMM of a tile with Q or Y", e))?;
+        }
+        add_into(dev, &mut b.slice_mut(..), &part.slice(..l * n), l * n)
     }
-    stream
-        .memcpy_dtoh(
-            &acc,
-            out.as_slice_mut().expect("a new array is standard layout"),
-        )
-        .map_err(gpu(dev, "copying B"))?;
+
+    /// Copies `Y` and `W`/`B` back.
+    fn finish(self) -> Result<PanelOut, LinalgError> {
+        let dev = self.dev;
+        let stream = dev.stream();
+        let mut out = PanelOut::default();
+        if let Some(y) = &self.y {
+            let mut host = Array2::<f64>::zeros((self.h, self.w));
+            stream
+                .memcpy_dtoh(
+                    y,
+                    host.as_slice_mut().expect("a new array is standard layout"),
+                )
+                .map_err(gpu(dev, "copying Y"))?;
+            out.y = Some(host);
+        }
+        if let Some(b) = &self.b {
+            let mut host = Array2::<f64>::zeros((self.l, self.n));
+            stream
+                .memcpy_dtoh(
+                    b,
+                    host.as_slice_mut().expect("a new array is standard layout"),
+                )
+                .map_err(gpu(dev, "copying B"))?;
+            out.b = Some(host);
+        }
+        Ok(out)
+    }
+}
+
+/// One panel of a matrix the device produces itself ([`DeviceSource`]), global rows
+/// `rows` with `n` columns: its tiles are produced and multiplied for `job` on the device;
+/// with `measure`, the panel's facts are computed too.
+pub fn generated_panel<T: GpuReal>(
+    dev: &GpuDevice,
+    src: &DeviceSource,
+    rows: Range<u64>,
+    n: usize,
+    job: PanelJob<'_, T>,
+    measure: bool,
+) -> Result<PanelOut, LinalgError>
+where
+    CudaBlas: Gemm<T>,
+{
+    let _lane = dev.lock();
+    let h = (rows.end - rows.start) as usize;
+    let mut facts = PanelFacts::default();
+    if h == 0 || n == 0 {
+        return Products::new(dev, n, 0, 1, &job)?.finish();
+    }
+    let mut p = Producer::<T>::new(dev, src, n, h)?;
+    let mut products = Products::new(dev, n, h, p.rows, &job)?;
+    for r0 in (0..h).step_by(p.rows) {
+        let r1 = (r0 + p.rows).min(h);
+        p.produce(
+            rows.start + r0 as u64..rows.start + r1 as u64,
+            measure,
+            &mut facts,
+        )?;
+        products.rows(r0, r1 - r0, &p.tile)?;
+    }
+    let mut out = products.finish()?;
+    out.facts = facts;
     Ok(out)
+}
+
+/// Bytes of the values of one staged block of rows on the device (its rows are chosen to
+/// fit, in whole row blocks of [`TILE_ROWS`]).
+const STAGE_BYTES: usize = 64 << 20;
+
+/// Rows per staged block of a panel of `h` rows and `n` columns of `bytes_per_value`
+/// bytes on the device: whole row blocks of [`TILE_ROWS`] that fit in [`STAGE_BYTES`], at
+/// least one, and no more than the panel needs.
+pub fn stage_rows(n: usize, bytes_per_value: usize, h: usize) -> usize {
+    let fit = STAGE_BYTES / (n.max(1) * bytes_per_value.max(1)) / TILE_ROWS * TILE_ROWS;
+    fit.max(TILE_ROWS).min(h.max(1).next_multiple_of(TILE_ROWS))
+}
+
+/// Which rows of a panel the staged block being filled holds. Tiles come in row blocks
+/// (every column tile of a block, then the next block); a block is sent when the next row
+/// block would not fit, so staged blocks are whole row blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StageFill {
+    /// Capacity in rows.
+    rows: usize,
+    /// The panel row the block starts at.
+    base: usize,
+    /// Rows complete in the block.
+    filled: usize,
+}
+
+impl StageFill {
+    /// Whether the block must be sent before the tile at column `c0` of a row block of
+    /// `b` rows is placed.
+    fn full_before(&self, c0: usize, b: usize) -> bool {
+        c0 == 0 && self.filled > 0 && self.filled + b > self.rows
+    }
+
+    /// The block row that panel row `r0` goes to, for `b` rows, if they fit.
+    fn local(&self, r0: usize, b: usize) -> Option<usize> {
+        r0.checked_sub(self.base).filter(|&i| i + b <= self.rows)
+    }
+
+    /// A tile was placed at block row `local`; with `last_column` its row block is
+    /// complete.
+    fn placed(&mut self, local: usize, b: usize, last_column: bool) {
+        if last_column {
+            self.filled = self.filled.max(local + b);
+        }
+    }
+
+    /// The block was sent: the next starts after it.
+    fn sent(&mut self) {
+        self.base += self.filled;
+        self.filled = 0;
+    }
+}
+
+/// Writes a packed tile's rows into a staged block at block row `local`: their codes
+/// (`stride` bytes a row) and each variant's 4-entry table in the tiles' type (the values
+/// the CPU kernels standardize to). Every column tile of a row block carries the block's
+/// whole rows of codes, so only the first (`c0 = 0`) is staged.
+fn stage_codes<T: Real>(
+    p: &PackedTile<'_>,
+    local: usize,
+    stride: usize,
+    codes: &mut [u8],
+    tables: &mut [T],
+) {
+    let b = p.rows;
+    codes[local * stride..(local + b) * stride].copy_from_slice(&p.bytes[..b * stride]);
+    for (i, scale) in p.scales.iter().take(b).enumerate() {
+        let row = &mut tables[4 * (local + i)..4 * (local + i + 1)];
+        for (d, v) in row.iter_mut().zip(scale.table()) {
+            *d = T::from_f64(v);
+        }
+    }
+}
+
+/// Writes a tile of values (columns from `c0`) into a staged block of rows of `n` values,
+/// at block row `local`.
+fn stage_values<T: Copy>(
+    t: ArrayView2<'_, T>,
+    local: usize,
+    c0: usize,
+    n: usize,
+    values: &mut [T],
+) {
+    let cols = t.ncols();
+    for (i, row) in t.rows().into_iter().enumerate() {
+        let at = (local + i) * n + c0;
+        match row.as_slice() {
+            Some(r) => values[at..at + cols].copy_from_slice(r),
+            None => values[at..at + cols]
+                .iter_mut()
+                .zip(row.iter())
+                .for_each(|(d, &v)| *d = v),
+        }
+    }
+}
+
+/// The device buffers a staged block travels to.
+enum Slots<T> {
+    /// Genotypes: 2-bit codes and per-variant tables, standardized into `tile` on the
+    /// device.
+    Packed {
+        /// Bytes per row of codes.
+        stride: usize,
+        codes: [CudaSlice<u8>; 2],
+        tables: [CudaSlice<T>; 2],
+        tile: CudaSlice<T>,
+    },
+    /// Float values in the tiles' type.
+    Values { values: [CudaSlice<T>; 2] },
+}
+
+/// A stored panel's tiles, decoded on the host by the actor's threads, staged into
+/// page-locked buffers and copied to the device on its copy stream, double-buffered: while
+/// the device copies and multiplies one block of rows, the host fills the other buffer,
+/// and the copy of the next block overlaps the products of the last. Genotypes travel
+/// 2-bit packed with four table entries per variant (a quarter of int8's bytes), and are
+/// standardized on the device.
+///
+/// Feed it every tile of the panel from [`crate::tiles::TileProducer`] with
+/// [`crate::tiles::Packing::Always`], in the producer's order, then call
+/// [`Staging::finish`].
+///
+/// Unlike the device-produced passes it does not hold the device's lane
+/// ([`GpuDevice::lock`]) for the panel: the actor's workers take their panels' segments
+/// from one read-ahead, which is free of deadlock only while each worker waits for nothing
+/// but its own panel's segments (`reads::read_units`). A worker waiting for the lane while
+/// the read-ahead's buffers hold its panel's first segments would stop the worker holding
+/// the lane from ever getting its next one. Concurrent stagings share the actor's two
+/// streams, each with buffers of its own ([`STAGE_BYTES`] of device values, two
+/// page-locked blocks of codes or values on the host).
+pub struct Staging<'d, T: GpuReal>
+where
+    CudaBlas: Gemm<T>,
+{
+    dev: &'d GpuDevice,
+    products: Products<'d, T>,
+    panel: usize,
+    n: usize,
+    /// The page-locked buffers: codes or values, and tables.
+    host: [PinnedLease<'d>; 2],
+    tables: Option<[PinnedLease<'d>; 2]>,
+    slots: Slots<T>,
+    /// The slot being filled, and which rows of the panel it holds.
+    slot: usize,
+    fill: StageFill,
+    /// Bytes copied to the device.
+    staged: u64,
+    error: Option<LinalgError>,
+}
+
+impl<'d, T: GpuReal> Staging<'d, T>
+where
+    CudaBlas: Gemm<T>,
+{
+    /// Staging for panel `panel` (`h` rows) of the stored `operand`, multiplied for `job`.
+    pub fn new(
+        dev: &'d GpuDevice,
+        operand: &Operand,
+        panel: usize,
+        h: usize,
+        job: PanelJob<'_, T>,
+    ) -> Result<Self, LinalgError> {
+        let n = operand.shape().1 as usize;
+        let size = std::mem::size_of::<T>();
+        let rows = stage_rows(n, size, h);
+        let stream = dev.stream();
+        let alloc = gpu(dev, "allocating staging buffers");
+        let pinned = |bytes| dev.pinned(bytes).map_err(LinalgError::Gpu);
+        let (host, tables, slots) = match operand {
+            Operand::Genotypes(_) => {
+                let stride = n.div_ceil(4);
+                let host = [pinned(rows * stride)?, pinned(rows * stride)?];
+                let tables = [pinned(rows * 4 * size)?, pinned(rows * 4 * size)?];
+                let two = |len| -> Result<_, LinalgError> {
+                    Ok([
+                        stream.alloc_zeros::<u8>(len).map_err(&alloc)?,
+                        stream.alloc_zeros::<u8>(len).map_err(&alloc)?,
+                    ])
+                };
+                let slots = Slots::Packed {
+                    stride,
+                    codes: two(rows * stride)?,
+                    tables: [
+                        stream.alloc_zeros::<T>(rows * 4).map_err(&alloc)?,
+                        stream.alloc_zeros::<T>(rows * 4).map_err(&alloc)?,
+                    ],
+                    tile: stream.alloc_zeros::<T>(rows * n.max(1)).map_err(&alloc)?,
+                };
+                (host, Some(tables), slots)
+            }
+            Operand::Dense(_) => {
+                let host = [pinned(rows * n * size)?, pinned(rows * n * size)?];
+                let slots = Slots::Values {
+                    values: [
+                        stream.alloc_zeros::<T>(rows * n.max(1)).map_err(&alloc)?,
+                        stream.alloc_zeros::<T>(rows * n.max(1)).map_err(&alloc)?,
+                    ],
+                };
+                (host, None, slots)
+            }
+        };
+        let products = Products::new(dev, n, h, rows, &job)?;
+        Ok(Staging {
+            dev,
+            products,
+            panel,
+            n,
+            host,
+            tables,
+            slots,
+            slot: 0,
+            fill: StageFill {
+                rows,
+                base: 0,
+                filled: 0,
+            },
+            staged: 0,
+            error: None,
+        })
+    }
+
+    /// Takes tile `(r0, c0)` of the panel. An error is kept and returned by
+    /// [`Staging::finish`]; the tiles after it are ignored.
+    pub fn push(&mut self, r0: usize, c0: usize, tile: Tile<'_, T>) {
+        if self.error.is_none() {
+            if let Err(e) = self.take(r0, c0, tile) {
+                self.error = Some(e);
+            }
+        }
+    }
+
+    fn internal(&self, message: String) -> LinalgError {
+        LinalgError::Panel {
+            panel: self.panel,
+            rows: format!("{}..", self.fill.base),
+            message: format!("internal: staging for the GPU: {message}"),
+        }
+    }
+
+    fn take(&mut self, r0: usize, c0: usize, tile: Tile<'_, T>) -> Result<(), LinalgError> {
+        let (b, cols) = tile.dim();
+        if self.fill.full_before(c0, b) {
+            self.flush()?;
+        }
+        let Some(local) = self.fill.local(r0, b) else {
+            return Err(self.internal(format!(
+                "rows {r0}..{} outside the staged block {}..{}",
+                r0 + b,
+                self.fill.base,
+                self.fill.base + self.fill.rows
+            )));
+        };
+        let cuda = gpu(self.dev, "waiting for a staging buffer");
+        let (n, rows, slot) = (self.n, self.fill.rows, self.slot);
+        match (&self.slots, tile) {
+            (Slots::Packed { stride, .. }, Tile::Packed(p)) => {
+                if c0 == 0 {
+                    let codes = self.host[slot]
+                        .values_mut::<u8>(rows * stride)
+                        .map_err(&cuda)?;
+                    let tables = self.tables.as_mut().expect("packed staging has tables");
+                    let tables = tables[slot].values_mut::<T>(rows * 4).map_err(&cuda)?;
+                    stage_codes(&p, local, *stride, codes, tables);
+                }
+            }
+            (Slots::Values { .. }, Tile::Dense(t)) => {
+                let values = self.host[slot].values_mut::<T>(rows * n).map_err(&cuda)?;
+                stage_values(t, local, c0, n, values);
+            }
+            (Slots::Packed { .. }, Tile::Dense(_)) | (Slots::Values { .. }, Tile::Packed(_)) => {
+                return Err(self.internal("a tile of the other kind".into()));
+            }
+        }
+        self.fill.placed(local, b, c0 + cols >= n);
+        Ok(())
+    }
+
+    /// Copies the filled block to the device on the copy stream and queues its products
+    /// on the compute stream (which waits for the copy through the buffers' events).
+    fn flush(&mut self) -> Result<(), LinalgError> {
+        let (dev, rows, s, n) = (self.dev, self.fill.filled, self.slot, self.n);
+        if rows == 0 {
+            return Ok(());
+        }
+        let copy = dev.copy_stream();
+        let cuda = gpu(dev, "copying a staged block to the device");
+        match &mut self.slots {
+            Slots::Packed {
+                stride,
+                codes,
+                tables,
+                tile,
+            } => {
+                let stride = *stride;
+                let src = self.host[s].values::<u8>(rows * stride).map_err(&cuda)?;
+                copy.memcpy_htod(src, &mut codes[s].slice_mut(..rows * stride))
+                    .map_err(&cuda)?;
+                self.host[s].copied(copy).map_err(&cuda)?;
+                let host_tables = self.tables.as_ref().expect("packed staging has tables");
+                let src = host_tables[s].values::<T>(rows * 4).map_err(&cuda)?;
+                copy.memcpy_htod(src, &mut tables[s].slice_mut(..rows * 4))
+                    .map_err(&cuda)?;
+                host_tables[s].copied(copy).map_err(&cuda)?;
+                self.staged += (rows * (stride + 4 * std::mem::size_of::<T>())) as u64;
+                let (col0, h32, n32, pld) = (0u32, rows as u32, n as u32, stride as u32);
+                let mut l = dev.stream().launch_builder(T::standardize(dev.kernels()));
+                l.arg(&mut *tile)
+                    .arg(&codes[s])
+                    .arg(&tables[s])
+                    .arg(&col0)
+                    .arg(&h32)
+                    .arg(&n32)
+                    .arg(&pld)
+                    .arg(&n32);
+                // SAFETY: reads `rows` rows of `stride` code bytes and 4 table entries per
+                // row, writes rows × n values: all inside buffers of `self.rows` rows.
+                unsafe { l.launch(grid(n, rows)) }
+                    .map_err(gpu(dev, "standardizing staged genotypes"))?;
+                self.products.rows(self.fill.base, rows, tile)?;
+            }
+            Slots::Values { values } => {
+                let src = self.host[s].values::<T>(rows * n).map_err(&cuda)?;
+                copy.memcpy_htod(src, &mut values[s].slice_mut(..rows * n))
+                    .map_err(&cuda)?;
+                self.host[s].copied(copy).map_err(&cuda)?;
+                self.staged += (rows * n * std::mem::size_of::<T>()) as u64;
+                self.products.rows(self.fill.base, rows, &values[s])?;
+            }
+        }
+        self.fill.sent();
+        self.slot ^= 1;
+        Ok(())
+    }
+
+    /// Multiplies the last block and brings the products back, with the bytes staged to
+    /// the device.
+    pub fn finish(mut self) -> Result<(PanelOut, u64), LinalgError> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.flush()?;
+        let staged = self.staged;
+        Ok((self.products.finish()?, staged))
+    }
 }
 
 impl From<GpuError> for LinalgError {
@@ -607,4 +1084,171 @@ where
             .map_err(gpu(dev, "copying a tile"))?;
     }
     Ok((out, facts))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ndarray::Array2;
+    use rankwise_runtime::{Dist, Generated, GenotypeSource, InMemoryGenotypes};
+
+    use super::*;
+    use crate::testing::Rng;
+    use crate::tiles::{Packing, TileProducer, TILE_COLS};
+
+    #[test]
+    fn staged_blocks_are_whole_row_blocks_within_the_budget() {
+        let mut rng = Rng::fresh();
+        for _ in 0..200 {
+            let n = 1 + rng.below(200_000);
+            let size = [1, 4, 8][rng.below(3)];
+            let h = 1 + rng.below(3_000_000);
+            let r = stage_rows(n, size, h);
+            assert_eq!(r % TILE_ROWS, 0, "n {n} size {size} h {h}: {r}");
+            assert!(
+                r >= TILE_ROWS && r <= h.next_multiple_of(TILE_ROWS),
+                "{n} {h}: {r}"
+            );
+            assert!(
+                r == TILE_ROWS || r * n * size <= STAGE_BYTES,
+                "{n} {size}: {r}"
+            );
+        }
+    }
+
+    /// What the device would receive, block by block: a panel's tiles as [`Staging`]
+    /// places them in its host buffers, each block rebuilt as the standardized values the
+    /// device computes from it (codes through the tables, or the values themselves).
+    fn staged_blocks<T: Real>(op: &Operand, h: usize, capacity: usize) -> Vec<(usize, Array2<T>)> {
+        let n = op.shape().1 as usize;
+        let stride = n.div_ceil(4);
+        let mut fill = StageFill {
+            rows: capacity,
+            base: 0,
+            filled: 0,
+        };
+        let mut codes = vec![0u8; capacity * stride];
+        let mut tables = vec![T::default(); capacity * 4];
+        let mut values = vec![T::default(); capacity * n];
+        let packed = matches!(op, Operand::Genotypes(_));
+        let mut blocks = Vec::new();
+        let send = |fill: &mut StageFill,
+                    codes: &[u8],
+                    tables: &[T],
+                    values: &[T],
+                    blocks: &mut Vec<(usize, Array2<T>)>| {
+            let block = Array2::from_shape_fn((fill.filled, n), |(i, j)| {
+                if packed {
+                    let code = (codes[i * stride + j / 4] >> (2 * (j % 4))) & 3;
+                    tables[4 * i + code as usize]
+                } else {
+                    values[i * n + j]
+                }
+            });
+            blocks.push((fill.base, block));
+            fill.sent();
+        };
+        TileProducer::new(op, 0, 0..h as u64)
+            .packing(Packing::Always)
+            .for_each(None, false, &mut Vec::new(), |r0, c0, t: Tile<'_, T>| {
+                let (b, cols) = t.dim();
+                if fill.full_before(c0, b) {
+                    send(&mut fill, &codes, &tables, &values, &mut blocks);
+                }
+                let local = fill
+                    .local(r0, b)
+                    .expect("a row block fits its staged block");
+                match t {
+                    Tile::Packed(p) if c0 == 0 => {
+                        stage_codes(&p, local, stride, &mut codes, &mut tables)
+                    }
+                    Tile::Packed(_) => {}
+                    Tile::Dense(v) => {
+                        assert!(!packed, "a genotype tile came standardized");
+                        stage_values(v, local, c0, n, &mut values)
+                    }
+                }
+                fill.placed(local, b, c0 + cols >= n);
+            })
+            .unwrap();
+        if fill.filled > 0 {
+            send(&mut fill, &codes, &tables, &values, &mut blocks);
+        }
+        blocks
+    }
+
+    /// The panel's values as the CPU actors multiply them.
+    fn host_values<T: Real>(op: &Operand, h: usize) -> Array2<T> {
+        let n = op.shape().1 as usize;
+        let mut out = Array2::<T>::default((h, n));
+        TileProducer::new(op, 0, 0..h as u64)
+            .for_each(None, false, &mut Vec::new(), |r0, c0, t: Tile<'_, T>| {
+                let Tile::Dense(v) = t else {
+                    panic!("Packing::Never hands out values")
+                };
+                let (b, w) = v.dim();
+                out.slice_mut(s![r0..r0 + b, c0..c0 + w]).assign(&v);
+            })
+            .unwrap();
+        out
+    }
+
+    fn check<T: Real>(op: &Operand, h: usize, capacity: usize, what: &str) {
+        let blocks = staged_blocks::<T>(op, h, capacity);
+        let want = host_values::<T>(op, h);
+        let mut next = 0;
+        for (i, (base, block)) in blocks.iter().enumerate() {
+            assert_eq!(*base, next, "{what}: block {i} starts at {base}");
+            if i + 1 < blocks.len() {
+                assert_eq!(block.nrows(), capacity, "{what}: block {i} is not full");
+            }
+            let rows = want.slice(s![next..next + block.nrows(), ..]);
+            let same = block
+                .iter()
+                .zip(rows.iter())
+                .all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits());
+            assert!(
+                same,
+                "{what}: block {i} (rows {next}..) differs from the host's values"
+            );
+            next += block.nrows();
+        }
+        assert_eq!(next, h, "{what}: rows staged");
+    }
+
+    /// Staged blocks hold exactly the values the CPU actors multiply, for generated and
+    /// stored genotypes (2-bit codes and tables) and for floats, on fresh shapes: row
+    /// blocks never straddle two staged blocks, every block but the last is full, and
+    /// the standardized values are the CPU's bit for bit in f64 and f32.
+    #[test]
+    fn staged_blocks_hold_the_values_the_cpu_multiplies() {
+        let mut rng = Rng::fresh();
+        for round in 0..4 {
+            let h = 1 + rng.below(5 * TILE_ROWS);
+            let n = 1 + rng.below(3 * TILE_COLS);
+            let capacity = TILE_ROWS * (1 + rng.below(3));
+            let seed = rng.next();
+            let what = format!("round {round}: {h} × {n}, blocks of {capacity} rows");
+            let g = Generated::new(h as u64, n as u64, seed, Dist::Genotype).with_missing(0.1);
+            let generated = Operand::Genotypes(Arc::new(g.clone()));
+            let mut dosages = Array2::<i8>::zeros((h, n));
+            g.fill_dosages(0..h as u64, dosages.view_mut()).unwrap();
+            let stored = Operand::Genotypes(Arc::new(InMemoryGenotypes::new(dosages, "t.zarr")));
+            let uniform = Operand::Dense(Arc::new(Generated::new(
+                h as u64,
+                n as u64,
+                seed,
+                Dist::Uniform,
+            )));
+            for (op, kind) in [
+                (&generated, "generated genotypes"),
+                (&stored, "stored genotypes"),
+                (&uniform, "uniform"),
+            ] {
+                check::<f64>(op, h, capacity, &format!("{what}, {kind}, f64"));
+                check::<f32>(op, h, capacity, &format!("{what}, {kind}, f32"));
+            }
+        }
+    }
 }

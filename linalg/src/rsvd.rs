@@ -63,7 +63,8 @@ use crate::reads::{
 };
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
-    Operand, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer, TILE_COLS, TILE_ROWS,
+    Operand, Packing, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer, TILE_COLS,
+    TILE_ROWS,
 };
 use crate::tree::{decode, encode, PartialSums, Tree};
 use crate::LinalgError;
@@ -467,6 +468,8 @@ pub struct RsvdResult {
     pub read: ReadTotals,
     /// Panel passes this rank computed on its GPUs (0 on CPU actors).
     pub gpu_panels: u64,
+    /// Bytes of stored panels this rank staged from host to GPU memory, all passes.
+    pub gpu_staged_bytes: u64,
     /// Why GPU actors of this rank computed on their CPU cores, when they did.
     pub gpu_note: Option<String>,
     /// How each projection was formed, in order (the power iterations', then `B`'s).
@@ -544,15 +547,58 @@ struct Ctx {
     device_source: Option<DeviceSource>,
     /// Panel passes computed on a GPU.
     gpu_panels: AtomicU64,
+    /// Bytes of stored panels staged from the host to GPUs.
+    gpu_staged_bytes: AtomicU64,
+}
+
+/// How a GPU actor's device gets a panel's values.
+enum OnDevice<'a> {
+    /// The device produces them itself (generated operands).
+    Produced(&'a gpu::GpuDevice, &'a DeviceSource),
+    /// The actor's threads decode them on the host and stage them to the device.
+    Staged(&'a gpu::GpuDevice),
 }
 
 impl Ctx {
-    /// The device and what it produces, when `actor` computes its panels on a GPU.
-    fn on_gpu(&self, actor: usize) -> Option<(&gpu::GpuDevice, &DeviceSource)> {
+    /// How `actor` computes its panels on a GPU, when it does.
+    fn on_gpu(&self, actor: usize) -> Option<OnDevice<'_>> {
         let dev = self.gpus.get(actor)?.as_deref()?;
-        let src = self.device_source.as_ref()?;
+        let how = match &self.device_source {
+            Some(src) => OnDevice::Produced(dev, src),
+            None if self.operand.stored().is_some() => OnDevice::Staged(dev),
+            None => return None,
+        };
         self.gpu_panels.fetch_add(1, Ordering::Relaxed);
-        Some((dev, src))
+        Some(how)
+    }
+
+    /// A staged panel's products on `dev`: its tiles as the read-ahead decodes them,
+    /// packed where they are genotypes, copied to the device block by block. Returns the
+    /// device's products and the facts the host measured.
+    fn staged<T: GpuReal>(
+        &self,
+        dev: &gpu::GpuDevice,
+        st: &PanelState,
+        read: &PanelRead<'_>,
+        job: gpu::PanelJob<'_, T>,
+        measure: bool,
+    ) -> Result<gpu::PanelOut, LinalgError>
+    where
+        CudaBlas: Gemm<T>,
+    {
+        let h = (st.rows.end - st.rows.start) as usize;
+        let mut stage = gpu::Staging::<T>::new(dev, &self.operand, st.p, h, job)?;
+        let (facts, _) = TileProducer::new(&self.operand, st.p, st.rows.clone())
+            .read_from(read)
+            .measuring(measure)
+            .packing(Packing::Always)
+            .for_each(None, false, &mut Vec::new(), |r0, c0, t: Tile<'_, T>| {
+                stage.push(r0, c0, t)
+            })?;
+        let (mut out, bytes) = stage.finish()?;
+        self.gpu_staged_bytes.fetch_add(bytes, Ordering::Relaxed);
+        out.facts = facts;
+        Ok(out)
     }
 }
 
@@ -648,9 +694,12 @@ pub fn rsvd(
         gpus: rt.actors().iter().map(|a| a.gpu().cloned()).collect(),
         device_source: DeviceSource::of(&problem.operand),
         gpu_panels: AtomicU64::new(0),
+        gpu_staged_bytes: AtomicU64::new(0),
     });
-    let gpu_note = (ctx.gpus.iter().any(Option::is_some) && ctx.device_source.is_none())
-        .then(|| DeviceSource::why_not(&problem.operand));
+    let gpu_note = (ctx.gpus.iter().any(Option::is_some)
+        && ctx.device_source.is_none()
+        && problem.operand.stored().is_none())
+    .then(|| DeviceSource::why_not(&problem.operand));
 
     // Pass 1: the sketch and the probe products, and with fused projections `W = YᵀA`.
     let fuse = plan.fused;
@@ -857,6 +906,7 @@ pub fn rsvd(
     let gpu_panels = ctx.gpu_panels.load(Ordering::Relaxed);
     Ok(RsvdResult {
         gpu_panels,
+        gpu_staged_bytes: ctx.gpu_staged_bytes.load(Ordering::Relaxed),
         gpu_note,
         s: s_k,
         wt,
@@ -947,16 +997,25 @@ where
     // Ω as the fused products take it, laid out once per pass.
     let layout = T::omega_layout(omega.view()).map(Arc::new);
     let out = rt.map(states, move |actor, mut st: PanelState| {
-        if let Some((dev, src)) = c.on_gpu(actor) {
-            let (y, facts) = gpu::range_panel::<T>(dev, src, st.rows.clone(), omega.view(), first)?;
-            if let Some(sums) = &w_sums {
-                // The device produces the panel again for YᵀA (as a separate pass would).
-                let ys = y.slice(s![.., ..l]).as_standard_layout().into_owned();
-                let b = gpu::project_panel::<T>(dev, src, st.rows.clone(), ys.view(), c.n)?;
+        if let Some(how) = c.on_gpu(actor) {
+            let job = gpu::PanelJob::Range {
+                omega: omega.view(),
+                fused: w_sums.as_ref().map(|_| l),
+            };
+            let out = match how {
+                OnDevice::Produced(dev, src) => {
+                    gpu::generated_panel::<T>(dev, src, st.rows.clone(), c.n, job, first)?
+                }
+                OnDevice::Staged(dev) => {
+                    let read = reads.panel(actor, st.p)?;
+                    c.staged(dev, &st, &read, job, first)?
+                }
+            };
+            if let (Some(sums), Some(b)) = (&w_sums, &out.b) {
                 sums.insert(st.p, b.t().as_standard_layout().into_owned());
             }
-            st.set_sketch(y, l);
-            return Ok::<_, LinalgError>((st, facts));
+            st.set_sketch(out.y.expect("range passes bring Y back"), l);
+            return Ok::<_, LinalgError>((st, out.facts));
         }
         let read = match st.stored {
             None => reads.panel(actor, st.p)?,
@@ -983,7 +1042,7 @@ where
         let (facts, kept) = TileProducer::new(&c.operand, st.p, st.rows.clone())
             .read_from(&read)
             .measuring(first)
-            .packed_tiles(true)
+            .packing(Packing::WhereMultiplied)
             .sweep(
                 st.stored.as_ref(),
                 keep && !keep_lease,
@@ -1249,8 +1308,18 @@ where
             level: 0,
             node: st.p,
         })?;
-        if let Some((dev, src)) = c.on_gpu(actor) {
-            let b = gpu::project_panel::<T>(dev, src, st.rows.clone(), q.view(), c.n)?;
+        if let Some(how) = c.on_gpu(actor) {
+            let job = gpu::PanelJob::Project { q: q.view() };
+            let out = match how {
+                OnDevice::Produced(dev, src) => {
+                    gpu::generated_panel::<T>(dev, src, st.rows.clone(), c.n, job, false)?
+                }
+                OnDevice::Staged(dev) => {
+                    let read = reads.panel(actor, st.p)?;
+                    c.staged(dev, &st, &read, job, false)?
+                }
+            };
+            let b = out.b.expect("projection passes bring B back");
             s2.insert(st.p, b.t().as_standard_layout().into_owned());
             return Ok::<_, LinalgError>(st);
         }
@@ -1266,7 +1335,7 @@ where
         TileProducer::new(&c.operand, st.p, st.rows.clone())
             .read_from(&read)
             .measuring(false)
-            .packed_tiles(true)
+            .packing(Packing::WhereMultiplied)
             .for_each(
                 st.stored.as_ref(),
                 false,

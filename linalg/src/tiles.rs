@@ -599,6 +599,20 @@ impl PackedTile<'_> {
     }
 }
 
+/// When [`TileProducer`] hands genotype tiles out packed ([`Tile::Packed`]). Tiles of
+/// resident rows that are measured again are standardized whatever this says: they are
+/// measured from their standardized values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packing {
+    /// Standardized values only.
+    Never,
+    /// Packed where the tile type multiplies packed tiles itself ([`Real::packed_tiles`]).
+    WhereMultiplied,
+    /// Packed for every tile type: the consumer copies the codes elsewhere (GPU actors
+    /// stage them to the device 2-bit packed) and standardizes them there.
+    Always,
+}
+
 /// How many times the tiles of each row block are handed out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sweeps {
@@ -719,7 +733,7 @@ pub struct TileProducer<'a> {
     panel: usize,
     rows: Range<u64>,
     measure: bool,
-    packed: bool,
+    packing: Packing,
     decoded: Option<&'a PanelBuffer>,
     segments: Option<&'a dyn PanelSegments>,
 }
@@ -791,7 +805,7 @@ impl<'a> TileProducer<'a> {
             panel,
             rows,
             measure: true,
-            packed: false,
+            packing: Packing::Never,
             decoded: None,
             segments: None,
         }
@@ -845,10 +859,10 @@ impl<'a> TileProducer<'a> {
         self
     }
 
-    /// Whether genotype tiles may be handed out packed ([`Tile::Packed`]) where the tile
-    /// type multiplies them so ([`Real::packed_tiles`]); off by default.
-    pub fn packed_tiles(mut self, packed: bool) -> Self {
-        self.packed = packed;
+    /// When genotype tiles are handed out packed ([`Tile::Packed`]) rather than
+    /// standardized; [`Packing::Never`] by default.
+    pub fn packing(mut self, packing: Packing) -> Self {
+        self.packing = packing;
         self
     }
 
@@ -1030,7 +1044,11 @@ impl<'a> TileProducer<'a> {
         let n = src.shape().1 as usize;
         let stride = n.div_ceil(4);
         // Resident rows measured again are measured from their standardized values.
-        let packed_out = self.packed && T::packed_tiles() && !(self.measure && stored.is_some());
+        let packed_out = match self.packing {
+            Packing::Never => false,
+            Packing::WhereMultiplied => T::packed_tiles(),
+            Packing::Always => true,
+        } && !(self.measure && stored.is_some());
         let mut tables: Vec<[f32; 4]> = Vec::with_capacity(TILE_ROWS);
         let mut facts = PanelFacts::default();
         let packed = match stored {

@@ -486,6 +486,7 @@ fn compute(
             "read": result.read,
             "timings": result.timings,
             "gpu_panel_passes": result.gpu_panels,
+            "gpu_staged_bytes": result.gpu_staged_bytes,
             "gpu_note": result.gpu_note,
         }),
     )?
@@ -734,8 +735,16 @@ fn summary_text(
     if r.gpu_panels > 0 {
         let _ = writeln!(
             s,
-            "GPU: {} panel passes on rank 0's GPU actors",
-            r.gpu_panels
+            "GPU: {} panel passes on rank 0's GPU actors{}",
+            r.gpu_panels,
+            if r.gpu_staged_bytes > 0 {
+                format!(
+                    ", {:.2} GB staged from host to device",
+                    r.gpu_staged_bytes as f64 / 1e9
+                )
+            } else {
+                String::new()
+            }
         );
     }
     if let Some(note) = &r.gpu_note {
