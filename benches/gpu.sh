@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks and benchmark, for a machine with an NVIDIA GPU: tests/gpu.rs, then `rsvd -k 10`
 # of a generated 10,000,000 × 20,000 genotype matrix (200 GB as uint8) on one GPU, generated
-# on the device panel by panel and regenerated in every pass.
+# on the device panel by panel and regenerated in every pass; then a genotype Zarr store
+# staged to the device (host decode + pinned copy) against the host's decode rate alone.
 #
 # From a checkout with a release build (`make build`, and `make test` for the test binary):
 #
@@ -15,15 +16,16 @@
 #
 # Environment: OUT (results folder; default target/bench-results/gpu-STAMP), ROWS and COLS
 # (the benchmark's shape; default 10000000 × 20000), CHUNK_ROWS (default 250000), PRECISIONS
-# (default "f32 f64"), TIMEOUT (seconds per rankwise run, default 300).
+# (default "f32 f64"), TIMEOUT (seconds per rankwise run, default 300); ZARR_ROWS (variants of
+# the Zarr store, COLS samples; default 500000, 10 GB as int8; 0 skips the step), ZARR_CHUNK
+# (its chunk rows, default 25000) and ZARR_DIR (where it is written, default /tmp/rankwise-gpu).
 #
 # CUDA libraries: rankwise loads the driver, NVRTC and cuBLAS at run time. Where the loader
 # does not find them, this script adds the folders CUDA images and NVIDIA's Python wheels
 # put them in to LD_LIBRARY_PATH, and records what it used.
 #
-# OUT receives eight files with the default PRECISIONS (env.txt, tests.log, runs.log,
-# small-gpu.json, small-cpu.json, rsvd-f32.json, rsvd-f64.json, summary.md), small enough to
-# copy back whole.
+# OUT receives five files (env.txt, tests.log, runs.log, reports.json: every run's JSON report
+# by name, summary.md), small enough to copy back whole.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +35,9 @@ COLS=${COLS:-20000}
 CHUNK_ROWS=${CHUNK_ROWS:-250000}
 PRECISIONS=${PRECISIONS:-f32 f64}
 TIMEOUT=${TIMEOUT:-300}
+ZARR_ROWS=${ZARR_ROWS:-500000}
+ZARR_CHUNK=${ZARR_CHUNK:-25000}
+ZARR_DIR=${ZARR_DIR:-/tmp/rankwise-gpu}
 OUT=${OUT:-$ROOT/target/bench-results/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
 die() {
     printf 'gpu.sh: %s\n' "$*" >&2
@@ -81,12 +86,22 @@ import json, os, sys
 out, rows, cols = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
 
+reports = {}
+try:
+    with open(os.path.join(out, "reports.json")) as f:
+        reports = json.load(f)
+except (OSError, ValueError):
+    pass
+
+
 def load(name):
-    try:
-        with open(os.path.join(out, name + ".json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+    if name not in reports:
+        try:
+            with open(os.path.join(out, "json", name + ".json")) as f:
+                reports[name] = json.load(f)
+        except (OSError, ValueError):
+            return None
+    return reports[name]
 
 
 env = open(os.path.join(out, "env.txt")).read().splitlines()
@@ -119,6 +134,26 @@ for p in ("f32", "f64"):
           f"{r['peak_rss_bytes'] / 2**30:.2f} GiB |")
 print()
 print("Generated GB/s: bytes produced (one per value per pass) over the passes' time.")
+
+read, zg, zc = load("zarr-read"), load("zarr-gpu"), load("zarr-cpu")
+if read:
+    print(f"\n## Zarr → device: {read['source']}\n")
+    print(f"- host decode alone (`rankwise read`, {read['cores']} cores): "
+          f"{read['decoded_gb_per_s']:.2f} GB/s decoded, {read['seconds']:.2f} s.")
+for name, d in (("GPU actor", zg), ("CPU actor", zc)):
+    if not d:
+        continue
+    r = d["per_rank"][0]
+    t = {x["phase"]: x["seconds"] for x in r["timings"]}
+    first = next((v for k, v in t.items() if k.startswith("pass 1")), float("nan"))
+    decoded = r["read"]["decoded_bytes"]
+    line = (f"- pca q = 0 f32 on a {name}: {d['seconds']:.2f} s, pass 1 {first:.2f} s, "
+            f"{decoded / first / 1e9:.2f} GB/s of int8 decoded")
+    staged = r.get("gpu_staged_bytes") or 0
+    if staged:
+        line += (f", {staged / 1e9:.2f} GB staged 2-bit packed "
+                 f"({staged / first / 1e9:.2f} GB/s over PCIe)")
+    print(line + ".")
 EOF
     cat "$OUT/summary.md"
 }
@@ -157,14 +192,15 @@ else
     echo "no GPU test binary (make test builds it; a bundle has release/deps/gpu)" | tee "$OUT/tests.log"
 fi
 
-run() { # name, then rankwise arguments; the report as JSON in OUT/name.json
+mkdir -p "$OUT/json"
+run() { # name, then rankwise arguments; the report as JSON in OUT/json/name.json
     local name=$1 rc=0
     shift
     echo "== $name: rankwise $*" >>"$OUT/runs.log"
-    timeout "$TIMEOUT" "$RANKWISE" "$@" --json >"$OUT/$name.json" 2>>"$OUT/runs.log" || rc=$?
+    timeout "$TIMEOUT" "$RANKWISE" "$@" --json >"$OUT/json/$name.json" 2>>"$OUT/runs.log" || rc=$?
     if ((rc != 0)); then
         echo "$name: exit $rc" | tee -a "$OUT/runs.log"
-        rm -f "$OUT/$name.json"
+        rm -f "$OUT/json/$name.json"
         status=1
     fi
 }
@@ -180,6 +216,38 @@ for p in $PRECISIONS; do
         -k 10 --power-iters 0 --precision "$p" --device gpu
 done
 
+# Zarr → device: a genotype store decoded on the host and staged to the GPU 2-bit packed,
+# against the host decode alone and a CPU actor.
+if ((ZARR_ROWS > 0)); then
+    store="$ZARR_DIR/genotypes-${ZARR_ROWS}x$COLS.zarr"
+    if [[ ! -d $store ]]; then
+        mkdir -p "$ZARR_DIR"
+        echo "== gen: $store" >>"$OUT/runs.log"
+        timeout "$TIMEOUT" "$RANKWISE" gen --out "$store" --rows "$ZARR_ROWS" --cols "$COLS" \
+            --chunk-rows "$ZARR_CHUNK" --dist genotype --codec blosc-zstd >>"$OUT/runs.log" 2>&1 ||
+            { echo "gen: failed" | tee -a "$OUT/runs.log"; status=1; }
+    fi
+    if [[ -d $store ]]; then
+        run zarr-read read --zarr "$store:call_dosage"
+        zarr=(pca --zarr "$store:call_dosage" -k 10 --power-iters 0 --precision f32)
+        run zarr-gpu "${zarr[@]}" --device gpu
+        run zarr-cpu "${zarr[@]}" --device cpu
+    fi
+fi
+
 summarize
+# One file of reports: the device tool brings back at most eight files.
+python3 - "$OUT" <<'EOF'
+import glob, json, os, sys
+out = sys.argv[1]
+reports = {}
+for f in sorted(glob.glob(os.path.join(out, "json", "*.json"))):
+    try:
+        reports[os.path.basename(f)[:-5]] = json.load(open(f))
+    except ValueError:
+        pass
+json.dump(reports, open(os.path.join(out, "reports.json"), "w"), indent=1)
+EOF
+rm -rf "$OUT/json"
 echo "results in $OUT"
 exit "$status"
