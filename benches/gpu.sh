@@ -78,6 +78,16 @@ if [[ -n $(missing) ]]; then
     extra=$(cuda_dirs | paste -sd: -)
     export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# NCCL's soname is libnccl.so.2, NVIDIA's wheel ships nothing else, and rankwise (cudarc)
+# loads libnccl.so: rankwise info names the file it found, and a link makes it loadable.
+nccl2=$("$RANKWISE" info 2>/dev/null |
+    sed -n 's|^  nccl .*; \(/[^ ]*libnccl\.so\.2\) loads, but.*|\1|p' || true)
+if [[ -n $nccl2 ]]; then
+    links=${TMPDIR:-/tmp}/rankwise-gpu-libs
+    mkdir -p "$links"
+    ln -sf "$nccl2" "$links/libnccl.so"
+    export LD_LIBRARY_PATH="$links${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 
 summarize() {
     python3 - "$OUT" "$ROWS" "$COLS" >"$OUT/summary.md" <<'EOF'

@@ -9,7 +9,8 @@
 //! On a machine with a GPU (`make test-gpu`, which sets `RANKWISE_REQUIRE_GPU=1` so that a
 //! missing GPU fails instead of skipping): the device generator gives the host generator's
 //! values, `rsvd`/`pca` on GPU actors agree with CPU actors on the same seed and grid, and
-//! Zarr stores staged to the device through pinned buffers agree with host reads.
+//! Zarr stores staged to the device through pinned buffers agree with host reads, and NCCL
+//! sums agree with the transport's.
 
 mod common;
 
@@ -399,5 +400,109 @@ fn zarr_stores_staged_to_the_device_agree_with_host_reads() {
                 );
             }
         }
+    }
+}
+
+fn collectives(report: &serde_json::Value) -> Vec<String> {
+    report["per_rank"]
+        .as_array()
+        .map(|ranks| {
+            ranks
+                .iter()
+                .map(|r| r["collectives"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every rank agrees on how the projections' sums cross ranks: through the transport,
+/// saying why NCCL was not used, when the ranks are not one GPU actor each (here: CPU
+/// actors under `mpirun -np 2`, a real MPI all-gather deciding it).
+#[test]
+fn sums_cross_ranks_through_the_transport_without_one_gpu_per_rank() {
+    let args = strings(&[
+        "rsvd",
+        "--rows",
+        "6000",
+        "--cols",
+        "120",
+        "--chunk-rows",
+        "1000",
+        "-k",
+        "3",
+        "--device",
+        "cpu",
+        "--json",
+    ]);
+    let r = report(&under_mpirun(2, &args));
+    let c = collectives(&r);
+    assert_eq!(c.len(), 2, "{r}");
+    for x in &c {
+        assert_eq!(
+            x, "mpi (NCCL not used: rank 0: its actors are not exactly one GPU actor)",
+            "{r}"
+        );
+    }
+    let r = report(&embedded(&args));
+    assert!(
+        collectives(&r)[0].starts_with("local (NCCL not used: "),
+        "{r}"
+    );
+}
+
+/// With one GPU actor per rank the sums go through NCCL (where the NCCL library is found)
+/// and give the transport's σ: one rank on one GPU, and two ranks under `mpirun`, which join
+/// NCCL when the machine has two GPUs and otherwise decline, naming the GPU they share.
+#[test]
+fn nccl_sums_agree_with_the_transport() {
+    if gpu_or_skip("nccl_sums_agree_with_the_transport").is_none() {
+        return;
+    }
+    let nccl = probed().find("nccl").is_some();
+    let mut rng = Draw(test_seed());
+    let (m, n) = (
+        rng.range(20_000, 50_000).to_string(),
+        rng.range(200, 1500).to_string(),
+    );
+    let seed = rng.next().to_string();
+    let mut args = vec![
+        "rsvd",
+        "--rows",
+        m.as_str(),
+        "--cols",
+        n.as_str(),
+        "--chunk-rows",
+        "2048",
+        "-k",
+        "6",
+        "--power-iters",
+        "2",
+        "--seed",
+        seed.as_str(),
+        "--json",
+    ];
+    let (cpu, _) = singular_values(&args[..args.len() - 1], "cpu");
+    let (gpu, r) = singular_values(&args[..args.len() - 1], "gpu");
+    assert_close(&gpu, &cpu, 1e-10, "one rank");
+    let c = collectives(&r);
+    if nccl {
+        assert_eq!(c, ["nccl"], "{r}");
+    } else {
+        assert!(c[0].contains("NCCL library was not found"), "{r}");
+    }
+    args.extend(["--device", "gpu"]);
+    let r = report(&under_mpirun(2, &strings(&args)));
+    let s: Vec<f64> = r["singular_values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_close(&s, &cpu, 1e-10, "two ranks");
+    let c = collectives(&r);
+    match (nccl, probed().devices.len()) {
+        (true, 2..) => assert_eq!(c, ["nccl", "nccl"], "{r}"),
+        (true, _) => assert!(c.iter().all(|x| x.contains("use the same GPU")), "{r}"),
+        (false, _) => assert!(c.iter().all(|x| x.contains("NCCL not used")), "{r}"),
     }
 }

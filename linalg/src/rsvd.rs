@@ -50,10 +50,12 @@ use std::time::Instant;
 use cudarc::cublas::{CudaBlas, Gemm};
 
 use ndarray::{s, Array2};
+use rankwise_runtime::gpu::{NcclComm, NcclJoin};
 use rankwise_runtime::{
     ChunkGrid, Dist, Generated, GenotypeSource, MemoryPlan, PanelSource, Placement, Residency,
     Runtime, World,
 };
+use rankwise_transports::Comm;
 use serde::Serialize;
 
 use crate::gpu::{self, DeviceSource, GpuReal};
@@ -470,6 +472,9 @@ pub struct RsvdResult {
     pub gpu_panels: u64,
     /// Bytes of stored panels this rank staged from host to GPU memory, all passes.
     pub gpu_staged_bytes: u64,
+    /// What the projections' sums went through across ranks: `nccl`, or the transport's
+    /// name with why NCCL was not used.
+    pub collectives: String,
     /// Why GPU actors of this rank computed on their CPU cores, when they did.
     pub gpu_note: Option<String>,
     /// How each projection was formed, in order (the power iterations', then `B`'s).
@@ -549,6 +554,8 @@ struct Ctx {
     gpu_panels: AtomicU64,
     /// Bytes of stored panels staged from the host to GPUs.
     gpu_staged_bytes: AtomicU64,
+    /// The ranks' GPUs joined by NCCL, when every rank is one GPU actor.
+    nccl: Option<NcclComm>,
 }
 
 /// How a GPU actor's device gets a panel's values.
@@ -681,6 +688,15 @@ pub fn rsvd(
         Operand::Dense(_) => 8,
         Operand::Genotypes(_) => 1,
     };
+    let gpus: Vec<_> = rt.actors().iter().map(|a| a.gpu().cloned()).collect();
+    let only_gpu = match gpus.as_slice() {
+        [Some(d)] => Some(d),
+        _ => None,
+    };
+    let (nccl, collectives) = match NcclComm::join(comm, only_gpu)? {
+        NcclJoin::Joined(c) => (Some(c), "nccl".to_string()),
+        NcclJoin::Declined(why) => (None, format!("{} (NCCL not used: {why})", comm.name())),
+    };
     let ctx = Arc::new(Ctx {
         operand: problem.operand.clone(),
         resident,
@@ -691,10 +707,11 @@ pub fn rsvd(
             .operand
             .stored()
             .and_then(|s| segment_rows(s, &problem.grid, options.segment_bytes)),
-        gpus: rt.actors().iter().map(|a| a.gpu().cloned()).collect(),
+        gpus,
         device_source: DeviceSource::of(&problem.operand),
         gpu_panels: AtomicU64::new(0),
         gpu_staged_bytes: AtomicU64::new(0),
+        nccl,
     });
     let gpu_note = (ctx.gpus.iter().any(Option::is_some)
         && ctx.device_source.is_none()
@@ -907,6 +924,7 @@ pub fn rsvd(
     Ok(RsvdResult {
         gpu_panels,
         gpu_staged_bytes: ctx.gpu_staged_bytes.load(Ordering::Relaxed),
+        collectives,
         gpu_note,
         s: s_k,
         wt,
@@ -1206,7 +1224,8 @@ fn project(
         predicted: None,
     };
     if let Some(sums) = sums {
-        let (cond, out) = fused_finish(rt, tree, &sums, root_r, limit, finish)?;
+        let nccl = ctx.nccl.as_ref();
+        let (cond, out) = fused_finish(rt, tree, nccl, &sums, root_r, limit, finish)?;
         how.condition = Some(cond);
         if let Some(out) = out {
             how.fused = true;
@@ -1223,13 +1242,14 @@ fn project(
 fn fused_finish(
     rt: &Runtime,
     tree: &Tree<'_>,
+    nccl: Option<&NcclComm>,
     sums: &PartialSums,
     root_r: Option<Array2<f64>>,
     limit: f64,
     finish: impl FnOnce(Array2<f64>) -> Result<Array2<f64>, LinalgError>,
 ) -> Result<(f64, Option<Array2<f64>>), LinalgError> {
     let comm = rt.comm();
-    let root = tree.up_partial(comm, sums.take(), |_, _, a, b| Ok(a + b))?;
+    let root = sum_to_root(comm, tree, nccl, sums.take())?;
     let owner = tree.root_owner();
     let mut flat = Vec::new();
     if let (Some(wt), Some(r)) = (root, root_r) {
@@ -1279,7 +1299,7 @@ fn project_pass(
     for list in out {
         states.push(list.into_iter().collect::<Result<Vec<_>, _>>()?);
     }
-    let root = tree.up_partial(comm, sums.take(), |_, _, a, b| Ok(a + b))?;
+    let root = sum_to_root(comm, tree, ctx.nccl.as_ref(), sums.take())?;
     let owner = tree.root_owner();
     let mut flat = match root {
         Some(b) => encode(&finish(b)?),
@@ -1287,6 +1307,57 @@ fn project_pass(
     };
     comm.broadcast_f64(owner, &mut flat)?;
     decode(owner, &flat)
+}
+
+/// The sum of every rank's partial sums, on the tree's root owner (`None` elsewhere): up the
+/// tree over the transport, or with NCCL, each rank's nodes added in tree order and the
+/// ranks' sums reduced on their devices. NCCL's order of additions is its own, so the sums
+/// differ from the tree's in rounding (the tree's are the same for any rank count).
+fn sum_to_root(
+    comm: &dyn Comm,
+    tree: &Tree<'_>,
+    nccl: Option<&NcclComm>,
+    nodes: BTreeMap<(usize, usize), Array2<f64>>,
+) -> Result<Option<Array2<f64>>, LinalgError> {
+    let Some(nccl) = nccl else {
+        return tree.up_partial(comm, nodes, |_, _, a, b| Ok(a + b));
+    };
+    let mut local: Option<Array2<f64>> = None;
+    for (_, v) in nodes {
+        local = Some(match local {
+            Some(a) => a + v,
+            None => v,
+        });
+    }
+    // A rank without panels adds zeros of the others' shape.
+    let shape = local.as_ref().map_or((0, 0), |a| a.dim());
+    let mine = [shape.0 as u64, shape.1 as u64]
+        .map(u64::to_le_bytes)
+        .concat();
+    let all = comm.allgather_bytes(&mine)?;
+    let dims = |b: &[u8]| -> Option<(usize, usize)> {
+        let r = u64::from_le_bytes(b.get(..8)?.try_into().ok()?) as usize;
+        let c = u64::from_le_bytes(b.get(8..16)?.try_into().ok()?) as usize;
+        Some((r, c))
+    };
+    let shape = all
+        .iter()
+        .filter_map(|b| dims(b))
+        .find(|&(r, c)| r * c > 0)
+        .unwrap_or(shape);
+    let mut sum = match local {
+        Some(a) => a.as_standard_layout().into_owned(),
+        None => Array2::zeros(shape),
+    };
+    if sum.dim() != shape {
+        return Err(LinalgError::Tree {
+            level: tree.height(),
+            node: 0,
+        });
+    }
+    let root = tree.root_owner();
+    nccl.reduce_sum(root, sum.as_slice_mut().expect("standard layout"))?;
+    Ok((comm.rank() == root).then_some(sum))
 }
 
 type Mapped = Vec<Vec<Result<PanelState, LinalgError>>>;

@@ -487,6 +487,7 @@ fn compute(
             "timings": result.timings,
             "gpu_panel_passes": result.gpu_panels,
             "gpu_staged_bytes": result.gpu_staged_bytes,
+            "collectives": result.collectives,
             "gpu_note": result.gpu_note,
         }),
     )?
@@ -746,6 +747,7 @@ fn summary_text(
                 String::new()
             }
         );
+        let _ = writeln!(s, "  sums across ranks: {}", r.collectives);
     }
     if let Some(note) = &r.gpu_note {
         let _ = writeln!(s, "note: {note}");

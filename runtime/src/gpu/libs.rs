@@ -29,6 +29,9 @@ pub struct Library {
     pub found: Option<String>,
     /// The file names tried, in order.
     pub searched: Vec<String>,
+    /// A library of this name that loads under a name cudarc does not try (NCCL's soname
+    /// is `libnccl.so.2`, and NVIDIA's wheels ship nothing else), with what to do about it.
+    pub hint: Option<String>,
 }
 
 /// A CUDA device as the driver reports it.
@@ -81,11 +84,16 @@ pub fn probe() -> GpuLibraries {
                 .iter()
                 .find(|c| unsafe { libloading::Library::new(c.as_str()) }.is_ok())
                 .cloned();
+            let hint = match (name, &found) {
+                ("nccl", None) => soname_hint("libnccl.so.2", "libnccl.so"),
+                _ => None,
+            };
             Library {
                 name,
                 purpose,
                 found,
                 searched,
+                hint,
             }
         })
         .collect();
@@ -109,6 +117,47 @@ pub fn probe() -> GpuLibraries {
         }
     }
     out
+}
+
+/// When `soname` loads though none of cudarc's names did: where it is, and the link under
+/// `wanted` that would let cudarc load it.
+fn soname_hint(soname: &str, wanted: &str) -> Option<String> {
+    // SAFETY: as in `probe`: the library's initializers are the ones cudarc would run.
+    let _lib = unsafe { libloading::Library::new(soname) }.ok()?;
+    let path = linked_path(soname).unwrap_or_else(|| soname.to_string());
+    Some(format!(
+        "{path} loads, but only under the names above: link it as {wanted} in a directory on \
+         LD_LIBRARY_PATH"
+    ))
+}
+
+/// The path a loaded library named `soname` was loaded under, from the dynamic linker's
+/// list of loaded objects.
+fn linked_path(soname: &str) -> Option<String> {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: the linker passes a valid entry; `data` is the `(soname, found)` pair below,
+        // alive for the whole iteration.
+        let (soname, found) = unsafe { &mut *(data as *mut (&str, Option<String>)) };
+        let name = unsafe { (*info).dlpi_name };
+        if name.is_null() {
+            return 0;
+        }
+        // SAFETY: a NUL-terminated path owned by the linker.
+        let path = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+        if path.ends_with(&format!("/{soname}")) {
+            *found = Some(path.into_owned());
+            return 1;
+        }
+        0
+    }
+    let mut data: (&str, Option<String>) = (soname, None);
+    // SAFETY: `visit` only reads the entries and writes `data`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut data as *mut _ as *mut libc::c_void) };
+    data.1
 }
 
 fn query_driver() -> Result<((i32, i32), Vec<GpuInfo>), String> {
@@ -192,10 +241,14 @@ impl GpuLibraries {
                 Some(f) => writeln!(s, "  {:<9} found: {f} ({})", l.name, l.purpose),
                 None => writeln!(
                     s,
-                    "  {:<9} not found ({}; searched {})",
+                    "  {:<9} not found ({}; searched {}){}",
                     l.name,
                     l.purpose,
-                    l.searched.join(" ")
+                    l.searched.join(" "),
+                    l.hint
+                        .as_deref()
+                        .map(|h| format!("; {h}"))
+                        .unwrap_or_default()
                 ),
             };
         }
@@ -233,5 +286,35 @@ impl GpuLibraries {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A library that loads under its soname only is reported with its path and the name
+    /// to link it as (NCCL's case; zlib, present wherever rankwise builds, stands in).
+    #[test]
+    fn a_library_under_its_soname_only_gets_a_hint_with_its_path() {
+        let hint = soname_hint("libz.so.1", "libz.so").expect("zlib loads as libz.so.1");
+        assert!(hint.contains("/libz.so.1 loads"), "{hint}");
+        assert!(hint.contains("link it as libz.so"), "{hint}");
+        assert_eq!(
+            soname_hint("librankwise-none.so.7", "librankwise-none.so"),
+            None
+        );
+    }
+
+    #[test]
+    fn every_missing_library_is_listed_with_the_names_searched() {
+        let libs = probe();
+        let text = libs.summary();
+        for l in &libs.libraries {
+            assert!(text.contains(&format!("  {:<9} ", l.name)), "{text}");
+            if l.found.is_none() {
+                assert!(text.contains(&l.searched.join(" ")), "{text}");
+            }
+        }
     }
 }

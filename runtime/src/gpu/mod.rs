@@ -17,9 +17,11 @@
 
 mod device;
 mod libs;
+mod nccl;
 
 pub use device::{compile_kernels, GpuDevice, GpuKernels, PinnedLease, KERNELS_SOURCE};
 pub use libs::{probe, GpuInfo, GpuLibraries, Library};
+pub use nccl::{NcclComm, NcclJoin};
 
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -188,6 +190,7 @@ mod tests {
                     purpose,
                     found: None,
                     searched: vec![format!("lib{name}.so")],
+                    hint: None,
                 })
                 .collect(),
             driver_version: None,
