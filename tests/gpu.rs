@@ -10,7 +10,7 @@
 //! missing GPU fails instead of skipping): the device generator gives the host generator's
 //! values, `rsvd`/`pca` on GPU actors agree with CPU actors on the same seed and grid, and
 //! Zarr stores staged to the device through pinned buffers agree with host reads, and NCCL
-//! sums agree with the transport's.
+//! sums agree with the transport's; cuSOLVER's panel QR agrees with LAPACK's.
 
 mod common;
 
@@ -291,6 +291,9 @@ fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
     let (gpu, report) = singular_values(&rsvd, "gpu");
     assert!(report["actors"].to_string().contains("gpu 0"), "{report}");
     assert_close(&gpu, &cpu, 1e-10, "rsvd f64");
+    // The TSQR's leaves were factored on the device where cuSOLVER was found.
+    let qrs = report["per_rank"][0]["gpu_panel_qrs"].as_u64().unwrap_or(0);
+    assert_eq!(qrs > 0, probed().find("cusolver").is_some(), "{report}");
     let mut pca = job("pca", "6");
     pca.extend(["--populations", "3", "--missing", "0.05"]);
     let (cpu, _) = singular_values(&pca, "cpu");
@@ -504,5 +507,58 @@ fn nccl_sums_agree_with_the_transport() {
         (true, 2..) => assert_eq!(c, ["nccl", "nccl"], "{r}"),
         (true, _) => assert!(c.iter().all(|x| x.contains("use the same GPU")), "{r}"),
         (false, _) => assert!(c.iter().all(|x| x.contains("NCCL not used")), "{r}"),
+    }
+}
+
+/// cuSOLVER's panel QR against LAPACK on fresh tall and wide shapes: `QR = Y`, `Q`
+/// orthonormal, and the same `|R|` diagonal as LAPACK's QR (the factorization is unique up
+/// to the signs of `R`'s rows).
+#[test]
+fn panel_qr_on_the_device_matches_lapack() {
+    let Some(dev) = gpu_or_skip("panel_qr_on_the_device_matches_lapack") else {
+        return;
+    };
+    if dev.solver().is_none() {
+        assert!(
+            std::env::var("RANKWISE_REQUIRE_GPU").as_deref() != Ok("1"),
+            "RANKWISE_REQUIRE_GPU=1 but cuSOLVER was not found"
+        );
+        println!("panel_qr_on_the_device_matches_lapack: skipped: cuSOLVER not found");
+        return;
+    }
+    let mut rng = Draw(test_seed());
+    for _ in 0..5 {
+        let m = rng.log_range(1, 300_000) as usize;
+        let n = rng.range(1, 64) as usize;
+        let y = dense(m as u64, n as u64, rng.next(), Dist::Normal);
+        let (q, r) = rankwise::linalg::gpu::panel_qr(&dev, y.view())
+            .unwrap()
+            .expect("cuSOLVER was found");
+        let k = m.min(n);
+        assert_eq!((q.len(), r.dim()), (m * k, (k, n)), "{m} × {n}");
+        let q = Array2::from_shape_vec((k, m), q).unwrap().reversed_axes();
+        let back = q.dot(&r);
+        let scale = y.iter().fold(0f64, |a, v| a.max(v.abs()));
+        let err = (&back - &y).iter().fold(0f64, |a, v| a.max(v.abs()));
+        assert!(
+            err <= 1e-12 * scale * (m as f64).sqrt(),
+            "{m} × {n}: ‖QR − Y‖∞ {err}"
+        );
+        let gram = q.t().dot(&q);
+        let off = (&gram - &Array2::<f64>::eye(k))
+            .iter()
+            .fold(0f64, |a, v| a.max(v.abs()));
+        assert!(
+            off <= 1e-12 * (m as f64).sqrt(),
+            "{m} × {n}: ‖QᵀQ − I‖∞ {off}"
+        );
+        let (_, lr) = ndarray_linalg::QR::qr(&y).unwrap();
+        for i in 0..k {
+            let (a, b) = (r[[i, i]].abs(), lr[[i, i]].abs());
+            assert!(
+                (a - b).abs() <= 1e-10 * b.max(1e-300),
+                "{m} × {n}: |R{i}{i}| {a} vs {b}"
+            );
+        }
     }
 }

@@ -1042,6 +1042,151 @@ where
     }
 }
 
+/// A thin QR: `Q` (`h × k`, column-major) and `R` (`k × w`).
+pub type ThinQr = (Vec<f64>, Array2<f64>);
+
+/// Thin QR of a panel's `y` (`h × w`) on the device by cuSOLVER (`geqrf`, then `orgqr`):
+/// `Q` (`h × k`, column-major, `k = min(h, w)`) and `R` (`k × w`), as the host's
+/// [`crate::kernels::PanelFactor`] holds them. `None` when cuSOLVER was not found: the host
+/// factors the panel then.
+pub fn panel_qr(
+    dev: &GpuDevice,
+    y: ArrayView2<'_, f64>,
+) -> Result<Option<ThinQr>, LinalgError> {
+    use cudarc::cusolver::sys;
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    let Some(solver) = dev.solver() else {
+        return Ok(None);
+    };
+    let (h, w) = y.dim();
+    let k = h.min(w);
+    if k == 0 {
+        return Ok(Some((Vec::new(), Array2::zeros((0, w)))));
+    }
+    let _lane = dev.lock();
+    let stream = dev.stream();
+    let failed = |what: &'static str| {
+        move |status: cudarc::cusolver::CusolverError| {
+            LinalgError::Gpu(dev.error(what, format!("cuSOLVER {:?}", status.0)))
+        }
+    };
+    // Row-major h × w, transposed, is the column-major h × w that cuSOLVER takes.
+    let colmajor = y.t().as_standard_layout().into_owned();
+    let mut a = stream
+        .clone_htod(colmajor.as_slice().expect("standard layout"))
+        .map_err(gpu(dev, "copying Y for its QR"))?;
+    let alloc = gpu(dev, "allocating QR workspace");
+    let mut tau = stream.alloc_zeros::<f64>(k).map_err(&alloc)?;
+    let mut info = stream.alloc_zeros::<i32>(1).map_err(&alloc)?;
+    let (m32, n32, k32, lda) = (h as i32, w as i32, k as i32, h as i32);
+    let (mut lw_qr, mut lw_q) = (0i32, 0i32);
+    {
+        let (pa, _a) = a.device_ptr_mut(stream);
+        let (pt, _t) = tau.device_ptr(stream);
+        // SAFETY: the handle is bound to `stream`; `a` holds h × w values (leading
+        // dimension h) and `tau` k; the sizes are written to the two integers.
+        unsafe {
+            sys::cusolverDnDgeqrf_bufferSize(
+                solver.cu(),
+                m32,
+                n32,
+                pa as *mut f64,
+                lda,
+                &mut lw_qr,
+            )
+            .result()
+            .map_err(failed("sizing geqrf"))?;
+            sys::cusolverDnDorgqr_bufferSize(
+                solver.cu(),
+                m32,
+                k32,
+                k32,
+                pa as *const f64,
+                lda,
+                pt as *const f64,
+                &mut lw_q,
+            )
+            .result()
+            .map_err(failed("sizing orgqr"))?;
+        }
+    }
+    let lwork = lw_qr.max(lw_q).max(1);
+    let mut work = stream.alloc_zeros::<f64>(lwork as usize).map_err(&alloc)?;
+    {
+        let (pa, _a) = a.device_ptr_mut(stream);
+        let (pt, _t) = tau.device_ptr_mut(stream);
+        let (pw, _w) = work.device_ptr_mut(stream);
+        let (pi, _i) = info.device_ptr_mut(stream);
+        // SAFETY: as above, with a workspace of `lwork` values and one status integer.
+        unsafe {
+            sys::cusolverDnDgeqrf(
+                solver.cu(),
+                m32,
+                n32,
+                pa as *mut f64,
+                lda,
+                pt as *mut f64,
+                pw as *mut f64,
+                lwork,
+                pi as *mut i32,
+            )
+            .result()
+            .map_err(failed("geqrf of Y"))?;
+        }
+    }
+    // R: the upper triangle of the first k rows, column by column, before orgqr overwrites
+    // them with Q.
+    let mut r = Array2::<f64>::zeros((k, w));
+    let mut column = vec![0f64; k];
+    for j in 0..w {
+        let top = (j + 1).min(k);
+        stream
+            .memcpy_dtoh(&a.slice(j * h..j * h + top), &mut column[..top])
+            .map_err(gpu(dev, "copying R"))?;
+        for i in 0..top {
+            r[[i, j]] = column[i];
+        }
+    }
+    {
+        let (pa, _a) = a.device_ptr_mut(stream);
+        let (pt, _t) = tau.device_ptr(stream);
+        let (pw, _w) = work.device_ptr_mut(stream);
+        let (pi, _i) = info.device_ptr_mut(stream);
+        // SAFETY: as above: Q's k columns overwrite the first h × k values of `a`.
+        unsafe {
+            sys::cusolverDnDorgqr(
+                solver.cu(),
+                m32,
+                k32,
+                k32,
+                pa as *mut f64,
+                lda,
+                pt as *const f64,
+                pw as *mut f64,
+                lwork,
+                pi as *mut i32,
+            )
+            .result()
+            .map_err(failed("orgqr of Y"))?;
+        }
+    }
+    let mut status = [0i32];
+    stream
+        .memcpy_dtoh(&info, &mut status)
+        .map_err(gpu(dev, "copying the QR's status"))?;
+    if status[0] != 0 {
+        return Err(LinalgError::Gpu(dev.error(
+            "QR of Y",
+            format!("cuSOLVER reports argument {} invalid", -status[0]),
+        )));
+    }
+    let mut q = vec![0f64; h * k];
+    stream
+        .memcpy_dtoh(&a.slice(..h * k), &mut q)
+        .map_err(gpu(dev, "copying Q"))?;
+    Ok(Some((q, r)))
+}
+
 impl From<GpuError> for LinalgError {
     fn from(e: GpuError) -> Self {
         LinalgError::Gpu(e)

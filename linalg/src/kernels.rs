@@ -257,6 +257,19 @@ impl PanelFactor {
         })
     }
 
+    /// The factor of a panel whose thin QR was computed elsewhere (on its GPU actor's
+    /// device): `q` is `Q`, `rows × k` column-major, and `r` is `R`, `k × n`.
+    pub fn from_explicit(q: Vec<f64>, rows: usize, r: Array2<f64>) -> PanelFactor {
+        let k = r.nrows();
+        debug_assert_eq!(q.len(), rows * k);
+        PanelFactor {
+            q,
+            blocks: vec![(rows, k, 0)],
+            stack_q: None,
+            r,
+        }
+    }
+
     /// Rows of the panel.
     pub fn rows(&self) -> usize {
         self.blocks.iter().map(|b| b.0).sum()
@@ -384,6 +397,31 @@ mod tests {
             rankwise_runtime::Dist::Normal,
         );
         Array2::from_shape_fn((m, n), |(i, j)| g.value(i as u64, j as u64))
+    }
+
+    /// A factor made from an explicit column-major `Q` (as a GPU actor's cuSOLVER QR gives
+    /// it) applies that `Q`, on fresh shapes, tall and wide.
+    #[test]
+    fn explicit_factors_apply_their_q() {
+        let mut rng = crate::testing::Rng::fresh();
+        for _ in 0..6 {
+            let m = 1 + rng.below(3000);
+            let n = 1 + rng.below(40);
+            let y = random(m, n, rng.next());
+            let (q, r) = qr(y.clone()).unwrap();
+            let k = q.ncols();
+            let colmajor: Vec<f64> = q.t().iter().copied().collect();
+            let f = PanelFactor::from_explicit(colmajor, m, r.clone());
+            assert_eq!((f.rows(), f.r.dim()), (m, (k, n)));
+            let c = random(k, 3, rng.next());
+            let got = f.apply(c.view());
+            let want = q.dot(&c);
+            let diff = (&got - &want).iter().fold(0f64, |a, v| a.max(v.abs()));
+            assert!(diff < 1e-12 * (k as f64), "{m} × {n}: ‖Qc − Q·c‖∞ {diff}");
+            let back = f.apply(f.r.view());
+            let err = (&back - &y).iter().fold(0f64, |a, v| a.max(v.abs()));
+            assert!(err < 1e-12 * (m as f64), "{m} × {n}: ‖QR − Y‖∞ {err}");
+        }
     }
 
     #[test]

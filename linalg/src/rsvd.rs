@@ -472,6 +472,8 @@ pub struct RsvdResult {
     pub gpu_panels: u64,
     /// Bytes of stored panels this rank staged from host to GPU memory, all passes.
     pub gpu_staged_bytes: u64,
+    /// Panel QRs (of `Y`, in the TSQR's leaves) this rank computed on its GPUs by cuSOLVER.
+    pub gpu_qrs: u64,
     /// What the projections' sums went through across ranks: `nccl`, or the transport's
     /// name with why NCCL was not used.
     pub collectives: String,
@@ -556,6 +558,8 @@ struct Ctx {
     gpu_staged_bytes: AtomicU64,
     /// The ranks' GPUs joined by NCCL, when every rank is one GPU actor.
     nccl: Option<NcclComm>,
+    /// Panel QRs computed on a GPU.
+    gpu_qrs: AtomicU64,
 }
 
 /// How a GPU actor's device gets a panel's values.
@@ -712,6 +716,7 @@ pub fn rsvd(
         gpu_panels: AtomicU64::new(0),
         gpu_staged_bytes: AtomicU64::new(0),
         nccl,
+        gpu_qrs: AtomicU64::new(0),
     });
     let gpu_note = (ctx.gpus.iter().any(Option::is_some)
         && ctx.device_source.is_none()
@@ -736,7 +741,7 @@ pub fn rsvd(
     let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
     timings.push(phase(&format!("pass 1: produce panels + A·Ω{also_w}"), t));
     let t = Instant::now();
-    let mut root_r = orthonormalize(rt, &tree, &mut states, false)?;
+    let mut root_r = orthonormalize(rt, &ctx, &tree, &mut states, false)?;
     timings.push(phase("orthonormalize (TSQR)", t));
 
     let mut predicted = None;
@@ -786,7 +791,7 @@ pub fn rsvd(
             fused_w.as_ref(),
         )?;
         states = st;
-        root_r = orthonormalize(rt, &tree, &mut states, krylov)?;
+        root_r = orthonormalize(rt, &ctx, &tree, &mut states, krylov)?;
         let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
         timings.push(phase(&format!("iteration {it}: A·Z{also_w} + orth"), t));
     }
@@ -799,7 +804,7 @@ pub fn rsvd(
             st.basis.clear();
             st.y = Some(cat.as_standard_layout().into_owned());
         }
-        orthonormalize(rt, &tree, &mut states, false)?;
+        orthonormalize(rt, &ctx, &tree, &mut states, false)?;
         timings.push(phase("block Krylov: orthonormalize the basis", t));
     }
 
@@ -924,6 +929,7 @@ pub fn rsvd(
     Ok(RsvdResult {
         gpu_panels,
         gpu_staged_bytes: ctx.gpu_staged_bytes.load(Ordering::Relaxed),
+        gpu_qrs: ctx.gpu_qrs.load(Ordering::Relaxed),
         collectives,
         gpu_note,
         s: s_k,
@@ -1121,21 +1127,34 @@ where
 /// appended to (`append`) or replace its basis. Returns `R` (`Y = QR`) on the tree's root.
 fn orthonormalize(
     rt: &Runtime,
+    ctx: &Arc<Ctx>,
     tree: &Tree<'_>,
     states: &mut States,
     append: bool,
 ) -> Result<Option<Array2<f64>>, LinalgError> {
     let comm = rt.comm();
-    let out = rt.map(std::mem::take(states), |_, mut st: PanelState| {
+    let ctx = Arc::clone(ctx);
+    let out = rt.map(std::mem::take(states), move |actor, mut st: PanelState| {
         let y = st.y.take().ok_or(LinalgError::Tree {
             level: 0,
             node: st.p,
         })?;
         let (h, w) = y.dim();
-        let f = PanelFactor::compute(h, w, Keep::Kept, |rows, mut out| {
-            out.assign(&y.slice(s![rows, ..]));
-            Ok(())
-        })?;
+        // GPU actors factor their panels with cuSOLVER where it was found.
+        let on_device = match ctx.gpus.get(actor).and_then(Option::as_deref) {
+            Some(dev) => gpu::panel_qr(dev, y.view())?,
+            None => None,
+        };
+        let f = match on_device {
+            Some((q, r)) => {
+                ctx.gpu_qrs.fetch_add(1, Ordering::Relaxed);
+                PanelFactor::from_explicit(q, h, r)
+            }
+            None => PanelFactor::compute(h, w, Keep::Kept, |rows, mut out| {
+                out.assign(&y.slice(s![rows, ..]));
+                Ok(())
+            })?,
+        };
         let r = f.r.clone();
         st.factor = Some(f);
         Ok::<_, LinalgError>((st, r))

@@ -488,6 +488,7 @@ fn compute(
             "gpu_panel_passes": result.gpu_panels,
             "gpu_staged_bytes": result.gpu_staged_bytes,
             "collectives": result.collectives,
+            "gpu_panel_qrs": result.gpu_qrs,
             "gpu_note": result.gpu_note,
         }),
     )?
@@ -747,6 +748,9 @@ fn summary_text(
                 String::new()
             }
         );
+        if r.gpu_qrs > 0 {
+            let _ = writeln!(s, "  panel QRs by cuSOLVER: {}", r.gpu_qrs);
+        }
         let _ = writeln!(s, "  sums across ranks: {}", r.collectives);
     }
     if let Some(note) = &r.gpu_note {

@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::cublas::CudaBlas;
+use cudarc::cusolver::DnHandle;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, PinnedHostSlice};
 use cudarc::nvrtc::Ptx;
 
@@ -111,6 +112,9 @@ pub struct GpuDevice {
     /// `stream` (cudarc orders the two streams' uses of a buffer by its events).
     copy_stream: Arc<CudaStream>,
     blas: CudaBlas,
+    /// cuSOLVER's dense handle on `stream`, when the library was found (panel QR on the
+    /// device; the host factors the panels without it).
+    solver: Option<DnHandle>,
     kernels: GpuKernels,
     /// Page-locked staging buffers, kept from job to job: allocating them costs
     /// milliseconds per buffer, and a pass stages every panel it reads.
@@ -158,6 +162,16 @@ impl GpuDevice {
             what: "creating the cuBLAS handle".into(),
             message: e.to_string(),
         })?;
+        let solver = match libs.find("cusolver") {
+            Some(_) => Some(
+                DnHandle::new(Arc::clone(&stream)).map_err(|e| GpuError::Cuda {
+                    ordinal,
+                    what: "creating the cuSOLVER handle".into(),
+                    message: format!("{e:?}"),
+                })?,
+            ),
+            None => None,
+        };
         let (major, minor) = info.compute_capability;
         let ptx = compile_kernels(major, minor).map_err(|message| GpuError::Compile {
             ordinal,
@@ -196,6 +210,7 @@ impl GpuDevice {
             stream,
             copy_stream,
             blas,
+            solver,
             kernels,
             pinned: Mutex::new(Vec::new()),
             lane: Mutex::new(()),
@@ -275,6 +290,11 @@ impl GpuDevice {
             pool: &self.pinned,
             done,
         })
+    }
+
+    /// cuSOLVER's dense handle, bound to [`GpuDevice::stream`], when the library was found.
+    pub fn solver(&self) -> Option<&DnHandle> {
+        self.solver.as_ref()
     }
 
     /// cuBLAS, bound to [`GpuDevice::stream`].
