@@ -1049,10 +1049,7 @@ pub type ThinQr = (Vec<f64>, Array2<f64>);
 /// `Q` (`h × k`, column-major, `k = min(h, w)`) and `R` (`k × w`), as the host's
 /// [`crate::kernels::PanelFactor`] holds them. `None` when cuSOLVER was not found: the host
 /// factors the panel then.
-pub fn panel_qr(
-    dev: &GpuDevice,
-    y: ArrayView2<'_, f64>,
-) -> Result<Option<ThinQr>, LinalgError> {
+pub fn panel_qr(dev: &GpuDevice, y: ArrayView2<'_, f64>) -> Result<Option<ThinQr>, LinalgError> {
     use cudarc::cusolver::sys;
     use cudarc::driver::{DevicePtr, DevicePtrMut};
     let Some(solver) = dev.solver() else {

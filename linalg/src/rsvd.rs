@@ -583,6 +583,30 @@ impl Ctx {
         Some(how)
     }
 
+    /// A panel's products for `job` on a GPU actor's device, produced there or staged.
+    fn device_panel<T: GpuReal>(
+        &self,
+        how: OnDevice<'_>,
+        reads: &PassReads,
+        actor: usize,
+        st: &PanelState,
+        job: gpu::PanelJob<'_, T>,
+        measure: bool,
+    ) -> Result<gpu::PanelOut, LinalgError>
+    where
+        CudaBlas: Gemm<T>,
+    {
+        match how {
+            OnDevice::Produced(dev, src) => {
+                gpu::generated_panel::<T>(dev, src, st.rows.clone(), self.n, job, measure)
+            }
+            OnDevice::Staged(dev) => {
+                let read = reads.panel(actor, st.p)?;
+                self.staged(dev, st, &read, job, measure)
+            }
+        }
+    }
+
     /// A staged panel's products on `dev`: its tiles as the read-ahead decodes them,
     /// packed where they are genotypes, copied to the device block by block. Returns the
     /// device's products and the facts the host measured.
@@ -1026,15 +1050,7 @@ where
                 omega: omega.view(),
                 fused: w_sums.as_ref().map(|_| l),
             };
-            let out = match how {
-                OnDevice::Produced(dev, src) => {
-                    gpu::generated_panel::<T>(dev, src, st.rows.clone(), c.n, job, first)?
-                }
-                OnDevice::Staged(dev) => {
-                    let read = reads.panel(actor, st.p)?;
-                    c.staged(dev, &st, &read, job, first)?
-                }
-            };
+            let out = c.device_panel(how, &reads, actor, &st, job, first)?;
             if let (Some(sums), Some(b)) = (&w_sums, &out.b) {
                 sums.insert(st.p, b.t().as_standard_layout().into_owned());
             }
@@ -1400,15 +1416,7 @@ where
         })?;
         if let Some(how) = c.on_gpu(actor) {
             let job = gpu::PanelJob::Project { q: q.view() };
-            let out = match how {
-                OnDevice::Produced(dev, src) => {
-                    gpu::generated_panel::<T>(dev, src, st.rows.clone(), c.n, job, false)?
-                }
-                OnDevice::Staged(dev) => {
-                    let read = reads.panel(actor, st.p)?;
-                    c.staged(dev, &st, &read, job, false)?
-                }
-            };
+            let out = c.device_panel(how, &reads, actor, &st, job, false)?;
             let b = out.b.expect("projection passes bring B back");
             s2.insert(st.p, b.t().as_standard_layout().into_owned());
             return Ok::<_, LinalgError>(st);
