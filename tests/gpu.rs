@@ -10,7 +10,8 @@
 //! missing GPU fails instead of skipping): the device generator gives the host generator's
 //! values, `rsvd`/`pca` on GPU actors agree with CPU actors on the same seed and grid, and
 //! Zarr stores staged to the device through pinned buffers agree with host reads, and NCCL
-//! sums agree with the transport's; cuSOLVER's panel QR agrees with LAPACK's.
+//! sums agree with the transport's; cuSOLVER's panel QR agrees with LAPACK's, and `svd` on GPU
+//! actors with CPU actors.
 
 mod common;
 
@@ -560,5 +561,46 @@ fn panel_qr_on_the_device_matches_lapack() {
                 "{m} × {n}: |R{i}{i}| {a} vs {b}"
             );
         }
+    }
+}
+
+/// `svd` on a GPU actor factors its panels with cuSOLVER (where found) and gives the CPU
+/// actors' σ, with `U` and `V` orthonormal and `A = UΣVᵀ` checked panel by panel; panels
+/// kept between passes and panels factored again in pass 2 both.
+#[test]
+fn svd_on_gpu_actors_agrees_with_cpu_actors() {
+    if gpu_or_skip("svd_on_gpu_actors_agrees_with_cpu_actors").is_none() {
+        return;
+    }
+    let mut rng = Draw(test_seed());
+    let (m, n) = (
+        rng.range(5_000, 40_000).to_string(),
+        rng.range(20, 400).to_string(),
+    );
+    let seed = rng.next().to_string();
+    for memory in [&[][..], &["--memory-per-actor", "16M"][..]] {
+        let mut args = vec![
+            "svd",
+            "--rows",
+            m.as_str(),
+            "--cols",
+            n.as_str(),
+            "--chunk-rows",
+            "1024",
+            "--seed",
+            seed.as_str(),
+            "--check",
+        ];
+        args.extend(memory);
+        let (cpu, _) = singular_values(&args, "cpu");
+        let (gpu, r) = singular_values(&args, "gpu");
+        let what = format!("svd {m} × {n} {memory:?}");
+        assert_close(&gpu, &cpu, 1e-10, &what);
+        for key in ["relative_residual", "u_orthogonality", "v_orthogonality"] {
+            let v = r["check"][key].as_f64().unwrap();
+            assert!(v < 1e-12, "{what}: {key} {v}");
+        }
+        let qrs = r["per_rank"][0]["gpu_panel_qrs"].as_u64().unwrap_or(0);
+        assert_eq!(qrs > 0, probed().find("cusolver").is_some(), "{what}: {r}");
     }
 }

@@ -1176,6 +1176,7 @@ fn run_svd(
         rt,
         json!({
             "bytes_generated": result.bytes_generated,
+            "gpu_panel_qrs": result.gpu_qrs,
             "read": result.read,
             "timings": result.timings,
         }),

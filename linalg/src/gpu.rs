@@ -39,12 +39,13 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaView, CudaViewMut, DeviceRepr, LaunchConfig, PushKernelArg,
     ValidAsZeroBits,
 };
-use ndarray::{s, Array2, ArrayView2};
+use ndarray::{s, Array2, ArrayView2, ArrayViewMut2};
 pub use rankwise_runtime::gpu::GpuDevice;
 use rankwise_runtime::gpu::{GpuError, GpuKernels, PinnedLease};
 use rankwise_runtime::stream::{BLOCK_COLS, LANES};
 use rankwise_runtime::{Dist, Generated};
 
+use crate::kernels::{block_rows, Keep, PanelFactor};
 use crate::tiles::{scale_of, Operand, PackedTile, PanelFacts, Real, RowCounts, Tile, TILE_ROWS};
 use crate::LinalgError;
 
@@ -1182,6 +1183,34 @@ pub fn panel_qr(dev: &GpuDevice, y: ArrayView2<'_, f64>) -> Result<Option<ThinQr
         .memcpy_dtoh(&a.slice(..h * k), &mut q)
         .map_err(gpu(dev, "copying Q"))?;
     Ok(Some((q, r)))
+}
+
+/// A panel's factor (`rows × n`, its row blocks written by `fill`): on `dev` by cuSOLVER
+/// when the actor is a GPU actor whose device has it (the panel is gathered on the host
+/// first), else on the host by [`PanelFactor::compute`]. Also says whether the device
+/// factored it. cuSOLVER's default mode is deterministic, so a panel factored again in a
+/// later pass gets the same `Q`.
+pub fn factor_panel<F>(
+    dev: Option<&GpuDevice>,
+    rows: usize,
+    n: usize,
+    keep: Keep,
+    mut fill: F,
+) -> Result<(PanelFactor, bool), LinalgError>
+where
+    F: FnMut(Range<usize>, ArrayViewMut2<'_, f64>) -> Result<(), LinalgError>,
+{
+    let Some(dev) = dev.filter(|d| d.solver().is_some()) else {
+        return Ok((PanelFactor::compute(rows, n, keep, fill)?, false));
+    };
+    let mut panel = Array2::<f64>::zeros((rows, n));
+    let block = block_rows(n).max(1);
+    for r0 in (0..rows).step_by(block) {
+        let r1 = (r0 + block).min(rows);
+        fill(r0..r1, panel.slice_mut(s![r0..r1, ..]))?;
+    }
+    let (q, r) = panel_qr(dev, panel.view())?.expect("the device has cuSOLVER");
+    Ok((PanelFactor::from_explicit(q, rows, r), true))
 }
 
 impl From<GpuError> for LinalgError {

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,6 +20,7 @@ use rankwise_runtime::{
 };
 use serde::Serialize;
 
+use crate::gpu::factor_panel;
 use crate::kernels::{
     block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch, Keep, PanelFactor,
 };
@@ -226,6 +228,8 @@ pub struct SvdResult {
     pub bytes_generated: u64,
     /// What this rank read from storage (zero for generated and in-memory sources).
     pub read: ReadTotals,
+    /// Panel QRs this rank computed on its GPUs by cuSOLVER, both passes.
+    pub gpu_qrs: u64,
 }
 
 struct Pass1 {
@@ -331,10 +335,15 @@ pub fn svd(
     };
     let my_panel_bytes = panel_bytes(false);
 
+    // GPU actors factor their panels on their devices where cuSOLVER was found.
+    let gpus_all: Vec<_> = rt.actors().iter().map(|a| a.gpu().cloned()).collect();
+    let gpu_qrs = Arc::new(AtomicU64::new(0));
+
     // Pass 1: panel factors.
     let t = Instant::now();
     let inputs: Vec<Vec<usize>> = my_actors.iter().map(|a| a.1.clone().collect()).collect();
     let source = Arc::clone(&problem.source);
+    let (gpus, qrs) = (gpus_all.clone(), Arc::clone(&gpu_qrs));
     let res = residency.clone();
     let order = inputs
         .iter()
@@ -359,12 +368,17 @@ pub fn svd(
             } else {
                 Keep::Scratch
             };
-            let f = PanelFactor::compute(
+            let dev = gpus.get(actor).and_then(Option::as_deref);
+            let (f, on_gpu) = factor_panel(
+                dev,
                 h,
                 n,
                 keep,
                 fill_from(source.as_ref(), p, rows, lease.as_deref()),
             )?;
+            if on_gpu {
+                qrs.fetch_add(1, Ordering::Relaxed);
+            }
             let r = f.r.clone();
             let kept = match keep {
                 Keep::Kept => Some(f),
@@ -462,6 +476,7 @@ pub fn svd(
         inputs2.push(items);
     }
     let source = Arc::clone(&problem.source);
+    let (gpus2, qrs2) = (gpus_all.clone(), Arc::clone(&gpu_qrs));
     let check = options.check;
     let s_arc = Arc::new(s.clone());
     let wt_arc = Arc::new(wt.clone());
@@ -491,12 +506,20 @@ pub fn svd(
             let h = (rows.end - rows.start) as usize;
             let factor = match kept {
                 Some(f) => f,
-                None => PanelFactor::compute(
-                    h,
-                    n,
-                    Keep::Scratch,
-                    fill_from(source.as_ref(), p, rows.clone(), lease.as_deref()),
-                )?,
+                None => {
+                    let dev = gpus2.get(actor).and_then(Option::as_deref);
+                    let (f, on_gpu) = factor_panel(
+                        dev,
+                        h,
+                        n,
+                        Keep::Scratch,
+                        fill_from(source.as_ref(), p, rows.clone(), lease.as_deref()),
+                    )?;
+                    if on_gpu {
+                        qrs2.fetch_add(1, Ordering::Relaxed);
+                    }
+                    f
+                }
             };
             let mut ubuf = take_scratch(h * k);
             let mut u =
@@ -588,6 +611,7 @@ pub fn svd(
         plan,
         bytes_generated,
         read,
+        gpu_qrs: gpu_qrs.load(Ordering::Relaxed),
     })
 }
 
