@@ -7,11 +7,12 @@
 //! no GPU needed).
 //!
 //! On a machine with a GPU (`make test-gpu`, which sets `RANKWISE_REQUIRE_GPU=1` so that a
-//! missing GPU fails instead of skipping): the device generator gives the host generator's
-//! values, `rsvd`/`pca` on GPU actors agree with CPU actors on the same seed and grid, and
-//! Zarr stores staged to the device through pinned buffers agree with host reads, and NCCL
-//! sums agree with the transport's; cuSOLVER's panel QR agrees with LAPACK's, and `svd` on GPU
-//! actors with CPU actors.
+//! missing GPU fails instead of skipping):
+//! - the device generator gives the host generator's values;
+//! - `rsvd`, `pca` and `svd` on GPU actors agree with CPU actors on the same seed and grid;
+//! - Zarr stores staged to the device through pinned buffers agree with host reads;
+//! - NCCL sums agree with the transport's;
+//! - cuSOLVER's panel QR agrees with LAPACK's.
 
 mod common;
 
