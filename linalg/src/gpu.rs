@@ -680,7 +680,19 @@ where
     let h = (rows.end - rows.start) as usize;
     let mut facts = PanelFacts::default();
     if h == 0 || n == 0 {
-        return Products::new(dev, n, 0, 1, &job)?.finish();
+        // Nothing to multiply (and CUDA refuses allocations of no bytes).
+        return Ok(match job {
+            PanelJob::Range { omega, fused } => PanelOut {
+                y: Some(Array2::zeros((h, omega.ncols()))),
+                b: fused.map(|l| Array2::zeros((l.min(omega.ncols()), n))),
+                facts,
+            },
+            PanelJob::Project { q } => PanelOut {
+                y: None,
+                b: Some(Array2::zeros((q.ncols(), n))),
+                facts,
+            },
+        });
     }
     let mut p = Producer::<T>::new(dev, src, n, h)?;
     let mut products = Products::new(dev, n, h, p.rows, &job)?;

@@ -323,6 +323,10 @@ impl GpuDevice {
     }
 }
 
+/// Page-locked buffers a device keeps for later jobs: two per staging (codes or values,
+/// and tables) for a few concurrent stagings.
+const PINNED_POOL: usize = 8;
+
 /// A page-locked host buffer lent by [`GpuDevice::pinned`], with the event of the last
 /// copy out of it: the host waits for that copy before writing the buffer again.
 pub struct PinnedLease<'d> {
@@ -383,7 +387,13 @@ impl Drop for PinnedLease<'_> {
         // A copy still reading the buffer must finish before another lease may write it.
         let _ = self.done.synchronize();
         if let Some(b) = self.buffer.take() {
-            self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(b);
+            let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+            pool.push(b);
+            // Jobs of other shapes leave buffers of other sizes: keep the largest few.
+            if pool.len() > PINNED_POOL {
+                pool.sort_by_key(|b| std::cmp::Reverse(b.len()));
+                pool.truncate(PINNED_POOL);
+            }
         }
     }
 }
