@@ -581,13 +581,20 @@ fn svd_on_gpu_actors_agrees_with_cpu_actors() {
     if gpu_or_skip("svd_on_gpu_actors_agrees_with_cpu_actors").is_none() {
         return;
     }
+    let cusolver = probed().find("cusolver").is_some();
     let mut rng = Draw(test_seed());
-    let (m, n) = (
-        rng.range(5_000, 40_000).to_string(),
-        rng.range(20, 400).to_string(),
-    );
     let seed = rng.next().to_string();
-    for memory in [&[][..], &["--memory-per-actor", "16M"][..]] {
+    // A narrow matrix, with panels both kept and regenerated; and one wide enough for the
+    // tree's node QRs to run on the device too.
+    let narrow = (rng.range(5_000, 40_000), rng.range(20, 400));
+    let wide = (rng.range(4_000, 12_000), rng.range(512, 800));
+    let runs: [(_, &[&str]); 3] = [
+        (narrow, &[]),
+        (narrow, &["--memory-per-actor", "16M"]),
+        (wide, &[]),
+    ];
+    for ((m, n), memory) in runs {
+        let (m, n) = (m.to_string(), n.to_string());
         let mut args = vec![
             "svd",
             "--rows",
@@ -609,7 +616,16 @@ fn svd_on_gpu_actors_agrees_with_cpu_actors() {
             let v = r["check"][key].as_f64().unwrap();
             assert!(v < 1e-12, "{what}: {key} {v}");
         }
-        let qrs = r["per_rank"][0]["gpu_panel_qrs"].as_u64().unwrap_or(0);
-        assert_eq!(qrs > 0, probed().find("cusolver").is_some(), "{what}: {r}");
+        let rank = &r["per_rank"][0];
+        let count = |key: &str| rank[key].as_u64().unwrap_or(0);
+        assert_eq!(count("gpu_panel_qrs") > 0, cusolver, "{what}: {r}");
+        // The generated uniform panels never leave the device but as Q and R.
+        assert_eq!(
+            count("gpu_generated_panels"),
+            count("gpu_panel_qrs"),
+            "{what}: {r}"
+        );
+        let wide_nodes = cusolver && n.parse::<usize>().unwrap() >= 512;
+        assert_eq!(count("gpu_node_qrs") > 0, wide_nodes, "{what}: {r}");
     }
 }

@@ -1177,6 +1177,8 @@ fn run_svd(
         json!({
             "bytes_generated": result.bytes_generated,
             "gpu_panel_qrs": result.gpu_qrs,
+            "gpu_generated_panels": result.gpu_generated,
+            "gpu_node_qrs": result.gpu_node_qrs,
             "read": result.read,
             "timings": result.timings,
         }),
@@ -1275,6 +1277,14 @@ fn summary_text(rt: &Runtime, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, elapse
     let _ = writeln!(s, "phases (rank 0):");
     for t in &r.timings {
         let _ = writeln!(s, "  {:<40} {:>10}", t.phase, seconds(t.seconds));
+    }
+    if r.gpu_qrs + r.gpu_node_qrs > 0 {
+        let _ = writeln!(
+            s,
+            "cuSOLVER (rank 0): {} panel QRs ({} of panels generated on the device), {} \
+             tree-node QRs",
+            r.gpu_qrs, r.gpu_generated, r.gpu_node_qrs
+        );
     }
     let (m, n) = user_shape(p.source.shape(), p.transposed);
     let bytes = m * n * 8;

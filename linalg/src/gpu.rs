@@ -20,6 +20,12 @@
 //! and products overlap. Genotypes travel as their 2-bit codes with a 4-entry table per
 //! variant, computed on the host as the CPU kernels compute it.
 //!
+//! The exact SVD (`crate::svd`) factors whole panels rather than thin products: a GPU actor
+//! with cuSOLVER generates a generated uniform panel on its device, gathers its tiles into
+//! the column-major layout cuSOLVER takes ([`generated_factor`]), and factors it there;
+//! other panels are produced on the host and copied up for the QR ([`factor_panel`]). Only
+//! `Q` and `R` come back, since the tree and pass 2 work on the host.
+//!
 //! # Precision
 //!
 //! f64 tiles multiply in one DGEMM over all columns. f32 tiles multiply in column chunks
@@ -1063,28 +1069,42 @@ pub type ThinQr = (Vec<f64>, Array2<f64>);
 /// [`crate::kernels::PanelFactor`] holds them. `None` when cuSOLVER was not found: the host
 /// factors the panel then.
 pub fn panel_qr(dev: &GpuDevice, y: ArrayView2<'_, f64>) -> Result<Option<ThinQr>, LinalgError> {
-    use cudarc::cusolver::sys;
-    use cudarc::driver::{DevicePtr, DevicePtrMut};
-    let Some(solver) = dev.solver() else {
+    if dev.solver().is_none() {
         return Ok(None);
-    };
+    }
     let (h, w) = y.dim();
-    let k = h.min(w);
-    if k == 0 {
+    if h.min(w) == 0 {
         return Ok(Some((Vec::new(), Array2::zeros((0, w)))));
     }
     let _lane = dev.lock();
+    // Row-major h × w, transposed, is the column-major h × w that cuSOLVER takes.
+    let colmajor = y.t().as_standard_layout().into_owned();
+    let mut a = dev
+        .stream()
+        .clone_htod(colmajor.as_slice().expect("standard layout"))
+        .map_err(gpu(dev, "copying Y for its QR"))?;
+    device_qr(dev, &mut a, h, w).map(Some)
+}
+
+/// The thin QR of the column-major `h × w` matrix in `a` (leading dimension `h`, `h, w ≥
+/// 1`), which `orgqr` overwrites with `Q`; both copied back. The caller holds the lane and
+/// has checked that the device has cuSOLVER.
+fn device_qr(
+    dev: &GpuDevice,
+    a: &mut CudaSlice<f64>,
+    h: usize,
+    w: usize,
+) -> Result<ThinQr, LinalgError> {
+    use cudarc::cusolver::sys;
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    let solver = dev.solver().expect("checked by the caller");
+    let k = h.min(w);
     let stream = dev.stream();
     let failed = |what: &'static str| {
         move |status: cudarc::cusolver::CusolverError| {
             LinalgError::Gpu(dev.error(what, format!("cuSOLVER {:?}", status.0)))
         }
     };
-    // Row-major h × w, transposed, is the column-major h × w that cuSOLVER takes.
-    let colmajor = y.t().as_standard_layout().into_owned();
-    let mut a = stream
-        .clone_htod(colmajor.as_slice().expect("standard layout"))
-        .map_err(gpu(dev, "copying Y for its QR"))?;
     let alloc = gpu(dev, "allocating QR workspace");
     let mut tau = stream.alloc_zeros::<f64>(k).map_err(&alloc)?;
     let mut info = stream.alloc_zeros::<i32>(1).map_err(&alloc)?;
@@ -1141,7 +1161,7 @@ pub fn panel_qr(dev: &GpuDevice, y: ArrayView2<'_, f64>) -> Result<Option<ThinQr
                 pi as *mut i32,
             )
             .result()
-            .map_err(failed("geqrf of Y"))?;
+            .map_err(failed("geqrf of a panel"))?;
         }
     }
     // R: the upper triangle of the first k rows, column by column, before orgqr overwrites
@@ -1177,7 +1197,7 @@ pub fn panel_qr(dev: &GpuDevice, y: ArrayView2<'_, f64>) -> Result<Option<ThinQr
                 pi as *mut i32,
             )
             .result()
-            .map_err(failed("orgqr of Y"))?;
+            .map_err(failed("orgqr of a panel"))?;
         }
     }
     let mut status = [0i32];
@@ -1186,7 +1206,7 @@ pub fn panel_qr(dev: &GpuDevice, y: ArrayView2<'_, f64>) -> Result<Option<ThinQr
         .map_err(gpu(dev, "copying the QR's status"))?;
     if status[0] != 0 {
         return Err(LinalgError::Gpu(dev.error(
-            "QR of Y",
+            "QR of a panel",
             format!("cuSOLVER reports argument {} invalid", -status[0]),
         )));
     }
@@ -1194,7 +1214,59 @@ pub fn panel_qr(dev: &GpuDevice, y: ArrayView2<'_, f64>) -> Result<Option<ThinQr
     stream
         .memcpy_dtoh(&a.slice(..h * k), &mut q)
         .map_err(gpu(dev, "copying Q"))?;
-    Ok(Some((q, r)))
+    Ok((q, r))
+}
+
+/// The factor of rows `rows` of a generated matrix, computed where they are generated:
+/// the device produces the rows tile by tile (the host generator's values), gathers them
+/// into a column-major panel and factors it by cuSOLVER; only `Q` and `R` come back, as
+/// from [`panel_qr`]. `None` when the device has no cuSOLVER.
+pub fn generated_factor(
+    dev: &GpuDevice,
+    src: &DeviceSource,
+    rows: Range<u64>,
+    n: usize,
+) -> Result<Option<PanelFactor>, LinalgError> {
+    if dev.solver().is_none() {
+        return Ok(None);
+    }
+    let h = (rows.end - rows.start) as usize;
+    if h.min(n) == 0 {
+        return Ok(Some(PanelFactor::from_explicit(
+            Vec::new(),
+            h,
+            Array2::zeros((0, n)),
+        )));
+    }
+    let _lane = dev.lock();
+    let stream = dev.stream();
+    let mut panel = stream
+        .alloc_zeros::<f64>(h * n)
+        .map_err(gpu(dev, "allocating a panel"))?;
+    let mut p = Producer::<f64>::new(dev, src, n, h)?;
+    let mut facts = PanelFacts::default();
+    let (n32, ld) = (n as u32, h as u64);
+    for r0 in (0..h).step_by(p.rows) {
+        let r1 = (r0 + p.rows).min(h);
+        p.produce(
+            rows.start + r0 as u64..rows.start + r1 as u64,
+            false,
+            &mut facts,
+        )?;
+        let (at, b32) = (r0 as u64, (r1 - r0) as u32);
+        let mut l = stream.launch_builder(&dev.kernels().rows_to_columns_f64);
+        l.arg(&mut panel)
+            .arg(&p.tile)
+            .arg(&at)
+            .arg(&b32)
+            .arg(&n32)
+            .arg(&ld);
+        // SAFETY: reads r1 − r0 rows of n values of the tile (r1 − r0 ≤ its rows); writes
+        // rows r0..r1 ≤ h of the n columns of the h × n panel.
+        unsafe { l.launch(grid(n, r1 - r0)) }.map_err(gpu(dev, "gathering a panel's columns"))?;
+    }
+    let (q, r) = device_qr(dev, &mut panel, h, n)?;
+    Ok(Some(PanelFactor::from_explicit(q, h, r)))
 }
 
 /// A panel's factor (`rows × n`, its row blocks written by `fill`): on `dev` by cuSOLVER

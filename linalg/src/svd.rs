@@ -6,6 +6,10 @@
 //! tree through the stored node Q factors. Pass 2: every actor forms its rows of U as
 //! `Q_i C_i`, either from the Q factors it kept (resident) or by factoring the panel again
 //! (regenerated): both give the same bits. Only R factors (n×n) and C blocks (n×k) travel.
+//!
+//! On GPU actors with cuSOLVER the panel QRs run on the device, and generated uniform
+//! panels are generated there too; tree nodes of at least [`DEVICE_NODE_COLS`] columns
+//! are factored on the rank's first such GPU.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -20,7 +24,7 @@ use rankwise_runtime::{
 };
 use serde::Serialize;
 
-use crate::gpu::factor_panel;
+use crate::gpu::{factor_panel, generated_factor, panel_qr, DeviceSource, GpuDevice};
 use crate::kernels::{
     block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch, Keep, PanelFactor,
 };
@@ -230,6 +234,52 @@ pub struct SvdResult {
     pub read: ReadTotals,
     /// Panel QRs this rank computed on its GPUs by cuSOLVER, both passes.
     pub gpu_qrs: u64,
+    /// Of those, the panels its GPUs also generated (generated uniform matrices): they
+    /// never existed on the host.
+    pub gpu_generated: u64,
+    /// Tree-node QRs (of stacked R factors) this rank computed on a GPU.
+    pub gpu_node_qrs: u64,
+}
+
+/// Columns from which a tree node's QR (`2n × n`) goes to a GPU of the rank: below them
+/// the copies and the launches cost more than the host's LAPACK takes.
+const DEVICE_NODE_COLS: usize = 512;
+
+/// Work done on GPUs, counted across an actor's threads.
+#[derive(Default)]
+struct GpuWork {
+    qrs: AtomicU64,
+    generated: AtomicU64,
+}
+
+/// Factors panel `p` (`rows`) where it belongs: a GPU actor with cuSOLVER generates a
+/// generated uniform panel on its device and factors it there, and factors any other
+/// panel there after producing it on the host; everything else is factored on the host.
+#[allow(clippy::too_many_arguments)]
+fn factor_on_actor(
+    dev: Option<&GpuDevice>,
+    on_device: Option<&DeviceSource>,
+    source: &dyn PanelSource,
+    p: usize,
+    rows: Range<u64>,
+    decoded: Option<&PanelBuffer>,
+    keep: Keep,
+    work: &GpuWork,
+) -> Result<PanelFactor, LinalgError> {
+    let n = source.shape().1 as usize;
+    if let (Some(d), Some(src)) = (dev, on_device) {
+        if let Some(f) = generated_factor(d, src, rows.clone(), n)? {
+            work.qrs.fetch_add(1, Ordering::Relaxed);
+            work.generated.fetch_add(1, Ordering::Relaxed);
+            return Ok(f);
+        }
+    }
+    let h = (rows.end - rows.start) as usize;
+    let (f, on_gpu) = factor_panel(dev, h, n, keep, fill_from(source, p, rows, decoded))?;
+    if on_gpu {
+        work.qrs.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(f)
 }
 
 struct Pass1 {
@@ -335,15 +385,19 @@ pub fn svd(
     };
     let my_panel_bytes = panel_bytes(false);
 
-    // GPU actors factor their panels on their devices where cuSOLVER was found.
+    // GPU actors factor their panels on their devices where cuSOLVER was found, and
+    // generate them there when the device can.
     let gpus_all: Vec<_> = rt.actors().iter().map(|a| a.gpu().cloned()).collect();
-    let gpu_qrs = Arc::new(AtomicU64::new(0));
+    let work = Arc::new(GpuWork::default());
+    let on_device = Arc::new(DeviceSource::of(&crate::tiles::Operand::Dense(Arc::clone(
+        &problem.source,
+    ))));
 
     // Pass 1: panel factors.
     let t = Instant::now();
     let inputs: Vec<Vec<usize>> = my_actors.iter().map(|a| a.1.clone().collect()).collect();
     let source = Arc::clone(&problem.source);
-    let (gpus, qrs) = (gpus_all.clone(), Arc::clone(&gpu_qrs));
+    let (gpus, work1, on_device1) = (gpus_all.clone(), Arc::clone(&work), Arc::clone(&on_device));
     let res = residency.clone();
     let order = inputs
         .iter()
@@ -362,23 +416,21 @@ pub fn svd(
         move |actor, p| -> Result<Pass1, LinalgError> {
             let rows = grid.panel_rows(p);
             let lease = reads.take(actor, p, &rows)?;
-            let h = (rows.end - rows.start) as usize;
             let keep = if res[actor] == Residency::Resident {
                 Keep::Kept
             } else {
                 Keep::Scratch
             };
-            let dev = gpus.get(actor).and_then(Option::as_deref);
-            let (f, on_gpu) = factor_panel(
-                dev,
-                h,
-                n,
+            let f = factor_on_actor(
+                gpus.get(actor).and_then(Option::as_deref),
+                on_device1.as_ref().as_ref(),
+                source.as_ref(),
+                p,
+                rows,
+                lease.as_deref(),
                 keep,
-                fill_from(source.as_ref(), p, rows, lease.as_deref()),
+                &work1,
             )?;
-            if on_gpu {
-                qrs.fetch_add(1, Ordering::Relaxed);
-            }
             let r = f.r.clone();
             let kept = match keep {
                 Keep::Kept => Some(f),
@@ -411,9 +463,30 @@ pub fn svd(
     let t = Instant::now();
     let tree = Tree::new(&plan.placement.owner);
     let mut node_q: HashMap<(usize, usize), (usize, Array2<f64>)> = HashMap::new();
+    // The rank's nodes go to its first GPU with cuSOLVER when they are wide enough.
+    let node_gpu = gpus_all
+        .iter()
+        .flatten()
+        .find(|d| d.solver().is_some())
+        .filter(|_| n >= DEVICE_NODE_COLS);
+    let mut gpu_node_qrs = 0u64;
     let root = tree.up(comm, leaves, |level, j, a, b| {
         let ka = a.nrows();
-        let (q, r) = qr(stack_rows(&[a.view(), b.view()]))?;
+        let stacked = stack_rows(&[a.view(), b.view()]);
+        let device = match node_gpu {
+            Some(d) => panel_qr(d, stacked.view())?,
+            None => None,
+        };
+        let (q, r) = match device {
+            Some((q, r)) => {
+                gpu_node_qrs += 1;
+                let shape = (stacked.nrows(), r.nrows()).f();
+                let q = Array2::from_shape_vec(shape, q)
+                    .map_err(|e| LinalgError::Lapack(format!("node Q: {e}")))?;
+                (q, r)
+            }
+            None => qr(stacked)?,
+        };
         node_q.insert((level, j), (ka, q));
         Ok(r)
     })?;
@@ -476,7 +549,7 @@ pub fn svd(
         inputs2.push(items);
     }
     let source = Arc::clone(&problem.source);
-    let (gpus2, qrs2) = (gpus_all.clone(), Arc::clone(&gpu_qrs));
+    let (gpus2, work2, on_device2) = (gpus_all, Arc::clone(&work), Arc::clone(&on_device));
     let check = options.check;
     let s_arc = Arc::new(s.clone());
     let wt_arc = Arc::new(wt.clone());
@@ -506,20 +579,16 @@ pub fn svd(
             let h = (rows.end - rows.start) as usize;
             let factor = match kept {
                 Some(f) => f,
-                None => {
-                    let dev = gpus2.get(actor).and_then(Option::as_deref);
-                    let (f, on_gpu) = factor_panel(
-                        dev,
-                        h,
-                        n,
-                        Keep::Scratch,
-                        fill_from(source.as_ref(), p, rows.clone(), lease.as_deref()),
-                    )?;
-                    if on_gpu {
-                        qrs2.fetch_add(1, Ordering::Relaxed);
-                    }
-                    f
-                }
+                None => factor_on_actor(
+                    gpus2.get(actor).and_then(Option::as_deref),
+                    on_device2.as_ref().as_ref(),
+                    source.as_ref(),
+                    p,
+                    rows.clone(),
+                    lease.as_deref(),
+                    Keep::Scratch,
+                    &work2,
+                )?,
             };
             let mut ubuf = take_scratch(h * k);
             let mut u =
@@ -611,7 +680,9 @@ pub fn svd(
         plan,
         bytes_generated,
         read,
-        gpu_qrs: gpu_qrs.load(Ordering::Relaxed),
+        gpu_qrs: work.qrs.load(Ordering::Relaxed),
+        gpu_generated: work.generated.load(Ordering::Relaxed),
+        gpu_node_qrs,
     })
 }
 

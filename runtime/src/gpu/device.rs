@@ -13,7 +13,7 @@ use super::{GpuError, GpuLibraries};
 pub const KERNELS_SOURCE: &str = include_str!("kernels.cu");
 
 /// Names of the kernels in [`KERNELS_SOURCE`], in the order of [`GpuKernels`]' fields.
-const KERNEL_NAMES: [&str; 10] = [
+const KERNEL_NAMES: [&str; 11] = [
     "uniform_f64",
     "uniform_f32",
     "genotype_packed",
@@ -24,6 +24,7 @@ const KERNEL_NAMES: [&str; 10] = [
     "sum_squares_f64",
     "sum_squares_f32",
     "round_f64_to_f32",
+    "rows_to_columns_f64",
 ];
 
 /// The compiled kernels of one device (see `kernels.cu` for what each computes).
@@ -49,6 +50,8 @@ pub struct GpuKernels {
     pub sum_squares_f32: CudaFunction,
     /// `out = x` rounded from f64 to f32.
     pub round_f64_to_f32: CudaFunction,
+    /// Row-major f64 tile rows into a column-major panel (for cuSOLVER).
+    pub rows_to_columns_f64: CudaFunction,
 }
 
 /// Compiles [`KERNELS_SOURCE`] with NVRTC into machine code (CUBIN) for compute
@@ -202,6 +205,7 @@ impl GpuDevice {
             sum_squares_f64: next(),
             sum_squares_f32: next(),
             round_f64_to_f32: next(),
+            rows_to_columns_f64: next(),
         };
         Ok(GpuDevice {
             ordinal,

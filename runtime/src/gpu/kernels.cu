@@ -226,3 +226,15 @@ extern "C" __global__ void round_f64_to_f32(float* out, const double* x, u64 len
         out[i] = (float)x[i];
     }
 }
+
+// Row-major tile rows (b × n, leading dimension n) into rows r0.. of a column-major panel
+// of leading dimension ld: the layout cuSOLVER factors. Threads run along a tile row, so
+// reads are coalesced; grid rows stride over the tile's rows.
+extern "C" __global__ void rows_to_columns_f64(double* out, const double* tile, u64 r0, u32 b,
+                                               u32 n, u64 ld) {
+    u32 j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    for (u32 i = blockIdx.y; i < b; i += gridDim.y) {
+        out[(u64)j * ld + r0 + i] = tile[(u64)i * n + j];
+    }
+}
