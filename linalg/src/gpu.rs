@@ -52,7 +52,9 @@ use rankwise_runtime::stream::{BLOCK_COLS, LANES};
 use rankwise_runtime::{Dist, Generated};
 
 use crate::kernels::{block_rows, Keep, PanelFactor};
-use crate::tiles::{scale_of, Operand, PackedTile, PanelFacts, Real, RowCounts, Tile, TILE_ROWS};
+use crate::tiles::{
+    scale_of, Operand, PackedTile, PanelFacts, Precision, Real, RowCounts, Tile, TILE_ROWS,
+};
 use crate::LinalgError;
 
 /// Columns per f32 GEMM whose product is added to the f64 sums.
@@ -728,6 +730,26 @@ pub fn stage_rows(n: usize, bytes_per_value: usize, h: usize) -> usize {
     fit.max(TILE_ROWS).min(h.max(1).next_multiple_of(TILE_ROWS))
 }
 
+/// One staging's page-locked blocks for a panel of `h` rows of the stored `operand` in
+/// values of `size` bytes: rows per block, and the bytes of each block of codes (2-bit
+/// genotypes) or values, and of each block of tables (genotypes only; 0 for floats).
+fn stage_layout(operand: &Operand, size: usize, h: usize) -> (usize, usize, usize) {
+    let n = operand.shape().1 as usize;
+    let rows = stage_rows(n, size, h);
+    match operand {
+        Operand::Genotypes(_) => (rows, rows * n.div_ceil(4), rows * 4 * size),
+        Operand::Dense(_) => (rows, rows * n * size, 0),
+    }
+}
+
+/// Page-locked host bytes one [`Staging`] of a panel of `h` rows holds while it runs: two
+/// blocks of codes and tables, or of values. A GPU actor's workers stage one panel each,
+/// so the plans count this per worker thread.
+pub fn staging_host_bytes(operand: &Operand, precision: Precision, h: usize) -> u64 {
+    let (_, block, tables) = stage_layout(operand, precision.bytes(), h);
+    2 * (block + tables) as u64
+}
+
 /// Which rows of a panel the staged block being filled holds. Tiles come in row blocks
 /// (every column tile of a block, then the next block); a block is sent when the next row
 /// block would not fit, so staged blocks are whole row blocks.
@@ -844,7 +866,8 @@ enum Slots<T> {
 /// the read-ahead's buffers hold its panel's first segments would stop the worker holding
 /// the lane from ever getting its next one. Concurrent stagings share the actor's two
 /// streams, each with buffers of its own ([`STAGE_BYTES`] of device values, two
-/// page-locked blocks of codes or values on the host).
+/// page-locked blocks of codes or values on the host, which the plans count per worker
+/// thread: [`staging_host_bytes`]).
 pub struct Staging<'d, T: GpuReal>
 where
     CudaBlas: Gemm<T>,
@@ -878,16 +901,15 @@ where
         job: PanelJob<'_, T>,
     ) -> Result<Self, LinalgError> {
         let n = operand.shape().1 as usize;
-        let size = std::mem::size_of::<T>();
-        let rows = stage_rows(n, size, h);
+        let (rows, block, table_bytes) = stage_layout(operand, std::mem::size_of::<T>(), h);
         let stream = dev.stream();
         let alloc = gpu(dev, "allocating staging buffers");
         let pinned = |bytes| dev.pinned(bytes).map_err(LinalgError::Gpu);
         let (host, tables, slots) = match operand {
             Operand::Genotypes(_) => {
                 let stride = n.div_ceil(4);
-                let host = [pinned(rows * stride)?, pinned(rows * stride)?];
-                let tables = [pinned(rows * 4 * size)?, pinned(rows * 4 * size)?];
+                let host = [pinned(block)?, pinned(block)?];
+                let tables = [pinned(table_bytes)?, pinned(table_bytes)?];
                 let two = |len| -> Result<_, LinalgError> {
                     Ok([
                         stream.alloc_zeros::<u8>(len).map_err(&alloc)?,
@@ -906,7 +928,7 @@ where
                 (host, Some(tables), slots)
             }
             Operand::Dense(_) => {
-                let host = [pinned(rows * n * size)?, pinned(rows * n * size)?];
+                let host = [pinned(block)?, pinned(block)?];
                 let slots = Slots::Values {
                     values: [
                         stream.alloc_zeros::<T>(rows * n.max(1)).map_err(&alloc)?,

@@ -52,13 +52,13 @@ use cudarc::cublas::{CudaBlas, Gemm};
 use ndarray::{s, Array2};
 use rankwise_runtime::gpu::{NcclComm, NcclJoin};
 use rankwise_runtime::{
-    ChunkGrid, Dist, Generated, GenotypeSource, MemoryPlan, PanelSource, Placement, Residency,
-    Runtime, World,
+    ActorKind, ChunkGrid, Dist, Generated, GenotypeSource, MemoryPlan, PanelSource, Placement,
+    Residency, Runtime, World,
 };
 use rankwise_transports::Comm;
 use serde::Serialize;
 
-use crate::gpu::{self, DeviceSource, GpuReal};
+use crate::gpu::{self, staging_host_bytes, DeviceSource, GpuReal};
 use crate::kernels::{qr, small_svd, stack_rows, Keep, PanelFactor};
 use crate::reads::{
     read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading, DEFAULT_SEGMENT_BYTES,
@@ -363,7 +363,15 @@ impl RsvdPlan {
             let kept = rows * (basis + r) as u64 * 8;
             let threads = shape.threads.max(1) as u64;
             let resident = problem.operand.resident_bytes(rows, options.precision);
-            let per_thread = per_thread + kept.div_ceil(threads);
+            // A GPU actor's workers each carry a stored panel to the device through two
+            // page-locked blocks (`gpu::Staging`).
+            let staging = match (shape.kind, problem.operand.stored()) {
+                (ActorKind::Gpu, Some(_)) => {
+                    staging_host_bytes(&problem.operand, options.precision, chunk)
+                }
+                _ => 0,
+            };
+            let per_thread = per_thread + kept.div_ceil(threads) + staging;
             let mut mp = match &reads {
                 Some(r) => MemoryPlan::decide_reading(
                     shape.memory,
@@ -1448,4 +1456,116 @@ where
         s2.insert(st.p, b.t().as_standard_layout().into_owned());
         Ok::<_, LinalgError>(st)
     })?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use rankwise_runtime::zarr::{ZarrGenotypes, ZarrMatrix};
+    use rankwise_runtime::ActorShape;
+
+    use super::*;
+    use crate::testing::Rng;
+
+    /// A Zarr v2 array of `m × n` values of `dtype` in row bands of `c` rows, every chunk
+    /// missing (the fill value, as Zarr reads it): the plans read the metadata only.
+    fn v2_store(dir: &Path, dtype: &str, (m, n, c): (u64, u64, u64)) {
+        std::fs::create_dir_all(dir).unwrap();
+        let meta = format!(
+            r#"{{"zarr_format": 2, "shape": [{m}, {n}], "chunks": [{c}, {n}], "dtype": "{dtype}",
+            "compressor": null, "fill_value": 0, "order": "C", "filters": null}}"#
+        );
+        std::fs::write(dir.join(".zarray"), meta).unwrap();
+    }
+
+    fn actor(threads: usize, kind: ActorKind) -> ActorShape {
+        ActorShape {
+            threads,
+            memory: 1 << 40,
+            device: format!("{kind:?}"),
+            kind,
+        }
+    }
+
+    /// A GPU actor's plan holds, per worker thread, the two page-locked blocks through
+    /// which it stages a stored panel to its device; a CPU actor's holds none, and nor
+    /// does a GPU actor's for a generated matrix, which never leaves the device.
+    #[test]
+    fn gpu_actors_plan_their_staging_buffers() {
+        let mut rng = Rng::fresh();
+        let dir = std::env::temp_dir().join(format!("rankwise-plan-{}", rng.next()));
+        // Removed however the test ends.
+        struct Remove<'a>(&'a Path);
+        impl Drop for Remove<'_> {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(self.0);
+            }
+        }
+        let _remove = Remove(&dir);
+        for round in 0..3 {
+            let m = 1_000 + rng.below(200_000) as u64;
+            let n = 1 + rng.below(30_000) as u64;
+            let c = 1 + rng.below(m as usize) as u64;
+            let threads = 1 + rng.below(16);
+            let what = format!("round {round}: {m} × {n} in bands of {c}, {threads} threads");
+            let floats = dir.join(format!("f{round}"));
+            let dosages = dir.join(format!("g{round}"));
+            v2_store(&floats, "<f4", (m, n, c));
+            v2_store(&dosages, "|i1", (m, n, c));
+            let float_src: Arc<dyn PanelSource> =
+                Arc::new(ZarrMatrix::open(floats.to_str().unwrap()).unwrap());
+            let operands = [
+                Operand::Dense(float_src),
+                Operand::Genotypes(Arc::new(
+                    ZarrGenotypes::open(dosages.to_str().unwrap()).unwrap(),
+                )),
+                Operand::Dense(Arc::new(Generated::new(m, n, 7, Dist::Uniform))),
+            ];
+            // The same shapes on CPU actors and with the second one a GPU actor: the
+            // placements are the same, the workspaces differ by the staging alone.
+            let world = |second| World {
+                ranks: vec![vec![actor(threads, ActorKind::Cpu), actor(threads, second)]],
+            };
+            let (cpus, gpu) = (world(ActorKind::Cpu), world(ActorKind::Gpu));
+            for operand in operands {
+                for precision in [Precision::F32, Precision::F64] {
+                    let problem = RsvdProblem {
+                        grid: ChunkGrid::new(m, n, c).unwrap(),
+                        operand: operand.clone(),
+                        transposed: false,
+                        rank_panels: None,
+                    };
+                    let options = RsvdOptions {
+                        precision,
+                        ..Default::default()
+                    };
+                    let workspace = |world: &World| {
+                        let plan = RsvdPlan::new(&problem, &options, world).unwrap();
+                        let i = plan
+                            .placement
+                            .assignments
+                            .iter()
+                            .position(|a| a.actor == 1)
+                            .unwrap();
+                        plan.memory[i].workspace
+                    };
+                    let staging = match operand.stored() {
+                        Some(_) => staging_host_bytes(&operand, precision, c as usize),
+                        None => 0,
+                    };
+                    let more = workspace(&gpu) - workspace(&cpus);
+                    let what = format!("{what}: {} {precision:?}", operand.describe());
+                    assert_eq!(more, threads as u64 * staging, "{what}");
+                    if staging > 0 {
+                        // Two blocks of at most the staging budget, or of one row block.
+                        let one = (crate::tiles::TILE_ROWS * n as usize * precision.bytes())
+                            .max(64 << 20) as u64;
+                        assert!(staging <= 2 * (one + one / 2), "{what}: {staging}");
+                    }
+                }
+            }
+        }
+    }
 }

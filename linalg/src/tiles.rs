@@ -148,6 +148,16 @@ pub enum Precision {
     F32,
 }
 
+impl Precision {
+    /// Bytes of one tile value.
+    pub fn bytes(self) -> usize {
+        match self {
+            Precision::F64 => 8,
+            Precision::F32 => 4,
+        }
+    }
+}
+
 /// The element type of tiles: f64 or f32.
 pub trait Real:
     Copy + Default + Send + Sync + std::fmt::Debug + PartialEq + 'static + ndarray::LinalgScalar

@@ -91,6 +91,18 @@ impl ChunkGrid {
     }
 }
 
+/// What computes an actor's panels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActorKind {
+    /// Its worker threads, on their CPU cores.
+    #[default]
+    Cpu,
+    /// Its GPU (an opened device), fed by its worker threads: the plans count the
+    /// page-locked host buffers that carry stored panels to the device.
+    Gpu,
+}
+
 /// What one actor brings to the placement.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ActorShape {
@@ -100,6 +112,8 @@ pub struct ActorShape {
     pub memory: u64,
     /// Where it runs, for reports: e.g. `numa0 cores 0-1`.
     pub device: String,
+    /// What computes its panels.
+    pub kind: ActorKind,
 }
 
 /// Every rank's actors, as all ranks agree on them after start-up.
@@ -244,6 +258,7 @@ mod tests {
                             threads: t,
                             memory: 1 << 30,
                             device: "cpu".into(),
+                            kind: ActorKind::Cpu,
                         })
                         .collect()
                 })

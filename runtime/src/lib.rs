@@ -21,7 +21,7 @@ pub mod zarr;
 
 pub use actor::{Actor, ActorSpec};
 pub use budget::{parse_bytes, MemoryPlan, ReadBuffers, Residency};
-pub use grid::{ActorShape, Assignment, ChunkGrid, Placement, World};
+pub use grid::{ActorKind, ActorShape, Assignment, ChunkGrid, Placement, World};
 pub use panel::{
     ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
 };

@@ -9,7 +9,7 @@ use rankwise_transports::Comm;
 
 use crate::actor::{Actor, ActorSpec};
 use crate::gpu::{self, DeviceChoice, GpuDevice};
-use crate::grid::{ActorShape, World};
+use crate::grid::{ActorKind, ActorShape, World};
 use crate::topology::Topology;
 use crate::RuntimeError;
 
@@ -268,6 +268,10 @@ impl Runtime {
                     Some(d) => format!("{} {}", a.spec().device(), d.name()),
                     None => a.spec().device(),
                 },
+                kind: match a.gpu() {
+                    Some(_) => ActorKind::Gpu,
+                    None => ActorKind::Cpu,
+                },
             })
             .collect();
         let mine = encode_shapes(&shapes);
@@ -399,6 +403,10 @@ fn encode_shapes(shapes: &[ActorShape]) -> Vec<u8> {
         out.extend_from_slice(&s.memory.to_le_bytes());
         out.extend_from_slice(&(s.device.len() as u64).to_le_bytes());
         out.extend_from_slice(s.device.as_bytes());
+        out.push(match s.kind {
+            ActorKind::Cpu => 0,
+            ActorKind::Gpu => 1,
+        });
     }
     out
 }
@@ -416,11 +424,17 @@ fn decode_shapes(mut b: &[u8]) -> Option<Vec<ActorShape>> {
         let memory = u64_at(&mut b)?;
         let len = u64_at(&mut b)? as usize;
         let (d, t) = b.split_at_checked(len)?;
+        let (&kind, t) = t.split_first()?;
         b = t;
         out.push(ActorShape {
             threads,
             memory,
             device: String::from_utf8_lossy(d).into_owned(),
+            kind: match kind {
+                0 => ActorKind::Cpu,
+                1 => ActorKind::Gpu,
+                _ => return None,
+            },
         });
     }
     Some(out)
@@ -539,13 +553,28 @@ mod tests {
 
     #[test]
     fn shapes_round_trip() {
-        let s = vec![ActorShape {
-            threads: 3,
-            memory: 77,
-            device: "cpu numa0".into(),
-        }];
-        assert_eq!(decode_shapes(&encode_shapes(&s)).unwrap(), s);
+        let s = vec![
+            ActorShape {
+                threads: 3,
+                memory: 77,
+                device: "cpu numa0".into(),
+                kind: ActorKind::Cpu,
+            },
+            ActorShape {
+                threads: 2,
+                memory: 1 << 40,
+                device: "gpu 0 (cpu numa1 cores 8,9) NVIDIA H200".into(),
+                kind: ActorKind::Gpu,
+            },
+        ];
+        let bytes = encode_shapes(&s);
+        assert_eq!(decode_shapes(&bytes).unwrap(), s);
         assert!(decode_shapes(&[1, 2]).is_none());
+        // A kind no rank writes, or a message cut before it, is refused.
+        let mut bad = bytes.clone();
+        *bad.last_mut().unwrap() = 7;
+        assert!(decode_shapes(&bad).is_none());
+        assert!(decode_shapes(&bytes[..bytes.len() - 1]).is_none());
     }
 
     #[test]
