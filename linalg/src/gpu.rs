@@ -369,6 +369,31 @@ where
         Ok(())
     }
 
+    /// Produces rows `rows` tile by tile, handing `f` each tile, the offset of its first
+    /// row in `rows` and its row count.
+    fn each_tile<F>(
+        &mut self,
+        rows: Range<u64>,
+        measure: bool,
+        facts: &mut PanelFacts,
+        mut f: F,
+    ) -> Result<(), LinalgError>
+    where
+        F: FnMut(&CudaSlice<T>, usize, usize) -> Result<(), LinalgError>,
+    {
+        let h = (rows.end - rows.start) as usize;
+        for r0 in (0..h).step_by(self.rows) {
+            let r1 = (r0 + self.rows).min(h);
+            self.produce(
+                rows.start + r0 as u64..rows.start + r1 as u64,
+                measure,
+                facts,
+            )?;
+            f(&self.tile, r0, r1 - r0)?;
+        }
+        Ok(())
+    }
+
     /// Σ x² of the first `len` values of the tile.
     fn sum_squares(&mut self, len: usize) -> Result<f64, LinalgError> {
         let dev = self.dev;
@@ -704,15 +729,9 @@ where
     }
     let mut p = Producer::<T>::new(dev, src, n, h)?;
     let mut products = Products::new(dev, n, h, p.rows, &job)?;
-    for r0 in (0..h).step_by(p.rows) {
-        let r1 = (r0 + p.rows).min(h);
-        p.produce(
-            rows.start + r0 as u64..rows.start + r1 as u64,
-            measure,
-            &mut facts,
-        )?;
-        products.rows(r0, r1 - r0, &p.tile)?;
-    }
+    p.each_tile(rows, measure, &mut facts, |tile, r0, b| {
+        products.rows(r0, b, tile)
+    })?;
     let mut out = products.finish()?;
     out.facts = facts;
     Ok(out)
@@ -1268,25 +1287,20 @@ pub fn generated_factor(
     let mut p = Producer::<f64>::new(dev, src, n, h)?;
     let mut facts = PanelFacts::default();
     let (n32, ld) = (n as u32, h as u64);
-    for r0 in (0..h).step_by(p.rows) {
-        let r1 = (r0 + p.rows).min(h);
-        p.produce(
-            rows.start + r0 as u64..rows.start + r1 as u64,
-            false,
-            &mut facts,
-        )?;
-        let (at, b32) = (r0 as u64, (r1 - r0) as u32);
+    p.each_tile(rows, false, &mut facts, |tile, r0, b| {
+        let (at, b32) = (r0 as u64, b as u32);
         let mut l = stream.launch_builder(&dev.kernels().rows_to_columns_f64);
         l.arg(&mut panel)
-            .arg(&p.tile)
+            .arg(tile)
             .arg(&at)
             .arg(&b32)
             .arg(&n32)
             .arg(&ld);
-        // SAFETY: reads r1 − r0 rows of n values of the tile (r1 − r0 ≤ its rows); writes
-        // rows r0..r1 ≤ h of the n columns of the h × n panel.
-        unsafe { l.launch(grid(n, r1 - r0)) }.map_err(gpu(dev, "gathering a panel's columns"))?;
-    }
+        // SAFETY: reads b rows of n values of the tile (b ≤ its rows); writes rows
+        // r0..r0 + b ≤ h of the n columns of the h × n panel.
+        unsafe { l.launch(grid(n, b)) }.map_err(gpu(dev, "gathering a panel's columns"))?;
+        Ok(())
+    })?;
     let (q, r) = device_qr(dev, &mut panel, h, n)?;
     Ok(Some(PanelFactor::from_explicit(q, h, r)))
 }
@@ -1345,21 +1359,15 @@ where
         return Ok((out, facts));
     }
     let mut p = Producer::<T>::new(dev, src, n, h)?;
-    for r0 in (0..h).step_by(p.rows) {
-        let r1 = (r0 + p.rows).min(h);
-        p.produce(
-            rows.start + r0 as u64..rows.start + r1 as u64,
-            true,
-            &mut facts,
-        )?;
+    p.each_tile(rows, true, &mut facts, |tile, r0, b| {
         let dst = out
-            .slice_mut(s![r0..r1, ..])
+            .slice_mut(s![r0..r0 + b, ..])
             .into_slice()
             .expect("rows of a standard-layout array are contiguous");
         dev.stream()
-            .memcpy_dtoh(&p.tile.slice(..(r1 - r0) * n), dst)
-            .map_err(gpu(dev, "copying a tile"))?;
-    }
+            .memcpy_dtoh(&tile.slice(..b * n), dst)
+            .map_err(gpu(dev, "copying a tile"))
+    })?;
     Ok((out, facts))
 }
 
