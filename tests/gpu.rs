@@ -4,7 +4,7 @@
 //! library; `--device gpu` without CUDA fails with a message naming the missing library, on
 //! one rank and on both ranks of `mpirun -np 2`, without hanging; `--device auto` runs on
 //! CPU; the projections' sums cross ranks through the transport, saying why not through
-//! NCCL, where the ranks are not one GPU actor each; and the device kernels compile with
+//! NCCL, where some rank has no GPU actor; and the device kernels compile with
 //! NVRTC installed from PyPI (a compiler library: no GPU needed).
 //!
 //! On a machine with a GPU (`make test-gpu`, which sets `RANKWISE_REQUIRE_GPU=1` so that a
@@ -422,8 +422,8 @@ fn collectives(report: &serde_json::Value) -> Vec<String> {
 }
 
 /// Every rank agrees on how the projections' sums cross ranks: through the transport,
-/// saying why NCCL was not used, when the ranks are not one GPU actor each (here: CPU
-/// actors under `mpirun -np 2`, a real MPI all-gather deciding it).
+/// saying why NCCL was not used, when some rank has no GPU actor (here: CPU actors under
+/// `mpirun -np 2`, a real MPI all-gather deciding it).
 #[test]
 fn sums_cross_ranks_through_the_transport_without_one_gpu_per_rank() {
     let args = strings(&[
@@ -444,10 +444,7 @@ fn sums_cross_ranks_through_the_transport_without_one_gpu_per_rank() {
     let c = collectives(&r);
     assert_eq!(c.len(), 2, "{r}");
     for x in &c {
-        assert_eq!(
-            x, "mpi (NCCL not used: rank 0: its actors are not exactly one GPU actor)",
-            "{r}"
-        );
+        assert_eq!(x, "mpi (NCCL not used: rank 0: it has no GPU actor)", "{r}");
     }
     let r = report(&embedded(&args));
     assert!(

@@ -564,7 +564,7 @@ struct Ctx {
     gpu_panels: AtomicU64,
     /// Bytes of stored panels staged from the host to GPUs.
     gpu_staged_bytes: AtomicU64,
-    /// The ranks' GPUs joined by NCCL, when every rank is one GPU actor.
+    /// The ranks' GPUs joined by NCCL, when every rank has a GPU actor.
     nccl: Option<NcclComm>,
     /// Panel QRs computed on a GPU.
     gpu_qrs: AtomicU64,
@@ -725,11 +725,8 @@ pub fn rsvd(
         Operand::Genotypes(_) => 1,
     };
     let gpus: Vec<_> = rt.actors().iter().map(|a| a.gpu().cloned()).collect();
-    let only_gpu = match gpus.as_slice() {
-        [Some(d)] => Some(d),
-        _ => None,
-    };
-    let (nccl, collectives) = match NcclComm::join(comm, only_gpu)? {
+    let first_gpu = gpus.iter().flatten().next();
+    let (nccl, collectives) = match NcclComm::join(comm, first_gpu)? {
         NcclJoin::Joined(c) => (Some(c), "nccl".to_string()),
         NcclJoin::Declined(why) => (None, format!("{} (NCCL not used: {why})", comm.name())),
     };

@@ -2,8 +2,10 @@
 //!
 //! # When NCCL is used
 //!
-//! When every rank of the job has exactly one actor, a GPU actor, on a device that no other
-//! rank uses (NCCL refuses two ranks on one device), and every rank found the NCCL library.
+//! When every rank of the job has a GPU actor, and its first GPU actor's device is one that
+//! no other rank's is (NCCL refuses two ranks on one device), and every rank found the NCCL
+//! library. NCCL runs on that device, one NCCL rank per rank: a rank with several GPUs
+//! sums its own actors' parts on the host first, as for the transport.
 //! The ranks agree on that before any NCCL call ([`NcclComm::join`]: one all-gather over the
 //! job's transport), so either every rank initializes NCCL or none does; otherwise sums go
 //! through the transport (MPI, UCX) from host memory.
@@ -65,7 +67,7 @@ fn hostname() -> String {
 /// This rank's claim to NCCL: `"1 HOST PCI"` when it qualifies, `"0 WHY"` otherwise.
 fn claim(gpu: Option<&GpuDevice>) -> String {
     let Some(dev) = gpu else {
-        return "0 its actors are not exactly one GPU actor".into();
+        return "0 it has no GPU actor".into();
     };
     let libs = probed();
     if libs.find("nccl").is_none() {
@@ -83,8 +85,8 @@ fn claim(gpu: Option<&GpuDevice>) -> String {
 
 impl NcclComm {
     /// Joins the ranks of `transport` in an NCCL communicator, when they all qualify (see
-    /// the module's notes). Collective: every rank calls it, `gpu` being its one GPU actor's
-    /// device, or `None` when its actors are anything else.
+    /// the module's notes). Collective: every rank calls it, `gpu` being its first GPU
+    /// actor's device, or `None` when it has none.
     pub fn join(
         transport: &dyn Transport,
         gpu: Option<&Arc<GpuDevice>>,
