@@ -2,7 +2,9 @@
 # GPU checks and benchmark, for a machine with an NVIDIA GPU: tests/gpu.rs, then `rsvd -k 10`
 # of a generated 10,000,000 × 20,000 genotype matrix (200 GB as uint8) on one GPU, generated
 # on the device panel by panel and regenerated in every pass; then a genotype Zarr store
-# staged to the device (host decode + pinned copy) against the host's decode rate alone.
+# staged to the device (host decode + pinned copy) against the host's decode rate alone; then
+# the exact `svd` of a generated uniform matrix on a GPU actor (panels generated and factored
+# on the device) against CPU actors.
 #
 # From a checkout with a release build (`make build`, and `make test` for the test binary):
 #
@@ -18,7 +20,8 @@
 # (the benchmark's shape; default 10000000 × 20000), CHUNK_ROWS (default 250000), PRECISIONS
 # (default "f32 f64"), TIMEOUT (seconds per rankwise run, default 300); ZARR_ROWS (variants of
 # the Zarr store, COLS samples; default 500000, 10 GB as int8; 0 skips the step), ZARR_CHUNK
-# (its chunk rows, default 25000) and ZARR_DIR (where it is written, default /tmp/rankwise-gpu).
+# (its chunk rows, default 25000) and ZARR_DIR (where it is written, default /tmp/rankwise-gpu);
+# SVD_ROWS and SVD_COLS (the svd's shape, default 2000000 × 1024; SVD_ROWS=0 skips it).
 #
 # CUDA libraries: rankwise loads the driver, NVRTC and cuBLAS at run time. Where the loader
 # does not find them, this script adds the folders CUDA images and NVIDIA's Python wheels
@@ -38,6 +41,8 @@ TIMEOUT=${TIMEOUT:-300}
 ZARR_ROWS=${ZARR_ROWS:-500000}
 ZARR_CHUNK=${ZARR_CHUNK:-25000}
 ZARR_DIR=${ZARR_DIR:-/tmp/rankwise-gpu}
+SVD_ROWS=${SVD_ROWS:-2000000}
+SVD_COLS=${SVD_COLS:-1024}
 OUT=${OUT:-$ROOT/target/bench-results/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
 die() {
     printf 'gpu.sh: %s\n' "$*" >&2
@@ -164,6 +169,29 @@ for name, d in (("GPU actor", zg), ("CPU actor", zc)):
         line += (f", {staged / 1e9:.2f} GB staged 2-bit packed "
                  f"({staged / first / 1e9:.2f} GB/s over PCIe)")
     print(line + ".")
+
+sg, sc = load("svd-gpu"), load("svd-cpu")
+if sg or sc:
+    d = sg or sc
+    m, n = d["shape"]
+    print(f"\n## svd of a generated {m:,} × {n:,} uniform matrix (f64)\n")
+for name, d in (("GPU actor", sg), ("CPU actors", sc)):
+    if not d:
+        continue
+    r = d["per_rank"][0]
+    t = {x["phase"]: x["seconds"] for x in r["timings"]}
+    first = next((v for k, v in t.items() if k.startswith("pass 1")), float("nan"))
+    tree = next((v for k, v in t.items() if k.startswith("tree: reduce")), float("nan"))
+    line = f"- {name}: {d['seconds']:.2f} s, pass 1 {first:.2f} s, tree {tree:.3f} s"
+    if r.get("gpu_panel_qrs"):
+        line += (f"; cuSOLVER: {r['gpu_panel_qrs']} panel QRs "
+                 f"({r.get('gpu_generated_panels', 0)} generated on the device), "
+                 f"{r.get('gpu_node_qrs', 0)} tree-node QRs")
+    print(line + ".")
+if sg and sc:
+    a, b = sg["singular_values"], sc["singular_values"]
+    worst = max(abs(x - y) / abs(b[0]) for x, y in zip(a, b))
+    print(f"- σ on the GPU against CPU actors: largest difference {worst:.1e} of σ₁.")
 EOF
     cat "$OUT/summary.md"
 }
@@ -243,6 +271,13 @@ if ((ZARR_ROWS > 0)); then
         run zarr-gpu "${zarr[@]}" --device gpu
         run zarr-cpu "${zarr[@]}" --device cpu
     fi
+fi
+
+# The exact SVD: panels generated and factored on the device, against CPU actors.
+if ((SVD_ROWS > 0)); then
+    svd=(svd --rows "$SVD_ROWS" --cols "$SVD_COLS" --chunk-rows 100000)
+    run svd-gpu "${svd[@]}" --device gpu
+    run svd-cpu "${svd[@]}" --device cpu
 fi
 
 summarize
