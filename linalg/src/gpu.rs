@@ -1139,6 +1139,7 @@ fn device_qr(
     use cudarc::cusolver::sys;
     use cudarc::driver::{DevicePtr, DevicePtrMut};
     let solver = dev.solver().expect("checked by the caller");
+    dev.bind()?;
     let k = h.min(w);
     let stream = dev.stream();
     let failed = |what: &'static str| {
@@ -1205,19 +1206,19 @@ fn device_qr(
             .map_err(failed("geqrf of a panel"))?;
         }
     }
-    // R: the upper triangle of the first k rows, column by column, before orgqr overwrites
-    // them with Q.
-    let mut r = Array2::<f64>::zeros((k, w));
-    let mut column = vec![0f64; k];
-    for j in 0..w {
-        let top = (j + 1).min(k);
-        stream
-            .memcpy_dtoh(&a.slice(j * h..j * h + top), &mut column[..top])
-            .map_err(gpu(dev, "copying R"))?;
-        for i in 0..top {
-            r[[i, j]] = column[i];
-        }
-    }
+    // R: the upper triangle of the first k rows, gathered on the device and copied in one
+    // piece before orgqr overwrites them with Q.
+    let mut top = stream.alloc_zeros::<f64>(k * w).map_err(&alloc)?;
+    let (top_k, top_w, ld) = (k as u32, w as u32, h as u64);
+    let mut l = stream.launch_builder(&dev.kernels().top_rows_f64);
+    l.arg(&mut top).arg(&*a).arg(&top_k).arg(&top_w).arg(&ld);
+    // SAFETY: reads rows 0..k ≤ h of the w columns of `a` (h × w); writes k × w values.
+    unsafe { l.launch(grid(k, w)) }.map_err(gpu(dev, "gathering R"))?;
+    let mut host = vec![0f64; k * w];
+    stream
+        .memcpy_dtoh(&top, &mut host)
+        .map_err(gpu(dev, "copying R"))?;
+    let r = Array2::from_shape_fn((k, w), |(i, j)| if i <= j { host[j * k + i] } else { 0.0 });
     {
         let (pa, _a) = a.device_ptr_mut(stream);
         let (pt, _t) = tau.device_ptr(stream);

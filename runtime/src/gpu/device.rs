@@ -13,7 +13,7 @@ use super::{GpuError, GpuLibraries};
 pub const KERNELS_SOURCE: &str = include_str!("kernels.cu");
 
 /// Names of the kernels in [`KERNELS_SOURCE`], in the order of [`GpuKernels`]' fields.
-const KERNEL_NAMES: [&str; 11] = [
+const KERNEL_NAMES: [&str; 12] = [
     "uniform_f64",
     "uniform_f32",
     "genotype_packed",
@@ -25,6 +25,7 @@ const KERNEL_NAMES: [&str; 11] = [
     "sum_squares_f32",
     "round_f64_to_f32",
     "rows_to_columns_f64",
+    "top_rows_f64",
 ];
 
 /// The compiled kernels of one device (see `kernels.cu` for what each computes).
@@ -52,6 +53,8 @@ pub struct GpuKernels {
     pub round_f64_to_f32: CudaFunction,
     /// Row-major f64 tile rows into a column-major panel (for cuSOLVER).
     pub rows_to_columns_f64: CudaFunction,
+    /// The top rows of a column-major matrix (R after geqrf).
+    pub top_rows_f64: CudaFunction,
 }
 
 /// Compiles [`KERNELS_SOURCE`] with NVRTC into machine code (CUBIN) for compute
@@ -206,6 +209,7 @@ impl GpuDevice {
             sum_squares_f32: next(),
             round_f64_to_f32: next(),
             rows_to_columns_f64: next(),
+            top_rows_f64: next(),
         };
         Ok(GpuDevice {
             ordinal,
@@ -264,7 +268,11 @@ impl GpuDevice {
         let bytes = bytes.max(1).next_multiple_of(8);
         let found = {
             let mut pool = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
-            let i = pool.iter().position(|b| b.len() >= bytes);
+            // Best fit: a small table block must not take a large block's buffer and
+            // leave the next large request to allocate another.
+            let i = (0..pool.len())
+                .filter(|&i| pool[i].len() >= bytes)
+                .min_by_key(|&i| pool[i].len());
             i.map(|i| pool.swap_remove(i))
         };
         let buffer = match found {
@@ -294,6 +302,16 @@ impl GpuDevice {
             pool: &self.pinned,
             done,
         })
+    }
+
+    /// Makes this device's context current on the calling thread. cudarc's driver calls do
+    /// that themselves; cuBLAS, cuSOLVER and NCCL calls act on whatever context is current,
+    /// and a rank's main thread last bound the device it opened last.
+    pub fn bind(&self) -> Result<(), GpuError> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| self.error("making the device's context current", e))
     }
 
     /// cuSOLVER's dense handle, bound to [`GpuDevice::stream`], when the library was found.

@@ -121,8 +121,12 @@ extern "C" __global__ void genotype_packed(u8* packed, u32* counts, const u64* t
                         u64 hw = (x >> (32 * half)) & 0xFFFFFFFFULL;
                         if (alleles) {
                             u64 th = tq;
-                            if (pops > 1)
-                                th = thresholds[(u64)i * pops + (u32)(((u64)(first + k) * pops) / n)];
+                            // Padding columns of the last block (masked below) read the
+                            // last sample's population: the table holds h·pops entries.
+                            if (pops > 1) {
+                                u32 col = min(first + k, n - 1);
+                                th = thresholds[(u64)i * pops + (u32)(((u64)col * pops) / n)];
+                            }
                             u32 d = (u32)((hw & 0xFFFF) < th) + (u32)((hw >> 16) < th);
                             codes[g] |= d << (2 * (k % 16));
                         } else if (hw < missing) {
@@ -236,5 +240,15 @@ extern "C" __global__ void rows_to_columns_f64(double* out, const double* tile, 
     if (j >= n) return;
     for (u32 i = blockIdx.y; i < b; i += gridDim.y) {
         out[(u64)j * ld + r0 + i] = tile[(u64)i * n + j];
+    }
+}
+
+// The top k rows of a column-major h × w matrix (leading dimension h) as a column-major k × w
+// matrix: R after geqrf, with the Householder vectors below its diagonal, in one copy.
+extern "C" __global__ void top_rows_f64(double* out, const double* a, u32 k, u32 w, u64 h) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= k) return;
+    for (u32 j = blockIdx.y; j < w; j += gridDim.y) {
+        out[(u64)j * k + i] = a[(u64)j * h + i];
     }
 }

@@ -149,6 +149,8 @@ impl NcclComm {
         for (d, &b) in internal.iter_mut().zip(&id[1..]) {
             *d = b as std::ffi::c_char;
         }
+        // NCCL ties the communicator to the device current on this thread.
+        dev.bind()?;
         let comm = Comm::from_rank(
             Arc::clone(dev.stream()),
             transport.rank(),
