@@ -13,7 +13,8 @@
 //! - `rsvd`, `pca` and `svd` on GPU actors agree with CPU actors on the same seed and grid;
 //! - Zarr stores staged to the device through pinned buffers agree with host reads;
 //! - NCCL sums agree with the transport's;
-//! - cuSOLVER's panel QR agrees with LAPACK's.
+//! - cuSOLVER's panel QR agrees with LAPACK's;
+//! - a GPU run repeats bit for bit.
 
 mod common;
 
@@ -307,6 +308,41 @@ fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
     let (cpu, _) = singular_values(&pca32, "cpu");
     let (gpu, _) = singular_values(&pca32, "gpu");
     assert_close(&gpu, &cpu, 1e-5, "pca f32");
+}
+
+/// A GPU run repeats bit for bit: σ and the matrix's Σx², which the device sums per block
+/// and the host adds in block order (it was summed with atomics, whose order varies from
+/// run to run).
+#[test]
+fn gpu_runs_repeat_bit_for_bit_including_the_sum_of_squares() {
+    if gpu_or_skip("gpu_runs_repeat_bit_for_bit_including_the_sum_of_squares").is_none() {
+        return;
+    }
+    let mut rng = Draw(test_seed());
+    let (m, n, seed) = (
+        rng.range(20_000, 80_000).to_string(),
+        rng.range(100, 3000).to_string(),
+        rng.next().to_string(),
+    );
+    let args = [
+        "rsvd",
+        "--rows",
+        m.as_str(),
+        "--cols",
+        n.as_str(),
+        "--chunk-rows",
+        "8192",
+        "-k",
+        "5",
+        "--seed",
+        seed.as_str(),
+    ];
+    let runs: Vec<_> = (0..2).map(|_| singular_values(&args, "gpu")).collect();
+    let bits = |s: &[f64]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let what = format!("rsvd {m} × {n} seed {seed}");
+    assert_eq!(bits(&runs[0].0), bits(&runs[1].0), "{what}: σ");
+    let total = |r: &serde_json::Value| r["total_sum_squares"].as_f64().unwrap().to_bits();
+    assert_eq!(total(&runs[0].1), total(&runs[1].1), "{what}: Σx²");
 }
 
 /// Staged bytes of all ranks of a report.

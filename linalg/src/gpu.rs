@@ -181,10 +181,15 @@ fn grid(width: usize, rows: usize) -> LaunchConfig {
     }
 }
 
+/// Most blocks of a [`flat`] grid.
+const MAX_BLOCKS: usize = 1 << 16;
+
 fn flat(len: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (
-            (len as u64).div_ceil(BLOCK as u64).clamp(1, 1 << 16) as u32,
+            (len as u64)
+                .div_ceil(BLOCK as u64)
+                .clamp(1, MAX_BLOCKS as u64) as u32,
             1,
             1,
         ),
@@ -219,6 +224,7 @@ where
     /// Genotypes: packed codes, per-variant code counts, thresholds and tables.
     packed: Option<CudaSlice<u8>>,
     counts: Option<CudaSlice<u32>>,
+    /// One partial Σx² per block of a `flat` grid.
     sum: CudaSlice<f64>,
     thresholds: Vec<u64>,
 }
@@ -248,7 +254,7 @@ where
             ),
             DeviceSource::Uniform(_) => (None, None),
         };
-        let sum = stream.alloc_zeros::<f64>(1).map_err(&alloc)?;
+        let sum = stream.alloc_zeros::<f64>(MAX_BLOCKS).map_err(&alloc)?;
         Ok(Producer {
             dev,
             src,
@@ -394,23 +400,24 @@ where
         Ok(())
     }
 
-    /// Σ x² of the first `len` values of the tile.
+    /// Σ x² of the first `len` values of the tile: the blocks' partial sums, added in
+    /// block order on the host, so that a panel's figure is the same on every run.
     fn sum_squares(&mut self, len: usize) -> Result<f64, LinalgError> {
         let dev = self.dev;
         let stream = dev.stream();
-        stream
-            .memset_zeros(&mut self.sum)
-            .map_err(gpu(dev, "zeroing a sum"))?;
+        let cfg = flat(len);
+        let blocks = cfg.grid_dim.0 as usize;
         let len64 = len as u64;
         let mut l = stream.launch_builder(T::sum_squares_kernel(dev.kernels()));
         l.arg(&self.tile).arg(&len64).arg(&mut self.sum);
-        // SAFETY: reads `len` ≤ tile length values; writes one f64.
-        unsafe { l.launch(flat(len)) }.map_err(gpu(dev, "summing squares"))?;
-        let mut out = [0f64];
+        // SAFETY: reads `len` ≤ tile length values; writes one f64 per block, and `sum`
+        // holds one per block of the largest grid `flat` makes.
+        unsafe { l.launch(cfg) }.map_err(gpu(dev, "summing squares"))?;
+        let mut partial = vec![0f64; blocks];
         stream
-            .memcpy_dtoh(&self.sum, &mut out)
-            .map_err(gpu(dev, "copying a sum"))?;
-        Ok(out[0])
+            .memcpy_dtoh(&self.sum.slice(..blocks), &mut partial)
+            .map_err(gpu(dev, "copying partial sums"))?;
+        Ok(partial.iter().sum())
     }
 }
 

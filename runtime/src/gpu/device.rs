@@ -45,9 +45,9 @@ pub struct GpuKernels {
     pub add_f32_to_f64: CudaFunction,
     /// `acc += part` in f64.
     pub add_f64: CudaFunction,
-    /// `out += Σ x²` of an f64 buffer.
+    /// Σ x² of an f64 buffer, one partial sum per thread block.
     pub sum_squares_f64: CudaFunction,
-    /// `out += Σ x²` of an f32 buffer, summed in f64.
+    /// Σ x² of an f32 buffer, summed in f64, one partial sum per thread block.
     pub sum_squares_f32: CudaFunction,
     /// `out = x` rounded from f64 to f32.
     pub round_f64_to_f32: CudaFunction,

@@ -201,9 +201,12 @@ extern "C" __global__ void add_f64(double* acc, const double* part, u64 len) {
     }
 }
 
-// *out += Σ x², summed in double per thread, per warp, then one atomic per warp.
+// partial[block] = Σ x² of the values the block's threads visit, summed in double per
+// thread, per warp, then over the block's warps in order: no atomics, so for one grid the
+// sums are the same bits on every run (the host adds the blocks' partials in order).
 template <typename T>
-__device__ void sum_squares(const T* x, u64 len, double* out) {
+__device__ void sum_squares(const T* x, u64 len, double* partial) {
+    __shared__ double warps[32];
     double s = 0.0;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < len;
          i += (u64)gridDim.x * blockDim.x) {
@@ -211,15 +214,21 @@ __device__ void sum_squares(const T* x, u64 len, double* out) {
         s += v * v;
     }
     for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xFFFFFFFFu, s, off);
-    if ((threadIdx.x & 31) == 0) atomicAdd(out, s);
+    if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (u32 w = 0; w < (blockDim.x + 31) / 32; w++) t += warps[w];
+        partial[blockIdx.x] = t;
+    }
 }
 
-extern "C" __global__ void sum_squares_f64(const double* x, u64 len, double* out) {
-    sum_squares<double>(x, len, out);
+extern "C" __global__ void sum_squares_f64(const double* x, u64 len, double* partial) {
+    sum_squares<double>(x, len, partial);
 }
 
-extern "C" __global__ void sum_squares_f32(const float* x, u64 len, double* out) {
-    sum_squares<float>(x, len, out);
+extern "C" __global__ void sum_squares_f32(const float* x, u64 len, double* partial) {
+    sum_squares<float>(x, len, partial);
 }
 
 // out[i] = (float)x[i]: rows of Y rounded to the tiles' type for Yᵀ·T, as the CPU kernels
