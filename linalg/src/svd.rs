@@ -389,15 +389,13 @@ pub fn svd(
     // generate them there when the device can.
     let gpus_all: Vec<_> = rt.actors().iter().map(|a| a.gpu().cloned()).collect();
     let work = Arc::new(GpuWork::default());
-    let on_device = Arc::new(DeviceSource::of(&crate::tiles::Operand::Dense(Arc::clone(
-        &problem.source,
-    ))));
+    let on_device = DeviceSource::of(&crate::tiles::Operand::Dense(Arc::clone(&problem.source)));
 
     // Pass 1: panel factors.
     let t = Instant::now();
     let inputs: Vec<Vec<usize>> = my_actors.iter().map(|a| a.1.clone().collect()).collect();
     let source = Arc::clone(&problem.source);
-    let (gpus, work1, on_device1) = (gpus_all.clone(), Arc::clone(&work), Arc::clone(&on_device));
+    let (gpus, work1, on_device1) = (gpus_all.clone(), Arc::clone(&work), on_device.clone());
     let res = residency.clone();
     let order = inputs
         .iter()
@@ -423,7 +421,7 @@ pub fn svd(
             };
             let f = factor_on_actor(
                 gpus.get(actor).and_then(Option::as_deref),
-                on_device1.as_ref().as_ref(),
+                on_device1.as_ref(),
                 source.as_ref(),
                 p,
                 rows,
@@ -549,7 +547,7 @@ pub fn svd(
         inputs2.push(items);
     }
     let source = Arc::clone(&problem.source);
-    let (gpus2, work2, on_device2) = (gpus_all, Arc::clone(&work), Arc::clone(&on_device));
+    let (gpus2, work2, on_device2) = (gpus_all, Arc::clone(&work), on_device);
     let check = options.check;
     let s_arc = Arc::new(s.clone());
     let wt_arc = Arc::new(wt.clone());
@@ -581,7 +579,7 @@ pub fn svd(
                 Some(f) => f,
                 None => factor_on_actor(
                     gpus2.get(actor).and_then(Option::as_deref),
-                    on_device2.as_ref().as_ref(),
+                    on_device2.as_ref(),
                     source.as_ref(),
                     p,
                     rows.clone(),
