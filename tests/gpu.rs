@@ -373,38 +373,17 @@ fn zarr_stores_staged_to_the_device_agree_with_host_reads() {
     let n = rng.range(300, 3000);
     let band = 1024 * rng.range(2, 6);
     let seed = rng.next().to_string();
-    let (rows, cols, chunk) = (m.to_string(), n.to_string(), band.to_string());
     for (dtype, dist, codec) in [
         ("f32", "normal", "blosc-lz4"),
         ("i8", "genotype", "blosc-zstd"),
     ] {
-        let store = dir.join(format!("{dtype}.zarr"));
-        let out = store.to_str().unwrap();
-        embedded(&strings(&[
-            "gen",
-            "--out",
-            out,
-            "--rows",
-            &rows,
-            "--cols",
-            &cols,
-            "--chunk-rows",
-            &chunk,
-            "--dtype",
-            dtype,
-            "--dist",
+        let spec = gen_store(
+            &dir.join(format!("{dtype}.zarr")),
+            (m, n, band),
             dist,
-            "--codec",
-            codec,
-            "--seed",
             &seed,
-        ]))
-        .assert_success();
-        let spec = if dist == "genotype" {
-            format!("{out}:call_dosage")
-        } else {
-            out.to_string()
-        };
+            &["--dtype", dtype, "--codec", codec],
+        );
         let command = if dist == "genotype" { "pca" } else { "rsvd" };
         for (precision, q, segment, tol) in [
             ("f64", "0", "1G", 1e-10),

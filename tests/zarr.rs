@@ -271,37 +271,13 @@ fn segmented_reads_give_the_bits_of_whole_panels() {
         ("f64", "blosc-zstd", "byte", "uniform"),
         ("i16", "none", "none", "genotype"),
     ] {
-        let store = dir.join(format!("{dtype}-{codec}.zarr"));
-        let out = store.to_str().unwrap();
-        let (r, c, b) = (rows.to_string(), cols.to_string(), band.to_string());
-        embedded(&strings(&[
-            "gen",
-            "--out",
-            out,
-            "--rows",
-            &r,
-            "--cols",
-            &c,
-            "--chunk-rows",
-            &b,
-            "--dtype",
-            dtype,
-            "--codec",
-            codec,
-            "--shuffle",
-            shuffle,
-            "--dist",
+        let spec = gen_store(
+            &dir.join(format!("{dtype}-{codec}.zarr")),
+            (rows, cols, band),
             dist,
-            "--seed",
             &seed,
-        ]))
-        .assert_success();
-        // Genotypes are written as a group: the dosages are its `call_dosage`.
-        let spec = if dist == "genotype" {
-            format!("{out}:call_dosage")
-        } else {
-            out.to_string()
-        };
+            &["--dtype", dtype, "--codec", codec, "--shuffle", shuffle],
+        );
         let z = spec.as_str();
         // 4 KiB segments are 256 rows (one tile row block) for these widths.
         let whole = ["--read-segment", "1G"];

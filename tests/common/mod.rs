@@ -206,6 +206,42 @@ pub fn under_mpirun(np: usize, args: &[String]) -> mpirun_util::RunOutput {
     mpirun_util::mpirun(np, &rankwise_bin(), &args, CLI_LIMIT)
 }
 
+/// Writes a generated `rows × cols` store of `dist` values in bands of `band` rows with
+/// `rankwise gen` (plus `extra` options: dtype, codec, …) and returns the spec of its
+/// matrix: genotypes are written as a group whose dosages are `call_dosage`.
+pub fn gen_store(
+    out: &Path,
+    (rows, cols, band): (u64, u64, u64),
+    dist: &str,
+    seed: &str,
+    extra: &[&str],
+) -> String {
+    let out = out.to_str().expect("UTF-8 scratch paths");
+    let (r, c, b) = (rows.to_string(), cols.to_string(), band.to_string());
+    let mut args = vec![
+        "gen",
+        "--out",
+        out,
+        "--rows",
+        &r,
+        "--cols",
+        &c,
+        "--chunk-rows",
+        &b,
+        "--dist",
+        dist,
+        "--seed",
+        seed,
+    ];
+    args.extend(extra);
+    embedded(&strings(&args)).assert_success();
+    if dist == "genotype" {
+        format!("{out}:call_dosage")
+    } else {
+        out.to_string()
+    }
+}
+
 /// Owned arguments.
 pub fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
