@@ -404,6 +404,13 @@ impl RsvdPlan {
             if options.passes() == 1 {
                 mp.residency = Residency::Regenerated;
             }
+            // A GPU actor computes every pass from the source, generated on its device or
+            // staged from storage (`Ctx::on_gpu`): it keeps nothing on the host.
+            let on_device =
+                DeviceSource::of(&problem.operand).is_some() || problem.operand.stored().is_some();
+            if shape.kind == ActorKind::Gpu && on_device {
+                mp.residency = Residency::Regenerated;
+            }
             memory.push(mp);
         }
         let fused = options.projection == Projection::Fused;
@@ -1488,7 +1495,8 @@ mod tests {
 
     /// A GPU actor's plan holds, per worker thread, the two page-locked blocks through
     /// which it stages a stored panel to its device; a CPU actor's holds none, and nor
-    /// does a GPU actor's for a generated matrix, which never leaves the device.
+    /// does a GPU actor's for a generated matrix, which never leaves the device. Either
+    /// way the GPU actor keeps no panel on the host (it did plan them resident).
     #[test]
     fn gpu_actors_plan_their_staging_buffers() {
         let mut rng = Rng::fresh();
@@ -1538,7 +1546,7 @@ mod tests {
                         precision,
                         ..Default::default()
                     };
-                    let workspace = |world: &World| {
+                    let second = |world: &World| {
                         let plan = RsvdPlan::new(&problem, &options, world).unwrap();
                         let i = plan
                             .placement
@@ -1546,8 +1554,9 @@ mod tests {
                             .iter()
                             .position(|a| a.actor == 1)
                             .unwrap();
-                        plan.memory[i].workspace
+                        plan.memory[i]
                     };
+                    let workspace = |world: &World| second(world).workspace;
                     let staging = match operand.stored() {
                         Some(_) => staging_host_bytes(&operand, precision, c as usize),
                         None => 0,
@@ -1555,6 +1564,8 @@ mod tests {
                     let more = workspace(&gpu) - workspace(&cpus);
                     let what = format!("{what}: {} {precision:?}", operand.describe());
                     assert_eq!(more, threads as u64 * staging, "{what}");
+                    // Every pass reaches the device from the source: nothing is kept.
+                    assert_eq!(second(&gpu).residency, Residency::Regenerated, "{what}");
                     if staging > 0 {
                         // Two blocks of at most the staging budget, or of one row block.
                         let one = (crate::tiles::TILE_ROWS * n as usize * precision.bytes())
