@@ -13,7 +13,7 @@ use super::{GpuError, GpuLibraries};
 pub const KERNELS_SOURCE: &str = include_str!("kernels.cu");
 
 /// Names of the kernels in [`KERNELS_SOURCE`], in the order of [`GpuKernels`]' fields.
-const KERNEL_NAMES: [&str; 12] = [
+pub(crate) const KERNEL_NAMES: [&str; 12] = [
     "uniform_f64",
     "uniform_f32",
     "genotype_packed",

@@ -16,6 +16,7 @@
 //! `rankwise-linalg`.
 
 mod device;
+pub mod host;
 mod libs;
 mod nccl;
 

@@ -1,0 +1,667 @@
+//! The device kernels compiled for the host CPU, to check them where no GPU is present.
+//!
+//! # Why
+//!
+//! The kernels of `kernels.cu` must reproduce the CPU generator and kernels bit for bit,
+//! and the GPU passes launch them with geometry and parameters of their own. A GPU runs
+//! them only on machines that have one, so the tests of `make test` compile the same
+//! source with the system's C++ compiler against `host_cuda.h`, which provides the CUDA
+//! built-ins the kernels use on host threads, and run them through [`HostKernels::launch`]
+//! with the grid and parameters the GPU passes would pass to cuLaunchKernel.
+//!
+//! This checks the kernels' arithmetic, indexing and launch geometry; it does not check
+//! what only a device shows (memory ordering between streams, cuBLAS, timings), which
+//! `make test-gpu` does.
+//!
+//! # Faithful parameters
+//!
+//! As with cuLaunchKernel, each parameter is read through a pointer with the size the
+//! kernel declares. [`HostArgs`] stores each value in a slot of its own size followed by
+//! filler bytes, so a 4-byte value passed where the kernel reads 8 bytes yields garbage
+//! here as it would on the device, rather than a value that happens to be right.
+
+use std::ffi::{c_char, c_void};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use super::device::KERNEL_NAMES;
+use super::KERNELS_SOURCE;
+
+/// The C++ side: CUDA built-ins on host threads.
+const HOST_HEADER: &str = include_str!("host_cuda.h");
+
+/// Errors of compiling or running the kernels on the host.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum HostKernelError {
+    /// The C++ compiler could not be run or failed.
+    #[error("compiling the device kernels for the host with `{compiler}`: {message}")]
+    Compile {
+        /// The compiler command.
+        compiler: String,
+        /// Its output or why it did not run.
+        message: String,
+    },
+    /// The compiled library could not be loaded or lacks a kernel.
+    #[error("loading the host-compiled kernels: {0}")]
+    Load(String),
+    /// A launch was refused or went wrong in the kernel.
+    #[error("kernel {kernel} on the host: {message}")]
+    Launch {
+        /// The kernel.
+        kernel: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+type Entry = unsafe extern "C" fn(*const u32, *mut *mut c_void, usize, *mut c_char, usize) -> i32;
+
+/// The kernels of [`KERNELS_SOURCE`] built for the host (see the module documentation).
+pub struct HostKernels {
+    _lib: libloading::Library,
+    entries: Vec<(&'static str, Entry)>,
+}
+
+impl std::fmt::Debug for HostKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostKernels")
+            .field("kernels", &self.entries.len())
+            .finish()
+    }
+}
+
+impl HostKernels {
+    /// The kernels, compiled once per process with `$CXX` (default `c++`).
+    pub fn get() -> Result<&'static HostKernels, HostKernelError> {
+        static KERNELS: OnceLock<Result<HostKernels, HostKernelError>> = OnceLock::new();
+        KERNELS
+            .get_or_init(Self::build)
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn build() -> Result<HostKernels, HostKernelError> {
+        let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+        let dir = scratch_dir();
+        let compile_err = |message: String| HostKernelError::Compile {
+            compiler: compiler.clone(),
+            message,
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| compile_err(format!("creating {}: {e}", dir.display())))?;
+        let result = (|| {
+            let mut source = String::from("#include \"host_cuda.h\"\n#line 1 \"kernels.cu\"\n");
+            source.push_str(KERNELS_SOURCE);
+            source.push('\n');
+            for name in KERNEL_NAMES {
+                source.push_str(&format!("RW_HOST_EXPORT({name})\n"));
+            }
+            let write = |name: &str, text: &str| {
+                std::fs::write(dir.join(name), text)
+                    .map_err(|e| compile_err(format!("writing {}: {e}", dir.display())))
+            };
+            write("host_cuda.h", HOST_HEADER)?;
+            write("kernels_host.cpp", &source)?;
+            let lib = dir.join("libkernels_host.so");
+            let out = Command::new(&compiler)
+                .args(["-std=c++17", "-O2", "-shared", "-fPIC", "-pthread", "-o"])
+                .arg(&lib)
+                .arg(dir.join("kernels_host.cpp"))
+                .output()
+                .map_err(|e| compile_err(format!("{e} (install a C++ compiler: g++)")))?;
+            if !out.status.success() {
+                return Err(compile_err(
+                    String::from_utf8_lossy(&out.stderr).into_owned(),
+                ));
+            }
+            // SAFETY: the library is ours, just built; its initializers only set up
+            // globals of the C++ runtime.
+            let lib = unsafe { libloading::Library::new(&lib) }
+                .map_err(|e| HostKernelError::Load(e.to_string()))?;
+            let mut entries = Vec::with_capacity(KERNEL_NAMES.len());
+            for name in KERNEL_NAMES {
+                let symbol = format!("rw_host_{name}");
+                // SAFETY: RW_HOST_EXPORT defines each entry with exactly this signature.
+                let f: Entry = unsafe { lib.get::<Entry>(symbol.as_bytes()) }
+                    .map(|s| *s)
+                    .map_err(|e| HostKernelError::Load(format!("{symbol}: {e}")))?;
+                entries.push((name, f));
+            }
+            Ok(HostKernels { _lib: lib, entries })
+        })();
+        // The loaded library stays mapped after its file is gone.
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    }
+
+    /// Runs `kernel` over `grid` blocks of `block` threads with `args`, as cuLaunchKernel
+    /// would, and waits for it.
+    pub fn launch(
+        &self,
+        kernel: &str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        args: &mut HostArgs,
+    ) -> Result<(), HostKernelError> {
+        let f = self
+            .entries
+            .iter()
+            .find(|(n, _)| *n == kernel)
+            .map(|&(_, f)| f)
+            .ok_or_else(|| HostKernelError::Launch {
+                kernel: kernel.to_string(),
+                message: "no such kernel in kernels.cu".to_string(),
+            })?;
+        let dims = [grid.0, grid.1, grid.2, block.0, block.1, block.2];
+        let mut params: Vec<*mut c_void> = args
+            .slots
+            .iter_mut()
+            .map(|s| s.as_mut_ptr() as *mut c_void)
+            .collect();
+        let mut err = vec![0u8; 1024];
+        // SAFETY: `params` point at live slots of at least 8 bytes each (the widest
+        // parameter the kernels take); the pointers inside them are the caller's buffers,
+        // which `HostArgs` borrows mutably for as long as it lives.
+        let rc = unsafe {
+            f(
+                dims.as_ptr(),
+                params.as_mut_ptr(),
+                params.len(),
+                err.as_mut_ptr() as *mut c_char,
+                err.len(),
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let end = err.iter().position(|&b| b == 0).unwrap_or(err.len());
+        Err(HostKernelError::Launch {
+            kernel: kernel.to_string(),
+            message: String::from_utf8_lossy(&err[..end]).into_owned(),
+        })
+    }
+}
+
+fn scratch_dir() -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir().join(format!(
+        "rankwise-host-kernels-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Filler of the bytes of a parameter slot past its value.
+const FILLER: u8 = 0xA5;
+
+/// The parameters of one host launch, in the kernel's order.
+#[derive(Debug, Default)]
+pub struct HostArgs<'b> {
+    slots: Vec<[u8; 8]>,
+    _buffers: std::marker::PhantomData<&'b mut ()>,
+}
+
+impl<'b> HostArgs<'b> {
+    /// No parameters yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A scalar parameter, stored with its own size (at most 8 bytes).
+    pub fn value<T: bytemuck::Pod>(&mut self, v: T) -> &mut Self {
+        let bytes = bytemuck::bytes_of(&v);
+        assert!(bytes.len() <= 8, "kernel parameters are at most 8 bytes");
+        let mut slot = [FILLER; 8];
+        slot[..bytes.len()].copy_from_slice(bytes);
+        self.slots.push(slot);
+        self
+    }
+
+    /// A buffer the kernel reads or writes (a device pointer on a GPU).
+    pub fn buffer<T>(&mut self, b: &'b mut [T]) -> &mut Self {
+        self.slots.push((b.as_mut_ptr() as u64).to_ne_bytes());
+        self
+    }
+
+    /// A buffer the kernel only reads.
+    pub fn input<T>(&mut self, b: &'b [T]) -> &mut Self {
+        self.slots.push((b.as_ptr() as u64).to_ne_bytes());
+        self
+    }
+}
+
+/// A buffer with guard zones of filler on both sides, so that kernels writing outside
+/// their range are caught ([`Guarded::check`]).
+#[derive(Debug)]
+pub struct Guarded<T> {
+    all: Vec<T>,
+    guard: usize,
+    len: usize,
+}
+
+impl<T: bytemuck::Pod> Guarded<T> {
+    /// `len` values (zeroed) between two guard zones of 4 KiB.
+    pub fn zeroed(len: usize) -> Self {
+        let guard = 4096 / std::mem::size_of::<T>().max(1);
+        let mut all = vec![T::zeroed(); guard + len + guard];
+        for (i, v) in all.iter_mut().enumerate() {
+            if i < guard || i >= guard + len {
+                bytemuck::bytes_of_mut(v).fill(FILLER);
+            }
+        }
+        Guarded { all, guard, len }
+    }
+
+    /// The values between the guards.
+    pub fn values(&self) -> &[T] {
+        &self.all[self.guard..self.guard + self.len]
+    }
+
+    /// The values between the guards, to fill or hand to a kernel.
+    pub fn values_mut(&mut self) -> &mut [T] {
+        let (g, l) = (self.guard, self.len);
+        &mut self.all[g..g + l]
+    }
+
+    /// An error naming `what` when anything was written into a guard zone.
+    pub fn check(&self, what: &str) -> Result<(), String> {
+        let bytes: &[u8] = bytemuck::cast_slice(&self.all);
+        let size = std::mem::size_of::<T>();
+        let (lo, hi) = (self.guard * size, (self.guard + self.len) * size);
+        match bytes
+            .iter()
+            .enumerate()
+            .find(|&(i, &b)| (i < lo || i >= hi) && b != FILLER)
+        {
+            None => Ok(()),
+            Some((i, _)) => Err(format!(
+                "{what}: a kernel wrote outside its buffer of {} values, at byte {} {} it",
+                self.len,
+                if i < lo { lo - i } else { i - hi + 1 },
+                if i < lo { "before" } else { "past" }
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::{self, mix64, BLOCK_COLS, LANES};
+    use crate::{Dist, Generated};
+
+    /// Fresh draws from a printed seed.
+    struct Draw(u64);
+
+    impl Draw {
+        fn fresh() -> Draw {
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            eprintln!("seed {seed}");
+            Draw(seed)
+        }
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(stream::GAMMA);
+            mix64(self.0)
+        }
+        fn below(&mut self, hi: u64) -> u64 {
+            self.next() % hi
+        }
+    }
+
+    fn kernels() -> &'static HostKernels {
+        HostKernels::get().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fresh rows and column ranges of the generated uniform matrix, from grids whose
+    /// blocks are smaller than the rows (rows are strided) and columns that start and end
+    /// inside 256-column blocks: the kernels' values are the CPU generator's, bit for bit,
+    /// and the padding of each row past its columns is left alone.
+    #[test]
+    fn uniform_kernels_are_the_cpu_generator() {
+        let k = kernels();
+        let mut d = Draw::fresh();
+        for round in 0..6 {
+            let key = d.next();
+            let row0 = d.below(1 << 30);
+            let col0 = d.below(3 * BLOCK_COLS as u64);
+            let h = 1 + d.below(7) as u32;
+            let w = 1 + d.below(700) as u32;
+            let ld = w + d.below(5) as u32;
+            let blocks = (col0 + w as u64).div_ceil(BLOCK_COLS as u64) - col0 / BLOCK_COLS as u64;
+            let threads = [32u32, 64, 256][round % 3];
+            let grid_x = ((blocks * LANES as u64) as u32).div_ceil(threads);
+            let grid_y = 1 + d.below(h as u64) as u32;
+            let what = format!("round {round}: rows {row0}+{h}, columns {col0}+{w}, ld {ld}");
+            let mut f64s = Guarded::<f64>::zeroed((h * ld) as usize);
+            let mut f32s = Guarded::<f32>::zeroed((h * ld) as usize);
+            f64s.values_mut().fill(-7.0);
+            f32s.values_mut().fill(-7.0);
+            for (name, out) in [("uniform_f64", 0), ("uniform_f32", 1)] {
+                let mut a = HostArgs::new();
+                if out == 0 {
+                    a.buffer(f64s.values_mut());
+                } else {
+                    a.buffer(f32s.values_mut());
+                }
+                a.value(key)
+                    .value(row0)
+                    .value(col0)
+                    .value(h)
+                    .value(w)
+                    .value(ld);
+                k.launch(name, (grid_x, grid_y, 1), (threads, 1, 1), &mut a)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+            f64s.check(&what).unwrap();
+            f32s.check(&what).unwrap();
+            let mut want = vec![0f64; w as usize];
+            let mut want32 = vec![0f32; w as usize];
+            for i in 0..h as usize {
+                stream::uniform_row(key, row0 + i as u64, col0, &mut want);
+                stream::uniform_row_f32(key, row0 + i as u64, col0, &mut want32);
+                let row = &f64s.values()[i * ld as usize..(i + 1) * ld as usize];
+                let row32 = &f32s.values()[i * ld as usize..(i + 1) * ld as usize];
+                for j in 0..w as usize {
+                    assert_eq!(
+                        row[j].to_bits(),
+                        want[j].to_bits(),
+                        "{what}: ({i}, {j}) f64"
+                    );
+                    assert_eq!(
+                        row32[j].to_bits(),
+                        want32[j].to_bits(),
+                        "{what}: ({i}, {j}) f32"
+                    );
+                }
+                assert!(
+                    row[w as usize..].iter().all(|&v| v == -7.0),
+                    "{what}: padding"
+                );
+                assert!(
+                    row32[w as usize..].iter().all(|&v| v == -7.0),
+                    "{what}: padding"
+                );
+            }
+        }
+    }
+
+    /// Generated genotypes of fresh shapes, with and without population structure and
+    /// missing calls: the kernel's packed codes are the CPU's `fill_packed_rows`, byte for
+    /// byte, and its per-variant counts of each code are the CPU's counts.
+    #[test]
+    fn genotype_kernel_packs_the_cpu_codes_and_counts_them() {
+        let k = kernels();
+        let mut d = Draw::fresh();
+        for round in 0..8 {
+            let n = 1 + d.below(1500);
+            let h = 1 + d.below(9);
+            let pops = 1 + d.below(4.min(n));
+            let missing = if round % 2 == 0 { 0.0 } else { 0.07 };
+            let g = Generated::new(h + 40, n, d.next(), Dist::Genotype)
+                .with_populations(pops, 0.2)
+                .unwrap()
+                .with_missing(missing);
+            let row0 = d.below(40);
+            let what = format!("round {round}: {h} variants from {row0}, {n} samples, {pops} populations, missing {missing}");
+            let stride = n.div_ceil(4) as usize;
+            let ld = stride + d.below(3) as usize;
+            let mut thresholds = Vec::new();
+            g.genotype_thresholds(row0..row0 + h, &mut thresholds);
+            let mut packed = Guarded::<u8>::zeroed(h as usize * ld);
+            packed.values_mut().fill(0xEE);
+            let mut counts = Guarded::<u32>::zeroed(4 * h as usize);
+            let blocks = n.div_ceil(BLOCK_COLS as u64) as u32;
+            let threads = [32u32, 256][round % 2];
+            let grid = (blocks.div_ceil(threads), 1 + d.below(h) as u32, 1);
+            {
+                let mut a = HostArgs::new();
+                a.buffer(packed.values_mut())
+                    .buffer(counts.values_mut())
+                    .input(&thresholds)
+                    .value(g.key())
+                    .value(row0)
+                    .value(h as u32)
+                    .value(n as u32)
+                    .value(pops as u32)
+                    .value(g.missing_threshold())
+                    .value(ld as u32);
+                k.launch("genotype_packed", grid, (threads, 1, 1), &mut a)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+            packed.check(&what).unwrap();
+            counts.check(&what).unwrap();
+            let mut want = vec![0u8; h as usize * stride];
+            let mut want_counts = Vec::new();
+            g.fill_packed_rows(row0..row0 + h, &mut want, stride, &mut want_counts);
+            for i in 0..h as usize {
+                let row = &packed.values()[i * ld..(i + 1) * ld];
+                assert_eq!(
+                    &row[..stride],
+                    &want[i * stride..(i + 1) * stride],
+                    "{what}: variant {i}"
+                );
+                assert!(
+                    row[stride..].iter().all(|&b| b == 0xEE),
+                    "{what}: variant {i} padding"
+                );
+                let c = &counts.values()[4 * i..4 * i + 4];
+                let [c1, c2, c3] = want_counts[i];
+                assert_eq!(
+                    [c[0] as u64, c[1] as u64, c[2] as u64, c[3] as u64],
+                    [n - c1 - c2 - c3, c1, c2, c3],
+                    "{what}: counts of variant {i}"
+                );
+            }
+        }
+    }
+
+    /// The element-wise kernels on fresh lengths and grids: standardization through the
+    /// per-variant tables, f64 sums of f32 and f64 parts, rounding to f32, the column-major
+    /// gather of tile rows and the top rows of a column-major matrix.
+    #[test]
+    fn element_wise_kernels_compute_what_their_callers_expect() {
+        let k = kernels();
+        let mut d = Draw::fresh();
+        for round in 0..4 {
+            let what = format!("round {round}");
+            // standardize: out(i, j) = table[4 i + code(i, col0 + j)].
+            let (h, w) = (1 + d.below(6) as usize, 1 + d.below(600) as usize);
+            let col0 = d.below(9) as usize;
+            let pld = (col0 + w).div_ceil(4) + d.below(2) as usize;
+            let codes: Vec<u8> = (0..h * pld).map(|_| d.next() as u8).collect();
+            let table: Vec<f64> = (0..4 * h).map(|_| stream::unit(d.next())).collect();
+            let ld = w + d.below(3) as usize;
+            let mut out = Guarded::<f64>::zeroed(h * ld);
+            {
+                let mut a = HostArgs::new();
+                a.buffer(out.values_mut())
+                    .input(&codes)
+                    .input(&table)
+                    .value(col0 as u32)
+                    .value(h as u32)
+                    .value(w as u32)
+                    .value(pld as u32)
+                    .value(ld as u32);
+                let grid = ((w as u32).div_ceil(64), 1 + d.below(h as u64) as u32, 1);
+                k.launch("standardize_f64", grid, (64, 1, 1), &mut a)
+                    .unwrap();
+            }
+            out.check(&what).unwrap();
+            for i in 0..h {
+                for j in 0..w {
+                    let c = col0 + j;
+                    let code = (codes[i * pld + c / 4] >> (2 * (c % 4))) & 3;
+                    assert_eq!(
+                        out.values()[i * ld + j],
+                        table[4 * i + code as usize],
+                        "{what}"
+                    );
+                }
+            }
+            // add_f32_to_f64, add_f64 and round_f64_to_f32 over grids smaller than the data.
+            let len = 1 + d.below(5000) as usize;
+            let part32: Vec<f32> = (0..len).map(|_| stream::unit(d.next()) as f32).collect();
+            let part64: Vec<f64> = (0..len).map(|_| stream::unit(d.next())).collect();
+            let start: Vec<f64> = (0..len).map(|_| stream::unit(d.next())).collect();
+            let mut acc = Guarded::<f64>::zeroed(len);
+            acc.values_mut().copy_from_slice(&start);
+            let grid = (1 + d.below(8) as u32, 1, 1);
+            for (name, f32s) in [("add_f32_to_f64", true), ("add_f64", false)] {
+                let mut a = HostArgs::new();
+                a.buffer(acc.values_mut());
+                if f32s {
+                    a.input(&part32);
+                } else {
+                    a.input(&part64);
+                }
+                a.value(len as u64);
+                k.launch(name, grid, (256, 1, 1), &mut a).unwrap();
+            }
+            acc.check(&what).unwrap();
+            for i in 0..len {
+                let want = start[i] + part32[i] as f64 + part64[i];
+                assert_eq!(acc.values()[i], want, "{what}: sum {i}");
+            }
+            let mut rounded = Guarded::<f32>::zeroed(len);
+            {
+                let mut a = HostArgs::new();
+                a.buffer(rounded.values_mut())
+                    .input(acc.values())
+                    .value(len as u64);
+                k.launch("round_f64_to_f32", grid, (256, 1, 1), &mut a)
+                    .unwrap();
+            }
+            rounded.check(&what).unwrap();
+            assert!(rounded
+                .values()
+                .iter()
+                .zip(acc.values())
+                .all(|(&r, &v)| r == v as f32));
+            // rows_to_columns_f64: tile rows into rows r0.. of a column-major panel.
+            let (b, n) = (1 + d.below(9) as usize, 1 + d.below(300) as usize);
+            let r0 = d.below(5) as usize;
+            let panel_ld = r0 + b + d.below(3) as usize;
+            let tile: Vec<f64> = (0..b * n).map(|_| stream::unit(d.next())).collect();
+            let mut panel = Guarded::<f64>::zeroed(panel_ld * n);
+            {
+                let mut a = HostArgs::new();
+                a.buffer(panel.values_mut())
+                    .input(&tile)
+                    .value(r0 as u64)
+                    .value(b as u32)
+                    .value(n as u32)
+                    .value(panel_ld as u64);
+                let grid = ((n as u32).div_ceil(256), 1 + d.below(b as u64) as u32, 1);
+                k.launch("rows_to_columns_f64", grid, (256, 1, 1), &mut a)
+                    .unwrap();
+            }
+            panel.check(&what).unwrap();
+            for i in 0..panel_ld {
+                for j in 0..n {
+                    let want = if (r0..r0 + b).contains(&i) {
+                        tile[(i - r0) * n + j]
+                    } else {
+                        0.0
+                    };
+                    assert_eq!(
+                        panel.values()[j * panel_ld + i],
+                        want,
+                        "{what}: panel ({i}, {j})"
+                    );
+                }
+            }
+            // top_rows_f64: the top kk rows of the column-major panel.
+            let kk = 1 + d.below(panel_ld as u64) as usize;
+            let mut top = Guarded::<f64>::zeroed(kk * n);
+            {
+                let mut a = HostArgs::new();
+                a.buffer(top.values_mut())
+                    .input(panel.values())
+                    .value(kk as u32)
+                    .value(n as u32)
+                    .value(panel_ld as u64);
+                let grid = ((kk as u32).div_ceil(256), 1 + d.below(n as u64) as u32, 1);
+                k.launch("top_rows_f64", grid, (256, 1, 1), &mut a).unwrap();
+            }
+            top.check(&what).unwrap();
+            for j in 0..n {
+                for i in 0..kk {
+                    assert_eq!(
+                        top.values()[j * kk + i],
+                        panel.values()[j * panel_ld + i],
+                        "{what}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Σx² per block, on grids smaller and larger than the data: the partials add up to
+    /// the sum of squares, and two launches give the same bits.
+    #[test]
+    fn sum_squares_partials_add_up_and_repeat() {
+        let k = kernels();
+        let mut d = Draw::fresh();
+        for round in 0..4 {
+            let len = 1 + d.below(20_000) as usize;
+            let x: Vec<f32> = (0..len)
+                .map(|_| stream::unit(d.next()) as f32 - 0.5)
+                .collect();
+            let blocks = 1 + d.below(40) as u32;
+            let threads = [32u32, 128, 256][round % 3];
+            let mut runs = Vec::new();
+            for _ in 0..2 {
+                let mut partial = Guarded::<f64>::zeroed(blocks as usize);
+                {
+                    let mut a = HostArgs::new();
+                    a.input(&x).value(len as u64).buffer(partial.values_mut());
+                    k.launch("sum_squares_f32", (blocks, 1, 1), (threads, 1, 1), &mut a)
+                        .unwrap();
+                }
+                partial.check("partials").unwrap();
+                runs.push(partial.values().iter().sum::<f64>());
+            }
+            let want: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+            assert!(
+                (runs[0] - want).abs() <= 1e-12 * want,
+                "round {round}: {} vs {want}",
+                runs[0]
+            );
+            assert_eq!(
+                runs[0].to_bits(),
+                runs[1].to_bits(),
+                "round {round}: repeat"
+            );
+        }
+    }
+
+    /// The host check itself: a full-mask shuffle in a block of 48 threads (a partial
+    /// warp), a launch with a parameter missing, and a kernel that does not exist are
+    /// reported, not run.
+    #[test]
+    fn the_host_check_reports_launches_a_device_would_get_wrong() {
+        let k = kernels();
+        let x = vec![1.0f64; 100];
+        let mut partial = vec![0f64; 1];
+        let mut a = HostArgs::new();
+        a.input(&x).value(100u64).buffer(&mut partial);
+        let e = k
+            .launch("sum_squares_f64", (1, 1, 1), (48, 1, 1), &mut a)
+            .unwrap_err();
+        assert!(e.to_string().contains("partial warp"), "{e}");
+        let mut a = HostArgs::new();
+        a.input(&x).value(100u64);
+        let e = k
+            .launch("sum_squares_f64", (1, 1, 1), (32, 1, 1), &mut a)
+            .unwrap_err();
+        assert!(e.to_string().contains("takes 3 parameters"), "{e}");
+        let e = k
+            .launch("no_such", (1, 1, 1), (32, 1, 1), &mut HostArgs::new())
+            .unwrap_err();
+        assert!(e.to_string().contains("no such kernel"), "{e}");
+    }
+}
