@@ -336,23 +336,7 @@ where
                 stream
                     .memcpy_dtoh(&counts.slice(..4 * b), &mut host)
                     .map_err(gpu(dev, "copying code counts"))?;
-                // Each variant's standardization, as the CPU kernels compute it.
-                let mut table = Vec::with_capacity(4 * b);
-                for c in host.chunks_exact(4) {
-                    let counts = RowCounts {
-                        dosages: [c[0] as u64, c[1] as u64, c[2] as u64],
-                        missing: c[3] as u64,
-                    };
-                    let scale = scale_of(&counts);
-                    facts.missing += counts.missing;
-                    if scale.scale == 0.0 {
-                        facts.dropped += 1;
-                    }
-                    if measure {
-                        facts.sum_squares += counts.sum_squares::<T>(scale);
-                    }
-                    table.extend(scale.table().iter().map(|&v| T::from_f64(v)));
-                }
+                let table = tables_from_counts::<T>(&host, measure, facts);
                 let table = stream
                     .clone_htod(&table)
                     .map_err(gpu(dev, "copying standardization tables"))?;
@@ -419,6 +403,28 @@ where
             .map_err(gpu(dev, "copying partial sums"))?;
         Ok(partial.iter().sum())
     }
+}
+
+/// Each variant's standardization table (the values of codes 0, 1, 2 and 3) from its code
+/// counts (`counts[4 i + code]`), as the CPU kernels compute it, adding the variants' facts.
+fn tables_from_counts<T: Real>(counts: &[u32], measure: bool, facts: &mut PanelFacts) -> Vec<T> {
+    let mut table = Vec::with_capacity(counts.len());
+    for c in counts.chunks_exact(4) {
+        let counts = RowCounts {
+            dosages: [c[0] as u64, c[1] as u64, c[2] as u64],
+            missing: c[3] as u64,
+        };
+        let scale = scale_of(&counts);
+        facts.missing += counts.missing;
+        if scale.scale == 0.0 {
+            facts.dropped += 1;
+        }
+        if measure {
+            facts.sum_squares += counts.sum_squares::<T>(scale);
+        }
+        table.extend(scale.table().iter().map(|&v| T::from_f64(v)));
+    }
+    table
 }
 
 /// `acc += part` on the device, `len` values.
@@ -1384,6 +1390,7 @@ mod tests {
     use std::sync::Arc;
 
     use ndarray::Array2;
+    use rankwise_runtime::gpu::host::{Guarded, HostArgs, HostKernels};
     use rankwise_runtime::{Dist, Generated, GenotypeSource, InMemoryGenotypes};
 
     use super::*;
@@ -1413,7 +1420,11 @@ mod tests {
     /// What the device would receive, block by block: a panel's tiles as [`Staging`]
     /// places them in its host buffers, each block rebuilt as the standardized values the
     /// device computes from it (codes through the tables, or the values themselves).
-    fn staged_blocks<T: Real>(op: &Operand, h: usize, capacity: usize) -> Vec<(usize, Array2<T>)> {
+    fn staged_blocks<T: Real + bytemuck::Pod>(
+        op: &Operand,
+        h: usize,
+        capacity: usize,
+    ) -> Vec<(usize, Array2<T>)> {
         let n = op.shape().1 as usize;
         let stride = n.div_ceil(4);
         let mut fill = StageFill {
@@ -1431,14 +1442,26 @@ mod tests {
                     tables: &[T],
                     values: &[T],
                     blocks: &mut Vec<(usize, Array2<T>)>| {
-            let block = Array2::from_shape_fn((fill.filled, n), |(i, j)| {
-                if packed {
-                    let code = (codes[i * stride + j / 4] >> (2 * (j % 4))) & 3;
-                    tables[4 * i + code as usize]
-                } else {
-                    values[i * n + j]
-                }
-            });
+            let rows = fill.filled;
+            let block = if packed {
+                // `Staging::flush`'s launch, on the host-compiled kernel.
+                let mut tile = Guarded::<T>::zeroed(rows * n);
+                let (col0, h32, n32, pld) = (0u32, rows as u32, n as u32, stride as u32);
+                let mut a = HostArgs::new();
+                a.buffer(tile.values_mut())
+                    .input(&codes[..rows * stride])
+                    .input(&tables[..rows * 4])
+                    .value(col0)
+                    .value(h32)
+                    .value(n32)
+                    .value(pld)
+                    .value(n32);
+                host_launch(kernel_of::<T>("standardize"), grid(n, rows), &mut a);
+                tile.check("a standardized staged block").unwrap();
+                Array2::from_shape_vec((rows, n), tile.values().to_vec()).unwrap()
+            } else {
+                Array2::from_shape_vec((rows, n), values[..rows * n].to_vec()).unwrap()
+            };
             blocks.push((fill.base, block));
             fill.sent();
         };
@@ -1473,9 +1496,14 @@ mod tests {
 
     /// The panel's values as the CPU actors multiply them.
     fn host_values<T: Real>(op: &Operand, h: usize) -> Array2<T> {
+        cpu_rows(op, 0..h as u64).0
+    }
+
+    /// Rows `rows` of the operand as the CPU actors multiply them, and their facts.
+    fn cpu_rows<T: Real>(op: &Operand, rows: Range<u64>) -> (Array2<T>, PanelFacts) {
         let n = op.shape().1 as usize;
-        let mut out = Array2::<T>::default((h, n));
-        TileProducer::new(op, 0, 0..h as u64)
+        let mut out = Array2::<T>::default(((rows.end - rows.start) as usize, n));
+        let (facts, _) = TileProducer::new(op, 0, rows)
             .for_each(None, false, &mut Vec::new(), |r0, c0, t: Tile<'_, T>| {
                 let Tile::Dense(v) = t else {
                     panic!("Packing::Never hands out values")
@@ -1484,10 +1512,218 @@ mod tests {
                 out.slice_mut(s![r0..r0 + b, c0..c0 + w]).assign(&v);
             })
             .unwrap();
-        out
+        (out, facts)
     }
 
-    fn check<T: Real>(op: &Operand, h: usize, capacity: usize, what: &str) {
+    /// `prefix_f64` or `prefix_f32`: the kernel of `T`.
+    fn kernel_of<T>(prefix: &str) -> String {
+        format!("{prefix}_f{}", 8 * std::mem::size_of::<T>())
+    }
+
+    /// Launches a kernel compiled for the host on the geometry the GPU passes use.
+    fn host_launch(kernel: String, cfg: LaunchConfig, args: &mut HostArgs<'_>) {
+        let k = HostKernels::get().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            cfg.shared_mem_bytes, 0,
+            "the kernels use static shared memory only"
+        );
+        k.launch(&kernel, cfg.grid_dim, cfg.block_dim, args)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// `Producer::produce` of rows `g`, step by step on the host-compiled kernels: the
+    /// same launches (kernel, grid, parameters in order) and the same host work between
+    /// them. Returns the tile, `rows × n` row-major.
+    fn host_produce<T: GpuReal>(
+        src: &DeviceSource,
+        g: Range<u64>,
+        n: usize,
+        measure: bool,
+        facts: &mut PanelFacts,
+    ) -> Vec<T>
+    where
+        CudaBlas: Gemm<T>,
+    {
+        let b = (g.end - g.start) as usize;
+        let (n32, b32) = (n as u32, b as u32);
+        let gen = src.generated();
+        let key = gen.key();
+        let mut tile = Guarded::<T>::zeroed(b * n);
+        match src {
+            DeviceSource::Uniform(_) => {
+                let col0 = 0u64;
+                let mut a = HostArgs::new();
+                a.buffer(tile.values_mut())
+                    .value(key)
+                    .value(g.start)
+                    .value(col0)
+                    .value(b32)
+                    .value(n32)
+                    .value(n32);
+                let threads = n.div_ceil(BLOCK_COLS) * LANES;
+                host_launch(kernel_of::<T>("uniform"), grid(threads, b), &mut a);
+                if measure {
+                    let cfg = flat(b * n);
+                    let mut partial = Guarded::<f64>::zeroed(MAX_BLOCKS);
+                    let mut a = HostArgs::new();
+                    a.input(tile.values())
+                        .value((b * n) as u64)
+                        .buffer(partial.values_mut());
+                    host_launch(kernel_of::<T>("sum_squares"), cfg, &mut a);
+                    partial.check("partial sums").unwrap();
+                    let blocks = cfg.grid_dim.0 as usize;
+                    facts.sum_squares += partial.values()[..blocks].iter().sum::<f64>();
+                }
+            }
+            DeviceSource::Genotypes(_) => {
+                let pops = gen.populations() as u32;
+                let mut thresholds = Vec::new();
+                gen.genotype_thresholds(g.clone(), &mut thresholds);
+                let stride = n.div_ceil(4) as u32;
+                let mut packed = Guarded::<u8>::zeroed(b * n.div_ceil(4));
+                let mut counts = Guarded::<u32>::zeroed(b * 4);
+                let missing = gen.missing_threshold();
+                let mut a = HostArgs::new();
+                a.buffer(packed.values_mut())
+                    .buffer(counts.values_mut())
+                    .input(&thresholds)
+                    .value(key)
+                    .value(g.start)
+                    .value(b32)
+                    .value(n32)
+                    .value(pops)
+                    .value(missing)
+                    .value(stride);
+                host_launch(
+                    "genotype_packed".into(),
+                    grid(n.div_ceil(BLOCK_COLS), b),
+                    &mut a,
+                );
+                packed.check("packed codes").unwrap();
+                counts.check("code counts").unwrap();
+                let table = tables_from_counts::<T>(counts.values(), measure, facts);
+                let col0 = 0u32;
+                let mut a = HostArgs::new();
+                a.buffer(tile.values_mut())
+                    .input(packed.values())
+                    .input(&table)
+                    .value(col0)
+                    .value(b32)
+                    .value(n32)
+                    .value(stride)
+                    .value(n32);
+                host_launch(kernel_of::<T>("standardize"), grid(n, b), &mut a);
+            }
+        }
+        tile.check("a tile").unwrap();
+        tile.values().to_vec()
+    }
+
+    /// Generated uniform values and genotypes (with population structure and missing
+    /// calls) of fresh shapes and row ranges, produced as a GPU actor's device produces
+    /// them (the launches of `Producer::produce` on the host-compiled kernels): the tiles
+    /// are the CPU actors' values bit for bit in f64 and f32, and so are the facts
+    /// (missing calls, dropped variants; Σx² to rounding). f64 tiles gathered into
+    /// cuSOLVER's column-major layout, and the top rows of that, are the same values.
+    #[test]
+    fn device_tiles_are_the_cpu_tiles_on_host_compiled_kernels() {
+        let mut rng = Rng::fresh();
+        for round in 0..4 {
+            let n = 1 + rng.below(2 * TILE_COLS);
+            let h = 1 + rng.below(24);
+            let r0 = rng.below(100) as u64;
+            let rows = r0..r0 + h as u64;
+            let seed = rng.next();
+            let pops = 1 + rng.below(3.min(n)) as u64;
+            let what = format!("round {round}: rows {rows:?} × {n}, {pops} populations");
+            let genotypes = Generated::new(200, n as u64, seed, Dist::Genotype)
+                .with_populations(pops, 0.15)
+                .unwrap()
+                .with_missing([0.0, 0.05][round % 2]);
+            let uniform = Generated::new(200, n as u64, seed, Dist::Uniform);
+            for op in [
+                Operand::Genotypes(Arc::new(genotypes)),
+                Operand::Dense(Arc::new(uniform)),
+            ] {
+                let src = DeviceSource::of(&op).expect("the device produces it");
+                let what = format!("{what}, {}", op.describe());
+                compare::<f64>(&op, &src, rows.clone(), &what);
+                compare::<f32>(&op, &src, rows.clone(), &what);
+            }
+        }
+
+        fn compare<T: GpuReal>(op: &Operand, src: &DeviceSource, rows: Range<u64>, what: &str)
+        where
+            CudaBlas: Gemm<T>,
+        {
+            let n = op.shape().1 as usize;
+            let h = (rows.end - rows.start) as usize;
+            let mut facts = PanelFacts::default();
+            let tile = host_produce::<T>(src, rows.clone(), n, true, &mut facts);
+            let (want, want_facts) = cpu_rows::<T>(op, rows);
+            for (i, (a, b)) in tile.iter().zip(want.iter()).enumerate() {
+                assert_eq!(
+                    a.to_f64().to_bits(),
+                    b.to_f64().to_bits(),
+                    "{what}, f{}: ({}, {})",
+                    8 * std::mem::size_of::<T>(),
+                    i / n,
+                    i % n
+                );
+            }
+            assert_eq!(facts.missing, want_facts.missing, "{what}: missing calls");
+            assert_eq!(
+                facts.dropped, want_facts.dropped,
+                "{what}: dropped variants"
+            );
+            // The device sums squares in f64; the CPU's f32 sums are within 5.4e-7 of the
+            // exact sum (`sum_squares_f32`), its f64 sums within rounding.
+            let (a, b) = (facts.sum_squares, want_facts.sum_squares);
+            let tol = if std::mem::size_of::<T>() == 8 {
+                1e-12
+            } else {
+                6e-7
+            };
+            assert!((a - b).abs() <= tol * b.max(1.0), "{what}: Σx² {a} vs {b}");
+            if std::mem::size_of::<T>() != 8 {
+                return;
+            }
+            // `generated_factor`'s gather, then `device_qr`'s copy of R's rows.
+            let tile: Vec<f64> = tile.iter().map(|v| v.to_f64()).collect();
+            let mut panel = Guarded::<f64>::zeroed(h * n);
+            let (at, b32, n32, ld) = (0u64, h as u32, n as u32, h as u64);
+            let mut a = HostArgs::new();
+            a.buffer(panel.values_mut())
+                .input(&tile)
+                .value(at)
+                .value(b32)
+                .value(n32)
+                .value(ld);
+            host_launch("rows_to_columns_f64".into(), grid(n, h), &mut a);
+            panel.check("a gathered panel").unwrap();
+            let k = h.min(n);
+            let mut r = Guarded::<f64>::zeroed(k * n);
+            let (k32, w32) = (k as u32, n as u32);
+            let mut a = HostArgs::new();
+            a.buffer(r.values_mut())
+                .input(panel.values())
+                .value(k32)
+                .value(w32)
+                .value(ld);
+            host_launch("top_rows_f64".into(), grid(k, n), &mut a);
+            r.check("R's rows").unwrap();
+            for i in 0..h {
+                for j in 0..n {
+                    assert_eq!(panel.values()[j * h + i], tile[i * n + j], "{what}: gather");
+                    if i < k {
+                        assert_eq!(r.values()[j * k + i], tile[i * n + j], "{what}: top rows");
+                    }
+                }
+            }
+        }
+    }
+
+    fn check<T: Real + bytemuck::Pod>(op: &Operand, h: usize, capacity: usize, what: &str) {
         let blocks = staged_blocks::<T>(op, h, capacity);
         let want = host_values::<T>(op, h);
         let mut next = 0;

@@ -31,6 +31,11 @@ use super::KERNELS_SOURCE;
 /// The C++ side: CUDA built-ins on host threads.
 const HOST_HEADER: &str = include_str!("host_cuda.h");
 
+/// The kernels whose threads wait for each other (`__syncthreads`, warp shuffles): they run
+/// a host thread per device thread. The others run their threads one after another, and a
+/// barrier in one of them is reported as an error, so a kernel missing here cannot pass.
+const SYNCHRONIZING: [&str; 3] = ["genotype_packed", "sum_squares_f64", "sum_squares_f32"];
+
 /// Errors of compiling or running the kernels on the host.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum HostKernelError {
@@ -76,12 +81,22 @@ impl HostKernels {
     pub fn get() -> Result<&'static HostKernels, HostKernelError> {
         static KERNELS: OnceLock<Result<HostKernels, HostKernelError>> = OnceLock::new();
         KERNELS
-            .get_or_init(Self::build)
+            .get_or_init(|| {
+                let kernels: Vec<(&'static str, bool)> = KERNEL_NAMES
+                    .iter()
+                    .map(|&name| (name, SYNCHRONIZING.contains(&name)))
+                    .collect();
+                Self::build(KERNELS_SOURCE, &kernels)
+            })
             .as_ref()
             .map_err(Clone::clone)
     }
 
-    fn build() -> Result<HostKernels, HostKernelError> {
+    /// Compiles `kernels` (name, whether its threads wait for each other) of `kernel_source`.
+    fn build(
+        kernel_source: &str,
+        kernels: &[(&'static str, bool)],
+    ) -> Result<HostKernels, HostKernelError> {
         let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
         let dir = scratch_dir();
         let compile_err = |message: String| HostKernelError::Compile {
@@ -92,10 +107,10 @@ impl HostKernels {
             .map_err(|e| compile_err(format!("creating {}: {e}", dir.display())))?;
         let result = (|| {
             let mut source = String::from("#include \"host_cuda.h\"\n#line 1 \"kernels.cu\"\n");
-            source.push_str(KERNELS_SOURCE);
+            source.push_str(kernel_source);
             source.push('\n');
-            for name in KERNEL_NAMES {
-                source.push_str(&format!("RW_HOST_EXPORT({name})\n"));
+            for (name, sync) in kernels {
+                source.push_str(&format!("RW_HOST_EXPORT({name}, {sync})\n"));
             }
             let write = |name: &str, text: &str| {
                 std::fs::write(dir.join(name), text)
@@ -119,8 +134,8 @@ impl HostKernels {
             // globals of the C++ runtime.
             let lib = unsafe { libloading::Library::new(&lib) }
                 .map_err(|e| HostKernelError::Load(e.to_string()))?;
-            let mut entries = Vec::with_capacity(KERNEL_NAMES.len());
-            for name in KERNEL_NAMES {
+            let mut entries = Vec::with_capacity(kernels.len());
+            for &(name, _) in kernels {
                 let symbol = format!("rw_host_{name}");
                 // SAFETY: RW_HOST_EXPORT defines each entry with exactly this signature.
                 let f: Entry = unsafe { lib.get::<Entry>(symbol.as_bytes()) }
@@ -663,5 +678,71 @@ mod tests {
             .launch("no_such", (1, 1, 1), (32, 1, 1), &mut HostArgs::new())
             .unwrap_err();
         assert!(e.to_string().contains("no such kernel"), "{e}");
+    }
+
+    /// Kernels written to break the rules the device relies on: a thread that returns
+    /// before its warp's full-mask shuffle, threads of one block waiting at different
+    /// barriers, and a barrier in a kernel listed as not synchronizing. Each is reported;
+    /// the same shuffle with every thread present is not.
+    #[test]
+    fn the_host_check_reports_kernels_that_break_the_device_rules() {
+        let source = r#"
+extern "C" __global__ void shuffle(double* out, unsigned quit) {
+    if (threadIdx.x == quit) return;
+    double v = __shfl_down_sync(0xFFFFFFFFu, (double)threadIdx.x, 1);
+    out[threadIdx.x] = v;
+}
+extern "C" __global__ void diverge(double* out) {
+    if (threadIdx.x < 16) {
+        __syncthreads();
+    } else {
+        out[threadIdx.x] = __shfl_down_sync(0xFFFFFFFFu, 1.0, 1);
+    }
+}
+extern "C" __global__ void unlisted(double* out) {
+    __syncthreads();
+    out[threadIdx.x] = 1.0;
+}
+"#;
+        let k = HostKernels::build(
+            source,
+            &[("shuffle", true), ("diverge", true), ("unlisted", false)],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut out = vec![0f64; 64];
+        let mut a = HostArgs::new();
+        a.buffer(&mut out).value(64u32);
+        k.launch("shuffle", (1, 1, 1), (64, 1, 1), &mut a).unwrap();
+        let want: Vec<f64> = (0..64)
+            .map(|t| {
+                if t % 32 == 31 {
+                    t as f64
+                } else {
+                    t as f64 + 1.0
+                }
+            })
+            .collect();
+        assert_eq!(out, want, "a shuffle down by one within each warp");
+        for quit in [5u32, 31, 40] {
+            let mut a = HostArgs::new();
+            a.buffer(&mut out).value(quit);
+            let e = k
+                .launch("shuffle", (1, 1, 1), (64, 1, 1), &mut a)
+                .unwrap_err();
+            let says = format!("thread {quit} of its warp has returned");
+            assert!(e.to_string().contains(&says), "{e}");
+        }
+        let mut a = HostArgs::new();
+        a.buffer(&mut out);
+        let e = k
+            .launch("diverge", (2, 1, 1), (32, 1, 1), &mut a)
+            .unwrap_err();
+        assert!(e.to_string().contains("wait at different barriers"), "{e}");
+        let mut a = HostArgs::new();
+        a.buffer(&mut out);
+        let e = k
+            .launch("unlisted", (1, 1, 1), (32, 1, 1), &mut a)
+            .unwrap_err();
+        assert!(e.to_string().contains("lists as not synchronizing"), "{e}");
     }
 }

@@ -1,25 +1,27 @@
-// The CUDA built-ins that kernels.cu uses, on host threads: the kernels compiled by a C++
+// The CUDA built-ins that kernels.cu uses, on the host: the kernels compiled by a C++
 // compiler run on the CPU, so their arithmetic, indexing and launch geometry can be checked
-// against the CPU code where no GPU is present (runtime/src/gpu/host.rs). One host thread
-// plays each thread of a block; the blocks of a grid run one after another.
+// against the CPU code where no GPU is present (runtime/src/gpu/host.rs). The blocks of a
+// grid run in order. Kernels whose threads never wait for each other run their threads one
+// after another; the others (host.rs lists them) run each thread as a fiber (ucontext) on
+// the calling thread, switched at every __syncthreads and warp shuffle, so a barrier is
+// exact and costs a context switch rather than an OS thread's wake-up.
 //
-// What it checks beyond the values: __syncthreads and warp shuffles wait for every thread
-// of the block, and a shuffle over a full warp mask in a warp that is partial (the block is
-// not a multiple of 32 threads) or has lost threads to an early return is reported as an
-// error, as is a barrier that some threads never reach (after a timeout). Out-of-range
-// accesses are not caught here: the callers surround their buffers with guard zones.
+// What it checks beyond the values: a barrier in a kernel listed as not synchronizing, a
+// full-mask shuffle in a partial warp (the block is not a multiple of 32 threads) or in a
+// warp that has lost threads to an early return, and threads of a block waiting at
+// different barriers are reported as errors. Out-of-range accesses are not caught here:
+// the callers surround their buffers with guard zones.
 
-#include <chrono>
-#include <condition_variable>
+#include <ucontext.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -28,9 +30,9 @@ struct uint3 {
     unsigned x, y, z;
 };
 
-thread_local uint3 threadIdx;
-thread_local uint3 blockIdx;
-// The same for every thread of a launch; launches are serialized (rw_host::launch_lock).
+// One launch at a time (rw_host::launch_lock), all of it on the launching thread.
+uint3 threadIdx;
+uint3 blockIdx;
 uint3 blockDim;
 uint3 gridDim;
 
@@ -42,64 +44,33 @@ uint3 gridDim;
 
 namespace rw_host {
 
-// A barrier over the threads still running the current block: a thread that returns
-// from the kernel leaves it (as on the device, exited threads do not hold up the others).
-struct Barrier {
-    std::mutex m;
-    std::condition_variable cv;
-    unsigned expected = 0, arrived = 0;
-    unsigned long long generation = 0;
-    bool timed_out = false;
-
-    void reset(unsigned n) {
-        std::lock_guard<std::mutex> l(m);
-        expected = n;
-        arrived = 0;
-    }
-    void release() {
-        arrived = 0;
-        generation++;
-        cv.notify_all();
-    }
-    // False when the others did not come within the timeout (the caller reports it).
-    bool wait() {
-        std::unique_lock<std::mutex> l(m);
-        unsigned long long g = generation;
-        if (++arrived >= expected) {
-            release();
-            return true;
-        }
-        if (!cv.wait_for(l, std::chrono::seconds(20), [&] { return generation != g; })) {
-            timed_out = true;
-            release();
-            return false;
-        }
-        return true;
-    }
-    void leave() {
-        std::lock_guard<std::mutex> l(m);
-        expected--;
-        if (arrived > 0 && arrived >= expected) release();
-    }
-};
+enum class State : unsigned char { Runnable, Waiting, Done };
 
 struct Launch {
     unsigned threads = 0;
-    Barrier sync;     // __syncthreads and shuffles within a block
-    Barrier between;  // all threads, between blocks
+    // Threads one after another, no fibers: a barrier is an error.
+    bool sequential = false;
+    std::function<void()> body;
+    // Fibers of the synchronizing kernels: one per thread of the block.
+    ucontext_t scheduler;
+    std::vector<ucontext_t> fibers;
+    std::unique_ptr<char[]> stacks;
+    std::vector<State> state;
+    std::vector<const char*> waiting_at;
+    unsigned running = 0;
     std::vector<unsigned long long> slots;
-    // Read by other threads' shuffles while its thread returns: atomic.
-    std::unique_ptr<std::atomic<unsigned char>[]> exited;
-    std::mutex error_lock;
     std::string error;
 
     void fail(const std::string& what) {
-        std::lock_guard<std::mutex> l(error_lock);
         if (error.empty()) error = what;
     }
 };
 
+// Bytes of stack per fiber: the kernels keep a few hundred bytes of locals.
+constexpr std::size_t STACK = 64 << 10;
+
 inline Launch* current = nullptr;
+inline const char* const SHUFFLE = "__shfl_down_sync";
 inline std::mutex launch_lock;
 
 inline unsigned flat_thread() {
@@ -113,10 +84,73 @@ inline std::string where() {
     return b;
 }
 
+inline void set_thread(unsigned t) {
+    threadIdx = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
+}
+
+// A barrier: the fiber waits until every thread of the block that has not returned waits
+// too (as on the device, exited threads do not hold up the others).
 inline void sync_or_fail(const char* what) {
-    if (!current->sync.wait()) {
-        current->fail(std::string(what) + " at " + where() +
-                      ": not every thread of the block reached it");
+    Launch& L = *current;
+    if (L.sequential) {
+        L.fail(std::string(what) + " at " + where() +
+               " in a kernel that host.rs lists as not synchronizing");
+        return;
+    }
+    unsigned t = L.running;
+    L.state[t] = State::Waiting;
+    L.waiting_at[t] = what;
+    swapcontext(&L.fibers[t], &L.scheduler);
+}
+
+inline void fiber_entry() {
+    Launch& L = *current;
+    L.body();
+    L.state[L.running] = State::Done;
+    // Returning resumes the scheduler (uc_link).
+}
+
+// Runs the current block's threads as fibers until all have returned.
+inline void run_block_fibers(Launch& L) {
+    unsigned n = L.threads;
+    for (unsigned t = 0; t < n; t++) {
+        getcontext(&L.fibers[t]);
+        L.fibers[t].uc_stack.ss_sp = L.stacks.get() + t * STACK;
+        L.fibers[t].uc_stack.ss_size = STACK;
+        L.fibers[t].uc_link = &L.scheduler;
+        makecontext(&L.fibers[t], fiber_entry, 0);
+        L.state[t] = State::Runnable;
+        L.waiting_at[t] = nullptr;
+    }
+    for (;;) {
+        for (unsigned t = 0; t < n; t++) {
+            if (L.state[t] != State::Runnable) continue;
+            L.running = t;
+            set_thread(t);
+            swapcontext(&L.scheduler, &L.fibers[t]);
+        }
+        const char* at = nullptr;
+        for (unsigned t = 0; t < n; t++) {
+            if (L.state[t] != State::Waiting) continue;
+            set_thread(t);
+            if (at != nullptr && std::strcmp(at, L.waiting_at[t]) != 0) {
+                L.fail(std::string("threads of the block wait at different barriers (") + at +
+                       ", " + L.waiting_at[t] + ") at " + where());
+            }
+            at = L.waiting_at[t];
+            if (std::strcmp(at, SHUFFLE) == 0) {
+                unsigned warp0 = t / 32 * 32;
+                for (unsigned k = warp0; k < warp0 + 32 && k < n; k++) {
+                    if (L.state[k] == State::Done) {
+                        L.fail(std::string(SHUFFLE) + " over a full mask at " + where() +
+                               " while thread " + std::to_string(k) +
+                               " of its warp has returned");
+                    }
+                }
+            }
+            L.state[t] = State::Runnable;
+        }
+        if (at == nullptr) return;
     }
 }
 
@@ -124,6 +158,10 @@ template <typename T>
 T shfl_down(unsigned mask, T v, int off) {
     static_assert(sizeof(T) <= 8, "shuffled values are at most 8 bytes");
     Launch& L = *current;
+    if (L.sequential) {
+        sync_or_fail(SHUFFLE);
+        return v;
+    }
     unsigned t = flat_thread();
     unsigned warp0 = t / 32 * 32;
     if (mask != 0xFFFFFFFFu) {
@@ -132,23 +170,15 @@ T shfl_down(unsigned mask, T v, int off) {
     } else if (warp0 + 32 > L.threads) {
         L.fail("__shfl_down_sync over a full mask in a partial warp at " + where() +
                ": the block is not a multiple of 32 threads");
-    } else {
-        for (unsigned k = warp0; k < warp0 + 32; k++) {
-            if (L.exited[k]) {
-                L.fail("__shfl_down_sync over a full mask at " + where() + " while thread " +
-                       std::to_string(k) + " of its warp has returned");
-                break;
-            }
-        }
     }
     unsigned long long bits = 0;
     std::memcpy(&bits, &v, sizeof(T));
     L.slots[t] = bits;
-    sync_or_fail("__shfl_down_sync");
+    sync_or_fail(SHUFFLE);
     unsigned lane = t - warp0;
     unsigned src = lane + (unsigned)off < 32 && warp0 + lane + off < L.threads ? t + off : t;
     bits = L.slots[src];
-    sync_or_fail("__shfl_down_sync");
+    sync_or_fail(SHUFFLE);
     T r;
     std::memcpy(&r, &bits, sizeof(T));
     return r;
@@ -170,8 +200,8 @@ void call(void (*k)(A...), void** params, std::index_sequence<I...>) {
 // cuLaunchKernel does (params[i] points at parameter i). Returns 0, or 1 with a message
 // in err.
 template <typename... A>
-int launch(void (*k)(A...), const unsigned* dims, void** params, std::size_t nparams,
-           char* err, std::size_t err_len) {
+int launch(void (*k)(A...), bool synchronizing, const unsigned* dims, void** params,
+           std::size_t nparams, char* err, std::size_t err_len) {
     std::lock_guard<std::mutex> serial(launch_lock);
     auto report = [&](const std::string& m) {
         std::snprintf(err, err_len, "%s", m.c_str());
@@ -191,36 +221,29 @@ int launch(void (*k)(A...), const unsigned* dims, void** params, std::size_t npa
     }
     Launch L;
     L.threads = threads;
-    L.slots.assign(threads, 0);
-    L.exited.reset(new std::atomic<unsigned char>[threads]);
-    for (unsigned t = 0; t < threads; t++) L.exited[t] = 0;
-    L.sync.reset(threads);
-    L.between.reset(threads);
-    current = &L;
-    std::vector<std::thread> pool;
-    pool.reserve(threads);
-    for (unsigned t = 0; t < threads; t++) {
-        pool.emplace_back([&, t] {
-            threadIdx = {t % blockDim.x, t / blockDim.x % blockDim.y,
-                         t / (blockDim.x * blockDim.y)};
-            for (unsigned long long b = 0; b < blocks; b++) {
-                blockIdx = {(unsigned)(b % gridDim.x), (unsigned)(b / gridDim.x % gridDim.y),
-                            (unsigned)(b / ((unsigned long long)gridDim.x * gridDim.y))};
-                call(k, params, std::index_sequence_for<A...>{});
-                L.exited[t] = 1;
-                L.sync.leave();
-                L.between.wait();
-                if (t == 0) {
-                    L.sync.reset(threads);
-                    for (unsigned u = 0; u < threads; u++) L.exited[u] = 0;
-                }
-                L.between.wait();
-            }
-        });
+    L.sequential = !synchronizing;
+    L.body = [&] { call(k, params, std::index_sequence_for<A...>{}); };
+    if (synchronizing) {
+        L.fibers.resize(threads);
+        L.stacks.reset(new char[threads * STACK]);
+        L.state.assign(threads, State::Runnable);
+        L.waiting_at.assign(threads, nullptr);
+        L.slots.assign(threads, 0);
     }
-    for (auto& th : pool) th.join();
+    current = &L;
+    for (unsigned long long b = 0; b < blocks && L.error.empty(); b++) {
+        blockIdx = {(unsigned)(b % gridDim.x), (unsigned)(b / gridDim.x % gridDim.y),
+                    (unsigned)(b / ((unsigned long long)gridDim.x * gridDim.y))};
+        if (synchronizing) {
+            run_block_fibers(L);
+            continue;
+        }
+        for (unsigned t = 0; t < threads; t++) {
+            set_thread(t);
+            L.body();
+        }
+    }
     current = nullptr;
-    if (L.between.timed_out) L.fail("threads lost between blocks");
     if (!L.error.empty()) return report(L.error);
     return 0;
 }
@@ -252,8 +275,9 @@ T min(T a, T b) {
 }
 
 // Each kernel's entry point: rw_host_<name>(dims, params, nparams, err, err_len).
-#define RW_HOST_EXPORT(name)                                                                \
+// `synchronizing`: whether its threads wait for each other (barriers, shuffles).
+#define RW_HOST_EXPORT(name, synchronizing)                                                 \
     extern "C" int rw_host_##name(const unsigned* dims, void** params, std::size_t nparams, \
                                   char* err, std::size_t err_len) {                         \
-        return rw_host::launch(name, dims, params, nparams, err, err_len);                  \
+        return rw_host::launch(name, synchronizing, dims, params, nparams, err, err_len);   \
     }
