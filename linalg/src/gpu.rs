@@ -42,8 +42,8 @@ use std::ops::Range;
 use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaView, CudaViewMut, DeviceRepr, LaunchConfig, PushKernelArg,
-    ValidAsZeroBits,
+    CudaFunction, CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
+    LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2};
 pub use rankwise_runtime::gpu::GpuDevice;
@@ -452,6 +452,142 @@ where
     Ok(())
 }
 
+/// One cuBLAS GEMM of a panel's products, `C = op(A)·op(B) (+ C)` in cuBLAS's column-major
+/// terms (`A` never transposed), and the ranges of its three buffers that it covers.
+///
+/// Everything is row-major, which cuBLAS sees as the transpose, so the products are
+/// written transposed: `Yᵀ = Ωᵀ·Tᵀ` in the range pass and `Bᵀ = Tᵀ·X` in the projection.
+/// The steps are plain data so that a test can run them through a column-major host GEMM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct GemmStep {
+    /// Whether `B` is transposed.
+    transb: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    lda: usize,
+    ldb: usize,
+    ldc: usize,
+    /// The values of each buffer the GEMM reads or writes, from the buffer's start.
+    a: Range<usize>,
+    b: Range<usize>,
+    c: Range<usize>,
+}
+
+impl GemmStep {
+    /// Whether a column-major operand of `rows × cols` (stored, before any transposition)
+    /// with leading dimension `ld` lies within `len` values.
+    fn fits(rows: usize, cols: usize, ld: usize, len: usize) -> bool {
+        rows == 0 || cols == 0 || (ld >= rows && (cols - 1) * ld + rows <= len)
+    }
+
+    /// Whether every operand lies within its range (what cuBLAS trusts its caller with).
+    fn in_bounds(&self) -> bool {
+        let (bm, bn) = if self.transb {
+            (self.n, self.k)
+        } else {
+            (self.k, self.n)
+        };
+        Self::fits(self.m, self.k, self.lda, self.a.len())
+            && Self::fits(bm, bn, self.ldb, self.b.len())
+            && Self::fits(self.m, self.n, self.ldc, self.c.len())
+    }
+
+    /// Runs the GEMM on the device with `a`, `b` and `c` its three ranges.
+    fn run<T: GpuReal, A: DevicePtr<T>, B: DevicePtr<T>, C: DevicePtrMut<T>>(
+        &self,
+        dev: &GpuDevice,
+        beta: T,
+        a: &A,
+        b: &B,
+        c: &mut C,
+        what: &str,
+    ) -> Result<(), LinalgError>
+    where
+        CudaBlas: Gemm<T>,
+    {
+        let lens = (a.len(), b.len(), c.len());
+        if !self.in_bounds() || lens != (self.a.len(), self.b.len(), self.c.len()) {
+            return Err(LinalgError::Gpu(dev.error(
+                what,
+                format!("a GEMM outside its buffers: {self:?} on buffers of {lens:?} values"),
+            )));
+        }
+        let cfg = GemmConfig {
+            transa: CUBLAS_OP_N,
+            transb: if self.transb {
+                CUBLAS_OP_T
+            } else {
+                CUBLAS_OP_N
+            },
+            m: self.m as i32,
+            n: self.n as i32,
+            k: self.k as i32,
+            alpha: T::one(),
+            lda: self.lda as i32,
+            ldb: self.ldb as i32,
+            beta,
+            ldc: self.ldc as i32,
+        };
+        // SAFETY: `in_bounds` checked that each operand lies within its buffer.
+        unsafe { dev.blas().gemm(cfg, a, b, c) }.map_err(|e| blas_err(dev, what, e))
+    }
+}
+
+/// The range pass's GEMMs for rows `r0..r0 + rows` of a panel of `n` columns and a test
+/// matrix of `w` columns: `Yᵀ (w × rows) = Ωᵀ (w × n) · tileᵀ (n × rows)` in column chunks
+/// of `chunk`, each into the block's rows of `Y` (`direct`, f64) or into the start of a
+/// part buffer that the caller adds to them (f32).
+fn range_steps(
+    n: usize,
+    w: usize,
+    r0: usize,
+    rows: usize,
+    chunk: usize,
+    direct: bool,
+) -> Vec<GemmStep> {
+    (0..n)
+        .step_by(chunk.max(1))
+        .map(|c0| {
+            let kc = chunk.min(n - c0);
+            GemmStep {
+                transb: false,
+                m: w,
+                n: rows,
+                k: kc,
+                lda: w,
+                ldb: n,
+                ldc: w,
+                a: c0 * w..(c0 + kc) * w,
+                b: c0..rows * n,
+                c: if direct {
+                    r0 * w..(r0 + rows) * w
+                } else {
+                    0..rows * w
+                },
+            }
+        })
+        .collect()
+}
+
+/// The projection's GEMM for a block of `rows` rows: `Bᵀ (n × l) = tileᵀ (n × rows) · X
+/// (rows × l)`, X the block's rows (row-major with leading dimension `ldx`, its first `l`
+/// columns used), which cuBLAS sees as `Xᵀ`.
+fn project_step(n: usize, l: usize, rows: usize, ldx: usize) -> GemmStep {
+    GemmStep {
+        transb: true,
+        m: n,
+        n: l,
+        k: rows,
+        lda: n,
+        ldb: ldx,
+        ldc: n,
+        a: 0..rows * n,
+        b: 0..rows * ldx,
+        c: 0..l * n,
+    }
+}
+
 /// What one panel's tiles are multiplied for on the device.
 #[derive(Clone, Copy, Debug)]
 pub enum PanelJob<'a, T> {
@@ -586,39 +722,19 @@ where
             return Ok(());
         }
         if let (Some(om), Some(y)) = (&self.om, self.y.as_mut()) {
-            // Yᵀ (w × rows) = Ωᵀ (w × n) · tileᵀ (n × rows), column-major; f32 tiles in
-            // column chunks whose products are added to the f64 sums.
-            let chunk = T::chunk(n);
-            for c0 in (0..n).step_by(chunk) {
-                let kc = chunk.min(n - c0);
-                let cfg = GemmConfig {
-                    transa: CUBLAS_OP_N,
-                    transb: CUBLAS_OP_N,
-                    m: w as i32,
-                    n: rows as i32,
-                    k: kc as i32,
-                    alpha: T::one(),
-                    lda: w as i32,
-                    ldb: n as i32,
-                    beta: T::zero(),
-                    ldc: w as i32,
-                };
-                let a = om.slice(c0 * w..(c0 + kc) * w);
-                let t = tile.slice(c0..rows * n);
+            let direct = T::sums(y).is_some();
+            for step in range_steps(n, w, r0, rows, T::chunk(n), direct) {
+                let a = om.slice(step.a.clone());
+                let t = tile.slice(step.b.clone());
                 if let Some(sums) = T::sums(y) {
-                    let mut c = sums.slice_mut(r0 * w..(r0 + rows) * w);
-                    // SAFETY: Ω is n × w, the tile rows × n (row-major, columns from c0),
-                    // the rows of Y rows × w: every index lies inside its buffer.
-                    unsafe { dev.blas().gemm(cfg, &a, &t, &mut c) }
-                        .map_err(|e| blas_err(dev, "GEMM of a tile with Ω", e))?;
+                    let mut c = sums.slice_mut(step.c.clone());
+                    step.run(dev, T::zero(), &a, &t, &mut c, "GEMM of a tile with Ω")?;
                     continue;
                 }
                 let part = self.part.as_mut().expect("f32 products have a part buffer");
                 {
-                    let mut c = part.slice_mut(..rows * w);
-                    // SAFETY: as above, the product of kc columns into `part`.
-                    unsafe { dev.blas().gemm(cfg, &a, &t, &mut c) }
-                        .map_err(|e| blas_err(dev, "GEMM of a tile with Ω", e))?;
+                    let mut c = part.slice_mut(step.c.clone());
+                    step.run(dev, T::zero(), &a, &t, &mut c, "GEMM of a tile with Ω")?;
                 }
                 let mut acc = y.slice_mut(r0 * w..(r0 + rows) * w);
                 add_into(dev, &mut acc, &part.slice(..rows * w), rows * w)?;
@@ -627,9 +743,8 @@ where
         if l == 0 {
             return Ok(());
         }
-        // Bᵀ (n × l) += tileᵀ (n × rows) · X (rows × l), column-major, where X is the
-        // block's rows of Q (leading dimension l) or of Y (leading dimension w, its first l
-        // columns): row-major X is Xᵀ to cuBLAS.
+        // X is the block's rows of Q (leading dimension l) or of Y (leading dimension w,
+        // its first l columns; f32 passes round them to f32 first).
         let (x, ldx): (CudaView<'_, T>, usize) = if let Some(q) = &self.q {
             (q.slice(r0 * l..(r0 + rows) * l), l)
         } else {
@@ -649,32 +764,18 @@ where
             }
         };
         let b = self.b.as_mut().expect("l > 0 keeps B");
-        let cfg = |beta| GemmConfig {
-            transa: CUBLAS_OP_N,
-            transb: CUBLAS_OP_T,
-            m: n as i32,
-            n: l as i32,
-            k: rows as i32,
-            alpha: T::one(),
-            lda: n as i32,
-            ldb: ldx as i32,
-            beta,
-            ldc: n as i32,
-        };
-        let t = tile.slice(..rows * n);
+        let step = project_step(n, l, rows, ldx);
+        let t = tile.slice(step.a.clone());
+        let x = x.slice(step.b.clone());
+        let what = "GEMM of a tile with Q or Y";
         if let Some(sums) = T::sums(b) {
-            // SAFETY: the tile is rows × n, X rows × ldx with l ≤ ldx columns used, the
-            // sums l × n.
-            unsafe { dev.blas().gemm(cfg(T::one()), &t, &x, sums) }
-                .map_err(|e| blas_err(dev, "GEMM of a tile with Q or Y", e))?;
-            return Ok(());
+            let mut c = sums.slice_mut(step.c.clone());
+            return step.run(dev, T::one(), &t, &x, &mut c, what);
         }
         let part = self.part.as_mut().expect("f32 products have a part buffer");
         {
-            let mut c = part.slice_mut(..l * n);
-            // SAFETY: as above, the product into `part`.
-            unsafe { dev.blas().gemm(cfg(T::zero()), &t, &x, &mut c) }
-                .map_err(|e| blas_err(dev, "GEMM of a tile with Q or Y", e))?;
+            let mut c = part.slice_mut(step.c.clone());
+            step.run(dev, T::zero(), &t, &x, &mut c, what)?;
         }
         add_into(dev, &mut b.slice_mut(..), &part.slice(..l * n), l * n)
     }
@@ -1414,6 +1515,195 @@ mod tests {
                 r == TILE_ROWS || r * n * size <= STAGE_BYTES,
                 "{n} {size}: {r}"
             );
+        }
+    }
+
+    /// A step on host buffers through OpenBLAS's column-major GEMM with cuBLAS's
+    /// parameters, after the bounds check `GemmStep::run` makes.
+    fn host_gemm<T: GpuReal>(step: &GemmStep, beta: T, a: &[T], b: &[T], c: &mut [T])
+    where
+        CudaBlas: Gemm<T>,
+    {
+        use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
+        assert!(step.in_bounds(), "{step:?}");
+        let (a, b, c) = (
+            &a[step.a.clone()],
+            &b[step.b.clone()],
+            &mut c[step.c.clone()],
+        );
+        let tb = if step.transb {
+            CBLAS_TRANSPOSE::CblasTrans
+        } else {
+            CBLAS_TRANSPOSE::CblasNoTrans
+        };
+        let (m, n, k) = (step.m as i32, step.n as i32, step.k as i32);
+        let (lda, ldb, ldc) = (step.lda as i32, step.ldb as i32, step.ldc as i32);
+        let col = CBLAS_LAYOUT::CblasColMajor;
+        let na = CBLAS_TRANSPOSE::CblasNoTrans;
+        // SAFETY: `in_bounds` checked every operand against its slice.
+        unsafe {
+            if std::mem::size_of::<T>() == 8 {
+                let (a, b): (&[f64], &[f64]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
+                let c: &mut [f64] = bytemuck::cast_slice_mut(c);
+                cblas_dgemm(
+                    col,
+                    na,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    1.0,
+                    a.as_ptr(),
+                    lda,
+                    b.as_ptr(),
+                    ldb,
+                    beta.to_f64(),
+                    c.as_mut_ptr(),
+                    ldc,
+                );
+            } else {
+                let (a, b): (&[f32], &[f32]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
+                let c: &mut [f32] = bytemuck::cast_slice_mut(c);
+                cblas_sgemm(
+                    col,
+                    na,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    1.0,
+                    a.as_ptr(),
+                    lda,
+                    b.as_ptr(),
+                    ldb,
+                    beta.to_f64() as f32,
+                    c.as_mut_ptr(),
+                    ldc,
+                );
+            }
+        }
+    }
+
+    /// `Products::rows` block by block on the host: its GEMM steps through a column-major
+    /// host GEMM, with its f32 parts, additions and rounding. Returns `Y` (`h × w`) and
+    /// `W = Y[:, ..l]ᵀ·A` (range) or `B = Qᵀ·A` (with `q`), both row-major f64.
+    fn host_products<T: GpuReal>(
+        a: &Array2<T>,
+        omega: &Array2<T>,
+        q: Option<&Array2<f64>>,
+        l: usize,
+        block: usize,
+    ) -> (Vec<f64>, Vec<f64>)
+    where
+        CudaBlas: Gemm<T>,
+    {
+        let (h, n) = a.dim();
+        let w = if q.is_some() { 0 } else { omega.ncols() };
+        let direct = std::mem::size_of::<T>() == 8;
+        let om = omega
+            .as_standard_layout()
+            .to_owned()
+            .into_raw_vec_and_offset()
+            .0;
+        let qt: Vec<T> = q.map_or(Vec::new(), |q| q.iter().map(|&v| T::from_f64(v)).collect());
+        let mut y = vec![0f64; h * w];
+        let mut b = vec![0f64; l * n];
+        let mut part = vec![T::zero(); (block * w).max(l * n)];
+        for r0 in (0..h).step_by(block) {
+            let rows = block.min(h - r0);
+            let tile: Vec<T> = a.slice(s![r0..r0 + rows, ..]).iter().copied().collect();
+            if q.is_none() {
+                for step in range_steps(n, w, r0, rows, T::chunk(n), direct) {
+                    if direct {
+                        let ys: &mut [T] = bytemuck::cast_slice_mut(&mut y);
+                        host_gemm(&step, T::zero(), &om, &tile, ys);
+                    } else {
+                        host_gemm(&step, T::zero(), &om, &tile, &mut part);
+                        for (acc, p) in y[r0 * w..(r0 + rows) * w].iter_mut().zip(&part) {
+                            *acc += p.to_f64();
+                        }
+                    }
+                }
+            }
+            if l == 0 {
+                continue;
+            }
+            let (x, ldx): (Vec<T>, usize) = match q {
+                Some(_) => (qt[r0 * l..(r0 + rows) * l].to_vec(), l),
+                None => {
+                    let rows_of_y = &y[r0 * w..(r0 + rows) * w];
+                    (rows_of_y.iter().map(|&v| T::from_f64(v)).collect(), w)
+                }
+            };
+            let step = project_step(n, l, rows, ldx);
+            if direct {
+                let bs: &mut [T] = bytemuck::cast_slice_mut(&mut b);
+                host_gemm(&step, T::one(), &tile, &x, bs);
+            } else {
+                host_gemm(&step, T::zero(), &tile, &x, &mut part);
+                for (acc, p) in b.iter_mut().zip(&part) {
+                    *acc += p.to_f64();
+                }
+            }
+        }
+        (y, b)
+    }
+
+    /// The panel products' GEMM steps (layouts, leading dimensions, column chunks of f32
+    /// tiles, the buffer ranges) on fresh shapes, run through a column-major host GEMM as
+    /// cuBLAS would run them: `Y = A·Ω`, the fused `W = Y[:, ..l]ᵀ·A` and `B = Qᵀ·A` agree
+    /// with the products of the same values in f64, for f64 and f32 tiles, fed in blocks of
+    /// rows of every size; and every step stays within its buffers.
+    #[test]
+    fn product_gemm_steps_compute_the_panel_products() {
+        let mut rng = Rng::fresh();
+        for round in 0..8 {
+            // Every fourth round's f32 tiles span several GEMM column chunks.
+            let n = 1 + rng.below(300) + if round % 4 == 3 { F32_CHUNK } else { 0 };
+            let h = 1 + rng.below(40);
+            let w = 1 + rng.below(24);
+            let l = 1 + rng.below(w);
+            let block = 1 + rng.below(h);
+            let what = format!("round {round}: {h} × {n}, w {w}, l {l}, blocks of {block}");
+            let a = Array2::from_shape_fn((h, n), |_| rng.value() as f64);
+            let omega = Array2::from_shape_fn((n, w), |_| rng.value() as f64);
+            let q = Array2::from_shape_fn((h, l), |_| rng.value() as f64);
+            check::<f64>(&a, &omega, &q, l, block, 1e-12, &format!("{what}, f64"));
+            check::<f32>(&a, &omega, &q, l, block, 1e-5, &format!("{what}, f32"));
+        }
+
+        fn check<T: GpuReal>(
+            a: &Array2<f64>,
+            omega: &Array2<f64>,
+            q: &Array2<f64>,
+            l: usize,
+            block: usize,
+            tol: f64,
+            what: &str,
+        ) where
+            CudaBlas: Gemm<T>,
+        {
+            let at = a.mapv(T::from_f64);
+            let ot = omega.mapv(T::from_f64);
+            let (a, omega) = (at.mapv(|v| v.to_f64()), ot.mapv(|v| v.to_f64()));
+            let close = |got: &[f64], want: &Array2<f64>, name: &str| {
+                let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                for (i, (g, e)) in got.iter().zip(want.iter()).enumerate() {
+                    assert!(
+                        (g - e).abs() <= tol * scale * 50.0,
+                        "{what}: {name}[{i}] {g} vs {e}"
+                    );
+                }
+                assert_eq!(got.len(), want.len(), "{what}: {name}");
+            };
+            let (y, wt) = host_products::<T>(&at, &ot, None, l, block);
+            let want_y = a.dot(&omega);
+            close(&y, &want_y, "Y");
+            let y32 = want_y.mapv(|v| T::from_f64(v).to_f64());
+            close(&wt, &y32.slice(s![.., ..l]).t().dot(&a), "W");
+            let (_, b) = host_products::<T>(&at, &ot, Some(q), q.ncols(), block);
+            let qt = q.mapv(|v| T::from_f64(v).to_f64());
+            close(&b, &qt.t().dot(&a), "B");
         }
     }
 
