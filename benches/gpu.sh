@@ -16,19 +16,38 @@
 #
 #   RANKWISE=/tmp/rw/bin/rankwise GPU_TESTS=/tmp/rw/release/deps/gpu bash benches/gpu.sh
 #
+# One call of a lent GPU machine can run it all: DEADLINE bounds the whole script (below), the
+# steps run in the order of what they prove (the GPU tests, then the benchmark, then Zarr,
+# then svd), and the summary and reports are written whatever happened to the steps:
+#
+#   tar -xJf .gpu/rwb.tar.xz -C /tmp && . /tmp/rwb/env.sh && DEADLINE=480 \
+#       RANKWISE=/tmp/rwb/bin/rankwise GPU_TESTS=/tmp/rwb/release/deps/gpu OUT=$OUT/a \
+#       bash benches/gpu.sh
+#
 # Environment: OUT (results folder; default target/bench-results/gpu-STAMP), ROWS and COLS
 # (the benchmark's shape; default 10000000 × 20000), CHUNK_ROWS (default 250000), PRECISIONS
 # (default "f32 f64"), TIMEOUT (seconds per rankwise run, default 300); ZARR_ROWS (variants of
 # the Zarr store, COLS samples; default 500000, 10 GB as int8; 0 skips the step), ZARR_CHUNK
 # (its chunk rows, default 25000) and ZARR_DIR (where it is written, default /tmp/rankwise-gpu);
-# SVD_ROWS and SVD_COLS (the svd's shape, default 2000000 × 1024; SVD_ROWS=0 skips it).
+# SVD_ROWS, SVD_COLS and SVD_CHUNK (the svd's shape, default 2000000 × 1024 in panels of
+# 100000 rows; SVD_ROWS=0 skips it);
+# SMALL_ROWS (the rows of the first, small GPU-against-CPU run, default 400000).
+# DEADLINE (seconds for the whole script, default 0: none): every step's timeout is cut to
+# what is left of it, less RESERVE seconds (default 15) for the summary, and a step with
+# under 10 s left is skipped, saying so. GPU_TESTS: the tests/gpu.rs binary (found under
+# target/release/deps by default; `none` runs no tests); each test runs in a process of its
+# own under TEST_TIMEOUT seconds (default 120), so that one that hangs costs only its own
+# result; TESTS_FILTER runs only the tests whose names contain it. DEVICE (default gpu): the device of the runs named *-gpu; DEVICE=cpu runs every
+# step on CPU actors, which checks this script itself on a machine without a GPU
+# (tests/gpu.rs runs it so in make test).
 #
 # CUDA libraries: rankwise loads the driver, NVRTC and cuBLAS at run time. Where the loader
 # does not find them, this script adds the folders CUDA images and NVIDIA's Python wheels
 # put them in to LD_LIBRARY_PATH, and records what it used.
 #
-# OUT receives five files (env.txt, tests.log, runs.log, reports.json: every run's JSON report
-# by name, summary.md), small enough to copy back whole.
+# OUT receives six files (env.txt, tests.log, runs.log, steps.tsv: each step's outcome and
+# seconds, reports.json: every run's JSON report by name, summary.md), small enough to copy
+# back whole.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,13 +62,26 @@ ZARR_CHUNK=${ZARR_CHUNK:-25000}
 ZARR_DIR=${ZARR_DIR:-/tmp/rankwise-gpu}
 SVD_ROWS=${SVD_ROWS:-2000000}
 SVD_COLS=${SVD_COLS:-1024}
+SVD_CHUNK=${SVD_CHUNK:-100000}
+SMALL_ROWS=${SMALL_ROWS:-400000}
+DEADLINE=${DEADLINE:-0}
+RESERVE=${RESERVE:-15}
+TEST_TIMEOUT=${TEST_TIMEOUT:-120}
+TESTS_FILTER=${TESTS_FILTER:-}
+# Tells tests/gpu.rs's check of this script not to run it again from inside it.
+export RANKWISE_IN_GPU_SH=1
+DEVICE=${DEVICE:-gpu}
 OUT=${OUT:-$ROOT/target/bench-results/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
+START=$SECONDS
 die() {
     printf 'gpu.sh: %s\n' "$*" >&2
     exit 1
 }
 [[ -x $RANKWISE ]] || die "$RANKWISE is missing: run make build, or set RANKWISE (a bundle's bin/rankwise)"
-if [[ -z ${GPU_TESTS:-} ]]; then
+[[ $DEVICE == gpu || $DEVICE == cpu ]] || die "DEVICE=$DEVICE: gpu or cpu"
+if [[ ${GPU_TESTS:-} == none ]]; then
+    GPU_TESTS=
+elif [[ -z ${GPU_TESTS:-} ]]; then
     GPU_TESTS=
     for f in "$ROOT"/target/release/deps/gpu-*; do
         [[ -x $f && $f != *.d && ( -z $GPU_TESTS || $f -nt $GPU_TESTS ) ]] && GPU_TESTS=$f
@@ -119,10 +151,34 @@ def load(name):
     return reports[name]
 
 
-env = open(os.path.join(out, "env.txt")).read().splitlines()
+try:
+    env = open(os.path.join(out, "env.txt")).read().splitlines()
+except OSError:
+    env = []
 gpu = next((l for l in env if "H100" in l or "H200" in l or "NVIDIA" in l), "GPU: see env.txt")
+device = next((l.split(": ", 1)[1] for l in env if l.startswith("device of the")), "gpu")
 print(f"## GPU: rsvd -k 10 of a generated {rows:,} × {cols:,} genotype matrix\n")
 print(f"Device (nvidia-smi: name, driver, memory, PCIe): {gpu}\n")
+if device != "gpu":
+    print(f"The *-gpu runs ran with --device {device}: a check of this script, not of a GPU.\n")
+try:
+    tests = [l for l in open(os.path.join(out, "tests.log")) if l.startswith("tests/gpu.rs: ")]
+except OSError:
+    tests = []
+if tests:
+    print(f"- {tests[-1].strip()}")
+steps = []
+try:
+    steps = [l.rstrip("\n").split("\t") for l in open(os.path.join(out, "steps.tsv"))]
+except OSError:
+    pass
+bad = [s for s in steps if len(s) == 3 and s[1] != "ok"]
+for name, outcome, secs in bad:
+    print(f"- {name}: {outcome}" + (f" ({secs} s)" if secs != "0" else ""))
+if steps:
+    print(f"- {len(steps) - len(bad)} of {len(steps)} steps ok, "
+          f"{sum(int(s[2]) for s in steps if len(s) == 3)} s in all (steps.tsv).")
+print()
 small_g, small_c = load("small-gpu"), load("small-cpu")
 if small_g and small_c:
     sg, sc = small_g["singular_values"], small_c["singular_values"]
@@ -143,8 +199,8 @@ for p in ("f32", "f64"):
     passes = [v for k, v in t.items() if "pass" in k]
     gen = r["bytes_produced"] / max(sum(passes), 1e-9) / 1e9
     first = next((v for k, v in t.items() if k.startswith("pass 1")), float("nan"))
-    last = next((v for k, v in t.items() if k.startswith("last pass")), float("nan"))
-    print(f"| {p} | {d['seconds']:.2f} s | {first:.2f} s | {last:.2f} s | "
+    last = next((f"{v:.2f} s" for k, v in t.items() if k.startswith("last pass")), "—")
+    print(f"| {p} | {d['seconds']:.2f} s | {first:.2f} s | {last} | "
           f"{d['gemm_gflop_per_s'] / 1000:.1f} | {gen:.1f} | "
           f"{r['peak_rss_bytes'] / 2**30:.2f} GiB |")
 print()
@@ -155,7 +211,8 @@ if read:
     print(f"\n## Zarr → device: {read['source']}\n")
     print(f"- host decode alone (`rankwise read`, {read['cores']} cores): "
           f"{read['decoded_gb_per_s']:.2f} GB/s decoded, {read['seconds']:.2f} s.")
-for name, d in (("GPU actor", zg), ("CPU actor", zc)):
+actor = "GPU actor" if device == "gpu" else f"{device.upper()} actor (DEVICE={device})"
+for name, d in ((actor, zg), ("CPU actor", zc)):
     if not d:
         continue
     r = d["per_rank"][0]
@@ -175,7 +232,7 @@ if sg or sc:
     d = sg or sc
     m, n = d["shape"]
     print(f"\n## svd of a generated {m:,} × {n:,} uniform matrix (f64)\n")
-for name, d in (("GPU actor", sg), ("CPU actors", sc)):
+for name, d in ((actor, sg), ("CPU actors", sc)):
     if not d:
         continue
     r = d["per_rank"][0]
@@ -201,9 +258,70 @@ if [[ -n ${SUMMARY_ONLY:-} ]]; then
     exit 0
 fi
 
+status=0
+: >"$OUT/steps.tsv"
+: >"$OUT/runs.log"
+mkdir -p "$OUT/json"
+
+# Seconds the next step may take: TIMEOUT, cut to what DEADLINE leaves after RESERVE.
+budget() {
+    local t=$TIMEOUT left
+    if ((DEADLINE > 0)); then
+        left=$((DEADLINE - (SECONDS - START) - RESERVE))
+        ((left < t)) && t=$left
+    fi
+    echo "$t"
+}
+# Records a step's outcome (ok, failed (exit N), timed out after Ns, skipped: why) and time.
+step() { # name, outcome, seconds
+    printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$OUT/steps.tsv"
+}
+# Runs a command under the step's budget; its outcome goes to steps.tsv. Returns its status.
+timed() { # name, then the command
+    local name=$1 t rc=0 t0=$SECONDS
+    shift
+    t=$(budget)
+    if ((t < 10)); then
+        step "$name" "skipped: ${t} s left of DEADLINE=$DEADLINE" 0
+        echo "$name: skipped (deadline)" | tee -a "$OUT/runs.log"
+        return 125
+    fi
+    timeout "$t" "$@" || rc=$?
+    if ((rc == 0)); then
+        step "$name" ok $((SECONDS - t0))
+    elif ((rc == 124)); then
+        step "$name" "timed out after ${t} s" $((SECONDS - t0))
+    else
+        step "$name" "failed (exit $rc)" $((SECONDS - t0))
+    fi
+    return "$rc"
+}
+
+# Whatever happens to the steps, the reports become one file (the device tool brings back at
+# most eight) and the summary is written.
+# shellcheck disable=SC2317  # called by the EXIT trap
+finish() {
+    python3 - "$OUT" <<'PY' || true
+import glob, json, os, sys
+out = sys.argv[1]
+reports = {}
+for f in sorted(glob.glob(os.path.join(out, "json", "*.json"))):
+    try:
+        reports[os.path.basename(f)[:-5]] = json.load(open(f))
+    except ValueError:
+        pass
+json.dump(reports, open(os.path.join(out, "reports.json"), "w"), indent=1)
+PY
+    rm -rf "$OUT/json"
+    summarize || true
+    echo "results in $OUT"
+}
+trap finish EXIT
+
 {
     echo "date: $(date -u +%FT%TZ)"
     echo "host: $(hostname)"
+    echo "device of the *-gpu runs: $DEVICE"
     echo "LD_LIBRARY_PATH: ${LD_LIBRARY_PATH:-}"
     echo
     if command -v nvidia-smi >/dev/null; then
@@ -214,44 +332,69 @@ fi
     fi
     echo
     "$RANKWISE" info 2>&1 || true
+    if [[ $DEVICE == gpu ]]; then
+        echo
+        timeout 120 "$RANKWISE" info --check-kernels 2>&1 | grep -E '^(kernels|rankwise)' || true
+    fi
 } >"$OUT/env.txt"
-if [[ -n $(missing) ]]; then
+if [[ $DEVICE == gpu && -n $(missing) ]]; then
     cat "$OUT/env.txt" >&2
+    step env "failed: CUDA libraries not found: $(missing | paste -sd' ' -)" 0
     die "CUDA libraries not found: $(missing | paste -sd' ' -) (see $OUT/env.txt)"
 fi
 
-status=0
+# tests/gpu.rs, one process per test: a test that hangs loses only its own result.
 if [[ -n $GPU_TESTS && -x $GPU_TESTS ]]; then
-    echo "tests/gpu.rs: $GPU_TESTS"
-    RANKWISE_REQUIRE_GPU=1 timeout "$TIMEOUT" "$GPU_TESTS" --nocapture --test-threads=1 \
-        >"$OUT/tests.log" 2>&1 || status=$?
-    tail -n 3 "$OUT/tests.log"
+    echo "tests/gpu.rs: $GPU_TESTS" | tee "$OUT/tests.log"
+    passed=0 failed=0
+    require=0
+    [[ $DEVICE == gpu ]] && require=1
+    mapfile -t tests < <("$GPU_TESTS" --list --format terse 2>/dev/null | sed -n 's/: test$//p' |
+        grep -F -- "$TESTS_FILTER" || true)
+    saved_timeout=$TIMEOUT
+    TIMEOUT=$TEST_TIMEOUT
+    for t in "${tests[@]}"; do
+        echo "== test $t" >>"$OUT/tests.log"
+        rc=0
+        timed "test $t" env RANKWISE_REQUIRE_GPU=$require \
+            "$GPU_TESTS" --exact "$t" --nocapture --test-threads=1 >>"$OUT/tests.log" 2>&1 || rc=$?
+        if ((rc == 0)); then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+            echo "$t: $(tail -n 1 "$OUT/steps.tsv" | cut -f2)"
+        fi
+    done
+    TIMEOUT=$saved_timeout
+    echo "tests/gpu.rs: $passed passed, $failed failed" | tee -a "$OUT/tests.log"
+    ((failed == 0)) || status=1
 else
     echo "no GPU test binary (make test builds it; a bundle has release/deps/gpu)" | tee "$OUT/tests.log"
 fi
 
-mkdir -p "$OUT/json"
 run() { # name, then rankwise arguments; the report as JSON in OUT/json/name.json
     local name=$1 rc=0
     shift
     echo "== $name: rankwise $*" >>"$OUT/runs.log"
-    timeout "$TIMEOUT" "$RANKWISE" "$@" --json >"$OUT/json/$name.json" 2>>"$OUT/runs.log" || rc=$?
+    timed "$name" "$RANKWISE" "$@" --json >"$OUT/json/$name.json" 2>>"$OUT/runs.log" || rc=$?
     if ((rc != 0)); then
-        echo "$name: exit $rc" | tee -a "$OUT/runs.log"
         rm -f "$OUT/json/$name.json"
-        status=1
+        if ((rc != 125)); then
+            echo "$name: $(tail -n 1 "$OUT/steps.tsv" | cut -f2)" | tee -a "$OUT/runs.log"
+            status=1
+        fi
     fi
 }
 
 # A small run on both kinds of actor first: it warms the driver and NVRTC's cache, and its
 # σ compare the two.
-small=(rsvd --rows 400000 --cols "$COLS" --chunk-rows 50000 --dist genotype -k 10 --power-iters 0
-    --precision f64)
-run small-gpu "${small[@]}" --device gpu
+small=(rsvd --rows "$SMALL_ROWS" --cols "$COLS" --chunk-rows 50000 --dist genotype -k 10
+    --power-iters 0 --precision f64)
+run small-gpu "${small[@]}" --device "$DEVICE"
 run small-cpu "${small[@]}" --device cpu
 for p in $PRECISIONS; do
     run "rsvd-$p" rsvd --rows "$ROWS" --cols "$COLS" --chunk-rows "$CHUNK_ROWS" --dist genotype \
-        -k 10 --power-iters 0 --precision "$p" --device gpu
+        -k 10 --power-iters 0 --precision "$p" --device "$DEVICE"
 done
 
 # Zarr → device: a genotype store decoded on the host and staged to the GPU 2-bit packed,
@@ -261,38 +404,23 @@ if ((ZARR_ROWS > 0)); then
     if [[ ! -d $store ]]; then
         mkdir -p "$ZARR_DIR"
         echo "== gen: $store" >>"$OUT/runs.log"
-        timeout "$TIMEOUT" "$RANKWISE" gen --out "$store" --rows "$ZARR_ROWS" --cols "$COLS" \
+        timed gen "$RANKWISE" gen --out "$store" --rows "$ZARR_ROWS" --cols "$COLS" \
             --chunk-rows "$ZARR_CHUNK" --dist genotype --codec blosc-zstd >>"$OUT/runs.log" 2>&1 ||
-            { echo "gen: failed" | tee -a "$OUT/runs.log"; status=1; }
+            { echo "gen: $(tail -n 1 "$OUT/steps.tsv" | cut -f2)" | tee -a "$OUT/runs.log"; status=1; }
     fi
     if [[ -d $store ]]; then
         run zarr-read read --zarr "$store:call_dosage"
         zarr=(pca --zarr "$store:call_dosage" -k 10 --power-iters 0 --precision f32)
-        run zarr-gpu "${zarr[@]}" --device gpu
+        run zarr-gpu "${zarr[@]}" --device "$DEVICE"
         run zarr-cpu "${zarr[@]}" --device cpu
     fi
 fi
 
 # The exact SVD: panels generated and factored on the device, against CPU actors.
 if ((SVD_ROWS > 0)); then
-    svd=(svd --rows "$SVD_ROWS" --cols "$SVD_COLS" --chunk-rows 100000)
-    run svd-gpu "${svd[@]}" --device gpu
+    svd=(svd --rows "$SVD_ROWS" --cols "$SVD_COLS" --chunk-rows "$SVD_CHUNK")
+    run svd-gpu "${svd[@]}" --device "$DEVICE"
     run svd-cpu "${svd[@]}" --device cpu
 fi
 
-summarize
-# One file of reports: the device tool brings back at most eight files.
-python3 - "$OUT" <<'EOF'
-import glob, json, os, sys
-out = sys.argv[1]
-reports = {}
-for f in sorted(glob.glob(os.path.join(out, "json", "*.json"))):
-    try:
-        reports[os.path.basename(f)[:-5]] = json.load(open(f))
-    except ValueError:
-        pass
-json.dump(reports, open(os.path.join(out, "reports.json"), "w"), indent=1)
-EOF
-rm -rf "$OUT/json"
-echo "results in $OUT"
 exit "$status"

@@ -4,8 +4,11 @@
 //! library; `--device gpu` without CUDA fails with a message naming the missing library, on
 //! one rank and on both ranks of `mpirun -np 2`, without hanging; `--device auto` runs on
 //! CPU; the projections' sums cross ranks through the transport, saying why not through
-//! NCCL, where some rank has no GPU actor; and the device kernels compile with
-//! NVRTC installed from PyPI (a compiler library: no GPU needed).
+//! NCCL, where some rank has no GPU actor; the device kernels compile with
+//! NVRTC installed from PyPI (a compiler library: no GPU needed); and `benches/gpu.sh`, the
+//! GPU machine's script, runs every step on CPU actors, keeps to its deadline and timeouts,
+//! and summarizes what ran. Where no `mpirun` is installed (GPU node images, bundles), the
+//! two-rank parts skip, saying so.
 //!
 //! On a machine with a GPU (`make test-gpu`, which sets `RANKWISE_REQUIRE_GPU=1` so that a
 //! missing GPU fails instead of skipping):
@@ -47,6 +50,17 @@ fn gpu_or_skip(test: &str) -> Option<Arc<GpuDevice>> {
     );
     println!("{test}: skipped: {why}");
     None
+}
+
+/// Whether an Open MPI launcher is installed; prints why the test skips where none is
+/// (GPU node images and bundles carry none).
+fn mpirun_or_skip(test: &str) -> bool {
+    let mpirun = std::env::var("RANKWISE_MPIRUN").unwrap_or_else(|_| "mpirun".into());
+    if Command::new(&mpirun).arg("--version").output().is_ok() {
+        return true;
+    }
+    println!("{test}: skipped: no {mpirun}");
+    false
 }
 
 fn gpu_usable() -> bool {
@@ -101,6 +115,10 @@ fn device_gpu_without_cuda_fails_naming_the_library_on_every_rank() {
         assert!(run.stderr.contains(why.as_str()), "{}", run.describe());
         assert!(run.stderr.contains("library"), "{}", run.describe());
     }
+    if !mpirun_or_skip("device_gpu_without_cuda_fails_naming_the_library_on_every_rank (two ranks)")
+    {
+        return;
+    }
     let run = under_mpirun(2, &args);
     run.assert_finished();
     assert_ne!(run.code, Some(0), "{}", run.describe());
@@ -140,21 +158,28 @@ fn device_auto_without_cuda_runs_on_cpu_actors() {
     assert!(!actors.contains("gpu "), "{actors}");
 }
 
-/// The kernels compile for Ampere and Hopper with the NVRTC of PyPI's nvidia-cuda-nvrtc
-/// (scripts/nvrtc-venv.sh), through `rankwise info --check-kernels`.
+/// The kernels compile, through `rankwise info --check-kernels`: for Hopper (sm_90) with the
+/// NVRTC of PyPI's nvidia-cuda-nvrtc (scripts/nvrtc-venv.sh); where the machine has an NVRTC
+/// of its own (a GPU node, which may have no network and no checkout to make the virtualenv
+/// from), with that one, for the visible devices' architectures.
 #[test]
 fn kernels_compile_with_nvrtc_from_pypi() {
-    let venv = rankwise_bin()
-        .ancestors()
-        .nth(2)
-        .expect("target dir")
-        .join("nvrtc-venv");
-    let libdir = repo_script("nvrtc-venv.sh", &[venv.as_os_str()])
-        .trim()
-        .to_string();
     let mut cmd = Command::new(rankwise_bin());
-    cmd.args(["info", "--check-kernels"])
-        .env("LD_LIBRARY_PATH", &libdir);
+    cmd.args(["info", "--check-kernels"]);
+    if let Some(own) = probed().find("nvrtc") {
+        let own = own.found.as_deref().unwrap_or("libnvrtc");
+        println!("kernels_compile_with_nvrtc_from_pypi: with this machine's {own}");
+    } else {
+        let venv = rankwise_bin()
+            .ancestors()
+            .nth(2)
+            .expect("target dir")
+            .join("nvrtc-venv");
+        let libdir = repo_script("nvrtc-venv.sh", &[venv.as_os_str()])
+            .trim()
+            .to_string();
+        cmd.env("LD_LIBRARY_PATH", &libdir);
+    }
     let run = run_with_timeout(cmd, CLI_LIMIT);
     run.assert_success();
     assert!(
@@ -441,6 +466,9 @@ fn collectives(report: &serde_json::Value) -> Vec<String> {
 /// `mpirun -np 2`, a real MPI all-gather deciding it).
 #[test]
 fn sums_cross_ranks_through_the_transport_without_one_gpu_per_rank() {
+    if !mpirun_or_skip("sums_cross_ranks_through_the_transport_without_one_gpu_per_rank") {
+        return;
+    }
     let args = strings(&[
         "rsvd",
         "--rows",
@@ -508,11 +536,8 @@ fn nccl_sums_agree_with_the_transport() {
     } else {
         assert!(c[0].contains("NCCL library was not found"), "{r}");
     }
-    // GPU node images may lack an Open MPI launcher (bundles carry none): then only the
-    // one-rank case runs.
-    let mpirun = std::env::var("RANKWISE_MPIRUN").unwrap_or_else(|_| "mpirun".into());
-    if Command::new(&mpirun).arg("--version").output().is_err() {
-        println!("nccl_sums_agree_with_the_transport: two ranks skipped: no {mpirun}");
+    // Without an Open MPI launcher only the one-rank case runs.
+    if !mpirun_or_skip("nccl_sums_agree_with_the_transport (two ranks)") {
         return;
     }
     args.extend(["--device", "gpu"]);
@@ -640,4 +665,181 @@ fn svd_on_gpu_actors_agrees_with_cpu_actors() {
         let wide_nodes = cusolver && n.parse::<usize>().unwrap() >= 512;
         assert_eq!(count("gpu_node_qrs") > 0, wide_nodes, "{what}: {r}");
     }
+}
+
+/// `benches/gpu.sh` with `DEVICE=cpu`, on small shapes: the script a lent GPU machine runs
+/// in one call, checked here so that a mistake in it does not cost that call.
+fn gpu_sh(out: &std::path::Path, env: &[(&str, &str)]) -> common::mpirun_util::RunOutput {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo.join("benches/gpu.sh"))
+        .env("RANKWISE", rankwise_bin())
+        .env("DEVICE", "cpu")
+        .env("OUT", out)
+        .env("COLS", "300")
+        .env("SMALL_ROWS", "6000")
+        .env("ZARR_DIR", out.parent().unwrap().join("stores"))
+        .env("ZARR_CHUNK", "1500")
+        .env("SVD_COLS", "48")
+        .env("SVD_CHUNK", "4000");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_with_timeout(cmd, std::time::Duration::from_secs(300))
+}
+
+fn read(path: std::path::PathBuf) -> String {
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every step of `benches/gpu.sh` runs and is summarized, one test of tests/gpu.rs runs in
+/// a process of its own through it; under a deadline already spent every step is skipped,
+/// saying so, and the summary is still written; a step past its timeout fails the script
+/// and is named.
+#[test]
+fn gpu_bench_script_runs_every_step_on_cpu_actors() {
+    if std::env::var_os("RANKWISE_IN_GPU_SH").is_some() {
+        println!("skipped: run by benches/gpu.sh itself");
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gpu.sh");
+    if !script.exists() {
+        // A bundle's copy of this binary, away from the checkout it was built in.
+        println!("skipped: no {}", script.display());
+        return;
+    }
+    let mut rng = Draw(test_seed());
+    let dir = scratch("gpu-sh");
+    let (rows, zarr_rows, svd_rows) = (
+        rng.range(8_000, 30_000).to_string(),
+        rng.range(3_000, 9_000).to_string(),
+        rng.range(8_000, 20_000).to_string(),
+    );
+    let me = std::env::current_exe().unwrap();
+    let all = dir.join("all");
+    let run = gpu_sh(
+        &all,
+        &[
+            ("ROWS", &rows),
+            ("CHUNK_ROWS", "4000"),
+            ("ZARR_ROWS", &zarr_rows),
+            ("SVD_ROWS", &svd_rows),
+            ("GPU_TESTS", me.to_str().unwrap()),
+            ("TESTS_FILTER", "info_names_every_cuda_library"),
+        ],
+    );
+    assert!(run.success(), "{}", run.describe());
+    let mut files: Vec<String> = std::fs::read_dir(&all)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    // The device tool brings back at most eight files, and no deeper folders.
+    assert_eq!(
+        files,
+        [
+            "env.txt",
+            "reports.json",
+            "runs.log",
+            "steps.tsv",
+            "summary.md",
+            "tests.log"
+        ]
+    );
+    let steps = read(all.join("steps.tsv"));
+    let names: Vec<&str> = steps
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "test info_names_every_cuda_library",
+            "small-gpu",
+            "small-cpu",
+            "rsvd-f32",
+            "rsvd-f64",
+            "gen",
+            "zarr-read",
+            "zarr-gpu",
+            "zarr-cpu",
+            "svd-gpu",
+            "svd-cpu"
+        ],
+        "{steps}"
+    );
+    assert!(
+        steps.lines().all(|l| l.split('\t').nth(1) == Some("ok")),
+        "{steps}"
+    );
+    let tests = read(all.join("tests.log"));
+    assert!(
+        tests.contains("tests/gpu.rs: 1 passed, 0 failed"),
+        "{tests}"
+    );
+    let reports: serde_json::Value = serde_json::from_str(&read(all.join("reports.json"))).unwrap();
+    for name in &names[1..] {
+        if *name != "gen" {
+            assert!(reports.get(name).is_some(), "no report {name}");
+        }
+    }
+    assert_eq!(reports["rsvd-f64"]["shape"][0].as_u64(), rows.parse().ok());
+    let summary = read(all.join("summary.md"));
+    for needle in [
+        "a check of this script, not of a GPU",
+        "tests/gpu.rs: 1 passed, 0 failed",
+        "11 of 11 steps ok",
+        "| f32 | ",
+        "| f64 | ",
+        "## Zarr → device",
+        "- host decode alone",
+        "## svd of a generated",
+        "largest difference",
+    ] {
+        assert!(summary.contains(needle), "no {needle:?} in\n{summary}");
+    }
+
+    // A deadline already spent: every step skipped, the summary still written, exit 0.
+    let late = dir.join("late");
+    let run = gpu_sh(
+        &late,
+        &[
+            ("ROWS", &rows),
+            ("GPU_TESTS", "none"),
+            ("ZARR_ROWS", "0"),
+            ("SVD_ROWS", "0"),
+            ("DEADLINE", "5"),
+        ],
+    );
+    assert!(run.success(), "{}", run.describe());
+    let steps = read(late.join("steps.tsv"));
+    assert_eq!(steps.lines().count(), 4, "{steps}");
+    assert!(steps.lines().all(|l| l.contains("\tskipped: ")), "{steps}");
+    let summary = read(late.join("summary.md"));
+    assert!(summary.contains("0 of 4 steps ok"), "{summary}");
+    assert!(summary.contains("- rsvd-f64: skipped: "), "{summary}");
+
+    // A run past its timeout: named in the summary, and the script fails.
+    let slow = dir.join("slow");
+    let run = gpu_sh(
+        &slow,
+        &[
+            ("ROWS", "20000000"),
+            ("COLS", "2000"),
+            ("CHUNK_ROWS", "250000"),
+            ("PRECISIONS", "f64"),
+            ("GPU_TESTS", "none"),
+            ("ZARR_ROWS", "0"),
+            ("SVD_ROWS", "0"),
+            ("TIMEOUT", "10"),
+        ],
+    );
+    run.assert_finished();
+    assert_eq!(run.code, Some(1), "{}", run.describe());
+    let summary = read(slow.join("summary.md"));
+    assert!(
+        summary.contains("- rsvd-f64: timed out after 10 s"),
+        "{summary}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

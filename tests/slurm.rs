@@ -660,9 +660,9 @@ fn shell_scripts_are_shellcheck_clean() {
         for e in std::fs::read_dir(repo().join(sub)).unwrap().flatten() {
             let p = e.path();
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            // Every script of slurm/ and scripts/; of benches/, the Slurm benchmark.
+            // Every script of slurm/ and scripts/; of benches/, the Slurm and GPU benchmarks.
             let wanted = match sub {
-                "benches" => name == "slurm.sh",
+                "benches" => name == "slurm.sh" || name == "gpu.sh",
                 _ => name.ends_with(".sh") || name.ends_with(".sbatch"),
             };
             if wanted {
