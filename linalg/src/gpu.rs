@@ -1263,7 +1263,8 @@ fn device_qr(
     };
     let alloc = gpu(dev, "allocating QR workspace");
     let mut tau = stream.alloc_zeros::<f64>(k).map_err(&alloc)?;
-    let mut info = stream.alloc_zeros::<i32>(1).map_err(&alloc)?;
+    // One status for each call: orgqr writes its own over geqrf's.
+    let mut info = stream.alloc_zeros::<i32>(2).map_err(&alloc)?;
     let (m32, n32, k32, lda) = (h as i32, w as i32, k as i32, h as i32);
     let (mut lw_qr, mut lw_q) = (0i32, 0i32);
     {
@@ -1338,6 +1339,8 @@ fn device_qr(
         let (pt, _t) = tau.device_ptr(stream);
         let (pw, _w) = work.device_ptr_mut(stream);
         let (pi, _i) = info.device_ptr_mut(stream);
+        // orgqr's status goes to the second integer.
+        let pi = pi + std::mem::size_of::<i32>() as u64;
         // SAFETY: as above: Q's k columns overwrite the first h × k values of `a`.
         unsafe {
             sys::cusolverDnDorgqr(
@@ -1356,15 +1359,17 @@ fn device_qr(
             .map_err(failed("orgqr of a panel"))?;
         }
     }
-    let mut status = [0i32];
+    let mut status = [0i32; 2];
     stream
         .memcpy_dtoh(&info, &mut status)
         .map_err(gpu(dev, "copying the QR's status"))?;
-    if status[0] != 0 {
-        return Err(LinalgError::Gpu(dev.error(
-            "QR of a panel",
-            format!("cuSOLVER reports argument {} invalid", -status[0]),
-        )));
+    for (call, s) in ["geqrf", "orgqr"].into_iter().zip(status) {
+        if s != 0 {
+            return Err(LinalgError::Gpu(dev.error(
+                "QR of a panel",
+                format!("cuSOLVER's {call} reports argument {} invalid", -s),
+            )));
+        }
     }
     let mut q = vec![0f64; h * k];
     stream
