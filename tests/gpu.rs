@@ -13,7 +13,8 @@
 //! On a machine with a GPU (`make test-gpu`, which sets `RANKWISE_REQUIRE_GPU=1` so that a
 //! missing GPU fails instead of skipping):
 //! - the device generator gives the host generator's values;
-//! - `rsvd`, `pca` and `svd` on GPU actors agree with CPU actors on the same seed and grid;
+//! - `rsvd`, `pca` and `svd` on GPU actors agree with CPU actors on the same seed and grid
+//!   (σ, and for `rsvd` and `pca` the singular subspaces: U's columns and Vᵀ's rows);
 //! - Zarr stores staged to the device through pinned buffers agree with host reads;
 //! - NCCL sums agree with the transport's;
 //! - cuSOLVER's panel QR agrees with LAPACK's;
@@ -278,6 +279,51 @@ fn singular_values(args: &[&str], device: &str) -> (Vec<f64>, serde_json::Value)
     (s, r)
 }
 
+/// `rankwise ARGS --device DEVICE --out DIR`: the singular values and the report; the
+/// factors are in the group DIR.
+fn factors_out(
+    args: &[&str],
+    device: &str,
+    out: &std::path::Path,
+) -> (Vec<f64>, serde_json::Value) {
+    let out = out.to_str().expect("a UTF-8 scratch path");
+    singular_values(&[args, &["--out", out]].concat(), device)
+}
+
+/// The singular vectors of output group `name` ("U": columns, "Vt": rows) as the columns
+/// of a matrix.
+fn vectors(group: &std::path::Path, name: &str) -> Array2<f64> {
+    let (shape, v) = rankwise::launch::output::read_f64_array(group, name)
+        .unwrap_or_else(|e| panic!("{}: {name}: {e}", group.display()));
+    let a = Array2::from_shape_vec((shape[0] as usize, shape[1] as usize), v).unwrap();
+    if name == "Vt" {
+        a.t().to_owned()
+    } else {
+        a
+    }
+}
+
+/// How far the span of `b`'s orthonormal columns is from the span of `a`'s:
+/// ‖B − A(AᵀB)‖_F, between sin θ_max and √k·sin θ_max of the largest principal angle
+/// (accurate for small angles, where 1 − cos² θ would round away).
+fn subspace_distance(a: &Array2<f64>, b: &Array2<f64>) -> f64 {
+    assert_eq!(a.dim(), b.dim());
+    let residual = b - &a.dot(&a.t().dot(b));
+    residual.iter().map(|x| x * x).sum::<f64>().sqrt()
+}
+
+/// The GPU's singular subspaces (U's columns, Vᵀ's rows) against the CPU's.
+fn assert_same_subspaces(gpu: &std::path::Path, cpu: &std::path::Path, tol: f64, what: &str) {
+    for name in ["U", "Vt"] {
+        let d = subspace_distance(&vectors(cpu, name), &vectors(gpu, name));
+        println!("{what}: {name}: subspace distance GPU to CPU {d:.2e}");
+        assert!(
+            d <= tol,
+            "{what}: the GPU's {name} spans another subspace than the CPU's: ‖B − A·AᵀB‖_F = {d:e} > {tol:e}"
+        );
+    }
+}
+
 fn assert_close(gpu: &[f64], cpu: &[f64], rel: f64, what: &str) {
     assert_eq!(gpu.len(), cpu.len());
     for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
@@ -289,6 +335,8 @@ fn assert_close(gpu: &[f64], cpu: &[f64], rel: f64, what: &str) {
     }
 }
 
+/// `rsvd` and `pca` on a GPU actor against CPU actors, same seed and grid: σ within 1e-10 of
+/// σ₁ (f64) or 1e-5 (f32), and the same singular subspaces (U and Vᵀ, f64).
 #[test]
 fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
     if gpu_or_skip("rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors").is_none() {
@@ -315,24 +363,36 @@ fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
             seed.as_str(),
         ]
     };
+    let dir = scratch("gpu-against-cpu");
     let rsvd = job("rsvd", "8");
-    let (cpu, _) = singular_values(&rsvd, "cpu");
-    let (gpu, report) = singular_values(&rsvd, "gpu");
+    let (cpu, _) = factors_out(&rsvd, "cpu", &dir.join("rsvd-cpu"));
+    let (gpu, report) = factors_out(&rsvd, "gpu", &dir.join("rsvd-gpu"));
     assert!(report["actors"].to_string().contains("gpu 0"), "{report}");
     assert_close(&gpu, &cpu, 1e-10, "rsvd f64");
+    // Rounding differences, amplified by σ₁ over the gap between σ_k and σ_(k+1): 1e-6 leaves
+    // room for that and still catches a wrong layout or a lost tile, which move the subspace
+    // by O(1).
+    assert_same_subspaces(
+        &dir.join("rsvd-gpu"),
+        &dir.join("rsvd-cpu"),
+        1e-6,
+        "rsvd f64",
+    );
     // The TSQR's leaves were factored on the device where cuSOLVER was found.
     let qrs = report["per_rank"][0]["gpu_panel_qrs"].as_u64().unwrap_or(0);
     assert_eq!(qrs > 0, probed().find("cusolver").is_some(), "{report}");
     let mut pca = job("pca", "6");
     pca.extend(["--populations", "3", "--missing", "0.05"]);
-    let (cpu, _) = singular_values(&pca, "cpu");
-    let (gpu, _) = singular_values(&pca, "gpu");
+    let (cpu, _) = factors_out(&pca, "cpu", &dir.join("pca-cpu"));
+    let (gpu, _) = factors_out(&pca, "gpu", &dir.join("pca-gpu"));
     assert_close(&gpu, &cpu, 1e-10, "pca f64");
+    assert_same_subspaces(&dir.join("pca-gpu"), &dir.join("pca-cpu"), 1e-6, "pca f64");
     let mut pca32 = pca.clone();
     pca32.extend(["--precision", "f32"]);
     let (cpu, _) = singular_values(&pca32, "cpu");
     let (gpu, _) = singular_values(&pca32, "gpu");
     assert_close(&gpu, &cpu, 1e-5, "pca f32");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A GPU run repeats bit for bit: σ and the matrix's Σx², which the device sums per block
