@@ -209,6 +209,19 @@ print("Generated GB/s: bytes produced (one per value per pass) over the passes' 
 read, zg, zc = load("zarr-read"), load("zarr-gpu"), load("zarr-cpu")
 if read:
     print(f"\n## Zarr → device: {read['source']}\n")
+    # nvidia-smi's name, driver, memory, PCIe generation and width: the link's nominal rate.
+    per_lane = {3: 8, 4: 16, 5: 32, 6: 64}  # GT/s, 128b/130b encoding
+    fields = [f.strip() for f in gpu.split(",")]
+    try:
+        gen, width = int(fields[-2]), int(fields[-1])
+        print(f"- PCIe gen {gen} ×{width}: {per_lane[gen] * width * 128 / 130 / 8:.1f} GB/s "
+              "nominal per direction.")
+    except (ValueError, IndexError, KeyError):
+        pass
+    pcie = load("pcie")
+    if pcie:
+        print(f"- page-locked host → device copies of {pcie['bytes'] / 2**30:.0f} GiB "
+              f"(PyTorch, best of {pcie['reps']}): {pcie['gb_per_s']:.1f} GB/s.")
     print(f"- host decode alone (`rankwise read`, {read['cores']} cores): "
           f"{read['decoded_gb_per_s']:.2f} GB/s decoded, {read['seconds']:.2f} s.")
 actor = "GPU actor" if device == "gpu" else f"{device.upper()} actor (DEVICE={device})"
@@ -385,6 +398,30 @@ run() { # name, then rankwise arguments; the report as JSON in OUT/json/name.jso
         fi
     fi
 }
+
+# The PCIe limit that staging runs against: page-locked host → device copies of 1 GiB,
+# timed with CUDA events by the PyTorch of GPU node images, where there is one (the rest of
+# the script needs none).
+if [[ $DEVICE == gpu ]] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    timed pcie python3 - >"$OUT/json/pcie.json" 2>>"$OUT/runs.log" <<'PY' || status=1
+import json, torch
+n = 1 << 30
+host = torch.empty(n, dtype=torch.uint8).pin_memory()
+dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+dev.copy_(host, non_blocking=True)
+torch.cuda.synchronize()
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+reps, best = 5, None
+for _ in range(reps):
+    start.record()
+    dev.copy_(host, non_blocking=True)
+    end.record()
+    end.synchronize()
+    s = start.elapsed_time(end) / 1e3
+    best = s if best is None else min(best, s)
+print(json.dumps({"bytes": n, "reps": reps, "best_seconds": best, "gb_per_s": n / best / 1e9}))
+PY
+fi
 
 # A small run on both kinds of actor first: it warms the driver and NVRTC's cache, and its
 # σ compare the two.
