@@ -16,12 +16,13 @@
 #
 #   RANKWISE=/tmp/rw/bin/rankwise GPU_TESTS=/tmp/rw/release/deps/gpu bash benches/gpu.sh
 #
-# One call of a lent GPU machine can run it all: DEADLINE bounds the whole script (below), the
-# steps run in the order of what they prove (the GPU tests, then the benchmark, then Zarr,
-# then svd), and the summary and reports are written whatever happened to the steps:
+# On a GPU node held for a short, fixed time, one command runs it all: DEADLINE bounds the
+# whole script (below), the steps run in the order of what they prove (the GPU tests, then
+# the benchmark, then Zarr, then svd), and the summary and reports are written whatever
+# happened to the steps:
 #
-#   tar -xJf .gpu/rwb.tar.xz -C /tmp && . /tmp/rwb/env.sh && DEADLINE=480 \
-#       RANKWISE=/tmp/rwb/bin/rankwise GPU_TESTS=/tmp/rwb/release/deps/gpu OUT=$OUT/a \
+#   tar -xJf rw.tar.xz -C /tmp && . /tmp/rw/env.sh && DEADLINE=480 \
+#       RANKWISE=/tmp/rw/bin/rankwise GPU_TESTS=/tmp/rw/release/deps/gpu OUT=results \
 #       bash benches/gpu.sh
 #
 # Environment: OUT (results folder; default target/bench-results/gpu-STAMP), ROWS and COLS
@@ -310,8 +311,8 @@ timed() { # name, then the command
     return "$rc"
 }
 
-# Whatever happens to the steps, the reports become one file (the device tool brings back at
-# most eight) and the summary is written.
+# Whatever happens to the steps, the reports become one file (a handful of files is easier to
+# copy back from a node than a folder of them) and the summary is written.
 # shellcheck disable=SC2317  # called by the EXIT trap
 finish() {
     python3 - "$OUT" <<'PY' || true

@@ -727,8 +727,8 @@ fn svd_on_gpu_actors_agrees_with_cpu_actors() {
     }
 }
 
-/// `benches/gpu.sh` with `DEVICE=cpu`, on small shapes: the script a lent GPU machine runs
-/// in one call, checked here so that a mistake in it does not cost that call.
+/// `benches/gpu.sh` with `DEVICE=cpu`, on small shapes: the script a GPU node runs
+/// in one command, checked here so that a mistake in it does not cost a GPU allocation.
 fn gpu_sh(out: &std::path::Path, env: &[(&str, &str)]) -> common::mpirun_util::RunOutput {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut cmd = Command::new("bash");
@@ -794,7 +794,7 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     files.sort();
-    // The device tool brings back at most eight files, and no deeper folders.
+    // Six files and no folder: few enough to copy back from a node in one piece.
     assert_eq!(
         files,
         [
