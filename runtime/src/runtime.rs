@@ -255,7 +255,13 @@ impl Runtime {
         let mut actors = Vec::with_capacity(specs.len());
         for (i, (spec, dev)) in specs.into_iter().zip(devices).enumerate() {
             match Actor::spawn_with(&format!("r{rank}a{i}"), spec, dev) {
-                Ok(a) => actors.push(a),
+                Ok(a) => {
+                    if let Some(d) = a.gpu() {
+                        // Every thread may stage a panel at once, holding four buffers.
+                        d.keep_pinned(4 * a.threads());
+                    }
+                    actors.push(a)
+                }
                 Err(e) => return Err((comm, e.into())),
             }
         }

@@ -1,5 +1,6 @@
 //! One CUDA device of a GPU actor: its context, stream, cuBLAS handle and kernels.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::cublas::CudaBlas;
@@ -125,6 +126,8 @@ pub struct GpuDevice {
     /// Page-locked staging buffers, kept from job to job: allocating them costs
     /// milliseconds per buffer, and a pass stages every panel it reads.
     pinned: Mutex<Vec<PinnedHostSlice<u8>>>,
+    /// How many buffers `pinned` keeps ([`GpuDevice::keep_pinned`]).
+    pinned_keep: AtomicUsize,
     /// One job's device work at a time: the actor's threads share the stream, and each
     /// job sizes its device buffers for the whole device.
     lane: Mutex<()>,
@@ -221,6 +224,7 @@ impl GpuDevice {
             solver,
             kernels,
             pinned: Mutex::new(Vec::new()),
+            pinned_keep: AtomicUsize::new(PINNED_POOL),
             lane: Mutex::new(()),
         })
     }
@@ -300,8 +304,19 @@ impl GpuDevice {
         Ok(PinnedLease {
             buffer: Some(buffer),
             pool: &self.pinned,
+            keep: &self.pinned_keep,
             done,
         })
+    }
+
+    /// Keeps up to `buffers` page-locked buffers between jobs (at least [`PINNED_POOL`]):
+    /// as many as the actor's threads hold at once when all of them stage panels, four each
+    /// (two blocks and two tables), which the memory plan already counts. A smaller pool
+    /// frees and allocates buffers for every panel, and freeing page-locked memory waits
+    /// for the device.
+    pub fn keep_pinned(&self, buffers: usize) {
+        self.pinned_keep
+            .store(buffers.max(PINNED_POOL), Ordering::Relaxed);
     }
 
     /// Makes this device's context current on the calling thread. cudarc's driver calls do
@@ -345,15 +360,16 @@ impl GpuDevice {
     }
 }
 
-/// Page-locked buffers a device keeps for later jobs: two per staging (codes or values,
-/// and tables) for a few concurrent stagings.
-const PINNED_POOL: usize = 8;
+/// Page-locked buffers a device keeps for later jobs at the least: four per staging (two
+/// blocks of codes or values, two of tables) for two concurrent stagings.
+pub const PINNED_POOL: usize = 8;
 
 /// A page-locked host buffer lent by [`GpuDevice::pinned`], with the event of the last
 /// copy out of it: the host waits for that copy before writing the buffer again.
 pub struct PinnedLease<'d> {
     buffer: Option<PinnedHostSlice<u8>>,
     pool: &'d Mutex<Vec<PinnedHostSlice<u8>>>,
+    keep: &'d AtomicUsize,
     done: CudaEvent,
 }
 
@@ -409,20 +425,44 @@ impl Drop for PinnedLease<'_> {
         // A copy still reading the buffer must finish before another lease may write it.
         let _ = self.done.synchronize();
         if let Some(b) = self.buffer.take() {
-            let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-            pool.push(b);
-            // Jobs of other shapes leave buffers of other sizes: keep the largest few.
-            if pool.len() > PINNED_POOL {
-                pool.sort_by_key(|b| std::cmp::Reverse(b.len()));
-                pool.truncate(PINNED_POOL);
-            }
+            let evicted = {
+                let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+                pool.push(b);
+                evict_smallest(&mut pool, self.keep.load(Ordering::Relaxed), |b| b.len())
+            };
+            // Freed outside the lock: cuMemFreeHost waits for the device, and the other
+            // threads' leases need the pool meanwhile.
+            drop(evicted);
         }
     }
+}
+
+/// Jobs of other shapes leave buffers of other sizes: a pool over `keep` buffers keeps its
+/// largest and gives back the rest, to be freed.
+fn evict_smallest<T>(pool: &mut Vec<T>, keep: usize, len: impl Fn(&T) -> usize) -> Vec<T> {
+    if pool.len() <= keep {
+        return Vec::new();
+    }
+    pool.sort_by_key(|b| std::cmp::Reverse(len(b)));
+    pool.split_off(keep)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pinned_pool_keeps_its_largest_buffers_and_gives_back_the_rest() {
+        let mut pool = vec![64, 8, 64, 16, 64, 8];
+        assert!(evict_smallest(&mut pool, 6, |&b| b).is_empty());
+        assert_eq!(pool, [64, 8, 64, 16, 64, 8]);
+        let mut evicted = evict_smallest(&mut pool, 4, |&b| b);
+        evicted.sort();
+        assert_eq!(evicted, [8, 8]);
+        assert_eq!(pool, [64, 64, 64, 16]);
+        assert_eq!(evict_smallest(&mut pool, 0, |&b| b).len(), 4);
+        assert!(pool.is_empty());
+    }
 
     /// The kernels compile wherever NVRTC can be loaded, GPU or not (NVRTC is a compiler
     /// library; `pip install nvidia-cuda-nvrtc` provides one on any x86-64 Linux).
