@@ -309,7 +309,7 @@ impl GpuDevice {
         })
     }
 
-    /// Keeps up to `buffers` page-locked buffers between jobs (at least [`PINNED_POOL`]):
+    /// Keeps up to `buffers` page-locked buffers between jobs (eight at the least):
     /// as many as the actor's threads hold at once when all of them stage panels, four each
     /// (two blocks and two tables), which the memory plan already counts. A smaller pool
     /// frees and allocates buffers for every panel, and freeing page-locked memory waits
@@ -362,7 +362,7 @@ impl GpuDevice {
 
 /// Page-locked buffers a device keeps for later jobs at the least: four per staging (two
 /// blocks of codes or values, two of tables) for two concurrent stagings.
-pub const PINNED_POOL: usize = 8;
+const PINNED_POOL: usize = 8;
 
 /// A page-locked host buffer lent by [`GpuDevice::pinned`], with the event of the last
 /// copy out of it: the host waits for that copy before writing the buffer again.
