@@ -67,7 +67,7 @@ fn covers(t: &PackedTile<'_>) -> bool {
 const SWEEP: usize = 12;
 
 /// `Ω` (`n × w`) laid out for [`ab`]: its columns in sweeps of equal width (at most
-/// [`SWEEP`]); within a sweep, for each group of 16 rows of `Ω`, each column's 16 values are
+/// `SWEEP`); within a sweep, for each group of 16 rows of `Ω`, each column's 16 values are
 /// contiguous, column after column. The kernel then reads a group's operands at fixed
 /// offsets from one pointer, with no address arithmetic per load.
 #[derive(Clone, Debug)]

@@ -162,7 +162,7 @@ impl GpuReal for f32 {
 }
 
 /// Rows of a device tile of `n` columns of `bytes_per_value` bytes: as many as fit in
-/// [`TILE_BYTES`], at least one, at most `h` and at most 65,535 (one grid row each).
+/// `TILE_BYTES`, at least one, at most `h` and at most 65,535 (one grid row each).
 pub fn tile_rows(n: usize, bytes_per_value: usize, h: usize) -> usize {
     (TILE_BYTES / (n.max(1) * bytes_per_value))
         .clamp(1, 65_535)
@@ -856,7 +856,7 @@ where
 const STAGE_BYTES: usize = 64 << 20;
 
 /// Rows per staged block of a panel of `h` rows and `n` columns of `bytes_per_value`
-/// bytes on the device: whole row blocks of [`TILE_ROWS`] that fit in [`STAGE_BYTES`], at
+/// bytes on the device: whole row blocks of [`TILE_ROWS`] that fit in `STAGE_BYTES`, at
 /// least one, and no more than the panel needs.
 pub fn stage_rows(n: usize, bytes_per_value: usize, h: usize) -> usize {
     let fit = STAGE_BYTES / (n.max(1) * bytes_per_value.max(1)) / TILE_ROWS * TILE_ROWS;
@@ -998,7 +998,7 @@ enum Slots<T> {
 /// but its own panel's segments (`reads::read_units`). A worker waiting for the lane while
 /// the read-ahead's buffers hold its panel's first segments would stop the worker holding
 /// the lane from ever getting its next one. Concurrent stagings share the actor's two
-/// streams, each with buffers of its own ([`STAGE_BYTES`] of device values, two
+/// streams, each with buffers of its own (`STAGE_BYTES` of device values, two
 /// page-locked blocks of codes or values on the host, which the plans count per worker
 /// thread: [`staging_host_bytes`]).
 pub struct Staging<'d, T: GpuReal>

@@ -8,7 +8,7 @@
 //! (regenerated): both give the same bits. Only R factors (n×n) and C blocks (n×k) travel.
 //!
 //! On GPU actors with cuSOLVER the panel QRs run on the device, and generated uniform
-//! panels are generated there too; tree nodes of at least [`DEVICE_NODE_COLS`] columns
+//! panels are generated there too; tree nodes of at least `DEVICE_NODE_COLS` columns
 //! are factored on the rank's first such GPU.
 
 use std::collections::{BTreeMap, HashMap};

@@ -1422,8 +1422,8 @@ fn fold_lanes(mut acc: [f64; LANES]) -> f64 {
     acc[0]
 }
 
-/// Σ x² of f32 values: squares summed in f32 over blocks of [`F32_BLOCK`] values, eight
-/// per lane of [`F32_LANES`] (four registers), each block's lanes then added in f64.
+/// Σ x² of f32 values: squares summed in f32 over blocks of `F32_BLOCK` values, eight
+/// per lane of `F32_LANES` (four registers), each block's lanes then added in f64.
 ///
 /// Converting every value to f64 first (as this did) made Σx² 5–7 % of the CPU time of
 /// `rsvd --zarr` at q = 0: two conversions and two f64 multiply-adds per 16 values where

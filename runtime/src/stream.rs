@@ -24,7 +24,7 @@
 //!
 //! How words become values:
 //! - uniform: word `c mod 256` of block `⌊c / 256⌋`, its top 52 bits as the mantissa of a
-//!   number in [1, 2), minus 1 ([`unit`]): exact, and a shift, an or and a subtraction
+//!   number in [1, 2), minus 1 ([`unit()`]): exact, and a shift, an or and a subtraction
 //!   in any SIMD width;
 //! - genotypes: column `c` uses the 32-bit half `c mod 2` (low half first) of word
 //!   `(c mod 256) / 2`; its two 16-bit halves are the two alleles' uniform draws, each an

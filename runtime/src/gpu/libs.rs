@@ -52,7 +52,8 @@ pub struct GpuInfo {
 /// What [`probe`] found.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct GpuLibraries {
-    /// Every library of [`LIBRARIES`], found or not.
+    /// Every library rankwise uses (the driver, NVRTC, cuBLAS, cuBLASLt, cuSOLVER, NCCL),
+    /// found or not.
     pub libraries: Vec<Library>,
     /// The driver's CUDA version as `(major, minor)`, when the driver loaded.
     pub driver_version: Option<(i32, i32)>,
