@@ -23,6 +23,7 @@ packages=(
   munge             # Slurm's authentication daemon
   libpmix-dev       # libpmix.so, which srun's pmix plugin loads to start Debian's OpenMPI ranks
   shellcheck        # lints slurm/ and scripts/ (tests/slurm.rs)
+  plink2            # PLINK 2: writes the .bed filesets of tests/plink.rs and checks our PCA; benches/plink.sh
 )
 if [ "${RANKWISE_EXTRA_PACKAGES:-}" != "" ]; then
   read -r -a extra <<<"$RANKWISE_EXTRA_PACKAGES"

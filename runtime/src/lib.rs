@@ -6,6 +6,7 @@
 //! computed identically everywhere without further messages.
 
 pub mod actor;
+pub mod bed;
 mod blosc;
 pub mod budget;
 mod direct;
@@ -20,6 +21,7 @@ pub mod topology;
 pub mod zarr;
 
 pub use actor::{Actor, ActorSpec};
+pub use bed::BedGenotypes;
 pub use budget::{parse_bytes, MemoryPlan, ReadBuffers, Residency};
 pub use grid::{ActorKind, ActorShape, Assignment, ChunkGrid, Placement, World};
 pub use panel::{

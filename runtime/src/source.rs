@@ -95,6 +95,9 @@ pub enum SourceError {
     /// A stored source could not be read.
     #[error(transparent)]
     Zarr(#[from] crate::zarr::ZarrError),
+    /// A PLINK binary fileset could not be read.
+    #[error(transparent)]
+    Bed(#[from] crate::bed::BedError),
 }
 
 /// A matrix whose row panels can be produced on demand, by any actor, any number of times.

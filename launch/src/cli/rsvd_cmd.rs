@@ -11,7 +11,7 @@ use rankwise_linalg::{
 };
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
-use rankwise_runtime::{Dist, ElementType, Generated, GenotypeSource, Runtime};
+use rankwise_runtime::{BedGenotypes, Dist, ElementType, Generated, GenotypeSource, Runtime};
 use serde_json::json;
 
 use super::{
@@ -149,21 +149,26 @@ impl RsvdArgs {
 pub(super) struct PcaArgs {
     /// Read dosages (variants × samples, integers, −1 missing) from this Zarr array
     /// (`PATH` or `PATH:ARRAY`) instead of generating them.
-    #[arg(long, value_name = "PATH[:ARRAY]", conflicts_with_all = ["rows", "cols", "seed", "missing", "populations", "fst", "vcf_zarr"])]
+    #[arg(long, value_name = "PATH[:ARRAY]", conflicts_with_all = ["rows", "cols", "seed", "missing", "populations", "fst", "vcf_zarr", "bed"])]
     zarr: Option<String>,
     /// Read genotypes from a VCF Zarr store (bio2zarr's layout: `call_genotype`,
     /// `call_genotype_mask`, `sample_id`).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["rows", "cols", "seed", "missing", "populations", "fst"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["rows", "cols", "seed", "missing", "populations", "fst", "bed"])]
     vcf_zarr: Option<PathBuf>,
+    /// Read genotypes from a PLINK 1 binary fileset (`PREFIX.bed`, `.bim`, `.fam`;
+    /// variant-major): dosages of the `.bim`'s first allele, the `.fam`'s IDs.
+    #[arg(long, value_name = "PREFIX", conflicts_with_all = ["rows", "cols", "seed", "missing", "populations", "fst"])]
+    bed: Option<PathBuf>,
     /// Variants (rows) of the generated genotype matrix.
-    #[arg(long, required_unless_present_any = ["zarr", "vcf_zarr"])]
+    #[arg(long, required_unless_present_any = ["zarr", "vcf_zarr", "bed"])]
     rows: Option<u64>,
     /// Samples (columns).
-    #[arg(long, required_unless_present_any = ["zarr", "vcf_zarr"])]
+    #[arg(long, required_unless_present_any = ["zarr", "vcf_zarr", "bed"])]
     cols: Option<u64>,
     /// Variants per panel. With `--zarr`/`--vcf-zarr`, a multiple of the stored chunk
-    /// rows; the stored chunks by default.
-    #[arg(long, required_unless_present_any = ["zarr", "vcf_zarr"])]
+    /// rows; the stored chunks by default. With `--bed`, any number; by default panels
+    /// of at most 128 MiB of dosages, at least 64 of them where there are enough variants.
+    #[arg(long, required_unless_present_any = ["zarr", "vcf_zarr", "bed"])]
     chunk_rows: Option<u64>,
     /// Seed of the generated genotypes.
     #[arg(long, default_value_t = 0)]
@@ -196,6 +201,15 @@ impl PcaArgs {
     pub(super) fn run(&self) -> &RunArgs {
         &self.run
     }
+}
+
+/// Default panel rows of a `.bed` fileset, which has no chunks of its own: panels of at
+/// most 128 MiB of dosages, and at least 64 panels where there are enough variants, so that
+/// every actor of a job gets some.
+fn bed_panel_rows((variants, samples): (u64, u64)) -> u64 {
+    ((128u64 << 20) / samples.max(1))
+        .min(variants.div_ceil(64))
+        .max(1)
 }
 
 /// Sample identifiers for a dosage array inside a group: the group's 1-D string array
@@ -271,6 +285,14 @@ pub(super) fn pca_command(
     }
     let (source, describe): (Arc<dyn GenotypeSource>, serde_json::Value) =
         match (&a.zarr, &a.vcf_zarr) {
+            _ if a.bed.is_some() => {
+                let path = a.bed.as_deref().unwrap_or(Path::new(""));
+                let b = BedGenotypes::open(path).map_err(|e| {
+                    CliError::Runtime(rankwise_runtime::RuntimeError::Source(e.into()))
+                })?;
+                let d = json!({"bed": path, "source": b.describe()});
+                (Arc::new(b), d)
+            }
             (Some(spec), _) => {
                 let z = ZarrGenotypes::open(spec).map_err(super::zarr_error)?;
                 let z = match sibling_sample_ids(spec, GenotypeSource::shape(&z).1) {
@@ -304,7 +326,11 @@ pub(super) fn pca_command(
             }
         };
     let shape = source.shape();
-    let band = source.stored().map(|s| s.chunk_rows()).unwrap_or(shape.0);
+    let band = match source.stored() {
+        Some(_) if a.bed.is_some() => bed_panel_rows(shape),
+        Some(s) => s.chunk_rows(),
+        None => shape.0,
+    };
     let problem = RsvdProblem::genotypes(source, a.chunk_rows.unwrap_or(band))?;
     let options = RsvdOptions {
         segment_bytes: a.run.segment_bytes()?,

@@ -1,0 +1,253 @@
+//! PLINK 1 binary filesets (`pca --bed`) written by PLINK 2 itself (`plink2 --dummy …
+//! --make-bed`, Debian's plink2), against PLINK 2's own answers:
+//! - the eigenvalues and eigenvectors of `plink2 --pca` (no missing calls);
+//! - with missing calls, the mean-imputed PCA of the dosages PLINK 2 exports (`--export A`),
+//!   computed here with LAPACK: the `.bed`'s records decode to PLINK's own calls;
+//! - two ranks under `mpirun` give the embedded run's bits;
+//! - a truncated `.bed` and a `.fam` that is not the fileset's fail on both ranks, naming the
+//!   file.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::mpirun_util::run_with_timeout;
+use common::*;
+use ndarray::Array2;
+use ndarray_linalg::{Eigh, UPLO};
+
+/// `plink2 --dummy SAMPLES VARIANTS MISSING --make-bed` into `dir/d`, seeded: the prefix.
+fn plink_fileset(dir: &Path, samples: u64, variants: u64, missing: f64, seed: u64) -> PathBuf {
+    let prefix = dir.join("d");
+    let mut cmd = Command::new("plink2");
+    cmd.args(["--dummy", &samples.to_string(), &variants.to_string()])
+        .arg(missing.to_string())
+        .args(["--seed", &(seed % 4_000_000_000).to_string()])
+        .args(["--make-bed", "--threads", "1", "--out"])
+        .arg(&prefix);
+    let run = run_with_timeout(cmd, CLI_LIMIT);
+    assert!(
+        run.success(),
+        "plink2 is installed by scripts/install-deps.sh\n{}",
+        run.describe()
+    );
+    prefix
+}
+
+/// Runs plink2 with `args` on the fileset `prefix`, writing `prefix.OUT.*`.
+fn plink(prefix: &Path, out: &str, args: &[&str]) -> PathBuf {
+    let out = prefix.with_file_name(out);
+    let mut cmd = Command::new("plink2");
+    cmd.arg("--bfile")
+        .arg(prefix)
+        .args(args)
+        .args(["--threads", "1", "--out"])
+        .arg(&out);
+    let run = run_with_timeout(cmd, CLI_LIMIT);
+    assert!(run.success(), "{}", run.describe());
+    out
+}
+
+fn floats(text: &str) -> Vec<f64> {
+    text.split_whitespace()
+        .map(|x| x.parse().unwrap_or_else(|_| panic!("not a number: {x}")))
+        .collect()
+}
+
+/// `rankwise pca --bed PREFIX -k K` with every sample in the sketch (exact), and `extra`.
+fn rankwise_pca(prefix: &Path, samples: u64, k: u64, extra: &[&str]) -> Vec<String> {
+    let mut args = strings(&["pca", "--bed", prefix.to_str().unwrap(), "-k"]);
+    args.push(k.to_string());
+    args.extend(strings(&["--oversample", &(samples - k).to_string()]));
+    args.extend(strings(extra));
+    args
+}
+
+fn json_floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn eigenvalues_and_pcs_are_plink2s_own() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-pca");
+    // PLINK 2 estimates allele frequencies for --pca from 50 samples or more.
+    let samples = rng.range(50, 120);
+    let variants = rng.range(500, 4000);
+    let k = rng.range(2, 5);
+    let prefix = plink_fileset(&dir, samples, variants, 0.0, rng.next());
+    let what = format!("{variants} variants × {samples} samples, k = {k}");
+    let theirs = plink(&prefix, "p", &["--pca", &k.to_string()]);
+    let want = floats(&std::fs::read_to_string(theirs.with_extension("eigenval")).unwrap());
+    let out = dir.join("r.zarr");
+    let mut args = rankwise_pca(&prefix, samples, k, &["--json", "--out"]);
+    args.push(out.to_str().unwrap().into());
+    let r = report(&embedded(&args));
+    let got = json_floats(&r["eigenvalues"]);
+    assert_eq!(got.len(), want.len(), "{what}");
+    // PLINK prints six significant digits.
+    for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * w,
+            "{what}: eigenvalue {}: rankwise {g}, plink2 {w}",
+            j + 1
+        );
+    }
+    // PC1 (its eigenvalue apart from the next) is PLINK's, up to sign; the samples are the
+    // .fam's, in its order.
+    let ours = std::fs::read_to_string(dir.join("r.eigenvec")).unwrap();
+    let theirs = std::fs::read_to_string(theirs.with_extension("eigenvec")).unwrap();
+    let pc1 = |text: &str, col: usize| -> (Vec<String>, Vec<f64>) {
+        text.lines()
+            .skip(1)
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[col - 1].to_string(), f[col].parse::<f64>().unwrap())
+            })
+            .unzip()
+    };
+    let (ids, a) = pc1(&ours, 1);
+    let (their_ids, b) = pc1(&theirs, 2);
+    assert_eq!(ids, their_ids, "{what}");
+    if want[0] > want[1] * 1.02 {
+        let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let cos = dot.abs() / norm(&a) / norm(&b);
+        assert!(cos > 1.0 - 1e-6, "{what}: |cos(PC1, plink2's PC1)| = {cos}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The dosages PLINK 2 exports from the fileset (`--export A`: samples × variants, `NA`
+/// missing) as variants × samples, −1 missing.
+fn exported_dosages(prefix: &Path) -> Array2<f64> {
+    let raw = plink(prefix, "x", &["--export", "A"]).with_extension("raw");
+    let text = std::fs::read_to_string(raw).unwrap();
+    let rows: Vec<Vec<f64>> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split_whitespace()
+                .skip(6)
+                .map(|x| if x == "NA" { -1.0 } else { x.parse().unwrap() })
+                .collect()
+        })
+        .collect();
+    let (n, m) = (rows.len(), rows[0].len());
+    Array2::from_shape_fn((m, n), |(i, j)| rows[j][i])
+}
+
+/// The top `k` eigenvalues of XᵀX/M for PLINK's standardization of `g`: per variant,
+/// (g − 2p)/√(2p(1−p)) with p from its non-missing calls, missing calls 0 (the mean),
+/// monomorphic variants 0.
+fn reference_eigenvalues(g: &Array2<f64>, k: usize) -> Vec<f64> {
+    let (m, n) = g.dim();
+    let mut x = Array2::<f64>::zeros((m, n));
+    for i in 0..m {
+        let row = g.row(i);
+        let called: Vec<f64> = row.iter().copied().filter(|&v| v >= 0.0).collect();
+        let p = called.iter().sum::<f64>() / (2.0 * called.len().max(1) as f64);
+        let sd = (2.0 * p * (1.0 - p)).sqrt();
+        if sd == 0.0 {
+            continue;
+        }
+        for j in 0..n {
+            if row[j] >= 0.0 {
+                x[[i, j]] = (row[j] - 2.0 * p) / sd;
+            }
+        }
+    }
+    let gram = x.t().dot(&x) / m as f64;
+    let (mut ev, _) = gram.eigh(UPLO::Lower).unwrap();
+    ev.as_slice_mut()
+        .unwrap()
+        .sort_by(|a, b| b.partial_cmp(a).unwrap());
+    ev.iter().take(k).copied().collect()
+}
+
+#[test]
+fn records_with_missing_calls_decode_to_plink2s_exported_dosages() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-missing");
+    let samples = rng.range(30, 90);
+    let variants = rng.range(300, 2500);
+    let missing = [0.01, 0.05, 0.2][rng.range(0, 2) as usize];
+    let k = 4;
+    let prefix = plink_fileset(&dir, samples, variants, missing, rng.next());
+    let what = format!("{variants} variants × {samples} samples, {missing} missing");
+    let g = exported_dosages(&prefix);
+    assert_eq!(g.dim(), (variants as usize, samples as usize));
+    let want = reference_eigenvalues(&g, k);
+    let r = report(&embedded(&rankwise_pca(
+        &prefix,
+        samples,
+        k as u64,
+        &["--json"],
+    )));
+    let calls = g.iter().filter(|&&v| v < 0.0).count() as u64;
+    assert_eq!(
+        r["genotypes"]["missing_calls"].as_u64(),
+        Some(calls),
+        "{what}"
+    );
+    for (j, (got, w)) in json_floats(&r["eigenvalues"]).iter().zip(&want).enumerate() {
+        assert!(
+            (got - w).abs() <= 1e-10 * w,
+            "{what}: eigenvalue {}: rankwise {got}, reference {w}",
+            j + 1
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn two_ranks_read_the_fileset_with_the_embedded_runs_bits() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-mpi");
+    let (samples, variants) = (rng.range(30, 200), rng.range(1000, 6000));
+    let prefix = plink_fileset(&dir, samples, variants, 0.02, rng.next());
+    let chunk = rng.range(50, 700).to_string();
+    let args = rankwise_pca(&prefix, samples, 3, &["--json", "--chunk-rows", &chunk]);
+    let one = report(&embedded(&args));
+    let two = report(&under_mpirun(2, &args));
+    assert_eq!(two["ranks"].as_u64(), Some(2), "{two}");
+    assert_eq!(
+        json_bits(&one["singular_values"]),
+        json_bits(&two["singular_values"]),
+        "{variants} × {samples}, panels of {chunk}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_broken_fileset_fails_on_both_ranks_naming_the_file() {
+    let dir = scratch("plink-broken");
+    let prefix = plink_fileset(&dir, 50, 400, 0.0, 7);
+    let bed = prefix.with_extension("bed");
+    let bytes = std::fs::read(&bed).unwrap();
+    std::fs::write(&bed, &bytes[..bytes.len() - 5]).unwrap();
+    let args = strings(&["pca", "--bed", prefix.to_str().unwrap(), "-k", "3"]);
+    let run = under_mpirun(2, &args);
+    assert_both_ranks_name(&run, &args, &bed.display().to_string());
+    assert!(run.stderr.contains("truncated"), "{}", run.describe());
+    // A .fam of another fileset (four samples fewer: one byte less per record): the
+    // .bed's length names the mismatch.
+    std::fs::write(&bed, &bytes).unwrap();
+    let fam = prefix.with_extension("fam");
+    let text = std::fs::read_to_string(&fam).unwrap();
+    std::fs::write(&fam, text.lines().skip(4).collect::<Vec<_>>().join("\n")).unwrap();
+    let run = embedded(&args);
+    assert_fails_naming(&run, &args, &bed.display().to_string());
+    assert!(
+        run.stderr.contains("400 variants") && run.stderr.contains("× 46 samples"),
+        "{}",
+        run.describe()
+    );
+    assert!(run.stderr.contains("longer"), "{}", run.describe());
+    let _ = std::fs::remove_dir_all(&dir);
+}
