@@ -354,10 +354,11 @@ fn pca_writes_plink_files_and_a_plot_and_never_overwrites() {
     let (eshape, eigenvalues) = read_f64_array(&out, "eigenvalues").unwrap();
     assert_eq!(eshape, vec![k as u64]);
     let (_, explained) = read_f64_array(&out, "explained_variance_ratio").unwrap();
-    let used = rep["genotypes"]["variants_used"].as_f64().unwrap();
+    // PLINK's scale: every variant given, monomorphic ones too.
+    let m = rep["genotypes"]["variants"].as_f64().unwrap();
     let tss = rep["total_sum_squares"].as_f64().unwrap();
     for j in 0..k {
-        let want = s[j] * s[j] / used;
+        let want = s[j] * s[j] / m;
         assert!(
             (eigenvalues[j] - want).abs() <= 1e-14 * want,
             "eigenvalue {}",

@@ -573,16 +573,18 @@ fn compute(
 
 /// PCA figures from the singular values.
 struct PcaFigures {
-    /// Eigenvalues of the genetic relationship matrix `XᵀX / M` (PLINK's scale).
+    /// Eigenvalues of the genetic relationship matrix `XᵀX / M` (PLINK's scale: M counts
+    /// every variant given, the dropped monomorphic ones too, as PLINK 2's `--pca` does).
     eigenvalues: Vec<f64>,
     /// σᵢ² / ‖X‖_F².
     explained: Vec<f64>,
 }
 
 fn pca_figures(r: &RsvdResult) -> PcaFigures {
-    let used = r.genotypes.as_ref().map_or(1, |g| g.variants_used.max(1)) as f64;
+    // tests/plink.rs holds this to PLINK 2's own eigenvalues.
+    let m = r.genotypes.as_ref().map_or(1, |g| g.variants.max(1)) as f64;
     PcaFigures {
-        eigenvalues: r.s.iter().map(|s| s * s / used).collect(),
+        eigenvalues: r.s.iter().map(|s| s * s / m).collect(),
         explained: r
             .s
             .iter()
