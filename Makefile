@@ -65,6 +65,7 @@ lint: deps
 bench: build
 	bash benches/run.sh $(if $(QUICK),--quick,)
 	bash benches/rsvd.sh $(if $(QUICK),--quick,)
+	bash benches/plink.sh $(if $(QUICK),--quick,)
 	bash benches/zarr.sh $(if $(QUICK),--quick,)
 	bash benches/reduce.sh $(if $(QUICK),--quick,)
 	bash benches/slurm.sh $(if $(QUICK),--quick,)

@@ -223,6 +223,59 @@ def rsvd(runs, dgemm):
     return out
 
 
+def timed(d, name):
+    """benches/plink.sh's runs of `name` (wall seconds and peak RSS per run) as a result."""
+    if d is None:
+        return None
+    reports = [r for r in (load(f) for f in sorted(d.glob(f"{name}.[0-9]*.json"))) if r]
+    if not reports:
+        return None
+    times = [r["seconds"] for r in reports]
+    return {
+        "median": statistics.median(times),
+        "min": min(times),
+        "max": max(times),
+        "runs": len(times),
+        "peak_rss_bytes": max(r["peak_rss_bytes"] for r in reports),
+    }
+
+
+def plink(runs):
+    """(7): `rankwise pca --bed` against `plink2 --pca approx` on one fileset."""
+    d = newest(runs, "plink-*")
+    p, r = timed(d, "plink2"), timed(d, "rw-f64")
+    shape = [200_000, 20_000]
+    if d is not None:
+        log = d / "rw-f64.1.log"
+        rep = load(log) if log.exists() else None
+        shape = (rep or {}).get("shape") or shape
+
+    def evs(path):
+        try:
+            return [float(x) for x in Path(path).read_text().split()]
+        except (OSError, ValueError):
+            return None
+
+    pe = evs(d / "plink2.eigenval") if d else None
+    return [
+        {
+            "workload": "(7) genotype PCA from a PLINK .bed, k = 10",
+            "size": rows_text(shape, "2-bit .bed"),
+            "peer": "PLINK 2 `--pca approx`",
+            "p": p,
+            "pwhy": failure(d, "plink2"),
+            "r": r,
+            "rwhy": failure(d, "rw-f64"),
+            "pacc": f"λ₁ {pe[0]:.5g}" if pe else "—",
+            "racc": "λ₁ {:.5g} (q = 2)".format((load(d / "rw-f64.1.log") or {}).get("eigenvalues", [float("nan")])[0])
+            if d
+            else "—",
+            "limit": "—",
+            "dir": d,
+        }
+    ]
+
+
 def zarr(runs, copy_bw, dgemm):
     d = newest(runs, "zarr-*")
     out = []
@@ -369,6 +422,7 @@ def main():
     rows += zarr(args.runs, copy_bw, dgemm)
     reduce_rows, reduce_dir, reduce_bw = reduce_and_tasks(args.runs)
     rows += reduce_rows
+    rows += plink(args.runs)
     # In the issue's order of workloads: (1) … (6).
     rows.sort(key=lambda x: x["workload"][:3])
 
@@ -413,7 +467,7 @@ def main():
     if reduce_bw:
         limits.append(f"copy bandwidth {reduce_bw:.2f} GB/s for (4) from `{reduce_dir}`")
     text = [
-        "## Summary: rankwise against Dask, one row per workload",
+        "## Summary: rankwise against Dask and PLINK 2, one row per workload",
         para(
             f"**Machine**: {describe}. Written by `benches/summary.py` (the end of `make bench`) "
             "from the newest raw results of each script: "
@@ -435,7 +489,9 @@ def main():
                 "the randomized SVDs (rankwise's from its probes: an estimate); sums of the same "
                 "stored values for (5); for (4), z = the sum's distance from its expectation in "
                 "standard deviations (the two sides draw different random numbers) and "
-                "rankwise's rounding error against a compensated sum; for (6), cost per task.",
+                "rankwise's rounding error against a compensated sum; for (6), cost per task; "
+                "for (7), the largest eigenvalue on PLINK's scale (both sides read the same "
+                ".bed; the section below compares all ten and the PCs).",
                 "\"not run\": no result of that workload under target/bench-results (its script "
                 "did not run, or skips that peer); a failed run shows its exit status.",
             ]

@@ -251,3 +251,55 @@ fn a_broken_fileset_fails_on_both_ranks_naming_the_file() {
     assert!(run.stderr.contains("longer"), "{}", run.describe());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A genotype Zarr store written by `rankwise gen`, turned into a fileset by
+/// `benches/zarr_to_bed.py` (what benches/plink.sh gives PLINK 2), reads back through
+/// `--bed` with the store's own bits: the benchmark's two sides see one matrix.
+#[test]
+fn a_store_turned_into_a_fileset_gives_the_stores_bits() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-from-zarr");
+    let (variants, samples) = (rng.range(2_000, 12_000), rng.range(20, 700));
+    let chunk = rng.range(100, 1_000);
+    let store = dir.join("g.zarr");
+    let mut gen = Command::new(rankwise_bin());
+    gen.args([
+        "gen",
+        "--out",
+        store.to_str().unwrap(),
+        "--dist",
+        "genotype",
+    ])
+    .args([
+        "--rows",
+        &variants.to_string(),
+        "--cols",
+        &samples.to_string(),
+    ])
+    .args(["--chunk-rows", &chunk.to_string(), "--populations", "2"])
+    .args(["--missing", "0.03", "--seed", &rng.next().to_string()])
+    .args(["--dtype", "i8", "--codec", "none"]);
+    run_with_timeout(gen, CLI_LIMIT).assert_success();
+    let prefix = dir.join("g");
+    let mut convert = Command::new(zarr_python());
+    convert
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/zarr_to_bed.py"))
+        .arg(&store)
+        .arg(&prefix);
+    run_with_timeout(convert, CLI_LIMIT).assert_success();
+    let spec = format!("{}:call_dosage", store.display());
+    let common = ["-k", "4", "--chunk-rows", &chunk.to_string(), "--json"];
+    let from_zarr = report(&embedded(&strings(
+        &[&["pca", "--zarr", spec.as_str()][..], &common].concat(),
+    )));
+    let from_bed = report(&embedded(&strings(
+        &[&["pca", "--bed", prefix.to_str().unwrap()][..], &common].concat(),
+    )));
+    assert_eq!(
+        json_bits(&from_zarr["singular_values"]),
+        json_bits(&from_bed["singular_values"]),
+        "{variants} × {samples}, chunks of {chunk}"
+    );
+    assert_eq!(from_zarr["genotypes"], from_bed["genotypes"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
