@@ -82,7 +82,7 @@ if [[ -z ${REPORT_ONLY:-} ]]; then
 fi
 
 "$PY" - "$OUT" "$RESULTS" "$QUICK" "$M" "$N" "$THREADS" <<'EOF'
-import glob, json, os, re, statistics, subprocess, sys
+import glob, json, os, statistics, subprocess, sys
 out, results, quick, m, n, threads = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 
 def runs(name):
@@ -116,7 +116,7 @@ kr_ev = report("rw-krylov")["eigenvalues"]
 version = subprocess.run(["plink2", "--version"], capture_output=True, text=True).stdout.strip()
 sys.dont_write_bytecode = True
 sys.path.insert(0, "benches")
-from report import machine  # noqa: E402  (benches/report.py: the same description as run.sh's)
+from report import machine, replace_section  # noqa: E402  (benches/report.py, as run.sh uses it)
 mach = machine()
 cpu = "; ".join(v for v in (mach["cpu"], mach["cores"], mach["caches"], f"{mach['memory']} memory", mach["virt"], mach["kernel"]) if v)
 gib = lambda b: f"{b / 2**30:.2f} GiB"
@@ -158,12 +158,5 @@ lines.append("- PLINK 2 treats missing calls its own way (its eigenvalues differ
              "missing by about that much; `tests/plink.rs` compares without missing calls, where they agree to PLINK's six digits).")
 text = "\n".join(lines) + "\n"
 print(text)
-body = open(results).read()
-begin, end = "<!-- BEGIN plink -->", "<!-- END plink -->"
-section = f"{begin}\n{text}{end}"
-if begin in body:
-    body = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, body, flags=re.S)
-else:
-    body = body.rstrip("\n") + "\n\n" + section + "\n"
-open(results, "w").write(body)
+replace_section(results, "plink", text)
 EOF
