@@ -290,6 +290,10 @@ budget() {
 step() { # name, outcome, seconds
     printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$OUT/steps.tsv"
 }
+# The outcome of the step recorded last.
+last_outcome() {
+    tail -n 1 "$OUT/steps.tsv" | cut -f2
+}
 # Runs a command under the step's budget; its outcome goes to steps.tsv. Returns its status.
 timed() { # name, then the command
     local name=$1 t rc=0 t0=$SECONDS
@@ -376,7 +380,7 @@ if [[ -n $GPU_TESTS && -x $GPU_TESTS ]]; then
             passed=$((passed + 1))
         else
             failed=$((failed + 1))
-            echo "$t: $(tail -n 1 "$OUT/steps.tsv" | cut -f2)"
+            echo "$t: $(last_outcome)"
         fi
     done
     TIMEOUT=$saved_timeout
@@ -394,7 +398,7 @@ run() { # name, then rankwise arguments; the report as JSON in OUT/json/name.jso
     if ((rc != 0)); then
         rm -f "$OUT/json/$name.json"
         if ((rc != 125)); then
-            echo "$name: $(tail -n 1 "$OUT/steps.tsv" | cut -f2)" | tee -a "$OUT/runs.log"
+            echo "$name: $(last_outcome)" | tee -a "$OUT/runs.log"
             status=1
         fi
     fi
@@ -444,7 +448,7 @@ if ((ZARR_ROWS > 0)); then
         echo "== gen: $store" >>"$OUT/runs.log"
         timed gen "$RANKWISE" gen --out "$store" --rows "$ZARR_ROWS" --cols "$COLS" \
             --chunk-rows "$ZARR_CHUNK" --dist genotype --codec blosc-zstd >>"$OUT/runs.log" 2>&1 ||
-            { echo "gen: $(tail -n 1 "$OUT/steps.tsv" | cut -f2)" | tee -a "$OUT/runs.log"; status=1; }
+            { echo "gen: $(last_outcome)" | tee -a "$OUT/runs.log"; status=1; }
     fi
     if [[ -d $store ]]; then
         run zarr-read read --zarr "$store:call_dosage"

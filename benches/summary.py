@@ -244,11 +244,9 @@ def plink(runs):
     """(7): `rankwise pca --bed` against `plink2 --pca approx` on one fileset."""
     d = newest(runs, "plink-*")
     p, r = timed(d, "plink2"), timed(d, "rw-f64")
-    shape = [200_000, 20_000]
-    if d is not None:
-        log = d / "rw-f64.1.log"
-        rep = load(log) if log.exists() else None
-        shape = (rep or {}).get("shape") or shape
+    # The first run's log is its JSON report.
+    rep = (load(d / "rw-f64.1.log") if d else None) or {}
+    shape = rep.get("shape") or [200_000, 20_000]
 
     def evs(path):
         try:
@@ -267,9 +265,7 @@ def plink(runs):
             "r": r,
             "rwhy": failure(d, "rw-f64"),
             "pacc": f"λ₁ {pe[0]:.5g}" if pe else "—",
-            "racc": "λ₁ {:.5g} (q = 2)".format((load(d / "rw-f64.1.log") or {}).get("eigenvalues", [float("nan")])[0])
-            if d
-            else "—",
+            "racc": f"λ₁ {rep['eigenvalues'][0]:.5g} (q = 2)" if rep.get("eigenvalues") else "—",
             "limit": "—",
             "dir": d,
         }

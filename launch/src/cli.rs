@@ -799,7 +799,10 @@ fn problem(m: &MatrixArgs) -> Result<SvdProblem, CliError> {
             let source: Arc<dyn PanelSource> =
                 Arc::new(if transposed { z.transposed() } else { z });
             let (pm, pn) = source.shape();
-            let band = source.stored().map(|s| s.chunk_rows()).unwrap_or(pm);
+            let band = source
+                .stored()
+                .map(|s| s.default_panel_rows())
+                .unwrap_or(pm);
             Ok(SvdProblem {
                 grid: ChunkGrid::new(pm, pn, m.chunk_rows.unwrap_or(band))?,
                 source,

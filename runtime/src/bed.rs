@@ -101,20 +101,29 @@ fn fileset(prefix: &Path) -> [PathBuf; 3] {
     })
 }
 
-/// The non-empty lines of a text file, each passed to `each` with its number (from 1).
-fn lines(path: &Path, mut each: impl FnMut(usize, &str)) -> Result<u64, BedError> {
-    let file = std::fs::File::open(path).map_err(|source| BedError::Io {
-        path: path.to_path_buf(),
-        op: "open",
-        source,
-    })?;
-    let mut count = 0u64;
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| BedError::Io {
+fn open_text(path: &Path) -> Result<BufReader<std::fs::File>, BedError> {
+    std::fs::File::open(path)
+        .map(|f| BufReader::with_capacity(1 << 20, f))
+        .map_err(|source| BedError::Io {
             path: path.to_path_buf(),
-            op: "read",
+            op: "open",
             source,
-        })?;
+        })
+}
+
+fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> BedError + '_ {
+    move |source| BedError::Io {
+        path: path.to_path_buf(),
+        op: "read",
+        source,
+    }
+}
+
+/// The non-blank lines of a text file, each passed to `each` with its number (from 1).
+fn lines(path: &Path, mut each: impl FnMut(usize, &str)) -> Result<u64, BedError> {
+    let mut count = 0u64;
+    for (i, line) in open_text(path)?.lines().enumerate() {
+        let line = line.map_err(read_error(path))?;
         if line.trim().is_empty() {
             continue;
         }
@@ -122,6 +131,30 @@ fn lines(path: &Path, mut each: impl FnMut(usize, &str)) -> Result<u64, BedError
         count += 1;
     }
     Ok(count)
+}
+
+/// The non-blank lines of a text file, counted in its bytes: a `.bim` has one per variant,
+/// up to 10⁸ of them, read by every rank before it starts.
+fn count_lines(path: &Path) -> Result<u64, BedError> {
+    let mut reader = open_text(path)?;
+    let (mut count, mut blank) = (0u64, true);
+    loop {
+        let buf = reader.fill_buf().map_err(read_error(path))?;
+        if buf.is_empty() {
+            break;
+        }
+        for &b in buf {
+            if b == b'\n' {
+                count += u64::from(!blank);
+                blank = true;
+            } else if !b.is_ascii_whitespace() {
+                blank = false;
+            }
+        }
+        let n = buf.len();
+        reader.consume(n);
+    }
+    Ok(count + u64::from(!blank))
 }
 
 impl BedGenotypes {
@@ -144,7 +177,7 @@ impl BedGenotypes {
                 message: format!("line {n} has no second column (the sample ID)"),
             });
         }
-        let variants = lines(&bim, |_, _| {})?;
+        let variants = count_lines(&bim)?;
         for (count, path, what) in [(samples, &fam, "samples"), (variants, &bim, "variants")] {
             if count == 0 {
                 return Err(BedError::Format {
@@ -271,6 +304,14 @@ impl BedGenotypes {
 impl StoredPanels for BedGenotypes {
     fn chunk_rows(&self) -> u64 {
         1
+    }
+
+    /// Panels of at most 128 MiB of dosages, and at least 64 panels where there are enough
+    /// variants, so that every actor of a job gets some.
+    fn default_panel_rows(&self) -> u64 {
+        ((128u64 << 20) / self.samples.max(1))
+            .min(self.variants.div_ceil(64))
+            .max(1)
     }
 
     fn element_type(&self) -> ElementType {
@@ -466,6 +507,26 @@ mod tests {
             assert!(BedGenotypes::open(&prefix.with_extension("bed")).is_ok());
             let _ = std::fs::remove_dir_all(&dir);
         }
+    }
+
+    #[test]
+    fn bim_lines_are_counted_as_the_fam_lines_are_read() {
+        let dir = scratch("count");
+        for text in [
+            "",
+            "\n\n",
+            "a\n",
+            "a",
+            "a\n\n  \nb",
+            "a\r\nb\r\n",
+            " x \n\ty\n\n",
+        ] {
+            let p = dir.join("t");
+            std::fs::write(&p, text).unwrap();
+            let want = lines(&p, |_, _| {}).unwrap();
+            assert_eq!(count_lines(&p).unwrap(), want, "{text:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -352,6 +352,11 @@ impl std::ops::AddAssign for ReadStats {
 pub trait StoredPanels: Send + Sync {
     /// Rows of the operand per band of stored chunks: panels must be multiples of it.
     fn chunk_rows(&self) -> u64;
+    /// Panel rows when the user gives none: one band of stored chunks, unless the storage
+    /// has no bands worth the name (a `.bed`'s are single variants).
+    fn default_panel_rows(&self) -> u64 {
+        self.chunk_rows()
+    }
     /// The element type of decoded panels.
     fn element_type(&self) -> ElementType;
     /// Whether [`StoredPanels::read_panel`] decodes any range of rows without decoding

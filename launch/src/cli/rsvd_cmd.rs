@@ -11,7 +11,9 @@ use rankwise_linalg::{
 };
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
-use rankwise_runtime::{BedGenotypes, Dist, ElementType, Generated, GenotypeSource, Runtime};
+use rankwise_runtime::{
+    BedGenotypes, Dist, ElementType, Generated, GenotypeSource, Runtime, SourceError,
+};
 use serde_json::json;
 
 use super::{
@@ -203,15 +205,6 @@ impl PcaArgs {
     }
 }
 
-/// Default panel rows of a `.bed` fileset, which has no chunks of its own: panels of at
-/// most 128 MiB of dosages, and at least 64 panels where there are enough variants, so that
-/// every actor of a job gets some.
-fn bed_panel_rows((variants, samples): (u64, u64)) -> u64 {
-    ((128u64 << 20) / samples.max(1))
-        .min(variants.div_ceil(64))
-        .max(1)
-}
-
 /// Sample identifiers for a dosage array inside a group: the group's 1-D string array
 /// `sample_id`, when it has one entry per sample.
 fn sibling_sample_ids(spec: &str, samples: u64) -> Option<Vec<String>> {
@@ -284,16 +277,14 @@ pub(super) fn pca_command(
         });
     }
     let (source, describe): (Arc<dyn GenotypeSource>, serde_json::Value) =
-        match (&a.zarr, &a.vcf_zarr) {
-            _ if a.bed.is_some() => {
-                let path = a.bed.as_deref().unwrap_or(Path::new(""));
-                let b = BedGenotypes::open(path).map_err(|e| {
-                    CliError::Runtime(rankwise_runtime::RuntimeError::Source(e.into()))
-                })?;
+        match (&a.zarr, &a.vcf_zarr, &a.bed) {
+            (_, _, Some(path)) => {
+                let b = BedGenotypes::open(path)
+                    .map_err(|e| rankwise_runtime::RuntimeError::from(SourceError::from(e)))?;
                 let d = json!({"bed": path, "source": b.describe()});
                 (Arc::new(b), d)
             }
-            (Some(spec), _) => {
+            (Some(spec), _, _) => {
                 let z = ZarrGenotypes::open(spec).map_err(super::zarr_error)?;
                 let z = match sibling_sample_ids(spec, GenotypeSource::shape(&z).1) {
                     Some(ids) => z.with_sample_ids(ids),
@@ -302,12 +293,12 @@ pub(super) fn pca_command(
                 let d = json!({"zarr": spec, "source": z.describe()});
                 (Arc::new(z), d)
             }
-            (None, Some(path)) => {
+            (None, Some(path), None) => {
                 let v = VcfZarr::open(path).map_err(super::zarr_error)?;
                 let d = json!({"vcf_zarr": path, "source": v.describe()});
                 (Arc::new(v), d)
             }
-            (None, None) => {
+            (None, None, None) => {
                 let (rows, cols) = (a.rows.unwrap_or(0), a.cols.unwrap_or(0));
                 rankwise_runtime::ChunkGrid::check_generated(rows, cols)?;
                 let g = Generated::new(rows, cols, a.seed, Dist::Genotype)
@@ -326,11 +317,10 @@ pub(super) fn pca_command(
             }
         };
     let shape = source.shape();
-    let band = match source.stored() {
-        Some(_) if a.bed.is_some() => bed_panel_rows(shape),
-        Some(s) => s.chunk_rows(),
-        None => shape.0,
-    };
+    let band = source
+        .stored()
+        .map(|s| s.default_panel_rows())
+        .unwrap_or(shape.0);
     let problem = RsvdProblem::genotypes(source, a.chunk_rows.unwrap_or(band))?;
     let options = RsvdOptions {
         segment_bytes: a.run.segment_bytes()?,
