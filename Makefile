@@ -70,6 +70,7 @@ bench: build
 	bash benches/reduce.sh $(if $(QUICK),--quick,)
 	bash benches/slurm.sh $(if $(QUICK),--quick,)
 	bash benches/transports.sh $(if $(QUICK),--quick,)
+	bash benches/peers.sh $(if $(QUICK),--quick,)
 	python3 benches/summary.py
 
 clean:

@@ -3,7 +3,8 @@
     python benches/summary.py [--results benches/RESULTS.md] [--runs target/bench-results]
 
 Reads the raw results the benchmark scripts keep under target/bench-results/ (the newest
-run of each script: `<date>-<time>/` of benches/run.sh, `rsvd-*/`, `zarr-*/`, `reduce-*/`)
+run of each script: `<date>-<time>/` of benches/run.sh, `rsvd-*/`, `zarr-*/`, `reduce-*/`,
+`plink-*/`, `peers-*/`)
 and rewrites the section between `<!-- BEGIN summary -->` and `<!-- END summary -->`,
 placing it before every other section the first time. A workload whose results are missing
 shows "not run"; one whose run failed shows the recorded failure. Columns: workload, size,
@@ -91,6 +92,28 @@ def rankwise(d, pattern):
         "runs": len(times),
         "peak_rss_bytes": rss,
     }
+
+
+def rankwise_total(d, pattern):
+    """As `rankwise`, but the peak RSS is every rank's added up (a multi-rank job's footprint
+    on the node), the largest such total over the runs."""
+    r = rankwise(d, pattern)
+    if r is None:
+        return None
+    reports = [x for x in (load(f) for f in sorted(d.glob(pattern))) if x]
+    r["peak_rss_bytes"] = max(
+        sum((x.get("peak_rss_bytes") or 0) for x in rep.get("per_rank", [{}])) for rep in reports
+    )
+    return r
+
+
+def peers_result(d, name):
+    """A benches/reference_peers.py result in `d` (Heat's peak RSS is already every rank's
+    added up), with the whole job's median, min and max at the top level."""
+    r = peer(d, name)
+    if r is None:
+        return None
+    return {**r, "runs": len(r.get("times") or [])}
 
 
 def peer(d, name):
@@ -272,6 +295,63 @@ def plink(runs):
     ]
 
 
+def peers(runs):
+    """Heat and Cubed (benches/peers.sh), on the workloads of (1), (2), (4) and (5) at the
+    sizes that script runs."""
+    d = newest(runs, "peers-*")
+    if d is None:
+        return []
+
+    def shape(name, default):
+        return (load(d / f"{name}.1.json") or {}).get("shape") or default
+
+    def resid(p):
+        return f"residual {p['relative_residual']:.2g}" if p else "—"
+
+    def rw_resid(name):
+        rep = load(d / f"{name}.1.json") or {}
+        tss, s = rep.get("total_sum_squares"), rep.get("singular_values") or []
+        if not tss:
+            return "—"
+        return f"residual {max(tss - sum(v * v for v in s), 0) ** 0.5 / tss ** 0.5:.4f}"
+
+    check = ((load(d / "rw-svd-check.1.json") or {}).get("check") or {}).get("relative_residual")
+    svd_acc = f"residual {check:.2g}" if check is not None else "—"
+    store = load(d / "zarr-store.json") or {}
+    red = load(d / "rw-reduce.1.json") or {}
+    red_shape = red.get("shape") or [50_000, 50_000]
+    rows = []
+
+    def row(workload, size, peer_label, pname, rname, pacc, racc):
+        p, r = peers_result(d, pname), rankwise_total(d, f"{rname}.*.json")
+        rows.append({
+            "workload": workload, "size": size, "peer": peer_label,
+            "p": p, "pwhy": failure(d, pname), "r": r, "rwhy": failure(d, rname),
+            "pacc": pacc(p), "racc": racc, "limit": "—", "dir": d,
+        })
+
+    svd_shape = shape("rw-svd-1", [10_000_000, 20])
+    row("(1) exact SVD, 2 MPI ranks each", rows_text(svd_shape), "Heat `ht.linalg.svd`",
+        "heat-svd", "rw-svd-mpi", resid, svd_acc)
+    row("(1) exact SVD, one process", rows_text(svd_shape), "Cubed `xp.linalg.svd`",
+        "cubed-svd", "rw-svd-1", resid, svd_acc)
+    rsvd_shape = shape("rw-rsvd-q0", [100_000, 20_000])
+    for q in (0, 2):
+        row(f"(2) `rsvd -k 10`, q = {q}, 2 MPI ranks each", rows_text(rsvd_shape),
+            "Heat `ht.linalg.rsvd`", f"heat-rsvd-q{q}", f"rw-rsvd-q{q}",
+            lambda p: f"residual {p['relative_residual']:.4f}" if p else "—",
+            rw_resid(f"rw-rsvd-q{q}"))
+    row("(5) `rsvd -k 10` of a zarr-python store, q = 0, 2 MPI ranks each",
+        rows_text(store.get("shape") or [200_000, 5_000], "float32, Zarr v3 Blosc"),
+        "Heat `ht.load_zarr` + `rsvd`", "heat-zarr", "rw-zarr",
+        lambda p: f"residual {p['relative_residual']:.4f}" if p else "—", rw_resid("rw-zarr"))
+    row("(4) `(x + 1)[::2, ::2].sum()`, uniform", rows_text(red_shape) + ", chunks "
+        f"{red.get('chunk_rows', 10_000):,}²", "Cubed, threads executor", "cubed-reduce",
+        "rw-reduce", lambda p: f"z = {p['z']:+.2f}" if p else "—",
+        f"z = {red['z_score']:+.2f}" if "z_score" in red else "—")
+    return rows
+
+
 def zarr(runs, copy_bw, dgemm):
     d = newest(runs, "zarr-*")
     out = []
@@ -419,8 +499,9 @@ def main():
     reduce_rows, reduce_dir, reduce_bw = reduce_and_tasks(args.runs)
     rows += reduce_rows
     rows += plink(args.runs)
+    rows += peers(args.runs)
     # In the issue's order of workloads: (1) … (6).
-    rows.sort(key=lambda x: x["workload"][:3])
+    rows.sort(key=lambda x: x["workload"][:3])  # stable: Dask's row first in each
 
     header = [
         "workload",
@@ -463,7 +544,7 @@ def main():
     if reduce_bw:
         limits.append(f"copy bandwidth {reduce_bw:.2f} GB/s for (4) from `{reduce_dir}`")
     text = [
-        "## Summary: rankwise against Dask and PLINK 2, one row per workload",
+        "## Summary: rankwise against Dask, Cubed, Heat and PLINK 2, one row per workload and peer",
         para(
             f"**Machine**: {describe}. Written by `benches/summary.py` (the end of `make bench`) "
             "from the newest raw results of each script: "
@@ -488,6 +569,11 @@ def main():
                 "rankwise's rounding error against a compensated sum; for (6), cost per task; "
                 "for (7), the largest eigenvalue on PLINK's scale (both sides read the same "
                 ".bed; the section below compares all ten and the PCs).",
+                "Heat and Cubed (benches/peers.sh): \"2 MPI ranks each\" rows run both sides "
+                "as two MPI processes, with peak RSS every rank's added up; Heat holds the "
+                "matrix in memory and its time includes generating or reading it, as "
+                "rankwise's includes making each panel. Cubed has no normal generator: its (4) "
+                "row sums uniform values on both sides.",
                 "\"not run\": no result of that workload under target/bench-results (its script "
                 "did not run, or skips that peer); a failed run shows its exit status.",
             ]

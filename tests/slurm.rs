@@ -660,9 +660,13 @@ fn shell_scripts_are_shellcheck_clean() {
         for e in std::fs::read_dir(repo().join(sub)).unwrap().flatten() {
             let p = e.path();
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            // Every script of slurm/ and scripts/; of benches/, the Slurm and GPU benchmarks.
+            // Every script of slurm/ and scripts/; of benches/, the Slurm, GPU and
+            // Heat/Cubed benchmarks.
             let wanted = match sub {
-                "benches" => name == "slurm.sh" || name == "gpu.sh",
+                "benches" => matches!(
+                    name.as_str(),
+                    "slurm.sh" | "gpu.sh" | "peers.sh" | "peers-venv.sh"
+                ),
                 _ => name.ends_with(".sh") || name.ends_with(".sbatch"),
             };
             if wanted {
