@@ -1009,6 +1009,28 @@ mod tests {
         }
     }
 
+    /// `fill_strided_row` of `len` values against [`Generated::value`], bit for bit.
+    fn assert_strided_row_is_elementwise(
+        g: &Generated,
+        row: u64,
+        col0: u64,
+        step: u64,
+        len: usize,
+        context: &str,
+    ) {
+        let mut out = vec![f64::NAN; len];
+        g.fill_strided_row(row, col0, step, &mut out).unwrap();
+        for (k, v) in out.iter().enumerate() {
+            let want = g.value(row, col0 + k as u64 * step);
+            assert_eq!(
+                v.to_bits(),
+                want.to_bits(),
+                "{} ({row}, {col0}+{k}·{step}) {context}",
+                g.dist
+            );
+        }
+    }
+
     /// `reduce --step 2` made each kept value alone, walking its block's stream up to its
     /// column every time (4.6× slower than making whole spans). The spans must still give
     /// the element-wise values, across span and block boundaries and on both sides of the
@@ -1032,16 +1054,8 @@ mod tests {
                 let col0 = next(300);
                 let row = next(5);
                 let len = ((cols - 1 - col0) / step + 1) as usize;
-                let mut out = vec![f64::NAN; len];
-                g.fill_strided_row(row, col0, step, &mut out).unwrap();
-                for (k, v) in out.iter().enumerate() {
-                    let want = g.value(row, col0 + k as u64 * step);
-                    assert_eq!(
-                        v.to_bits(),
-                        want.to_bits(),
-                        "{dist} {cols} columns: ({row}, {col0}+{k}·{step}) (seed {first})"
-                    );
-                }
+                let context = format!("{cols} columns, seed {first}");
+                assert_strided_row_is_elementwise(&g, row, col0, step, len, &context);
             }
         }
     }
@@ -1053,16 +1067,7 @@ mod tests {
             for (row, col0, step, len) in
                 [(0u64, 0u64, 1u64, 40usize), (3, 1, 2, 20), (10, 5, 7, 5)]
             {
-                let mut out = vec![f64::NAN; len];
-                g.fill_strided_row(row, col0, step, &mut out).unwrap();
-                for (k, v) in out.iter().enumerate() {
-                    let want = g.value(row, col0 + k as u64 * step);
-                    assert_eq!(
-                        v.to_bits(),
-                        want.to_bits(),
-                        "{dist} ({row}, {col0}+{k}·{step})"
-                    );
-                }
+                assert_strided_row_is_elementwise(&g, row, col0, step, len, "");
             }
             let mut empty: [f64; 0] = [];
             assert!(g.fill_strided_row(0, 40, 3, &mut empty).is_ok());
