@@ -169,7 +169,7 @@ out, results, quick = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
 sys.dont_write_bytecode = True
 sys.path.insert(0, "benches")
 from report import machine, para, replace_section  # noqa: E402
-from summary import failure, load, peers_result, rankwise_total  # noqa: E402
+from summary import captured_residual, failure, load, peers_result, rankwise_total  # noqa: E402
 
 mach = machine()
 cpu = "; ".join(v for v in (mach["cpu"], mach["cores"], mach["caches"], f"{mach['memory']} memory",
@@ -203,11 +203,8 @@ def rw_acc(r):
         return f"residual {c['relative_residual']:.1e}" if "relative_residual" in c else "—"
     if rep.get("command") == "reduce":
         return f"sum {rep['sum']:.6g} (z = {rep['z_score']:+.2f})"
-    tss = rep.get("total_sum_squares")
-    s = rep.get("singular_values") or []
-    if tss:
-        return f"residual {max(tss - sum(v * v for v in s), 0) ** 0.5 / tss ** 0.5:.4f}"
-    return "—"
+    x = captured_residual(rep)
+    return "—" if x is None else f"residual {x:.4f}"
 
 
 def peer_acc(p):

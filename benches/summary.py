@@ -81,30 +81,33 @@ def rankwise(d, pattern):
         times = reports[0]["run_seconds"]
     else:
         times = [r["seconds"] for r in reports]
-    rss = max(
-        max((x.get("peak_rss_bytes") or 0) for x in r.get("per_rank", [{}])) for r in reports
-    )
+    def rss(r):
+        return [(x.get("peak_rss_bytes") or 0) for x in r.get("per_rank", [{}])]
+
     return {
         "report": reports[0],
         "median": statistics.median(times),
         "min": min(times),
         "max": max(times),
         "runs": len(times),
-        "peak_rss_bytes": rss,
+        "peak_rss_bytes": max(max(rss(r)) for r in reports),
+        # Every rank's peak added up: a multi-rank job's footprint on the node.
+        "peak_rss_total_bytes": max(sum(rss(r)) for r in reports),
     }
 
 
 def rankwise_total(d, pattern):
-    """As `rankwise`, but the peak RSS is every rank's added up (a multi-rank job's footprint
-    on the node), the largest such total over the runs."""
+    """As `rankwise`, with every rank's peak RSS added up as the peak RSS."""
     r = rankwise(d, pattern)
-    if r is None:
+    return r and {**r, "peak_rss_bytes": r["peak_rss_total_bytes"]}
+
+
+def captured_residual(report):
+    """(‖A‖_F² − Σσ²)^½/‖A‖_F from a rankwise report's own ‖A‖_F² and σ, or None."""
+    tss, s = report.get("total_sum_squares"), report.get("singular_values") or []
+    if not tss:
         return None
-    reports = [x for x in (load(f) for f in sorted(d.glob(pattern))) if x]
-    r["peak_rss_bytes"] = max(
-        sum((x.get("peak_rss_bytes") or 0) for x in rep.get("per_rank", [{}])) for rep in reports
-    )
-    return r
+    return max(tss - sum(v * v for v in s), 0) ** 0.5 / tss ** 0.5
 
 
 def peers_result(d, name):
@@ -309,11 +312,8 @@ def peers(runs):
         return f"residual {p['relative_residual']:.2g}" if p else "—"
 
     def rw_resid(name):
-        rep = load(d / f"{name}.1.json") or {}
-        tss, s = rep.get("total_sum_squares"), rep.get("singular_values") or []
-        if not tss:
-            return "—"
-        return f"residual {max(tss - sum(v * v for v in s), 0) ** 0.5 / tss ** 0.5:.4f}"
+        x = captured_residual(load(d / f"{name}.1.json") or {})
+        return "—" if x is None else f"residual {x:.4f}"
 
     check = ((load(d / "rw-svd-check.1.json") or {}).get("check") or {}).get("relative_residual")
     svd_acc = f"residual {check:.2g}" if check is not None else "—"

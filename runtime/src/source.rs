@@ -625,6 +625,9 @@ impl Generated {
             let start = col0 + (i * per_span * step) as u64;
             let span = (piece.len() - 1) * step + 1;
             match self.dist {
+                // Every value of the span, not its words then the kept ones: the row fill
+                // converts in vector registers, which measured faster (0.51 s against
+                // 0.86 s for reduce --step 2 of 50,000²).
                 Dist::Uniform => {
                     stream::uniform_row(self.key, row, start, &mut values[..span]);
                     for (v, &x) in piece.iter_mut().zip(values.iter().step_by(step)) {
@@ -714,7 +717,7 @@ impl Generated {
 }
 
 /// Columns per span of [`Generated::fill_strided_row`]'s row fills (a multiple of the
-/// streams' 256-column blocks; 56 KiB of scratch on the stack).
+/// streams' 256-column blocks; 68 KiB of scratch on the stack).
 const STRIDED_SPAN: usize = 4096;
 
 /// From this step on, [`Generated::fill_strided_row`] makes each kept value alone: a span
