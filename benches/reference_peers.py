@@ -97,7 +97,11 @@ def run_cubed_svd(args):
 
     try:
         times = []
+        u = s = vh = None
         for _ in range(args.reps):
+            # The last repetition's results go before this one's are made, so that the
+            # peak RSS is one repetition's.
+            u = s = vh = None
             x = cubed.random.random((args.rows, args.cols), chunks=(args.chunk_rows, args.cols),
                                     spec=spec)
             t = time.perf_counter()
@@ -201,6 +205,8 @@ def run_heat_svd(args):
     ht, torch, comm = heat_setup(args)
     gen, fact = [], []
     for _ in range(args.reps):
+        # As in run_cubed_svd: one repetition's arrays at a time.
+        x = u = s = vt = None
         comm.Barrier()
         t = time.perf_counter()
         x = ht.random.random((args.rows, args.cols), dtype=ht.float64, split=0)
@@ -236,7 +242,7 @@ def run_heat_rsvd(args):
     ht, torch, comm = heat_setup(args)
     load, fact = [], []
     for _ in range(args.reps):
-        x = None
+        x = u = s = vt = None
         comm.Barrier()
         t = time.perf_counter()
         if args.zarr:
