@@ -201,22 +201,32 @@ def heat_common(ht, torch, comm, args, peaks):
     }
 
 
-def run_heat_svd(args):
-    ht, torch, comm = heat_setup(args)
-    gen, fact = [], []
-    for _ in range(args.reps):
+def heat_reps(comm, reps, make, factor):
+    """`reps` repetitions of `make()` (the matrix) then `factor(x)`, each step timed between
+    barriers: the last matrix, the last result and both steps' times."""
+    first, second = [], []
+    x = result = None
+    for _ in range(reps):
         # As in run_cubed_svd: one repetition's arrays at a time.
-        x = u = s = vt = None
+        x = result = None
         comm.Barrier()
         t = time.perf_counter()
-        x = ht.random.random((args.rows, args.cols), dtype=ht.float64, split=0)
+        x = make()
         comm.Barrier()
         t1 = time.perf_counter()
-        u, s, vt = ht.linalg.svd(x)
+        result = factor(x)
         comm.Barrier()
-        t2 = time.perf_counter()
-        gen.append(t1 - t)
-        fact.append(t2 - t1)
+        first.append(t1 - t)
+        second.append(time.perf_counter() - t1)
+    return x, result, first, second
+
+
+def run_heat_svd(args):
+    ht, torch, comm = heat_setup(args)
+    x, (u, s, vt), gen, fact = heat_reps(
+        comm, args.reps,
+        lambda: ht.random.random((args.rows, args.cols), dtype=ht.float64, split=0),
+        ht.linalg.svd)
     peaks = comm.gather(peak_rss_bytes(), root=0)
     resid = ht.linalg.norm(x - (u * s) @ vt).item()
     norm = ht.linalg.norm(x).item()
@@ -240,23 +250,15 @@ def run_heat_svd(args):
 
 def run_heat_rsvd(args):
     ht, torch, comm = heat_setup(args)
-    load, fact = [], []
-    for _ in range(args.reps):
-        x = u = s = vt = None
-        comm.Barrier()
-        t = time.perf_counter()
+    def make():
         if args.zarr:
-            x = ht.load_zarr(args.zarr, split=0)
-        else:
-            x = ht.random.random((args.rows, args.cols), dtype=ht.float64, split=0)
-        comm.Barrier()
-        t1 = time.perf_counter()
-        u, s, vt = ht.linalg.rsvd(x, args.k, n_oversamples=args.oversample,
-                                  power_iter=args.power_iters)
-        comm.Barrier()
-        t2 = time.perf_counter()
-        load.append(t1 - t)
-        fact.append(t2 - t1)
+            return ht.load_zarr(args.zarr, split=0)
+        return ht.random.random((args.rows, args.cols), dtype=ht.float64, split=0)
+
+    x, (u, s, vt), load, fact = heat_reps(
+        comm, args.reps, make,
+        lambda x: ht.linalg.rsvd(x, args.k, n_oversamples=args.oversample,
+                                 power_iter=args.power_iters))
     peaks = comm.gather(peak_rss_bytes(), root=0)
     # Row blocks: a whole-array temporary would not fit beside the matrix.
     local = x.larray
