@@ -3,6 +3,7 @@
 //! - the eigenvalues and eigenvectors of `plink2 --pca` (no missing calls);
 //! - with missing calls, the mean-imputed PCA of the dosages PLINK 2 exports (`--export A`),
 //!   computed here with LAPACK: the `.bed`'s records decode to PLINK's own calls;
+//! - `--maf`/`--geno` exclude the variants PLINK 2's own filters exclude;
 //! - two ranks under `mpirun` give the embedded run's bits;
 //! - a truncated `.bed` and a `.fam` that is not the fileset's fail on both ranks, naming the
 //!   file.
@@ -64,14 +65,6 @@ fn rankwise_pca(prefix: &Path, samples: u64, k: u64, extra: &[&str]) -> Vec<Stri
     args
 }
 
-fn json_floats(v: &serde_json::Value) -> Vec<f64> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not an array: {v}"))
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
-}
-
 #[test]
 fn eigenvalues_and_pcs_are_plink2s_own() {
     let mut rng = Draw(test_seed());
@@ -124,9 +117,11 @@ fn eigenvalues_and_pcs_are_plink2s_own() {
 }
 
 /// The dosages PLINK 2 exports from the fileset (`--export A`: samples × variants, `NA`
-/// missing) as variants × samples, −1 missing.
-fn exported_dosages(prefix: &Path) -> Array2<f64> {
-    let raw = plink(prefix, "x", &["--export", "A"]).with_extension("raw");
+/// missing) as variants × samples, −1 missing; `filters` are PLINK's own (`--maf` …).
+fn exported_dosages(prefix: &Path, filters: &[&str]) -> Array2<f64> {
+    let mut args = filters.to_vec();
+    args.extend(["--export", "A"]);
+    let raw = plink(prefix, "x", &args).with_extension("raw");
     let text = std::fs::read_to_string(raw).unwrap();
     let rows: Vec<Vec<f64>> = text
         .lines()
@@ -180,7 +175,7 @@ fn records_with_missing_calls_decode_to_plink2s_exported_dosages() {
     let k = 4;
     let prefix = plink_fileset(&dir, samples, variants, missing, rng.next());
     let what = format!("{variants} variants × {samples} samples, {missing} missing");
-    let g = exported_dosages(&prefix);
+    let g = exported_dosages(&prefix, &[]);
     assert_eq!(g.dim(), (variants as usize, samples as usize));
     let want = reference_eigenvalues(&g, k);
     let r = report(&embedded(&rankwise_pca(
@@ -201,6 +196,87 @@ fn records_with_missing_calls_decode_to_plink2s_exported_dosages() {
             "{what}: eigenvalue {}: rankwise {got}, reference {w}",
             j + 1
         );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--maf` and `--geno` exclude the variants PLINK 2's own filters exclude, those exactly
+/// at a threshold kept, and the eigenvalues are those of the variants PLINK keeps: its
+/// `--pca`'s without missing calls, else the mean-imputed PCA (LAPACK) of the dosages it
+/// exports after filtering. The thresholds are round numbers and the samples a multiple of
+/// 50, so that variants sit exactly on them; the test counts them to be sure.
+#[test]
+fn maf_and_geno_exclude_the_variants_plink2_excludes() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-filter");
+    let samples = 50 * rng.range(1, 2);
+    let variants = rng.range(800, 3000);
+    let missing = [0.0, 0.02, 0.05][rng.range(0, 2) as usize];
+    let maf = ["0.1", "0.2", "0.25"][rng.range(0, 2) as usize];
+    let geno = ["0.02", "0.04"][rng.range(0, 1) as usize];
+    let k = 3;
+    let what = format!(
+        "{variants} variants × {samples} samples, {missing} missing, --maf {maf} --geno {geno}"
+    );
+    let filters = ["--maf", maf, "--geno", geno];
+    // Variants exactly on each threshold, from the fileset's own calls.
+    let ties = |all: &Array2<f64>| {
+        let (mut on_maf, mut on_geno) = (0, 0);
+        for row in all.rows() {
+            let missing = row.iter().filter(|&&v| v < 0.0).count() as f64;
+            let alt: f64 = row.iter().filter(|&&v| v >= 0.0).sum();
+            let alleles = 2.0 * (samples as f64 - missing);
+            on_maf += (alt.min(alleles - alt) / alleles == maf.parse::<f64>().unwrap()) as u32;
+            on_geno += (missing / samples as f64 == geno.parse::<f64>().unwrap()) as u32;
+        }
+        (on_maf, on_geno)
+    };
+    // PLINK's dummy frequencies leave some thresholds bare in some draws: a few seeds are
+    // tried until a fileset has variants on both.
+    let prefix = (0..8)
+        .map(|_| plink_fileset(&dir, samples, variants, missing, rng.next()))
+        .find(|prefix| {
+            let (on_maf, on_geno) = ties(&exported_dosages(prefix, &[]));
+            on_maf > 0 && (missing == 0.0 || on_geno > 0)
+        })
+        .unwrap_or_else(|| panic!("{what}: no fileset of eight with variants on the thresholds"));
+    let mut args = filters.to_vec();
+    args.push("--write-snplist");
+    let list = plink(&prefix, "s", &args).with_extension("snplist");
+    let kept = std::fs::read_to_string(list).unwrap().lines().count() as u64;
+    let mut extra = filters.to_vec();
+    extra.push("--json");
+    let r = report(&embedded(&rankwise_pca(&prefix, samples, k, &extra)));
+    let gs = &r["genotypes"];
+    assert_eq!(
+        gs["variants_filtered"].as_u64(),
+        Some(variants - kept),
+        "{what}"
+    );
+    assert!(kept > 0 && kept < variants, "{what}: plink2 kept {kept}");
+    let got = json_floats(&r["eigenvalues"]);
+    let g = exported_dosages(&prefix, &filters);
+    assert_eq!(g.nrows() as u64, kept, "{what}");
+    let want = reference_eigenvalues(&g, k as usize);
+    for (j, (e, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (e - w).abs() <= 1e-10 * w,
+            "{what}: eigenvalue {}: rankwise {e}, reference {w}",
+            j + 1
+        );
+    }
+    if missing == 0.0 {
+        let mut args = filters.to_vec();
+        args.extend(["--pca", "3"]);
+        let theirs = plink(&prefix, "p", &args).with_extension("eigenval");
+        let theirs = floats(&std::fs::read_to_string(theirs).unwrap());
+        for (j, (e, w)) in got.iter().zip(&theirs).enumerate() {
+            assert!(
+                (e - w).abs() <= 1e-5 * w,
+                "{what}: eigenvalue {}: rankwise {e}, plink2 {w}",
+                j + 1
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

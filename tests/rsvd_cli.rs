@@ -14,7 +14,7 @@ use std::time::Instant;
 use common::mpirun_util::RunOutput;
 use common::*;
 use rankwise::launch::output::read_f64_array;
-use rankwise::linalg::{rsvd, Method, Projection, RsvdOptions, RsvdProblem};
+use rankwise::linalg::{rsvd, Method, Projection, RsvdOptions, RsvdProblem, VariantFilter};
 use rankwise::runtime::{Dist, Generated, RuntimeConfig};
 use serde_json::Value;
 
@@ -295,7 +295,20 @@ fn pca_args(draw: &mut Draw) -> (Vec<String>, u64, u64, u64, f64, u64, RsvdOptio
 fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
     let dir = scratch("pca-cli-bits");
     let mut draw = Draw(test_seed());
-    let (args, rows, cols, chunk, missing, seed, options) = pca_args(&mut draw);
+    let (mut args, rows, cols, chunk, missing, seed, options) = pca_args(&mut draw);
+    // Half the draws exclude variants for their frequency and missing calls.
+    let filter = if draw.range(0, 1) == 1 {
+        let min_maf = draw.range(1, 150) as f64 / 1000.0;
+        VariantFilter::new(min_maf, draw.range(20, 250) as f64 / 1000.0).unwrap()
+    } else {
+        VariantFilter::NONE
+    };
+    args.extend(strings(&[
+        "--maf",
+        &filter.min_maf.to_string(),
+        "--geno",
+        &filter.max_missing.to_string(),
+    ]));
     eprintln!("{args:?}");
     let (reference, out) = same_bits_everywhere(
         &dir,
@@ -304,8 +317,10 @@ fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
         &["S", "U", "Vt", "eigenvalues", "explained_variance_ratio"],
     );
     // The library on the same genotypes.
-    let source = Arc::new(Generated::new(rows, cols, seed, Dist::Genotype).with_missing(missing));
-    let problem = RsvdProblem::genotypes(source, chunk).unwrap();
+    let g = Generated::new(rows, cols, seed, Dist::Genotype).with_missing(missing);
+    let problem = RsvdProblem::genotypes(Arc::new(g.clone()), chunk)
+        .unwrap()
+        .with_variant_filter(filter);
     let rt = rankwise::embedded(&RuntimeConfig {
         pin: false,
         ..Default::default()
@@ -318,15 +333,41 @@ fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
         group_bits(&out, &["S"])["S"].1,
         "the CLI's S differs from the library's"
     );
-    let g = r.genotypes.unwrap();
+    let gs = r.genotypes.unwrap();
     assert_eq!(
         reference["genotypes"]["variants_dropped"].as_u64(),
-        Some(g.variants_dropped)
+        Some(gs.variants_dropped)
     );
     assert_eq!(
         reference["genotypes"]["missing_calls"].as_u64(),
-        Some(g.missing_calls)
+        Some(gs.missing_calls)
     );
+    // The filter's rule, counted here from the generator's calls: minor allele frequency
+    // below --maf, or a missing fraction above --geno.
+    let excluded = (0..rows)
+        .filter(|&i| {
+            let calls: Vec<i8> = (0..cols).map(|j| g.genotype(i, j)).collect();
+            let missing = calls.iter().filter(|&&v| v < 0).count() as f64;
+            let called = cols as f64 - missing;
+            let alt: f64 = calls.iter().filter(|&&v| v >= 0).map(|&v| v as f64).sum();
+            let maf = alt.min(2.0 * called - alt) / (2.0 * called);
+            missing / cols as f64 > filter.max_missing
+                || (filter.min_maf > 0.0 && (called == 0.0 || maf < filter.min_maf))
+        })
+        .count() as u64;
+    assert_eq!(gs.variants_filtered, excluded, "{filter:?}");
+    assert_eq!(
+        reference["genotypes"]["variants_filtered"].as_u64(),
+        Some(excluded)
+    );
+    // PLINK's eigenvalues: σ² over the variants the filter kept.
+    let kept = (rows - excluded).max(1) as f64;
+    for (e, s) in json_floats(&reference["eigenvalues"]).iter().zip(&r.s) {
+        assert!(
+            (e - s * s / kept).abs() <= 1e-12 * e,
+            "eigenvalue {e}, σ {s}"
+        );
+    }
 }
 
 #[test]
@@ -519,6 +560,10 @@ fn bad_input_fails_on_every_rank_and_leaves_nothing() {
         ),
         (pca(&["--missing", "1.5"]), "--missing"),
         (pca(&["--missing=-0.1"]), "--missing"),
+        (pca(&["--maf", "0.7"]), "--maf"),
+        (pca(&["--geno=-0.5"]), "--geno"),
+        // Every variant excluded: no PCA is left to make.
+        (pca(&["--missing", "0.9", "--geno", "0"]), "--geno 0"),
     ];
     // Under mpirun a failing rank lingers a few seconds for its peers: run them side by side.
     let t = Instant::now();

@@ -53,7 +53,7 @@ use rankwise_runtime::{Dist, Generated};
 
 use crate::kernels::{block_rows, Keep, PanelFactor};
 use crate::tiles::{
-    scale_of, Operand, PackedTile, PanelFacts, Precision, Real, RowCounts, Tile, TILE_ROWS,
+    Operand, PackedTile, PanelFacts, Precision, Real, RowCounts, Tile, VariantFilter, TILE_ROWS,
 };
 use crate::LinalgError;
 
@@ -71,8 +71,8 @@ const BLOCK: u32 = 256;
 pub enum DeviceSource {
     /// Generated uniform values.
     Uniform(Generated),
-    /// Generated genotype dosages, standardized per variant.
-    Genotypes(Generated),
+    /// Generated genotype dosages, standardized per variant after the filter.
+    Genotypes(Generated, VariantFilter),
 }
 
 impl DeviceSource {
@@ -85,9 +85,9 @@ impl DeviceSource {
                 (g.dist() == Dist::Uniform && !g.is_transposed())
                     .then(|| DeviceSource::Uniform(g.clone()))
             }
-            Operand::Genotypes(s) => {
+            Operand::Genotypes(s, filter) => {
                 let g = s.generated()?;
-                (!g.is_transposed()).then(|| DeviceSource::Genotypes(g.clone()))
+                (!g.is_transposed()).then(|| DeviceSource::Genotypes(g.clone(), *filter))
             }
         }
     }
@@ -103,7 +103,7 @@ impl DeviceSource {
 
     fn generated(&self) -> &Generated {
         match self {
-            DeviceSource::Uniform(g) | DeviceSource::Genotypes(g) => g,
+            DeviceSource::Uniform(g) | DeviceSource::Genotypes(g, _) => g,
         }
     }
 }
@@ -244,7 +244,7 @@ where
         let alloc = gpu(dev, "allocating a tile");
         let tile = stream.alloc_zeros::<T>(rows * n).map_err(&alloc)?;
         let (packed, counts) = match src {
-            DeviceSource::Genotypes(_) => (
+            DeviceSource::Genotypes(..) => (
                 Some(
                     stream
                         .alloc_zeros::<u8>(rows * n.div_ceil(4))
@@ -303,7 +303,7 @@ where
                     facts.sum_squares += self.sum_squares(b * self.n)?;
                 }
             }
-            DeviceSource::Genotypes(_) => {
+            DeviceSource::Genotypes(_, filter) => {
                 let pops = gen.populations() as u32;
                 self.thresholds.clear();
                 gen.genotype_thresholds(g.clone(), &mut self.thresholds);
@@ -336,7 +336,7 @@ where
                 stream
                     .memcpy_dtoh(&counts.slice(..4 * b), &mut host)
                     .map_err(gpu(dev, "copying code counts"))?;
-                let table = tables_from_counts::<T>(&host, measure, facts);
+                let table = tables_from_counts::<T>(&host, filter, measure, facts);
                 let table = stream
                     .clone_htod(&table)
                     .map_err(gpu(dev, "copying standardization tables"))?;
@@ -407,21 +407,19 @@ where
 
 /// Each variant's standardization table (the values of codes 0, 1, 2 and 3) from its code
 /// counts (`counts[4 i + code]`), as the CPU kernels compute it, adding the variants' facts.
-fn tables_from_counts<T: Real>(counts: &[u32], measure: bool, facts: &mut PanelFacts) -> Vec<T> {
+fn tables_from_counts<T: Real>(
+    counts: &[u32],
+    filter: &VariantFilter,
+    measure: bool,
+    facts: &mut PanelFacts,
+) -> Vec<T> {
     let mut table = Vec::with_capacity(counts.len());
     for c in counts.chunks_exact(4) {
         let counts = RowCounts {
             dosages: [c[0] as u64, c[1] as u64, c[2] as u64],
             missing: c[3] as u64,
         };
-        let scale = scale_of(&counts);
-        facts.missing += counts.missing;
-        if scale.scale == 0.0 {
-            facts.dropped += 1;
-        }
-        if measure {
-            facts.sum_squares += counts.sum_squares::<T>(scale);
-        }
+        let scale = facts.variant::<T>(&counts, filter, measure);
         table.extend(scale.table().iter().map(|&v| T::from_f64(v)));
     }
     table
@@ -870,7 +868,7 @@ fn stage_layout(operand: &Operand, size: usize, h: usize) -> (usize, usize, usiz
     let n = operand.shape().1 as usize;
     let rows = stage_rows(n, size, h);
     match operand {
-        Operand::Genotypes(_) => (rows, rows * n.div_ceil(4), rows * 4 * size),
+        Operand::Genotypes(..) => (rows, rows * n.div_ceil(4), rows * 4 * size),
         Operand::Dense(_) => (rows, rows * n * size, 0),
     }
 }
@@ -1039,7 +1037,7 @@ where
         let alloc = gpu(dev, "allocating staging buffers");
         let pinned = |bytes| dev.pinned(bytes).map_err(LinalgError::Gpu);
         let (host, tables, slots) = match operand {
-            Operand::Genotypes(_) => {
+            Operand::Genotypes(..) => {
                 let stride = n.div_ceil(4);
                 let host = [pinned(block)?, pinned(block)?];
                 let tables = [pinned(table_bytes)?, pinned(table_bytes)?];
@@ -1730,7 +1728,7 @@ mod tests {
         let mut codes = vec![0u8; capacity * stride];
         let mut tables = vec![T::default(); capacity * 4];
         let mut values = vec![T::default(); capacity * n];
-        let packed = matches!(op, Operand::Genotypes(_));
+        let packed = matches!(op, Operand::Genotypes(..));
         let mut blocks = Vec::new();
         let send = |fill: &mut StageFill,
                     codes: &[u8],
@@ -1870,7 +1868,7 @@ mod tests {
                     facts.sum_squares += partial.values()[..blocks].iter().sum::<f64>();
                 }
             }
-            DeviceSource::Genotypes(_) => {
+            DeviceSource::Genotypes(_, filter) => {
                 let pops = gen.populations() as u32;
                 let mut thresholds = Vec::new();
                 gen.genotype_thresholds(g.clone(), &mut thresholds);
@@ -1896,7 +1894,7 @@ mod tests {
                 );
                 packed.check("packed codes").unwrap();
                 counts.check("code counts").unwrap();
-                let table = tables_from_counts::<T>(counts.values(), measure, facts);
+                let table = tables_from_counts::<T>(counts.values(), filter, measure, facts);
                 let col0 = 0u32;
                 let mut a = HostArgs::new();
                 a.buffer(tile.values_mut())
@@ -1916,9 +1914,10 @@ mod tests {
 
     /// Generated uniform values and genotypes (with population structure and missing
     /// calls) of fresh shapes and row ranges, produced as a GPU actor's device produces
-    /// them (the launches of `Producer::produce` on the host-compiled kernels): the tiles
-    /// are the CPU actors' values bit for bit in f64 and f32, and so are the facts
-    /// (missing calls, dropped variants; Σx² to rounding). f64 tiles gathered into
+    /// them (the launches of `Producer::produce` on the host-compiled kernels), some with
+    /// variants filtered: the tiles are the CPU actors' values bit for bit in f64 and f32,
+    /// and so are the facts (missing calls, dropped and filtered variants; Σx² to
+    /// rounding). f64 tiles gathered into
     /// cuSOLVER's column-major layout, and the top rows of that, are the same values.
     #[test]
     fn device_tiles_are_the_cpu_tiles_on_host_compiled_kernels() {
@@ -1930,14 +1929,24 @@ mod tests {
             let rows = r0..r0 + h as u64;
             let seed = rng.next();
             let pops = 1 + rng.below(3.min(n)) as u64;
-            let what = format!("round {round}: rows {rows:?} × {n}, {pops} populations");
+            // Half the rounds exclude variants, as `--maf`/`--geno` do.
+            let filter = match round % 4 {
+                0 | 1 => VariantFilter::NONE,
+                _ => VariantFilter::new(
+                    rng.below(300) as f64 / 1000.0,
+                    rng.below(100) as f64 / 1000.0,
+                )
+                .unwrap(),
+            };
+            let what =
+                format!("round {round}: rows {rows:?} × {n}, {pops} populations, {filter:?}");
             let genotypes = Generated::new(200, n as u64, seed, Dist::Genotype)
                 .with_populations(pops, 0.15)
                 .unwrap()
                 .with_missing([0.0, 0.05][round % 2]);
             let uniform = Generated::new(200, n as u64, seed, Dist::Uniform);
             for op in [
-                Operand::Genotypes(Arc::new(genotypes)),
+                Operand::Genotypes(Arc::new(genotypes), filter),
                 Operand::Dense(Arc::new(uniform)),
             ] {
                 let src = DeviceSource::of(&op).expect("the device produces it");
@@ -1968,8 +1977,9 @@ mod tests {
             }
             assert_eq!(facts.missing, want_facts.missing, "{what}: missing calls");
             assert_eq!(
-                facts.dropped, want_facts.dropped,
-                "{what}: dropped variants"
+                (facts.dropped, facts.filtered),
+                (want_facts.dropped, want_facts.filtered),
+                "{what}: dropped and filtered variants"
             );
             // The device sums squares in f64; the CPU's f32 sums are within 5.4e-7 of the
             // exact sum (`sum_squares_f32`), its f64 sums within rounding.
@@ -2055,10 +2065,13 @@ mod tests {
             let seed = rng.next();
             let what = format!("round {round}: {h} × {n}, blocks of {capacity} rows");
             let g = Generated::new(h as u64, n as u64, seed, Dist::Genotype).with_missing(0.1);
-            let generated = Operand::Genotypes(Arc::new(g.clone()));
+            let generated = Operand::Genotypes(Arc::new(g.clone()), VariantFilter::NONE);
             let mut dosages = Array2::<i8>::zeros((h, n));
             g.fill_dosages(0..h as u64, dosages.view_mut()).unwrap();
-            let stored = Operand::Genotypes(Arc::new(InMemoryGenotypes::new(dosages, "t.zarr")));
+            let stored = Operand::Genotypes(
+                Arc::new(InMemoryGenotypes::new(dosages, "t.zarr")),
+                VariantFilter::NONE,
+            );
             let uniform = Operand::Dense(Arc::new(Generated::new(
                 h as u64,
                 n as u64,

@@ -43,10 +43,24 @@ pub use rsvd::{
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,
 };
-pub use tiles::{Operand, Precision};
+pub use tiles::{Operand, Precision, VariantFilter};
 pub use tree::Tree;
 
 use rankwise_runtime::RuntimeError;
+
+/// [`LinalgError::NoVariants`]'s message: the filter's options first where they did it, as
+/// other errors name the option at fault.
+fn no_variants(variants: u64, filtered: u64, dropped: u64, filter: &VariantFilter) -> String {
+    let what = format!(
+        "no variants left to analyse: {filtered} of {variants} excluded, {dropped} dropped \
+         (monomorphic or no calls)"
+    );
+    if filtered == 0 {
+        what
+    } else {
+        format!("{}: {what}", filter.options())
+    }
+}
 use rankwise_transports::TransportError;
 
 /// Errors of the linear algebra.
@@ -93,6 +107,19 @@ pub enum LinalgError {
         panel: usize,
         /// What went wrong.
         message: String,
+    },
+    /// A genotype matrix none of whose variants is left to analyse: every one was excluded
+    /// by the [`VariantFilter`] or dropped (monomorphic, or without calls).
+    #[error("{}", no_variants(*variants, *filtered, *dropped, filter))]
+    NoVariants {
+        /// Variants in the matrix.
+        variants: u64,
+        /// Variants the filter excluded.
+        filtered: u64,
+        /// Variants dropped.
+        dropped: u64,
+        /// The filter.
+        filter: VariantFilter,
     },
     /// An argument of the API.
     #[error("{option}: {message}")]

@@ -65,8 +65,8 @@ use crate::reads::{
 };
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
-    Operand, Packing, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer, TILE_COLS,
-    TILE_ROWS,
+    Operand, Packing, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer,
+    VariantFilter, TILE_COLS, TILE_ROWS,
 };
 use crate::tree::{decode, encode, PartialSums, Tree};
 use crate::LinalgError;
@@ -269,10 +269,19 @@ impl RsvdProblem {
         let (m, n) = source.shape();
         Ok(RsvdProblem {
             grid: ChunkGrid::new(m, n, chunk_rows)?,
-            operand: Operand::Genotypes(source),
+            operand: Operand::Genotypes(source, VariantFilter::NONE),
             transposed: false,
             rank_panels: None,
         })
+    }
+
+    /// The same problem with the variants `filter` excludes zero (a genotype matrix; a
+    /// float matrix has no variants and is returned unchanged).
+    pub fn with_variant_filter(mut self, filter: VariantFilter) -> RsvdProblem {
+        if let Operand::Genotypes(_, f) = &mut self.operand {
+            *f = filter;
+        }
+        self
     }
 }
 
@@ -328,7 +337,7 @@ impl RsvdPlan {
         let nn = n as usize;
         let chunk = grid.chunk_rows.min(grid.rows) as usize;
         let codes = match problem.operand {
-            Operand::Genotypes(_) => TILE_ROWS * nn,
+            Operand::Genotypes(..) => TILE_ROWS * nn,
             Operand::Dense(_) => 0,
         };
         // Per thread: a tile, a row block of dosages, one panel's B, its sketch before
@@ -450,10 +459,14 @@ pub struct ErrorEstimate {
 pub struct GenotypeSummary {
     /// Variants in the matrix.
     pub variants: u64,
-    /// Variants used (not dropped).
+    /// Variants used (neither filtered nor dropped).
     pub variants_used: u64,
     /// Variants dropped: allele frequency 0 or 1 among their calls, or no calls.
     pub variants_dropped: u64,
+    /// Variants the [`VariantFilter`] excluded (`--maf`, `--geno`).
+    pub variants_filtered: u64,
+    /// The filter applied.
+    pub filter: VariantFilter,
     /// Missing calls, imputed to the variant's mean.
     pub missing_calls: u64,
     /// All calls.
@@ -729,7 +742,7 @@ pub fn rsvd(
     }
     let value_bytes = match problem.operand {
         Operand::Dense(_) => 8,
-        Operand::Genotypes(_) => 1,
+        Operand::Genotypes(..) => 1,
     };
     let gpus: Vec<_> = rt.actors().iter().map(|a| a.gpu().cloned()).collect();
     let first_gpu = gpus.iter().flatten().next();
@@ -772,8 +785,20 @@ pub fn rsvd(
     let mut fused_w = fuse.then(w_sums);
     let (st, facts) = range_pass(rt, &ctx, states, omega, l, true, prec, fused_w.as_ref())?;
     let mut states = st;
-    let stats = tree.sum_all(comm, facts, (1, 3))?;
+    let stats = tree.sum_all(comm, facts, (1, 4))?;
     let total_sum_squares = stats[[0, 0]];
+    // Every rank holds the same sums, so every rank stops here alike.
+    if let Operand::Genotypes(_, filter) = &problem.operand {
+        let (dropped, filtered) = (stats[[0, 1]] as u64, stats[[0, 3]] as u64);
+        if dropped + filtered >= m {
+            return Err(LinalgError::NoVariants {
+                variants: m,
+                filtered,
+                dropped,
+                filter: *filter,
+            });
+        }
+    }
     let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
     timings.push(phase(&format!("pass 1: produce panels + A·Ω{also_w}"), t));
     let t = Instant::now();
@@ -948,10 +973,12 @@ pub fn rsvd(
         }
     });
     let genotypes = match problem.operand {
-        Operand::Genotypes(_) => Some(GenotypeSummary {
+        Operand::Genotypes(_, filter) => Some(GenotypeSummary {
             variants: m,
-            variants_used: m - stats[[0, 1]] as u64,
+            variants_used: m - stats[[0, 1]] as u64 - stats[[0, 3]] as u64,
             variants_dropped: stats[[0, 1]] as u64,
+            variants_filtered: stats[[0, 3]] as u64,
+            filter,
             missing_calls: stats[[0, 2]] as u64,
             calls: m * n as u64,
         }),
@@ -1139,10 +1166,15 @@ where
             facts.insert(
                 st.p,
                 Array2::from_shape_vec(
-                    (1, 3),
-                    vec![f.sum_squares, f.dropped as f64, f.missing as f64],
+                    (1, 4),
+                    vec![
+                        f.sum_squares,
+                        f.dropped as f64,
+                        f.missing as f64,
+                        f.filtered as f64,
+                    ],
                 )
-                .expect("1×3"),
+                .expect("1×4"),
             );
             mine.push(st);
         }
@@ -1523,9 +1555,10 @@ mod tests {
                 Arc::new(ZarrMatrix::open(floats.to_str().unwrap()).unwrap());
             let operands = [
                 Operand::Dense(float_src),
-                Operand::Genotypes(Arc::new(
-                    ZarrGenotypes::open(dosages.to_str().unwrap()).unwrap(),
-                )),
+                Operand::Genotypes(
+                    Arc::new(ZarrGenotypes::open(dosages.to_str().unwrap()).unwrap()),
+                    VariantFilter::NONE,
+                ),
                 Operand::Dense(Arc::new(Generated::new(m, n, 7, Dist::Uniform))),
             ];
             // The same shapes on CPU actors and with the second one a GPU actor: the

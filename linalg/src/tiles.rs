@@ -45,8 +45,9 @@ pub const TILE_COLS: usize = 512;
 pub enum Operand {
     /// A float matrix (generated, or read).
     Dense(Arc<dyn PanelSource>),
-    /// Genotype dosages, standardized per variant on the fly.
-    Genotypes(Arc<dyn GenotypeSource>),
+    /// Genotype dosages, standardized per variant on the fly, the variants the filter
+    /// excludes zero.
+    Genotypes(Arc<dyn GenotypeSource>, VariantFilter),
 }
 
 impl Operand {
@@ -54,7 +55,7 @@ impl Operand {
     pub fn shape(&self) -> (u64, u64) {
         match self {
             Operand::Dense(s) => s.shape(),
-            Operand::Genotypes(s) => s.shape(),
+            Operand::Genotypes(s, _) => s.shape(),
         }
     }
 
@@ -62,7 +63,7 @@ impl Operand {
     pub fn describe(&self) -> String {
         match self {
             Operand::Dense(s) => s.describe(),
-            Operand::Genotypes(s) => s.describe(),
+            Operand::Genotypes(s, _) => s.describe(),
         }
     }
 
@@ -70,7 +71,7 @@ impl Operand {
     pub fn stored(&self) -> Option<&dyn StoredPanels> {
         match self {
             Operand::Dense(s) => s.stored(),
-            Operand::Genotypes(s) => s.stored(),
+            Operand::Genotypes(s, _) => s.stored(),
         }
     }
 
@@ -97,7 +98,7 @@ impl Operand {
                 Some(st) => rows * n * st.element_type().size() as u64,
                 None => rows * n * width,
             },
-            Operand::Genotypes(_) => rows * (n.div_ceil(4) + 16),
+            Operand::Genotypes(..) => rows * (n.div_ceil(4) + 16),
         }
     }
 }
@@ -133,6 +134,93 @@ impl RowCounts {
                 self.dosages[c] as f64 * (v * v)
             })
             .sum()
+    }
+}
+
+/// Which variants a PCA keeps, decided from each variant's calls as PLINK's `--maf` and
+/// `--geno` decide: a variant whose minor allele frequency among its calls is below
+/// `min_maf`, or whose fraction of missing calls is above `max_missing`, is excluded. An
+/// excluded variant's row is zero, like a dropped (monomorphic) one's, but unlike a
+/// dropped variant it is not among the variants that scale the eigenvalues: PLINK 2 removes
+/// filtered variants before `--pca`, and keeps the monomorphic ones it was given.
+///
+/// The frequencies are exact ratios of counts, each rounded once, so a variant exactly at a
+/// threshold is kept, as PLINK 2 keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct VariantFilter {
+    /// Smallest minor allele frequency kept, in `[0, 0.5]`; with 0 nothing is excluded for
+    /// its frequency.
+    pub min_maf: f64,
+    /// Largest fraction of missing calls kept, in `[0, 1]`; with 1 nothing is excluded for
+    /// its missing calls.
+    pub max_missing: f64,
+}
+
+impl VariantFilter {
+    /// Keeps every variant.
+    pub const NONE: VariantFilter = VariantFilter {
+        min_maf: 0.0,
+        max_missing: 1.0,
+    };
+
+    /// A filter of the given thresholds; each is checked against its range, and an error
+    /// names the option at fault (`--maf`, `--geno`).
+    pub fn new(min_maf: f64, max_missing: f64) -> Result<VariantFilter, LinalgError> {
+        if !(0.0..=0.5).contains(&min_maf) {
+            return Err(LinalgError::Option {
+                option: "--maf",
+                message: format!("{min_maf} is not a minor allele frequency in [0, 0.5]"),
+            });
+        }
+        if !(0.0..=1.0).contains(&max_missing) {
+            return Err(LinalgError::Option {
+                option: "--geno",
+                message: format!("{max_missing} is not a fraction of missing calls in [0, 1]"),
+            });
+        }
+        Ok(VariantFilter {
+            min_maf,
+            max_missing,
+        })
+    }
+
+    /// The command-line options that set this filter (`--maf X --geno Y`, those that
+    /// exclude anything), for messages.
+    pub fn options(&self) -> String {
+        let mut options = Vec::new();
+        if self.min_maf > 0.0 {
+            options.push(format!("--maf {}", self.min_maf));
+        }
+        if self.max_missing < 1.0 {
+            options.push(format!("--geno {}", self.max_missing));
+        }
+        options.join(" ")
+    }
+
+    /// Whether the filter keeps the variant of these counts. A variant without calls has
+    /// no allele frequency: any `min_maf` above 0 excludes it.
+    pub fn keeps(&self, counts: &RowCounts) -> bool {
+        let [zeros, ones, twos] = counts.dosages;
+        let calls = zeros + ones + twos;
+        let samples = calls + counts.missing;
+        if samples > 0 && counts.missing as f64 / samples as f64 > self.max_missing {
+            return false;
+        }
+        if self.min_maf > 0.0 {
+            let alleles = 2 * calls;
+            let alt = ones + 2 * twos;
+            let minor = alt.min(alleles - alt);
+            if calls == 0 || (minor as f64 / alleles as f64) < self.min_maf {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl Default for VariantFilter {
+    fn default() -> Self {
+        VariantFilter::NONE
     }
 }
 
@@ -730,10 +818,43 @@ fn add_f32_to(sums: &mut [f64], x: &[f32]) {
 pub struct PanelFacts {
     /// Σ x² over the panel (after standardization for genotypes).
     pub sum_squares: f64,
-    /// Variants dropped (genotypes; `p = 0` or `1`, or no calls).
+    /// Variants dropped (genotypes; `p = 0` or `1`, or no calls) among those the
+    /// [`VariantFilter`] kept.
     pub dropped: u64,
-    /// Missing calls (genotypes).
+    /// Variants the [`VariantFilter`] excluded (genotypes).
+    pub filtered: u64,
+    /// Missing calls (genotypes), of every variant read.
     pub missing: u64,
+}
+
+impl PanelFacts {
+    /// The standardization of one variant from its counts, after the `filter` (an excluded
+    /// variant's row is zero), adding the variant to the facts; with `measure`, its Σx² in
+    /// tiles of type `T`. The CPU kernels and the GPU passes (which count codes on the
+    /// device) all standardize through it.
+    pub fn variant<T: Real>(
+        &mut self,
+        counts: &RowCounts,
+        filter: &VariantFilter,
+        measure: bool,
+    ) -> RowScale {
+        self.missing += counts.missing;
+        if !filter.keeps(counts) {
+            self.filtered += 1;
+            return RowScale {
+                mean: 0.0,
+                scale: 0.0,
+            };
+        }
+        let scale = scale_of(counts);
+        if scale.scale == 0.0 {
+            self.dropped += 1;
+        }
+        if measure {
+            self.sum_squares += counts.sum_squares::<T>(scale);
+        }
+        scale
+    }
 }
 
 /// Produces the tiles of one panel. `store` keeps the values produced in this pass (the
@@ -1035,15 +1156,17 @@ impl<'a> TileProducer<'a> {
                 };
                 Ok((facts, kept))
             }
-            (Operand::Genotypes(src), _) => {
-                self.genotype_tiles(src.as_ref(), stored, keep, tile_buf, order, f)
+            (Operand::Genotypes(src, filter), _) => {
+                self.genotype_tiles(src.as_ref(), *filter, stored, keep, tile_buf, order, f)
             }
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn genotype_tiles<T: Real>(
         &self,
         src: &dyn GenotypeSource,
+        filter: VariantFilter,
         stored: Option<&Stored>,
         keep: bool,
         tile: &mut Vec<T>,
@@ -1128,12 +1251,7 @@ impl<'a> TileProducer<'a> {
                                 dosages: [n as u64 - ones - twos - missing, ones, twos],
                                 missing,
                             };
-                            let scale = scale_of(&counts);
-                            facts.missing += counts.missing;
-                            if self.measure {
-                                facts.sum_squares += counts.sum_squares::<T>(scale);
-                            }
-                            scales.push(scale);
+                            scales.push(facts.variant::<T>(&counts, &filter, self.measure));
                         }
                         if keep {
                             kept_rows.extend_from_slice(&scales);
@@ -1169,18 +1287,14 @@ impl<'a> TileProducer<'a> {
                         };
                         for i in 0..b {
                             let row = &codes[i * n..(i + 1) * n];
-                            let (scale, counts) =
-                                row_scale(row).map_err(|(j, v)| LinalgError::Genotype {
+                            let counts =
+                                row_counts(row).map_err(|(j, v)| LinalgError::Genotype {
                                     variant: g.start + i as u64,
                                     sample: j as u64,
                                     value: v,
                                     what: src.describe(),
                                 })?;
-                            facts.missing += counts.missing;
-                            if self.measure {
-                                facts.sum_squares += counts.sum_squares::<T>(scale);
-                            }
-                            scales.push(scale);
+                            scales.push(facts.variant::<T>(&counts, &filter, self.measure));
                             pack_row(row, &mut dest[i * stride..(i + 1) * stride]);
                         }
                         if keep {
@@ -1191,11 +1305,6 @@ impl<'a> TileProducer<'a> {
                         }
                     }
                 };
-                for sc in &scales {
-                    if sc.scale == 0.0 {
-                        facts.dropped += 1;
-                    }
-                }
                 if packed_out {
                     tables.clear();
                     tables.extend(scales.iter().map(|s| s.table().map(|v| v as f32)));
@@ -1251,9 +1360,9 @@ impl<'a> TileProducer<'a> {
     }
 }
 
-/// The standardization of one row of dosages and its missing-call count, or the first
-/// value outside {−1, 0, 1, 2} as `(column, value)`.
-pub fn row_scale(row: &[i8]) -> Result<(RowScale, RowCounts), (usize, i8)> {
+/// How often each dosage occurs in one row of dosages, or the first value outside
+/// {−1, 0, 1, 2} as `(column, value)`.
+pub fn row_counts(row: &[i8]) -> Result<RowCounts, (usize, i8)> {
     let (sum, calls, twos, bad) = count_row(row);
     if bad {
         let j = row
@@ -1263,10 +1372,16 @@ pub fn row_scale(row: &[i8]) -> Result<(RowScale, RowCounts), (usize, i8)> {
         return Err((j, row[j]));
     }
     let ones = sum - 2 * twos;
-    let counts = RowCounts {
+    Ok(RowCounts {
         dosages: [calls - ones - twos, ones, twos],
         missing: row.len() as u64 - calls,
-    };
+    })
+}
+
+/// The standardization of one row of dosages (no [`VariantFilter`]) and its counts, or the
+/// first value outside {−1, 0, 1, 2} as `(column, value)`.
+pub fn row_scale(row: &[i8]) -> Result<(RowScale, RowCounts), (usize, i8)> {
+    let counts = row_counts(row)?;
     Ok((scale_of(&counts), counts))
 }
 
@@ -1520,6 +1635,7 @@ pub fn gemm<T: Real>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Rng;
     use rankwise_runtime::{Dist, Generated, InMemoryGenotypes};
 
     #[test]
@@ -1578,7 +1694,7 @@ mod tests {
     #[test]
     fn genotype_tiles_are_the_standardized_matrix_resident_or_not() {
         let g = Generated::new(150, 2100, 4, Dist::Genotype).with_missing(0.1);
-        let op = Operand::Genotypes(Arc::new(g.clone()));
+        let op = Operand::Genotypes(Arc::new(g.clone()), VariantFilter::NONE);
         let (a, facts, kept) = collect(&op, 10..150, None, true);
         for i in 0..140 {
             let row: Vec<i8> = (0..2100).map(|j| g.genotype(10 + i as u64, j)).collect();
@@ -1603,6 +1719,101 @@ mod tests {
         }
     }
 
+    #[test]
+    fn variant_filter_keeps_variants_on_its_thresholds() {
+        // 20 samples, 2 missing (0.1), 36 alleles with 9 of the minor one (0.25), whichever
+        // allele it is.
+        for dosages in [[9, 9, 0], [0, 9, 9]] {
+            let counts = RowCounts {
+                dosages,
+                missing: 2,
+            };
+            let f = |maf, geno| VariantFilter::new(maf, geno).unwrap().keeps(&counts);
+            assert!(f(0.25, 0.1));
+            assert!(!f(0.2501, 0.1));
+            assert!(!f(0.25, 0.0999));
+            assert!(f(0.0, 1.0) && f(0.5 * 0.5, 1.0));
+        }
+        let none = RowCounts {
+            dosages: [0, 0, 0],
+            missing: 7,
+        };
+        assert!(VariantFilter::NONE.keeps(&none));
+        assert!(!VariantFilter::new(0.01, 1.0).unwrap().keeps(&none));
+        assert!(!VariantFilter::new(0.0, 0.99).unwrap().keeps(&none));
+        let mono = RowCounts {
+            dosages: [0, 0, 30],
+            missing: 0,
+        };
+        assert!(VariantFilter::new(0.0, 0.0).unwrap().keeps(&mono));
+        assert!(!VariantFilter::new(1e-9, 1.0).unwrap().keeps(&mono));
+        for (maf, geno, option) in [
+            (0.6, 1.0, "--maf"),
+            (-0.1, 1.0, "--maf"),
+            (f64::NAN, 1.0, "--maf"),
+            (0.1, 1.5, "--geno"),
+            (0.1, f64::NAN, "--geno"),
+        ] {
+            match VariantFilter::new(maf, geno) {
+                Err(LinalgError::Option { option: o, .. }) => assert_eq!(o, option),
+                other => panic!("{maf} {geno}: {other:?}"),
+            }
+        }
+    }
+
+    /// A filtered variant's row is zero whichever way the panel is made (generated and
+    /// packed as drawn, decoded from stored dosages, resident), and it is counted apart
+    /// from the dropped (monomorphic) ones.
+    #[test]
+    fn filtered_variants_are_zero_rows_counted_apart_from_dropped_ones() {
+        let mut rng = Rng::fresh();
+        for _ in 0..3 {
+            let (m, n) = (40 + rng.below(300), 5 + rng.below(400));
+            let g = Generated::new(m as u64, n as u64, rng.next(), Dist::Genotype)
+                .with_missing(rng.below(300) as f64 / 1000.0);
+            let filter = VariantFilter::new(
+                rng.below(400) as f64 / 1000.0,
+                rng.below(1001) as f64 / 1000.0,
+            )
+            .unwrap();
+            let what = format!("{m} × {n}, {filter:?}");
+            let dosages = Array2::from_shape_fn((m, n), |(i, j)| g.genotype(i as u64, j as u64));
+            let (mut filtered, mut dropped) = (0, 0);
+            let mut want = Array2::<f64>::zeros((m, n));
+            for (i, row) in dosages.rows().into_iter().enumerate() {
+                let (sc, counts) = row_scale(row.as_slice().unwrap()).unwrap();
+                if !filter.keeps(&counts) {
+                    filtered += 1;
+                    continue;
+                }
+                dropped += (sc.scale == 0.0) as u64;
+                for (j, &v) in row.iter().enumerate() {
+                    if v >= 0 {
+                        want[[i, j]] = (v as f64 - sc.mean) * sc.scale;
+                    }
+                }
+            }
+            let stored = InMemoryGenotypes::new(dosages, "t.zarr");
+            for op in [
+                Operand::Genotypes(Arc::new(g.clone()), filter),
+                Operand::Genotypes(Arc::new(stored.clone()), filter),
+            ] {
+                let (a, facts, kept) = collect(&op, 0..m as u64, None, true);
+                assert_eq!(
+                    (facts.filtered, facts.dropped),
+                    (filtered, dropped),
+                    "{what}"
+                );
+                let err = (&a - &want).iter().fold(0f64, |e, x| e.max(x.abs()));
+                assert!(err < 1e-13, "{what}: {err}");
+                let squares: f64 = want.iter().map(|x| x * x).sum();
+                assert!((facts.sum_squares - squares).abs() <= 1e-12 * squares.max(1.0));
+                let (b, _, _) = collect(&op, 0..m as u64, kept.as_ref(), false);
+                assert_eq!(a, b, "{what}: resident");
+            }
+        }
+    }
+
     /// The second sweep of a row block hands out the first sweep's tiles again, after all of
     /// them and in the same order, for produced and resident panels; it is neither measured
     /// nor kept twice.
@@ -1610,9 +1821,10 @@ mod tests {
     fn a_second_sweep_hands_out_the_first_sweeps_tiles_again() {
         let ops = [
             Operand::Dense(Arc::new(Generated::new(600, 1100, 3, Dist::Uniform))),
-            Operand::Genotypes(Arc::new(
-                Generated::new(600, 1100, 4, Dist::Genotype).with_missing(0.1),
-            )),
+            Operand::Genotypes(
+                Arc::new(Generated::new(600, 1100, 4, Dist::Genotype).with_missing(0.1)),
+                VariantFilter::NONE,
+            ),
         ];
         for op in &ops {
             let (once, _, kept) = collect(op, 5..600, None, true);
@@ -1671,7 +1883,10 @@ mod tests {
         let mut v = Array2::<i8>::zeros((5, 6));
         v[[3, 4]] = 7;
         v[[0, 0]] = 1;
-        let op = Operand::Genotypes(Arc::new(InMemoryGenotypes::new(v, "test.zarr")));
+        let op = Operand::Genotypes(
+            Arc::new(InMemoryGenotypes::new(v, "test.zarr")),
+            VariantFilter::NONE,
+        );
         let err = TileProducer::new(&op, 0, 0..5)
             .for_each(None, false, &mut Vec::<f64>::new(), |_, _, _| {})
             .unwrap_err()
@@ -1705,7 +1920,7 @@ mod tests {
     #[test]
     fn f32_genotype_tiles_are_the_f64_tiles_rounded() {
         let g = Generated::new(40, 1500, 8, Dist::Genotype).with_missing(0.1);
-        let op = Operand::Genotypes(Arc::new(g));
+        let op = Operand::Genotypes(Arc::new(g), VariantFilter::NONE);
         let (a, _, _) = collect(&op, 0..40, None, false);
         let mut b = Array2::<f32>::zeros((40, 1500));
         let (facts, _) = TileProducer::new(&op, 0, 0..40)

@@ -254,13 +254,18 @@ pub fn report(run: &mpirun_util::RunOutput) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("stdout is not a JSON report ({e})\n{}", run.describe()))
 }
 
-/// The bits of a JSON array of numbers.
-pub fn json_bits(v: &serde_json::Value) -> Vec<u64> {
+/// The numbers of a JSON array.
+pub fn json_floats(v: &serde_json::Value) -> Vec<f64> {
     v.as_array()
         .unwrap_or_else(|| panic!("not an array: {v}"))
         .iter()
-        .map(|x| x.as_f64().unwrap().to_bits())
+        .map(|x| x.as_f64().unwrap())
         .collect()
+}
+
+/// The bits of a JSON array of numbers.
+pub fn json_bits(v: &serde_json::Value) -> Vec<u64> {
+    json_floats(v).iter().map(|x| x.to_bits()).collect()
 }
 
 /// Bits of the named arrays of a Zarr group.

@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use ndarray::Array2;
 use rankwise_linalg::{
     rsvd, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
+    VariantFilter,
 };
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
@@ -185,6 +186,15 @@ pub(super) struct PcaArgs {
     /// Fixation index F_ST of the populations' frequencies, in (0, 1).
     #[arg(long, default_value_t = rankwise_runtime::source::DEFAULT_FST)]
     fst: f64,
+    /// Exclude variants whose minor allele frequency among their calls is below MIN, as
+    /// PLINK's `--maf` does (a variant exactly at MIN is kept). Excluded variants get zero
+    /// loadings and do not count among the variants that scale the eigenvalues.
+    #[arg(long, value_name = "MIN", default_value_t = 0.0)]
+    maf: f64,
+    /// Exclude variants whose fraction of missing calls is above MAX, as PLINK's `--geno`
+    /// does.
+    #[arg(long, value_name = "MAX", default_value_t = 1.0)]
+    geno: f64,
     #[command(flatten)]
     sketch: SketchArgs,
     #[command(flatten)]
@@ -276,6 +286,7 @@ pub(super) fn pca_command(
             message: format!("{} is not a fraction in [0, 1)", a.missing),
         });
     }
+    let filter = VariantFilter::new(a.maf, a.geno)?;
     let (source, describe): (Arc<dyn GenotypeSource>, serde_json::Value) =
         match (&a.zarr, &a.vcf_zarr, &a.bed) {
             (_, _, Some(path)) => {
@@ -321,7 +332,8 @@ pub(super) fn pca_command(
         .stored()
         .map(|s| s.default_panel_rows())
         .unwrap_or(shape.0);
-    let problem = RsvdProblem::genotypes(source, a.chunk_rows.unwrap_or(band))?;
+    let problem =
+        RsvdProblem::genotypes(source, a.chunk_rows.unwrap_or(band))?.with_variant_filter(filter);
     let options = RsvdOptions {
         segment_bytes: a.run.segment_bytes()?,
         ..a.sketch.options(a.seed, &problem.operand)
@@ -549,7 +561,7 @@ fn compute(
     };
     let pcs = pca.map(|p| {
         let ids = match &problem.operand {
-            Operand::Genotypes(g) => g.sample_ids(),
+            Operand::Genotypes(g, _) => g.sample_ids(),
             Operand::Dense(_) => None,
         }
         .unwrap_or_else(|| (0..job.shape.1).map(|j| format!("sample_{j}")).collect());
@@ -564,7 +576,8 @@ fn compute(
 /// PCA figures from the singular values.
 struct PcaFigures {
     /// Eigenvalues of the genetic relationship matrix `XᵀX / M` (PLINK's scale: M counts
-    /// every variant given, the dropped monomorphic ones too, as PLINK 2's `--pca` does).
+    /// every variant given but those `--maf`/`--geno` excluded, the dropped monomorphic
+    /// ones too, as PLINK 2's `--pca` does).
     eigenvalues: Vec<f64>,
     /// σᵢ² / ‖X‖_F².
     explained: Vec<f64>,
@@ -572,7 +585,10 @@ struct PcaFigures {
 
 fn pca_figures(r: &RsvdResult) -> PcaFigures {
     // tests/plink.rs holds this to PLINK 2's own eigenvalues.
-    let m = r.genotypes.as_ref().map_or(1, |g| g.variants.max(1)) as f64;
+    let m = r
+        .genotypes
+        .as_ref()
+        .map_or(1, |g| (g.variants - g.variants_filtered).max(1)) as f64;
     PcaFigures {
         eigenvalues: r.s.iter().map(|s| s * s / m).collect(),
         explained: r
@@ -706,10 +722,19 @@ fn summary_text(
         rt.comm().name()
     );
     if let Some(gs) = &r.genotypes {
+        let filtered = if gs.filter == VariantFilter::NONE {
+            String::new()
+        } else {
+            format!(
+                "; {} excluded by {}",
+                gs.variants_filtered,
+                gs.filter.options()
+            )
+        };
         let _ = writeln!(
             s,
-            "  variants used {} of {} ({} dropped: monomorphic or no calls); missing calls {} \
-             of {} ({:.2} %), imputed to the variant mean",
+            "  variants used {} of {} ({} dropped: monomorphic or no calls{filtered}); \
+             missing calls {} of {} ({:.2} %), imputed to the variant mean",
             gs.variants_used,
             gs.variants,
             gs.variants_dropped,
