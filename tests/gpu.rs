@@ -387,7 +387,16 @@ fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
     assert_same_subspaces(&dir.join("pca-gpu"), &dir.join("pca-cpu"), 1e-6, "pca f64");
     // In f32, with variants excluded by the tables the device's code counts give.
     let mut pca32 = pca.clone();
-    pca32.extend(["--precision", "f32", "--maf", "0.05", "--geno", "0.06"]);
+    pca32.extend([
+        "--precision",
+        "f32",
+        "--maf",
+        "0.05",
+        "--geno",
+        "0.06",
+        "--hwe",
+        "1e-3",
+    ]);
     let (cpu, cpu_report) = singular_values(&pca32, "cpu");
     let (gpu, gpu_report) = singular_values(&pca32, "gpu");
     assert_close(&gpu, &cpu, 1e-5, "pca f32");

@@ -3,7 +3,7 @@
 //! - the eigenvalues and eigenvectors of `plink2 --pca` (no missing calls);
 //! - with missing calls, the mean-imputed PCA of the dosages PLINK 2 exports (`--export A`),
 //!   computed here with LAPACK: the `.bed`'s records decode to PLINK's own calls;
-//! - `--maf`/`--geno` exclude the variants PLINK 2's own filters exclude;
+//! - `--maf`, `--geno` and `--hwe` exclude the variants PLINK 2's own filters exclude;
 //! - two ranks under `mpirun` give the embedded run's bits;
 //! - a truncated `.bed` and a `.fam` that is not the fileset's fail on both ranks, naming the
 //!   file.
@@ -201,10 +201,8 @@ fn records_with_missing_calls_decode_to_plink2s_exported_dosages() {
 }
 
 /// `--maf` and `--geno` exclude the variants PLINK 2's own filters exclude, those exactly
-/// at a threshold kept, and the eigenvalues are those of the variants PLINK keeps: its
-/// `--pca`'s without missing calls, else the mean-imputed PCA (LAPACK) of the dosages it
-/// exports after filtering. The thresholds are round numbers and the samples a multiple of
-/// 50, so that variants sit exactly on them; the test counts them to be sure.
+/// at a threshold kept. The thresholds are round numbers and the samples a multiple of 50,
+/// so that variants sit exactly on them; the test counts them to be sure.
 #[test]
 fn maf_and_geno_exclude_the_variants_plink2_excludes() {
     let mut rng = Draw(test_seed());
@@ -214,7 +212,6 @@ fn maf_and_geno_exclude_the_variants_plink2_excludes() {
     let missing = [0.0, 0.02, 0.05][rng.range(0, 2) as usize];
     let maf = ["0.1", "0.2", "0.25"][rng.range(0, 2) as usize];
     let geno = ["0.02", "0.04"][rng.range(0, 1) as usize];
-    let k = 3;
     let what = format!(
         "{variants} variants × {samples} samples, {missing} missing, --maf {maf} --geno {geno}"
     );
@@ -240,13 +237,29 @@ fn maf_and_geno_exclude_the_variants_plink2_excludes() {
             on_maf > 0 && (missing == 0.0 || on_geno > 0)
         })
         .unwrap_or_else(|| panic!("{what}: no fileset of eight with variants on the thresholds"));
+    assert_filters_keep_plink2s_variants(&prefix, (variants, samples, missing), &filters, &what);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Asserts that rankwise, given PLINK 2's filter options `filters`, excludes as many
+/// variants as `plink2 --write-snplist` keeps out, and that its eigenvalues (k = 3, exact)
+/// are those of the variants PLINK keeps: its `--pca`'s without missing calls, else the
+/// mean-imputed PCA (LAPACK) of the dosages it exports under the same options.
+fn assert_filters_keep_plink2s_variants(
+    prefix: &Path,
+    (variants, samples, missing): (u64, u64, f64),
+    filters: &[&str],
+    what: &str,
+) {
+    let k = 3u64;
+    let k_text = k.to_string();
     let mut args = filters.to_vec();
     args.push("--write-snplist");
-    let list = plink(&prefix, "s", &args).with_extension("snplist");
+    let list = plink(prefix, "s", &args).with_extension("snplist");
     let kept = std::fs::read_to_string(list).unwrap().lines().count() as u64;
     let mut extra = filters.to_vec();
     extra.push("--json");
-    let r = report(&embedded(&rankwise_pca(&prefix, samples, k, &extra)));
+    let r = report(&embedded(&rankwise_pca(prefix, samples, k, &extra)));
     let gs = &r["genotypes"];
     assert_eq!(
         gs["variants_filtered"].as_u64(),
@@ -255,7 +268,7 @@ fn maf_and_geno_exclude_the_variants_plink2_excludes() {
     );
     assert!(kept > 0 && kept < variants, "{what}: plink2 kept {kept}");
     let got = json_floats(&r["eigenvalues"]);
-    let g = exported_dosages(&prefix, &filters);
+    let g = exported_dosages(prefix, filters);
     assert_eq!(g.nrows() as u64, kept, "{what}");
     let want = reference_eigenvalues(&g, k as usize);
     for (j, (e, w)) in got.iter().zip(&want).enumerate() {
@@ -267,8 +280,8 @@ fn maf_and_geno_exclude_the_variants_plink2_excludes() {
     }
     if missing == 0.0 {
         let mut args = filters.to_vec();
-        args.extend(["--pca", "3"]);
-        let theirs = plink(&prefix, "p", &args).with_extension("eigenval");
+        args.extend(["--pca", &k_text]);
+        let theirs = plink(prefix, "p", &args).with_extension("eigenval");
         let theirs = floats(&std::fs::read_to_string(theirs).unwrap());
         for (j, (e, w)) in got.iter().zip(&theirs).enumerate() {
             assert!(
@@ -277,6 +290,34 @@ fn maf_and_geno_exclude_the_variants_plink2_excludes() {
                 j + 1
             );
         }
+    }
+}
+
+/// `--hwe P` and `--hwe P midp` exclude the variants PLINK 2's own exact test excludes, with
+/// missing calls or without, alone or with `--maf`.
+#[test]
+fn hwe_excludes_the_variants_plink2s_exact_test_excludes() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-hwe");
+    let samples = rng.range(50, 400);
+    let variants = rng.range(800, 3000);
+    let missing = [0.0, 0.02, 0.1][rng.range(0, 2) as usize];
+    // Thresholds that exclude some of PLINK's dummy variants (drawn in equilibrium).
+    let p = ["0.01", "0.05", "0.2"][rng.range(0, 2) as usize];
+    let prefix = plink_fileset(&dir, samples, variants, missing, rng.next());
+    for filters in [
+        vec!["--hwe", p],
+        vec!["--hwe", p, "midp"],
+        vec!["--hwe", p, "midp", "--maf", "0.1"],
+    ] {
+        let what =
+            format!("{variants} variants × {samples} samples, {missing} missing, {filters:?}");
+        assert_filters_keep_plink2s_variants(
+            &prefix,
+            (variants, samples, missing),
+            &filters,
+            &what,
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,7 +14,9 @@ use std::time::Instant;
 use common::mpirun_util::RunOutput;
 use common::*;
 use rankwise::launch::output::read_f64_array;
-use rankwise::linalg::{rsvd, Method, Projection, RsvdOptions, RsvdProblem, VariantFilter};
+use rankwise::linalg::{
+    hwe_p, rsvd, HweP, Method, Projection, RsvdOptions, RsvdProblem, VariantFilter,
+};
 use rankwise::runtime::{Dist, Generated, RuntimeConfig};
 use serde_json::Value;
 
@@ -299,7 +301,10 @@ fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
     // Half the draws exclude variants for their frequency and missing calls.
     let filter = if draw.range(0, 1) == 1 {
         let min_maf = draw.range(1, 150) as f64 / 1000.0;
-        VariantFilter::new(min_maf, draw.range(20, 250) as f64 / 1000.0).unwrap()
+        let how = [HweP::Exact, HweP::MidP][draw.range(0, 1) as usize];
+        VariantFilter::new(min_maf, draw.range(20, 250) as f64 / 1000.0)
+            .and_then(|f| f.with_hwe(draw.range(0, 100) as f64 / 1000.0, how))
+            .unwrap()
     } else {
         VariantFilter::NONE
     };
@@ -308,7 +313,12 @@ fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
         &filter.min_maf.to_string(),
         "--geno",
         &filter.max_missing.to_string(),
+        "--hwe",
+        &filter.min_hwe_p.to_string(),
     ]));
+    if filter.hwe == HweP::MidP {
+        args.push("midp".into());
+    }
     eprintln!("{args:?}");
     let (reference, out) = same_bits_everywhere(
         &dir,
@@ -343,7 +353,7 @@ fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
         Some(gs.missing_calls)
     );
     // The filter's rule, counted here from the generator's calls: minor allele frequency
-    // below --maf, or a missing fraction above --geno.
+    // below --maf, a missing fraction above --geno, or a Hardy–Weinberg p-value below --hwe.
     let excluded = (0..rows)
         .filter(|&i| {
             let calls: Vec<i8> = (0..cols).map(|j| g.genotype(i, j)).collect();
@@ -351,8 +361,11 @@ fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
             let called = cols as f64 - missing;
             let alt: f64 = calls.iter().filter(|&&v| v >= 0).map(|&v| v as f64).sum();
             let maf = alt.min(2.0 * called - alt) / (2.0 * called);
+            let count = |d| calls.iter().filter(|&&v| v == d).count() as u64;
+            let hwe = hwe_p([count(0), count(1), count(2)], filter.hwe);
             missing / cols as f64 > filter.max_missing
                 || (filter.min_maf > 0.0 && (called == 0.0 || maf < filter.min_maf))
+                || hwe < filter.min_hwe_p
         })
         .count() as u64;
     assert_eq!(gs.variants_filtered, excluded, "{filter:?}");
@@ -562,6 +575,8 @@ fn bad_input_fails_on_every_rank_and_leaves_nothing() {
         (pca(&["--missing=-0.1"]), "--missing"),
         (pca(&["--maf", "0.7"]), "--maf"),
         (pca(&["--geno=-0.5"]), "--geno"),
+        (pca(&["--hwe", "2"]), "--hwe"),
+        (pca(&["--hwe", "0.01", "mid-p"]), "--hwe"),
         // Every variant excluded: no PCA is left to make.
         (pca(&["--missing", "0.9", "--geno", "0"]), "--geno 0"),
     ];

@@ -52,9 +52,8 @@ use rankwise_runtime::stream::{BLOCK_COLS, LANES};
 use rankwise_runtime::{Dist, Generated};
 
 use crate::kernels::{block_rows, Keep, PanelFactor};
-use crate::tiles::{
-    Operand, PackedTile, PanelFacts, Precision, Real, RowCounts, Tile, VariantFilter, TILE_ROWS,
-};
+use crate::tiles::{Operand, PackedTile, PanelFacts, Precision, Real, RowCounts, Tile, TILE_ROWS};
+use crate::variants::VariantFilter;
 use crate::LinalgError;
 
 /// Columns per f32 GEMM whose product is added to the f64 sums.

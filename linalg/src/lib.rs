@@ -32,6 +32,7 @@ pub mod svd;
 mod testing;
 pub mod tiles;
 pub mod tree;
+pub mod variants;
 
 pub use kernels::{init_blas_threads, PanelFactor};
 pub use reads::ReadTotals;
@@ -43,8 +44,9 @@ pub use rsvd::{
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,
 };
-pub use tiles::{Operand, Precision, VariantFilter};
+pub use tiles::{Operand, Precision};
 pub use tree::Tree;
+pub use variants::{hwe_p, HweP, VariantFilter};
 
 use rankwise_runtime::RuntimeError;
 

@@ -65,10 +65,11 @@ use crate::reads::{
 };
 use crate::svd::{FactorSink, PhaseTiming};
 use crate::tiles::{
-    Operand, Packing, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer,
-    VariantFilter, TILE_COLS, TILE_ROWS,
+    Operand, Packing, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer, TILE_COLS,
+    TILE_ROWS,
 };
 use crate::tree::{decode, encode, PartialSums, Tree};
+use crate::variants::VariantFilter;
 use crate::LinalgError;
 use ndarray_linalg::{Diag, SolveTriangular, UPLO};
 

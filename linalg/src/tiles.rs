@@ -33,6 +33,7 @@ use rankwise_runtime::{
 };
 
 use crate::reads::PanelRead;
+use crate::variants::VariantFilter;
 use crate::LinalgError;
 
 /// Rows of one tile.
@@ -134,93 +135,6 @@ impl RowCounts {
                 self.dosages[c] as f64 * (v * v)
             })
             .sum()
-    }
-}
-
-/// Which variants a PCA keeps, decided from each variant's calls as PLINK's `--maf` and
-/// `--geno` decide: a variant whose minor allele frequency among its calls is below
-/// `min_maf`, or whose fraction of missing calls is above `max_missing`, is excluded. An
-/// excluded variant's row is zero, like a dropped (monomorphic) one's, but unlike a
-/// dropped variant it is not among the variants that scale the eigenvalues: PLINK 2 removes
-/// filtered variants before `--pca`, and keeps the monomorphic ones it was given.
-///
-/// The frequencies are exact ratios of counts, each rounded once, so a variant exactly at a
-/// threshold is kept, as PLINK 2 keeps it.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct VariantFilter {
-    /// Smallest minor allele frequency kept, in `[0, 0.5]`; with 0 nothing is excluded for
-    /// its frequency.
-    pub min_maf: f64,
-    /// Largest fraction of missing calls kept, in `[0, 1]`; with 1 nothing is excluded for
-    /// its missing calls.
-    pub max_missing: f64,
-}
-
-impl VariantFilter {
-    /// Keeps every variant.
-    pub const NONE: VariantFilter = VariantFilter {
-        min_maf: 0.0,
-        max_missing: 1.0,
-    };
-
-    /// A filter of the given thresholds; each is checked against its range, and an error
-    /// names the option at fault (`--maf`, `--geno`).
-    pub fn new(min_maf: f64, max_missing: f64) -> Result<VariantFilter, LinalgError> {
-        if !(0.0..=0.5).contains(&min_maf) {
-            return Err(LinalgError::Option {
-                option: "--maf",
-                message: format!("{min_maf} is not a minor allele frequency in [0, 0.5]"),
-            });
-        }
-        if !(0.0..=1.0).contains(&max_missing) {
-            return Err(LinalgError::Option {
-                option: "--geno",
-                message: format!("{max_missing} is not a fraction of missing calls in [0, 1]"),
-            });
-        }
-        Ok(VariantFilter {
-            min_maf,
-            max_missing,
-        })
-    }
-
-    /// The command-line options that set this filter (`--maf X --geno Y`, those that
-    /// exclude anything), for messages.
-    pub fn options(&self) -> String {
-        let mut options = Vec::new();
-        if self.min_maf > 0.0 {
-            options.push(format!("--maf {}", self.min_maf));
-        }
-        if self.max_missing < 1.0 {
-            options.push(format!("--geno {}", self.max_missing));
-        }
-        options.join(" ")
-    }
-
-    /// Whether the filter keeps the variant of these counts. A variant without calls has
-    /// no allele frequency: any `min_maf` above 0 excludes it.
-    pub fn keeps(&self, counts: &RowCounts) -> bool {
-        let [zeros, ones, twos] = counts.dosages;
-        let calls = zeros + ones + twos;
-        let samples = calls + counts.missing;
-        if samples > 0 && counts.missing as f64 / samples as f64 > self.max_missing {
-            return false;
-        }
-        if self.min_maf > 0.0 {
-            let alleles = 2 * calls;
-            let alt = ones + 2 * twos;
-            let minor = alt.min(alleles - alt);
-            if calls == 0 || (minor as f64 / alleles as f64) < self.min_maf {
-                return false;
-            }
-        }
-        true
-    }
-}
-
-impl Default for VariantFilter {
-    fn default() -> Self {
-        VariantFilter::NONE
     }
 }
 
@@ -1636,6 +1550,7 @@ pub fn gemm<T: Real>(
 mod tests {
     use super::*;
     use crate::testing::Rng;
+    use crate::variants::HweP;
     use rankwise_runtime::{Dist, Generated, InMemoryGenotypes};
 
     #[test]
@@ -1719,48 +1634,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn variant_filter_keeps_variants_on_its_thresholds() {
-        // 20 samples, 2 missing (0.1), 36 alleles with 9 of the minor one (0.25), whichever
-        // allele it is.
-        for dosages in [[9, 9, 0], [0, 9, 9]] {
-            let counts = RowCounts {
-                dosages,
-                missing: 2,
-            };
-            let f = |maf, geno| VariantFilter::new(maf, geno).unwrap().keeps(&counts);
-            assert!(f(0.25, 0.1));
-            assert!(!f(0.2501, 0.1));
-            assert!(!f(0.25, 0.0999));
-            assert!(f(0.0, 1.0) && f(0.5 * 0.5, 1.0));
-        }
-        let none = RowCounts {
-            dosages: [0, 0, 0],
-            missing: 7,
-        };
-        assert!(VariantFilter::NONE.keeps(&none));
-        assert!(!VariantFilter::new(0.01, 1.0).unwrap().keeps(&none));
-        assert!(!VariantFilter::new(0.0, 0.99).unwrap().keeps(&none));
-        let mono = RowCounts {
-            dosages: [0, 0, 30],
-            missing: 0,
-        };
-        assert!(VariantFilter::new(0.0, 0.0).unwrap().keeps(&mono));
-        assert!(!VariantFilter::new(1e-9, 1.0).unwrap().keeps(&mono));
-        for (maf, geno, option) in [
-            (0.6, 1.0, "--maf"),
-            (-0.1, 1.0, "--maf"),
-            (f64::NAN, 1.0, "--maf"),
-            (0.1, 1.5, "--geno"),
-            (0.1, f64::NAN, "--geno"),
-        ] {
-            match VariantFilter::new(maf, geno) {
-                Err(LinalgError::Option { option: o, .. }) => assert_eq!(o, option),
-                other => panic!("{maf} {geno}: {other:?}"),
-            }
-        }
-    }
-
     /// A filtered variant's row is zero whichever way the panel is made (generated and
     /// packed as drawn, decoded from stored dosages, resident), and it is counted apart
     /// from the dropped (monomorphic) ones.
@@ -1775,6 +1648,7 @@ mod tests {
                 rng.below(400) as f64 / 1000.0,
                 rng.below(1001) as f64 / 1000.0,
             )
+            .and_then(|f| f.with_hwe(rng.below(200) as f64 / 1000.0, HweP::Exact))
             .unwrap();
             let what = format!("{m} × {n}, {filter:?}");
             let dosages = Array2::from_shape_fn((m, n), |(i, j)| g.genotype(i as u64, j as u64));

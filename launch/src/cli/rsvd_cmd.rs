@@ -7,8 +7,8 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use ndarray::Array2;
 use rankwise_linalg::{
-    rsvd, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
-    VariantFilter,
+    rsvd, HweP, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem,
+    RsvdResult, VariantFilter,
 };
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
@@ -195,6 +195,11 @@ pub(super) struct PcaArgs {
     /// does.
     #[arg(long, value_name = "MAX", default_value_t = 1.0)]
     geno: f64,
+    /// Exclude variants whose Hardy–Weinberg exact test p-value (Wigginton et al. 2005,
+    /// from the called genotypes) is below P, as PLINK 2's `--hwe P` does; `--hwe P midp`
+    /// uses the mid-p value. Every variant is tested as an autosome's.
+    #[arg(long, value_names = ["P", "midp"], num_args = 1..=2)]
+    hwe: Vec<String>,
     #[command(flatten)]
     sketch: SketchArgs,
     #[command(flatten)]
@@ -287,6 +292,26 @@ pub(super) fn pca_command(
         });
     }
     let filter = VariantFilter::new(a.maf, a.geno)?;
+    let filter = match a.hwe.as_slice() {
+        [] => filter,
+        [p, rest @ ..] => {
+            let how = match rest {
+                [] => HweP::Exact,
+                [m] if m == "midp" => HweP::MidP,
+                other => {
+                    return Err(CliError::Option {
+                        option: "--hwe",
+                        message: format!("{other:?}: the only modifier is `midp`"),
+                    })
+                }
+            };
+            let p = p.parse::<f64>().map_err(|e| CliError::Option {
+                option: "--hwe",
+                message: format!("{p:?} is not a p-value: {e}"),
+            })?;
+            filter.with_hwe(p, how)?
+        }
+    };
     let (source, describe): (Arc<dyn GenotypeSource>, serde_json::Value) =
         match (&a.zarr, &a.vcf_zarr, &a.bed) {
             (_, _, Some(path)) => {
