@@ -3,7 +3,8 @@
 //! - the eigenvalues and eigenvectors of `plink2 --pca` (no missing calls);
 //! - with missing calls, the mean-imputed PCA of the dosages PLINK 2 exports (`--export A`),
 //!   computed here with LAPACK: the `.bed`'s records decode to PLINK's own calls;
-//! - `--maf`, `--geno` and `--hwe` exclude the variants PLINK 2's own filters exclude;
+//! - `--maf`, `--geno` and `--hwe` exclude the variants PLINK 2's own filters exclude, and
+//!   `--extract`/`--exclude` of `plink2 --indep-pairwise`'s lists keep what PLINK keeps;
 //! - two ranks under `mpirun` give the embedded run's bits;
 //! - a truncated `.bed` and a `.fam` that is not the fileset's fail on both ranks, naming the
 //!   file.
@@ -322,6 +323,41 @@ fn hwe_excludes_the_variants_plink2s_exact_test_excludes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The usual way to a PCA: LD-prune with `plink2 --indep-pairwise`, then `--extract` the
+/// `.prune.in` (or `--exclude` the `.prune.out`, here with `--maf` too). rankwise keeps the
+/// variants PLINK 2 keeps under the same options, and gives the eigenvalues of those.
+#[test]
+fn extract_and_exclude_keep_what_plink2_keeps_after_ld_pruning() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-prune");
+    let samples = rng.range(50, 200);
+    let variants = rng.range(1000, 4000);
+    let missing = [0.0, 0.02][rng.range(0, 1) as usize];
+    let prefix = plink_fileset(&dir, samples, variants, missing, rng.next());
+    let window = rng.range(20, 100).to_string();
+    let r2 = ["0.05", "0.1", "0.2"][rng.range(0, 2) as usize];
+    let pruned = plink(&prefix, "ld", &["--indep-pairwise", &window, "5", r2]);
+    let lists = [
+        pruned.with_extension("prune.in"),
+        pruned.with_extension("prune.out"),
+    ];
+    let [keep, drop] = lists.each_ref().map(|p| p.to_str().unwrap());
+    for filters in [
+        vec!["--extract", keep],
+        vec!["--exclude", drop, "--maf", "0.05"],
+    ] {
+        let what =
+            format!("{variants} variants × {samples} samples, {missing} missing, {filters:?}");
+        assert_filters_keep_plink2s_variants(
+            &prefix,
+            (variants, samples, missing),
+            &filters,
+            &what,
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn two_ranks_read_the_fileset_with_the_embedded_runs_bits() {
     let mut rng = Draw(test_seed());
@@ -329,15 +365,27 @@ fn two_ranks_read_the_fileset_with_the_embedded_runs_bits() {
     let (samples, variants) = (rng.range(30, 200), rng.range(1000, 6000));
     let prefix = plink_fileset(&dir, samples, variants, 0.02, rng.next());
     let chunk = rng.range(50, 700).to_string();
-    let args = rankwise_pca(&prefix, samples, 3, &["--json", "--chunk-rows", &chunk]);
-    let one = report(&embedded(&args));
-    let two = report(&under_mpirun(2, &args));
-    assert_eq!(two["ranks"].as_u64(), Some(2), "{two}");
-    assert_eq!(
-        json_bits(&one["singular_values"]),
-        json_bits(&two["singular_values"]),
-        "{variants} × {samples}, panels of {chunk}"
-    );
+    // And with a random half of the variants extracted: every rank selects the same rows.
+    let list = dir.join("half.txt");
+    let ids: String = (0..variants)
+        .filter(|_| rng.range(0, 1) == 1)
+        .map(|i| format!("snp{i}\n"))
+        .collect();
+    std::fs::write(&list, ids).unwrap();
+    for extra in [vec![], vec!["--extract", list.to_str().unwrap()]] {
+        let mut args = vec!["--json", "--chunk-rows", &chunk];
+        args.extend(extra);
+        let args = rankwise_pca(&prefix, samples, 3, &args);
+        let one = report(&embedded(&args));
+        let two = report(&under_mpirun(2, &args));
+        assert_eq!(two["ranks"].as_u64(), Some(2), "{two}");
+        assert_eq!(
+            json_bits(&one["singular_values"]),
+            json_bits(&two["singular_values"]),
+            "{variants} × {samples}, panels of {chunk}, {args:?}"
+        );
+        assert_eq!(one["genotypes"], two["genotypes"], "{args:?}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -330,7 +330,7 @@ fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
     let g = Generated::new(rows, cols, seed, Dist::Genotype).with_missing(missing);
     let problem = RsvdProblem::genotypes(Arc::new(g.clone()), chunk)
         .unwrap()
-        .with_variant_filter(filter);
+        .with_variant_filter(filter.clone());
     let rt = rankwise::embedded(&RuntimeConfig {
         pin: false,
         ..Default::default()
@@ -577,6 +577,9 @@ fn bad_input_fails_on_every_rank_and_leaves_nothing() {
         (pca(&["--geno=-0.5"]), "--geno"),
         (pca(&["--hwe", "2"]), "--hwe"),
         (pca(&["--hwe", "0.01", "mid-p"]), "--hwe"),
+        // A generated matrix has no variant IDs; a list that is not there.
+        (pca(&["--extract", "Cargo.toml"]), "--extract"),
+        (pca(&["--exclude", "no/such/list"]), "--exclude"),
         // Every variant excluded: no PCA is left to make.
         (pca(&["--missing", "0.9", "--geno", "0"]), "--geno 0"),
     ];

@@ -979,6 +979,60 @@ fn pca_of_a_vcf_zarr_store_reads_back_with_its_sample_ids() {
     fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--extract` and `--exclude` select a VCF Zarr store's variants by its `variant_id`
+/// (zarr-python's strings, v2 and v3; `.` is no ID): an extracted list keeps exactly the
+/// variants it names, never one without an ID (a `.` in the list names none), and an
+/// excluded list keeps all the others.
+#[test]
+fn extract_and_exclude_select_vcf_zarr_variants_by_variant_id() {
+    let fx = fixtures();
+    let dir = scratch("zarr-interop-extract");
+    for name in ["vcf_v2_nomask", "vcf_v3_mask"] {
+        let path = fx.dir.join(str_of(&fx.entry("vcf", name)["spec"]));
+        let vcf = VcfZarr::open(&path).unwrap();
+        let mut ids = Vec::new();
+        assert!(vcf
+            .variant_ids(&mut |id| ids.push(id.map(str::to_owned)))
+            .unwrap());
+        // scripts/zarr_fixtures.py names variant v `rs{1000 + v}`, every third one `.`.
+        let want: Vec<Option<String>> = (0..ids.len())
+            .map(|v| (v % 3 != 0).then(|| format!("rs{}", 1000 + v)))
+            .collect();
+        assert_eq!(ids, want, "{name}: variant_id");
+        let m = ids.len() as u64;
+        let listed: Vec<&str> = ids
+            .iter()
+            .flatten()
+            .step_by(2)
+            .map(String::as_str)
+            .collect();
+        let list = dir.join(format!("{name}.txt"));
+        fs::write(&list, format!(".\n{}\n", listed.join("\n"))).unwrap();
+        let n = listed.len() as u64;
+        for (option, kept) in [("--extract", n), ("--exclude", m - n)] {
+            let args: Vec<String> = [
+                "pca",
+                "--vcf-zarr",
+                path.to_str().unwrap(),
+                "-k",
+                "2",
+                option,
+                list.to_str().unwrap(),
+                "--json",
+            ]
+            .map(String::from)
+            .to_vec();
+            let r = common::report(&rankwise(&args, &dir));
+            assert_eq!(
+                r["genotypes"]["variants_filtered"].as_u64(),
+                Some(m - kept),
+                "{name} {option}"
+            );
+        }
+    }
+    fs::remove_dir_all(&dir).unwrap();
+}
+
 // ---------------------------------------------------------------------------------------
 // `rankwise read`.
 

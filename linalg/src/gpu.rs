@@ -86,7 +86,7 @@ impl DeviceSource {
             }
             Operand::Genotypes(s, filter) => {
                 let g = s.generated()?;
-                (!g.is_transposed()).then(|| DeviceSource::Genotypes(g.clone(), *filter))
+                (!g.is_transposed()).then(|| DeviceSource::Genotypes(g.clone(), filter.clone()))
             }
         }
     }
@@ -335,7 +335,7 @@ where
                 stream
                     .memcpy_dtoh(&counts.slice(..4 * b), &mut host)
                     .map_err(gpu(dev, "copying code counts"))?;
-                let table = tables_from_counts::<T>(&host, filter, measure, facts);
+                let table = tables_from_counts::<T>(&host, g.start, filter, measure, facts);
                 let table = stream
                     .clone_htod(&table)
                     .map_err(gpu(dev, "copying standardization tables"))?;
@@ -405,20 +405,22 @@ where
 }
 
 /// Each variant's standardization table (the values of codes 0, 1, 2 and 3) from its code
-/// counts (`counts[4 i + code]`), as the CPU kernels compute it, adding the variants' facts.
+/// counts (`counts[4 i + code]`, variant `i` being row `first + i`), as the CPU kernels
+/// compute it, adding the variants' facts.
 fn tables_from_counts<T: Real>(
     counts: &[u32],
+    first: u64,
     filter: &VariantFilter,
     measure: bool,
     facts: &mut PanelFacts,
 ) -> Vec<T> {
     let mut table = Vec::with_capacity(counts.len());
-    for c in counts.chunks_exact(4) {
+    for (row, c) in (first..).zip(counts.chunks_exact(4)) {
         let counts = RowCounts {
             dosages: [c[0] as u64, c[1] as u64, c[2] as u64],
             missing: c[3] as u64,
         };
-        let scale = facts.variant::<T>(&counts, filter, measure);
+        let scale = facts.variant::<T>(row, &counts, filter, measure);
         table.extend(scale.table().iter().map(|&v| T::from_f64(v)));
     }
     table
@@ -1499,6 +1501,7 @@ mod tests {
     use super::*;
     use crate::testing::Rng;
     use crate::tiles::{Packing, TileProducer, TILE_COLS};
+    use crate::variants::RowSelection;
 
     #[test]
     fn staged_blocks_are_whole_row_blocks_within_the_budget() {
@@ -1893,7 +1896,8 @@ mod tests {
                 );
                 packed.check("packed codes").unwrap();
                 counts.check("code counts").unwrap();
-                let table = tables_from_counts::<T>(counts.values(), filter, measure, facts);
+                let table =
+                    tables_from_counts::<T>(counts.values(), g.start, filter, measure, facts);
                 let col0 = 0u32;
                 let mut a = HostArgs::new();
                 a.buffer(tile.values_mut())
@@ -1931,11 +1935,18 @@ mod tests {
             // Half the rounds exclude variants, as `--maf`/`--geno` do.
             let filter = match round % 4 {
                 0 | 1 => VariantFilter::NONE,
-                _ => VariantFilter::new(
+                2 => VariantFilter::new(
                     rng.below(300) as f64 / 1000.0,
                     rng.below(100) as f64 / 1000.0,
                 )
                 .unwrap(),
+                // Rows selected by identifier: the tables are those of the panel's rows.
+                _ => {
+                    let bits = rng.next();
+                    VariantFilter::NONE.with_rows(RowSelection::new(200, "--extract t", |r| {
+                        bits >> (r % 64) & 1 == 1
+                    }))
+                }
             };
             let what =
                 format!("round {round}: rows {rows:?} × {n}, {pops} populations, {filter:?}");

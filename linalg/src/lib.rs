@@ -46,7 +46,7 @@ pub use svd::{
 };
 pub use tiles::{Operand, Precision};
 pub use tree::Tree;
-pub use variants::{hwe_p, HweP, VariantFilter};
+pub use variants::{hwe_p, HweP, RowSelection, VariantFilter};
 
 use rankwise_runtime::RuntimeError;
 

@@ -796,7 +796,7 @@ pub fn rsvd(
                 variants: m,
                 filtered,
                 dropped,
-                filter: *filter,
+                filter: filter.clone(),
             });
         }
     }
@@ -973,13 +973,13 @@ pub fn rsvd(
             norm_frobenius: norm,
         }
     });
-    let genotypes = match problem.operand {
+    let genotypes = match &problem.operand {
         Operand::Genotypes(_, filter) => Some(GenotypeSummary {
             variants: m,
             variants_used: m - stats[[0, 1]] as u64 - stats[[0, 3]] as u64,
             variants_dropped: stats[[0, 1]] as u64,
             variants_filtered: stats[[0, 3]] as u64,
-            filter,
+            filter: filter.clone(),
             missing_calls: stats[[0, 2]] as u64,
             calls: m * n as u64,
         }),

@@ -742,18 +742,19 @@ pub struct PanelFacts {
 }
 
 impl PanelFacts {
-    /// The standardization of one variant from its counts, after the `filter` (an excluded
-    /// variant's row is zero), adding the variant to the facts; with `measure`, its Σx² in
-    /// tiles of type `T`. The CPU kernels and the GPU passes (which count codes on the
-    /// device) all standardize through it.
+    /// The standardization of variant `row` (global) from its counts, after the `filter`
+    /// (an excluded variant's row is zero), adding the variant to the facts; with
+    /// `measure`, its Σx² in tiles of type `T`. The CPU kernels and the GPU passes (which
+    /// count codes on the device) all standardize through it.
     pub fn variant<T: Real>(
         &mut self,
+        row: u64,
         counts: &RowCounts,
         filter: &VariantFilter,
         measure: bool,
     ) -> RowScale {
         self.missing += counts.missing;
-        if !filter.keeps(counts) {
+        if !filter.keeps_row(row, counts) {
             self.filtered += 1;
             return RowScale {
                 mean: 0.0,
@@ -1071,7 +1072,7 @@ impl<'a> TileProducer<'a> {
                 Ok((facts, kept))
             }
             (Operand::Genotypes(src, filter), _) => {
-                self.genotype_tiles(src.as_ref(), *filter, stored, keep, tile_buf, order, f)
+                self.genotype_tiles(src.as_ref(), filter, stored, keep, tile_buf, order, f)
             }
         }
     }
@@ -1080,7 +1081,7 @@ impl<'a> TileProducer<'a> {
     fn genotype_tiles<T: Real>(
         &self,
         src: &dyn GenotypeSource,
-        filter: VariantFilter,
+        filter: &VariantFilter,
         stored: Option<&Stored>,
         keep: bool,
         tile: &mut Vec<T>,
@@ -1159,13 +1160,13 @@ impl<'a> TileProducer<'a> {
                             &mut block[..b * stride]
                         };
                         code_counts.clear();
-                        gen.fill_packed_rows(g, dest, stride, &mut code_counts);
-                        for &[ones, twos, missing] in &code_counts {
+                        gen.fill_packed_rows(g.clone(), dest, stride, &mut code_counts);
+                        for (row, &[ones, twos, missing]) in g.zip(&code_counts) {
                             let counts = RowCounts {
                                 dosages: [n as u64 - ones - twos - missing, ones, twos],
                                 missing,
                             };
-                            scales.push(facts.variant::<T>(&counts, &filter, self.measure));
+                            scales.push(facts.variant::<T>(row, &counts, filter, self.measure));
                         }
                         if keep {
                             kept_rows.extend_from_slice(&scales);
@@ -1208,7 +1209,8 @@ impl<'a> TileProducer<'a> {
                                     value: v,
                                     what: src.describe(),
                                 })?;
-                            scales.push(facts.variant::<T>(&counts, &filter, self.measure));
+                            let at = g.start + i as u64;
+                            scales.push(facts.variant::<T>(at, &counts, filter, self.measure));
                             pack_row(row, &mut dest[i * stride..(i + 1) * stride]);
                         }
                         if keep {
@@ -1550,7 +1552,7 @@ pub fn gemm<T: Real>(
 mod tests {
     use super::*;
     use crate::testing::Rng;
-    use crate::variants::HweP;
+    use crate::variants::{HweP, RowSelection};
     use rankwise_runtime::{Dist, Generated, InMemoryGenotypes};
 
     #[test]
@@ -1634,9 +1636,9 @@ mod tests {
         }
     }
 
-    /// A filtered variant's row is zero whichever way the panel is made (generated and
-    /// packed as drawn, decoded from stored dosages, resident), and it is counted apart
-    /// from the dropped (monomorphic) ones.
+    /// A filtered variant's row (by its counts or its row) is zero whichever way the panel
+    /// is made (generated and packed as drawn, decoded from stored dosages, resident), and
+    /// it is counted apart from the dropped (monomorphic) ones.
     #[test]
     fn filtered_variants_are_zero_rows_counted_apart_from_dropped_ones() {
         let mut rng = Rng::fresh();
@@ -1649,14 +1651,17 @@ mod tests {
                 rng.below(1001) as f64 / 1000.0,
             )
             .and_then(|f| f.with_hwe(rng.below(200) as f64 / 1000.0, HweP::Exact))
-            .unwrap();
+            .unwrap()
+            .with_rows(RowSelection::new(m as u64, "--extract t", |_| {
+                rng.below(4) > 0
+            }));
             let what = format!("{m} × {n}, {filter:?}");
             let dosages = Array2::from_shape_fn((m, n), |(i, j)| g.genotype(i as u64, j as u64));
             let (mut filtered, mut dropped) = (0, 0);
             let mut want = Array2::<f64>::zeros((m, n));
             for (i, row) in dosages.rows().into_iter().enumerate() {
                 let (sc, counts) = row_scale(row.as_slice().unwrap()).unwrap();
-                if !filter.keeps(&counts) {
+                if !filter.keeps_row(i as u64, &counts) {
                     filtered += 1;
                     continue;
                 }
@@ -1669,7 +1674,7 @@ mod tests {
             }
             let stored = InMemoryGenotypes::new(dosages, "t.zarr");
             for op in [
-                Operand::Genotypes(Arc::new(g.clone()), filter),
+                Operand::Genotypes(Arc::new(g.clone()), filter.clone()),
                 Operand::Genotypes(Arc::new(stored.clone()), filter),
             ] {
                 let (a, facts, kept) = collect(&op, 0..m as u64, None, true);
@@ -1684,6 +1689,10 @@ mod tests {
                 assert!((facts.sum_squares - squares).abs() <= 1e-12 * squares.max(1.0));
                 let (b, _, _) = collect(&op, 0..m as u64, kept.as_ref(), false);
                 assert_eq!(a, b, "{what}: resident");
+                // A panel further down selects by the matrix's rows, not the panel's.
+                let r0 = rng.below(m);
+                let (c, _, _) = collect(&op, r0 as u64..m as u64, None, false);
+                assert_eq!(c, a.slice(s![r0.., ..]), "{what}: rows from {r0}");
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Which variants a PCA keeps: PLINK's `--maf`, `--geno` and `--hwe`, decided from each
 //! variant's counts of calls, which the first pass takes anyway (on the host from decoded
-//! rows, or on the device from generated codes).
+//! rows, or on the device from generated codes), and `--extract`/`--exclude`, by the
+//! variants' identifiers, decided before the first pass ([`RowSelection`]).
 //!
 //! # Why a filtered variant is not dropped
 //!
@@ -20,7 +21,9 @@
 //! [`TIE`], so that ties computed through different products are ties), with `midp` less
 //! half the observed configuration's probability (Graffelman & Moreno 2013).
 
-use serde::Serialize;
+use std::sync::Arc;
+
+use serde::{Serialize, Serializer};
 
 use crate::tiles::RowCounts;
 use crate::LinalgError;
@@ -39,14 +42,79 @@ pub enum HweP {
     MidP,
 }
 
-/// Which variants a PCA keeps, as PLINK's `--maf`, `--geno` and `--hwe` decide: a variant
-/// whose minor allele frequency among its calls is below `min_maf`, whose fraction of
-/// missing calls is above `max_missing`, or whose Hardy–Weinberg exact test p-value is below
-/// `min_hwe_p`, is excluded (see the module notes).
+/// The rows a PCA keeps by their variants' identifiers (`--extract`, `--exclude`): one bit
+/// per variant, every rank holding all of them (12.5 MB for 10⁸ variants).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowSelection {
+    words: Vec<u64>,
+    rows: u64,
+    kept: u64,
+    origin: String,
+}
+
+impl RowSelection {
+    /// The selection of `rows` rows keeping those for which `keep` (called once per row, in
+    /// order) is true; `origin` says how it was made (`--extract prune.in`), for messages.
+    pub fn new(rows: u64, origin: impl Into<String>, mut keep: impl FnMut(u64) -> bool) -> Self {
+        let mut words = vec![0u64; rows.div_ceil(64) as usize];
+        let mut kept = 0;
+        for row in 0..rows {
+            if keep(row) {
+                words[(row / 64) as usize] |= 1 << (row % 64);
+                kept += 1;
+            }
+        }
+        RowSelection {
+            words,
+            rows,
+            kept,
+            origin: origin.into(),
+        }
+    }
+
+    /// Whether row `row` is kept (rows past the selection's are not).
+    pub fn contains(&self, row: u64) -> bool {
+        row < self.rows && self.words[(row / 64) as usize] >> (row % 64) & 1 == 1
+    }
+
+    /// Rows kept.
+    pub fn kept(&self) -> u64 {
+        self.kept
+    }
+
+    /// How the selection was made.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+}
+
+/// A selection in a report: how it was made and how many rows it keeps, not its bits.
+fn selection_summary<S: Serializer>(
+    rows: &Option<Arc<RowSelection>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Summary<'a> {
+        origin: &'a str,
+        kept: u64,
+    }
+    rows.as_ref()
+        .map(|r| Summary {
+            origin: &r.origin,
+            kept: r.kept,
+        })
+        .serialize(s)
+}
+
+/// Which variants a PCA keeps, as PLINK's `--maf`, `--geno`, `--hwe`, `--extract` and
+/// `--exclude` decide: a variant whose minor allele frequency among its calls is below
+/// `min_maf`, whose fraction of missing calls is above `max_missing`, whose Hardy–Weinberg
+/// exact test p-value is below `min_hwe_p`, or whose row `rows` leaves out, is excluded (see
+/// the module notes).
 ///
 /// The frequencies are exact ratios of counts, each rounded once, so a variant exactly at a
 /// threshold is kept, as PLINK 2 keeps it.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct VariantFilter {
     /// Smallest minor allele frequency kept, in `[0, 0.5]`; with 0 nothing is excluded for
     /// its frequency.
@@ -58,6 +126,9 @@ pub struct VariantFilter {
     pub min_hwe_p: f64,
     /// How that p-value is formed.
     pub hwe: HweP,
+    /// The rows kept by identifier, if a selection was made.
+    #[serde(serialize_with = "selection_summary")]
+    pub rows: Option<Arc<RowSelection>>,
 }
 
 impl VariantFilter {
@@ -67,6 +138,7 @@ impl VariantFilter {
         max_missing: 1.0,
         min_hwe_p: 0.0,
         hwe: HweP::Exact,
+        rows: None,
     };
 
     /// A filter of the given thresholds; each is checked against its range, and an error
@@ -107,8 +179,21 @@ impl VariantFilter {
         })
     }
 
-    /// The command-line options that set this filter (`--maf X --geno Y --hwe P`, those
-    /// that exclude anything), for messages.
+    /// The same filter, also excluding the rows `rows` leaves out.
+    pub fn with_rows(self, rows: RowSelection) -> VariantFilter {
+        VariantFilter {
+            rows: Some(Arc::new(rows)),
+            ..self
+        }
+    }
+
+    /// Whether the filter keeps row `row` with these counts.
+    pub fn keeps_row(&self, row: u64, counts: &RowCounts) -> bool {
+        self.rows.as_ref().is_none_or(|r| r.contains(row)) && self.keeps(counts)
+    }
+
+    /// The command-line options that set this filter (`--maf X --geno Y --hwe P` and the
+    /// selection's origin, those that exclude anything), for messages.
     pub fn options(&self) -> String {
         let mut options = Vec::new();
         if self.min_maf > 0.0 {
@@ -121,11 +206,15 @@ impl VariantFilter {
             let midp = if self.hwe == HweP::MidP { " midp" } else { "" };
             options.push(format!("--hwe {}{midp}", self.min_hwe_p));
         }
+        if let Some(rows) = &self.rows {
+            options.push(rows.origin.clone());
+        }
         options.join(" ")
     }
 
-    /// Whether the filter keeps the variant of these counts. A variant without calls has
-    /// no allele frequency: any `min_maf` above 0 excludes it.
+    /// Whether the filter's thresholds keep the variant of these counts (the selection by
+    /// identifier aside: [`VariantFilter::keeps_row`]). A variant without calls has no
+    /// allele frequency: any `min_maf` above 0 excludes it.
     pub fn keeps(&self, counts: &RowCounts) -> bool {
         let [zeros, ones, twos] = counts.dosages;
         let calls = zeros + ones + twos;

@@ -414,6 +414,32 @@ impl GenotypeSource for BedGenotypes {
         Some(self.sample_ids.clone())
     }
 
+    /// The `.bim`'s second column.
+    fn variant_ids(&self, each: &mut dyn FnMut(Option<&str>)) -> Result<bool, SourceError> {
+        let bim = &fileset(&self.bed)[1];
+        let mut bad = None;
+        let count = lines(bim, |no, line| match line.split_whitespace().nth(1) {
+            Some(id) => each(Some(id)),
+            None => {
+                bad.get_or_insert(no);
+                each(None)
+            }
+        })?;
+        let message = match bad {
+            Some(no) => format!("line {no} has no variant ID (second column)"),
+            None if count != self.variants => format!(
+                "{count} variants now, {} when the fileset was opened",
+                self.variants
+            ),
+            None => return Ok(true),
+        };
+        Err(BedError::Format {
+            path: bim.clone(),
+            message,
+        }
+        .into())
+    }
+
     fn stored(&self) -> Option<&dyn StoredPanels> {
         Some(self)
     }
@@ -507,6 +533,51 @@ mod tests {
             assert!(BedGenotypes::open(&prefix.with_extension("bed")).is_ok());
             let _ = std::fs::remove_dir_all(&dir);
         }
+    }
+
+    /// The `.bim`'s second column, in order, blank lines skipped; a line without one, or a
+    /// `.bim` changed since the fileset was opened, is an error naming the `.bim`.
+    #[test]
+    fn variant_ids_are_the_bims_second_column() {
+        let dir = scratch("ids");
+        let prefix = write(&dir, &draw(5, 6, 1));
+        let g = BedGenotypes::open(&prefix).unwrap();
+        let mut ids = Vec::new();
+        assert!(g
+            .variant_ids(&mut |id| ids.push(id.map(str::to_owned)))
+            .unwrap());
+        let want: Vec<_> = (0..5).map(|i| Some(format!("v{i}"))).collect();
+        assert_eq!(ids, want);
+        let bim = prefix.with_extension("bim");
+        let text = std::fs::read_to_string(&bim).unwrap();
+        std::fs::write(
+            &bim,
+            text.replace("1\tv2\t0\t3\tA\tG\n", "\n1\tv2\t0\t3\tA\tG\n\n"),
+        )
+        .unwrap();
+        ids.clear();
+        assert!(g
+            .variant_ids(&mut |id| ids.push(id.map(str::to_owned)))
+            .unwrap());
+        assert_eq!(ids, want, "blank lines");
+        for (broken, says) in [
+            (
+                text.replace("1\tv3\t0\t4\tA\tG", "1"),
+                "line 4 has no variant ID",
+            ),
+            (
+                format!("{text}1\tv5\t0\t6\tA\tG\n"),
+                "6 variants now, 5 when",
+            ),
+        ] {
+            std::fs::write(&bim, broken).unwrap();
+            let err = g.variant_ids(&mut |_| {}).unwrap_err().to_string();
+            assert!(
+                err.contains(&bim.display().to_string()) && err.contains(says),
+                "{err}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

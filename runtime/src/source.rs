@@ -179,6 +179,14 @@ pub trait GenotypeSource: Send + Sync {
     fn sample_ids(&self) -> Option<Vec<String>> {
         None
     }
+    /// Passes each variant's identifier to `each`, in row order (`None` for a variant that
+    /// has none, such as a VCF's `.`), and returns `Ok(true)`; `Ok(false)`, calling nothing,
+    /// when the source has no identifiers. `--extract` and `--exclude` select variants by
+    /// them.
+    fn variant_ids(&self, each: &mut dyn FnMut(Option<&str>)) -> Result<bool, SourceError> {
+        let _ = each;
+        Ok(false)
+    }
     /// Storage-backed sources decode whole panels; see [`PanelSource::stored`].
     fn stored(&self) -> Option<&dyn StoredPanels> {
         None

@@ -1439,6 +1439,30 @@ impl GenotypeSource for VcfZarr {
         Some(self.sample_ids.clone())
     }
 
+    /// `variant_id`, where the store has it; a VCF's `.` (no ID) and an empty entry are
+    /// `None`.
+    fn variant_ids(&self, each: &mut dyn FnMut(Option<&str>)) -> Result<bool, SourceError> {
+        if !self.path.join("variant_id").exists() {
+            return Ok(false);
+        }
+        let ids = ZarrArray::open_at(&self.path, "variant_id")?.read_strings()?;
+        if ids.len() as u64 != self.shape.0 {
+            return Err(ZarrError::Unsupported {
+                array: format!("{}:variant_id", self.path.display()),
+                message: format!(
+                    "has {} entries but call_genotype has {} variants",
+                    ids.len(),
+                    self.shape.0
+                ),
+            }
+            .into());
+        }
+        for id in &ids {
+            each(Some(id.as_str()).filter(|id| !id.is_empty() && *id != "."));
+        }
+        Ok(true)
+    }
+
     fn stored(&self) -> Option<&dyn StoredPanels> {
         Some(self)
     }

@@ -1,5 +1,6 @@
 //! `rankwise rsvd` and `rankwise pca`: the randomized SVD and the genotype PCA.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,8 +8,8 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use ndarray::Array2;
 use rankwise_linalg::{
-    rsvd, HweP, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem,
-    RsvdResult, VariantFilter,
+    rsvd, HweP, Method, Operand, Precision, Projection, RowSelection, RsvdOptions, RsvdPlan,
+    RsvdProblem, RsvdResult, VariantFilter,
 };
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
@@ -200,6 +201,14 @@ pub(super) struct PcaArgs {
     /// uses the mid-p value. Every variant is tested as an autosome's.
     #[arg(long, value_names = ["P", "midp"], num_args = 1..=2)]
     hwe: Vec<String>,
+    /// Keep only the variants whose IDs FILE lists (whitespace-separated, as PLINK's
+    /// `--extract` reads them: a `plink2 --indep-pairwise` `.prune.in`, say). IDs come from
+    /// the `.bim` (`--bed`) or `variant_id` (`--vcf-zarr`).
+    #[arg(long, value_name = "FILE")]
+    extract: Option<PathBuf>,
+    /// Exclude the variants whose IDs FILE lists (PLINK's `--exclude`).
+    #[arg(long, value_name = "FILE")]
+    exclude: Option<PathBuf>,
     #[command(flatten)]
     sketch: SketchArgs,
     #[command(flatten)]
@@ -353,6 +362,10 @@ pub(super) fn pca_command(
             }
         };
     let shape = source.shape();
+    let filter = match id_selection(source.as_ref(), a.extract.as_deref(), a.exclude.as_deref())? {
+        Some(rows) => filter.with_rows(rows),
+        None => filter,
+    };
     let band = source
         .stored()
         .map(|s| s.default_panel_rows())
@@ -372,6 +385,73 @@ pub(super) fn pca_command(
         json: a.json,
     };
     run_job(rt, launch, &job, &problem, &options, start)
+}
+
+/// The identifiers listed in `path` (whitespace-separated tokens), for `option`.
+fn id_list(option: &'static str, path: &Path) -> Result<HashSet<String>, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::Option {
+        option,
+        message: format!("{}: {e}", path.display()),
+    })?;
+    Ok(text.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The rows `--extract` and `--exclude` keep, by the source's variant identifiers; `None`
+/// without either option. A variant without an identifier is kept only without
+/// `--extract`.
+fn id_selection(
+    source: &dyn GenotypeSource,
+    extract: Option<&Path>,
+    exclude: Option<&Path>,
+) -> Result<Option<RowSelection>, CliError> {
+    let option = match (extract, exclude) {
+        (None, None) => return Ok(None),
+        (Some(_), _) => "--extract",
+        (None, Some(_)) => "--exclude",
+    };
+    let origin = [("--extract", extract), ("--exclude", exclude)]
+        .iter()
+        .filter_map(|(o, p)| p.map(|p| format!("{o} {}", p.display())))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let extract = extract.map(|p| id_list("--extract", p)).transpose()?;
+    let exclude = exclude.map(|p| id_list("--exclude", p)).transpose()?;
+    let mut keep = Vec::with_capacity(source.shape().0 as usize);
+    let has_ids = source
+        .variant_ids(&mut |id| {
+            keep.push(match id {
+                Some(id) => {
+                    extract.as_ref().is_none_or(|l| l.contains(id))
+                        && !exclude.as_ref().is_some_and(|l| l.contains(id))
+                }
+                None => extract.is_none(),
+            })
+        })
+        .map_err(rankwise_runtime::RuntimeError::from)?;
+    if !has_ids {
+        return Err(CliError::Option {
+            option,
+            message: format!(
+                "{} has no variant IDs (a PLINK fileset's .bim and a VCF Zarr store's \
+                 variant_id have them)",
+                source.describe()
+            ),
+        });
+    }
+    if keep.len() as u64 != source.shape().0 {
+        return Err(CliError::Option {
+            option,
+            message: format!(
+                "{} gave {} variant IDs for {} variants",
+                source.describe(),
+                keep.len(),
+                source.shape().0
+            ),
+        });
+    }
+    Ok(Some(RowSelection::new(keep.len() as u64, origin, |row| {
+        keep[row as usize]
+    })))
 }
 
 struct Job {
