@@ -580,6 +580,7 @@ fn bad_input_fails_on_every_rank_and_leaves_nothing() {
         // A generated matrix has no variant IDs; a list that is not there.
         (pca(&["--extract", "Cargo.toml"]), "--extract"),
         (pca(&["--exclude", "no/such/list"]), "--exclude"),
+        (pca(&["--keep", "Cargo.toml"]), "--keep"),
         // Every variant excluded: no PCA is left to make.
         (pca(&["--missing", "0.9", "--geno", "0"]), "--geno 0"),
     ];

@@ -982,9 +982,9 @@ fn pca_of_a_vcf_zarr_store_reads_back_with_its_sample_ids() {
 /// `--extract` and `--exclude` select a VCF Zarr store's variants by its `variant_id`
 /// (zarr-python's strings, v2 and v3; `.` is no ID): an extracted list keeps exactly the
 /// variants it names, never one without an ID (a `.` in the list names none), and an
-/// excluded list keeps all the others.
+/// excluded list keeps all the others. `--keep` selects samples by `sample_id`.
 #[test]
-fn extract_and_exclude_select_vcf_zarr_variants_by_variant_id() {
+fn extract_exclude_and_keep_select_vcf_zarr_variants_and_samples_by_id() {
     let fx = fixtures();
     let dir = scratch("zarr-interop-extract");
     for name in ["vcf_v2_nomask", "vcf_v3_mask"] {
@@ -1029,6 +1029,36 @@ fn extract_and_exclude_select_vcf_zarr_variants_by_variant_id() {
                 "{name} {option}"
             );
         }
+        // `--keep` by `sample_id` (zarr-python's UTF-8 strings, one not ASCII).
+        let samples = vcf.sample_ids().unwrap();
+        let listed: Vec<&String> = samples.iter().step_by(2).collect();
+        assert!(listed.iter().any(|s| !s.is_ascii()), "{listed:?}");
+        let keep = dir.join(format!("{name}.keep"));
+        fs::write(
+            &keep,
+            listed.iter().map(|s| format!("{s}\n")).collect::<String>(),
+        )
+        .unwrap();
+        let args: Vec<String> = [
+            "pca",
+            "--vcf-zarr",
+            path.to_str().unwrap(),
+            "-k",
+            "2",
+            "--oversample",
+            "3",
+            "--keep",
+            keep.to_str().unwrap(),
+            "--json",
+        ]
+        .map(String::from)
+        .to_vec();
+        let r = common::report(&rankwise(&args, &dir));
+        assert_eq!(
+            r["shape"],
+            serde_json::json!([m, listed.len()]),
+            "{name} --keep"
+        );
     }
     fs::remove_dir_all(&dir).unwrap();
 }

@@ -446,12 +446,12 @@ impl GenotypeSource for BedGenotypes {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// Writes a fileset of `dosages` (variants × samples, −1 missing) the way PLINK lays
-    /// it out, and returns its prefix.
-    fn write(dir: &Path, dosages: &[Vec<i8>]) -> PathBuf {
+    /// Writes a fileset `dir/g` of `dosages` (variants × samples, −1 missing) the way PLINK
+    /// lays it out, variants named `v{i}` and samples `s{j}`, and returns its prefix.
+    pub(crate) fn write(dir: &Path, dosages: &[Vec<i8>]) -> PathBuf {
         let prefix = dir.join("g");
         let n = dosages[0].len();
         let mut bed = vec![0x6c, 0x1b, 0x01];

@@ -17,6 +17,7 @@ pub mod readahead;
 mod runtime;
 pub mod source;
 pub mod stream;
+pub mod subset;
 pub mod topology;
 pub mod zarr;
 

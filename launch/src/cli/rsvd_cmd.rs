@@ -12,6 +12,7 @@ use rankwise_linalg::{
     RsvdProblem, RsvdResult, VariantFilter,
 };
 use rankwise_runtime::budget::format_bytes;
+use rankwise_runtime::subset::SampleSubset;
 use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
 use rankwise_runtime::{
     BedGenotypes, Dist, ElementType, Generated, GenotypeSource, Runtime, SourceError,
@@ -209,6 +210,15 @@ pub(super) struct PcaArgs {
     /// Exclude the variants whose IDs FILE lists (PLINK's `--exclude`).
     #[arg(long, value_name = "FILE")]
     exclude: Option<PathBuf>,
+    /// Keep only the samples FILE lists, as PLINK's `--keep` reads it: a line per sample,
+    /// `FID IID` or `IID` alone (or the columns a `#FID IID`/`#IID` header names); the IID
+    /// is matched with the `.fam`'s second column or the store's `sample_id`. Frequencies
+    /// and filters are those of the kept samples.
+    #[arg(long, value_name = "FILE")]
+    keep: Option<PathBuf>,
+    /// Drop the samples FILE lists (PLINK's `--remove`; the format of `--keep`).
+    #[arg(long, value_name = "FILE")]
+    remove: Option<PathBuf>,
     #[command(flatten)]
     sketch: SketchArgs,
     #[command(flatten)]
@@ -361,6 +371,7 @@ pub(super) fn pca_command(
                 )
             }
         };
+    let source = sample_selection(source, a.keep.as_deref(), a.remove.as_deref())?;
     let shape = source.shape();
     let filter = match id_selection(source.as_ref(), a.extract.as_deref(), a.exclude.as_deref())? {
         Some(rows) => filter.with_rows(rows),
@@ -394,6 +405,86 @@ fn id_list(option: &'static str, path: &Path) -> Result<HashSet<String>, CliErro
         message: format!("{}: {e}", path.display()),
     })?;
     Ok(text.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The sample IDs (IIDs) a `--keep`/`--remove` file lists: the second column of each line
+/// (the only one on a line of one), or the column a `#…` header names `IID`.
+fn sample_list(option: &'static str, path: &Path) -> Result<HashSet<String>, CliError> {
+    let bad = |message: String| CliError::Option {
+        option,
+        message: format!("{}: {message}", path.display()),
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let mut column = None;
+    let mut ids = HashSet::new();
+    for (no, line) in text.lines().enumerate() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.is_empty() {
+            continue;
+        }
+        if no == 0 && fields[0].starts_with('#') {
+            let names = fields.iter().map(|f| f.trim_start_matches('#'));
+            column = Some(
+                names
+                    .into_iter()
+                    .position(|f| f == "IID")
+                    .ok_or_else(|| bad(format!("the header {line:?} names no IID column")))?,
+            );
+            continue;
+        }
+        let c = column.unwrap_or(usize::from(fields.len() > 1));
+        let id = fields
+            .get(c)
+            .ok_or_else(|| bad(format!("line {} has no IID (column {})", no + 1, c + 1)))?;
+        ids.insert((*id).to_owned());
+    }
+    Ok(ids)
+}
+
+/// `source` restricted to the samples `--keep` lists and `--remove` does not, by the
+/// source's sample IDs; `source` itself without either option.
+fn sample_selection(
+    source: Arc<dyn GenotypeSource>,
+    keep: Option<&Path>,
+    remove: Option<&Path>,
+) -> Result<Arc<dyn GenotypeSource>, CliError> {
+    let option = match (keep, remove) {
+        (None, None) => return Ok(source),
+        (Some(_), _) => "--keep",
+        (None, Some(_)) => "--remove",
+    };
+    let origin = [("--keep", keep), ("--remove", remove)]
+        .iter()
+        .filter_map(|(o, p)| p.map(|p| format!("{o} {}", p.display())))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let keep = keep.map(|p| sample_list("--keep", p)).transpose()?;
+    let remove = remove.map(|p| sample_list("--remove", p)).transpose()?;
+    let Some(ids) = source.sample_ids() else {
+        return Err(CliError::Option {
+            option,
+            message: format!(
+                "{} has no sample IDs (a .fam, and a VCF Zarr store's or a Zarr group's \
+                 sample_id, have them)",
+                source.describe()
+            ),
+        });
+    };
+    let subset = SampleSubset::new(source.clone(), origin, &ids, |_, id| {
+        keep.as_ref().is_none_or(|l| l.contains(id))
+            && !remove.as_ref().is_some_and(|l| l.contains(id))
+    });
+    if subset.kept() == 0 {
+        return Err(CliError::Option {
+            option,
+            message: format!(
+                "none of the {} samples of {} is left",
+                ids.len(),
+                source.describe()
+            ),
+        });
+    }
+    Ok(Arc::new(subset))
 }
 
 /// The rows `--extract` and `--exclude` keep, by the source's variant identifiers; `None`
