@@ -56,20 +56,38 @@ impl RowSelection {
     /// The selection of `rows` rows keeping those for which `keep` (called once per row, in
     /// order) is true; `origin` says how it was made (`--extract prune.in`), for messages.
     pub fn new(rows: u64, origin: impl Into<String>, mut keep: impl FnMut(u64) -> bool) -> Self {
-        let mut words = vec![0u64; rows.div_ceil(64) as usize];
-        let mut kept = 0;
+        let mut s = RowSelection::builder(origin);
         for row in 0..rows {
-            if keep(row) {
-                words[(row / 64) as usize] |= 1 << (row % 64);
-                kept += 1;
-            }
+            s.push(keep(row));
         }
+        s
+    }
+
+    /// An empty selection that [`RowSelection::push`] extends row by row.
+    pub fn builder(origin: impl Into<String>) -> Self {
         RowSelection {
-            words,
-            rows,
-            kept,
+            words: Vec::new(),
+            rows: 0,
+            kept: 0,
             origin: origin.into(),
         }
+    }
+
+    /// Appends a row, kept or not.
+    pub fn push(&mut self, keep: bool) {
+        if self.rows.is_multiple_of(64) {
+            self.words.push(0);
+        }
+        if keep {
+            *self.words.last_mut().expect("pushed above") |= 1 << (self.rows % 64);
+            self.kept += 1;
+        }
+        self.rows += 1;
+    }
+
+    /// Rows in the selection, kept or not.
+    pub fn rows(&self) -> u64 {
+        self.rows
     }
 
     /// Whether row `row` is kept (rows past the selection's are not).
@@ -373,6 +391,26 @@ mod tests {
             match r {
                 Err(LinalgError::Option { option: o, .. }) => assert_eq!(o, option),
                 other => panic!("{option}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn row_selections_hold_the_rows_pushed_kept() {
+        let mut rng = Rng::fresh();
+        for _ in 0..20 {
+            let rows = rng.below(300) as u64;
+            let keep: Vec<bool> = (0..rows).map(|_| rng.below(2) == 1).collect();
+            let s = RowSelection::new(rows, "--extract t", |r| keep[r as usize]);
+            assert_eq!(s.rows(), rows);
+            assert_eq!(s.kept(), keep.iter().filter(|&&k| k).count() as u64);
+            assert_eq!(s.origin(), "--extract t");
+            for r in 0..rows + 70 {
+                assert_eq!(
+                    s.contains(r),
+                    r < rows && keep[r as usize],
+                    "row {r} of {rows}"
+                );
             }
         }
     }
