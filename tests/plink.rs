@@ -238,21 +238,21 @@ fn maf_and_geno_exclude_the_variants_plink2_excludes() {
             on_maf > 0 && (missing == 0.0 || on_geno > 0)
         })
         .unwrap_or_else(|| panic!("{what}: no fileset of eight with variants on the thresholds"));
-    assert_filters_keep_plink2s_variants(&prefix, (variants, samples, missing), &filters, &what);
+    assert_filters_keep_plink2s_variants(&prefix, (variants, samples, missing), &filters);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Asserts that rankwise, given PLINK 2's filter options `filters` (which leave `samples`
 /// samples), excludes as many variants as `plink2 --write-snplist` keeps out, and that its
-/// eigenvalues (k = 3, exact)
-/// are those of the variants PLINK keeps: its `--pca`'s without missing calls, else the
-/// mean-imputed PCA (LAPACK) of the dosages it exports under the same options.
+/// eigenvalues (k = 3, exact) are those of the variants PLINK keeps: its `--pca`'s without
+/// missing calls, else the mean-imputed PCA (LAPACK) of the dosages it exports under the
+/// same options.
 fn assert_filters_keep_plink2s_variants(
     prefix: &Path,
     (variants, samples, missing): (u64, u64, f64),
     filters: &[&str],
-    what: &str,
 ) {
+    let what = format!("{variants} variants × {samples} samples, {missing} missing, {filters:?}");
     let k = 3u64;
     let k_text = k.to_string();
     let mut args = filters.to_vec();
@@ -312,14 +312,7 @@ fn hwe_excludes_the_variants_plink2s_exact_test_excludes() {
         vec!["--hwe", p, "midp"],
         vec!["--hwe", p, "midp", "--maf", "0.1"],
     ] {
-        let what =
-            format!("{variants} variants × {samples} samples, {missing} missing, {filters:?}");
-        assert_filters_keep_plink2s_variants(
-            &prefix,
-            (variants, samples, missing),
-            &filters,
-            &what,
-        );
+        assert_filters_keep_plink2s_variants(&prefix, (variants, samples, missing), &filters);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -347,14 +340,7 @@ fn extract_and_exclude_keep_what_plink2_keeps_after_ld_pruning() {
         vec!["--extract", keep],
         vec!["--exclude", drop, "--maf", "0.05"],
     ] {
-        let what =
-            format!("{variants} variants × {samples} samples, {missing} missing, {filters:?}");
-        assert_filters_keep_plink2s_variants(
-            &prefix,
-            (variants, samples, missing),
-            &filters,
-            &what,
-        );
+        assert_filters_keep_plink2s_variants(&prefix, (variants, samples, missing), &filters);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -408,7 +394,7 @@ fn keep_and_remove_restrict_the_samples_as_plink2_does() {
             kept.len()
         );
         let shape = (variants, kept.len() as u64, missing);
-        assert_filters_keep_plink2s_variants(&prefix, shape, &filters, &what);
+        assert_filters_keep_plink2s_variants(&prefix, shape, &filters);
         let out = dir.join("k.zarr");
         let mut args = filters.clone();
         args.extend(["--out", out.to_str().unwrap()]);

@@ -1008,21 +1008,23 @@ fn extract_exclude_and_keep_select_vcf_zarr_variants_and_samples_by_id() {
             .collect();
         let list = dir.join(format!("{name}.txt"));
         fs::write(&list, format!(".\n{}\n", listed.join("\n"))).unwrap();
-        let n = listed.len() as u64;
-        for (option, kept) in [("--extract", n), ("--exclude", m - n)] {
-            let args: Vec<String> = [
+        // `rankwise pca --vcf-zarr PATH -k 2 --json EXTRA…`'s report.
+        let pca = |extra: &[&str]| {
+            let mut args = vec![
                 "pca",
                 "--vcf-zarr",
                 path.to_str().unwrap(),
                 "-k",
                 "2",
-                option,
-                list.to_str().unwrap(),
                 "--json",
-            ]
-            .map(String::from)
-            .to_vec();
-            let r = common::report(&rankwise(&args, &dir));
+            ];
+            args.extend(extra);
+            let args: Vec<String> = args.into_iter().map(String::from).collect();
+            common::report(&rankwise(&args, &dir))
+        };
+        let n = listed.len() as u64;
+        for (option, kept) in [("--extract", n), ("--exclude", m - n)] {
+            let r = pca(&[option, list.to_str().unwrap()]);
             assert_eq!(
                 r["genotypes"]["variants_filtered"].as_u64(),
                 Some(m - kept),
@@ -1039,21 +1041,7 @@ fn extract_exclude_and_keep_select_vcf_zarr_variants_and_samples_by_id() {
             listed.iter().map(|s| format!("{s}\n")).collect::<String>(),
         )
         .unwrap();
-        let args: Vec<String> = [
-            "pca",
-            "--vcf-zarr",
-            path.to_str().unwrap(),
-            "-k",
-            "2",
-            "--oversample",
-            "3",
-            "--keep",
-            keep.to_str().unwrap(),
-            "--json",
-        ]
-        .map(String::from)
-        .to_vec();
-        let r = common::report(&rankwise(&args, &dir));
+        let r = pca(&["--oversample", "3", "--keep", keep.to_str().unwrap()]);
         assert_eq!(
             r["shape"],
             serde_json::json!([m, listed.len()]),

@@ -398,13 +398,55 @@ pub(super) fn pca_command(
     run_job(rt, launch, &job, &problem, &options, start)
 }
 
-/// The options given among `options`, with their files (`--keep a.txt --remove b.txt`).
-fn given(options: [(&str, Option<&Path>); 2]) -> String {
-    options
-        .iter()
-        .filter_map(|(o, p)| p.map(|p| format!("{o} {}", p.display())))
-        .collect::<Vec<_>>()
-        .join(" ")
+/// An include list and an exclude list of identifiers, read from the files of a pair of
+/// options (`--keep`/`--remove`, `--extract`/`--exclude`).
+struct IdLists {
+    /// The first option given, for errors.
+    option: &'static str,
+    /// The options given with their files (`--keep a.txt --remove b.txt`).
+    origin: String,
+    include: Option<HashSet<String>>,
+    exclude: Option<HashSet<String>>,
+}
+
+/// Reads one list file for its option.
+type ListReader = fn(&'static str, &Path) -> Result<HashSet<String>, CliError>;
+
+impl IdLists {
+    /// The lists of the options given, read by `read`; `None` when neither is.
+    fn read(
+        (inc, inc_path): (&'static str, Option<&Path>),
+        (exc, exc_path): (&'static str, Option<&Path>),
+        read: ListReader,
+    ) -> Result<Option<IdLists>, CliError> {
+        let given = [(inc, inc_path), (exc, exc_path)];
+        let Some(option) = given.iter().find(|(_, p)| p.is_some()).map(|(o, _)| *o) else {
+            return Ok(None);
+        };
+        let origin = given
+            .iter()
+            .filter_map(|(o, p)| p.map(|p| format!("{o} {}", p.display())))
+            .collect::<Vec<_>>()
+            .join(" ");
+        Ok(Some(IdLists {
+            option,
+            origin,
+            include: inc_path.map(|p| read(inc, p)).transpose()?,
+            exclude: exc_path.map(|p| read(exc, p)).transpose()?,
+        }))
+    }
+
+    /// Whether the lists keep `id`: named by the include list, if there is one, and not by
+    /// the exclude list. Without an identifier, kept only without an include list.
+    fn admits(&self, id: Option<&str>) -> bool {
+        match id {
+            Some(id) => {
+                self.include.as_ref().is_none_or(|l| l.contains(id))
+                    && !self.exclude.as_ref().is_some_and(|l| l.contains(id))
+            }
+            None => self.include.is_none(),
+        }
+    }
 }
 
 /// The identifiers listed in `path` (whitespace-separated tokens), for `option`.
@@ -457,17 +499,12 @@ fn sample_selection(
     keep: Option<&Path>,
     remove: Option<&Path>,
 ) -> Result<Arc<dyn GenotypeSource>, CliError> {
-    let option = match (keep, remove) {
-        (None, None) => return Ok(source),
-        (Some(_), _) => "--keep",
-        (None, Some(_)) => "--remove",
+    let Some(lists) = IdLists::read(("--keep", keep), ("--remove", remove), sample_list)? else {
+        return Ok(source);
     };
-    let origin = given([("--keep", keep), ("--remove", remove)]);
-    let keep = keep.map(|p| sample_list("--keep", p)).transpose()?;
-    let remove = remove.map(|p| sample_list("--remove", p)).transpose()?;
     let Some(ids) = source.sample_ids() else {
         return Err(CliError::Option {
-            option,
+            option: lists.option,
             message: format!(
                 "{} has no sample IDs (a .fam, and a VCF Zarr store's or a Zarr group's \
                  sample_id, have them)",
@@ -475,13 +512,12 @@ fn sample_selection(
             ),
         });
     };
-    let subset = SampleSubset::new(source.clone(), origin, &ids, |_, id| {
-        keep.as_ref().is_none_or(|l| l.contains(id))
-            && !remove.as_ref().is_some_and(|l| l.contains(id))
+    let subset = SampleSubset::new(source.clone(), &lists.origin, &ids, |_, id| {
+        lists.admits(Some(id))
     });
     if subset.kept() == 0 {
         return Err(CliError::Option {
-            option,
+            option: lists.option,
             message: format!(
                 "none of the {} samples of {} is left",
                 ids.len(),
@@ -500,30 +536,18 @@ fn id_selection(
     extract: Option<&Path>,
     exclude: Option<&Path>,
 ) -> Result<Option<RowSelection>, CliError> {
-    let option = match (extract, exclude) {
-        (None, None) => return Ok(None),
-        (Some(_), _) => "--extract",
-        (None, Some(_)) => "--exclude",
+    let Some(lists) = IdLists::read(("--extract", extract), ("--exclude", exclude), id_list)?
+    else {
+        return Ok(None);
     };
-    let origin = given([("--extract", extract), ("--exclude", exclude)]);
-    let extract = extract.map(|p| id_list("--extract", p)).transpose()?;
-    let exclude = exclude.map(|p| id_list("--exclude", p)).transpose()?;
     // A bit per variant as the IDs stream by: 10⁸ variants take 12.5 MB on each rank.
-    let mut selection = RowSelection::builder(origin);
+    let mut selection = RowSelection::builder(lists.origin.clone());
     let has_ids = source
-        .variant_ids(&mut |id| {
-            selection.push(match id {
-                Some(id) => {
-                    extract.as_ref().is_none_or(|l| l.contains(id))
-                        && !exclude.as_ref().is_some_and(|l| l.contains(id))
-                }
-                None => extract.is_none(),
-            })
-        })
+        .variant_ids(&mut |id| selection.push(lists.admits(id)))
         .map_err(rankwise_runtime::RuntimeError::from)?;
     if !has_ids {
         return Err(CliError::Option {
-            option,
+            option: lists.option,
             message: format!(
                 "{} has no variant IDs (a PLINK fileset's .bim and a VCF Zarr store's \
                  variant_id have them)",
@@ -533,7 +557,7 @@ fn id_selection(
     }
     if selection.rows() != source.shape().0 {
         return Err(CliError::Option {
-            option,
+            option: lists.option,
             message: format!(
                 "{} gave {} variant IDs for {} variants",
                 source.describe(),
