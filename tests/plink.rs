@@ -464,6 +464,36 @@ fn two_ranks_read_the_fileset_with_the_embedded_runs_bits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A list that names nothing in the fileset, a list whose header names no IID column, and a
+/// list that is not there fail on both ranks naming the option; the first two before any
+/// pass reads the matrix ("none of the … is left", not the first pass's "no variants left").
+#[test]
+fn lists_that_leave_nothing_fail_on_both_ranks_naming_the_option() {
+    let dir = scratch("plink-lists");
+    let prefix = plink_fileset(&dir, 50, 400, 0.0, 3);
+    let nobody = dir.join("nobody.txt");
+    std::fs::write(&nobody, "rs0 someone\nrs1 else\n").unwrap();
+    let header = dir.join("header.txt");
+    std::fs::write(&header, "#FID\tPID\n0 per1\n").unwrap();
+    let [nobody, header] = [&nobody, &header].map(|p| p.to_str().unwrap());
+    for (extra, option, says) in [
+        (
+            ["--extract", nobody],
+            "--extract",
+            "none of the 400 variants",
+        ),
+        (["--keep", nobody], "--keep", "none of the 50 samples"),
+        (["--remove", header], "--remove", "names no IID column"),
+        (["--exclude", "not/here.txt"], "--exclude", "not/here.txt"),
+    ] {
+        let args = rankwise_pca(&prefix, 50, 3, &extra);
+        let run = under_mpirun(2, &args);
+        assert_both_ranks_name(&run, &args, option);
+        assert!(run.stderr.contains(says), "{}", run.describe());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_broken_fileset_fails_on_both_ranks_naming_the_file() {
     let dir = scratch("plink-broken");

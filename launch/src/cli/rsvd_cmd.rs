@@ -519,7 +519,8 @@ fn sample_selection(
         return Err(CliError::Option {
             option: lists.option,
             message: format!(
-                "none of the {} samples of {} is left",
+                "{}: none of the {} samples of {} is left",
+                lists.origin,
                 ids.len(),
                 source.describe()
             ),
@@ -563,6 +564,18 @@ fn id_selection(
                 source.describe(),
                 selection.rows(),
                 source.shape().0
+            ),
+        });
+    }
+    // Known before the first pass: no need to read the matrix to find nothing left.
+    if selection.kept() == 0 {
+        return Err(CliError::Option {
+            option: lists.option,
+            message: format!(
+                "{}: none of the {} variants of {} is left",
+                lists.origin,
+                selection.rows(),
+                source.describe()
             ),
         });
     }
