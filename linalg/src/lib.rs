@@ -49,6 +49,7 @@ pub use tree::Tree;
 pub use variants::{hwe_p, HweP, RowSelection, VariantFilter};
 
 use rankwise_runtime::RuntimeError;
+use rankwise_transports::TransportError;
 
 /// [`LinalgError::NoVariants`]'s message: the filter's options first where they did it, as
 /// other errors name the option at fault.
@@ -63,7 +64,6 @@ fn no_variants(variants: u64, filtered: u64, dropped: u64, filter: &VariantFilte
         format!("{}: {what}", filter.options())
     }
 }
-use rankwise_transports::TransportError;
 
 /// Errors of the linear algebra.
 #[derive(Debug, thiserror::Error)]

@@ -464,7 +464,8 @@ pub struct GenotypeSummary {
     pub variants_used: u64,
     /// Variants dropped: allele frequency 0 or 1 among their calls, or no calls.
     pub variants_dropped: u64,
-    /// Variants the [`VariantFilter`] excluded (`--maf`, `--geno`).
+    /// Variants the [`VariantFilter`] excluded (`--maf`, `--geno`, `--hwe`, `--extract`,
+    /// `--exclude`).
     pub variants_filtered: u64,
     /// The filter applied.
     pub filter: VariantFilter,
