@@ -181,7 +181,8 @@ if runs("plink2-qc"):
                  "ld.prune.in` on both sides (PLINK v2.00a3.5's `--hwe` is not scaled by the sample count; "
                  "in these 3 populations the Wahlund effect fails more than half of the variants). "
                  "rankwise still reads and keeps every variant's 2-bit codes (an excluded variant's "
-                 "row is zero, not removed), so its footprint is the unfiltered run's.\n")
+                 "row is zero, not removed; the f32 kernels skip it), so its footprint is the "
+                 "unfiltered run's.\n")
     lines.append("| tool | command | time | ratio (PLINK 2 / this) | peak RSS | variants kept | eigenvalues 1, 2 |")
     lines.append("|---|---|---|---|---|---|---|")
     q_med, q_lo, q_hi, q_rss = stats("plink2-qc")
