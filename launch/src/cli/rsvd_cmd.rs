@@ -436,6 +436,19 @@ impl IdLists {
         }))
     }
 
+    /// The error of lists that keep none of the `count` `what` (samples, variants) of
+    /// `source`.
+    fn left_nothing(&self, count: u64, what: &str, source: &dyn GenotypeSource) -> CliError {
+        CliError::Option {
+            option: self.option,
+            message: format!(
+                "{}: none of the {count} {what} of {} is left",
+                self.origin,
+                source.describe()
+            ),
+        }
+    }
+
     /// Whether the lists keep `id`: named by the include list, if there is one, and not by
     /// the exclude list. Without an identifier, kept only without an include list.
     fn admits(&self, id: Option<&str>) -> bool {
@@ -516,15 +529,7 @@ fn sample_selection(
         lists.admits(Some(id))
     });
     if subset.kept() == 0 {
-        return Err(CliError::Option {
-            option: lists.option,
-            message: format!(
-                "{}: none of the {} samples of {} is left",
-                lists.origin,
-                ids.len(),
-                source.describe()
-            ),
-        });
+        return Err(lists.left_nothing(ids.len() as u64, "samples", source.as_ref()));
     }
     Ok(Arc::new(subset))
 }
@@ -569,15 +574,7 @@ fn id_selection(
     }
     // Known before the first pass: no need to read the matrix to find nothing left.
     if selection.kept() == 0 {
-        return Err(CliError::Option {
-            option: lists.option,
-            message: format!(
-                "{}: none of the {} variants of {} is left",
-                lists.origin,
-                selection.rows(),
-                source.describe()
-            ),
-        });
+        return Err(lists.left_nothing(selection.rows(), "variants", source));
     }
     Ok(Some(selection))
 }
