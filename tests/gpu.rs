@@ -155,8 +155,13 @@ fn device_auto_without_cuda_runs_on_cpu_actors() {
         json_bits(&auto["singular_values"]),
         json_bits(&cpu["singular_values"])
     );
-    let actors = auto["actors"].to_string();
-    assert!(!actors.contains("gpu "), "{actors}");
+    let actors = &auto["per_rank"][0]["actors"];
+    assert!(
+        actors
+            .as_array()
+            .is_some_and(|a| !a.is_empty() && !on_gpu_actor(&auto)),
+        "{actors}"
+    );
 }
 
 /// The kernels compile, through `rankwise info --check-kernels`: for Hopper (sm_90) with the
@@ -270,6 +275,15 @@ fn bits(a: &Array2<f64>) -> Vec<u64> {
     a.iter().map(|x| x.to_bits()).collect()
 }
 
+/// Whether rank 0 of a report ran on a GPU actor (its actors are listed per rank; the
+/// report's top-level `actors` is their count).
+fn on_gpu_actor(report: &serde_json::Value) -> bool {
+    report["per_rank"][0]["actors"].as_array().is_some_and(|a| {
+        a.iter()
+            .any(|x| x.as_str().is_some_and(|x| x.starts_with("gpu ")))
+    })
+}
+
 fn singular_values(args: &[&str], device: &str) -> (Vec<f64>, serde_json::Value) {
     let mut all = args.to_vec();
     all.extend(["--json", "--device", device]);
@@ -365,7 +379,7 @@ fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
     let rsvd = job("rsvd", "8");
     let (cpu, _) = factors_out(&rsvd, "cpu", &dir.join("rsvd-cpu"));
     let (gpu, report) = factors_out(&rsvd, "gpu", &dir.join("rsvd-gpu"));
-    assert!(report["actors"].to_string().contains("gpu 0"), "{report}");
+    assert!(on_gpu_actor(&report), "{report}");
     assert_close(&gpu, &cpu, 1e-10, "rsvd f64");
     // Rounding differences, amplified by σ₁ over the gap between σ_k and σ_(k+1): 1e-6 leaves
     // room for that and still catches a wrong layout or a lost tile, which move the subspace
@@ -379,6 +393,23 @@ fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
     // The TSQR's leaves were factored on the device where cuSOLVER was found.
     let qrs = report["per_rank"][0]["gpu_panel_qrs"].as_u64().unwrap_or(0);
     assert_eq!(qrs > 0, probed().find("cusolver").is_some(), "{report}");
+    // Raw dosages (`--dist genotype`, the benchmark's matrix): made on the device from
+    // packed codes, not on the actor's CPU cores.
+    for (precision, tol) in [("f64", 1e-10), ("f32", 1e-5)] {
+        let mut dosages = job("rsvd", "8");
+        dosages.extend(["--dist", "genotype"]);
+        dosages.extend(["--precision", precision]);
+        let (cpu, _) = singular_values(&dosages, "cpu");
+        let (gpu, report) = singular_values(&dosages, "gpu");
+        let what = format!("rsvd --dist genotype --precision {precision}");
+        assert_close(&gpu, &cpu, tol, &what);
+        let rank = &report["per_rank"][0];
+        assert!(
+            rank["gpu_panel_passes"].as_u64() > Some(0),
+            "{what}: {report}"
+        );
+        assert!(rank["gpu_note"].is_null(), "{what}: {report}");
+    }
     let mut pca = job("pca", "6");
     pca.extend(["--populations", "3", "--missing", "0.05"]);
     let (cpu, _) = factors_out(&pca, "cpu", &dir.join("pca-cpu"));
@@ -506,7 +537,7 @@ fn zarr_stores_staged_to_the_device_agree_with_host_reads() {
             let what = format!("{command} {dtype} --precision {precision} -q {q}");
             let (cpu, _) = singular_values(&args, "cpu");
             let (gpu, report) = singular_values(&args, "gpu");
-            assert!(report["actors"].to_string().contains("gpu 0"), "{report}");
+            assert!(on_gpu_actor(&report), "{report}");
             assert_close(&gpu, &cpu, tol, &what);
             let staged = staged_bytes(&report);
             assert!(staged > 0, "{what}: nothing staged: {report}");
@@ -700,9 +731,15 @@ fn svd_on_gpu_actors_agrees_with_cpu_actors() {
     // tree's node QRs to run on the device too.
     let narrow = (rng.range(5_000, 40_000), rng.range(20, 400));
     let wide = (rng.range(4_000, 12_000), rng.range(512, 800));
-    let runs: [(_, &[&str]); 3] = [
+    let runs: [(_, &[&str]); 4] = [
         (narrow, &[]),
-        (narrow, &["--memory-per-actor", "16M"]),
+        // Raw dosages, generated on the device from packed codes like `rsvd`'s.
+        (narrow, &["--dist", "genotype"]),
+        // One thread: a 16-core node's workspaces alone would not fit in 16 MiB.
+        (
+            narrow,
+            &["--memory-per-actor", "16M", "--threads-per-actor", "1"],
+        ),
         (wide, &[]),
     ];
     for ((m, n), memory) in runs {

@@ -72,6 +72,9 @@ pub enum DeviceSource {
     Uniform(Generated),
     /// Generated genotype dosages, standardized per variant after the filter.
     Genotypes(Generated, VariantFilter),
+    /// Generated genotype dosages as a plain matrix (`--dist genotype`): 0, 1, 2, and −1
+    /// for a missing call, made from the same packed codes as [`DeviceSource::Genotypes`].
+    Dosages(Generated),
 }
 
 impl DeviceSource {
@@ -80,9 +83,12 @@ impl DeviceSource {
     pub fn of(operand: &Operand) -> Option<DeviceSource> {
         match operand {
             Operand::Dense(s) => {
-                let g = s.generated()?;
-                (g.dist() == Dist::Uniform && !g.is_transposed())
-                    .then(|| DeviceSource::Uniform(g.clone()))
+                let g = s.generated().filter(|g| !g.is_transposed())?;
+                match g.dist() {
+                    Dist::Uniform => Some(DeviceSource::Uniform(g.clone())),
+                    Dist::Genotype => Some(DeviceSource::Dosages(g.clone())),
+                    Dist::Normal => None,
+                }
             }
             Operand::Genotypes(s, filter) => {
                 let g = s.generated()?;
@@ -102,7 +108,27 @@ impl DeviceSource {
 
     fn generated(&self) -> &Generated {
         match self {
-            DeviceSource::Uniform(g) | DeviceSource::Genotypes(g, _) => g,
+            DeviceSource::Uniform(g) | DeviceSource::Genotypes(g, _) | DeviceSource::Dosages(g) => {
+                g
+            }
+        }
+    }
+
+    /// The values of a tile's codes, 4 per row (codes 0, 1, 2 and 3), for rows from
+    /// `first` with code counts `counts` (4 per row), adding the rows' facts.
+    fn tables<T: Real>(
+        &self,
+        counts: &[u32],
+        first: u64,
+        measure: bool,
+        facts: &mut PanelFacts,
+    ) -> Vec<T> {
+        match self {
+            DeviceSource::Genotypes(_, filter) => {
+                tables_from_counts(counts, first, filter, measure, facts)
+            }
+            DeviceSource::Dosages(_) => dosage_tables(counts, measure, facts),
+            DeviceSource::Uniform(_) => Vec::new(),
         }
     }
 }
@@ -243,7 +269,7 @@ where
         let alloc = gpu(dev, "allocating a tile");
         let tile = stream.alloc_zeros::<T>(rows * n).map_err(&alloc)?;
         let (packed, counts) = match src {
-            DeviceSource::Genotypes(..) => (
+            DeviceSource::Genotypes(..) | DeviceSource::Dosages(_) => (
                 Some(
                     stream
                         .alloc_zeros::<u8>(rows * n.div_ceil(4))
@@ -302,7 +328,7 @@ where
                     facts.sum_squares += self.sum_squares(b * self.n)?;
                 }
             }
-            DeviceSource::Genotypes(_, filter) => {
+            DeviceSource::Genotypes(..) | DeviceSource::Dosages(_) => {
                 let pops = gen.populations() as u32;
                 self.thresholds.clear();
                 gen.genotype_thresholds(g.clone(), &mut self.thresholds);
@@ -335,7 +361,7 @@ where
                 stream
                     .memcpy_dtoh(&counts.slice(..4 * b), &mut host)
                     .map_err(gpu(dev, "copying code counts"))?;
-                let table = tables_from_counts::<T>(&host, g.start, filter, measure, facts);
+                let table = self.src.tables::<T>(&host, g.start, measure, facts);
                 let table = stream
                     .clone_htod(&table)
                     .map_err(gpu(dev, "copying standardization tables"))?;
@@ -424,6 +450,20 @@ fn tables_from_counts<T: Real>(
         table.extend(scale.table().iter().map(|&v| T::from_f64(v)));
     }
     table
+}
+
+/// [`DeviceSource::Dosages`]' tables: codes 0, 1, 2 are their dosages and a missing call
+/// is −1, as `Generated::value` makes them. Σx² comes from the counts: the values are small
+/// integers, so it is exact, as the CPU's f64 sum of them is.
+fn dosage_tables<T: Real>(counts: &[u32], measure: bool, facts: &mut PanelFacts) -> Vec<T> {
+    if measure {
+        facts.sum_squares += counts
+            .chunks_exact(4)
+            .map(|c| (c[1] as u64 + 4 * c[2] as u64 + c[3] as u64) as f64)
+            .sum::<f64>();
+    }
+    let row = [0.0, 1.0, 2.0, -1.0].map(T::from_f64);
+    counts.chunks_exact(4).flat_map(|_| row).collect()
 }
 
 /// `acc += part` on the device, `len` values.
@@ -1503,6 +1543,29 @@ mod tests {
     use crate::tiles::{Packing, TileProducer, TILE_COLS};
     use crate::variants::RowSelection;
 
+    /// Regression: `rsvd --dist genotype` (raw dosages as a dense operand, the GPU
+    /// benchmark's matrix) ran on the GPU actor's CPU cores, 15× slower than on its device.
+    #[test]
+    fn rsvd_dist_genotype_is_produced_on_the_device() {
+        let of = |dist, transposed: bool| {
+            let g = Generated::new(10, 7, 1, dist);
+            let g = if transposed { g.transposed() } else { g };
+            DeviceSource::of(&Operand::Dense(Arc::new(g)))
+        };
+        assert!(matches!(
+            of(Dist::Genotype, false),
+            Some(DeviceSource::Dosages(_))
+        ));
+        assert!(matches!(
+            of(Dist::Uniform, false),
+            Some(DeviceSource::Uniform(_))
+        ));
+        assert!(of(Dist::Normal, false).is_none());
+        for dist in [Dist::Genotype, Dist::Uniform] {
+            assert!(of(dist, true).is_none(), "{dist:?} transposed");
+        }
+    }
+
     #[test]
     fn staged_blocks_are_whole_row_blocks_within_the_budget() {
         let mut rng = Rng::fresh();
@@ -1870,7 +1933,7 @@ mod tests {
                     facts.sum_squares += partial.values()[..blocks].iter().sum::<f64>();
                 }
             }
-            DeviceSource::Genotypes(_, filter) => {
+            DeviceSource::Genotypes(..) | DeviceSource::Dosages(_) => {
                 let pops = gen.populations() as u32;
                 let mut thresholds = Vec::new();
                 gen.genotype_thresholds(g.clone(), &mut thresholds);
@@ -1896,8 +1959,7 @@ mod tests {
                 );
                 packed.check("packed codes").unwrap();
                 counts.check("code counts").unwrap();
-                let table =
-                    tables_from_counts::<T>(counts.values(), g.start, filter, measure, facts);
+                let table = src.tables::<T>(counts.values(), g.start, measure, facts);
                 let col0 = 0u32;
                 let mut a = HostArgs::new();
                 a.buffer(tile.values_mut())
@@ -1956,8 +2018,10 @@ mod tests {
                 .with_missing([0.0, 0.05][round % 2]);
             let uniform = Generated::new(200, n as u64, seed, Dist::Uniform);
             for op in [
-                Operand::Genotypes(Arc::new(genotypes), filter),
+                Operand::Genotypes(Arc::new(genotypes.clone()), filter),
                 Operand::Dense(Arc::new(uniform)),
+                // `--dist genotype`: the same codes as dosages (rsvd's benchmark matrix).
+                Operand::Dense(Arc::new(genotypes)),
             ] {
                 let src = DeviceSource::of(&op).expect("the device produces it");
                 let what = format!("{what}, {}", op.describe());
