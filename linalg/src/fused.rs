@@ -177,12 +177,7 @@ struct Live {
 
 impl Live {
     fn of(t: &PackedTile<'_>) -> Option<Live> {
-        let live = |i: &usize| t.tables[*i] != [0.0; 4];
-        // Counted first: most tiles are multiplied whole, and allocate nothing here.
-        if (0..t.rows).filter(live).count() * 4 > t.rows * 3 {
-            return None;
-        }
-        let rows: Vec<usize> = (0..t.rows).filter(live).collect();
+        let rows = t.live_rows()?;
         let stride = t.cols.div_ceil(4);
         let mut bytes = Vec::with_capacity(rows.len() * stride);
         for &i in &rows {
@@ -959,10 +954,90 @@ mod tests {
         assert_eq!(y, Array2::<f64>::zeros((8, 3)));
     }
 
+    /// The trait's products of packed tiles where the fused kernels do not run (f64 tiles
+    /// always; f32 without an Ω layout): every row standardized, or the live rows alone
+    /// once a quarter or more are dropped or filtered. Either way they are the products of
+    /// the standardized tile, the dead rows of `y` untouched.
     #[test]
     fn products_of_packed_tiles_fall_back_to_standardized_values() {
-        // f64 tiles are never multiplied packed: the trait's fallback must still be right.
         let mut rng = Rng::fresh();
+        let (mut whole, mut gathered) = (0, 0);
+        for _ in 0..40 {
+            let (rows, cols) = (1 + rng.below(80), 1 + rng.below(700));
+            let stride = cols.div_ceil(4) + rng.below(3);
+            let (bytes, scales) = panel(&mut rng, rows, stride);
+            let tables: Vec<[f32; 4]> =
+                scales.iter().map(|s| s.table().map(|v| v as f32)).collect();
+            let t = PackedTile {
+                bytes: &bytes,
+                stride,
+                rows,
+                cols,
+                tables: &tables,
+                scales: &scales,
+            };
+            match t.live_rows() {
+                None => whole += 1,
+                Some(_) => gathered += 1,
+            }
+            let c0 = rng.below(40);
+            let w = 1 + rng.below(30);
+            let omega = Array2::from_shape_fn((c0 + cols + rng.below(9), w), |_| rng.value());
+            let q = Array2::from_shape_fn((rows, 1 + rng.below(25)), |_| rng.value());
+            check::<f64>(&t, &omega, c0, &q, &mut rng, 1e-12);
+            check::<f32>(&t, &omega, c0, &q, &mut rng, 1e-5);
+        }
+        assert!(
+            whole > 0 && gathered > 0,
+            "{whole} whole, {gathered} gathered"
+        );
+
+        fn check<T: Real>(
+            t: &PackedTile<'_>,
+            omega: &Array2<f32>,
+            c0: usize,
+            q: &Array2<f32>,
+            rng: &mut Rng,
+            tol: f64,
+        ) {
+            let what = format!("f{}: {} × {}", 8 * size_of::<T>(), t.rows, t.cols);
+            let dense = t.standardize(&mut Vec::<T>::new()).mapv(|v| v.to_f64());
+            let dead: Vec<bool> = t.tables.iter().map(|x| *x == [0.0; 4]).collect();
+            let omega = omega.mapv(|v| T::from_f64(v as f64));
+            let o = omega.slice(s![c0..c0 + t.cols, ..]).mapv(|v| v.to_f64());
+            let y0 = Array2::from_shape_fn((t.rows, o.ncols()), |_| rng.value() as f64);
+            let mut y = y0.clone();
+            T::ab_tile(
+                Tile::Packed(*t),
+                omega.view(),
+                None,
+                c0,
+                y.view_mut(),
+                &mut Vec::new(),
+            );
+            let want = &y0 + &dense.dot(&o);
+            let scale = dense.mapv(f64::abs).dot(&o.mapv(f64::abs));
+            for ((i, j), &v) in y.indexed_iter() {
+                if dead[i] {
+                    assert_eq!(v.to_bits(), y0[[i, j]].to_bits(), "{what}: dead row {i}");
+                }
+                let d = (v - want[[i, j]]).abs();
+                assert!(d <= tol * (scale[[i, j]] + 1.0), "{what}: y({i}, {j})");
+            }
+            let qt = q.mapv(|v| T::from_f64(v as f64));
+            let b0 = Array2::from_shape_fn((q.ncols(), t.cols), |_| rng.value() as f64);
+            let mut b = b0.clone();
+            T::atb_tile(Tile::Packed(*t), qt.view(), b.view_mut(), &mut Vec::new());
+            let qf = qt.mapv(|v| v.to_f64());
+            let want = &b0 + &qf.t().dot(&dense);
+            let scale = qf.t().mapv(f64::abs).dot(&dense.mapv(f64::abs));
+            for ((i, j), &v) in b.indexed_iter() {
+                let d = (v - want[[i, j]]).abs();
+                assert!(d <= tol * (scale[[i, j]] + 1.0), "{what}: b({i}, {j})");
+            }
+        }
+        // What the fused kernels do not take is declined, not misread (their fallbacks are
+        // the products above).
         let (rows, cols, stride) = (7, 45, 13);
         let (bytes, scales) = panel(&mut rng, rows, stride);
         let tables: Vec<[f32; 4]> = scales.iter().map(|s| s.table().map(|v| v as f32)).collect();
@@ -974,30 +1049,8 @@ mod tests {
             tables: &tables,
             scales: &scales,
         };
-        let dense = t.standardize(&mut Vec::<f64>::new()).to_owned();
         let omega = Array2::from_shape_fn((cols + 16, 5), |_| rng.value() as f64);
         let mut y = Array2::<f64>::zeros((rows, 5));
-        f64::ab_tile(
-            Tile::Packed(t),
-            omega.view(),
-            None,
-            16,
-            y.view_mut(),
-            &mut Vec::new(),
-        );
-        let want = dense.dot(&omega.slice(s![16.., ..]));
-        assert!(y
-            .iter()
-            .zip(want.iter())
-            .all(|(a, b)| (a - b).abs() < 1e-12));
-        let q = Array2::from_shape_fn((rows, 3), |_| rng.value() as f64);
-        let mut b = Array2::<f64>::zeros((3, cols));
-        f64::atb_tile(Tile::Packed(t), q.view(), b.view_mut(), &mut Vec::new());
-        let want = q.t().dot(&dense);
-        assert!(b
-            .iter()
-            .zip(want.iter())
-            .all(|(a, b)| (a - b).abs() < 1e-12));
         // What the kernels do not take is declined, not misread: a transposed output, a
         // tile not on a group of 16 columns, a tile past Ω's rows.
         let layout = OmegaLayout::new(omega.mapv(|x| x as f32).view());

@@ -1123,7 +1123,7 @@ where
         let (facts, kept) = TileProducer::new(&c.operand, st.p, st.rows.clone())
             .read_from(&read)
             .measuring(first)
-            .packing(Packing::WhereMultiplied)
+            .packing(Packing::Always)
             .sweep(
                 st.stored.as_ref(),
                 keep && !keep_lease,
@@ -1479,7 +1479,7 @@ where
         TileProducer::new(&c.operand, st.p, st.rows.clone())
             .read_from(&read)
             .measuring(false)
-            .packing(Packing::WhereMultiplied)
+            .packing(Packing::Always)
             .for_each(
                 st.stored.as_ref(),
                 false,

@@ -18,15 +18,18 @@
 //! zero. The per-row mean and scale are computed when the row is first produced, from the
 //! whole row, so tiles of any width standardize identically.
 //!
-//! With f32 tiles on CPUs with AVX-512F, the passes never see the standardized values: a
-//! genotype tile is handed out packed ([`Tile::Packed`]) with each row's table of the four
-//! standardized codes, and [`crate::fused`] standardizes in registers as it multiplies.
+//! The passes take genotype tiles packed ([`Tile::Packed`]), with each row's table of the
+//! four standardized codes. With f32 tiles on CPUs with AVX-512F they never see the
+//! standardized values: [`crate::fused`] standardizes in registers as it multiplies.
+//! Otherwise the rows are standardized into a float tile for BLAS, the rows of excluded
+//! and dropped variants (all zeros) left out where they are a quarter of the tile or more
+//! ([`PackedTile::live_rows`]).
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
-use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
+use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis, ShapeBuilder};
 use rankwise_runtime::readahead::ReadFn;
 use rankwise_runtime::{
     Dist, GenotypeSource, PanelBuffer, PanelLease, PanelSource, PanelValues, StoredPanels,
@@ -206,11 +209,6 @@ pub trait Real:
     fn values_of(buf: &PanelBuffer) -> Option<&[Self]>;
     /// Standardizes `out.len()` packed dosages starting at the first code of `bytes`.
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [Self]);
-    /// Whether genotype tiles of this type are handed out packed, for
-    /// [`Real::ab_tile`] and [`Real::atb_tile`] to multiply without a float copy.
-    fn packed_tiles() -> bool {
-        false
-    }
     /// The fused kernels' layout of `Ω` (`n × w`), where they run for this type; made once
     /// per pass for [`Real::ab_tile`].
     fn omega_layout(omega: ArrayView2<'_, Self>) -> Option<crate::fused::OmegaLayout> {
@@ -445,9 +443,6 @@ impl Real for f32 {
     fn sum_squares(x: &[f32]) -> f64 {
         sum_squares_f32(x)
     }
-    fn packed_tiles() -> bool {
-        crate::fused::available()
-    }
     fn omega_layout(omega: ArrayView2<'_, f32>) -> Option<crate::fused::OmegaLayout> {
         crate::fused::available().then(|| crate::fused::OmegaLayout::new(omega))
     }
@@ -581,7 +576,7 @@ pub enum Stored {
 }
 
 /// A tile of 2-bit packed genotype codes, handed out instead of its standardized values
-/// where the passes multiply it packed ([`Real::packed_tiles`]).
+/// where the passes multiply it packed ([`Packing::Always`]).
 #[derive(Clone, Copy, Debug)]
 pub struct PackedTile<'a> {
     /// Codes from the tile's first column on; row `i` starts at byte `i·stride`.
@@ -601,13 +596,34 @@ pub struct PackedTile<'a> {
 impl PackedTile<'_> {
     /// The standardized values (`rows × cols`, row-major), written into `out`.
     pub fn standardize<'o, T: Real>(&self, out: &'o mut Vec<T>) -> ArrayView2<'o, T> {
-        let (h, w) = (self.rows, self.cols);
-        out.resize(h * w, T::default());
-        for i in 0..h {
+        self.standardize_into(0..self.rows, aligned_tile(out, self.rows * self.cols))
+    }
+
+    /// The standardized values of rows `rows` of the tile (`rows.len() × cols`), written
+    /// into `out` (that many values).
+    fn standardize_into<'o, T: Real>(
+        &self,
+        rows: impl ExactSizeIterator<Item = usize>,
+        out: &'o mut [T],
+    ) -> ArrayView2<'o, T> {
+        let (h, w) = (rows.len(), self.cols);
+        for (k, i) in rows.enumerate() {
             let row = &self.bytes[i * self.stride..];
-            T::standardize_packed(row, self.scales[i], &mut out[i * w..(i + 1) * w]);
+            T::standardize_packed(row, self.scales[i], &mut out[k * w..(k + 1) * w]);
         }
-        ArrayView2::from_shape((h, w), &out[..h * w]).expect("tile shape")
+        ArrayView2::from_shape((h, w), &*out).expect("tile shape")
+    }
+
+    /// The rows that add anything to a product (their table is not all zeros: the rows of
+    /// excluded and dropped variants are zero), in order, when they are at most three
+    /// quarters of the tile. Past that, gathering them costs more than multiplying zeros.
+    pub fn live_rows(&self) -> Option<Vec<usize>> {
+        let live = |i: &usize| self.tables[*i] != [0.0; 4];
+        // Counted first: most tiles are multiplied whole, and allocate nothing here.
+        if (0..self.rows).filter(live).count() * 4 > self.rows * 3 {
+            return None;
+        }
+        Some((0..self.rows).filter(live).collect())
     }
 }
 
@@ -618,10 +634,11 @@ impl PackedTile<'_> {
 pub enum Packing {
     /// Standardized values only.
     Never,
-    /// Packed where the tile type multiplies packed tiles itself ([`Real::packed_tiles`]).
-    WhereMultiplied,
-    /// Packed for every tile type: the consumer copies the codes elsewhere (GPU actors
-    /// stage them to the device 2-bit packed) and standardizes them there.
+    /// Packed, for every tile type. The consumer multiplies them packed (the fused f32
+    /// kernels), standardizes the rows that add anything and multiplies those
+    /// ([`Real::ab_tile`] and [`Real::atb_tile`] otherwise, so that excluded variants cost
+    /// no multiplications), or copies the codes elsewhere (GPU actors stage them to the
+    /// device 2-bit packed) and standardizes them there.
     Always,
 }
 
@@ -664,19 +681,48 @@ impl<T> Tile<'_, T> {
     }
 }
 
+/// `scratch` as two buffers: `len` values starting on a cache line (where the producer's
+/// tiles start too: BLAS's AVX-512 kernels round differently by where their operands lie),
+/// and `part` values after them.
+fn tile_and_part<T: Real>(scratch: &mut Vec<T>, len: usize, part: usize) -> (&mut [T], &mut [T]) {
+    let pad = 64 / std::mem::size_of::<T>().max(1);
+    if scratch.len() < len + pad + part {
+        scratch.resize(len + pad + part, T::zero());
+    }
+    let (a, b) = scratch.split_at_mut(len + pad);
+    let off = a.as_ptr().align_offset(64).min(pad);
+    (&mut a[off..off + len], &mut b[..part])
+}
+
 /// [`Real::ab_tile`] by [`gemm`].
 fn ab_tile_by_gemm<T: Real>(
     t: Tile<'_, T>,
     omega: ArrayView2<'_, T>,
     c0: usize,
-    y: ArrayViewMut2<'_, f64>,
+    mut y: ArrayViewMut2<'_, f64>,
     scratch: &mut Vec<T>,
 ) {
     let o = omega.slice(s![c0..c0 + t.dim().1, ..]);
-    match t {
-        Tile::Dense(t) => add_product(false, t, o, y, scratch),
-        // The standardized values hold `scratch`: the product takes its own buffer.
-        Tile::Packed(p) => add_product(false, p.standardize(scratch), o, y, &mut Vec::new()),
+    let p = match t {
+        Tile::Dense(t) => return add_product(false, t, o, y, scratch),
+        Tile::Packed(p) => p,
+    };
+    let live = p.live_rows();
+    let h = live.as_ref().map_or(p.rows, Vec::len);
+    let (values, part) = tile_and_part(scratch, h * p.cols, h * y.ncols());
+    match live {
+        None => add_product_in(false, p.standardize_into(0..p.rows, values), o, y, part),
+        Some(live) if live.is_empty() => {}
+        Some(live) => {
+            // Each live row's sums become its row of y plus its product, as when the whole
+            // tile is multiplied; the other rows' products are zero.
+            let mut rows = y.select(Axis(0), &live);
+            let t = p.standardize_into(live.iter().copied(), values);
+            add_product_in(false, t, o, rows.view_mut(), part);
+            for (&i, r) in live.iter().zip(rows.rows()) {
+                y.row_mut(i).assign(&r);
+            }
+        }
     }
 }
 
@@ -687,9 +733,21 @@ fn atb_tile_by_gemm<T: Real>(
     b: ArrayViewMut2<'_, f64>,
     scratch: &mut Vec<T>,
 ) {
-    match t {
-        Tile::Dense(t) => add_product(true, q, t, b, scratch),
-        Tile::Packed(p) => add_product(true, q, p.standardize(scratch), b, &mut Vec::new()),
+    let p = match t {
+        Tile::Dense(t) => return add_product(true, q, t, b, scratch),
+        Tile::Packed(p) => p,
+    };
+    let live = p.live_rows();
+    let h = live.as_ref().map_or(p.rows, Vec::len);
+    let (values, part) = tile_and_part(scratch, h * p.cols, b.len());
+    match live {
+        None => add_product_in(true, q, p.standardize_into(0..p.rows, values), b, part),
+        Some(live) if live.is_empty() => {}
+        Some(live) => {
+            let q = q.select(Axis(0), &live);
+            let t = p.standardize_into(live.iter().copied(), values);
+            add_product_in(true, q.view(), t, b, part);
+        }
     }
 }
 
@@ -699,15 +757,25 @@ fn add_product<T: Real>(
     trans_a: bool,
     a: ArrayView2<'_, T>,
     b: ArrayView2<'_, T>,
-    mut c: ArrayViewMut2<'_, f64>,
+    c: ArrayViewMut2<'_, f64>,
     scratch: &mut Vec<T>,
 ) {
-    let (m, n) = c.dim();
-    if scratch.len() < m * n {
-        scratch.resize(m * n, T::zero());
+    let len = c.len();
+    if scratch.len() < len {
+        scratch.resize(len, T::zero());
     }
-    let mut part =
-        ArrayViewMut2::from_shape((m, n), &mut scratch[..m * n]).expect("the scratch holds m × n");
+    add_product_in(trans_a, a, b, c, &mut scratch[..len]);
+}
+
+/// [`add_product`] with the product in `part` (`c.len()` values).
+fn add_product_in<T: Real>(
+    trans_a: bool,
+    a: ArrayView2<'_, T>,
+    b: ArrayView2<'_, T>,
+    mut c: ArrayViewMut2<'_, f64>,
+    part: &mut [T],
+) {
+    let mut part = ArrayViewMut2::from_shape(c.dim(), part).expect("the scratch holds m × n");
     // With beta 0 neither the kernels nor BLAS read the scratch's old values.
     gemm(trans_a, a, b, T::zero(), part.view_mut());
     for (mut sums, p) in c.rows_mut().into_iter().zip(part.rows()) {
@@ -1092,11 +1160,7 @@ impl<'a> TileProducer<'a> {
         let n = src.shape().1 as usize;
         let stride = n.div_ceil(4);
         // Resident rows measured again are measured from their standardized values.
-        let packed_out = match self.packing {
-            Packing::Never => false,
-            Packing::WhereMultiplied => T::packed_tiles(),
-            Packing::Always => true,
-        } && !(self.measure && stored.is_some());
+        let packed_out = self.packing == Packing::Always && !(self.measure && stored.is_some());
         let mut tables: Vec<[f32; 4]> = Vec::with_capacity(TILE_ROWS);
         let mut facts = PanelFacts::default();
         let packed = match stored {
