@@ -390,9 +390,30 @@ fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
         1e-6,
         "rsvd f64",
     );
-    // The TSQR's leaves were factored on the device where cuSOLVER was found.
-    let qrs = report["per_rank"][0]["gpu_panel_qrs"].as_u64().unwrap_or(0);
-    assert_eq!(qrs > 0, probed().find("cusolver").is_some(), "{report}");
+    // The TSQR's leaves, 18 columns wide, were factored by the host's LAPACK: the panels of
+    // Y are in host memory, and cuSOLVER takes them from 512 columns on.
+    let qrs = |r: &serde_json::Value| r["per_rank"][0]["gpu_panel_qrs"].as_u64().unwrap_or(0);
+    assert_eq!(qrs(&report), 0, "{report}");
+    let wide = [
+        "rsvd",
+        "--rows",
+        "9000",
+        "--cols",
+        "700",
+        "--chunk-rows",
+        "2048",
+        "-k",
+        "510",
+        "--power-iters",
+        "0",
+        "--seed",
+        seed.as_str(),
+    ];
+    let (cpu, _) = singular_values(&wide, "cpu");
+    let (gpu, report) = singular_values(&wide, "gpu");
+    assert_close(&gpu, &cpu, 1e-10, "rsvd -k 510");
+    let cusolver = probed().find("cusolver").is_some();
+    assert_eq!(qrs(&report) > 0, cusolver, "{report}");
     // Raw dosages (`--dist genotype`, the benchmark's matrix): made on the device from
     // packed codes, not on the actor's CPU cores.
     for (precision, tol) in [("f64", 1e-10), ("f32", 1e-5)] {

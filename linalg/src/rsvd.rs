@@ -1202,8 +1202,13 @@ fn orthonormalize(
             node: st.p,
         })?;
         let (h, w) = y.dim();
-        // GPU actors factor their panels with cuSOLVER where it was found.
-        let on_device = match ctx.gpus.get(actor).and_then(Option::as_deref) {
+        // GPU actors factor their panels with cuSOLVER where it was found, when they are
+        // wide enough. `y` is in host memory: a narrow panel's copies to the device and
+        // back, and cuSOLVER's column-by-column launches, cost more than the host's LAPACK
+        // (on an H200, 40 panels of 250,000 × 20 took 3.6 s there, a third of the
+        // benchmark's 9.8 s).
+        let device = ctx.gpus.get(actor).and_then(Option::as_deref);
+        let on_device = match device.filter(|_| w >= crate::svd::DEVICE_NODE_COLS) {
             Some(dev) => gpu::panel_qr(dev, y.view())?,
             None => None,
         };

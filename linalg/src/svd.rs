@@ -243,7 +243,7 @@ pub struct SvdResult {
 
 /// Columns from which a tree node's QR (`2n × n`) goes to a GPU of the rank: below them
 /// the copies and the launches cost more than the host's LAPACK takes.
-const DEVICE_NODE_COLS: usize = 512;
+pub(crate) const DEVICE_NODE_COLS: usize = 512;
 
 /// Work done on GPUs, counted across an actor's threads.
 #[derive(Default)]
