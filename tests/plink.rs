@@ -317,6 +317,71 @@ fn hwe_excludes_the_variants_plink2s_exact_test_excludes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--autosome`, `--chr` and `--not-chr` keep the variants PLINK 2 keeps, on a fileset whose
+/// `.bim` spreads the variants over autosomes, X, Y, XY, MT and unplaced (`0`) in runs, some
+/// named with a `chr` prefix; alone, with `--maf`, and with `--extract`.
+#[test]
+fn chromosome_options_keep_what_plink2_keeps() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-chr");
+    let samples = rng.range(50, 300);
+    let variants = rng.range(900, 2500);
+    let missing = [0.0, 0.02][rng.range(0, 1) as usize];
+    let prefix = plink_fileset(&dir, samples, variants, missing, rng.next());
+    // Each chromosome one run of variants, in order, of a drawn length: at least 30 for
+    // an autosome, so that every option below keeps some; the unplaced run takes the rest.
+    let names = ["1", "2", "3", "5", "9", "22", "X", "Y", "XY", "MT", "0"];
+    let mut cuts = Vec::new();
+    let mut end = 0;
+    for name in &names[..names.len() - 1] {
+        let least = if name.parse::<u32>().is_ok() { 30 } else { 0 };
+        end += rng.range(least, variants / 14);
+        cuts.push(end);
+    }
+    let prefixed = rng.range(0, 1) == 1;
+    let bim = prefix.with_extension("bim");
+    let text = std::fs::read_to_string(&bim).unwrap();
+    let mut out = String::new();
+    for (row, line) in text.lines().enumerate() {
+        let c = names[cuts.iter().filter(|&&c| c <= row as u64).count()];
+        let c = if prefixed && c != "0" {
+            format!("chr{c}")
+        } else {
+            c.to_string()
+        };
+        let (_, rest) = line.split_once(char::is_whitespace).unwrap();
+        out.push_str(&format!("{c}\t{rest}\n"));
+    }
+    std::fs::write(&bim, out).unwrap();
+    let list = dir.join("ids.txt");
+    let ids: Vec<String> = text
+        .lines()
+        .filter(|_| rng.range(0, 1) == 1)
+        .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
+        .collect();
+    std::fs::write(&list, ids.join("\n")).unwrap();
+    let list = list.to_str().unwrap();
+    for filters in [
+        vec!["--autosome"],
+        vec!["--chr", "2-5,chr22"],
+        vec!["--not-chr", "0-1,23-26"],
+        vec!["--not-chr", "X,Y,XY,MT,0,3"],
+        vec!["--autosome", "--maf", "0.1"],
+        vec!["--autosome", "--extract", list],
+    ] {
+        assert_filters_keep_plink2s_variants(&prefix, (variants, samples, missing), &filters);
+    }
+    // A list that leaves nothing fails before the first pass, naming the option.
+    let run = embedded(&rankwise_pca(&prefix, samples, 3, &["--chr", "4"]));
+    assert!(!run.success(), "{}", run.describe());
+    assert!(
+        run.stderr.contains("--chr 4: none of the"),
+        "{}",
+        run.describe()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The usual way to a PCA: LD-prune with `plink2 --indep-pairwise`, then `--extract` the
 /// `.prune.in` (or `--exclude` the `.prune.out`, here with `--maf` too). rankwise keeps the
 /// variants PLINK 2 keeps under the same options, and gives the eigenvalues of those.
@@ -443,10 +508,24 @@ fn two_ranks_read_the_fileset_with_the_embedded_runs_bits() {
     )
     .unwrap();
     let [list, keep] = [&list, &keep].map(|p| p.to_str().unwrap());
+    // And with the variants from a drawn one on chromosome 2: every rank reads the .bim's.
+    let bim = prefix.with_extension("bim");
+    let first_on_2 = rng.range(1, variants - 1);
+    let text: String = std::fs::read_to_string(&bim)
+        .unwrap()
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let chr = if i as u64 >= first_on_2 { "2" } else { "1" };
+            format!("{chr}{}\n", &l[l.find(char::is_whitespace).unwrap()..])
+        })
+        .collect();
+    std::fs::write(&bim, text).unwrap();
     for (extra, n) in [
         (vec![], samples),
         (vec!["--extract", list], samples),
         (vec!["--keep", keep, "--extract", list], samples.div_ceil(2)),
+        (vec!["--chr", "2", "--extract", list], samples),
     ] {
         let mut args = vec!["--json", "--chunk-rows", &chunk];
         args.extend(extra);
@@ -485,6 +564,12 @@ fn lists_that_leave_nothing_fail_on_both_ranks_naming_the_option() {
         (["--keep", nobody], "--keep", "none of the 50 samples"),
         (["--remove", header], "--remove", "names no IID column"),
         (["--exclude", "not/here.txt"], "--exclude", "not/here.txt"),
+        (["--chr", "5"], "--chr", "--chr 5: none of the 400 variants"),
+        (
+            ["--not-chr", "X-1"],
+            "--not-chr",
+            "a range runs between chromosome numbers",
+        ),
     ] {
         let args = rankwise_pca(&prefix, 50, 3, &extra);
         let run = under_mpirun(2, &args);

@@ -581,6 +581,9 @@ fn bad_input_fails_on_every_rank_and_leaves_nothing() {
         (pca(&["--extract", "Cargo.toml"]), "--extract"),
         (pca(&["--exclude", "no/such/list"]), "--exclude"),
         (pca(&["--keep", "Cargo.toml"]), "--keep"),
+        // Nor chromosomes; a list PLINK would refuse too.
+        (pca(&["--autosome"]), "--autosome"),
+        (pca(&["--not-chr", "1-X"]), "--not-chr"),
         // Every variant excluded: no PCA is left to make.
         (pca(&["--missing", "0.9", "--geno", "0"]), "--geno 0"),
     ];

@@ -982,7 +982,8 @@ fn pca_of_a_vcf_zarr_store_reads_back_with_its_sample_ids() {
 /// `--extract` and `--exclude` select a VCF Zarr store's variants by its `variant_id`
 /// (zarr-python's strings, v2 and v3; `.` is no ID): an extracted list keeps exactly the
 /// variants it names, never one without an ID (a `.` in the list names none), and an
-/// excluded list keeps all the others. `--keep` selects samples by `sample_id`.
+/// excluded list keeps all the others. `--keep` selects samples by `sample_id`, and
+/// `--chr`, `--not-chr` and `--autosome` select variants by `contig_id[variant_contig]`.
 #[test]
 fn extract_exclude_and_keep_select_vcf_zarr_variants_and_samples_by_id() {
     let fx = fixtures();
@@ -1029,6 +1030,29 @@ fn extract_exclude_and_keep_select_vcf_zarr_variants_and_samples_by_id() {
                 r["genotypes"]["variants_filtered"].as_u64(),
                 Some(m - kept),
                 "{name} {option}"
+            );
+        }
+        // scripts/zarr_fixtures.py puts variants 0–44 on chr20 and the rest on chrX.
+        let mut chroms = Vec::new();
+        assert!(vcf
+            .variant_chromosomes(&mut |c| chroms.push(c.to_owned()))
+            .unwrap());
+        let want: Vec<&str> = (0..m)
+            .map(|v| if v < 45 { "chr20" } else { "chrX" })
+            .collect();
+        assert_eq!(chroms, want, "{name}: contig_id[variant_contig]");
+        let on_x = m - 45;
+        for (options, kept) in [
+            (&["--chr", "20"][..], 45),
+            (&["--autosome"], 45),
+            (&["--not-chr", "20"], on_x),
+            (&["--chr", "chr23"], on_x),
+        ] {
+            let r = pca(&[&["--oversample", "3"], options].concat());
+            assert_eq!(
+                r["genotypes"]["variants_filtered"].as_u64(),
+                Some(m - kept),
+                "{name} {options:?}"
             );
         }
         // `--keep` by `sample_id` (zarr-python's UTF-8 strings, one not ASCII).

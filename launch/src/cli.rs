@@ -27,6 +27,7 @@ use crate::launcher::LaunchInfo;
 use crate::output::{OutputError, OutputLayout, SvdOutput};
 use crate::report::{peak_rss_bytes, seconds};
 
+mod chromosomes;
 mod gen_cmd;
 mod read_cmd;
 mod reduce_cmd;
@@ -54,7 +55,7 @@ enum Command {
     /// Rank-k randomized SVD (Halko, Martinsson & Tropp) of a generated matrix.
     Rsvd(rsvd_cmd::RsvdArgs),
     /// PCA of a genotype matrix (variants × samples), standardized per variant.
-    Pca(rsvd_cmd::PcaArgs),
+    Pca(Box<rsvd_cmd::PcaArgs>),
     /// Write a generated matrix (uniform, normal, or genotypes with population structure)
     /// as a Zarr store, each rank writing the panels it owns.
     Gen(gen_cmd::GenArgs),

@@ -416,9 +416,32 @@ impl GenotypeSource for BedGenotypes {
 
     /// The `.bim`'s second column.
     fn variant_ids(&self, each: &mut dyn FnMut(Option<&str>)) -> Result<bool, SourceError> {
+        self.bim_column(1, "variant ID (second column)", each)
+    }
+
+    fn variant_chromosomes(&self, each: &mut dyn FnMut(&str)) -> Result<bool, SourceError> {
+        self.bim_column(0, "chromosome (first column)", &mut |c| {
+            each(c.unwrap_or(""))
+        })
+    }
+
+    fn stored(&self) -> Option<&dyn StoredPanels> {
+        Some(self)
+    }
+}
+
+impl BedGenotypes {
+    /// Passes column `column` of every `.bim` line to `each` (`None` where a line lacks
+    /// it, which is then an error naming the line and `what`).
+    fn bim_column(
+        &self,
+        column: usize,
+        what: &str,
+        each: &mut dyn FnMut(Option<&str>),
+    ) -> Result<bool, SourceError> {
         let bim = &fileset(&self.bed)[1];
         let mut bad = None;
-        let count = lines(bim, |no, line| match line.split_whitespace().nth(1) {
+        let count = lines(bim, |no, line| match line.split_whitespace().nth(column) {
             Some(id) => each(Some(id)),
             None => {
                 bad.get_or_insert(no);
@@ -426,7 +449,7 @@ impl GenotypeSource for BedGenotypes {
             }
         })?;
         let message = match bad {
-            Some(no) => format!("line {no} has no variant ID (second column)"),
+            Some(no) => format!("line {no} has no {what}"),
             None if count != self.variants => format!(
                 "{count} variants now, {} when the fileset was opened",
                 self.variants
@@ -438,10 +461,6 @@ impl GenotypeSource for BedGenotypes {
             message,
         }
         .into())
-    }
-
-    fn stored(&self) -> Option<&dyn StoredPanels> {
-        Some(self)
     }
 }
 
@@ -537,6 +556,28 @@ pub(crate) mod tests {
 
     /// The `.bim`'s second column, in order, blank lines skipped; a line without one, or a
     /// `.bim` changed since the fileset was opened, is an error naming the `.bim`.
+    #[test]
+    fn variant_chromosomes_are_the_bims_first_column() {
+        let dir = scratch("chroms");
+        let prefix = write(&dir, &draw(4, 6, 2));
+        let bim = prefix.with_extension("bim");
+        let text = std::fs::read_to_string(&bim).unwrap();
+        let renamed = text
+            .replace("1\tv1\t", "chr2\tv1\t")
+            .replace("1\tv3\t", "X\tv3\t");
+        std::fs::write(&bim, renamed).unwrap();
+        let g = BedGenotypes::open(&prefix).unwrap();
+        let mut names = Vec::new();
+        assert!(g
+            .variant_chromosomes(&mut |c| names.push(c.to_owned()))
+            .unwrap());
+        assert_eq!(names, ["1", "chr2", "1", "X"]);
+        std::fs::write(&bim, format!("{text}1\tv4\t0\t5\tA\tG\n")).unwrap();
+        let e = g.variant_chromosomes(&mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains("5 variants now, 4 when"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn variant_ids_are_the_bims_second_column() {
         let dir = scratch("ids");

@@ -187,6 +187,14 @@ pub trait GenotypeSource: Send + Sync {
         let _ = each;
         Ok(false)
     }
+    /// Passes each variant's chromosome (contig) name to `each`, in row order, as the
+    /// source names it (`1`, `chr1`, `X`, …), and returns `Ok(true)`; `Ok(false)`, calling
+    /// nothing, when the source does not say. `--chr`, `--not-chr` and `--autosome` select
+    /// variants by them.
+    fn variant_chromosomes(&self, each: &mut dyn FnMut(&str)) -> Result<bool, SourceError> {
+        let _ = each;
+        Ok(false)
+    }
     /// Storage-backed sources decode whole panels; see [`PanelSource::stored`].
     fn stored(&self) -> Option<&dyn StoredPanels> {
         None

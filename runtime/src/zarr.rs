@@ -599,6 +599,51 @@ impl ZarrArray {
             .map_err(|e| self.chunk_error(idx, e.to_string()))
     }
 
+    /// Reads a 1-D array of integers of any width (e.g. VCF Zarr's `variant_contig`).
+    pub fn read_integers(&self) -> Result<Vec<i64>, ZarrError> {
+        let shape = self.shape();
+        if shape.len() != 1 {
+            return Err(self.unsupported(format!(
+                "expected a 1-D array of integers, found shape {shape:?}"
+            )));
+        }
+        let all = ArraySubset::new_with_shape(vec![shape[0]]);
+        let dt = self.array.data_type();
+        let err = |e: zarrs::array::ArrayError| {
+            self.unsupported(format!("cannot read it as integers: {e}"))
+        };
+        macro_rules! read {
+            ($t:ty) => {
+                self.array
+                    .retrieve_array_subset::<Vec<$t>>(&all)
+                    .map_err(err)?
+                    .into_iter()
+                    .map(i64::from)
+                    .collect()
+            };
+        }
+        Ok(if *dt == data_type::int8() {
+            read!(i8)
+        } else if *dt == data_type::int16() {
+            read!(i16)
+        } else if *dt == data_type::int32() {
+            read!(i32)
+        } else if *dt == data_type::int64() {
+            read!(i64)
+        } else if *dt == data_type::uint8() {
+            read!(u8)
+        } else if *dt == data_type::uint16() {
+            read!(u16)
+        } else if *dt == data_type::uint32() {
+            read!(u32)
+        } else {
+            return Err(self.unsupported(format!(
+                "expected integers, found {}",
+                self.data_type_name()
+            )));
+        })
+    }
+
     /// Reads a 1-D array of strings (e.g. sample ids).
     pub fn read_strings(&self) -> Result<Vec<String>, ZarrError> {
         let shape = self.shape();
@@ -1459,6 +1504,45 @@ impl GenotypeSource for VcfZarr {
         }
         for id in &ids {
             each(Some(id.as_str()).filter(|id| !id.is_empty() && *id != "."));
+        }
+        Ok(true)
+    }
+
+    /// `contig_id[variant_contig]`, where the store has both (bio2zarr writes them).
+    fn variant_chromosomes(&self, each: &mut dyn FnMut(&str)) -> Result<bool, SourceError> {
+        if !self.path.join("variant_contig").exists() || !self.path.join("contig_id").exists() {
+            return Ok(false);
+        }
+        let names = ZarrArray::open_at(&self.path, "contig_id")?.read_strings()?;
+        let contig = ZarrArray::open_at(&self.path, "variant_contig")?;
+        let index = contig.read_integers()?;
+        let bad = |message: String| -> SourceError {
+            ZarrError::Unsupported {
+                array: format!("{}:variant_contig", self.path.display()),
+                message,
+            }
+            .into()
+        };
+        if index.len() as u64 != self.shape.0 {
+            return Err(bad(format!(
+                "has {} entries but call_genotype has {} variants",
+                index.len(),
+                self.shape.0
+            )));
+        }
+        // Checked whole first: nothing is passed on for a store that is wrong.
+        if let Some((row, i)) = index
+            .iter()
+            .enumerate()
+            .find(|(_, &i)| i < 0 || i as usize >= names.len())
+        {
+            return Err(bad(format!(
+                "variant {row} names contig {i}, but contig_id has {} entries",
+                names.len()
+            )));
+        }
+        for &i in &index {
+            each(&names[i as usize]);
         }
         Ok(true)
     }

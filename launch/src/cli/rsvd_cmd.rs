@@ -19,6 +19,7 @@ use rankwise_runtime::{
 };
 use serde_json::json;
 
+use super::chromosomes::ChromosomeFilter;
 use super::{
     factor_sink, finish_output, injected_fault, open_output, CliError, MatrixArgs, OpenOutput,
     RunArgs,
@@ -210,6 +211,19 @@ pub(super) struct PcaArgs {
     /// Exclude the variants whose IDs FILE lists (PLINK's `--exclude`).
     #[arg(long, value_name = "FILE")]
     exclude: Option<PathBuf>,
+    /// Keep only the variants on these chromosomes, as PLINK's `--chr` does: names and
+    /// ranges, comma-separated (`1-4,22,X`); a `chr` prefix is ignored, and 23–26 are X,
+    /// Y, XY, MT. Chromosomes come from the `.bim` (`--bed`) or `contig_id` and
+    /// `variant_contig` (`--vcf-zarr`).
+    #[arg(long, value_name = "LIST")]
+    chr: Option<String>,
+    /// Exclude the variants on these chromosomes (PLINK's `--not-chr`; lists as `--chr`).
+    #[arg(long = "not-chr", value_name = "LIST")]
+    not_chr: Option<String>,
+    /// Keep only the variants on autosomes 1–22, as PLINK's `--autosome` does (X, Y, XY,
+    /// MT, unplaced and other contigs are excluded).
+    #[arg(long)]
+    autosome: bool,
     /// Keep only the samples FILE lists, as PLINK's `--keep` reads it: a line per sample,
     /// `FID IID` or `IID` alone (or the columns a `#FID IID`/`#IID` header names); the IID
     /// is matched with the `.fam`'s second column or the store's `sample_id`. Frequencies
@@ -373,7 +387,11 @@ pub(super) fn pca_command(
         };
     let source = sample_selection(source, a.keep.as_deref(), a.remove.as_deref())?;
     let shape = source.shape();
-    let filter = match id_selection(source.as_ref(), a.extract.as_deref(), a.exclude.as_deref())? {
+    let chromosomes = ChromosomeFilter::new(a.chr.as_deref(), a.not_chr.as_deref(), a.autosome)?
+        .map(|c| c.select(source.as_ref()).map(|rows| (c, rows)))
+        .transpose()?;
+    let lists = (a.extract.as_deref(), a.exclude.as_deref());
+    let filter = match id_selection(source.as_ref(), lists, chromosomes)? {
         Some(rows) => filter.with_rows(rows),
         None => filter,
     };
@@ -534,22 +552,45 @@ fn sample_selection(
     Ok(Arc::new(subset))
 }
 
-/// The rows `--extract` and `--exclude` keep, by the source's variant identifiers; `None`
-/// without either option. A variant without an identifier is kept only without
+/// The rows `--extract` and `--exclude` keep, by the source's variant identifiers, among
+/// those the chromosome options kept (`chromosomes`, their filter and its rows); `None`
+/// without any of these options. A variant without an identifier is kept only without
 /// `--extract`.
 fn id_selection(
     source: &dyn GenotypeSource,
-    extract: Option<&Path>,
-    exclude: Option<&Path>,
+    (extract, exclude): (Option<&Path>, Option<&Path>),
+    chromosomes: Option<(ChromosomeFilter, RowSelection)>,
 ) -> Result<Option<RowSelection>, CliError> {
-    let Some(lists) = IdLists::read(("--extract", extract), ("--exclude", exclude), id_list)?
-    else {
-        return Ok(None);
+    let lists = IdLists::read(("--extract", extract), ("--exclude", exclude), id_list)?;
+    let Some(lists) = lists else {
+        // Known before the first pass: no need to read the matrix to find nothing left.
+        return match chromosomes {
+            Some((c, rows)) if rows.kept() == 0 => Err(CliError::Option {
+                option: c.option(),
+                message: format!(
+                    "{}: none of the {} variants of {} is left",
+                    c.origin(),
+                    rows.rows(),
+                    source.describe()
+                ),
+            }),
+            other => Ok(other.map(|(_, rows)| rows)),
+        };
     };
+    let origin = match &chromosomes {
+        Some((c, _)) => format!("{} {}", c.origin(), lists.origin),
+        None => lists.origin.clone(),
+    };
+    let within = chromosomes.map(|(_, rows)| rows);
     // A bit per variant as the IDs stream by: 10⁸ variants take 12.5 MB on each rank.
-    let mut selection = RowSelection::builder(lists.origin.clone());
+    let mut selection = RowSelection::builder(origin);
+    let mut row = 0u64;
     let has_ids = source
-        .variant_ids(&mut |id| selection.push(lists.admits(id)))
+        .variant_ids(&mut |id| {
+            let on = within.as_ref().is_none_or(|w| w.contains(row));
+            selection.push(on && lists.admits(id));
+            row += 1;
+        })
         .map_err(rankwise_runtime::RuntimeError::from)?;
     if !has_ids {
         return Err(CliError::Option {
@@ -574,6 +615,10 @@ fn id_selection(
     }
     // Known before the first pass: no need to read the matrix to find nothing left.
     if selection.kept() == 0 {
+        let lists = IdLists {
+            origin: selection.origin().to_owned(),
+            ..lists
+        };
         return Err(lists.left_nothing(selection.rows(), "variants", source));
     }
     Ok(Some(selection))
