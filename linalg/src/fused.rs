@@ -782,7 +782,7 @@ mod tests {
     /// A random packed panel (`rows × stride` bytes, missing calls included) with random
     /// standardizations, none to most of them dropped (or filtered) rows: tiles multiplied
     /// whole and tiles whose live rows are gathered first.
-    fn panel(rng: &mut Rng, rows: usize, stride: usize) -> (Vec<u8>, Vec<RowScale>) {
+    fn panel(rng: &mut Rng, rows: usize, stride: usize) -> Panel {
         let bytes = (0..rows * stride).map(|_| rng.next() as u8).collect();
         let dropped = [1, 8, 16, 28][rng.below(4)];
         let scales = (0..rows)
@@ -798,8 +798,40 @@ mod tests {
                     scale,
                 }
             })
-            .collect();
-        (bytes, scales)
+            .collect::<Vec<RowScale>>();
+        let tables = scales.iter().map(|s| s.table().map(|v| v as f32)).collect();
+        Panel {
+            bytes,
+            scales,
+            tables,
+            stride,
+            rows,
+        }
+    }
+
+    /// What [`panel`] draws.
+    struct Panel {
+        bytes: Vec<u8>,
+        scales: Vec<RowScale>,
+        tables: Vec<[f32; 4]>,
+        stride: usize,
+        rows: usize,
+    }
+
+    impl Panel {
+        /// The tile of columns `c0..c0 + cols`, its codes ending at the last row's last
+        /// one, so that a read past them is caught.
+        fn tile(&self, c0: usize, cols: usize) -> PackedTile<'_> {
+            let end = (self.rows - 1) * self.stride + (c0 + cols).div_ceil(4);
+            PackedTile {
+                bytes: &self.bytes[c0 / 4..end],
+                stride: self.stride,
+                rows: self.rows,
+                cols,
+                tables: &self.tables,
+                scales: &self.scales,
+            }
+        }
     }
 
     /// Regression: the layout once started wherever the allocator put it, 16 bytes past a
@@ -841,19 +873,8 @@ mod tests {
             let c0 = 16 * rng.below(10);
             let cols = 1 + rng.below(700);
             let stride = (c0 + cols).div_ceil(4) + rng.below(3);
-            let (bytes, scales) = panel(&mut rng, rows, stride);
-            let tables: Vec<[f32; 4]> =
-                scales.iter().map(|s| s.table().map(|v| v as f32)).collect();
-            // The slice ends at the last row's last code, so reads past it would be caught.
-            let end = (rows - 1) * stride + (c0 + cols).div_ceil(4);
-            let t = PackedTile {
-                bytes: &bytes[c0 / 4..end],
-                stride,
-                rows,
-                cols,
-                tables: &tables,
-                scales: &scales,
-            };
+            let drawn = panel(&mut rng, rows, stride);
+            let t = drawn.tile(c0, cols);
             let dense = t.standardize(&mut Vec::<f32>::new()).to_owned();
 
             // Ω has rows for the whole panel width; the tile meets rows c0.. of it.
@@ -965,17 +986,8 @@ mod tests {
         for _ in 0..40 {
             let (rows, cols) = (1 + rng.below(80), 1 + rng.below(700));
             let stride = cols.div_ceil(4) + rng.below(3);
-            let (bytes, scales) = panel(&mut rng, rows, stride);
-            let tables: Vec<[f32; 4]> =
-                scales.iter().map(|s| s.table().map(|v| v as f32)).collect();
-            let t = PackedTile {
-                bytes: &bytes,
-                stride,
-                rows,
-                cols,
-                tables: &tables,
-                scales: &scales,
-            };
+            let drawn = panel(&mut rng, rows, stride);
+            let t = drawn.tile(0, cols);
             match t.live_rows() {
                 None => whole += 1,
                 Some(_) => gathered += 1,
@@ -1039,16 +1051,8 @@ mod tests {
         // What the fused kernels do not take is declined, not misread (their fallbacks are
         // the products above).
         let (rows, cols, stride) = (7, 45, 13);
-        let (bytes, scales) = panel(&mut rng, rows, stride);
-        let tables: Vec<[f32; 4]> = scales.iter().map(|s| s.table().map(|v| v as f32)).collect();
-        let t = PackedTile {
-            bytes: &bytes,
-            stride,
-            rows,
-            cols,
-            tables: &tables,
-            scales: &scales,
-        };
+        let drawn = panel(&mut rng, rows, stride);
+        let t = drawn.tile(0, cols);
         let omega = Array2::from_shape_fn((cols + 16, 5), |_| rng.value() as f64);
         let mut y = Array2::<f64>::zeros((rows, 5));
         // What the kernels do not take is declined, not misread: a transposed output, a
