@@ -457,14 +457,7 @@ impl IdLists {
     /// The error of lists that keep none of the `count` `what` (samples, variants) of
     /// `source`.
     fn left_nothing(&self, count: u64, what: &str, source: &dyn GenotypeSource) -> CliError {
-        CliError::Option {
-            option: self.option,
-            message: format!(
-                "{}: none of the {count} {what} of {} is left",
-                self.origin,
-                source.describe()
-            ),
-        }
+        left_nothing(self.option, &self.origin, count, what, source)
     }
 
     /// Whether the lists keep `id`: named by the include list, if there is one, and not by
@@ -477,6 +470,24 @@ impl IdLists {
             }
             None => self.include.is_none(),
         }
+    }
+}
+
+/// The error of selection options (`origin`, as given; `option` the first of them) that
+/// keep none of the `count` `what` (samples, variants) of `source`.
+fn left_nothing(
+    option: &'static str,
+    origin: &str,
+    count: u64,
+    what: &str,
+    source: &dyn GenotypeSource,
+) -> CliError {
+    CliError::Option {
+        option,
+        message: format!(
+            "{origin}: none of the {count} {what} of {} is left",
+            source.describe()
+        ),
     }
 }
 
@@ -565,15 +576,13 @@ fn id_selection(
     let Some(lists) = lists else {
         // Known before the first pass: no need to read the matrix to find nothing left.
         return match chromosomes {
-            Some((c, rows)) if rows.kept() == 0 => Err(CliError::Option {
-                option: c.option(),
-                message: format!(
-                    "{}: none of the {} variants of {} is left",
-                    c.origin(),
-                    rows.rows(),
-                    source.describe()
-                ),
-            }),
+            Some((c, rows)) if rows.kept() == 0 => Err(left_nothing(
+                c.option(),
+                c.origin(),
+                rows.rows(),
+                "variants",
+                source,
+            )),
             other => Ok(other.map(|(_, rows)| rows)),
         };
     };
@@ -615,11 +624,14 @@ fn id_selection(
     }
     // Known before the first pass: no need to read the matrix to find nothing left.
     if selection.kept() == 0 {
-        let lists = IdLists {
-            origin: selection.origin().to_owned(),
-            ..lists
-        };
-        return Err(lists.left_nothing(selection.rows(), "variants", source));
+        let (option, origin) = (lists.option, selection.origin());
+        return Err(left_nothing(
+            option,
+            origin,
+            selection.rows(),
+            "variants",
+            source,
+        ));
     }
     Ok(Some(selection))
 }
