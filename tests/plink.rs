@@ -37,6 +37,36 @@ fn plink_fileset(dir: &Path, samples: u64, variants: u64, missing: f64, seed: u6
     prefix
 }
 
+/// A `plink2 --dummy` fileset of drawn shape.
+struct Drawn {
+    prefix: PathBuf,
+    samples: u64,
+    variants: u64,
+    /// Its fraction of missing calls.
+    missing: f64,
+}
+
+/// A fileset in `dir` with samples and variants drawn from the ranges (both ends
+/// included) and its missing-call fraction one of `missing`.
+fn drawn_fileset(
+    rng: &mut Draw,
+    dir: &Path,
+    (s0, s1): (u64, u64),
+    (v0, v1): (u64, u64),
+    missing: &[f64],
+) -> Drawn {
+    let samples = rng.range(s0, s1);
+    let variants = rng.range(v0, v1);
+    let missing = missing[rng.range(0, missing.len() as u64 - 1) as usize];
+    let prefix = plink_fileset(dir, samples, variants, missing, rng.next());
+    Drawn {
+        prefix,
+        samples,
+        variants,
+        missing,
+    }
+}
+
 /// Runs plink2 with `args` on the fileset `prefix`, writing `prefix.OUT.*`.
 fn plink(prefix: &Path, out: &str, args: &[&str]) -> PathBuf {
     let out = prefix.with_file_name(out);
@@ -301,12 +331,14 @@ fn assert_filters_keep_plink2s_variants(
 fn hwe_excludes_the_variants_plink2s_exact_test_excludes() {
     let mut rng = Draw(test_seed());
     let dir = scratch("plink-hwe");
-    let samples = rng.range(50, 400);
-    let variants = rng.range(800, 3000);
-    let missing = [0.0, 0.02, 0.1][rng.range(0, 2) as usize];
+    let Drawn {
+        prefix,
+        samples,
+        variants,
+        missing,
+    } = drawn_fileset(&mut rng, &dir, (50, 400), (800, 3000), &[0.0, 0.02, 0.1]);
     // Thresholds that exclude some of PLINK's dummy variants (drawn in equilibrium).
     let p = ["0.01", "0.05", "0.2"][rng.range(0, 2) as usize];
-    let prefix = plink_fileset(&dir, samples, variants, missing, rng.next());
     for filters in [
         vec!["--hwe", p],
         vec!["--hwe", p, "midp"],
@@ -324,10 +356,12 @@ fn hwe_excludes_the_variants_plink2s_exact_test_excludes() {
 fn chromosome_options_keep_what_plink2_keeps() {
     let mut rng = Draw(test_seed());
     let dir = scratch("plink-chr");
-    let samples = rng.range(50, 300);
-    let variants = rng.range(900, 2500);
-    let missing = [0.0, 0.02][rng.range(0, 1) as usize];
-    let prefix = plink_fileset(&dir, samples, variants, missing, rng.next());
+    let Drawn {
+        prefix,
+        samples,
+        variants,
+        missing,
+    } = drawn_fileset(&mut rng, &dir, (50, 300), (900, 2500), &[0.0, 0.02]);
     // Each chromosome one run of variants, in order, of a drawn length: at least 30 for
     // an autosome, so that every option below keeps some; the unplaced run takes the rest.
     let names = ["1", "2", "3", "5", "9", "22", "X", "Y", "XY", "MT", "0"];
@@ -389,10 +423,12 @@ fn chromosome_options_keep_what_plink2_keeps() {
 fn extract_and_exclude_keep_what_plink2_keeps_after_ld_pruning() {
     let mut rng = Draw(test_seed());
     let dir = scratch("plink-prune");
-    let samples = rng.range(50, 200);
-    let variants = rng.range(1000, 4000);
-    let missing = [0.0, 0.02][rng.range(0, 1) as usize];
-    let prefix = plink_fileset(&dir, samples, variants, missing, rng.next());
+    let Drawn {
+        prefix,
+        samples,
+        variants,
+        missing,
+    } = drawn_fileset(&mut rng, &dir, (50, 200), (1000, 4000), &[0.0, 0.02]);
     let window = rng.range(20, 100).to_string();
     let r2 = ["0.05", "0.1", "0.2"][rng.range(0, 2) as usize];
     let pruned = plink(&prefix, "ld", &["--indep-pairwise", &window, "5", r2]);
@@ -417,10 +453,12 @@ fn extract_and_exclude_keep_what_plink2_keeps_after_ld_pruning() {
 fn keep_and_remove_restrict_the_samples_as_plink2_does() {
     let mut rng = Draw(test_seed());
     let dir = scratch("plink-keep");
-    let samples = rng.range(90, 200);
-    let variants = rng.range(800, 2500);
-    let missing = [0.0, 0.03][rng.range(0, 1) as usize];
-    let prefix = plink_fileset(&dir, samples, variants, missing, rng.next());
+    let Drawn {
+        prefix,
+        samples,
+        variants,
+        missing,
+    } = drawn_fileset(&mut rng, &dir, (90, 200), (800, 2500), &[0.0, 0.03]);
     let fam = std::fs::read_to_string(prefix.with_extension("fam")).unwrap();
     // Two samples of every three, from a random one on: 60 or more kept.
     let offset = rng.range(0, 2) as usize;
