@@ -228,6 +228,9 @@ pub enum CliError {
     /// From the output writer.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// `--require-converged` and a component over the tolerance (every rank finds it).
+    #[error("--require-converged: {0}")]
+    NotConverged(String),
     /// A panic on this rank.
     #[error("panic: {0}")]
     Panic(String),

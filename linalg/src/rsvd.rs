@@ -73,10 +73,16 @@ use crate::variants::VariantFilter;
 use crate::LinalgError;
 use ndarray_linalg::{Diag, SolveTriangular, UPLO};
 
+mod lobpcg;
+
 /// How the range is refined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
+    /// LOBPCG (Knyazev 2001) on `AᵀA`, iterated until every requested component meets
+    /// [`RsvdOptions::tol`] or [`RsvdOptions::max_passes`] is spent (see
+    /// [`crate::rsvd`]'s "Convergence control"). `power_iters` does not apply.
+    Lobpcg,
     /// Subspace (power) iteration, re-orthonormalized at every half-step.
     SubspaceIteration,
     /// Block Krylov: the basis spans every block `(AAᵀ)^j AΩ`, `j = 0 … q`.
@@ -125,7 +131,27 @@ pub struct RsvdOptions {
     pub segment_bytes: u64,
     /// Where the projections `AᵀQ` are formed.
     pub projection: Projection,
+    /// Convergence tolerance: component `i` has converged when its residual
+    /// `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` is at most this ([`RsvdResult::residuals`]). [`Method::Lobpcg`]
+    /// iterates until every one of the `k` has; the fixed-iteration methods only report it.
+    pub tol: f64,
+    /// Most passes over the matrix [`Method::Lobpcg`] makes, the pass that forms `U` and
+    /// measures the returned components included. At least 2.
+    pub max_passes: usize,
+    /// [`Method::Lobpcg`] only: start in f32 tiles and move to f64 when f32 stops
+    /// improving the residuals (or, at the end, f64 says they are not met); the pass that
+    /// measures the returned components is always f64. `precision` is then ignored.
+    pub mixed_precision: bool,
 }
+
+/// The default [`RsvdOptions::tol`]: on structured genotype matrices (a few strong
+/// components over a Marchenko–Pastur bulk whose top eigenvalues are within 0.1 % of each
+/// other) every component then matches the exact PCA to |corr| ≥ 0.9999 and its
+/// eigenvalue to 1e-6 relative; see the module documentation for the measurements.
+pub const DEFAULT_TOL: f64 = 1e-6;
+
+/// The default [`RsvdOptions::max_passes`].
+pub const DEFAULT_MAX_PASSES: usize = 100;
 
 impl Default for RsvdOptions {
     fn default() -> Self {
@@ -133,12 +159,15 @@ impl Default for RsvdOptions {
             k: 10,
             oversample: 10,
             power_iters: 2,
-            method: Method::SubspaceIteration,
+            method: Method::Lobpcg,
             seed: 0,
             probes: 4,
             precision: Precision::F64,
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             projection: Projection::Fused,
+            tol: DEFAULT_TOL,
+            max_passes: DEFAULT_MAX_PASSES,
+            mixed_precision: false,
         }
     }
 }
@@ -152,7 +181,7 @@ impl RsvdOptions {
     /// Columns of the final basis: `l`, or `(q + 1)·l` for block Krylov.
     pub fn basis(&self) -> usize {
         match self.method {
-            Method::SubspaceIteration => self.sketch(),
+            Method::SubspaceIteration | Method::Lobpcg => self.sketch(),
             Method::BlockKrylov => self.sketch() * (self.power_iters + 1),
         }
     }
@@ -162,7 +191,11 @@ impl RsvdOptions {
     /// fused projection that is not.
     pub fn passes(&self) -> usize {
         let q = self.power_iters;
-        match self.projection {
+        if self.method == Method::Lobpcg {
+            return self.max_passes;
+        }
+        // The last pass measures the returned components' residuals.
+        1 + match self.projection {
             Projection::Separate => 2 + 2 * q,
             Projection::Fused => 1 + q + usize::from(self.method == Method::BlockKrylov && q > 0),
         }
@@ -197,6 +230,24 @@ impl RsvdOptions {
                     mn - self.k as u64
                 ),
             );
+        }
+        if self.method == Method::Lobpcg {
+            if !(self.tol.is_finite() && self.tol > 0.0 && self.tol < 1.0) {
+                return opt(
+                    "--tol",
+                    format!("{} is not a tolerance in (0, 1)", self.tol),
+                );
+            }
+            if self.max_passes < 2 {
+                return opt(
+                    "--max-passes",
+                    format!(
+                        "{}: LOBPCG needs at least 2 passes (one to iterate, one to form U \
+                         and measure the residuals)",
+                        self.max_passes
+                    ),
+                );
+            }
         }
         if self.basis() as u64 > mn {
             return opt(
@@ -369,8 +420,15 @@ impl RsvdPlan {
                 .clone()
                 .map(|p| grid.panel_rows(p).end - grid.panel_rows(p).start)
                 .sum();
-            // The basis and the probe products stay for the whole run.
-            let kept = rows * (basis + r) as u64 * 8;
+            // The basis, the probe products and the rows of U the residual check compares
+            // stay for the whole run. LOBPCG's iterates (X, S, P and their products with
+            // AᵀA, and the Rayleigh–Ritz bases built from them: about 12 blocks of n × l)
+            // are held on the tree's root, counted on every actor as any could be it.
+            let iterates = match options.method {
+                Method::Lobpcg => 12 * (l * nn) as u64 * 8,
+                _ => 0,
+            };
+            let kept = rows * (basis + r + options.k) as u64 * 8 + iterates;
             let threads = shape.threads.max(1) as u64;
             let resident = problem.operand.resident_bytes(rows, options.precision);
             // A GPU actor's workers each carry a stored panel to the device through two
@@ -515,6 +573,65 @@ pub struct RsvdResult {
     pub condition_limit: f64,
     /// Passes over the matrix made.
     pub passes: usize,
+    /// Whether the `k` components converged, and their residuals.
+    pub convergence: Convergence,
+}
+
+/// How far each returned component is from an exact singular triplet.
+#[derive(Clone, Debug, Serialize)]
+pub struct Convergence {
+    /// The tolerance ([`RsvdOptions::tol`]).
+    pub tol: f64,
+    /// Per component, `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` ([`Method::Lobpcg`]) or `‖Avᵢ − σᵢuᵢ‖₂ / σ₁`
+    /// (the fixed-iteration methods, whose `Aᵀuᵢ = σᵢvᵢ` by construction), measured in f64
+    /// sums from the returned `U`, `Σ`, `V` (or `V` and `AᵀAV` formed in the same pass).
+    pub residuals: Vec<f64>,
+    /// Which of the two residuals [`Convergence::residuals`] holds.
+    pub measure: &'static str,
+    /// Whether every residual is at most `tol`.
+    pub converged: bool,
+    /// Per component, whether its residual is at most `tol`.
+    pub met: Vec<bool>,
+    /// [`Method::Lobpcg`]: the largest residual of the `k` after each iteration's pass, as
+    /// the iteration saw it (in that pass's precision).
+    pub history: Vec<f64>,
+    /// The tiles' precision of each pass, in order.
+    pub pass_precisions: Vec<Precision>,
+    /// Why the iteration ended before every component met `tol`, when it did.
+    pub stopped: Option<String>,
+}
+
+impl Convergence {
+    fn measured(
+        tol: f64,
+        residuals: Vec<f64>,
+        measure: &'static str,
+        history: Vec<f64>,
+        pass_precisions: Vec<Precision>,
+        stopped: Option<String>,
+    ) -> Convergence {
+        let met: Vec<bool> = residuals.iter().map(|&r| r <= tol).collect();
+        Convergence {
+            tol,
+            converged: met.iter().all(|&m| m),
+            met,
+            residuals,
+            measure,
+            history,
+            pass_precisions,
+            stopped,
+        }
+    }
+
+    /// The components (1-based) that did not meet the tolerance, with their residuals.
+    pub fn unconverged(&self) -> Vec<(usize, f64)> {
+        self.residuals
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.met[*i])
+            .map(|(i, &r)| (i + 1, r))
+            .collect()
+    }
 }
 
 /// How one projection `AᵀQ` was formed.
@@ -555,6 +672,8 @@ struct PanelState {
     /// `A·W`.
     probes: Option<Array2<f64>>,
     factor: Option<PanelFactor>,
+    /// The panel's rows of `U`, between forming them and the residual check.
+    u: Option<Array2<f64>>,
 }
 
 impl PanelState {
@@ -737,6 +856,7 @@ pub fn rsvd(
                         y: None,
                         probes: None,
                         factor: None,
+                        u: None,
                     }
                 })
                 .collect::<Vec<_>>(),
@@ -773,6 +893,24 @@ pub fn rsvd(
         && ctx.device_source.is_none()
         && problem.operand.stored().is_none())
     .then(|| DeviceSource::why_not(&problem.operand));
+
+    if options.method == Method::Lobpcg {
+        return lobpcg::solve(lobpcg::Run {
+            rt,
+            problem,
+            options,
+            sink,
+            plan,
+            ctx,
+            tree: &tree,
+            states,
+            my_rows,
+            regenerated_rows,
+            value_bytes,
+            collectives,
+            gpu_note,
+        });
+    }
 
     // Pass 1: the sketch and the probe products, and with fused projections `W = YᵀA`.
     let fuse = plan.fused;
@@ -922,72 +1060,60 @@ pub fn rsvd(
         return Err(bad());
     }
 
-    // U = Q·U_B, and the probe residuals.
+    // U = Q·U_B, kept for the residual check, and the probe residuals.
     let t = Instant::now();
     let ub = Arc::new(ub);
     let sv = Arc::new(s_k.clone());
     let vtw = Arc::new(vtw);
     let res = rt.map(
         states,
-        move |_, st: PanelState| -> Result<(usize, Array2<f64>), LinalgError> {
+        move |_, mut st: PanelState| -> Result<(PanelState, Array2<f64>), LinalgError> {
             let q = st.basis.first().ok_or(LinalgError::Tree {
                 level: 0,
                 node: st.p,
             })?;
             let u = q.dot(&*ub);
-            if let Some(sink) = &sink {
-                sink(st.p, st.rows.clone(), u.view()).map_err(|message| LinalgError::Sink {
-                    panel: st.p,
-                    message,
-                })?;
-            }
-            let mut out = Array2::zeros((1, r));
-            if let Some(pw) = &st.probes {
-                let usv = (&u * &Array2::from_shape_fn((1, k), |(_, j)| sv[j])).dot(&*vtw);
-                let e = pw - &usv;
-                for j in 0..r {
-                    out[[0, j]] = e.column(j).iter().map(|v| v * v).sum();
-                }
-            }
-            Ok((st.p, out))
+            st.basis.clear();
+            let out = probe_squares(st.probes.take(), &u, &sv, &vtw, r);
+            st.u = Some(u);
+            Ok((st, out))
         },
     )?;
     let mut leaves = BTreeMap::new();
-    for x in res.into_iter().flatten() {
-        let (p, v) = x?;
-        leaves.insert(p, v);
+    let mut states = Vec::with_capacity(res.len());
+    for list in res {
+        let mut mine = Vec::with_capacity(list.len());
+        for x in list {
+            let (st, v) = x?;
+            leaves.insert(st.p, v);
+            mine.push(st);
+        }
+        states.push(mine);
     }
     let probe_sq = tree.sum_all(comm, leaves, (1, r))?;
     timings.push(phase("form U + error probes", t));
 
-    let estimate = (r > 0).then(|| {
-        let sq: Vec<f64> = probe_sq.iter().copied().collect();
-        let mean = sq.iter().sum::<f64>() / r as f64;
-        let max = sq.iter().fold(0.0f64, |a, &b| a.max(b)).sqrt();
-        let norm = total_sum_squares.sqrt();
-        ErrorEstimate {
-            probes: r,
-            frobenius: mean.sqrt(),
-            relative_frobenius: if norm > 0.0 { mean.sqrt() / norm } else { 0.0 },
-            spectral_bound: 10.0 * (2.0 / std::f64::consts::PI).sqrt() * max,
-            failure_probability: 10f64.powi(-(r as i32)),
-            norm_frobenius: norm,
-        }
-    });
-    let genotypes = match &problem.operand {
-        Operand::Genotypes(_, filter) => Some(GenotypeSummary {
-            variants: m,
-            variants_used: m - stats[[0, 1]] as u64 - stats[[0, 3]] as u64,
-            variants_dropped: stats[[0, 1]] as u64,
-            variants_filtered: stats[[0, 3]] as u64,
-            filter: filter.clone(),
-            missing_calls: stats[[0, 2]] as u64,
-            calls: m * n as u64,
-        }),
-        Operand::Dense(_) => None,
-    };
+    // The residual check: one more pass, `A·V`, against `U·Σ`. `Aᵀuᵢ = σᵢvᵢ` holds by
+    // construction (`U = Q·U_B` and `QᵀA = B`), so `‖Avᵢ − σᵢuᵢ‖` is the residual left.
+    let t = Instant::now();
+    let v = Arc::new(wt.t().as_standard_layout().into_owned());
+    let (states, _) = range_pass(rt, &ctx, states, v, k, false, prec, None)?;
+    let (residuals, _) = residual_pass(rt, &tree, states, &s_k, sink)?;
+    timings.push(phase("residual check: A·V against U·Σ", t));
+    let convergence = Convergence::measured(
+        options.tol,
+        residuals,
+        "‖Avᵢ − σᵢuᵢ‖₂ / σ₁",
+        Vec::new(),
+        Vec::new(),
+        None,
+    );
+
+    let estimate = error_estimate(&probe_sq, r, total_sum_squares);
+    let genotypes = genotype_summary(&problem.operand, &stats, m, n);
     let fused_projections = projections.iter().filter(|p| p.fused).count();
-    let passes = (2 + 2 * q - fused_projections) as u64;
+    // The range and projection passes, and the residual check.
+    let passes = (3 + 2 * q - fused_projections) as u64;
     let bytes_produced = (my_rows + (passes - 1) * regenerated_rows) * n as u64 * value_bytes;
     let read = ctx.read.totals();
     let gpu_panels = ctx.gpu_panels.load(Ordering::Relaxed);
@@ -1010,7 +1136,146 @@ pub fn rsvd(
         projections,
         condition_limit: limit,
         passes: passes as usize,
+        convergence: Convergence {
+            pass_precisions: vec![prec; passes as usize],
+            ..convergence
+        },
     })
+}
+
+/// The error estimate from the probes' `Σ‖Eω‖²` (`1 × r`).
+fn error_estimate(
+    probe_sq: &Array2<f64>,
+    r: usize,
+    total_sum_squares: f64,
+) -> Option<ErrorEstimate> {
+    (r > 0).then(|| {
+        let sq: Vec<f64> = probe_sq.iter().copied().collect();
+        let mean = sq.iter().sum::<f64>() / r as f64;
+        let max = sq.iter().fold(0.0f64, |a, &b| a.max(b)).sqrt();
+        let norm = total_sum_squares.sqrt();
+        ErrorEstimate {
+            probes: r,
+            frobenius: mean.sqrt(),
+            relative_frobenius: if norm > 0.0 { mean.sqrt() / norm } else { 0.0 },
+            spectral_bound: 10.0 * (2.0 / std::f64::consts::PI).sqrt() * max,
+            failure_probability: 10f64.powi(-(r as i32)),
+            norm_frobenius: norm,
+        }
+    })
+}
+
+/// A genotype operand's counts from pass 1's facts (`1 × 4`: Σx², dropped, missing,
+/// filtered).
+fn genotype_summary(
+    operand: &Operand,
+    stats: &Array2<f64>,
+    m: u64,
+    n: usize,
+) -> Option<GenotypeSummary> {
+    match operand {
+        Operand::Genotypes(_, filter) => Some(GenotypeSummary {
+            variants: m,
+            variants_used: m - stats[[0, 1]] as u64 - stats[[0, 3]] as u64,
+            variants_dropped: stats[[0, 1]] as u64,
+            variants_filtered: stats[[0, 3]] as u64,
+            filter: filter.clone(),
+            missing_calls: stats[[0, 2]] as u64,
+            calls: m * n as u64,
+        }),
+        Operand::Dense(_) => None,
+    }
+}
+
+/// `Σ (A·w − U·Σ·Vᵀw)²` over a panel's rows, per probe `w` (`1 × r`; zeros without probes).
+fn probe_squares(
+    probes: Option<Array2<f64>>,
+    u: &Array2<f64>,
+    sv: &[f64],
+    vtw: &Array2<f64>,
+    r: usize,
+) -> Array2<f64> {
+    let mut out = Array2::zeros((1, r));
+    if let Some(pw) = probes {
+        let k = sv.len();
+        let usv = (u * &Array2::from_shape_fn((1, k), |(_, j)| sv[j])).dot(vtw);
+        let e = pw - &usv;
+        for j in 0..r.min(e.ncols()) {
+            out[[0, j]] = e.column(j).iter().map(|v| v * v).sum();
+        }
+    }
+    out
+}
+
+/// After a pass that left `A·V` in every panel's `y`: `‖Avᵢ − σᵢuᵢ‖₂ / σ₁` for the panel's
+/// rows of `U` (`st.u`), summed over the tree and the same on every rank; each panel's `U`
+/// then goes to `sink`. Returns the residuals and the states, emptied.
+fn residual_pass(
+    rt: &Runtime,
+    tree: &Tree<'_>,
+    states: States,
+    s_k: &[f64],
+    sink: Option<FactorSink>,
+) -> Result<(Vec<f64>, States), LinalgError> {
+    let k = s_k.len();
+    let sv = Arc::new(s_k.to_vec());
+    let res = rt.map(
+        states,
+        move |_, mut st: PanelState| -> Result<(PanelState, Array2<f64>), LinalgError> {
+            let missing = LinalgError::Tree {
+                level: 0,
+                node: st.p,
+            };
+            let (Some(y), Some(u)) = (st.y.take(), st.u.take()) else {
+                return Err(missing);
+            };
+            let mut out = Array2::zeros((1, k));
+            for j in 0..k {
+                out[[0, j]] = y
+                    .column(j)
+                    .iter()
+                    .zip(u.column(j))
+                    .map(|(a, b)| (a - sv[j] * b).powi(2))
+                    .sum();
+            }
+            if let Some(sink) = &sink {
+                sink(st.p, st.rows.clone(), u.view()).map_err(|message| LinalgError::Sink {
+                    panel: st.p,
+                    message,
+                })?;
+            }
+            Ok((st, out))
+        },
+    )?;
+    let mut leaves = BTreeMap::new();
+    let mut back = Vec::with_capacity(res.len());
+    for list in res {
+        let mut mine = Vec::with_capacity(list.len());
+        for x in list {
+            let (st, v) = x?;
+            leaves.insert(st.p, v);
+            mine.push(st);
+        }
+        back.push(mine);
+    }
+    let sq = tree.sum_all(rt.comm(), leaves, (1, k))?;
+    let s1 = s_k.first().copied().unwrap_or(0.0);
+    let residuals = sq
+        .iter()
+        .map(|&x| relative(x.max(0.0).sqrt(), s1))
+        .collect();
+    Ok((residuals, back))
+}
+
+/// `x / σ₁`, 0 for a zero matrix (whose every triplet is exact).
+fn relative(x: f64, s1: f64) -> f64 {
+    if s1 > 0.0 {
+        x / s1
+    } else if x == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    }
 }
 
 fn phase(name: &str, t: Instant) -> PhaseTiming {

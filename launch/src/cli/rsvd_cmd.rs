@@ -32,7 +32,11 @@ use crate::report::{peak_rss_bytes, seconds};
 /// How the range is refined.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum MethodChoice {
-    /// Subspace iteration with re-orthonormalization at every half-step.
+    /// LOBPCG on AᵀA until every component meets --tol (one read of the matrix per
+    /// iteration, memory independent of the iterations); the default.
+    Lobpcg,
+    /// Subspace iteration with re-orthonormalization at every half-step, for
+    /// --power-iters passes (Dask's `n_power_iter`); 2 unless given.
     Subspace,
     /// Block Krylov (Musco & Musco 2015): a basis of (q + 1)(k + p) columns; with power
     /// iterations, B in a pass of its own (one pass more than subspace iteration).
@@ -48,13 +52,26 @@ pub(super) struct SketchArgs {
     /// Oversampling: the sketch has k + P columns.
     #[arg(long, default_value_t = 10)]
     oversample: usize,
-    /// Power iterations (each is one more pass over the matrix, two with `--projection
-    /// separate`).
-    #[arg(long, default_value_t = 2)]
-    power_iters: usize,
-    /// Range refinement.
-    #[arg(long, value_enum, default_value = "subspace")]
-    method: MethodChoice,
+    /// A fixed number of power iterations (each one more pass over the matrix, two with
+    /// `--projection separate`), as Dask's `n_power_iter`, instead of iterating to --tol:
+    /// selects `--method subspace` unless `block-krylov` is given. The residuals are still
+    /// measured (one more pass) and reported against --tol.
+    #[arg(long)]
+    power_iters: Option<usize>,
+    /// The solver. Default: lobpcg, or subspace with --power-iters.
+    #[arg(long, value_enum)]
+    method: Option<MethodChoice>,
+    /// Convergence tolerance: a component has converged when ‖Aᵀuᵢ − σᵢvᵢ‖₂/σ₁ (for
+    /// --power-iters, ‖Avᵢ − σᵢuᵢ‖₂/σ₁) is at most T.
+    #[arg(long, value_name = "T", default_value_t = rankwise_linalg::rsvd::DEFAULT_TOL)]
+    tol: f64,
+    /// Most passes over the matrix LOBPCG makes before it stops unconverged (and says so).
+    #[arg(long, value_name = "N", default_value_t = rankwise_linalg::rsvd::DEFAULT_MAX_PASSES)]
+    max_passes: usize,
+    /// Fail (on every rank, non-zero exit, no output left) when a component did not meet
+    /// --tol, instead of warning.
+    #[arg(long)]
+    require_converged: bool,
     /// Gaussian probes of the a-posteriori error estimate (0: none).
     #[arg(long, default_value_t = 4)]
     probes: usize,
@@ -62,8 +79,10 @@ pub(super) struct SketchArgs {
     #[arg(long)]
     sketch_seed: Option<u64>,
     /// Precision of the tiles and their GEMMs (sums are accumulated in f64 either way);
-    /// f32 doubles the GEMM rate and halves resident float panels. `auto`: f32 for a
-    /// float32 Zarr array (its values carry no more), f64 otherwise.
+    /// f32 doubles the GEMM rate and halves resident float panels. `auto`: with LOBPCG, f32
+    /// passes until f32 stops improving the residuals, then f64, and the last pass (which
+    /// measures the returned components) in f64; with --power-iters, f32 for a float32
+    /// Zarr array (its values carry no more), f64 otherwise.
     #[arg(long, value_enum, default_value = "auto")]
     precision: PrecisionChoice,
     /// Where the projections AᵀQ (one per power iteration, and B = QᵀA) are formed.
@@ -86,7 +105,8 @@ pub(super) enum ProjectionChoice {
 /// Precision of the tile GEMMs.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PrecisionChoice {
-    /// f32 for float32 stored values, f64 otherwise.
+    /// LOBPCG: f32 while it improves the residuals, then f64; fixed iterations: f32 for
+    /// float32 stored values, f64 otherwise.
     Auto,
     /// f64 tiles, DGEMM.
     F64,
@@ -96,34 +116,49 @@ pub(super) enum PrecisionChoice {
 
 impl SketchArgs {
     /// The options for `operand`, whose generated values (if any) use `matrix_seed`.
-    fn options(&self, matrix_seed: u64, operand: &Operand) -> RsvdOptions {
+    fn options(&self, matrix_seed: u64, operand: &Operand) -> Result<RsvdOptions, CliError> {
         let stored_f32 = matches!(operand, Operand::Dense(_))
             && operand
                 .stored()
                 .is_some_and(|s| s.element_type() == ElementType::F32);
-        RsvdOptions {
+        let method = match (self.method, self.power_iters) {
+            (Some(MethodChoice::Lobpcg), Some(_)) => {
+                return Err(CliError::Option {
+                    option: "--power-iters",
+                    message: "a fixed iteration count applies to --method subspace or \
+                              block-krylov; LOBPCG iterates until --tol is met (bound it \
+                              with --max-passes)"
+                        .into(),
+                })
+            }
+            (Some(MethodChoice::Lobpcg), None) | (None, None) => Method::Lobpcg,
+            (Some(MethodChoice::Subspace), _) | (None, Some(_)) => Method::SubspaceIteration,
+            (Some(MethodChoice::BlockKrylov), _) => Method::BlockKrylov,
+        };
+        let lobpcg = method == Method::Lobpcg;
+        Ok(RsvdOptions {
             k: self.k,
             oversample: self.oversample,
-            power_iters: self.power_iters,
-            method: match self.method {
-                MethodChoice::Subspace => Method::SubspaceIteration,
-                MethodChoice::BlockKrylov => Method::BlockKrylov,
-            },
+            power_iters: self.power_iters.unwrap_or(2),
+            method,
             seed: self
                 .sketch_seed
                 .unwrap_or_else(|| matrix_seed.wrapping_add(1)),
             probes: self.probes,
             precision: match self.precision {
-                PrecisionChoice::Auto if stored_f32 => Precision::F32,
+                PrecisionChoice::Auto if stored_f32 && !lobpcg => Precision::F32,
                 PrecisionChoice::Auto | PrecisionChoice::F64 => Precision::F64,
                 PrecisionChoice::F32 => Precision::F32,
             },
+            mixed_precision: lobpcg && self.precision == PrecisionChoice::Auto,
             projection: match self.projection {
                 ProjectionChoice::Fused => Projection::Fused,
                 ProjectionChoice::Separate => Projection::Separate,
             },
+            tol: self.tol,
+            max_passes: self.max_passes,
             ..RsvdOptions::default()
-        }
+        })
     }
 }
 
@@ -298,7 +333,7 @@ pub(super) fn rsvd_command(
     };
     let options = RsvdOptions {
         segment_bytes: a.run.segment_bytes()?,
-        ..a.sketch.options(m.seed, &problem.operand)
+        ..a.sketch.options(m.seed, &problem.operand)?
     };
     let job = Job {
         command: "rsvd",
@@ -307,6 +342,7 @@ pub(super) fn rsvd_command(
         describe,
         out: a.out.clone(),
         json: a.json,
+        require_converged: a.sketch.require_converged,
     };
     run_job(rt, launch, &job, &problem, &options, start)
 }
@@ -403,7 +439,7 @@ pub(super) fn pca_command(
         RsvdProblem::genotypes(source, a.chunk_rows.unwrap_or(band))?.with_variant_filter(filter);
     let options = RsvdOptions {
         segment_bytes: a.run.segment_bytes()?,
-        ..a.sketch.options(a.seed, &problem.operand)
+        ..a.sketch.options(a.seed, &problem.operand)?
     };
     let job = Job {
         command: "pca",
@@ -412,6 +448,7 @@ pub(super) fn pca_command(
         describe,
         out: a.out.clone(),
         json: a.json,
+        require_converged: a.sketch.require_converged,
     };
     run_job(rt, launch, &job, &problem, &options, start)
 }
@@ -643,6 +680,7 @@ struct Job {
     describe: serde_json::Value,
     out: Option<PathBuf>,
     json: bool,
+    require_converged: bool,
 }
 
 impl Job {
@@ -793,6 +831,17 @@ fn compute(
     injected_fault(rt, "before-svd")?;
     let result = rsvd(rt, problem, options, sink)?;
     injected_fault(rt, "after-svd")?;
+    // Every rank holds the same convergence report, so every rank fails alike.
+    let c = &result.convergence;
+    if !c.converged {
+        let what = unconverged_text(job, c);
+        if job.require_converged {
+            return Err(CliError::NotConverged(what));
+        }
+        if rt.rank() == 0 {
+            eprintln!("rankwise {}: warning: {what}", job.command);
+        }
+    }
     let elapsed = start.elapsed().as_secs_f64();
     let Some(ranks) = super::gather_rank_figures(
         rt,
@@ -832,6 +881,7 @@ fn compute(
             o.write_vt(result.wt.view())?;
         }
         o.write_s(&result.s)?;
+        o.write_vector("residuals", &result.convergence.residuals)?;
         if let Some(p) = &pca {
             o.write_vector("eigenvalues", &p.eigenvalues)?;
             o.write_vector("explained_variance_ratio", &p.explained)?;
@@ -892,18 +942,45 @@ fn pca_figures(r: &RsvdResult) -> PcaFigures {
     }
 }
 
+/// Which components missed the tolerance, and why the solver stopped, for the warning
+/// and the error of `--require-converged`.
+fn unconverged_text(job: &Job, c: &rankwise_linalg::rsvd::Convergence) -> String {
+    let name = if job.is_pca() { "PC" } else { "component " };
+    let list: Vec<String> = c
+        .unconverged()
+        .iter()
+        .map(|(i, r)| format!("{name}{i} ({r:.2e})"))
+        .collect();
+    format!(
+        "{} of {} components did not converge to --tol {:.0e}: {}{}",
+        list.len(),
+        c.residuals.len(),
+        c.tol,
+        list.join(", "),
+        c.stopped
+            .as_ref()
+            .map(|s| format!("; {s}"))
+            .unwrap_or_default()
+    )
+}
+
 /// Floating-point operations of the GEMMs with the thin matrices.
-fn gemm_flops(m: u64, n: u64, options: &RsvdOptions) -> f64 {
-    let (l, r, b) = (
+fn gemm_flops(m: u64, n: u64, options: &RsvdOptions, passes: usize) -> f64 {
+    let (l, r, b, k) = (
         options.sketch() as f64,
         options.probes as f64,
         options.basis() as f64,
+        options.k as f64,
     );
     let mn = 2.0 * m as f64 * n as f64;
+    if options.method == Method::Lobpcg {
+        // Each pass: A·S and Aᵀ(A·S), S at most l wide; the last one with the probes.
+        return mn * (2.0 * l * passes as f64 + r);
+    }
     let q = options.power_iters as f64;
-    // A·Ω with the probes, two products per iteration, and the last projection with the
-    // basis, in whichever passes they run.
-    mn * ((l + r) + 2.0 * q * l + b)
+    // A·Ω with the probes, two products per iteration, the last projection with the
+    // basis, in whichever passes they run, and the residual check's A·V.
+    mn * ((l + r) + 2.0 * q * l + b + k)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -919,7 +996,7 @@ fn report_json(
     elapsed: f64,
 ) -> serde_json::Value {
     let (m, n) = problem.operand.shape();
-    let flops = gemm_flops(m, n, options);
+    let flops = gemm_flops(m, n, options, r.passes);
     json!({
         "command": job.command,
         "shape": [job.shape.0, job.shape.1],
@@ -940,6 +1017,8 @@ fn report_json(
         "job_id": launch.job_id,
         "launch": launch.to_json(),
         "singular_values": r.s,
+        "convergence": r.convergence,
+        "converged": r.convergence.converged,
         "total_sum_squares": r.total_sum_squares,
         "error_estimate": r.estimate,
         "genotypes": r.genotypes,
@@ -950,6 +1029,17 @@ fn report_json(
         "gemm_gflop_per_s": flops / elapsed / 1e9,
         "per_rank": ranks,
     })
+}
+
+/// How many passes ran in each precision: `f32 ×12, f64 ×3`.
+fn precisions_text(p: &[Precision]) -> String {
+    let f32s = p.iter().filter(|&&x| x == Precision::F32).count();
+    let f64s = p.len() - f32s;
+    match (f32s, f64s) {
+        (0, _) => "f64".into(),
+        (_, 0) => "f32".into(),
+        (a, b) => format!("f32 ×{a}, f64 ×{b}"),
+    }
 }
 
 /// How the projections went, for the summary line: how many were fused into the range
@@ -987,15 +1077,18 @@ fn summary_text(
         job.command,
         problem.operand.describe()
     );
+    let solver = match options.method {
+        Method::Lobpcg => format!("LOBPCG to tol {:.0e}", options.tol),
+        m => format!("{} power iteration(s), {m:?}", options.power_iters),
+    };
     let _ = writeln!(
         s,
-        "  k = {}, oversample {}, {} power iteration(s), {:?}: {} passes{}; {} panels of {} \
-         rows{}; {} rank(s), {} actor(s), transport {}",
+        "  k = {}, oversample {}, {solver}: {} passes ({}){}; {} panels of {} rows{}; {} \
+         rank(s), {} actor(s), transport {}",
         options.k,
         options.oversample,
-        options.power_iters,
-        options.method,
         r.passes,
+        precisions_text(&r.convergence.pass_precisions),
         projections_text(r),
         g.panels(),
         g.chunk_rows,
@@ -1030,27 +1123,61 @@ fn summary_text(
             100.0 * gs.missing_calls as f64 / gs.calls.max(1) as f64
         );
     }
+    let c = &r.convergence;
+    let mark = |i: usize| {
+        let met = if c.met[i] { "" } else { "  NOT CONVERGED" };
+        format!("{:.2e}{met}", c.residuals[i])
+    };
     match pca {
         Some(p) => {
-            let _ = writeln!(s, "components: σ, eigenvalue (GRM), explained variance");
+            let _ = writeln!(
+                s,
+                "components: σ, eigenvalue (GRM), explained variance, residual {}",
+                c.measure
+            );
             for (i, v) in r.s.iter().enumerate() {
                 let _ = writeln!(
                     s,
-                    "  PC{:<3} {:.10e}  {:.6e}  {:.4} %",
+                    "  PC{:<3} {:.10e}  {:.6e}  {:.4} %  {}",
                     i + 1,
                     v,
                     p.eigenvalues[i],
-                    100.0 * p.explained[i]
+                    100.0 * p.explained[i],
+                    mark(i)
                 );
             }
         }
         None => {
-            let _ = writeln!(s, "singular values ({}):", r.s.len());
+            let _ = writeln!(
+                s,
+                "singular values ({}), residual {}:",
+                r.s.len(),
+                c.measure
+            );
             for (i, v) in r.s.iter().enumerate() {
-                let _ = writeln!(s, "  σ{:<3} {:.15e}", i + 1, v);
+                let _ = writeln!(s, "  σ{:<3} {:.15e}  {}", i + 1, v, mark(i));
             }
         }
     }
+    let _ = writeln!(
+        s,
+        "convergence: {} (tol {:.0e}; largest residual {:.2e}){}",
+        if c.converged {
+            format!("all {} components converged", c.residuals.len())
+        } else {
+            format!(
+                "{} of {} components NOT converged",
+                c.unconverged().len(),
+                c.residuals.len()
+            )
+        },
+        c.tol,
+        c.residuals.iter().fold(0.0f64, |a, &b| a.max(b)),
+        c.stopped
+            .as_ref()
+            .map(|s| format!("; {s}"))
+            .unwrap_or_default()
+    );
     if let Some(e) = &r.estimate {
         let _ = writeln!(s, "error estimate ({} Gaussian probes):", e.probes);
         let _ = writeln!(
@@ -1091,7 +1218,7 @@ fn summary_text(
         let _ = writeln!(s, "  {:<40} {:>10}", t.phase, seconds(t.seconds));
     }
     let (m, n) = problem.operand.shape();
-    let flops = gemm_flops(m, n, options);
+    let flops = gemm_flops(m, n, options, r.passes);
     let _ = writeln!(
         s,
         "total {}; GEMMs {:.1} GFLOP/s; produced {} on rank 0; peak RSS rank 0 {}",

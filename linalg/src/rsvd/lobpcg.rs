@@ -1,0 +1,679 @@
+//! LOBPCG on `AᵀA`, with every returned component's residual measured: the default solver
+//! of [`super::rsvd`] ([`Method::Lobpcg`]).
+//!
+//! # Why LOBPCG
+//!
+//! Genotype matrices have a few strong components (population structure) over a flat
+//! Marchenko–Pastur bulk whose top eigenvalues lie within 0.1 % of each other. Subspace
+//! iteration converges a component at the rate `(σ_{l+1}/σᵢ)^{2q}`, which is all but 1 there:
+//! at q = 2 PCs 3–10 came out as unconverged mixtures with eigenvalues 20 % low. Measured in a
+//! NumPy model of these passes on Balding–Nichols cohorts (3 populations, F_ST 0.1;
+//! 40,000 variants × 1,500 and × 4,000 samples, k = 10, the minimum over PCs of |corr| with
+//! the exact eigenvectors), passes to reach |corr| ≥ 0.9999:
+//!
+//! | solver (block 20 unless said) | 40k × 1.5k | 40k × 4k | memory beyond the panels |
+//! |---|---|---|---|
+//! | subspace iteration + Rayleigh–Ritz (2 reads an iteration) | > 50 (|corr| 0.05 at 50) | — | `m × l` |
+//! | thick-restart block Davidson, basis 160, keep 40 | — | 30 | `2 × n × 160` |
+//! | thick-restart block Davidson, block 10 / 15, basis 120 | — | > 30 | `2 × n × 120` |
+//! | LOBPCG, block 30 | — | 22 | `≈ 12 × n × l` |
+//! | **LOBPCG, block 20** | **23** | **28** | `≈ 12 × n × l` |
+//!
+//! LOBPCG's three-term recurrence matched or beat a Krylov basis eight times larger, its
+//! memory does not grow with the passes, and each iteration is one fused pass: the range pass
+//! of the randomized SVD already sums `AᵀY` while it forms `Y = A·S`, so `AᵀA·S` costs one
+//! read of the matrix. No `m`-sized basis is kept between passes.
+//!
+//! # The iteration
+//!
+//! The block `X` (`n × l`, `l = k + oversample`) starts as the orthonormalized Gaussian
+//! `Ω`. Each pass computes `G·S = Aᵀ(A·S)` for the search block `S`; the tree's root then
+//! makes the Rayleigh–Ritz step on `[X, S, P]` (Knyazev 2001, with `P` kept orthonormal to
+//! `X` as Hetmaniuk & Lehoucq 2006 do), forms the residuals `GX − XΘ` and the next `S` from
+//! those of the components not yet converged (and of the `oversample` guard vectors), and
+//! broadcasts `S`. Only `n × l` blocks travel; every rank follows the root, so the result is
+//! the same for any number of ranks and actors.
+//!
+//! # Convergence and the last pass
+//!
+//! With `σᵢ = √θᵢ` and `uᵢ = A·xᵢ/σᵢ`, `‖Aᵀuᵢ − σᵢxᵢ‖ = ‖Gxᵢ − θᵢxᵢ‖/σᵢ`: the iteration's own
+//! residual, divided by `σ₁` to compare with `tol`. When all `k` meet it (or the passes are
+//! spent), a last pass forms `Y = A·X` and `AᵀY = G·X` again, in f64; the TSQR `Y = QR` and
+//! the SVD `R = U_R Σ W_Rᵀ` give `U = Q·U_R`, `V = X·W_R` and `Σ` (orthonormal `U` and `V`,
+//! and `σ` without the squaring of `AᵀA`), and the residuals reported are those of these
+//! very triplets, from `G·X` of the same pass. If that pass finds a component over `tol`
+//! (f32 tiles fooled the iteration), the iteration goes on in f64 from there.
+//!
+//! # Precision
+//!
+//! With [`RsvdOptions::mixed_precision`] the passes start in f32 tiles (twice the GEMM rate)
+//! and move to f64 when f32 stops improving the residuals: the largest residual of the `k`
+//! has not fallen below 0.7 of its value three passes before. The first f64 pass
+//! computes `G·X` afresh with `G·S`, so no f32 rounding stays in the iterates.
+
+use super::*;
+use crate::kernels::fix_signs;
+use ndarray::ArrayView2;
+use ndarray_linalg::Eigh;
+
+/// Everything [`super::rsvd`] set up before the passes.
+pub(super) struct Run<'a, 't> {
+    pub(super) rt: &'a Runtime,
+    pub(super) problem: &'a RsvdProblem,
+    pub(super) options: &'a RsvdOptions,
+    pub(super) sink: Option<FactorSink>,
+    pub(super) plan: RsvdPlan,
+    pub(super) ctx: Arc<Ctx>,
+    pub(super) tree: &'a Tree<'t>,
+    pub(super) states: States,
+    pub(super) my_rows: u64,
+    pub(super) regenerated_rows: u64,
+    pub(super) value_bytes: u64,
+    pub(super) collectives: String,
+    pub(super) gpu_note: Option<String>,
+}
+
+/// What the root tells every rank to do next.
+const GRAM: f64 = 0.0;
+const CHECK: f64 = 1.0;
+const DONE: f64 = 2.0;
+
+/// Why the iteration ended unconverged.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stop {
+    None,
+    MaxPasses,
+    Stalled,
+}
+
+impl Stop {
+    fn code(self) -> f64 {
+        match self {
+            Stop::None => 0.0,
+            Stop::MaxPasses => 1.0,
+            Stop::Stalled => 2.0,
+        }
+    }
+
+    fn from_code(c: f64) -> Stop {
+        match c as u8 {
+            1 => Stop::MaxPasses,
+            2 => Stop::Stalled,
+            _ => Stop::None,
+        }
+    }
+
+    fn message(self, max_passes: usize, precision: Precision) -> Option<String> {
+        match self {
+            Stop::None => None,
+            Stop::MaxPasses => Some(format!(
+                "the pass limit ({max_passes}) was reached; raise --max-passes"
+            )),
+            Stop::Stalled => Some(format!(
+                "the residuals stopped falling in {} tiles, whose rounding is above the \
+                 tolerance; use --precision f64 or auto",
+                match precision {
+                    Precision::F32 => "f32",
+                    Precision::F64 => "f64",
+                }
+            )),
+        }
+    }
+}
+
+fn precision_code(p: Precision) -> f64 {
+    match p {
+        Precision::F32 => 0.0,
+        Precision::F64 => 1.0,
+    }
+}
+
+fn precision_of(c: f64) -> Precision {
+    if c == 0.0 {
+        Precision::F32
+    } else {
+        Precision::F64
+    }
+}
+
+/// The iteration's state, on the tree's root only.
+struct Iterate {
+    k: usize,
+    l: usize,
+    tol: f64,
+    max_passes: usize,
+    mixed: bool,
+    precision: Precision,
+    x: Array2<f64>,
+    gx: Array2<f64>,
+    /// `P` and `G·P`.
+    p: Option<(Array2<f64>, Array2<f64>)>,
+    /// The block whose product the pass under way computes.
+    s: Array2<f64>,
+    /// The pass under way computes `G·[X | S]` (`X` afresh) rather than `G·S`.
+    with_x: bool,
+    /// No `X` yet: the pass under way computes `G·X₀`.
+    initial: bool,
+    history: Vec<f64>,
+    passes: usize,
+    stop: Stop,
+}
+
+/// `a`'s columns made orthonormal to `against` (orthonormal columns each) and to each other;
+/// columns that fall below `1e-10` of the largest norm `a` had (dependent on the rest) are
+/// dropped.
+fn orthonormal_rest(a: Array2<f64>, against: &[&Array2<f64>]) -> Result<Array2<f64>, LinalgError> {
+    let scale = a
+        .columns()
+        .into_iter()
+        .map(|c| c.dot(&c).sqrt())
+        .fold(0.0f64, f64::max);
+    let mut a = a;
+    let project = |a: &mut Array2<f64>| {
+        for q in against {
+            if q.ncols() > 0 {
+                let c = q.t().dot(&*a);
+                *a -= &q.dot(&c);
+            }
+        }
+    };
+    // Twice is enough (Giraud et al. 2005); a third after the factorization below catches
+    // the directions LAPACK completes for dependent columns.
+    project(&mut a);
+    project(&mut a);
+    if scale == 0.0 || a.ncols() == 0 {
+        return Ok(Array2::zeros((a.nrows(), 0)));
+    }
+    let (u, s, _) = small_svd(a.view())?;
+    let keep = s.iter().take_while(|&&v| v > 1e-10 * scale).count();
+    let mut q = u.slice(s![.., ..keep]).to_owned();
+    project(&mut q);
+    if keep == 0 {
+        return Ok(q);
+    }
+    let (u, s, _) = small_svd(q.view())?;
+    let keep = s.iter().take_while(|&&v| v > 0.5).count();
+    Ok(u.slice(s![.., ..keep]).to_owned())
+}
+
+/// The eigenpairs of the symmetric `basisᵀ·gb`, largest first.
+fn rayleigh_ritz(
+    basis: &Array2<f64>,
+    gb: &Array2<f64>,
+) -> Result<(Vec<f64>, Array2<f64>), LinalgError> {
+    let m = basis.t().dot(gb);
+    let sym = (&m + &m.t()) * 0.5;
+    let (w, v) = sym
+        .eigh(UPLO::Lower)
+        .map_err(|e| LinalgError::Lapack(format!("Rayleigh–Ritz eigenproblem: {e}")))?;
+    let c = v.ncols();
+    let order: Vec<usize> = (0..c).rev().collect();
+    let theta = order.iter().map(|&i| w[i]).collect();
+    let vecs = Array2::from_shape_fn((v.nrows(), c), |(i, j)| v[[i, order[j]]]);
+    Ok((theta, vecs))
+}
+
+/// `‖Gxᵢ − θᵢxᵢ‖ / (σᵢσ₁)`, `σᵢ = √θᵢ`: the residual `‖Aᵀuᵢ − σᵢxᵢ‖/σ₁` of `uᵢ = Axᵢ/σᵢ`.
+fn residuals(x: &Array2<f64>, gx: &Array2<f64>, theta: &[f64]) -> (Vec<f64>, Array2<f64>) {
+    let s1 = theta.first().copied().unwrap_or(0.0).max(0.0).sqrt();
+    let mut r = gx.clone();
+    let mut out = Vec::with_capacity(theta.len());
+    for (j, &t) in theta.iter().enumerate() {
+        let mut c = r.column_mut(j);
+        c.scaled_add(-t, &x.column(j));
+        let norm = c.dot(&c).sqrt();
+        // A zero singular value's triplet has no `u` to speak of: its residual is `‖Gx‖`
+        // over σ₁², the same scale as the rest.
+        let si = t.max(0.0).sqrt().max(s1 * 1e-8);
+        out.push(relative(norm / si, s1));
+    }
+    (out, r)
+}
+
+impl Iterate {
+    /// The command for the next pass, after a pass whose products are absorbed.
+    fn next(&mut self) -> Result<Vec<f64>, LinalgError> {
+        let (res, r) = residuals(&self.x, &self.gx, &self.theta());
+        let worst = res[..self.k].iter().fold(0.0f64, |a, &b| a.max(b));
+        self.history.push(worst);
+        let h = &self.history;
+        // LOBPCG's residuals plateau for a few passes and fall again (in f64 too: 1.4e-3,
+        // 1.2e-3, 1.2e-3, 1.0e-3 on a 40,000 × 1,500 cohort), so a stall is eight passes
+        // without a 5 % fall.
+        let stalled = h.len() >= 9 && worst > 0.95 * h[h.len() - 9];
+        // f32 tiles round `A·S` and `Aᵀ(A·S)` to about ε₃₂·σ₁ per unit vector, which is
+        // `ε₃₂·σ₁/σₖ` of the k-th component's residual: below a few times that f32 cannot
+        // go (on the cohort above, σ₁/σ₁₀ = 8.6 and f32 reached 8.5e-7), so the move to f64
+        // comes without waiting for the stall when the tolerance is under it.
+        let theta = self.theta();
+        let ratio = (theta[0].max(0.0) / theta[self.k - 1].max(f64::MIN_POSITIVE)).sqrt();
+        let f32_floor = 2.0 * f32::EPSILON as f64 * ratio;
+        let below_f32 = self.tol < f32_floor && worst < 10.0 * f32_floor;
+        let done = res[..self.k].iter().all(|&v| v <= self.tol);
+        if done || self.passes + 1 >= self.max_passes {
+            if !done {
+                self.stop = Stop::MaxPasses;
+            }
+            return Ok(self.check());
+        }
+        if (stalled || (below_f32 && self.mixed)) && self.precision == Precision::F32 {
+            if self.mixed {
+                self.precision = Precision::F64;
+                self.with_x = true;
+            } else {
+                self.stop = Stop::Stalled;
+                return Ok(self.check());
+            }
+        }
+        // The search block: residuals of the components still over `tol`, and of the
+        // guard vectors beyond `k`, which keep the gap to the rest of the spectrum open.
+        let active: Vec<usize> = (0..self.l)
+            .filter(|&j| j >= self.k || res[j] > self.tol)
+            .collect();
+        let mut rs = Array2::zeros((r.nrows(), active.len()));
+        for (c, &j) in active.iter().enumerate() {
+            rs.column_mut(c).assign(&r.column(j));
+        }
+        let mut against = vec![&self.x];
+        if let Some((p, _)) = &self.p {
+            against.push(p);
+        }
+        let s = orthonormal_rest(rs, &against)?;
+        if s.ncols() == 0 {
+            // Nothing new to search: the basis is exhausted (n is small).
+            if !done {
+                self.stop = Stop::Stalled;
+            }
+            return Ok(self.check());
+        }
+        self.s = s;
+        let operand = if self.with_x {
+            ndarray::concatenate(ndarray::Axis(1), &[self.x.view(), self.s.view()])
+                .expect("same rows")
+        } else {
+            self.s.clone()
+        };
+        Ok(command(GRAM, self.precision, &operand))
+    }
+
+    fn theta(&self) -> Vec<f64> {
+        // `XᵀGX` is diagonal after Rayleigh–Ritz: its diagonal is Θ.
+        (0..self.x.ncols())
+            .map(|j| self.x.column(j).dot(&self.gx.column(j)))
+            .collect()
+    }
+
+    /// The last pass: `A·X` and `G·X`, in f64 unless f32 was asked for.
+    fn check(&mut self) -> Vec<f64> {
+        let p = if self.mixed {
+            Precision::F64
+        } else {
+            self.precision
+        };
+        command(CHECK, p, &self.x)
+    }
+
+    /// Takes `G·S` (or `G·[X | S]`, or `G·X₀`) from the pass just made.
+    fn absorb(&mut self, gs: Array2<f64>) -> Result<(), LinalgError> {
+        self.passes += 1;
+        let l = self.l;
+        let (basis, gb) = if self.initial {
+            self.initial = false;
+            (self.x.clone(), gs)
+        } else {
+            let gs = if self.with_x {
+                self.with_x = false;
+                // `G·X` afresh, in f64: `P`'s product, from f32 passes, goes.
+                self.gx = gs.slice(s![.., ..l]).to_owned();
+                self.p = None;
+                gs.slice(s![.., l..]).to_owned()
+            } else {
+                gs
+            };
+            let mut parts = vec![self.x.view(), self.s.view()];
+            let mut gparts = vec![self.gx.view(), gs.view()];
+            if let Some((p, gp)) = &self.p {
+                parts.push(p.view());
+                gparts.push(gp.view());
+            }
+            let cat = |v: &[ArrayView2<'_, f64>]| {
+                ndarray::concatenate(ndarray::Axis(1), v).expect("same rows")
+            };
+            (cat(&parts), cat(&gparts))
+        };
+        let (_, c) = rayleigh_ritz(&basis, &gb)?;
+        let c1 = c.slice(s![.., ..l]).to_owned();
+        let cols = basis.ncols();
+        self.x = basis.dot(&c1);
+        self.gx = gb.dot(&c1);
+        if cols > l {
+            // `P`: the part of the new `X` from `S` and the old `P`, made orthonormal to
+            // `X` in the coordinates of the (orthonormal) basis.
+            let mut pc = c1.clone();
+            pc.slice_mut(s![..l, ..]).fill(0.0);
+            let pc = orthonormal_rest(pc, &[&c1])?;
+            self.p = (pc.ncols() > 0).then(|| (basis.dot(&pc), gb.dot(&pc)));
+        }
+        Ok(())
+    }
+
+    /// After the check pass: `G·X` and `R` of `A·X = QR`. Returns the command `DONE` with
+    /// the result, or a `GRAM` to go on.
+    fn checked(
+        &mut self,
+        gx: Array2<f64>,
+        r: Array2<f64>,
+        w: &Array2<f64>,
+    ) -> Result<Vec<f64>, LinalgError> {
+        self.passes += 1;
+        let k = self.k;
+        let (mut ur, sv, wrt) = small_svd(r.view())?;
+        let mut vt = wrt.dot(&self.x.t());
+        fix_signs(&mut ur, &mut vt);
+        let v = vt.t().to_owned();
+        let gv = gx.dot(&v_coords(&self.x, &v));
+        let theta: Vec<f64> = sv.iter().map(|s| s * s).collect();
+        let (res, _) = residuals(&v, &gv, &theta);
+        let met = res[..k].iter().all(|&x| x <= self.tol);
+        if met || self.passes >= self.max_passes || self.stop != Stop::None {
+            if !met && self.stop == Stop::None {
+                self.stop = Stop::MaxPasses;
+            }
+            if met {
+                self.stop = Stop::None;
+            }
+            let vtk = vt.slice(s![..k, ..]).to_owned();
+            let mut out = vec![DONE, precision_code(Precision::F64)];
+            out.extend(sv.iter().take(k));
+            out.extend(encode(&ur.slice(s![.., ..k]).to_owned()));
+            out.extend(encode(&vtk));
+            out.extend(encode(&vtk.dot(w)));
+            out.extend(&res[..k]);
+            out.push(self.stop.code());
+            out.extend(&self.history);
+            return Ok(out);
+        }
+        // Not met: go on in f64 from the measured triplets.
+        self.x = v;
+        self.gx = gv;
+        self.p = None;
+        self.precision = Precision::F64;
+        self.mixed = false;
+        self.stop = Stop::None;
+        self.next()
+    }
+}
+
+/// `W_R` such that `V = X·W_R`, from orthonormal `X` and `V`: `XᵀV`.
+fn v_coords(x: &Array2<f64>, v: &Array2<f64>) -> Array2<f64> {
+    x.t().dot(v)
+}
+
+fn command(kind: f64, p: Precision, a: &Array2<f64>) -> Vec<f64> {
+    let mut out = vec![kind, precision_code(p)];
+    out.extend(encode(a));
+    out
+}
+
+/// Computes the result as [`super::rsvd`] does, by LOBPCG.
+pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
+    let Run {
+        rt,
+        problem,
+        options,
+        sink,
+        plan,
+        ctx,
+        tree,
+        mut states,
+        my_rows,
+        regenerated_rows,
+        value_bytes,
+        collectives,
+        gpu_note,
+    } = run;
+    let comm = rt.comm();
+    let (m, n) = problem.operand.shape();
+    let n = n as usize;
+    let (k, l, r) = (options.k, options.sketch(), options.probes);
+    let root = tree.root_owner();
+    let on_root = comm.rank() == root;
+    let omega = gaussian(n, l + r, options.seed);
+    let w = omega.slice(s![.., l..]).to_owned();
+    let start_precision = if options.mixed_precision {
+        Precision::F32
+    } else {
+        options.precision
+    };
+    let mut it = match on_root {
+        true => {
+            let x0 = orthonormal_rest(omega.slice(s![.., ..l]).to_owned(), &[])?;
+            Some(Iterate {
+                k,
+                l,
+                tol: options.tol,
+                max_passes: options.max_passes,
+                mixed: options.mixed_precision,
+                precision: start_precision,
+                gx: Array2::zeros((n, 0)),
+                s: x0.clone(),
+                x: x0,
+                p: None,
+                with_x: false,
+                initial: true,
+                history: Vec::new(),
+                passes: 0,
+                stop: Stop::None,
+            })
+        }
+        false => None,
+    };
+    let mut cmd = match &it {
+        Some(it) => command(GRAM, start_precision, &it.s),
+        None => Vec::new(),
+    };
+    let mut timings = Vec::new();
+    let mut pass_precisions = Vec::new();
+    let mut stats = None;
+    let (mut gram_time, mut root_time) = (0.0, 0.0);
+    let mut gram_passes = 0;
+    let bad = || LinalgError::Message { peer: root };
+    let mut after_check = false;
+    let done = loop {
+        comm.broadcast_f64(root, &mut cmd)?;
+        let kind = *cmd.first().ok_or_else(bad)?;
+        let precision = precision_of(*cmd.get(1).ok_or_else(bad)?);
+        if kind == DONE {
+            break std::mem::take(&mut cmd);
+        }
+        if after_check {
+            // The check found a component over `tol`: its products go, the iteration goes on.
+            for st in states.iter_mut().flatten() {
+                st.basis.clear();
+                st.y = None;
+                st.probes = None;
+            }
+            after_check = false;
+        }
+        let operand = decode(root, &cmd[2..])?;
+        pass_precisions.push(precision);
+        let first = stats.is_none();
+        let t = Instant::now();
+        let sums = Arc::new(PartialSums::new(tree.owners().to_vec(), comm.rank()));
+        let check = kind == CHECK;
+        let width = operand.ncols();
+        let omega = if check {
+            ndarray::concatenate(ndarray::Axis(1), &[operand.view(), w.view()]).expect("same rows")
+        } else {
+            operand
+        };
+        let (st, facts) = range_pass(
+            rt,
+            &ctx,
+            std::mem::take(&mut states),
+            Arc::new(omega),
+            width,
+            first,
+            precision,
+            Some(&sums),
+        )?;
+        states = st;
+        if first {
+            let s = tree.sum_all(comm, facts, (1, 4))?;
+            // Every rank holds the same sums, so every rank stops here alike.
+            if let Operand::Genotypes(_, filter) = &problem.operand {
+                let (dropped, filtered) = (s[[0, 1]] as u64, s[[0, 3]] as u64);
+                if dropped + filtered >= m {
+                    return Err(LinalgError::NoVariants {
+                        variants: m,
+                        filtered,
+                        dropped,
+                        filter: filter.clone(),
+                    });
+                }
+            }
+            stats = Some(s);
+        }
+        let gs = sum_to_root(comm, tree, ctx.nccl.as_ref(), sums.take())?;
+        if !check {
+            for st in states.iter_mut().flatten() {
+                st.y = None;
+                st.probes = None;
+            }
+            gram_time += t.elapsed().as_secs_f64();
+            gram_passes += 1;
+            let t = Instant::now();
+            cmd = match (&mut it, gs) {
+                (Some(it), Some(gs)) => {
+                    it.absorb(gs)?;
+                    it.next()?
+                }
+                _ => Vec::new(),
+            };
+            root_time += t.elapsed().as_secs_f64();
+            continue;
+        }
+        let root_r = orthonormalize(rt, &ctx, tree, &mut states, false)?;
+        timings.push(phase(
+            &format!(
+                "check pass: A·X, AᵀA·X ({}) + TSQR",
+                if precision == Precision::F32 {
+                    "f32"
+                } else {
+                    "f64"
+                }
+            ),
+            t,
+        ));
+        let t = Instant::now();
+        cmd = match (&mut it, gs, root_r) {
+            (Some(it), Some(gx), Some(r)) => it.checked(gx, r, &w)?,
+            _ => Vec::new(),
+        };
+        root_time += t.elapsed().as_secs_f64();
+        after_check = true;
+    };
+    timings.insert(
+        0,
+        PhaseTiming {
+            phase: format!("LOBPCG: {gram_passes} passes of AᵀA·S"),
+            seconds: gram_time,
+        },
+    );
+    timings.push(PhaseTiming {
+        phase: "Rayleigh–Ritz steps on the root".into(),
+        seconds: root_time,
+    });
+
+    // The result: σ, U_R, Vᵀ, VᵀW, the residuals, why it stopped, the history.
+    let flat = &done[2..];
+    let s_k = flat.get(..k).ok_or_else(bad)?.to_vec();
+    let mut at = k;
+    let mut take = || -> Result<Array2<f64>, LinalgError> {
+        let rest = flat.get(at..).ok_or_else(bad)?;
+        let len = 2
+            + (rest.first().copied().unwrap_or(0.0) * rest.get(1).copied().unwrap_or(0.0)) as usize;
+        let a = decode(root, rest.get(..len).ok_or_else(bad)?)?;
+        at += len;
+        Ok(a)
+    };
+    let ur = take()?;
+    let wt = take()?;
+    let vtw = take()?;
+    let residual = flat.get(at..at + k).ok_or_else(bad)?.to_vec();
+    let stop = Stop::from_code(*flat.get(at + k).ok_or_else(bad)?);
+    let history = flat.get(at + k + 1..).ok_or_else(bad)?.to_vec();
+    if ur.dim() != (l, k) || wt.dim() != (k, n) {
+        return Err(bad());
+    }
+    // Rows of the states' last stage (the check pass's, whichever rank it was).
+    if states.iter().flatten().any(|st| st.basis.is_empty()) {
+        return Err(bad());
+    }
+
+    // U = Q·U_R, the probe residuals, and U to the sink.
+    let t = Instant::now();
+    let ur = Arc::new(ur);
+    let sv = Arc::new(s_k.clone());
+    let vtw = Arc::new(vtw);
+    let res = rt.map(
+        states,
+        move |_, mut st: PanelState| -> Result<(usize, Array2<f64>), LinalgError> {
+            let q = st.basis.first().ok_or(LinalgError::Tree {
+                level: 0,
+                node: st.p,
+            })?;
+            let u = q.dot(&*ur);
+            if let Some(sink) = &sink {
+                sink(st.p, st.rows.clone(), u.view()).map_err(|message| LinalgError::Sink {
+                    panel: st.p,
+                    message,
+                })?;
+            }
+            Ok((st.p, probe_squares(st.probes.take(), &u, &sv, &vtw, r)))
+        },
+    )?;
+    let mut leaves = BTreeMap::new();
+    for x in res.into_iter().flatten() {
+        let (p, v) = x?;
+        leaves.insert(p, v);
+    }
+    let probe_sq = tree.sum_all(comm, leaves, (1, r))?;
+    timings.push(phase("form U + error probes", t));
+
+    let stats = stats.ok_or_else(bad)?;
+    let total_sum_squares = stats[[0, 0]];
+    let passes = pass_precisions.len();
+    let bytes_produced =
+        (my_rows + (passes as u64 - 1) * regenerated_rows) * n as u64 * value_bytes;
+    let last = pass_precisions.last().copied().unwrap_or(Precision::F64);
+    let convergence = Convergence::measured(
+        options.tol,
+        residual,
+        "‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁",
+        history,
+        pass_precisions,
+        stop.message(options.max_passes, last),
+    );
+    Ok(RsvdResult {
+        gpu_panels: ctx.gpu_panels.load(Ordering::Relaxed),
+        gpu_staged_bytes: ctx.gpu_staged_bytes.load(Ordering::Relaxed),
+        gpu_qrs: ctx.gpu_qrs.load(Ordering::Relaxed),
+        collectives,
+        gpu_note,
+        s: s_k,
+        wt,
+        transposed: problem.transposed,
+        total_sum_squares,
+        estimate: error_estimate(&probe_sq, r, total_sum_squares),
+        genotypes: genotype_summary(&problem.operand, &stats, m, n),
+        timings,
+        plan,
+        bytes_produced,
+        read: ctx.read.totals(),
+        projections: Vec::new(),
+        condition_limit: fused_condition_limit(options.precision),
+        passes,
+        convergence,
+    })
+}
