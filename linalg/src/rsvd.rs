@@ -150,6 +150,9 @@ pub struct RsvdOptions {
 /// eigenvalue to 1e-6 relative; see the module documentation for the measurements.
 pub const DEFAULT_TOL: f64 = 1e-6;
 
+/// The most power iterations (and LOBPCG passes) a run may ask for: every run ends.
+pub const MAX_POWER_ITERS: usize = 10_000;
+
 /// The default [`RsvdOptions::max_passes`].
 pub const DEFAULT_MAX_PASSES: usize = 100;
 
@@ -175,14 +178,17 @@ impl Default for RsvdOptions {
 impl RsvdOptions {
     /// Columns of the sketch, `l = k + oversample`.
     pub fn sketch(&self) -> usize {
-        self.k + self.oversample
+        // Saturating: `validate` refuses what does not fit, and must get there to say so.
+        self.k.saturating_add(self.oversample)
     }
 
     /// Columns of the final basis: `l`, or `(q + 1)·l` for block Krylov.
     pub fn basis(&self) -> usize {
         match self.method {
             Method::SubspaceIteration | Method::Lobpcg => self.sketch(),
-            Method::BlockKrylov => self.sketch() * (self.power_iters + 1),
+            Method::BlockKrylov => self
+                .sketch()
+                .saturating_mul(self.power_iters.saturating_add(1)),
         }
     }
 
@@ -195,6 +201,7 @@ impl RsvdOptions {
             return self.max_passes;
         }
         // The last pass measures the returned components' residuals.
+        let q = q.min(MAX_POWER_ITERS);
         1 + match self.projection {
             Projection::Separate => 2 + 2 * q,
             Projection::Fused => 1 + q + usize::from(self.method == Method::BlockKrylov && q > 0),
@@ -207,6 +214,33 @@ impl RsvdOptions {
         let opt = |option, message| Err(LinalgError::Option { option, message });
         if self.k == 0 {
             return opt("-k", "the rank must be at least 1".into());
+        }
+        if self.method != Method::Lobpcg && self.power_iters > MAX_POWER_ITERS {
+            return opt(
+                "--power-iters",
+                format!(
+                    "{} power iterations: at most {MAX_POWER_ITERS} (to iterate until \
+                     converged, leave it out)",
+                    self.power_iters
+                ),
+            );
+        }
+        if self.method == Method::Lobpcg && self.max_passes > MAX_POWER_ITERS {
+            return opt(
+                "--max-passes",
+                format!("{}: at most {MAX_POWER_ITERS}", self.max_passes),
+            );
+        }
+        // The probes are `n` values each, generated on every rank.
+        if self.probes as u64 > n.max(1000) {
+            return opt(
+                "--probes",
+                format!(
+                    "{} probes: at most max(columns, 1000) = {}",
+                    self.probes,
+                    n.max(1000)
+                ),
+            );
         }
         if self.k as u64 >= mn {
             return opt(
@@ -420,15 +454,17 @@ impl RsvdPlan {
                 .clone()
                 .map(|p| grid.panel_rows(p).end - grid.panel_rows(p).start)
                 .sum();
-            // The basis, the probe products and the rows of U the residual check compares
-            // stay for the whole run. LOBPCG's iterates (X, S, P and their products with
-            // AᵀA, and the Rayleigh–Ritz bases built from them: about 12 blocks of n × l)
-            // are held on the tree's root, counted on every actor as any could be it.
-            let iterates = match options.method {
-                Method::Lobpcg => 12 * (l * nn) as u64 * 8,
-                _ => 0,
+            // What the panels hold between passes, at its most: the basis and the probe
+            // products; for the residual check of the fixed-iteration methods, U and A·V
+            // (the basis gone by then); for LOBPCG's last pass, A·X, its Q and the probe
+            // products. LOBPCG's iterates (X, S, P and their products with AᵀA, and the
+            // Rayleigh–Ritz bases built from them: about 12 blocks of n × l) are held on
+            // the tree's root, counted on every actor as any could be it.
+            let (columns, iterates) = match options.method {
+                Method::Lobpcg => (2 * l + r, (96 * l as u64).saturating_mul(nn as u64)),
+                _ => ((basis + r).max(2 * options.k), 0),
             };
-            let kept = rows * (basis + r + options.k) as u64 * 8 + iterates;
+            let kept = (rows * columns as u64 * 8).saturating_add(iterates);
             let threads = shape.threads.max(1) as u64;
             let resident = problem.operand.resident_bytes(rows, options.precision);
             // A GPU actor's workers each carry a stored panel to the device through two

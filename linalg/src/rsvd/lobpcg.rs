@@ -19,6 +19,16 @@
 //! | LOBPCG, block 30 | — | 22 | `≈ 12 × n × l` |
 //! | **LOBPCG, block 20** | **23** | **28** | `≈ 12 × n × l` |
 //!
+//! On in-memory 20,000 × 1,000 matrices `U·diag(σ)·Vᵀ`, k = 10, passes (the last, which
+//! measures the result, included) until every residual is at most 1e-6 of σ₁:
+//!
+//! | spectrum | LOBPCG, block 20 | subspace iteration, l = 20, fused (1 read an iteration) |
+//! |---|---|---|
+//! | geometric, ρ = 0.9 | 5 | 8 |
+//! | geometric, ρ = 0.5 | 3 | 3 |
+//! | 3 strong over a tail within 2 % of flat | 35 | > 300 |
+//! | pairs equal to 1e-9 (clustered), decaying 0.8 a pair | 5 | 7 |
+//!
 //! LOBPCG's three-term recurrence matched or beat a Krylov basis eight times larger, its
 //! memory does not grow with the passes, and each iteration is one fused pass: the range pass
 //! of the randomized SVD already sums `AᵀY` while it forms `Y = A·S`, so `AᵀA·S` costs one
