@@ -256,7 +256,18 @@ fn reader(shared: &Shared, read: &ReadFn, scratch: &mut ReadScratch) {
         let (panel, rows) = shared.order[i].clone();
         let t = Instant::now();
         std::mem::swap(&mut buffer.scratch, scratch);
-        let result = read(rows, &mut buffer);
+        // A panic in a decoder (zarrs panicked on a shard index whose offset overflows)
+        // must become this panel's error: a reader that died would leave the worker
+        // waiting for the panel forever.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            read(rows.clone(), &mut buffer)
+        }))
+        .unwrap_or_else(|payload| {
+            Err(SourceError::Panicked {
+                rows: rows.clone(),
+                message: crate::source::panic_message(payload.as_ref()),
+            })
+        });
         std::mem::swap(&mut buffer.scratch, scratch);
         let seconds = t.elapsed().as_secs_f64();
         shared.lock().ready.insert(
@@ -382,6 +393,42 @@ mod tests {
         assert!(ra.take(2).is_err());
         assert!(ra.take(3).is_ok());
         drop(ra.take(4));
+    }
+
+    /// A decoder that panics (as zarrs did on an overflowing shard-index range) fails its
+    /// panel with the panic's message, and the reader goes on with the rest: the taker
+    /// never waits for a panel no thread will deliver.
+    #[test]
+    fn a_panicking_decoder_fails_its_panel_instead_of_hanging_the_taker() {
+        let read: Arc<ReadFn> = Arc::new(|rows: Range<u64>, b: &mut PanelBuffer| {
+            if rows.start == 30 {
+                panic!("range end index 18446744073709551606 out of range");
+            }
+            b.values = PanelValues::I8(vec![1; 2]);
+            Ok(ReadStats::default())
+        });
+        for readers in [1, 3] {
+            let ra = ReadAhead::start(
+                order(6),
+                2,
+                readers,
+                None,
+                Arc::clone(&read),
+                Arc::default(),
+            )
+            .unwrap();
+            for p in 0..6 {
+                match ra.take(p) {
+                    Err(e) if p == 3 => {
+                        let e = e.to_string();
+                        assert!(e.contains("rows 30..40"), "{e}");
+                        assert!(e.contains("panicked") && e.contains("out of range"), "{e}");
+                    }
+                    Ok(lease) if p != 3 => assert_eq!(lease.values, PanelValues::I8(vec![1; 2])),
+                    other => panic!("panel {p}: {:?}", other.map(|l| l.stats)),
+                }
+            }
+        }
     }
 
     #[test]

@@ -98,6 +98,24 @@ pub enum SourceError {
     /// A PLINK binary fileset could not be read.
     #[error(transparent)]
     Bed(#[from] crate::bed::BedError),
+    /// The decoder panicked reading these rows (a bug, or input a library did not
+    /// expect): the read fails like any other, instead of taking its thread down.
+    #[error("reading rows {rows:?}: the decoder panicked: {message}")]
+    Panicked {
+        /// The rows being read.
+        rows: Range<u64>,
+        /// The panic's message.
+        message: String,
+    },
+}
+
+/// The message of a caught panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 /// A matrix whose row panels can be produced on demand, by any actor, any number of times.
