@@ -14,6 +14,12 @@ use serde::{Deserialize, Serialize};
 use crate::source::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 use crate::RuntimeError;
 
+/// The most panels a grid may have. The plan keeps a few words per panel on every rank
+/// (its owner, its place in the reduction tree), sized by the input: a hostile shape of
+/// 10¹⁵ rows in bands of 200 would ask for 40 TB of them. 2²⁴ panels are 10⁹ variants in
+/// panels of 60 rows.
+pub const MAX_PANELS: u64 = 1 << 24;
+
 /// A matrix cut into row panels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkGrid {
@@ -44,6 +50,17 @@ impl ChunkGrid {
             return Err(RuntimeError::Option {
                 option: "--chunk-rows",
                 message: "panels need at least one row".into(),
+            });
+        }
+        let panels = rows.div_ceil(chunk_rows);
+        if panels > MAX_PANELS {
+            return Err(RuntimeError::Option {
+                option: "--chunk-rows",
+                message: format!(
+                    "{rows} rows in panels of {chunk_rows} are {panels} panels, more than the \
+                     {MAX_PANELS} a plan can place; use panels of at least {} rows",
+                    rows.div_ceil(MAX_PANELS)
+                ),
             });
         }
         Ok(ChunkGrid {
@@ -275,6 +292,25 @@ mod tests {
         assert!(ChunkGrid::new(3, 0, 4).is_err());
         let e = ChunkGrid::new(3, 3, 0).unwrap_err().to_string();
         assert!(e.contains("--chunk-rows"), "{e}");
+    }
+
+    /// Hostile shapes (a `zarr.json` of 10¹⁵ rows, `plan --rows 549755813888 --chunk-rows
+    /// 1`) are refused before anything is sized by them: they aborted the process when the
+    /// placement allocated a word per panel.
+    #[test]
+    fn absurd_panel_counts_are_refused_before_anything_is_allocated() {
+        for (rows, chunk) in [
+            (1_000_000_000_000_000u64, 200u64),
+            (549_755_813_888, 1),
+            (u64::MAX, 1),
+            (u64::MAX, 1 << 20),
+            (MAX_PANELS + 1, 1),
+        ] {
+            let e = ChunkGrid::new(rows, 50, chunk).unwrap_err().to_string();
+            assert!(e.contains("--chunk-rows") && e.contains("panels"), "{e}");
+        }
+        let g = ChunkGrid::new(MAX_PANELS * 3, 50, 3).unwrap();
+        assert_eq!(g.panels() as u64, MAX_PANELS);
     }
 
     #[test]
