@@ -137,8 +137,8 @@ struct RunArgs {
     /// device are all present, else CPU; `rankwise info` shows what was found).
     #[arg(long, default_value = "auto", value_parser = parse_device)]
     device: DeviceChoice,
-    /// Seconds a rank waits for a message before it declares its peer gone.
-    #[arg(long, default_value_t = 600)]
+    /// Seconds a rank waits for a message before it declares its peer gone (at least 1).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     comm_timeout: u64,
     /// Decoded bytes per read-ahead segment (`rsvd`, `pca`, `read`), where a stored band is
     /// read in parts: Blosc or uncompressed chunks spanning every column.
