@@ -141,36 +141,46 @@ fn rsvd_streams_a_zarr_array_four_times_its_budget_within_budget() {
     let (rows, cols, band) = (150_000u64, 200u64, 5_000u64);
     let store = dir.join("big.zarr");
     write_generated(&store, rows, cols, (band, cols), seed);
-    let budget: u64 = 48 << 20;
-    assert!(rows * cols * 8 >= 4 * budget);
     let z = store.to_str().unwrap();
-    let budget_arg = format!("{}M", budget >> 20);
-    let run = report(&embedded(&strings(&[
-        "rsvd",
-        "--zarr",
-        z,
-        "-k",
-        "5",
-        "--actors",
-        "1",
-        "--memory-per-actor",
-        &budget_arg,
-        "--sketch-seed",
-        "11",
-        "--json",
-    ])));
-    // Each pass re-reads the data: the plan cannot keep it.
-    let passes = run["passes"].as_u64().unwrap();
-    let rank = &run["per_rank"][0];
-    let decoded = rank["read"]["decoded_bytes"].as_u64().unwrap();
-    assert_eq!(decoded, passes * rows * cols * 8, "{run:#}");
-    // Stated fixed overhead: the binary, its libraries and BLAS's own buffers.
-    const OVERHEAD: u64 = 64 << 20;
-    let peak = rank["peak_rss_bytes"].as_u64().unwrap();
-    assert!(
-        peak <= budget + OVERHEAD,
-        "peak RSS {peak} exceeds the budget {budget} + {OVERHEAD}: {run:#}"
-    );
+    // Fixed iterations (the q = 2 of Dask's comparisons), and LOBPCG to its tolerance, whose
+    // last pass holds A·X, its Q and the probe products and whose iterates live on the
+    // root: it plans 52.6 MiB where the fixed method plans 45.
+    let mut run = serde_json::Value::Null;
+    for (budget, extra) in [
+        (48u64 << 20, &["--power-iters", "2"][..]),
+        (56 << 20, &[][..]),
+    ] {
+        assert!(rows * cols * 8 >= 4 * budget);
+        let budget_arg = format!("{}M", budget >> 20);
+        let mut args = strings(&[
+            "rsvd",
+            "--zarr",
+            z,
+            "-k",
+            "5",
+            "--actors",
+            "1",
+            "--memory-per-actor",
+            &budget_arg,
+            "--sketch-seed",
+            "11",
+            "--json",
+        ]);
+        args.extend(strings(extra));
+        run = report(&embedded(&args));
+        // Each pass re-reads the data: the plan cannot keep it.
+        let passes = run["passes"].as_u64().unwrap();
+        let rank = &run["per_rank"][0];
+        let decoded = rank["read"]["decoded_bytes"].as_u64().unwrap();
+        assert_eq!(decoded, passes * rows * cols * 8, "{extra:?}: {run:#}");
+        // Stated fixed overhead: the binary, its libraries and BLAS's own buffers.
+        const OVERHEAD: u64 = 64 << 20;
+        let peak = rank["peak_rss_bytes"].as_u64().unwrap();
+        assert!(
+            peak <= budget + OVERHEAD,
+            "{extra:?}: peak RSS {peak} exceeds the budget {budget} + {OVERHEAD}: {run:#}"
+        );
+    }
     // And the answer is the generated matrix's, bit for bit.
     let (r, c, b, s) = (
         rows.to_string(),
@@ -297,7 +307,7 @@ fn segmented_reads_give_the_bits_of_whole_panels() {
             [
                 &[][..],
                 &["--power-iters", "0"][..],
-                &["--memory-per-actor", "8M", "--actors", "1"][..],
+                &["--memory-per-actor", "10M", "--actors", "1"][..],
             ]
             .map(|e| (*c, e))
         }) {
