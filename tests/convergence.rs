@@ -18,13 +18,13 @@ mod common;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use common::mpirun_util::run_with_timeout;
 use common::*;
-use ndarray::{s, Array1, Array2};
-use ndarray_linalg::{JobSvd, SVDDCInto, QR};
-use rankwise::linalg::{rsvd, FactorSink, Method, RsvdOptions, RsvdProblem, RsvdResult};
+use ndarray::{Array1, Array2};
+use ndarray_linalg::{JobSvd, SVDDCInto};
+use rankwise::linalg::{Method, RsvdOptions, RsvdProblem, RsvdResult};
 use rankwise::runtime::{Dist, Generated, InMemoryMatrix, Runtime, RuntimeConfig};
 
 fn runtime(actors: usize) -> Runtime {
@@ -34,12 +34,6 @@ fn runtime(actors: usize) -> Runtime {
         ..Default::default()
     })
     .unwrap()
-}
-
-fn orthonormal(m: usize, k: usize, seed: u64) -> Array2<f64> {
-    let g = dense(m as u64, k as u64, seed, Dist::Normal);
-    let (q, _) = g.qr().unwrap();
-    q
 }
 
 /// The spectra the solvers are held to.
@@ -79,27 +73,6 @@ fn spectrum(profile: Profile, r: usize, draw: &mut Draw) -> Vec<f64> {
             (0..r).map(|i| rho.powi(i as i32)).collect()
         }
     }
-}
-
-fn sink_into(store: &Arc<Mutex<Array2<f64>>>) -> FactorSink {
-    let store = Arc::clone(store);
-    Arc::new(move |_, rows, f| {
-        store
-            .lock()
-            .unwrap()
-            .slice_mut(s![rows.start as usize..rows.end as usize, ..])
-            .assign(&f);
-        Ok(())
-    })
-}
-
-fn run(rt: &Runtime, problem: &RsvdProblem, options: &RsvdOptions) -> (RsvdResult, Array2<f64>) {
-    let m = problem.grid.rows as usize;
-    let store = Arc::new(Mutex::new(Array2::from_elem((m, options.k), f64::NAN)));
-    let result = rsvd(rt, problem, options, Some(sink_into(&store))).unwrap();
-    let u = store.lock().unwrap().clone();
-    assert!(u.iter().all(|v| v.is_finite()), "the sink missed rows of U");
-    (result, u)
 }
 
 fn norm(v: ndarray::ArrayView1<'_, f64>) -> f64 {
@@ -147,7 +120,7 @@ fn lobpcg_meets_the_tolerance_against_lapack_and_reports_true_residuals() {
         };
         assert_eq!(options.method, Method::Lobpcg, "the default solver");
         let case = format!("{profile:?}: {m}×{n}, k {k}, chunk {chunk}, tol {tol:e}");
-        let (r, u) = run(&rt, &problem, &options);
+        let (r, u) = run_rsvd(&rt, &problem, &options);
         let c = &r.convergence;
         assert!(c.converged, "{case}: {c:?}");
         assert_eq!(c.residuals.len(), k, "{case}");
@@ -245,7 +218,7 @@ fn fixed_iterations_report_their_true_residuals() {
             ..RsvdOptions::default()
         };
         let case = format!("{method:?} q {q}: {m}×{n}, k {k}");
-        let (r, u) = run(&rt, &problem, &options);
+        let (r, u) = run_rsvd(&rt, &problem, &options);
         let c = &r.convergence;
         let (left, right) = true_residuals(&a, &u, &r);
         for i in 0..k {

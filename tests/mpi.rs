@@ -169,27 +169,6 @@ fn bad_input_is_reported_by_every_rank() {
     assert_every_rank_reports(&run, 4, "--chunk-rows: panels need at least one row");
 }
 
-/// Pids of the rank processes whose command line carries `marker`.
-fn ranks_with(marker: &str) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains("rankwise svd")
-            && cmdline.contains(marker)
-            && !cmdline.contains("mpirun")
-        {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
 #[test]
 fn a_rank_killed_by_sigkill_ends_the_job() {
     // A run long enough to be killed in the middle: regenerated panels, two passes.
@@ -212,7 +191,7 @@ fn a_rank_killed_by_sigkill_ends_the_job() {
     let start = Instant::now();
     let mut pids = Vec::new();
     while start.elapsed() < Duration::from_secs(30) {
-        pids = ranks_with(&marker);
+        pids = rankwise_pids("svd", &marker);
         if pids.len() == 3 {
             break;
         }
@@ -238,7 +217,7 @@ fn a_rank_killed_by_sigkill_ends_the_job() {
     );
     std::thread::sleep(Duration::from_millis(200));
     assert!(
-        ranks_with(&marker).is_empty(),
+        rankwise_pids("svd", &marker).is_empty(),
         "ranks left running after the job ended"
     );
 }

@@ -13,10 +13,10 @@ use std::time::Instant;
 
 use common::*;
 use ndarray::{s, Array1, Array2};
-use ndarray_linalg::{JobSvd, SVDDCInto, QR};
+use ndarray_linalg::{JobSvd, SVDDCInto};
 use rankwise::linalg::{
-    fused_condition_limit, rsvd, FactorSink, Method, Precision, Projection, RsvdOptions,
-    RsvdProblem, RsvdResult,
+    fused_condition_limit, rsvd, Method, Precision, Projection, RsvdOptions, RsvdProblem,
+    RsvdResult,
 };
 use rankwise::runtime::{
     Dist, Generated, InMemoryGenotypes, InMemoryMatrix, Runtime, RuntimeConfig,
@@ -51,39 +51,6 @@ fn normal_and_genotypes(
         )
         .unwrap(),
     ]
-}
-
-/// A sink that writes this rank's rows of the distributed factor into `store`.
-fn sink_into(store: &Arc<Mutex<Array2<f64>>>) -> FactorSink {
-    let store = Arc::clone(store);
-    Arc::new(move |_, rows, f| {
-        store
-            .lock()
-            .unwrap()
-            .slice_mut(s![rows.start as usize..rows.end as usize, ..])
-            .assign(&f);
-        Ok(())
-    })
-}
-
-/// Runs the randomized SVD on `rt` and returns the result with the gathered `U` (m × k)
-/// of the operand (the problems built here are never transposed).
-fn run(rt: &Runtime, problem: &RsvdProblem, options: &RsvdOptions) -> (RsvdResult, Array2<f64>) {
-    let m = problem.grid.rows as usize;
-    let store = Arc::new(Mutex::new(Array2::from_elem((m, options.k), f64::NAN)));
-    let result = rsvd(rt, problem, options, Some(sink_into(&store))).unwrap();
-    assert!(!result.transposed);
-    let u = store.lock().unwrap().clone();
-    assert!(u.iter().all(|v| v.is_finite()), "the sink missed rows of U");
-    (result, u)
-}
-
-/// An `m × k` matrix with orthonormal columns: Q of a Gaussian matrix.
-fn orthonormal(m: usize, k: usize, seed: u64) -> Array2<f64> {
-    let g = dense(m as u64, k as u64, seed, Dist::Normal);
-    let (q, _) = g.qr().unwrap();
-    assert_eq!(q.dim(), (m, k));
-    q
 }
 
 /// Full thin SVD by LAPACK: `(U, σ, Vᵀ)`.
@@ -250,7 +217,7 @@ fn known_spectrum_case(profile: Profile) {
             projection,
             ..RsvdOptions::default()
         };
-        let (r, u) = run(&rt, &problem, &options);
+        let (r, u) = run_rsvd(&rt, &problem, &options);
         let what = format!(
             "{case}, q {q}, sketch seed {}, {projection:?} projections ({:?})",
             options.seed, r.projections
@@ -400,7 +367,7 @@ fn block_krylov_dominates_subspace_iteration() {
                 _ => 3 + q,
             };
             assert_eq!(options.passes(), fused);
-            let (r, u) = run(&rt, &problem, &options);
+            let (r, u) = run_rsvd(&rt, &problem, &options);
             assert_eq!(r.plan.passes, fused);
             check_projections(&r, &options, &case);
             assert_eq!(
@@ -535,7 +502,7 @@ fn pca_matches_the_dense_reference() {
         );
         let problem =
             RsvdProblem::genotypes(Arc::new(InMemoryGenotypes::new(g, "pca")), chunk).unwrap();
-        let (r, u) = run(&rt, &problem, &options);
+        let (r, u) = run_rsvd(&rt, &problem, &options);
         let gs = r.genotypes.as_ref().expect("genotype summary");
         assert_eq!(gs.variants, m as u64, "{what}");
         assert_eq!(gs.variants_dropped, dropped, "{what}");
@@ -879,8 +846,8 @@ fn fused_projections_agree_with_separate_passes() {
                         base.seed
                     );
                     let rt = runtime(actors);
-                    let (fused, _) = run(&rt, problem, &base);
-                    let (sep, _) = run(
+                    let (fused, _) = run_rsvd(&rt, problem, &base);
+                    let (sep, _) = run_rsvd(
                         &rt,
                         problem,
                         &RsvdOptions {
@@ -955,8 +922,8 @@ fn fused_projections_agree_with_separate_passes() {
         seed: draw.next(),
         ..RsvdOptions::default()
     };
-    let (fused, u_fused) = run(&rt, &problem, &options);
-    let (sep, u_sep) = run(
+    let (fused, u_fused) = run_rsvd(&rt, &problem, &options);
+    let (sep, u_sep) = run_rsvd(
         &rt,
         &problem,
         &RsvdOptions {
@@ -988,8 +955,8 @@ fn f32_precision_agrees_with_f64() {
             seed: draw.next(),
             ..RsvdOptions::default()
         };
-        let (r64, _) = run(&rt, problem, &base);
-        let (r32, _) = run(
+        let (r64, _) = run_rsvd(&rt, problem, &base);
+        let (r32, _) = run_rsvd(
             &rt,
             problem,
             &RsvdOptions {

@@ -159,27 +159,6 @@ fn an_error_on_one_rank_ends_every_rank_with_its_message() {
     }
 }
 
-/// Pids of the rank processes whose command line carries `marker`.
-fn ranks_with(marker: &str) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains("rankwise rsvd")
-            && cmdline.contains(marker)
-            && !cmdline.contains("mpirun")
-        {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
 /// Starts a long 3-rank rsvd over UCX with `env`, kills rank 1 with SIGKILL once it runs,
 /// checks that the job ends within 30 s of the kill with no rank left, and returns the run.
 fn kill_rank_1(env: &[(&str, &str)], marker: &str) -> RunOutput {
@@ -207,7 +186,7 @@ fn kill_rank_1(env: &[(&str, &str)], marker: &str) -> RunOutput {
     let start = Instant::now();
     let mut pids = Vec::new();
     while start.elapsed() < Duration::from_secs(30) {
-        pids = ranks_with(marker);
+        pids = rankwise_pids("rsvd", marker);
         if pids.len() == 3 {
             break;
         }
@@ -236,7 +215,10 @@ fn kill_rank_1(env: &[(&str, &str)], marker: &str) -> RunOutput {
         run.describe()
     );
     std::thread::sleep(Duration::from_millis(200));
-    assert!(ranks_with(marker).is_empty(), "{env:?}: ranks left running");
+    assert!(
+        rankwise_pids("rsvd", marker).is_empty(),
+        "{env:?}: ranks left running"
+    );
     run
 }
 

@@ -963,18 +963,7 @@ pub fn rsvd(
     let mut states = st;
     let stats = tree.sum_all(comm, facts, (1, 4))?;
     let total_sum_squares = stats[[0, 0]];
-    // Every rank holds the same sums, so every rank stops here alike.
-    if let Operand::Genotypes(_, filter) = &problem.operand {
-        let (dropped, filtered) = (stats[[0, 1]] as u64, stats[[0, 3]] as u64);
-        if dropped + filtered >= m {
-            return Err(LinalgError::NoVariants {
-                variants: m,
-                filtered,
-                dropped,
-                filter: filter.clone(),
-            });
-        }
-    }
+    variants_left(&problem.operand, &stats, m)?;
     let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
     timings.push(phase(&format!("pass 1: produce panels + A·Ω{also_w}"), t));
     let t = Instant::now();
@@ -1098,34 +1087,7 @@ pub fn rsvd(
 
     // U = Q·U_B, kept for the residual check, and the probe residuals.
     let t = Instant::now();
-    let ub = Arc::new(ub);
-    let sv = Arc::new(s_k.clone());
-    let vtw = Arc::new(vtw);
-    let res = rt.map(
-        states,
-        move |_, mut st: PanelState| -> Result<(PanelState, Array2<f64>), LinalgError> {
-            let q = st.basis.first().ok_or(LinalgError::Tree {
-                level: 0,
-                node: st.p,
-            })?;
-            let u = q.dot(&*ub);
-            st.basis.clear();
-            let out = probe_squares(st.probes.take(), &u, &sv, &vtw, r);
-            st.u = Some(u);
-            Ok((st, out))
-        },
-    )?;
-    let mut leaves = BTreeMap::new();
-    let mut states = Vec::with_capacity(res.len());
-    for list in res {
-        let mut mine = Vec::with_capacity(list.len());
-        for x in list {
-            let (st, v) = x?;
-            leaves.insert(st.p, v);
-            mine.push(st);
-        }
-        states.push(mine);
-    }
+    let (leaves, states) = form_u(rt, states, ub, &s_k, vtw, r, None)?;
     let probe_sq = tree.sum_all(comm, leaves, (1, r))?;
     timings.push(phase("form U + error probes", t));
 
@@ -1177,6 +1139,86 @@ pub fn rsvd(
             ..convergence
         },
     })
+}
+
+/// What a map over the panels returns: each panel's state and value, per actor.
+type PanelResults = Vec<Vec<Result<(PanelState, Array2<f64>), LinalgError>>>;
+
+/// Per-panel results of a map split into the panels' values (the tree's leaves) and the
+/// states, in their actors' lists.
+fn split_leaves(out: PanelResults) -> Result<(BTreeMap<usize, Array2<f64>>, States), LinalgError> {
+    let mut leaves = BTreeMap::new();
+    let mut back = Vec::with_capacity(out.len());
+    for list in out {
+        let mut mine = Vec::with_capacity(list.len());
+        for x in list {
+            let (st, v) = x?;
+            leaves.insert(st.p, v);
+            mine.push(st);
+        }
+        back.push(mine);
+    }
+    Ok((leaves, back))
+}
+
+/// Hands a panel's rows of `U` to the sink.
+fn to_sink(sink: &FactorSink, st: &PanelState, u: &Array2<f64>) -> Result<(), LinalgError> {
+    sink(st.p, st.rows.clone(), u.view()).map_err(|message| LinalgError::Sink {
+        panel: st.p,
+        message,
+    })
+}
+
+/// `U = Q·coeff` for every panel (`Q` its first basis block, which goes) and the probe
+/// residuals of `U·Σ·Vᵀ` (`1 × r` leaves, `vtw = VᵀW`). With `sink`, each panel's `U` goes
+/// there; without, the panel keeps it (`u`) for the residual check.
+fn form_u(
+    rt: &Runtime,
+    states: States,
+    coeff: Array2<f64>,
+    s_k: &[f64],
+    vtw: Array2<f64>,
+    r: usize,
+    sink: Option<FactorSink>,
+) -> Result<(BTreeMap<usize, Array2<f64>>, States), LinalgError> {
+    let coeff = Arc::new(coeff);
+    let sv = Arc::new(s_k.to_vec());
+    let vtw = Arc::new(vtw);
+    let res = rt.map(
+        states,
+        move |_, mut st: PanelState| -> Result<(PanelState, Array2<f64>), LinalgError> {
+            let q = st.basis.first().ok_or(LinalgError::Tree {
+                level: 0,
+                node: st.p,
+            })?;
+            let u = q.dot(&*coeff);
+            st.basis.clear();
+            let out = probe_squares(st.probes.take(), &u, &sv, &vtw, r);
+            match &sink {
+                Some(sink) => to_sink(sink, &st, &u)?,
+                None => st.u = Some(u),
+            }
+            Ok((st, out))
+        },
+    )?;
+    split_leaves(res)
+}
+
+/// Fails alike on every rank (the sums are the same everywhere) when pass 1's facts
+/// (`1 × 4`) leave no variant of a genotype operand.
+fn variants_left(operand: &Operand, stats: &Array2<f64>, m: u64) -> Result<(), LinalgError> {
+    if let Operand::Genotypes(_, filter) = operand {
+        let (dropped, filtered) = (stats[[0, 1]] as u64, stats[[0, 3]] as u64);
+        if dropped + filtered >= m {
+            return Err(LinalgError::NoVariants {
+                variants: m,
+                filtered,
+                dropped,
+                filter: filter.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The error estimate from the probes' `Σ‖Eω‖²` (`1 × r`).
@@ -1275,25 +1317,12 @@ fn residual_pass(
                     .sum();
             }
             if let Some(sink) = &sink {
-                sink(st.p, st.rows.clone(), u.view()).map_err(|message| LinalgError::Sink {
-                    panel: st.p,
-                    message,
-                })?;
+                to_sink(sink, &st, &u)?;
             }
             Ok((st, out))
         },
     )?;
-    let mut leaves = BTreeMap::new();
-    let mut back = Vec::with_capacity(res.len());
-    for list in res {
-        let mut mine = Vec::with_capacity(list.len());
-        for x in list {
-            let (st, v) = x?;
-            leaves.insert(st.p, v);
-            mine.push(st);
-        }
-        back.push(mine);
-    }
+    let (leaves, back) = split_leaves(res)?;
     let sq = tree.sum_all(rt.comm(), leaves, (1, k))?;
     let s1 = s_k.first().copied().unwrap_or(0.0);
     let residuals = sq
@@ -1527,17 +1556,7 @@ fn orthonormalize(
         st.factor = Some(f);
         Ok::<_, LinalgError>((st, r))
     })?;
-    let mut leaves = BTreeMap::new();
-    let mut back = Vec::with_capacity(out.len());
-    for list in out {
-        let mut mine = Vec::with_capacity(list.len());
-        for x in list {
-            let (st, r) = x?;
-            leaves.insert(st.p, r);
-            mine.push(st);
-        }
-        back.push(mine);
-    }
+    let (leaves, back) = split_leaves(out)?;
     let mut node_q: HashMap<(usize, usize), (usize, Array2<f64>)> = HashMap::new();
     let root = tree.up(comm, leaves, |level, j, a, b| {
         let ka = a.nrows();

@@ -314,3 +314,62 @@ pub fn assert_both_ranks_name(run: &mpirun_util::RunOutput, args: &[String], opt
         run.describe()
     );
 }
+
+/// PIDs of the rank processes of `rankwise COMMAND` whose command line carries `marker`
+/// (not the launcher's own).
+pub fn rankwise_pids(command: &str, marker: &str) -> Vec<i32> {
+    let needle = format!("rankwise {command}");
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&needle) && cmdline.contains(marker) && !cmdline.contains("mpirun") {
+            pids.push(pid);
+        }
+    }
+    pids.sort();
+    pids
+}
+
+/// A sink that writes this rank's rows of the distributed factor into `store`.
+pub fn sink_into(store: &Arc<Mutex<Array2<f64>>>) -> FactorSink {
+    let store = Arc::clone(store);
+    Arc::new(move |_, rows, f| {
+        store
+            .lock()
+            .unwrap()
+            .slice_mut(ndarray::s![rows.start as usize..rows.end as usize, ..])
+            .assign(&f);
+        Ok(())
+    })
+}
+
+/// Runs the randomized SVD on `rt` and returns the result with the gathered `U` (m × k)
+/// of the operand (the problems the tests build are never transposed).
+pub fn run_rsvd(
+    rt: &Runtime,
+    problem: &rankwise::linalg::RsvdProblem,
+    options: &rankwise::linalg::RsvdOptions,
+) -> (rankwise::linalg::RsvdResult, Array2<f64>) {
+    let m = problem.grid.rows as usize;
+    let store = Arc::new(Mutex::new(Array2::from_elem((m, options.k), f64::NAN)));
+    let result = rankwise::linalg::rsvd(rt, problem, options, Some(sink_into(&store))).unwrap();
+    assert!(!result.transposed);
+    let u = store.lock().unwrap().clone();
+    assert!(u.iter().all(|v| v.is_finite()), "the sink missed rows of U");
+    (result, u)
+}
+
+/// An `m × k` matrix with orthonormal columns: Q of a Gaussian matrix.
+pub fn orthonormal(m: usize, k: usize, seed: u64) -> Array2<f64> {
+    use ndarray_linalg::QR;
+    let g = dense(m as u64, k as u64, seed, Dist::Normal);
+    let (q, _) = g.qr().unwrap();
+    assert_eq!(q.dim(), (m, k));
+    q
+}

@@ -530,18 +530,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         states = st;
         if first {
             let s = tree.sum_all(comm, facts, (1, 4))?;
-            // Every rank holds the same sums, so every rank stops here alike.
-            if let Operand::Genotypes(_, filter) = &problem.operand {
-                let (dropped, filtered) = (s[[0, 1]] as u64, s[[0, 3]] as u64);
-                if dropped + filtered >= m {
-                    return Err(LinalgError::NoVariants {
-                        variants: m,
-                        filtered,
-                        dropped,
-                        filter: filter.clone(),
-                    });
-                }
-            }
+            variants_left(&problem.operand, &s, m)?;
             stats = Some(s);
         }
         let gs = sum_to_root(comm, tree, ctx.nccl.as_ref(), sums.take())?;
@@ -623,31 +612,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
 
     // U = Q·U_R, the probe residuals, and U to the sink.
     let t = Instant::now();
-    let ur = Arc::new(ur);
-    let sv = Arc::new(s_k.clone());
-    let vtw = Arc::new(vtw);
-    let res = rt.map(
-        states,
-        move |_, mut st: PanelState| -> Result<(usize, Array2<f64>), LinalgError> {
-            let q = st.basis.first().ok_or(LinalgError::Tree {
-                level: 0,
-                node: st.p,
-            })?;
-            let u = q.dot(&*ur);
-            if let Some(sink) = &sink {
-                sink(st.p, st.rows.clone(), u.view()).map_err(|message| LinalgError::Sink {
-                    panel: st.p,
-                    message,
-                })?;
-            }
-            Ok((st.p, probe_squares(st.probes.take(), &u, &sv, &vtw, r)))
-        },
-    )?;
-    let mut leaves = BTreeMap::new();
-    for x in res.into_iter().flatten() {
-        let (p, v) = x?;
-        leaves.insert(p, v);
-    }
+    let (leaves, _) = form_u(rt, states, ur, &s_k, vtw, r, sink)?;
     let probe_sq = tree.sum_all(comm, leaves, (1, r))?;
     timings.push(phase("form U + error probes", t));
 
