@@ -175,14 +175,28 @@ impl ZarrArray {
             format!("{shown}:{name}")
         };
         let node = path.join(name);
-        let v3_type = std::fs::read_to_string(node.join("zarr.json"))
-            .ok()
-            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-            .and_then(|v| {
-                v.get("node_type")
-                    .and_then(|t| t.as_str())
-                    .map(String::from)
-            });
+        // A `zarr.json` that is there but not JSON is said to be so, with where it broke:
+        // "neither zarr.json nor .zarray found" sent users looking for a missing file.
+        let v3_json = match std::fs::read_to_string(node.join("zarr.json")) {
+            Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    return Err(ZarrError::Open {
+                        path: label,
+                        message: format!(
+                            "{} is not valid JSON: {e}",
+                            node.join("zarr.json").display()
+                        ),
+                    })
+                }
+            },
+            Err(_) => None,
+        };
+        let v3_type = v3_json.and_then(|v| {
+            v.get("node_type")
+                .and_then(|t| t.as_str())
+                .map(String::from)
+        });
         let has_array = v3_type.as_deref() == Some("array") || node.join(".zarray").is_file();
         let is_group = v3_type.as_deref() == Some("group") || node.join(".zgroup").is_file();
         if !has_array && is_group {
@@ -1263,6 +1277,9 @@ impl GenotypeSource for ZarrGenotypes {
     }
 }
 
+/// The most alleles per call a [`VcfZarr`] reads (its dosages are counted in an int8).
+pub const MAX_PLOIDY: u64 = 64;
+
 /// A VCF Zarr store (the layout bio2zarr writes): dosages are the number of non-reference
 /// alleles of each call in `call_genotype` (variants × samples × ploidy, int8).
 ///
@@ -1302,6 +1319,14 @@ impl VcfZarr {
         }
         if shape[0] == 0 || shape[1] == 0 || shape[2] == 0 {
             return Err(genotype.unsupported(format!("is empty (shape {shape:?})")));
+        }
+        // A call's dosage is counted in an int8: a ploidy of 130 wrapped it to −126.
+        if shape[2] > MAX_PLOIDY {
+            return Err(genotype.unsupported(format!(
+                "has ploidy {} (shape {shape:?}); calls of at most {MAX_PLOIDY} alleles are \
+                 read",
+                shape[2]
+            )));
         }
         let chunk = genotype.chunk_shape()?;
         let mask = if path.join("call_genotype_mask").exists() {
@@ -1436,7 +1461,7 @@ impl StoredPanels for VcfZarr {
                     0 => present += 1,
                     _ => {
                         present += 1;
-                        count += 1;
+                        count = count.saturating_add(1);
                     }
                 }
             }

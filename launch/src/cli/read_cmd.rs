@@ -112,7 +112,9 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
             }
             PanelRead::NotRead => unreachable!("every panel is read"),
         };
-        Ok::<_, CliError>((p, sum))
+        // As bits: JSON has no NaN (serde writes null), and a panel whose sum is NaN must
+        // make the checksum NaN, not vanish from it.
+        Ok::<_, CliError>((p, sum.to_bits()))
     })?;
     let mine_seconds = t.elapsed().as_secs_f64();
     let mut mine = Vec::new();
@@ -141,8 +143,8 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
         if let Some(list) = v["sums"].as_array() {
             for e in list {
-                if let (Some(p), Some(s)) = (e[0].as_u64(), e[1].as_f64()) {
-                    by_panel.insert(p, s);
+                if let (Some(p), Some(s)) = (e[0].as_u64(), e[1].as_u64()) {
+                    by_panel.insert(p, f64::from_bits(s));
                 }
             }
         }
@@ -179,6 +181,8 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
         "decoded_gb_per_s": gbps,
         "decoded_gb_per_s_per_core": gbps / cores as f64,
         "sum": checksum,
+        // JSON writes a NaN or infinite sum as null: this says which it was.
+        "sum_text": format!("{checksum}"),
         "per_rank": per_rank,
     });
     if a.json {
