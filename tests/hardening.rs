@@ -223,3 +223,319 @@ fn overflowing_option_values_and_a_zero_comm_timeout_are_refused_naming_the_opti
     assert_eq!(run.code, Some(2), "clap refuses it: {}", run.describe());
     assert!(run.stderr.contains("--comm-timeout"), "{}", run.stderr);
 }
+
+#[test]
+fn a_zarr_json_that_is_not_json_is_reported_as_such_with_where() {
+    let dir = scratch("hardening-bad-json");
+    let store = dir.join("s.zarr");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(
+        store.join("zarr.json"),
+        "{\"zarr_format\": 3, \"node_type\": \"array\",\n \"shape\": [10, 10",
+    )
+    .unwrap();
+    let run = embedded(&strings(&["read", "--zarr", store.to_str().unwrap()]));
+    run.assert_finished();
+    assert_eq!(run.code, Some(1), "{}", run.describe());
+    assert!(
+        run.stderr.contains("zarr.json is not valid JSON") && run.stderr.contains("line 2"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("neither"), "{}", run.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn reads_checksum_is_nan_when_a_panel_sums_to_nan() {
+    let mut draw = Draw(test_seed() ^ 5);
+    let dir = scratch("hardening-nan-sum");
+    let store = dir.join("s.zarr");
+    let (rows, cols, chunk) = (draw.range(400, 900), draw.range(5, 20), draw.range(50, 100));
+    let spec = gen_store(
+        &store,
+        (rows, cols, chunk),
+        "normal",
+        &draw.next().to_string(),
+        &["--codec", "none"],
+    );
+    let clean = report(&embedded(&strings(&["read", "--zarr", &spec, "--json"])));
+    assert!(clean["sum"].as_f64().unwrap().is_finite(), "{clean}");
+    let chunks = shard_files(&store);
+    let victim = &chunks[draw.range(0, chunks.len() as u64 - 1) as usize];
+    let mut bytes = std::fs::read(victim).unwrap();
+    bytes[..8].copy_from_slice(&f64::NAN.to_le_bytes());
+    std::fs::write(victim, &bytes).unwrap();
+    for extra in [vec![], vec!["--local-ranks", "3"]] {
+        let mut args = strings(&["read", "--zarr", &spec, "--json"]);
+        args.extend(strings(&extra));
+        let r = report(&embedded(&args));
+        assert_eq!(r["sum_text"], "NaN", "{extra:?}: {r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_vcf_zarr_ploidy_beyond_what_a_dosage_holds_is_named() {
+    let dir = scratch("hardening-ploidy");
+    let store = dir.join("v.vcz");
+    let gt = store.join("call_genotype");
+    std::fs::create_dir_all(gt.join("c/0/0")).unwrap();
+    std::fs::write(
+        store.join("zarr.json"),
+        r#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
+    )
+    .unwrap();
+    let (v, s, p) = (4u64, 3u64, 130u64);
+    std::fs::write(
+        gt.join("zarr.json"),
+        format!(
+            r#"{{"zarr_format": 3, "node_type": "array", "shape": [{v}, {s}, {p}],
+            "data_type": "int8", "chunk_grid": {{"name": "regular",
+            "configuration": {{"chunk_shape": [{v}, {s}, {p}]}}}},
+            "chunk_key_encoding": {{"name": "default"}}, "fill_value": 0,
+            "codecs": [{{"name": "bytes"}}]}}"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(gt.join("c/0/0/0"), vec![1u8; (v * s * p) as usize]).unwrap();
+    let run = embedded(&strings(&[
+        "pca",
+        "--vcf-zarr",
+        store.to_str().unwrap(),
+        "-k",
+        "1",
+    ]));
+    run.assert_finished();
+    assert_eq!(run.code, Some(1), "{}", run.describe());
+    assert!(
+        run.stderr.contains("ploidy 130") && run.stderr.contains("call_genotype"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("-126"), "{}", run.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------------------------------
+// Signals: nothing left behind, and the next run to the same --out works
+// ---------------------------------------------------------------------------------------
+
+/// Entries of `dir` whose names contain `.tmp-`.
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect()
+}
+
+/// A `gen` long enough to interrupt: `--seed marker` finds its processes.
+fn long_gen(out: &Path, marker: &str) -> Vec<String> {
+    strings(&[
+        "gen",
+        "--out",
+        out.to_str().unwrap(),
+        "--rows",
+        "3000000",
+        "--cols",
+        "64",
+        "--chunk-rows",
+        "20000",
+        "--codec",
+        "zstd",
+        "--seed",
+        marker,
+    ])
+}
+
+/// Starts `cmd`, waits until `ready` says the run is writing, sends `signal` to the
+/// processes `targets` picks, and returns the exit status and stderr.
+fn interrupt(
+    mut cmd: std::process::Command,
+    ready: impl Fn() -> bool,
+    targets: impl Fn(&std::process::Child) -> Vec<i32>,
+    signal: i32,
+) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let start = std::time::Instant::now();
+    while !ready() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the run never started writing"
+        );
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the run ended ({status}) before it could be interrupted");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for pid in targets(&child) {
+        unsafe { libc::kill(pid, signal) };
+    }
+    let mut stderr = String::new();
+    let pipe = child.stderr.take();
+    let waited = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut stderr);
+            }
+            return (status, stderr);
+        }
+        if waited.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the run did not end within 60 s of signal {signal}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigint_and_sigterm_remove_the_temporaries_embedded_and_under_mpirun() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = scratch("hardening-signals");
+    for (np, signal) in [
+        (1usize, libc::SIGINT),
+        (1, libc::SIGTERM),
+        (3, libc::SIGTERM),
+        (3, libc::SIGINT),
+    ] {
+        let out = dir.join(format!("g-{np}-{signal}.zarr"));
+        let marker = format!(
+            "{}",
+            4_000_000 + 100 * std::process::id() as u64 + signal as u64
+        );
+        let args = long_gen(&out, &marker);
+        let cmd = match np {
+            1 => {
+                let mut c = std::process::Command::new(rankwise_bin());
+                c.args(&args);
+                c
+            }
+            n => {
+                let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                common::mpirun_util::mpirun_command(n, &rankwise_bin(), &a)
+            }
+        };
+        let what = format!("{np} rank(s), signal {signal}");
+        let ready = || !temporaries(&dir).is_empty() && rankwise_pids("gen", &marker).len() == np;
+        // Embedded: the process itself. Under mpirun: mpirun, which passes it on.
+        let (status, stderr) = interrupt(cmd, ready, |child| vec![child.id() as i32], signal);
+        assert!(
+            !status.success(),
+            "{what}: the run must not look successful"
+        );
+        if np == 1 {
+            assert_eq!(status.code(), Some(128 + signal), "{what}: {stderr}");
+            assert!(
+                stderr.contains("temporary output(s) removed"),
+                "{what}: {stderr}"
+            );
+        } else {
+            assert!(
+                status.code().is_some() || status.signal().is_some(),
+                "{what}"
+            );
+        }
+        // Every rank is gone, and with it every temporary.
+        let gone = std::time::Instant::now();
+        while !rankwise_pids("gen", &marker).is_empty() {
+            assert!(gone.elapsed().as_secs() < 30, "{what}: ranks left running");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(temporaries(&dir), Vec::<String>::new(), "{what}: {stderr}");
+        assert!(
+            !out.exists(),
+            "{what}: an interrupted output looks complete"
+        );
+        // The next run to the same --out works.
+        let rerun = embedded(&strings(&[
+            "gen",
+            "--out",
+            out.to_str().unwrap(),
+            "--rows",
+            "1000",
+            "--cols",
+            "8",
+            "--chunk-rows",
+            "100",
+        ]));
+        rerun.assert_success();
+        assert!(out.join("zarr.json").exists(), "{what}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_rank_killed_under_mpirun_leaves_no_temporaries() {
+    let dir = scratch("hardening-killed-rank");
+    let out = dir.join("g.zarr");
+    let marker = format!("{}", 5_000_000 + std::process::id() as u64);
+    let args = long_gen(&out, &marker);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let cmd = common::mpirun_util::mpirun_command(3, &rankwise_bin(), &a);
+    let ready = || !temporaries(&dir).is_empty() && rankwise_pids("gen", &marker).len() == 3;
+    // SIGKILL of rank 1 alone (the second of the ranks by PID is as good as any).
+    let (status, stderr) = interrupt(
+        cmd,
+        ready,
+        |_| {
+            rankwise_pids("gen", &marker)
+                .into_iter()
+                .skip(1)
+                .take(1)
+                .collect()
+        },
+        libc::SIGKILL,
+    );
+    assert!(!status.success(), "{stderr}");
+    let gone = std::time::Instant::now();
+    while !rankwise_pids("gen", &marker).is_empty() {
+        assert!(
+            gone.elapsed().as_secs() < 30,
+            "ranks left running: {stderr}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(temporaries(&dir), Vec::<String>::new(), "{stderr}");
+    assert!(!out.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What SIGKILL of every rank leaves cannot be told from a run still writing (on a shared
+/// file system its writer may be on another node): the next run to the same --out names it
+/// and says how to remove it, and succeeds beside it.
+#[test]
+fn a_temporary_left_by_sigkill_is_named_by_the_next_run() {
+    let dir = scratch("hardening-stale");
+    let out = dir.join("g.zarr");
+    let stale = dir.join("g.zarr.tmp-12345-678");
+    std::fs::create_dir_all(stale.join("c")).unwrap();
+    let run = embedded(&strings(&[
+        "gen",
+        "--out",
+        out.to_str().unwrap(),
+        "--rows",
+        "100",
+        "--cols",
+        "4",
+        "--chunk-rows",
+        "10",
+    ]));
+    run.assert_success();
+    assert!(
+        run.stderr.contains("g.zarr.tmp-12345-678") && run.stderr.contains("rm -r"),
+        "{}",
+        run.stderr
+    );
+    assert!(out.join("zarr.json").exists());
+    assert!(
+        stale.exists(),
+        "another run's temporary is never removed by this one"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -408,6 +408,10 @@ where
     F: Fn(&Runtime, &LaunchInfo) -> Result<Option<String>, CliError> + Send + Sync + 'static,
 {
     let launch = LaunchInfo::detect();
+    // Signals end the process only after its temporaries are gone.
+    if let Err(e) = crate::interrupt::install(launch.rank.unwrap_or(0)) {
+        eprintln!("rankwise: warning: signal handling not installed ({e}): an interrupted run may leave *.tmp-* outputs");
+    }
     let transport = run.transport.unwrap_or(if launch.under_launcher() {
         TransportChoice::Mpi
     } else {
@@ -1074,6 +1078,19 @@ pub(crate) fn open_collectively<O>(
     let comm = rt.comm();
     let me = rt.rank();
     SvdOutput::check_target(out)?;
+    if me == 0 {
+        let stale = SvdOutput::stale_temporaries(out);
+        if !stale.is_empty() {
+            let list: Vec<String> = stale.iter().map(|p| format!("'{}'", p.display())).collect();
+            eprintln!(
+                "rankwise: note: {} left by a run that was killed (SIGKILL) or is still \
+                 writing; when none is, remove {}: rm -r {}",
+                list.join(", "),
+                if stale.len() == 1 { "it" } else { "them" },
+                list.join(" ")
+            );
+        }
+    }
     let mut token = if me == 0 {
         format!(
             "{}-{}",
@@ -1089,7 +1106,9 @@ pub(crate) fn open_collectively<O>(
     };
     comm.broadcast_bytes(0, &mut token)?;
     let tmp = SvdOutput::temp_path(out, &String::from_utf8_lossy(&token));
-    // From here on the temporary directory may exist: any failure removes it.
+    // From here on the temporary directory may exist: any failure removes it, and so does
+    // a signal.
+    crate::interrupt::register(&tmp);
     let opened = (|| -> Result<O, CliError> {
         let created = if me == 0 {
             Some(create(&tmp).map_err(|e| CliError::Option {

@@ -767,7 +767,7 @@ impl GenStore {
                 )
                 .map_err(|e| self.zarr_err(path, chunk(), e.into()))?;
                 // Never recreate a temporary directory that a failing rank already removed.
-                self.ensure_open()?;
+                let _writing = self.ensure_open()?;
                 let indices = [p as u64, cj];
                 self.matrix
                     .store_chunk_opt(&indices, &values[..], &self.codec_options)
@@ -785,8 +785,12 @@ impl GenStore {
         commit_once(&self.committed, &self.tmp, &self.out)
     }
 
-    fn ensure_open(&self) -> Result<(), OutputError> {
-        check_open(&self.committed, &self.tmp, &self.out)
+    /// Fails once the output was committed or abandoned; hold the guard it returns for the
+    /// write (see [`crate::output::SvdOutput`]'s).
+    fn ensure_open(&self) -> Result<crate::interrupt::Writing, OutputError> {
+        let writing = crate::interrupt::writing();
+        check_open(&self.committed, &self.tmp, &self.out)?;
+        Ok(writing)
     }
 
     /// Size of a stored file (0 when it is not there).

@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod gen_store;
+mod interrupt;
 pub mod launcher;
 pub mod output;
 pub mod pca_files;

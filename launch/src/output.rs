@@ -241,6 +241,35 @@ impl std::fmt::Debug for SvdOutput {
 }
 
 impl SvdOutput {
+    /// Temporaries beside `out` that another run left (`<name>.tmp-*`, and the PCA's
+    /// `<stem>.tmp-*.<ext>` side files): a run killed by SIGKILL, or one still writing.
+    /// Whether their writer is gone cannot be told from here on a shared file system, so
+    /// they are named, not removed.
+    pub fn stale_temporaries(out: &Path) -> Vec<PathBuf> {
+        let (Some(name), Some(stem)) = (
+            out.file_name().and_then(|n| n.to_str()),
+            out.file_stem().and_then(|n| n.to_str()),
+        ) else {
+            return Vec::new();
+        };
+        let ours = format!("{name}.tmp-");
+        let side = format!("{stem}.tmp-");
+        let mut found: Vec<PathBuf> = fs::read_dir(parent_dir(out))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        let n = e.file_name();
+                        let n = n.to_string_lossy();
+                        n.starts_with(&ours) || n.starts_with(&side)
+                    })
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        found
+    }
+
     /// Checks that `out` can be created: it must not exist, and its parent must be
     /// an existing writable directory. Errors name the path and `--out`.
     pub fn check_target(out: &Path) -> Result<(), OutputError> {
@@ -484,7 +513,7 @@ impl SvdOutput {
     /// row m, so that every chunk is written whole by exactly one caller. May be
     /// called concurrently from several threads and ranks for disjoint blocks.
     pub fn write_u_rows(&self, row0: u64, block: ArrayView2<'_, f64>) -> Result<(), OutputError> {
-        self.ensure_open()?;
+        let _writing = self.ensure_open()?;
         let chunk = self.layout.u_chunk_rows_stored();
         let (rows, cols) = (block.nrows() as u64, block.ncols() as u64);
         if cols != self.layout.k {
@@ -529,7 +558,7 @@ impl SvdOutput {
     /// end on a chunk boundary or at column n. Callable concurrently for disjoint
     /// blocks.
     pub fn write_vt_cols(&self, col0: u64, block: ArrayView2<'_, f64>) -> Result<(), OutputError> {
-        self.ensure_open()?;
+        let _writing = self.ensure_open()?;
         let chunk = self.layout.vt_chunk_cols_stored();
         let (rows, cols) = (block.nrows() as u64, block.ncols() as u64);
         if rows != self.layout.k {
@@ -571,7 +600,7 @@ impl SvdOutput {
 
     /// Writes the k singular values.
     pub fn write_s(&self, s: &[f64]) -> Result<(), OutputError> {
-        self.ensure_open()?;
+        let _writing = self.ensure_open()?;
         if s.len() as u64 != self.layout.k {
             return Err(self.block_err(
                 "S",
@@ -588,7 +617,7 @@ impl SvdOutput {
     /// must be ASCII letters, digits, `_`, `-` or `.`, not start with `.` and not
     /// be U, S or Vt.
     pub fn write_vector(&self, name: &str, values: &[f64]) -> Result<(), OutputError> {
-        self.ensure_open()?;
+        let _writing = self.ensure_open()?;
         let valid = !name.is_empty()
             && !name.starts_with('.')
             && !name.starts_with("__")
@@ -626,7 +655,7 @@ impl SvdOutput {
         &self,
         attributes: serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), OutputError> {
-        self.ensure_open()?;
+        let _writing = self.ensure_open()?;
         let mut group = Group::open(self.store.clone(), "/")
             .map_err(|e| self.zarr_err("(group)", None, e.into()))?;
         group.attributes_mut().extend(attributes);
@@ -638,7 +667,7 @@ impl SvdOutput {
     /// Writes `report.json` (pretty-printed) as a plain file in the group
     /// directory and returns its final path (valid after [`SvdOutput::commit`]).
     pub fn write_report(&self, json: &serde_json::Value) -> Result<PathBuf, OutputError> {
-        self.ensure_open()?;
+        let _writing = self.ensure_open()?;
         let path = self.tmp.join(REPORT_FILE);
         let mut text = serde_json::to_vec_pretty(json).map_err(|source| OutputError::Json {
             path: path.clone(),
@@ -668,8 +697,13 @@ impl SvdOutput {
     /// Fails with [`OutputError::Committed`] once the output was committed, and with
     /// [`OutputError::TempMissing`] once another rank abandoned it: a write must never
     /// recreate a temporary directory that an error path already removed.
-    fn ensure_open(&self) -> Result<(), OutputError> {
-        check_open(&self.committed, &self.tmp, &self.out)
+    ///
+    /// Hold the guard it returns for the write: a signal waits for it, so the rank's own
+    /// writes cannot recreate the directory its handler removes.
+    fn ensure_open(&self) -> Result<crate::interrupt::Writing, OutputError> {
+        let writing = crate::interrupt::writing();
+        check_open(&self.committed, &self.tmp, &self.out)?;
+        Ok(writing)
     }
 
     /// Removes a temporary output directory (error paths). A missing directory is

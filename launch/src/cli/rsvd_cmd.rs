@@ -704,10 +704,27 @@ fn run_job(
             if job.is_pca() {
                 for f in side_files(out) {
                     if f.exists() {
+                        // Side files are committed before their group: without the group
+                        // they are what an interrupted commit (SIGKILL) left.
+                        let how = if out.exists() {
+                            String::new()
+                        } else {
+                            let all: Vec<String> = side_files(out)
+                                .iter()
+                                .filter(|p| p.exists())
+                                .map(|p| format!("'{}'", p.display()))
+                                .collect();
+                            format!(
+                                " (without its group {}: a run was killed while committing; \
+                                 to run again, remove them: rm {})",
+                                out.display(),
+                                all.join(" ")
+                            )
+                        };
                         return Err(CliError::Option {
                             option: "--out",
                             message: format!(
-                                "{} exists; rankwise never overwrites results",
+                                "{} exists{how}; rankwise never overwrites results",
                                 f.display()
                             ),
                         });
@@ -767,6 +784,7 @@ fn finish_side_files(
     // group and renames them: a failure leaves none of them looking complete.
     let out = job.out.as_deref().unwrap_or(Path::new("."));
     let mut renames = Vec::new();
+    let mut renamed = Vec::new();
     let mut result = Ok(());
     if let Some((pcs, eigenvalues, ids)) = &done.pcs {
         let token =
@@ -785,6 +803,9 @@ fn finish_side_files(
             option: "--out",
             message: e.to_string(),
         };
+        for p in [&vec_path, &val_path, &png_path] {
+            crate::interrupt::register(&tmp(p));
+        }
         result = (|| -> Result<(), CliError> {
             write_eigenvec(&tmp(&vec_path), ids, pcs.view()).map_err(io)?;
             renames.push((tmp(&vec_path), vec_path.clone()));
@@ -798,19 +819,31 @@ fn finish_side_files(
             )
             .map_err(io)?;
             renames.push((tmp(&png_path), png_path.clone()));
-            o.0.commit()?;
+            // The group is committed last: its name is the mark of a complete run. Until
+            // it is, a signal removes the side files already renamed, as it removes the
+            // temporaries.
+            for (_, to) in &renames {
+                crate::interrupt::register_uncommitted(to, out);
+            }
             for (from, to) in &renames {
                 std::fs::rename(from, to).map_err(|e| CliError::Option {
                     option: "--out",
                     message: format!("renaming {} to {}: {e}", from.display(), to.display()),
                 })?;
+                renamed.push(to.clone());
             }
+            o.0.commit()?;
+            crate::interrupt::committed();
             Ok(())
         })();
         if result.is_err() {
             for (from, _) in &renames {
                 let _ = std::fs::remove_file(from);
             }
+            for to in &renamed {
+                let _ = std::fs::remove_file(to);
+            }
+            crate::interrupt::committed();
         }
     }
     // Every rank learns whether rank 0 succeeded: a failure there is announced to all.
