@@ -18,22 +18,11 @@ use rankwise::linalg::{
     fused_condition_limit, rsvd, Method, Precision, Projection, RsvdOptions, RsvdProblem,
     RsvdResult,
 };
-use rankwise::runtime::{
-    Dist, Generated, InMemoryGenotypes, InMemoryMatrix, Runtime, RuntimeConfig,
-};
+use rankwise::runtime::{Dist, Generated, InMemoryGenotypes, InMemoryMatrix, RuntimeConfig};
 
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
-
-fn runtime(actors: usize) -> Runtime {
-    rankwise::embedded(&RuntimeConfig {
-        actors: Some(actors),
-        pin: false,
-        ..Default::default()
-    })
-    .unwrap()
-}
 
 /// A generated Gaussian matrix and a generated genotype matrix (missing calls at `missing`),
 /// both `m × n`, in `panels.0` and `panels.1` panels, from seeds drawn from `draw`.

@@ -373,3 +373,13 @@ pub fn orthonormal(m: usize, k: usize, seed: u64) -> Array2<f64> {
     assert_eq!(q.dim(), (m, k));
     q
 }
+
+/// An embedded runtime of `actors` unpinned actors (the `Local` transport, one rank).
+pub fn runtime(actors: usize) -> Runtime {
+    rankwise::embedded(&rankwise::runtime::RuntimeConfig {
+        actors: Some(actors),
+        pin: false,
+        ..Default::default()
+    })
+    .unwrap()
+}
