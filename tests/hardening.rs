@@ -5,6 +5,9 @@
 //!   of hanging;
 //! - absurd shapes in `zarr.json`/`.zarray` or on the command line are refused with an
 //!   error naming the option, instead of aborting on an allocation;
+//! - decompression bombs (zstd and gzip, v2 and v3), chunk files longer than any encoding
+//!   of their chunk (sparse, 600 MB) and chunk paths linked to `/dev/zero` are refused
+//!   naming the chunk, with peak RSS (from `wait4`) within the budget;
 //! - options whose values overflow (`--oversample`, `--probes`, `--power-iters` of
 //!   2⁶⁴ − 1) and `--comm-timeout 0` are refused naming the option.
 //!
@@ -537,5 +540,130 @@ fn a_temporary_left_by_sigkill_is_named_by_the_next_run() {
         stale.exists(),
         "another run's temporary is never removed by this one"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes the stream `codec` makes of `len` zero bytes into `path`, fed a megabyte at a
+/// time so that the test itself never holds the expansion.
+fn write_bomb(path: &Path, codec: &str, len: u64) {
+    use std::io::Write;
+    let zeros = vec![0u8; 1 << 20];
+    let file = std::fs::File::create(path).unwrap();
+    let mut sink: Box<dyn Write> = match codec {
+        "zstd" => Box::new(
+            zstd::stream::write::Encoder::new(file, 1)
+                .unwrap()
+                .auto_finish(),
+        ),
+        "gzip" => Box::new(flate2::write::GzEncoder::new(
+            file,
+            flate2::Compression::fast(),
+        )),
+        other => panic!("no bomb for {other}"),
+    };
+    for _ in 0..len >> 20 {
+        sink.write_all(&zeros).unwrap();
+    }
+    sink.flush().unwrap();
+}
+
+/// The first chunk file of a store `rankwise gen` wrote, v2 (`0.0`) or v3 (`c/0/0`).
+fn first_chunk(store: &Path) -> std::path::PathBuf {
+    let v3 = store.join("c").join("0").join("0");
+    if v3.exists() {
+        v3
+    } else {
+        store.join("0.0")
+    }
+}
+
+#[test]
+fn decompression_bombs_oversize_chunk_files_and_dev_zero_links_stay_within_the_budget() {
+    let mut draw = Draw(test_seed() ^ 33);
+    let dir = scratch("hardening-bombs");
+    // Chunks of 100 rows × `cols` float64 (about 80 KB), a budget of 64 MiB, and a zstd
+    // bomb that expands to 400 MiB: six times the budget, 5000 times the chunk. A sharded
+    // store's shard file is checked the same way before zarrs reads it.
+    let cols = draw.range(90, 110);
+    let rows = 100 * draw.range(4, 8);
+    const BUDGET: u64 = 64 << 20;
+    // What the process holds whatever it reads: the binary, its libraries, BLAS's and the
+    // allocator's arenas (the same allowance as tests/zarr.rs's budget test).
+    const OVERHEAD: u64 = 64 << 20;
+    let cases = [
+        ("v3", "zstd", "bomb"),
+        ("v3", "gzip", "bomb"),
+        ("v2", "zstd", "bomb"),
+        ("v2", "gzip", "bomb"),
+        ("v3", "zstd", "oversize"),
+        ("v2", "blosc-lz4", "oversize"),
+        ("v3", "none", "oversize"),
+        ("v3", "blosc-lz4", "dev-zero"),
+        ("v2", "gzip", "dev-zero"),
+        ("v3", "none", "dev-zero"),
+        ("v3", "sharded", "oversize"),
+        ("v3", "sharded", "dev-zero"),
+    ];
+    for (i, (format, codec, attack)) in cases.into_iter().enumerate() {
+        let store = dir.join(format!("s{i}.zarr"));
+        let spec = gen_store(
+            &store,
+            (rows, cols, 100),
+            "normal",
+            &draw.next().to_string(),
+            &if codec == "sharded" {
+                vec!["--format", format, "--codec", "zstd", "--shard-rows", "200"]
+            } else {
+                vec!["--format", format, "--codec", codec]
+            },
+        );
+        let chunk = first_chunk(&store);
+        std::fs::remove_file(&chunk).unwrap();
+        match attack {
+            // zstd expands zeros by far more than gzip (at most about 1000:1): a gzip bomb
+            // that passes the size check expands to 64 MiB, 800 times its chunk.
+            "bomb" if codec == "gzip" => write_bomb(&chunk, codec, 64 << 20),
+            "bomb" => write_bomb(&chunk, codec, 400 << 20),
+            // A sparse file: 600 MB long, nothing on disk, refused before a byte is read.
+            "oversize" => std::fs::File::create(&chunk)
+                .unwrap()
+                .set_len(600 << 20)
+                .unwrap(),
+            _ => std::os::unix::fs::symlink("/dev/zero", &chunk).unwrap(),
+        }
+        let what = format!("{format} {codec} {attack}, {rows} × {cols}");
+        let args = strings(&[
+            "read",
+            "--zarr",
+            &spec,
+            "--actors",
+            "1",
+            "--memory-per-actor",
+            "64M",
+        ]);
+        let (run, peak) = embedded_with_peak(&args);
+        run.assert_finished();
+        assert_eq!(run.code, Some(1), "{what}\n{}", run.describe());
+        let key = if format == "v3" { "c/0/0" } else { "0.0" };
+        let expected = match attack {
+            "bomb" => "decodes to more than",
+            "oversize" if codec == "none" => "expected",
+            "oversize" => "refused without reading it",
+            _ => "not a regular file",
+        };
+        assert!(
+            run.stderr.contains(key) && run.stderr.contains(expected),
+            "{what}: the error names chunk {key} and says {expected:?}\n{}",
+            run.describe()
+        );
+        assert!(
+            peak <= BUDGET + OVERHEAD,
+            "{what}: peak RSS {} MiB beyond the budget {} MiB + {} MiB\n{}",
+            peak >> 20,
+            BUDGET >> 20,
+            OVERHEAD >> 20,
+            run.describe()
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

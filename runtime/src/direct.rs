@@ -1,4 +1,5 @@
-//! Direct chunk decoding for the codec chains most stores use: no compression, or Blosc.
+//! Direct chunk decoding for the codec chains most stores use: no compression, Blosc, zstd,
+//! gzip or zlib.
 //!
 //! # Why not through zarrs
 //!
@@ -11,8 +12,18 @@
 //! chunk is decoded from the mapped file (only the blocks that hold it), and Blosc frames
 //! decode straight into the panel when the chunk lands contiguously in it: LZ4 and
 //! stored frames by [`crate::blosc`], other compressors by c-blosc. Every other chain
-//! (zstd, gzip, sharding, big-endian, filters) still goes through zarrs, and so does a
-//! missing chunk (the fill value).
+//! (sharding, big-endian, filters) still goes through zarrs, and so does a missing chunk
+//! (the fill value).
+//!
+//! # Bounded by the chunk, not by what the file says
+//!
+//! A chunk's decoded size is known from the array's metadata, so nothing here is sized by
+//! the file: a chunk file larger than any valid encoding of its chunk ([`max_encoded`]) is
+//! refused before a byte of it is read, a chunk path that is not a regular file (a link to
+//! `/dev/zero`, a FIFO) is refused, and zstd, gzip and zlib streams are decoded straight
+//! into the destination and stopped one byte past the expected size. zarrs decodes those
+//! codecs into a vector sized by the stream itself (a 12.8 KB zstd frame that claims
+//! 400 MiB is given 400 MiB), which is why they are decoded here too.
 
 use std::io::Read;
 use std::ops::Range;
@@ -28,6 +39,12 @@ pub(crate) enum DirectCodec {
     Raw,
     /// One Blosc (1.x) frame.
     Blosc,
+    /// A zstd stream (one or more frames).
+    Zstd,
+    /// A gzip stream (one or more members).
+    Gzip,
+    /// A zlib stream (Zarr 2's `zlib` compressor).
+    Zlib,
 }
 
 impl DirectCodec {
@@ -56,7 +73,12 @@ impl DirectCodec {
             }
             return match codecs.get(1..)? {
                 [] => Some(DirectCodec::Raw),
-                [c] if name(c)? == "blosc" => Some(DirectCodec::Blosc),
+                [c] => match name(c)?.as_str() {
+                    "blosc" => Some(DirectCodec::Blosc),
+                    "zstd" => Some(DirectCodec::Zstd),
+                    "gzip" => Some(DirectCodec::Gzip),
+                    _ => None,
+                },
                 _ => None,
             };
         }
@@ -73,8 +95,32 @@ impl DirectCodec {
         }
         match meta.get("compressor") {
             None | Some(serde_json::Value::Null) => Some(DirectCodec::Raw),
-            Some(c) if name(c)? == "blosc" => Some(DirectCodec::Blosc),
-            _ => None,
+            Some(c) => match name(c)?.as_str() {
+                "blosc" => Some(DirectCodec::Blosc),
+                "zstd" => Some(DirectCodec::Zstd),
+                "gzip" => Some(DirectCodec::Gzip),
+                "zlib" => Some(DirectCodec::Zlib),
+                _ => None,
+            },
+        }
+    }
+
+    /// Whether a byte range of a chunk decodes without decoding the chunk from its start:
+    /// uncompressed bytes are read at an offset and Blosc decodes only the blocks that hold
+    /// it; a zstd, gzip or zlib stream has to be decoded from its start.
+    pub(crate) fn decodes_parts(self) -> bool {
+        matches!(self, DirectCodec::Raw | DirectCodec::Blosc)
+    }
+
+    /// Bytes a decoder of this codec holds besides the encoded and decoded chunk: the
+    /// file's read buffer and the decoder's window (zstd's is capped, see [`zstd_window_log`]).
+    pub(crate) fn decoder_bytes(self, whole: u64) -> u64 {
+        match self {
+            DirectCodec::Raw | DirectCodec::Blosc => 0,
+            DirectCodec::Zstd => {
+                STREAM_BUFFER as u64 + (1u64 << zstd_window_log(whole as usize)) + (256 << 10)
+            }
+            DirectCodec::Gzip | DirectCodec::Zlib => STREAM_BUFFER as u64 + (64 << 10),
         }
     }
 
@@ -89,7 +135,7 @@ impl DirectCodec {
         encoded: &mut Vec<u8>,
         dest: &mut [u8],
     ) -> Result<Option<u64>, String> {
-        let Some((mut file, len)) = open_chunk(path)? else {
+        let Some((mut file, len)) = open_chunk(path, self, dest.len())? else {
             return Ok(None);
         };
         let read_error = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
@@ -106,11 +152,113 @@ impl DirectCodec {
             DirectCodec::Blosc => {
                 encoded.clear();
                 reserve(encoded, len as usize);
-                file.read_to_end(encoded).map_err(read_error)?;
+                // The length was checked; `take` holds even if the file grows meanwhile.
+                (&mut file)
+                    .take(len)
+                    .read_to_end(encoded)
+                    .map_err(read_error)?;
                 blosc_decode(encoded, dest)?;
+            }
+            DirectCodec::Zstd | DirectCodec::Gzip | DirectCodec::Zlib => {
+                let whole = dest.len();
+                let mut stream = self.stream(file.take(len), whole)?;
+                read_stream(&mut *stream, dest, self)?;
+                finish_stream(&mut *stream, whole, self)?;
             }
         }
         Ok(Some(len))
+    }
+
+    /// A decoder of this (stream) codec reading `input`, for a chunk of `whole` bytes.
+    fn stream<'r, R: Read + 'r>(
+        self,
+        input: R,
+        whole: usize,
+    ) -> Result<Box<dyn Read + 'r>, String> {
+        let input = std::io::BufReader::with_capacity(STREAM_BUFFER, input);
+        Ok(match self {
+            DirectCodec::Zstd => {
+                let mut d = zstd::stream::read::Decoder::with_buffer(input)
+                    .map_err(|e| format!("cannot start a zstd decoder: {e}"))?;
+                d.window_log_max(zstd_window_log(whole))
+                    .map_err(|e| format!("cannot limit the zstd window: {e}"))?;
+                Box::new(d)
+            }
+            DirectCodec::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(input)),
+            DirectCodec::Zlib => Box::new(flate2::bufread::ZlibDecoder::new(input)),
+            DirectCodec::Raw | DirectCodec::Blosc => unreachable!("not a stream codec"),
+        })
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            DirectCodec::Raw => "uncompressed",
+            DirectCodec::Blosc => "Blosc",
+            DirectCodec::Zstd => "zstd",
+            DirectCodec::Gzip => "gzip",
+            DirectCodec::Zlib => "zlib",
+        }
+    }
+}
+
+/// The read buffer of a stream decoder.
+pub(crate) const STREAM_BUFFER: usize = 64 << 10;
+
+/// The largest zstd window (log₂ bytes) accepted for a chunk of `whole` bytes: the chunk's
+/// own size (an encoder that knew it never needs more), but at least 8 MiB, which streaming
+/// encoders that did not know it declare at the usual levels. A frame that asks for more is
+/// an error rather than an allocation sized by the frame.
+fn zstd_window_log(whole: usize) -> u32 {
+    let need = usize::BITS - whole.saturating_sub(1).leading_zeros();
+    need.clamp(23, 27)
+}
+
+/// The most bytes any valid encoding of a `whole`-byte chunk takes with `codec`: the
+/// decoded size plus the codec's worst-case expansion (zstd's `ZSTD_compressBound`, zlib's
+/// `deflateBound` with a gzip header, Blosc's 16-byte header and a memcpy fallback), with
+/// room to spare for headers (file names, comments, skippable frames).
+pub(crate) fn max_encoded(codec: Option<DirectCodec>, whole: u64) -> u64 {
+    match codec {
+        Some(DirectCodec::Raw) => whole,
+        _ => whole.saturating_add(whole / 64).saturating_add(64 << 10),
+    }
+}
+
+/// Fills `dest` from a stream decoder; a stream that ends early is an error saying so.
+fn read_stream(stream: &mut dyn Read, dest: &mut [u8], codec: DirectCodec) -> Result<(), String> {
+    let mut at = 0;
+    while at < dest.len() {
+        match stream.read(&mut dest[at..]) {
+            Ok(0) => {
+                return Err(format!(
+                    "the {} stream decodes to {at} bytes, expected {} for a whole chunk",
+                    codec.label(),
+                    dest.len()
+                ))
+            }
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("the {} stream is corrupt: {e}", codec.label())),
+        }
+    }
+    Ok(())
+}
+
+/// Checks that a stream decoder, having delivered all `whole` bytes, is at its end: it is
+/// asked for one byte more, never for the rest of what it would expand to.
+fn finish_stream(stream: &mut dyn Read, whole: usize, codec: DirectCodec) -> Result<(), String> {
+    let mut one = [0u8; 1];
+    loop {
+        return match stream.read(&mut one) {
+            Ok(0) => Ok(()),
+            Ok(_) => Err(format!(
+                "the {} stream decodes to more than {whole} bytes, the size of a whole chunk \
+                 (refused without decoding the rest)",
+                codec.label()
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => Err(format!("the {} stream is corrupt: {e}", codec.label())),
+        };
     }
 }
 
@@ -128,7 +276,7 @@ impl DirectCodec {
         whole: usize,
         dest: &mut [u8],
     ) -> Result<Option<u64>, String> {
-        let Some((file, len)) = open_chunk(path)? else {
+        let Some((file, len)) = open_chunk(path, self, whole)? else {
             return Ok(None);
         };
         let share = (len as u128 * part.len() as u128 / whole.max(1) as u128) as u64;
@@ -156,23 +304,100 @@ impl DirectCodec {
                 blosc_decode_part(&map, part, whole, dest)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
             }
+            DirectCodec::Zstd | DirectCodec::Gzip | DirectCodec::Zlib => {
+                // Decoded from the start: the bytes before `part` are decoded into a small
+                // buffer and dropped, and the stream is still checked to end at `whole`.
+                let mut stream = self.stream(file.take(len), whole)?;
+                let mut skip = vec![0u8; STREAM_BUFFER.min(part.start)];
+                let mut left = part.start;
+                while left > 0 {
+                    let n = left.min(skip.len());
+                    read_stream(&mut *stream, &mut skip[..n], self).map_err(|_| {
+                        format!(
+                            "the {} stream ends before byte {} of the chunk",
+                            self.label(),
+                            part.start
+                        )
+                    })?;
+                    left -= n;
+                }
+                read_stream(&mut *stream, dest, self)?;
+                let mut rest = whole - part.end;
+                let mut sink = vec![0u8; STREAM_BUFFER.min(rest)];
+                while rest > 0 {
+                    let n = rest.min(sink.len());
+                    read_stream(&mut *stream, &mut sink[..n], self)?;
+                    rest -= n;
+                }
+                finish_stream(&mut *stream, whole, self)?;
+            }
         }
         Ok(Some(share))
     }
 }
 
-/// Opens a chunk file and its length; `None` when it does not exist (a missing chunk).
-fn open_chunk(path: &Path) -> Result<Option<(std::fs::File, u64)>, String> {
+/// Opens a chunk file of a chunk of `whole` decoded bytes, and its length; `None` when it
+/// does not exist (a missing chunk). A path that is not a regular file, or a file longer
+/// than any valid encoding of the chunk, is refused before it is read.
+fn open_chunk(
+    path: &Path,
+    codec: DirectCodec,
+    whole: usize,
+) -> Result<Option<(std::fs::File, u64)>, String> {
+    let Some(len) = check_chunk_file(path, Some(codec), whole as u64)? else {
+        return Ok(None);
+    };
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
     };
-    let len = file
-        .metadata()
-        .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
-        .len();
     Ok(Some((file, len)))
+}
+
+/// The length of chunk file `path` of a chunk of `whole` decoded bytes (for `codec`, or
+/// for a chain zarrs decodes: `None`, with `extra` bytes allowed for a shard index), or
+/// `None` when it does not exist. A path that is not a regular file (a link to
+/// `/dev/zero`, a FIFO, a directory), or a file longer than any valid encoding of the
+/// chunk, is an error: it is never opened, so nothing it holds is read.
+pub(crate) fn check_chunk_file(
+    path: &Path,
+    codec: Option<DirectCodec>,
+    whole: u64,
+) -> Result<Option<u64>, String> {
+    check_chunk_file_with(path, max_encoded(codec, whole), codec)
+}
+
+/// [`check_chunk_file`] with the largest valid length given.
+pub(crate) fn check_chunk_file_with(
+    path: &Path,
+    most: u64,
+    codec: Option<DirectCodec>,
+) -> Result<Option<u64>, String> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot stat {}: {e}", path.display())),
+    };
+    if !meta.is_file() {
+        return Err(format!(
+            "{} is not a regular file (a chunk is a file; refused without reading it)",
+            path.display()
+        ));
+    }
+    let len = meta.len();
+    if len > most {
+        let what = codec.map_or("encoded", |c| c.label());
+        return Err(if codec == Some(DirectCodec::Raw) {
+            format!("the uncompressed chunk is {len} bytes, expected {most}")
+        } else {
+            format!(
+                "the chunk file is {len} bytes, more than any valid {what} encoding of its \
+                 chunk ({most} bytes at most); refused without reading it"
+            )
+        });
+    }
+    Ok(Some(len))
 }
 
 /// Decodes bytes `part` of one Blosc frame (of decoded size `whole`) into `dest`.
@@ -370,7 +595,17 @@ mod tests {
             DirectCodec::of(&v3(json!([{"name": "bytes"}, blosc]))),
             Some(DirectCodec::Blosc)
         );
-        assert_eq!(DirectCodec::of(&v3(json!([bytes, zstd]))), None);
+        assert_eq!(
+            DirectCodec::of(&v3(json!([bytes, zstd]))),
+            Some(DirectCodec::Zstd)
+        );
+        let gzip = json!({"name": "gzip", "configuration": {"level": 5}});
+        assert_eq!(
+            DirectCodec::of(&v3(json!([bytes, gzip]))),
+            Some(DirectCodec::Gzip)
+        );
+        let crc = json!({"name": "crc32c"});
+        assert_eq!(DirectCodec::of(&v3(json!([bytes, zstd, crc]))), None);
         assert_eq!(DirectCodec::of(&v3(json!([bytes, blosc, zstd]))), None);
         let big = json!({"name": "bytes", "configuration": {"endian": "big"}});
         assert_eq!(DirectCodec::of(&v3(json!([big, blosc]))), None);
@@ -404,7 +639,15 @@ mod tests {
             None
         );
         assert_eq!(
-            DirectCodec::of(&v2("<f4", "C", json!({"id": "zstd"}), null)),
+            DirectCodec::of(&v2("<f4", "C", json!({"id": "zstd"}), null.clone())),
+            Some(DirectCodec::Zstd)
+        );
+        assert_eq!(
+            DirectCodec::of(&v2("<f4", "C", json!({"id": "zlib"}), null.clone())),
+            Some(DirectCodec::Zlib)
+        );
+        assert_eq!(
+            DirectCodec::of(&v2("<f4", "C", json!({"id": "lzma"}), null)),
             None
         );
     }
@@ -530,6 +773,122 @@ mod tests {
         assert!(err.contains("expected 160000"), "{err}");
         let missing = DirectCodec::Blosc.decode_file(&dir.join("nope"), &mut encoded, &mut dest);
         assert_eq!(missing, Ok(None));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn stream_codecs_decode_whole_chunks_and_parts_and_stop_at_the_chunks_size() {
+        use std::io::Write;
+        let values: Vec<u8> = (0..30_000u32)
+            .flat_map(|i| (i * 13 % 977).to_le_bytes())
+            .collect();
+        let dir = std::env::temp_dir().join(format!("rankwise-streams-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("chunk");
+        let encode = |codec: DirectCodec, data: &[u8]| -> Vec<u8> {
+            match codec {
+                DirectCodec::Zstd => zstd::bulk::compress(data, 3).unwrap(),
+                DirectCodec::Gzip => {
+                    let mut e =
+                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                    e.write_all(data).unwrap();
+                    e.finish().unwrap()
+                }
+                DirectCodec::Zlib => {
+                    let mut e =
+                        flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+                    e.write_all(data).unwrap();
+                    e.finish().unwrap()
+                }
+                _ => unreachable!(),
+            }
+        };
+        let whole = values.len();
+        for codec in [DirectCodec::Zstd, DirectCodec::Gzip, DirectCodec::Zlib] {
+            let stored = encode(codec, &values);
+            std::fs::write(&path, &stored).unwrap();
+            let (mut encoded, mut dest) = (Vec::new(), vec![0u8; whole]);
+            let got = codec.decode_file(&path, &mut encoded, &mut dest).unwrap();
+            assert_eq!(got, Some(stored.len() as u64), "{codec:?}");
+            assert_eq!(dest, values, "{codec:?}");
+            for part in [0..whole, 4000..90_000, whole - 12..whole, 0..7] {
+                let mut out = vec![0u8; part.len()];
+                codec
+                    .decode_part(&path, part.clone(), whole, &mut out)
+                    .unwrap();
+                assert_eq!(out, &values[part], "{codec:?}");
+            }
+            // One byte more than the chunk: refused, having decoded one byte past it.
+            let mut longer = values.clone();
+            longer.push(1);
+            std::fs::write(&path, encode(codec, &longer)).unwrap();
+            let err = codec
+                .decode_file(&path, &mut encoded, &mut dest)
+                .unwrap_err();
+            assert!(
+                err.contains("decodes to more than 120000 bytes"),
+                "{codec:?}: {err}"
+            );
+            let err = codec
+                .decode_part(&path, 0..10, whole, &mut [0u8; 10])
+                .unwrap_err();
+            assert!(err.contains("decodes to more than"), "{codec:?}: {err}");
+            // One byte fewer, and a stream cut short: errors, never a panic.
+            std::fs::write(&path, encode(codec, &values[1..])).unwrap();
+            let err = codec
+                .decode_file(&path, &mut encoded, &mut dest)
+                .unwrap_err();
+            assert!(err.contains("decodes to 119999 bytes"), "{codec:?}: {err}");
+            std::fs::write(&path, &stored[..stored.len() / 2]).unwrap();
+            assert!(codec.decode_file(&path, &mut encoded, &mut dest).is_err());
+            std::fs::write(&path, vec![0x5au8; 300]).unwrap();
+            assert!(codec.decode_file(&path, &mut encoded, &mut dest).is_err());
+        }
+        // A zstd frame asking for a window beyond what any chunk of this size needs (and the
+        // 8 MiB floor) is an error, not an allocation of that window.
+        let mut big = zstd::stream::write::Encoder::new(Vec::new(), 19).unwrap();
+        big.window_log(27).unwrap();
+        big.long_distance_matching(true).unwrap();
+        big.write_all(&values).unwrap();
+        std::fs::write(&path, big.finish().unwrap()).unwrap();
+        let mut dest = vec![0u8; whole];
+        // A streaming encoder does not know the size, so the frame declares its 128 MiB
+        // window, and is refused rather than decoded with one.
+        let err = DirectCodec::Zstd
+            .decode_file(&path, &mut Vec::new(), &mut dest)
+            .unwrap_err();
+        assert!(err.contains("zstd stream is corrupt"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn chunk_files_that_are_not_regular_or_too_long_are_refused_unread() {
+        let dir = std::env::temp_dir().join(format!("rankwise-oversize-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("chunk");
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        for codec in [DirectCodec::Raw, DirectCodec::Blosc, DirectCodec::Zstd] {
+            let err = codec
+                .decode_file(&path, &mut Vec::new(), &mut [0u8; 100])
+                .unwrap_err();
+            assert!(err.contains("not a regular file"), "{codec:?}: {err}");
+        }
+        std::fs::remove_file(&path).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
+        for codec in [DirectCodec::Blosc, DirectCodec::Gzip] {
+            let err = codec
+                .decode_part(&path, 0..10, 1000, &mut [0u8; 10])
+                .unwrap_err();
+            assert!(
+                err.contains("refused without reading it"),
+                "{codec:?}: {err}"
+            );
+        }
+        assert_eq!(max_encoded(Some(DirectCodec::Raw), 1000), 1000);
+        assert!(max_encoded(Some(DirectCodec::Zstd), u64::MAX) == u64::MAX);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -342,6 +342,7 @@ impl ZarrArray {
         match self.direct {
             Some(DirectCodec::Raw) => staging,
             Some(DirectCodec::Blosc) => whole + (64 << 10) + staging,
+            Some(c) => c.decoder_bytes(whole) + staging,
             None => 2 * whole + (64 << 10),
         }
     }
@@ -356,7 +357,8 @@ impl ZarrArray {
             .map_or(0, |c| c.iter().product::<u64>() * elem);
         match self.direct {
             Some(DirectCodec::Blosc) => 3 * whole.min(4 << 20),
-            _ => 0,
+            Some(c) => c.decoder_bytes(whole) + (2 * crate::direct::STREAM_BUFFER) as u64,
+            None => 0,
         }
     }
 
@@ -365,7 +367,7 @@ impl ZarrArray {
     /// bytes at an offset) and the chunks span every other dimension whole.
     pub fn decodes_row_ranges(&self) -> bool {
         let shape = self.shape();
-        self.direct.is_some()
+        self.direct.is_some_and(DirectCodec::decodes_parts)
             && self
                 .chunk_shape()
                 .is_ok_and(|c| c.iter().zip(&shape).skip(1).all(|(c, s)| c == s))
@@ -466,6 +468,9 @@ impl ZarrArray {
             let stored = match stored {
                 Some(b) => b,
                 None => {
+                    if self.direct.is_none() {
+                        self.check_for_zarrs(&idx)?;
+                    }
                     self.decode_by_zarrs(&idx, region, &shape, elem, bytes)?;
                     self.stored_chunk_bytes(&idx)
                 }
@@ -565,6 +570,51 @@ impl ZarrArray {
             elem,
         );
         Ok(Some(stored))
+    }
+
+    /// Refuses chunk file `idx` before zarrs reads it whole, when it is not a regular file
+    /// or is longer than any valid encoding of its chunk (for a shard: of every inner chunk,
+    /// plus its index).
+    fn check_for_zarrs(&self, idx: &[u64]) -> Result<(), ZarrError> {
+        let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
+        let cs = self.chunk_shape()?;
+        let whole = cs.iter().product::<u64>().saturating_mul(elem);
+        let path = self
+            .array
+            .storage()
+            .key_to_fspath(&self.array.chunk_key(idx));
+        let most =
+            crate::direct::max_encoded(None, whole).saturating_add(self.shard_index_allowance());
+        crate::direct::check_chunk_file_with(&path, most, None)
+            .map(|_| ())
+            .map_err(|m| self.chunk_error(idx, m))
+    }
+
+    /// For a sharded array, what a shard holds besides its encoded chunks: the index (16
+    /// bytes per inner chunk and a checksum) and each inner chunk's own codec overhead.
+    fn shard_index_allowance(&self) -> u64 {
+        let meta = serde_json::to_value(self.array.metadata()).unwrap_or_default();
+        let Some(codecs) = meta.get("codecs").and_then(|c| c.as_array()) else {
+            return 0;
+        };
+        let Some(inner) = codecs
+            .iter()
+            .find(|c| c.get("name").and_then(|n| n.as_str()) == Some("sharding_indexed"))
+            .and_then(|c| c.get("configuration"))
+            .and_then(|c| c.get("chunk_shape"))
+            .and_then(|c| c.as_array())
+        else {
+            return 0;
+        };
+        let Ok(shard) = self.chunk_shape() else {
+            return 0;
+        };
+        let count = shard
+            .iter()
+            .zip(inner)
+            .map(|(s, i)| s.div_ceil(i.as_u64().unwrap_or(1).max(1)))
+            .fold(1u64, |a, b| a.saturating_mul(b));
+        count.saturating_mul(16 + 1024).saturating_add(64)
     }
 
     /// Decodes chunk `idx` of `region` through zarrs (every codec chain, and the fill value
