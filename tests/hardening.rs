@@ -667,3 +667,105 @@ fn decompression_bombs_oversize_chunk_files_and_dev_zero_links_stay_within_the_b
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The process's fixed overhead, stated beside the budget (docs/memory.md): the binary
+/// and its libraries (OpenBLAS, MPI, UCX), their own buffers and the allocator's slack.
+/// A run of a few kilobytes peaks at about 15 MiB.
+const FIXED_OVERHEAD: u64 = 32 << 20;
+
+/// The least `--memory-per-actor` (bytes, rounded up to a MiB) that the plan of `args`
+/// accepts, from the refusal of a budget too small ("raise --memory-per-actor to at least
+/// X MiB"), or 4 MiB when that is accepted.
+fn least_budget(args: &[String]) -> u64 {
+    let mut tiny = args.to_vec();
+    tiny.extend(strings(&["--memory-per-actor", "4M"]));
+    let run = embedded(&tiny);
+    run.assert_finished();
+    if run.success() {
+        return 4 << 20;
+    }
+    let at = run
+        .stderr
+        .find("at least ")
+        .unwrap_or_else(|| panic!("4M is refused, naming the least\n{}", run.describe()));
+    let rest = &run.stderr[at + "at least ".len()..];
+    let mut words = rest.split_whitespace();
+    let value: f64 = words.next().unwrap().parse().unwrap();
+    let unit = match words.next().unwrap().trim_end_matches([';', ',', ')']) {
+        "KiB" => 1u64 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => panic!("unit {other}: {}", run.describe()),
+    };
+    ((value * unit as f64) as u64).div_ceil(1 << 20) << 20
+}
+
+#[test]
+fn peak_rss_stays_within_the_least_budget_the_plan_accepts_across_commands_and_shapes() {
+    let mut draw = Draw(test_seed() ^ 66);
+    let dir = scratch("hardening-budget");
+    let rows = 1000 * draw.range(100, 200);
+    let cols = draw.range(60, 300);
+    let chunk = 500 * draw.range(2, 8);
+    let dense = gen_store(
+        &dir.join("f.zarr"),
+        (rows, cols, chunk),
+        "normal",
+        &draw.next().to_string(),
+        &[],
+    );
+    let samples = draw.range(200, 600);
+    let geno = gen_store(
+        &dir.join("g.zarr"),
+        (rows, samples, chunk),
+        "genotype",
+        &draw.next().to_string(),
+        &[],
+    );
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["read", "--zarr", &dense],
+        vec!["svd", "--zarr", &dense],
+        vec!["rsvd", "--zarr", &dense, "-k", "5"],
+        vec!["rsvd", "--zarr", &dense, "-k", "5", "--power-iters", "2"],
+        vec![
+            "rsvd",
+            "--zarr",
+            &dense,
+            "-k",
+            "4",
+            "--method",
+            "block-krylov",
+            "--power-iters",
+            "2",
+        ],
+        vec!["pca", "--zarr", &geno, "-k", "5"],
+        vec!["pca", "--zarr", &geno, "-k", "5", "--power-iters", "2"],
+    ];
+    for case in cases {
+        let args = strings(&case);
+        let what = format!("{rows} × {cols} (genotypes × {samples}), chunks of {chunk}: {case:?}");
+        let budget = least_budget(&args);
+        let mut run_args = args.clone();
+        run_args.extend(strings(&[
+            "--memory-per-actor",
+            &format!("{}M", budget >> 20),
+        ]));
+        let (run, peak) = embedded_with_peak(&run_args);
+        run.assert_success();
+        eprintln!(
+            "{what}: peak RSS {:.1} MiB, least budget {} MiB",
+            peak as f64 / (1 << 20) as f64,
+            budget >> 20
+        );
+        assert!(
+            peak <= budget + FIXED_OVERHEAD,
+            "{what}: peak RSS {:.1} MiB beyond the least budget the plan accepted, {} MiB, \
+             plus the fixed {} MiB\n{}",
+            peak as f64 / (1 << 20) as f64,
+            budget >> 20,
+            FIXED_OVERHEAD >> 20,
+            run.describe()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

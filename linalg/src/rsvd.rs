@@ -460,9 +460,13 @@ impl RsvdPlan {
             // products. LOBPCG's iterates (X, S, P and their products with AᵀA, and the
             // Rayleigh–Ritz bases built from them: about 12 blocks of n × l) are held on
             // the tree's root, counted on every actor as any could be it.
+            // The TSQR holds each panel's factor of what it orthonormalizes beside the
+            // basis it replaces or extends and the probe products, all panels at once
+            // between the tree's sweeps: a sketch (`l` columns) beside the basis, or block
+            // Krylov's whole basis beside its new Q.
             let (columns, iterates) = match options.method {
                 Method::Lobpcg => (2 * l + r, (96 * l as u64).saturating_mul(nn as u64)),
-                _ => ((basis + r).max(2 * options.k), 0),
+                _ => ((2 * basis + r).max(2 * options.k), 0),
             };
             let kept = (rows * columns as u64 * 8).saturating_add(iterates);
             let threads = shape.threads.max(1) as u64;

@@ -154,9 +154,17 @@ impl SvdPlan {
         // the stacked block R factors.
         let blocks = chunk.div_ceil(block_rows(n));
         let per_thread = (2 * chunk * n + block_rows(n) * n + 2 * blocks * n * n) as u64 * 8;
+        let tree = Tree::new(&placement.owner);
         let mut memory = Vec::new();
         for a in &placement.assignments {
             let shape = &world.ranks[a.rank][a.actor];
+            // The tree's node Q factors (`2n × n` each) are kept where they were formed
+            // until U comes down: one node per panel combined on this rank, and one per
+            // level of the tree for what other ranks send. Counted on each actor, spread
+            // over its threads as the rest of the workspace is.
+            let nodes = (a.panels.len() + tree.height() + 1) as u64;
+            let node_qs = nodes.saturating_mul(16 * (n * n) as u64);
+            let per_thread = per_thread + node_qs.div_ceil(shape.threads.max(1) as u64);
             let resident: u64 = a
                 .panels
                 .clone()
@@ -176,7 +184,6 @@ impl SvdPlan {
                 None => MemoryPlan::decide(shape.memory, per_thread, shape.threads, resident)?,
             });
         }
-        let tree = Tree::new(&placement.owner);
         let messages_per_sweep = (0..world.ranks.len())
             .map(|r| tree.messages_sent_by(r))
             .collect();

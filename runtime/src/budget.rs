@@ -64,7 +64,7 @@ impl MemoryPlan {
                 format_bytes(budget),
                 threads,
                 format_bytes(workspace_per_thread),
-                format_bytes(workspace)
+                format_bytes_up(workspace)
             )));
         }
         let residency = if workspace.saturating_add(resident_bytes) <= budget {
@@ -103,7 +103,7 @@ impl MemoryPlan {
                 format_bytes(reads.bytes),
                 threads,
                 format_bytes(workspace),
-                format_bytes(need)
+                format_bytes_up(need)
             )));
         }
         let fit = ((budget - workspace) / reads.bytes.max(1)) as usize;
@@ -163,9 +163,40 @@ pub fn format_bytes(b: u64) -> String {
     }
 }
 
+/// [`format_bytes`] rounded up at its last digit, for a least budget: "at least 119.1
+/// MiB" must be enough where 119.04 MiB is needed.
+fn format_bytes_up(b: u64) -> String {
+    let mut unit = 1u64;
+    while b / unit >= 1024 && unit < 1 << 40 {
+        unit <<= 10;
+    }
+    if unit == 1 {
+        return format_bytes(b);
+    }
+    let tenths = (b as u128 * 10).div_ceil(unit as u128) as f64 / 10.0;
+    // 1023.95 MiB rounds up to 1024.0 MiB, which format_bytes shows as 1.0 GiB: still
+    // enough.
+    format_bytes((tenths * unit as f64).ceil() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn least_budgets_round_up() {
+        let mib = 1u64 << 20;
+        assert_eq!(format_bytes_up(119 * mib + 40_000), "119.1 MiB");
+        assert_eq!(format_bytes_up(119 * mib), "119.0 MiB");
+        assert_eq!(format_bytes_up(1000), "1000 B");
+        assert_eq!(format_bytes_up(1024 * mib - 1), "1.0 GiB");
+        for b in [1u64 << 20, 3 << 29, 119 * mib + 1, 7_777_777_777] {
+            assert!(
+                parse_bytes(&format_bytes_up(b).replace(' ', "")).unwrap() >= b,
+                "{b}"
+            );
+        }
+    }
 
     #[test]
     fn parses_sizes() {

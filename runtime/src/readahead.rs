@@ -184,7 +184,12 @@ impl ReadAhead {
             }),
             changed: Condvar::new(),
         });
-        let readers = readers.max(1).min(shared.order.len().max(1));
+        // A reader decodes only into a free buffer, so readers beyond the buffers would
+        // add nothing but their own chunk scratch, which the plan counts per buffer.
+        let readers = readers
+            .max(1)
+            .min(buffers.max(1))
+            .min(shared.order.len().max(1));
         let mut handles = Vec::with_capacity(readers);
         for t in 0..readers {
             let shared = Arc::clone(&shared);

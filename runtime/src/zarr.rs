@@ -341,7 +341,8 @@ impl ZarrArray {
         let staging = if contiguous { 0 } else { whole };
         match self.direct {
             Some(DirectCodec::Raw) => staging,
-            Some(DirectCodec::Blosc) => whole + (64 << 10) + staging,
+            // The encoded chunk, and the decoder's block buffers (as for a part).
+            Some(DirectCodec::Blosc) => whole + (64 << 10) + 3 * whole.min(4 << 20) + staging,
             Some(c) => c.decoder_bytes(whole) + staging,
             None => 2 * whole + (64 << 10),
         }
