@@ -127,6 +127,10 @@ fn arrays_in(dir: &Path) -> Vec<String> {
 /// Rows and columns.
 type Extent2 = (u64, u64);
 
+/// The largest decoded chunk read (16 GiB): Blosc frames hold at most 2 GiB, and writers'
+/// chunks are megabytes.
+const MAX_CHUNK_BYTES: u64 = 16 << 30;
+
 /// One opened Zarr array.
 #[derive(Clone)]
 pub struct ZarrArray {
@@ -299,6 +303,21 @@ impl ZarrArray {
             .chunk_shape(&zero)
             .map_err(|e| self.unsupported(e.to_string()))?;
         let c: Vec<u64> = c.iter().map(|x| x.get()).collect();
+        // A chunk is decoded whole into memory: one whose decoded size overflows, or is
+        // beyond any memory (a shape of 2⁶⁴ − 1 in the metadata), is refused here, before
+        // any size computed from it reaches an allocation.
+        let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
+        let bytes = c
+            .iter()
+            .try_fold(elem, |a, &x| a.checked_mul(x))
+            .filter(|&b| b <= MAX_CHUNK_BYTES);
+        if bytes.is_none() {
+            return Err(self.unsupported(format!(
+                "its chunks of shape {c:?} ({elem}-byte elements) decode to more than {} \
+                 each; a chunk is decoded whole",
+                crate::budget::format_bytes(MAX_CHUNK_BYTES)
+            )));
+        }
         let grid = self.array.chunk_grid_shape();
         for (d, (&g, (&s, &cs))) in grid
             .iter()
