@@ -8,6 +8,11 @@
 //! - decompression bombs (zstd and gzip, v2 and v3), chunk files longer than any encoding
 //!   of their chunk (sparse, 600 MB) and chunk paths linked to `/dev/zero` are refused
 //!   naming the chunk, with peak RSS (from `wait4`) within the budget;
+//! - peak RSS stays within the least budget each plan accepts plus the stated fixed
+//!   overhead, for `read`, `svd`, `rsvd` (three methods) and `pca` on drawn shapes;
+//! - NaN, ±Inf and values whose squares overflow are named with their row, column and
+//!   chunk, embedded and under `mpirun`; data scaled by 1e-140…1e100 gives LAPACK's σ, and
+//!   data too small for the passes' squares is refused (never σ = 0 "converged");
 //! - options whose values overflow (`--oversample`, `--probes`, `--power-iters` of
 //!   2⁶⁴ − 1) and `--comm-timeout 0` are refused naming the option.
 //!
@@ -767,5 +772,165 @@ fn peak_rss_stays_within_the_least_budget_the_plan_accepts_across_commands_and_s
             run.describe()
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Rewrites every value `x` of the uncompressed v3 store at `store` as `f(chunk row, x)`.
+fn rewrite_values(store: &Path, f: impl Fn(u64, f64) -> f64) {
+    for path in shard_files(store) {
+        let bytes = std::fs::read(&path).unwrap();
+        let out: Vec<u8> = bytes
+            .chunks_exact(8)
+            .enumerate()
+            .flat_map(|(i, b)| f(i as u64, f64::from_le_bytes(b.try_into().unwrap())).to_le_bytes())
+            .collect();
+        std::fs::write(&path, out).unwrap();
+    }
+}
+
+#[test]
+fn non_finite_values_and_overflow_are_named_where_they_are_stored() {
+    let mut draw = Draw(test_seed() ^ 77);
+    let dir = scratch("hardening-nonfinite");
+    let (rows, cols, chunk) = (100 * draw.range(40, 80), draw.range(20, 60), 100u64);
+    for (i, bad) in [f64::NAN, f64::INFINITY, -f64::INFINITY, 3e155]
+        .into_iter()
+        .enumerate()
+    {
+        let store = dir.join(format!("s{i}.zarr"));
+        gen_store(
+            &store,
+            (rows, cols, chunk),
+            "normal",
+            &draw.next().to_string(),
+            &["--codec", "none"],
+        );
+        let (row, col) = (draw.range(0, rows - 1), draw.range(0, cols - 1));
+        let victim = store.join(format!("c/{}/0", row / chunk));
+        let mut bytes = std::fs::read(&victim).unwrap();
+        let at = (((row % chunk) * cols + col) * 8) as usize;
+        bytes[at..at + 8].copy_from_slice(&bad.to_le_bytes());
+        std::fs::write(&victim, bytes).unwrap();
+        let spec = store.to_str().unwrap();
+        let key = format!("chunk `c/{}/0`", row / chunk);
+        let mut commands = vec![
+            strings(&["rsvd", "--zarr", spec, "-k", "3"]),
+            strings(&["rsvd", "--zarr", spec, "-k", "3", "--power-iters", "2"]),
+        ];
+        if !bad.is_finite() {
+            // The exact SVD scales as LAPACK does: only non-finite values stop it.
+            commands.push(strings(&["svd", "--zarr", spec]));
+        }
+        for args in commands {
+            let what = format!("{bad} at row {row}, column {col} of {rows} × {cols}: {args:?}");
+            for run in [embedded(&args), under_mpirun(3, &args)] {
+                run.assert_finished();
+                assert_eq!(run.code, Some(1), "{what}\n{}", run.describe());
+                let named = if bad.is_finite() {
+                    format!("the largest, 3e155 at row {row}, column {col} ({key}")
+                } else {
+                    format!("the value at row {row}, column {col} is {bad} ({key}")
+                };
+                assert!(
+                    run.stderr.contains(&named),
+                    "{what}: says {named:?}\n{}",
+                    run.describe()
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tiny_and_huge_scales_give_lapacks_singular_values_or_a_named_refusal() {
+    let mut draw = Draw(test_seed() ^ 88);
+    let dir = scratch("hardening-scale");
+    let (rows, cols, chunk) = (100 * draw.range(30, 60), draw.range(10, 40), 100u64);
+    let seed = draw.next();
+    let base = dir.join("base.zarr");
+    gen_store(
+        &base,
+        (rows, cols, chunk),
+        "normal",
+        &seed.to_string(),
+        &["--codec", "none"],
+    );
+    let values = report(&embedded(&strings(&[
+        "svd",
+        "--zarr",
+        base.to_str().unwrap(),
+        "--json",
+    ])));
+    let truth = json_floats(&values["singular_values"]);
+    // Scales where float32 or the passes' squares would underflow or overflow: the
+    // default (float32 until it cannot hold them, then float64) gives LAPACK's σ.
+    for scale in [1e-20, 1e-100, 1e-140, 1e30, 1e100] {
+        let store = dir.join(format!("x{scale:e}.zarr"));
+        let _ = std::fs::remove_dir_all(&store);
+        gen_store(
+            &store,
+            (rows, cols, chunk),
+            "normal",
+            &seed.to_string(),
+            &["--codec", "none"],
+        );
+        rewrite_values(&store, |_, x| x * scale);
+        let args = strings(&[
+            "rsvd",
+            "--zarr",
+            store.to_str().unwrap(),
+            "-k",
+            "3",
+            "--json",
+        ]);
+        let run = embedded(&args);
+        run.assert_success();
+        let got = json_floats(&report(&run)["singular_values"]);
+        assert_eq!(got.len(), 3, "{scale:e}");
+        for (i, (g, t)) in got.iter().zip(&truth).enumerate() {
+            let want = t * scale;
+            assert!(
+                ((g - want) / want).abs() < 1e-6,
+                "scale {scale:e}: σ{} = {g:e}, LAPACK's {want:e}\n{}",
+                i + 1,
+                run.describe()
+            );
+        }
+        assert_eq!(report(&run)["converged"], true, "scale {scale:e}");
+    }
+    // Below what float64 squares hold: refused, naming why, never σ = 0 "converged".
+    let store = dir.join("tiny.zarr");
+    gen_store(
+        &store,
+        (rows, cols, chunk),
+        "normal",
+        &seed.to_string(),
+        &["--codec", "none"],
+    );
+    rewrite_values(&store, |_, x| x * 1e-170);
+    for extra in [&[][..], &["--power-iters", "2"][..]] {
+        let mut args = strings(&["rsvd", "--zarr", store.to_str().unwrap(), "-k", "3"]);
+        args.extend(strings(extra));
+        let run = embedded(&args);
+        run.assert_finished();
+        assert_eq!(run.code, Some(1), "{extra:?}\n{}", run.describe());
+        assert!(
+            run.stderr.contains("too small for the randomized passes"),
+            "{extra:?}\n{}",
+            run.describe()
+        );
+    }
+    let svd = report(&embedded(&strings(&[
+        "svd",
+        "--zarr",
+        store.to_str().unwrap(),
+        "--json",
+    ])));
+    let s1 = json_floats(&svd["singular_values"])[0];
+    assert!(
+        ((s1 - truth[0] * 1e-170) / (truth[0] * 1e-170)).abs() < 1e-10,
+        "svd σ₁ {s1:e}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

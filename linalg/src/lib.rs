@@ -20,6 +20,7 @@ macro_rules! by_const {
     };
 }
 
+mod finite;
 pub mod fused;
 pub mod gpu;
 pub mod kernels;
@@ -86,6 +87,59 @@ pub enum LinalgError {
         rows: String,
         /// What went wrong.
         message: String,
+    },
+    /// A value of the input that is NaN or infinite.
+    #[error(
+        "panel {panel}: the value at row {row}, column {col} is {value} ({location}); \
+         rankwise needs finite values"
+    )]
+    NonFinite {
+        /// Global panel index.
+        panel: usize,
+        /// Row (global) of the value.
+        row: u64,
+        /// Column of the value.
+        col: u64,
+        /// The value.
+        value: f64,
+        /// Where it is stored.
+        location: String,
+    },
+    /// Finite input values whose products overflow the pass's floating-point type.
+    #[error(
+        "panel {panel}: the products of its values overflow {precision}: the largest, \
+         {max:e} at row {row}, column {col} ({location}), {advice}"
+    )]
+    Overflow {
+        /// Global panel index.
+        panel: usize,
+        /// `float64` or `float32`.
+        precision: &'static str,
+        /// The value of largest magnitude in the panel.
+        max: f64,
+        /// Its row (global).
+        row: u64,
+        /// Its column.
+        col: u64,
+        /// Where it is stored.
+        location: String,
+        /// Why, and what to do about it.
+        advice: &'static str,
+    },
+    /// A matrix whose scale the randomized passes cannot square without underflow.
+    #[error(
+        "the matrix's values are too small for the randomized passes, which square their \
+         scale: its products with the sketch reach only {scale:e} ({precision} squares \
+         lose precision below about {floor}, and σ would come out as 0); multiply the data \
+         by a power of ten, or use `svd`, which does not square it"
+    )]
+    Underflow {
+        /// Σ over panels of the largest |y| of `A·Ω`.
+        scale: f64,
+        /// `float64` or `float32`.
+        precision: &'static str,
+        /// Below what scale its squares lose precision.
+        floor: &'static str,
     },
     /// A genotype value outside {−1, 0, 1, 2}.
     #[error(

@@ -749,6 +749,10 @@ struct Ctx {
     nccl: Option<NcclComm>,
     /// Panel QRs computed on a GPU.
     gpu_qrs: AtomicU64,
+    /// Whether a float32 pass whose products are not finite leaves them to the root
+    /// (which repeats the pass in float64, LOBPCG with mixed precision) rather than
+    /// failing.
+    f32_overflow_to_root: bool,
 }
 
 /// How a GPU actor's device gets a panel's values.
@@ -928,6 +932,7 @@ pub fn rsvd(
         gpu_staged_bytes: AtomicU64::new(0),
         nccl,
         gpu_qrs: AtomicU64::new(0),
+        f32_overflow_to_root: options.method == Method::Lobpcg && options.mixed_precision,
     });
     let gpu_note = (ctx.gpus.iter().any(Option::is_some)
         && ctx.device_source.is_none()
@@ -965,7 +970,8 @@ pub fn rsvd(
     let mut fused_w = fuse.then(w_sums);
     let (st, facts) = range_pass(rt, &ctx, states, omega, l, true, prec, fused_w.as_ref())?;
     let mut states = st;
-    let stats = tree.sum_all(comm, facts, (1, 4))?;
+    let stats = tree.sum_all(comm, facts, (1, FACTS))?;
+    check_scale(&stats, options.precision)?;
     let total_sum_squares = stats[[0, 0]];
     variants_left(&problem.operand, &stats, m)?;
     let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
@@ -1392,6 +1398,37 @@ fn range_pass(
     }
 }
 
+/// Columns of a first pass's facts, summed over panels: Σx², variants dropped, missing
+/// calls, variants filtered, and the largest |y| of each panel's sketch `A·Ω`.
+const FACTS: usize = 5;
+
+/// The least scale of `A·Ω` (summed over panels of their largest |y|) whose squares
+/// float64 holds with its full precision: the passes square the data's scale (`YᵀA`,
+/// LOBPCG's `AᵀA`), and below about 1e-154 those squares are subnormal or zero.
+const LEAST_F64_SCALE: f64 = 1e-145;
+
+/// The same for float32 tiles (squares normal above about 1e-19).
+pub(super) const LEAST_F32_SCALE: f64 = 1e-15;
+
+/// Refuses a matrix too small in scale for the passes (its products square to zero or
+/// to subnormals, and σ would come out as 0 with every residual 0), from a first pass's
+/// summed facts.
+fn check_scale(stats: &Array2<f64>, precision: Precision) -> Result<(), LinalgError> {
+    let scale = stats[[0, 4]];
+    let (least, name, floor) = match precision {
+        Precision::F64 => (LEAST_F64_SCALE, "float64", "1e-154"),
+        Precision::F32 => (LEAST_F32_SCALE, "float32", "1e-19"),
+    };
+    if scale > 0.0 && scale < least {
+        return Err(LinalgError::Underflow {
+            scale,
+            precision: name,
+            floor,
+        });
+    }
+    Ok(())
+}
+
 /// Zeros for sums that the tile kernels add to, written rather than left to the
 /// allocator. A large `Array2::zeros` is fresh zero-filled memory whose first access, the
 /// kernels' read before their add, maps the shared zero page; the write after it faults
@@ -1426,11 +1463,19 @@ where
                 fused: w_sums.as_ref().map(|_| l),
             };
             let out = c.device_panel(how, &reads, actor, &st, job, first)?;
+            let single = std::mem::size_of::<T>() == 4;
+            if !(single && c.f32_overflow_to_root) {
+                let mut parts: Vec<_> = out.y.iter().map(|y| y.view()).collect();
+                parts.extend(out.b.as_ref().map(|b| b.view()));
+                crate::finite::check_products(&c.operand, st.p, st.rows.clone(), single, &parts)?;
+            }
             if let (Some(sums), Some(b)) = (&w_sums, &out.b) {
                 sums.insert(st.p, b.t().as_standard_layout().into_owned());
             }
-            st.set_sketch(out.y.expect("range passes bring Y back"), l);
-            return Ok::<_, LinalgError>((st, out.facts));
+            let y = out.y.expect("range passes bring Y back");
+            let y_max = y.iter().fold(0.0f64, |a, &b| a.max(b.abs()));
+            st.set_sketch(y, l);
+            return Ok::<_, LinalgError>((st, out.facts, y_max));
         }
         let read = match st.stored {
             None => reads.panel(actor, st.p)?,
@@ -1481,6 +1526,13 @@ where
                     T::ab_tile(t, omega.view(), l, c0, ys, &mut scratch);
                 },
             )?;
+        let single = std::mem::size_of::<T>() == 4;
+        let y_max = y.iter().fold(0.0f64, |a, &b| a.max(b.abs()));
+        if !(single && c.f32_overflow_to_root) {
+            let mut parts = vec![y.view()];
+            parts.extend(wsum.as_ref().map(|w| w.view()));
+            crate::finite::check_products(&c.operand, st.p, st.rows.clone(), single, &parts)?;
+        }
         if kept.is_some() {
             st.stored = kept;
         }
@@ -1491,26 +1543,27 @@ where
             sums.insert(st.p, ws.t().as_standard_layout().into_owned());
         }
         st.set_sketch(y, l);
-        Ok::<_, LinalgError>((st, facts))
+        Ok::<_, LinalgError>((st, facts, y_max))
     })?;
     let mut states = Vec::with_capacity(out.len());
     let mut facts = BTreeMap::new();
     for list in out {
         let mut mine = Vec::with_capacity(list.len());
         for x in list {
-            let (st, f): (PanelState, PanelFacts) = x?;
+            let (st, f, y_max): (PanelState, PanelFacts, f64) = x?;
             facts.insert(
                 st.p,
                 Array2::from_shape_vec(
-                    (1, 4),
+                    (1, FACTS),
                     vec![
                         f.sum_squares,
                         f.dropped as f64,
                         f.missing as f64,
                         f.filtered as f64,
+                        y_max,
                     ],
                 )
-                .expect("1×4"),
+                .expect("1 × FACTS"),
             );
             mine.push(st);
         }

@@ -282,9 +282,14 @@ fn factor_on_actor(
         }
     }
     let h = (rows.end - rows.start) as usize;
-    let (f, on_gpu) = factor_panel(dev, h, n, keep, fill_from(source, p, rows, decoded))?;
+    let (f, on_gpu) = factor_panel(dev, h, n, keep, fill_from(source, p, rows.clone(), decoded))?;
     if on_gpu {
         work.qrs.fetch_add(1, Ordering::Relaxed);
+    }
+    // The QR is scaled (LAPACK's norms do not overflow), so a non-finite R is a
+    // non-finite value of the panel.
+    if !crate::finite::all_finite(f.r.view()) {
+        return Err(crate::finite::diagnose(source, p, rows, false));
     }
     Ok(f)
 }

@@ -164,6 +164,12 @@ pub trait PanelSource: Send + Sync {
     }
     /// Short description for reports and errors.
     fn describe(&self) -> String;
+    /// Where the value at (`row`, `col`) is stored, for errors about that value: the
+    /// file, chunk or record that holds it. The default is the source's description.
+    fn locate(&self, row: u64, col: u64) -> String {
+        let _ = (row, col);
+        self.describe()
+    }
     /// True when producing a panel again costs less than keeping it in memory (a generator
     /// that outruns page faults on fresh memory): the plans then never make it resident.
     fn cheaper_to_reproduce(&self) -> bool {

@@ -1037,6 +1037,21 @@ fn for_bands(
 }
 
 impl PanelSource for ZarrMatrix {
+    fn locate(&self, row: u64, col: u64) -> String {
+        let (r, c) = if self.transposed {
+            (col, row)
+        } else {
+            (row, col)
+        };
+        let (cr, cc) = self.stored_chunk();
+        let idx = [r / cr.max(1), c / cc.max(1)];
+        format!(
+            "chunk `{}` of Zarr array {}",
+            self.array.array.chunk_key(&idx),
+            self.array.label
+        )
+    }
+
     fn shape(&self) -> (u64, u64) {
         if self.transposed {
             (self.stored_shape.1, self.stored_shape.0)

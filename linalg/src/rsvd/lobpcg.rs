@@ -176,7 +176,7 @@ fn orthonormal_rest(a: Array2<f64>, against: &[&Array2<f64>]) -> Result<Array2<f
     let scale = a
         .columns()
         .into_iter()
-        .map(|c| c.dot(&c).sqrt())
+        .map(|c| norm2(c.view()))
         .fold(0.0f64, f64::max);
     let mut a = a;
     let project = |a: &mut Array2<f64>| {
@@ -206,6 +206,18 @@ fn orthonormal_rest(a: Array2<f64>, against: &[&Array2<f64>]) -> Result<Array2<f
     Ok(u.slice(s![.., ..keep]).to_owned())
 }
 
+/// The 2-norm of `v`, scaled by its largest entry as LAPACK's `dnrm2` is: a product with
+/// `G = AᵀA` is of the order σ², and its plain sum of squares (σ⁴) underflows to zero for
+/// σ below about 1e-77, which read as every residual being 0 (a 1e-100-scaled matrix
+/// "converged" after one pass to a σ₁ half the true one).
+fn norm2(v: ndarray::ArrayView1<'_, f64>) -> f64 {
+    let big = v.iter().fold(0.0f64, |a, &x| a.max(x.abs()));
+    if big == 0.0 || !big.is_finite() {
+        return big;
+    }
+    big * v.iter().map(|&x| (x / big) * (x / big)).sum::<f64>().sqrt()
+}
+
 /// The eigenpairs of the symmetric `basisᵀ·gb`, largest first.
 fn rayleigh_ritz(
     basis: &Array2<f64>,
@@ -231,7 +243,7 @@ fn residuals(x: &Array2<f64>, gx: &Array2<f64>, theta: &[f64]) -> (Vec<f64>, Arr
     for (j, &t) in theta.iter().enumerate() {
         let mut c = r.column_mut(j);
         c.scaled_add(-t, &x.column(j));
-        let norm = c.dot(&c).sqrt();
+        let norm = norm2(c.view());
         // A zero singular value's triplet has no `u` to speak of: its residual is `‖Gx‖`
         // over σ₁², the same scale as the rest.
         let si = t.max(0.0).sqrt().max(s1 * 1e-8);
@@ -502,6 +514,15 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             }
             after_check = false;
         }
+        // The first pass again, in float64, after its float32 sums overflowed (only that
+        // moves to float64 after one pass): its measures (Σx²) and any panels it kept came
+        // from float32 tiles too, and are made again.
+        if pass_precisions == [Precision::F32] && precision == Precision::F64 {
+            stats = None;
+            for st in states.iter_mut().flatten() {
+                st.stored = None;
+            }
+        }
         let operand = decode(root, &cmd[2..])?;
         pass_precisions.push(precision);
         let first = stats.is_none();
@@ -526,11 +547,22 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         )?;
         states = st;
         if first {
-            let s = tree.sum_all(comm, facts, (1, 4))?;
+            let s = tree.sum_all(comm, facts, (1, super::FACTS))?;
+            if precision == Precision::F64 || !options.mixed_precision {
+                super::check_scale(&s, precision)?;
+            }
             variants_left(&problem.operand, &s, m)?;
             stats = Some(s);
         }
         let gs = sum_to_root(comm, tree, ctx.nccl.as_ref(), sums.take())?;
+        // Data whose scale squares below float32's normal range: the first pass again in
+        // float64 (which refuses what it cannot hold either, naming the scale).
+        let f32_underflows = first
+            && precision == Precision::F32
+            // (Zero too: values below 1e-45 are zero as float32.)
+            && stats
+                .as_ref()
+                .is_some_and(|s: &Array2<f64>| s[[0, 4]] < super::LEAST_F32_SCALE);
         if !check {
             for st in states.iter_mut().flatten() {
                 st.y = None;
@@ -540,12 +572,28 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             gram_passes += 1;
             let t = Instant::now();
             cmd = match (&mut it, gs) {
+                // A float32 pass whose sums overflowed (values beyond about 1e18 square
+                // past float32's range): the same pass again in float64, and float64 from
+                // then on. Its panels named nothing (`Ctx::f32_overflow_to_root`); a
+                // float64 pass names a non-finite or overflowing value where it is stored.
+                (Some(it), Some(gs))
+                    if precision == Precision::F32
+                        && it.mixed
+                        && (!crate::finite::all_finite(gs.view()) || f32_underflows) =>
+                {
+                    it.precision = Precision::F64;
+                    it.mixed = false;
+                    let mut again = cmd.clone();
+                    again[1] = precision_code(Precision::F64);
+                    again
+                }
                 (Some(it), Some(gs)) => {
                     it.absorb(gs)?;
                     it.next()?
                 }
                 _ => Vec::new(),
             };
+
             root_time += t.elapsed().as_secs_f64();
             continue;
         }
