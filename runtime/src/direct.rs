@@ -169,6 +169,31 @@ impl DirectCodec {
         Ok(Some(len))
     }
 
+    /// Decodes the encoded chunk `src` into `dest`, which must be exactly its decoded
+    /// size (an inner chunk of a shard, read from the shard file).
+    pub(crate) fn decode_bytes(self, src: &[u8], dest: &mut [u8]) -> Result<(), String> {
+        match self {
+            DirectCodec::Raw => {
+                if src.len() != dest.len() {
+                    return Err(format!(
+                        "the uncompressed chunk is {} bytes, expected {}",
+                        src.len(),
+                        dest.len()
+                    ));
+                }
+                dest.copy_from_slice(src);
+                Ok(())
+            }
+            DirectCodec::Blosc => blosc_decode(src, dest),
+            DirectCodec::Zstd | DirectCodec::Gzip | DirectCodec::Zlib => {
+                let whole = dest.len();
+                let mut stream = self.stream(src, whole)?;
+                read_stream(&mut *stream, dest, self)?;
+                finish_stream(&mut *stream, whole, self)
+            }
+        }
+    }
+
     /// A decoder of this (stream) codec reading `input`, for a chunk of `whole` bytes.
     fn stream<'r, R: Read + 'r>(
         self,

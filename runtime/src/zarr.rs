@@ -139,6 +139,93 @@ pub struct ZarrArray {
     format: u8,
     codecs: String,
     direct: Option<DirectCodec>,
+    shard: Option<Shard>,
+}
+
+/// A sharded array whose shards are decoded here: the inner chunks' codec chain is a
+/// [`DirectCodec`] and the index is little-endian (offset, length) pairs with or without
+/// a CRC-32C. zarrs would decode an inner chunk into a buffer sized by what its stream
+/// claims; here each is decoded into its declared size, after its range was checked
+/// against the shard file.
+#[derive(Clone, Debug)]
+struct Shard {
+    /// Inner chunk shape.
+    inner: Vec<u64>,
+    /// Inner chunks' codec.
+    codec: DirectCodec,
+    /// Whether the index is at the end of the shard file (else at its start).
+    index_at_end: bool,
+    /// Whether the index carries a CRC-32C.
+    crc: bool,
+}
+
+impl Shard {
+    /// The shard layout of `meta` (v3 JSON) when it is one decoded here.
+    fn of(meta: &serde_json::Value, shard_shape: &[u64]) -> Option<Shard> {
+        let codecs = meta.get("codecs")?.as_array()?;
+        let [c] = codecs.as_slice() else {
+            return None;
+        };
+        if c.get("name")?.as_str()? != "sharding_indexed" {
+            return None;
+        }
+        let conf = c.get("configuration")?;
+        let inner: Vec<u64> = conf
+            .get("chunk_shape")?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_u64())
+            .collect::<Option<_>>()?;
+        if inner.len() != shard_shape.len()
+            || inner
+                .iter()
+                .zip(shard_shape)
+                .any(|(&i, &s)| i == 0 || !s.is_multiple_of(i))
+        {
+            return None;
+        }
+        let codec = DirectCodec::of(&serde_json::json!({ "codecs": conf.get("codecs")? }))?;
+        let index = conf.get("index_codecs")?.as_array()?;
+        fn name(v: &serde_json::Value) -> Option<&str> {
+            v.get("name").and_then(|n| n.as_str())
+        }
+        let little = |v: &serde_json::Value| {
+            v.get("configuration")
+                .and_then(|c| c.get("endian"))
+                .and_then(|e| e.as_str())
+                .is_none_or(|e| e == "little")
+        };
+        let crc = match index.as_slice() {
+            [b] if name(b) == Some("bytes") && little(b) => false,
+            [b, c] if name(b) == Some("bytes") && little(b) && name(c) == Some("crc32c") => true,
+            _ => return None,
+        };
+        let index_at_end = match conf.get("index_location").and_then(|l| l.as_str()) {
+            None | Some("end") => true,
+            Some("start") => false,
+            Some(_) => return None,
+        };
+        Some(Shard {
+            inner,
+            codec,
+            index_at_end,
+            crc,
+        })
+    }
+
+    /// Inner chunks per shard.
+    fn count(&self, shard_shape: &[u64]) -> u64 {
+        shard_shape
+            .iter()
+            .zip(&self.inner)
+            .map(|(s, i)| s / i)
+            .product()
+    }
+
+    /// Bytes of the index.
+    fn index_len(&self, shard_shape: &[u64]) -> u64 {
+        self.count(shard_shape) * 16 + if self.crc { 4 } else { 0 }
+    }
 }
 
 impl std::fmt::Debug for ZarrArray {
@@ -246,6 +333,10 @@ impl ZarrArray {
             .unwrap_or(3) as u8;
         let codecs = describe_codecs(&meta);
         let direct = DirectCodec::of(&meta);
+        let shard = array
+            .chunk_shape(&vec![0; array.dimensionality()])
+            .ok()
+            .and_then(|c| Shard::of(&meta, &c.iter().map(|x| x.get()).collect::<Vec<_>>()));
         Ok(ZarrArray {
             array: Arc::new(
                 array.with_codec_options(CodecOptions::default().with_concurrent_target(1)),
@@ -254,6 +345,7 @@ impl ZarrArray {
             format,
             codecs,
             direct,
+            shard,
         })
     }
 
@@ -363,7 +455,19 @@ impl ZarrArray {
             // The encoded chunk, and the decoder's block buffers (as for a part).
             Some(DirectCodec::Blosc) => whole + (64 << 10) + 3 * whole.min(4 << 20) + staging,
             Some(c) => c.decoder_bytes(whole) + staging,
-            None => 2 * whole + (64 << 10),
+            None => match &self.shard {
+                // One inner chunk at a time: its encoding, its decoded values and the
+                // decoder.
+                Some(sh) => {
+                    let inner = sh.inner.iter().product::<u64>() * elem;
+                    let codec = Some(sh.codec);
+                    crate::direct::max_encoded(codec, inner)
+                        + inner
+                        + sh.codec.decoder_bytes(inner)
+                        + 3 * inner.min(4 << 20)
+                }
+                None => 2 * whole + (64 << 10),
+            },
         }
     }
 
@@ -481,14 +585,15 @@ impl ZarrArray {
         let mut stats = ReadStats::default();
         let chunk_rows = self.chunk_shape()?.first().copied().unwrap_or(1);
         for idx in self.chunks_in(region)? {
-            let stored = match self.direct {
-                Some(codec) => self.decode_direct(codec, &idx, region, elem, bytes, scratch)?,
-                None => None,
+            let stored = match (self.direct, &self.shard) {
+                (Some(codec), _) => self.decode_direct(codec, &idx, region, elem, bytes, scratch)?,
+                (None, Some(sh)) => self.decode_shard(sh, &idx, region, elem, bytes, scratch)?,
+                (None, None) => None,
             };
             let stored = match stored {
                 Some(b) => b,
                 None => {
-                    if self.direct.is_none() {
+                    if self.direct.is_none() && self.shard.is_none() {
                         self.check_for_zarrs(&idx)?;
                     }
                     self.decode_by_zarrs(&idx, region, &shape, elem, bytes)?;
@@ -590,6 +695,145 @@ impl ZarrArray {
             elem,
         );
         Ok(Some(stored))
+    }
+
+    /// Decodes the inner chunks of shard `idx` that `region` holds into `bytes`, each into
+    /// its declared size. Returns the shard file's length, or `None` when the shard is
+    /// missing (left to zarrs: the fill value).
+    fn decode_shard(
+        &self,
+        sh: &Shard,
+        idx: &[u64],
+        region: &[Range<u64>],
+        elem: usize,
+        bytes: &mut [u8],
+        scratch: &mut ChunkScratch,
+    ) -> Result<Option<u64>, ZarrError> {
+        use std::os::unix::fs::FileExt;
+        let fail = |m: String| self.chunk_error(idx, m);
+        let cs = self.chunk_shape()?;
+        let path = self
+            .array
+            .storage()
+            .key_to_fspath(&self.array.chunk_key(idx));
+        let inner_whole = sh.inner.iter().product::<u64>() * elem as u64;
+        let count = sh.count(&cs);
+        let index_len = sh.index_len(&cs);
+        let most = crate::direct::max_encoded(Some(sh.codec), inner_whole)
+            .saturating_mul(count)
+            .saturating_add(index_len);
+        let Some(len) = crate::direct::check_chunk_file_with(&path, most, Some(sh.codec))
+            .map_err(fail)?
+        else {
+            return Ok(None);
+        };
+        let file = std::fs::File::open(&path)
+            .map_err(|e| fail(format!("cannot open {}: {e}", path.display())))?;
+        if len < index_len {
+            return Err(fail(format!(
+                "the shard is {len} bytes, shorter than its index ({index_len} bytes for \
+                 {count} inner chunks)"
+            )));
+        }
+        let at = if sh.index_at_end { len - index_len } else { 0 };
+        let mut index = vec![0u8; index_len as usize];
+        file.read_exact_at(&mut index, at)
+            .map_err(|e| fail(format!("cannot read the shard index: {e}")))?;
+        let entries = (count * 16) as usize;
+        if sh.crc {
+            let want = u32::from_le_bytes(index[entries..entries + 4].try_into().expect("4"));
+            let got = crc32c::crc32c(&index[..entries]);
+            if got != want {
+                return Err(fail(format!(
+                    "the shard index's CRC-32C is {got:#010x}, it records {want:#010x} \
+                     (corrupt index)"
+                )));
+            }
+        }
+        let entry = |j: usize| {
+            let e = &index[j * 16..j * 16 + 16];
+            (
+                u64::from_le_bytes(e[..8].try_into().expect("8")),
+                u64::from_le_bytes(e[8..].try_into().expect("8")),
+            )
+        };
+        let d = cs.len();
+        let per: Vec<u64> = cs.iter().zip(&sh.inner).map(|(s, i)| s / i).collect();
+        let origin: Vec<u64> = idx.iter().zip(&cs).map(|(i, c)| i * c).collect();
+        let shape: Vec<u64> = region.iter().map(|r| r.end - r.start).collect();
+        // Inner chunks that meet the region, per dimension.
+        let span: Vec<Range<u64>> = (0..d)
+            .map(|k| {
+                let lo = region[k].start.max(origin[k]);
+                let hi = region[k].end.min(origin[k] + cs[k]);
+                if lo >= hi {
+                    0..0
+                } else {
+                    (lo - origin[k]) / sh.inner[k]..(hi - origin[k]).div_ceil(sh.inner[k])
+                }
+            })
+            .collect();
+        if span.iter().any(|r| r.is_empty()) {
+            return Ok(Some(len));
+        }
+        let fill = self.array.fill_value().as_ne_bytes().to_vec();
+        crate::panel::grow(&mut scratch.staging, inner_whole as usize, 0);
+        let mut j: Vec<u64> = span.iter().map(|r| r.start).collect();
+        loop {
+            let linear = (0..d).fold(0u64, |a, k| a * per[k] + j[k]) as usize;
+            let (off, nb) = entry(linear);
+            let what = |m: String| fail(format!("inner chunk {j:?}: {m}"));
+            if off == u64::MAX && nb == u64::MAX {
+                for (b, v) in scratch.staging.iter_mut().zip(fill.iter().cycle()) {
+                    *b = *v;
+                }
+            } else {
+                let max = crate::direct::max_encoded(Some(sh.codec), inner_whole);
+                let end = off.checked_add(nb).filter(|&e| e <= len);
+                if end.is_none() || nb > max {
+                    return Err(what(format!(
+                        "its range {off}+{nb} lies outside the {len}-byte shard, or is longer \
+                         than any encoding of it ({max} bytes)"
+                    )));
+                }
+                scratch.encoded.clear();
+                crate::panel::grow(&mut scratch.encoded, nb as usize, 0);
+                file.read_exact_at(&mut scratch.encoded, off)
+                    .map_err(|e| what(format!("cannot read it: {e}")))?;
+                sh.codec
+                    .decode_bytes(&scratch.encoded, &mut scratch.staging)
+                    .map_err(what)?;
+            }
+            let io: Vec<u64> = (0..d).map(|k| origin[k] + j[k] * sh.inner[k]).collect();
+            let start: Vec<u64> = (0..d).map(|k| io[k].max(region[k].start)).collect();
+            let extent: Vec<u64> = (0..d)
+                .map(|k| (io[k] + sh.inner[k]).min(region[k].end) - start[k])
+                .collect();
+            let src_at: Vec<u64> = (0..d).map(|k| start[k] - io[k]).collect();
+            let dst_at: Vec<u64> = (0..d).map(|k| start[k] - region[k].start).collect();
+            copy_block(
+                &scratch.staging,
+                &sh.inner,
+                &src_at,
+                bytes,
+                &shape,
+                &dst_at,
+                &extent,
+                elem,
+            );
+            let mut k = d;
+            loop {
+                if k == 0 {
+                    return Ok(Some(len));
+                }
+                k -= 1;
+                j[k] += 1;
+                if j[k] < span[k].end {
+                    break;
+                }
+                j[k] = span[k].start;
+            }
+        }
     }
 
     /// Refuses chunk file `idx` before zarrs reads it whole, when it is not a regular file
