@@ -584,7 +584,7 @@ fn existing_output_and_failures_under_mpirun_leave_nothing_behind() {
         ("1:panic:before-write", "rank 1 failed: panic"),
     ] {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut cmd = mpirun_command(2, &rankwise_bin(), &argv);
+        let mut cmd = mpirun_command(2, &rankwise_fault_bin(), &argv);
         cmd.env("RANKWISE_FAULT", fault);
         let run = run_with_timeout(cmd, CLI_LIMIT);
         run.assert_finished();
