@@ -16,6 +16,7 @@ deps:
 
 build: deps
 	$(CARGO) build --release --workspace --bins --examples
+	$(CARGO) build --release -p rankwise-launch --features fault-injection --bin rankwise-fault
 	$(CARGO) build --release -p rankwise-capi
 
 # The C library (librankwise.so, librankwise.a) for codes that link rankwise.
@@ -39,7 +40,8 @@ demo: build
 	$(BIN) svd --rows 10000000 --cols 20 --chunk-rows 625000 --check
 
 # Everything in release mode: the multi-process tests run real mpirun jobs of the
-# release binary, and the accuracy tests use matrices up to 50,000 rows.
+# release binary (the failure tests of rankwise-fault, which `build` makes), and the
+# accuracy tests use matrices up to 50,000 rows.
 # The test processes that link OpenBLAS themselves (the library tests, the C and Fortran
 # examples) use the kernels the rankwise binary uses (see keep_results_independent_of_layout
 # in launch/src/cli.rs), so that their bits can be compared with the binary's.

@@ -258,7 +258,7 @@ fn a_failing_rank_fails_every_rank_with_its_message() {
         ("2:panic:before-svd", "rank 2 failed: panic"),
         ("0:error:after-svd", "rank 0 failed"),
     ] {
-        let mut cmd = Command::new(rankwise_bin());
+        let mut cmd = Command::new(rankwise_fault_bin());
         cmd.env("RANKWISE_FAULT", fault).args([
             "svd",
             "--rows",
@@ -284,6 +284,102 @@ fn a_failing_rank_fails_every_rank_with_its_message() {
         assert!(!out.exists(), "{fault}: output looks complete");
     }
     no_leftovers(&dir);
+}
+
+/// The shipped `rankwise` has no fault injection: its file holds none of the hook's text,
+/// and a run with `RANKWISE_FAULT` set (a job's environment passed on by sbatch, say) is
+/// refused before it computes or writes anything, instead of running as if unset.
+#[test]
+fn the_shipped_binary_refuses_rankwise_fault() {
+    let image = std::fs::read(rankwise_bin()).unwrap();
+    for text in ["injected input error", "injected panic"] {
+        assert!(
+            !image.windows(text.len()).any(|w| w == text.as_bytes()),
+            "{} contains {text:?}: the fault hook is compiled in",
+            rankwise_bin().display()
+        );
+    }
+    let dir = scratch("cli-no-fault");
+    let out = dir.join("r.zarr");
+    for value in ["1:error", "0:exit:commit", "not a fault"] {
+        let mut cmd = Command::new(rankwise_bin());
+        cmd.env("RANKWISE_FAULT", value).args([
+            "svd",
+            "--rows",
+            "2000",
+            "--cols",
+            "8",
+            "--chunk-rows",
+            "500",
+            "--local-ranks",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let run = run_with_timeout(cmd, Duration::from_secs(60));
+        run.assert_finished();
+        assert_eq!(run.code, Some(2), "{value}\n{}", run.describe());
+        assert!(
+            run.stderr.contains("RANKWISE_FAULT is set")
+                && run.stderr.contains("has no fault injection"),
+            "{value}\n{}",
+            run.describe()
+        );
+        assert!(run.stdout.is_empty(), "{value}\n{}", run.describe());
+    }
+    no_leftovers(&dir);
+}
+
+/// `rankwise-fault` refuses a `RANKWISE_FAULT` it cannot parse, quoting it: a misspelt
+/// fault that never fires would let a failure test pass without a failure.
+#[test]
+fn a_malformed_rankwise_fault_is_an_error_naming_it() {
+    let dir = scratch("cli-bad-fault");
+    let out = dir.join("r.zarr");
+    for value in [
+        "",
+        "1",
+        "one:error",
+        "1:crash",
+        "1:error:never",
+        "1:error:start:x",
+    ] {
+        let mut cmd = Command::new(rankwise_fault_bin());
+        cmd.env("RANKWISE_FAULT", value).args([
+            "svd",
+            "--rows",
+            "2000",
+            "--cols",
+            "8",
+            "--chunk-rows",
+            "500",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let run = run_with_timeout(cmd, Duration::from_secs(60));
+        run.assert_finished();
+        assert_eq!(run.code, Some(2), "{value:?}\n{}", run.describe());
+        assert!(
+            run.stderr.contains(&format!(
+                "rankwise: RANKWISE_FAULT: {value:?} is not RANK:KIND"
+            )),
+            "{value:?}\n{}",
+            run.describe()
+        );
+    }
+    no_leftovers(&dir);
+    // And a well-formed one for a rank that never reaches it does nothing.
+    let mut cmd = Command::new(rankwise_fault_bin());
+    cmd.env("RANKWISE_FAULT", "5:error").args([
+        "svd",
+        "--rows",
+        "2000",
+        "--cols",
+        "8",
+        "--chunk-rows",
+        "500",
+    ]);
+    run_with_timeout(cmd, Duration::from_secs(60)).assert_success();
 }
 
 #[test]

@@ -584,7 +584,7 @@ fn existing_output_and_failures_under_mpirun_leave_nothing_behind() {
         ("1:panic:before-write", "rank 1 failed: panic"),
     ] {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut cmd = mpirun_command(2, &rankwise_bin(), &argv);
+        let mut cmd = mpirun_command(2, &rankwise_fault_bin(), &argv);
         cmd.env("RANKWISE_FAULT", fault);
         let run = run_with_timeout(cmd, CLI_LIMIT);
         run.assert_finished();
@@ -803,4 +803,138 @@ print(a.dtype.str, a.shape)
         assert!(got == want, "{c:?}: zarr-python read different values");
         println!("zarr-python: {}", String::from_utf8_lossy(&o.stdout).trim());
     }
+}
+
+/// Every `--format` × `--codec` × `--dtype` that `rankwise gen` writes (integers hold
+/// genotypes; the Blosc shuffles and v3 sharding taken in turn), read back by zarr-python
+/// (the pinned virtualenv) and by rankwise's own reader (`ZarrMatrix`, as `--zarr` reads
+/// it): zarr-python's values, their dtype, and rankwise's values all agree element by
+/// element with each other and with the generator.
+#[test]
+fn every_format_codec_and_dtype_reads_back_with_zarr_python() {
+    use rankwise::runtime::zarr::ZarrMatrix;
+    use rankwise::runtime::PanelSource;
+
+    let python = zarr_python();
+    let dir = scratch("gen-every-combination");
+    let mut draw = Draw(test_seed());
+    let mut cases = Vec::new();
+    for format in ["v2", "v3"] {
+        for codec in ["none", "blosc-lz4", "blosc-zstd", "zstd", "gzip"] {
+            for dtype in ["f64", "f32", "u8", "i8", "i16", "i32"] {
+                let i = cases.len();
+                let dist = match dtype {
+                    "f64" | "f32" => [Dist::Normal, Dist::Uniform, Dist::Genotype][i % 3],
+                    _ => Dist::Genotype,
+                };
+                let mut c = base(&mut draw, dist, dtype, format);
+                c.codec = codec;
+                if codec.starts_with("blosc") {
+                    c.shuffle = Some(["none", "byte", "bit"][i % 3]);
+                }
+                if format == "v3" && i % 2 == 0 {
+                    c.shard_rows = Some(c.chunk_rows * 2);
+                }
+                if dist == Dist::Genotype {
+                    c.populations = Some(2);
+                    // u8 holds no −1; the others get missing calls to carry.
+                    c.missing = (dtype != "u8").then_some(0.1);
+                }
+                cases.push(c);
+            }
+        }
+    }
+    assert_eq!(cases.len(), 60);
+    let mut script_args = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        let out = dir.join(format!("c{i}.zarr"));
+        report(&embedded(&c.args(&out)));
+        script_args.push(out.clone());
+        script_args.push(dir.join(format!("c{i}.bin")));
+    }
+    // One interpreter for all the stores: each is dumped little-endian in C order, and its
+    // dtype printed, one line per store.
+    let script = r#"
+import sys, numpy as np, zarr
+args = sys.argv[1:]
+for store, raw in zip(args[0::2], args[1::2]):
+    node = zarr.open(store, mode="r")
+    if isinstance(node, zarr.Group):
+        node = node["call_dosage"]
+    a = node[...]
+    a.astype(a.dtype.newbyteorder("<")).tofile(raw)
+    print(a.dtype.str, *a.shape)
+"#;
+    let o = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .args(&script_args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "zarr-python failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), cases.len(), "{stdout}");
+    for (i, (c, line)) in cases.iter().zip(&lines).enumerate() {
+        let what = format!("{} {} {} ({c:?})", c.format, c.codec, c.dtype);
+        let dtype = match c.dtype {
+            "f64" => "<f8",
+            "f32" => "<f4",
+            "u8" => "|u1",
+            "i8" => "|i1",
+            "i16" => "<i2",
+            "i32" => "<i4",
+            other => panic!("{other}"),
+        };
+        assert_eq!(
+            *line,
+            format!("{dtype} {} {}", c.rows, c.cols),
+            "{what}: zarr-python's dtype and shape"
+        );
+        let bytes = std::fs::read(dir.join(format!("c{i}.bin"))).unwrap();
+        let size = bytes.len() / (c.rows * c.cols) as usize;
+        assert_eq!(bytes.len(), size * (c.rows * c.cols) as usize, "{what}");
+        // zarr-python's values as f64 (every stored type converts exactly).
+        let python_values: Vec<f64> = bytes
+            .chunks_exact(size)
+            .map(|b| match c.dtype {
+                "f64" => f64::from_le_bytes(b.try_into().unwrap()),
+                "f32" => f32::from_le_bytes(b.try_into().unwrap()) as f64,
+                "u8" => b[0] as f64,
+                "i8" => b[0] as i8 as f64,
+                "i16" => i16::from_le_bytes(b.try_into().unwrap()) as f64,
+                "i32" => i32::from_le_bytes(b.try_into().unwrap()) as f64,
+                other => panic!("{other}"),
+            })
+            .collect();
+        let out = dir.join(format!("c{i}.zarr"));
+        let spec = match c.dist {
+            Dist::Genotype => format!("{}:call_dosage", out.display()),
+            _ => out.display().to_string(),
+        };
+        let matrix = ZarrMatrix::open(&spec).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(PanelSource::shape(&matrix), (c.rows, c.cols), "{what}");
+        let mut ours = Array2::from_elem((c.rows as usize, c.cols as usize), f64::NAN);
+        matrix.fill(0..c.rows, ours.view_mut()).unwrap();
+        let g = c.generator();
+        for (k, (p, r)) in python_values.iter().zip(ours.iter()).enumerate() {
+            let (row, col) = (k as u64 / c.cols, k as u64 % c.cols);
+            // As `stored_and_expected`: floats hold the generator's values, integers its
+            // dosages (−1 missing).
+            let want = match c.dtype {
+                "f64" => g.value(row, col),
+                "f32" => g.value(row, col) as f32 as f64,
+                _ => g.genotype(row, col) as f64,
+            };
+            assert!(
+                p.to_bits() == r.to_bits() && p.to_bits() == want.to_bits(),
+                "{what}: element ({row}, {col}): zarr-python {p}, rankwise {r}, generator {want}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

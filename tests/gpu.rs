@@ -7,8 +7,15 @@
 //! NCCL, where some rank has no GPU actor; the device kernels compile with
 //! NVRTC installed from PyPI (a compiler library: no GPU needed); and `benches/gpu.sh`, the
 //! GPU machine's script, runs every step on CPU actors, keeps to its deadline and timeouts,
-//! and summarizes what ran. Where no `mpirun` is installed (GPU node images, bundles), the
-//! two-rank parts skip, saying so.
+//! counts skipped tests apart from passed ones, and summarizes what ran. Where no `mpirun`
+//! is installed (GPU node images, bundles), the two-rank parts skip, saying so.
+//!
+//! A test that skips all of its checks prints `SKIPPED: TEST: why`, one that skips a part
+//! `PART SKIPPED: TEST (part): why`, each at the start of a line on stdout: `benches/gpu.sh`
+//! counts those as skipped (or passed with a part skipped), not as passed. Three tests skip
+//! by design on a machine with a usable GPU (the two `*_without_cuda_*` tests and, under
+//! `benches/gpu.sh`, the script's own check), and with one GPU the two-rank NCCL part only
+//! shows that NCCL was declined, so it reports itself as a part skipped.
 //!
 //! On a machine with a GPU (`make test-gpu`, which sets `RANKWISE_REQUIRE_GPU=1` so that a
 //! missing GPU fails instead of skipping):
@@ -33,6 +40,17 @@ use rankwise::linalg::{Operand, VariantFilter};
 use rankwise::runtime::gpu::{probed, GpuDevice};
 use rankwise::runtime::{Dist, Generated, GenotypeSource, PanelSource};
 
+/// Says that `test` checked nothing on this machine, and why (`benches/gpu.sh` counts it as
+/// skipped, not passed).
+fn skipped(test: &str, why: &str) {
+    println!("SKIPPED: {test}: {why}");
+}
+
+/// Says that `test` left `part` of its checks out on this machine, and why.
+fn part_skipped(test: &str, part: &str, why: &str) {
+    println!("PART SKIPPED: {test} ({part}): {why}");
+}
+
 /// Whether this machine can run the GPU passes; prints why not (or fails under
 /// `RANKWISE_REQUIRE_GPU=1`).
 fn gpu_or_skip(test: &str) -> Option<Arc<GpuDevice>> {
@@ -49,19 +67,18 @@ fn gpu_or_skip(test: &str) -> Option<Arc<GpuDevice>> {
         std::env::var("RANKWISE_REQUIRE_GPU").as_deref() != Ok("1"),
         "{test}: RANKWISE_REQUIRE_GPU=1 but no usable GPU: {why}"
     );
-    println!("{test}: skipped: {why}");
+    skipped(test, &why);
     None
 }
 
-/// Whether an Open MPI launcher is installed; prints why the test skips where none is
-/// (GPU node images and bundles carry none).
-fn mpirun_or_skip(test: &str) -> bool {
+/// `Err(why not)` where no Open MPI launcher is installed (GPU node images and bundles
+/// carry none).
+fn mpirun_available() -> Result<(), String> {
     let mpirun = std::env::var("RANKWISE_MPIRUN").unwrap_or_else(|_| "mpirun".into());
-    if Command::new(&mpirun).arg("--version").output().is_ok() {
-        return true;
+    match Command::new(&mpirun).arg("--version").output() {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("no {mpirun} ({e})")),
     }
-    println!("{test}: skipped: no {mpirun}");
-    false
 }
 
 fn gpu_usable() -> bool {
@@ -86,8 +103,9 @@ fn info_names_every_cuda_library() {
 
 #[test]
 fn device_gpu_without_cuda_fails_naming_the_library_on_every_rank() {
+    const TEST: &str = "device_gpu_without_cuda_fails_naming_the_library_on_every_rank";
     if gpu_usable() {
-        println!("skipped: this machine has a usable GPU");
+        skipped(TEST, "this machine has a usable GPU");
         return;
     }
     let why = probed().usable().err().map(|e| e.to_string());
@@ -116,8 +134,8 @@ fn device_gpu_without_cuda_fails_naming_the_library_on_every_rank() {
         assert!(run.stderr.contains(why.as_str()), "{}", run.describe());
         assert!(run.stderr.contains("library"), "{}", run.describe());
     }
-    if !mpirun_or_skip("device_gpu_without_cuda_fails_naming_the_library_on_every_rank (two ranks)")
-    {
+    if let Err(why) = mpirun_available() {
+        part_skipped(TEST, "two ranks", &why);
         return;
     }
     let run = under_mpirun(2, &args);
@@ -130,7 +148,10 @@ fn device_gpu_without_cuda_fails_naming_the_library_on_every_rank() {
 #[test]
 fn device_auto_without_cuda_runs_on_cpu_actors() {
     if gpu_usable() {
-        println!("skipped: this machine has a usable GPU");
+        skipped(
+            "device_auto_without_cuda_runs_on_cpu_actors",
+            "this machine has a usable GPU",
+        );
         return;
     }
     let common = [
@@ -593,7 +614,11 @@ fn collectives(report: &serde_json::Value) -> Vec<String> {
 /// `mpirun -np 2`, a real MPI all-gather deciding it).
 #[test]
 fn sums_cross_ranks_through_the_transport_without_one_gpu_per_rank() {
-    if !mpirun_or_skip("sums_cross_ranks_through_the_transport_without_one_gpu_per_rank") {
+    if let Err(why) = mpirun_available() {
+        skipped(
+            "sums_cross_ranks_through_the_transport_without_one_gpu_per_rank",
+            &why,
+        );
         return;
     }
     let args = strings(&[
@@ -624,11 +649,14 @@ fn sums_cross_ranks_through_the_transport_without_one_gpu_per_rank() {
 }
 
 /// With one GPU actor per rank the sums go through NCCL (where the NCCL library is found)
-/// and give the transport's σ: one rank on one GPU, and two ranks under `mpirun`, which join
-/// NCCL when the machine has two GPUs and otherwise decline, naming the GPU they share.
+/// and give the transport's σ: one rank on one GPU (NCCL called on a communicator of one
+/// rank: nothing crosses ranks), and two ranks under `mpirun`, which join NCCL when the
+/// machine has two GPUs and otherwise decline, naming the GPU they share. Only the first
+/// sums across ranks through NCCL; the others say so as a part skipped.
 #[test]
 fn nccl_sums_agree_with_the_transport() {
-    if gpu_or_skip("nccl_sums_agree_with_the_transport").is_none() {
+    const TEST: &str = "nccl_sums_agree_with_the_transport";
+    if gpu_or_skip(TEST).is_none() {
         return;
     }
     let nccl = probed().find("nccl").is_some();
@@ -664,7 +692,8 @@ fn nccl_sums_agree_with_the_transport() {
         assert!(c[0].contains("NCCL library was not found"), "{r}");
     }
     // Without an Open MPI launcher only the one-rank case runs.
-    if !mpirun_or_skip("nccl_sums_agree_with_the_transport (two ranks)") {
+    if let Err(why) = mpirun_available() {
+        part_skipped(TEST, "two ranks", &why);
         return;
     }
     args.extend(["--device", "gpu"]);
@@ -679,8 +708,18 @@ fn nccl_sums_agree_with_the_transport() {
     let c = collectives(&r);
     match (nccl, probed().devices.len()) {
         (true, 2..) => assert_eq!(c, ["nccl", "nccl"], "{r}"),
-        (true, _) => assert!(c.iter().all(|x| x.contains("use the same GPU")), "{r}"),
-        (false, _) => assert!(c.iter().all(|x| x.contains("NCCL not used")), "{r}"),
+        (true, _) => {
+            assert!(c.iter().all(|x| x.contains("use the same GPU")), "{r}");
+            part_skipped(
+                TEST,
+                "NCCL across two ranks",
+                "one GPU: the two ranks declined NCCL and summed through MPI",
+            );
+        }
+        (false, _) => {
+            assert!(c.iter().all(|x| x.contains("NCCL not used")), "{r}");
+            part_skipped(TEST, "NCCL", "the NCCL library was not found");
+        }
     }
 }
 
@@ -697,7 +736,10 @@ fn panel_qr_on_the_device_matches_lapack() {
             std::env::var("RANKWISE_REQUIRE_GPU").as_deref() != Ok("1"),
             "RANKWISE_REQUIRE_GPU=1 but cuSOLVER was not found"
         );
-        println!("panel_qr_on_the_device_matches_lapack: skipped: cuSOLVER not found");
+        skipped(
+            "panel_qr_on_the_device_matches_lapack",
+            "cuSOLVER not found",
+        );
         return;
     }
     let mut rng = Draw(test_seed());
@@ -825,20 +867,22 @@ fn read(path: std::path::PathBuf) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Every step of `benches/gpu.sh` runs and is summarized, one test of tests/gpu.rs runs in
-/// a process of its own through it; under a deadline already spent every step is skipped,
-/// saying so, and the summary is still written; a step past its timeout fails the script
-/// and is named.
+/// Every step of `benches/gpu.sh` runs and is summarized, tests of tests/gpu.rs run in
+/// processes of their own through it and are counted as what they did (a test that skipped
+/// is not a pass, and one that skipped a part says so); under a deadline already spent
+/// every step is skipped, saying so, and the summary is still written; a step past its
+/// timeout fails the script and is named.
 #[test]
 fn gpu_bench_script_runs_every_step_on_cpu_actors() {
+    const TEST: &str = "gpu_bench_script_runs_every_step_on_cpu_actors";
     if std::env::var_os("RANKWISE_IN_GPU_SH").is_some() {
-        println!("skipped: run by benches/gpu.sh itself");
+        skipped(TEST, "run by benches/gpu.sh itself");
         return;
     }
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gpu.sh");
     if !script.exists() {
         // A bundle's copy of this binary, away from the checkout it was built in.
-        println!("skipped: no {}", script.display());
+        skipped(TEST, &format!("no {}", script.display()));
         return;
     }
     let mut rng = Draw(test_seed());
@@ -850,6 +894,8 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
     );
     let me = std::env::current_exe().unwrap();
     let all = dir.join("all");
+    // Three tests: one that runs, this one (which skips under the script), and one whose
+    // two-rank part skips for want of mpirun (or that skips whole where a GPU is usable).
     let run = gpu_sh(
         &all,
         &[
@@ -858,7 +904,12 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
             ("ZARR_ROWS", &zarr_rows),
             ("SVD_ROWS", &svd_rows),
             ("GPU_TESTS", me.to_str().unwrap()),
-            ("TESTS_FILTER", "info_names_every_cuda_library"),
+            (
+                "TESTS_FILTER",
+                "info_names_every_cuda_library gpu_bench_script_runs_every_step_on_cpu_actors \
+                 device_gpu_without_cuda_fails_naming_the_library_on_every_rank",
+            ),
+            ("RANKWISE_MPIRUN", "/nonexistent/mpirun"),
         ],
     );
     assert!(run.success(), "{}", run.describe());
@@ -887,6 +938,8 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
     assert_eq!(
         names,
         [
+            "test device_gpu_without_cuda_fails_naming_the_library_on_every_rank",
+            "test gpu_bench_script_runs_every_step_on_cpu_actors",
             "test info_names_every_cuda_library",
             "small-gpu",
             "small-cpu",
@@ -901,27 +954,45 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
         ],
         "{steps}"
     );
-    assert!(
-        steps.lines().all(|l| l.split('\t').nth(1) == Some("ok")),
+    let outcomes: Vec<&str> = steps
+        .lines()
+        .map(|l| l.split('\t').nth(1).unwrap())
+        .collect();
+    let (without_cuda, count) = if gpu_usable() {
+        (
+            "skipped: this machine has a usable GPU".to_string(),
+            "1 passed (0 with a part skipped), 2 skipped, 0 failed",
+        )
+    } else {
+        (
+            "ok, part skipped: (two ranks): no /nonexistent/mpirun".to_string(),
+            "2 passed (1 with a part skipped), 1 skipped, 0 failed",
+        )
+    };
+    assert!(outcomes[0].starts_with(&without_cuda), "{steps}");
+    assert_eq!(
+        outcomes[1], "skipped: run by benches/gpu.sh itself",
         "{steps}"
     );
+    assert!(outcomes[2..].iter().all(|&o| o == "ok"), "{steps}");
     let tests = read(all.join("tests.log"));
-    assert!(
-        tests.contains("tests/gpu.rs: 1 passed, 0 failed"),
-        "{tests}"
-    );
+    assert!(tests.contains(&format!("tests/gpu.rs: {count}")), "{tests}");
     let reports: serde_json::Value = serde_json::from_str(&read(all.join("reports.json"))).unwrap();
-    for name in &names[1..] {
+    for name in &names[3..] {
         if *name != "gen" {
             assert!(reports.get(name).is_some(), "no report {name}");
         }
     }
     assert_eq!(reports["rsvd-f64"]["shape"][0].as_u64(), rows.parse().ok());
     let summary = read(all.join("summary.md"));
+    let count_line = format!("tests/gpu.rs: {count}");
+    let ok_line = format!("{} of 13 steps ok", if gpu_usable() { 11 } else { 12 });
     for needle in [
         "a check of this script, not of a GPU",
-        "tests/gpu.rs: 1 passed, 0 failed",
-        "11 of 11 steps ok",
+        count_line.as_str(),
+        ok_line.as_str(),
+        "- test gpu_bench_script_runs_every_step_on_cpu_actors: skipped: run by benches/gpu.sh \
+         itself",
         "| f32 | ",
         "| f64 | ",
         "## Zarr → device",

@@ -119,7 +119,7 @@ fn an_error_or_panic_on_one_rank_ends_every_rank_with_its_message() {
     ] {
         let mut cmd = mpirun_command(
             3,
-            &rankwise_bin(),
+            &rankwise_fault_bin(),
             &[
                 "svd",
                 "--rows",

@@ -375,12 +375,70 @@ fn pca_under_mpirun_matches_the_embedded_run_bit_for_bit() {
     );
     // PLINK's eigenvalues: σ² over the variants the filter kept.
     let kept = (rows - excluded).max(1) as f64;
-    for (e, s) in json_floats(&reference["eigenvalues"]).iter().zip(&r.s) {
+    let eigenvalues = json_floats(&reference["eigenvalues"]);
+    assert_eq!(eigenvalues.len(), r.s.len(), "eigenvalues and σ");
+    for (e, s) in eigenvalues.iter().zip(&r.s) {
         assert!(
             (e - s * s / kept).abs() <= 1e-12 * e,
             "eigenvalue {e}, σ {s}"
         );
     }
+}
+
+/// The plot at `path` decodes to the 800 × 600 image `rankwise pca` draws, with its
+/// `n` points: a white background, several colours, and coloured (neither white, grey nor
+/// black) pixels, several per point, spread over most of the plot.
+fn assert_plot_drawn(path: &std::path::Path, n: usize) {
+    let file = std::fs::File::open(path).unwrap();
+    let mut reader = png::Decoder::new(std::io::BufReader::new(file))
+        .read_info()
+        .unwrap_or_else(|e| panic!("{}: not a PNG: {e}", path.display()));
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (800, 600), "{}", path.display());
+    assert_eq!(info.bit_depth, png::BitDepth::Eight);
+    let step = match info.color_type {
+        png::ColorType::Rgb => 3,
+        png::ColorType::Rgba => 4,
+        other => panic!("{}: colour type {other:?}", path.display()),
+    };
+    let w = info.width as usize;
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks_exact(step).collect();
+    let distinct: std::collections::BTreeSet<&[u8]> = pixels.iter().map(|p| &p[..3]).collect();
+    assert!(
+        distinct.len() >= 4,
+        "{}: {} colours",
+        path.display(),
+        distinct.len()
+    );
+    let white = pixels.iter().filter(|p| p[..3] == [255, 255, 255]).count();
+    assert!(
+        white > pixels.len() / 2,
+        "{}: {white} white pixels",
+        path.display()
+    );
+    let coloured: Vec<(usize, usize)> = pixels
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p[..3].iter().max().unwrap() - p[..3].iter().min().unwrap() >= 100)
+        .map(|(i, _)| (i % w, i / w))
+        .collect();
+    // A point is a filled circle of radius 3 (about 29 pixels); points may overlap.
+    assert!(
+        coloured.len() >= 5 * n.min(40),
+        "{}: {} coloured pixels for {n} points",
+        path.display(),
+        coloured.len()
+    );
+    let span = |f: fn(&(usize, usize)) -> usize| {
+        coloured.iter().map(f).max().unwrap() - coloured.iter().map(f).min().unwrap()
+    };
+    let (dx, dy) = (span(|p| p.0), span(|p| p.1));
+    assert!(
+        dx >= w / 2 && dy >= 600 / 3,
+        "{}: points span only {dx} × {dy} pixels",
+        path.display()
+    );
 }
 
 #[test]
@@ -466,8 +524,7 @@ fn pca_writes_plink_files_and_a_plot_and_never_overwrites() {
             j + 1
         );
     }
-    let png = std::fs::read(out.with_extension("png")).unwrap();
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert_plot_drawn(&out.with_extension("png"), n);
 
     // Again onto the same --out: refused, naming the path, touching nothing.
     let before = snapshot(&dir);

@@ -17,8 +17,18 @@ const TCP: &[(&str, &str)] = &[("UCX_TLS", "tcp,self"), ("UCX_NET_DEVICES", "lo"
 const SHM: &[(&str, &str)] = &[("UCX_TLS", "sm,self")];
 
 fn mpirun_with(np: usize, args: &[String], env: &[(&str, &str)]) -> Command {
+    mpirun_bin_with(&rankwise_bin(), np, args, env)
+}
+
+/// [`mpirun_with`] of `bin` (`rankwise-fault` for the failure tests).
+fn mpirun_bin_with(
+    bin: &std::path::Path,
+    np: usize,
+    args: &[String],
+    env: &[(&str, &str)],
+) -> Command {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut cmd = mpirun_command(np, &rankwise_bin(), &args);
+    let mut cmd = mpirun_command(np, bin, &args);
     for (key, value) in env {
         // The caller's environment wins, so a cluster can test its own devices.
         if std::env::var_os(key).is_none() {
@@ -138,7 +148,7 @@ fn an_error_on_one_rank_ends_every_rank_with_its_message() {
         out.to_str().unwrap(),
     ]);
     for env in [TCP, SHM] {
-        let mut cmd = mpirun_with(3, &args, env);
+        let mut cmd = mpirun_bin_with(&rankwise_fault_bin(), 3, &args, env);
         cmd.env("RANKWISE_FAULT", "2:error");
         let run = run_with_timeout(cmd, Duration::from_secs(60));
         run.assert_finished();

@@ -114,7 +114,15 @@ fn a_zarr_matrix_gives_the_generated_bits_for_1_to_4_ranks() {
                 want,
                 "{name} {cmd}, 1 rank"
             );
-            assert!(one["per_rank"].is_array() || one["read"].is_object());
+            // Every stored chunk was decoded, at least once (more in a pass of its own).
+            let chunks = rows.div_ceil(chunk.0) * cols.div_ceil(chunk.1);
+            let decoded = one["per_rank"][0]["read"]["chunks"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{name} {cmd}: no per_rank[0].read.chunks in {one}"));
+            assert!(
+                decoded >= chunks,
+                "{name} {cmd}: {decoded} chunks decoded of {chunks}"
+            );
             let mut two = zarr.clone();
             two.extend(strings(&["--local-ranks", "2"]));
             assert_eq!(
@@ -296,7 +304,11 @@ fn segmented_reads_give_the_bits_of_whole_panels() {
         let read = |seg: &[&str]| {
             let mut a = strings(&["read", "--zarr", z, "--json"]);
             a.extend(strings(seg));
-            report(&embedded(&a))["sum"].as_f64().map(f64::to_bits)
+            let r = report(&embedded(&a));
+            r["sum"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{dtype} {codec}: no sum in {r}"))
+                .to_bits()
         };
         assert_eq!(read(&parts), read(&whole), "{dtype} {codec}: read checksum");
         let commands: &[&str] = if dist == "genotype" {
@@ -377,10 +389,16 @@ fn a_singular_sketch_falls_back_to_a_separate_pass_on_every_rank() {
         for (what, r) in [("embedded", &fused), ("mpirun -np 2", &two)] {
             let first = &r["projections"][0];
             assert_eq!(first["fused"], false, "q {q}, {what}: {r}");
-            assert!(
-                first["condition"].as_f64().unwrap_or(f64::INFINITY) > 1e2,
-                "q {q}, {what}: {first}"
-            );
+            // The first projection's condition is always measured where fusing is planned;
+            // JSON has no infinity, so an exactly singular sketch's reads null.
+            match first.get("condition") {
+                Some(serde_json::Value::Null) => {}
+                Some(c) => assert!(
+                    c.as_f64().is_some_and(|c| c > 1e2),
+                    "q {q}, {what}: {first}"
+                ),
+                None => panic!("q {q}, {what}: no condition in {first}"),
+            }
             assert_eq!(r["passes"], separate["passes"], "q {q}, {what}");
             assert_eq!(
                 json_bits(&r["singular_values"]),

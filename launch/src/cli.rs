@@ -28,6 +28,10 @@ use crate::output::{OutputError, OutputLayout, SvdOutput};
 use crate::report::{peak_rss_bytes, seconds};
 
 mod chromosomes;
+// Compiled for the unit tests too, so that `make test` checks the parser.
+#[cfg(any(test, feature = "fault-injection"))]
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+mod fault;
 mod gen_cmd;
 mod read_cmd;
 mod reduce_cmd;
@@ -298,8 +302,33 @@ fn keep_results_independent_of_layout() {
     );
 }
 
-/// Runs the command line; returns the process exit status.
+/// Runs the command line; returns the process exit status. `RANKWISE_FAULT` (the failure
+/// tests' hook, read only by the `rankwise-fault` binary) is refused rather than ignored: a
+/// job that sets it expects a failure, and must not read a success as one.
 pub fn main() -> i32 {
+    if std::env::var_os("RANKWISE_FAULT").is_some() {
+        print_whole_line(
+            "rankwise: RANKWISE_FAULT is set, but this rankwise has no fault injection (a test \
+             hook of the rankwise-fault binary, built with the fault-injection feature); unset \
+             RANKWISE_FAULT to run",
+        );
+        return 2;
+    }
+    run_command_line()
+}
+
+/// [`main`] for the `rankwise-fault` test binary: `RANKWISE_FAULT=RANK:KIND[:PHASE]` makes
+/// rank RANK fail on purpose, and a value that does not parse is an error naming it.
+#[cfg(feature = "fault-injection")]
+pub fn main_with_faults() -> i32 {
+    if let Err(line) = fault::arm_from_env() {
+        print_whole_line(&line);
+        return 2;
+    }
+    run_command_line()
+}
+
+fn run_command_line() -> i32 {
     keep_results_independent_of_layout();
     hold_large_blocks_in_mmap();
     let cli = match Cli::try_parse() {
@@ -637,30 +666,18 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Test hook: `RANKWISE_FAULT=RANK:KIND` makes rank RANK fail on purpose after start-up,
-/// with KIND `error`, `panic` or `exit` (leave abruptly, as a crash would). It exists so
-/// the failure tests exercise the real binary under the real launcher.
+/// Fails this rank on purpose where `RANKWISE_FAULT` says (the `rankwise-fault` test binary
+/// only; see `fault.rs`).
+#[cfg(feature = "fault-injection")]
 fn injected_fault(rt: &Runtime, phase: &str) -> Result<(), CliError> {
-    let Ok(spec) = std::env::var("RANKWISE_FAULT") else {
-        return Ok(());
-    };
-    let mut parts = spec.split(':');
-    let (Some(rank), Some(kind)) = (parts.next(), parts.next()) else {
-        return Ok(());
-    };
-    let at = parts.next().unwrap_or("start");
-    if rank.parse::<usize>().ok() != Some(rt.rank()) || at != phase {
-        return Ok(());
-    }
-    match kind {
-        "error" => Err(CliError::Option {
-            option: "RANKWISE_FAULT",
-            message: format!("injected input error on rank {}", rt.rank()),
-        }),
-        "panic" => panic!("injected panic on rank {}", rt.rank()),
-        "exit" => unsafe { libc::_exit(3) },
-        _ => Ok(()),
-    }
+    fault::inject(rt.rank(), phase)
+}
+
+/// Without the `fault-injection` feature there is no fault to inject.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+fn injected_fault(_rt: &Runtime, _phase: &str) -> Result<(), CliError> {
+    Ok(())
 }
 
 /// `rankwise info --check-kernels`: NVRTC compiles the kernels for every visible device's

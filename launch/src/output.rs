@@ -1150,23 +1150,39 @@ mod tests {
         let parsed: serde_json::Value = serde_json::from_str(&text).expect("json");
         assert_eq!(parsed, report);
 
-        // Optional: zarr-python must read the same values.
+        // zarr-python must read the same values.
         python_check(&out, &u_c, &sv, &vt_c, m, n, k);
     }
 
-    /// Reads the committed group with zarr-python if it is installed.
+    /// The Python of the pinned zarr-python virtualenv the integration tests use
+    /// (`scripts/zarr-venv.sh`, under the target directory), made on first use; the test
+    /// fails with the script's reason where it cannot be made.
+    fn zarr_python() -> PathBuf {
+        let exe = std::env::current_exe().expect("test executable");
+        // target/<profile>/deps/<this test binary>
+        let target = exe.ancestors().nth(3).expect("target directory");
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("repository");
+        let venv = target.join("zarr-venv");
+        let out = std::process::Command::new("bash")
+            .arg(repo.join("scripts/zarr-venv.sh"))
+            .arg(&venv)
+            .output()
+            .expect("running bash");
+        assert!(
+            out.status.success(),
+            "scripts/zarr-venv.sh {} failed ({}), so zarr-python cannot check the group:\n{}",
+            venv.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        venv.join("bin/python")
+    }
+
+    /// Reads the committed group with the pinned zarr-python.
     fn python_check(out: &Path, u: &[f64], s: &[f64], vt: &[f64], m: u64, n: u64, k: u64) {
-        let python = std::env::var("RANKWISE_PYTHON").unwrap_or_else(|_| "python3".to_string());
-        let probe = std::process::Command::new(&python)
-            .args(["-c", "import zarr, numpy"])
-            .output();
-        match probe {
-            Ok(o) if o.status.success() => {}
-            _ => {
-                println!("skipping the zarr-python check: `{python} -c 'import zarr, numpy'` failed (set RANKWISE_PYTHON to a python with zarr>=3)");
-                return;
-            }
-        }
+        let python = zarr_python();
         let dump = |name: &str, v: &[f64]| {
             let p = out.with_extension(format!("{name}.bin"));
             let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -1282,23 +1298,56 @@ print("zarr-python", zarr.__version__, "read the group bit for bit")
         SvdOutput::check_target(Path::new("rankwise-surely-not-here.zarr")).expect("bare name");
     }
 
+    /// Makes the calling thread, and only it, an unprivileged user (`nobody`): the kernel
+    /// keeps credentials per thread, and the raw system calls (unlike libc's wrappers,
+    /// which change every thread of the process) change only the caller's.
+    fn become_nobody_on_this_thread() -> Result<(), String> {
+        const NOBODY: libc::c_long = 65534;
+        for (name, call) in [
+            ("setresgid", libc::SYS_setresgid),
+            ("setresuid", libc::SYS_setresuid),
+        ] {
+            // SAFETY: plain system calls on integer arguments.
+            if unsafe { libc::syscall(call, NOBODY, NOBODY, NOBODY) } != 0 {
+                return Err(format!("{name}: {}", std::io::Error::last_os_error()));
+            }
+        }
+        Ok(())
+    }
+
+    /// A parent directory without write permission is refused, naming it. Root may write
+    /// anywhere, and `make test` runs as root in containers: there the check runs on a
+    /// thread that has become `nobody` (the directories on the way are world-searchable).
     #[test]
     fn output_check_target_unwritable_parent() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            println!("skipping: root may write anywhere");
-            return;
-        }
         use std::os::unix::fs::PermissionsExt as _;
         let scratch = Scratch::new("ro");
         let ro = scratch.0.join("ro");
         fs::create_dir(&ro).expect("dir");
         fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).expect("chmod");
-        let e = SvdOutput::check_target(&ro.join("r.zarr"))
-            .unwrap_err()
-            .to_string();
+        let target = ro.join("r.zarr");
+        let checked = std::thread::spawn(move || {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                become_nobody_on_this_thread().map_err(|e| {
+                    format!(
+                        "running as root, and this thread could not become nobody to check \
+                         an unwritable directory ({e}); run the test as a user without \
+                         CAP_DAC_OVERRIDE, or where setresuid is allowed"
+                    )
+                })?;
+            }
+            Ok::<_, String>(SvdOutput::check_target(&target))
+        })
+        .join()
+        .expect("the checking thread panicked");
         fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).expect("chmod back");
+        let e = checked
+            .unwrap_or_else(|why| panic!("{why}"))
+            .expect_err("a parent directory without write permission was accepted")
+            .to_string();
         assert!(e.contains("--out") && e.contains("not writable"), "{e}");
+        assert!(e.contains(&ro.display().to_string()), "{e}");
     }
 
     #[test]

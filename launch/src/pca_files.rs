@@ -396,13 +396,71 @@ mod tests {
         (0..n).map(|i| format!("sample_{i}")).collect()
     }
 
-    fn assert_png(path: &Path) {
-        let bytes = std::fs::read(path).expect("read png");
-        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
+    /// The RGB pixels of the PNG at `path`, row by row, and its width and height.
+    fn decode_png(path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
+        let file = File::open(path).expect("open png");
+        let mut reader = png::Decoder::new(std::io::BufReader::new(file))
+            .read_info()
+            .expect("a PNG header");
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).expect("PNG image data");
+        assert_eq!(info.bit_depth, png::BitDepth::Eight, "{}", path.display());
+        let step = match info.color_type {
+            png::ColorType::Rgb => 3,
+            png::ColorType::Rgba => 4,
+            other => panic!("{}: colour type {other:?}", path.display()),
+        };
+        let pixels = buf[..info.buffer_size()]
+            .chunks_exact(step)
+            .map(|p| [p[0], p[1], p[2]])
+            .collect();
+        (info.width, info.height, pixels)
+    }
+
+    /// The plot at `path` is an 800 × 600 image, drawn: a white background, the mesh and
+    /// several other colours, and each of `groups` (Palette99 indices, the points' fills)
+    /// on at least `min_pixels` pixels spread over the plot (not only a legend's marks).
+    /// The callers ask for 5 pixels per point: the plots here measured 37 to 39 per point
+    /// (a filled circle of radius 3), and a legend's mark is one circle of radius 4.
+    fn assert_png(path: &Path, groups: &[usize], min_pixels: usize) {
+        let (w, h, pixels) = decode_png(path);
+        assert_eq!((w, h), PLOT_SIZE, "{}", path.display());
+        let distinct: BTreeSet<[u8; 3]> = pixels.iter().copied().collect();
         assert!(
-            bytes.len() > 2000,
-            "PNG suspiciously small: {} bytes",
-            bytes.len()
+            distinct.len() >= 3 + groups.len(),
+            "{}: {} colours",
+            path.display(),
+            distinct.len()
+        );
+        let white = pixels.iter().filter(|&&p| p == [255, 255, 255]).count();
+        assert!(
+            white > pixels.len() / 2,
+            "{}: {white} white pixels of {}",
+            path.display(),
+            pixels.len()
+        );
+        let (mut x0, mut x1) = (u32::MAX, 0);
+        for &g in groups {
+            let c = Palette99::pick(g).to_rgba();
+            let fill = [c.0, c.1, c.2];
+            let mut count = 0;
+            for (i, _) in pixels.iter().enumerate().filter(|(_, &p)| p == fill) {
+                count += 1;
+                let x = i as u32 % w;
+                (x0, x1) = (x0.min(x), x1.max(x));
+            }
+            assert!(
+                count >= min_pixels,
+                "{}: group {g} ({fill:?}) on {count} pixels, fewer than {min_pixels}",
+                path.display()
+            );
+        }
+        // The points span the x range (padded 5 % each side) of a plot area most of the
+        // image wide.
+        assert!(
+            x1 - x0 >= w / 2,
+            "{}: points only between x = {x0} and {x1}",
+            path.display()
         );
     }
 
@@ -525,7 +583,7 @@ mod tests {
         let path = dir.join("pcs.png");
         let (pcs, _) = clustered_pcs(60);
         plot_pcs(&path, pcs.view(), "Genotype PCA", None).expect("plot");
-        assert_png(&path);
+        assert_png(&path, &[0], 60 * 5);
     }
 
     #[test]
@@ -540,7 +598,7 @@ mod tests {
             Some(&labels),
         )
         .expect("plot");
-        assert_png(&path);
+        assert_png(&path, &[0, 1, 2], 20 * 5);
     }
 
     #[test]
@@ -550,9 +608,9 @@ mod tests {
         let (pcs, labels) = clustered_pcs(40);
         let one = pcs.slice(ndarray::s![.., ..1]);
         plot_pcs(&path, one, "PC1 only", None).expect("plot without labels");
-        assert_png(&path);
+        assert_png(&path, &[0], 40 * 5);
         plot_pcs(&path, one, "PC1 only", Some(&labels)).expect("plot with labels");
-        assert_png(&path);
+        assert_png(&path, &[0, 1, 2], 13 * 5);
     }
 
     #[test]
@@ -563,7 +621,7 @@ mod tests {
         let path = dir.join("pcs.png");
         let (pcs, labels) = clustered_pcs(30);
         draw_plot(&path, pcs.view(), "ignored", Some(&labels), false).expect("plot");
-        assert_png(&path);
+        assert_png(&path, &[0, 1, 2], 10 * 5);
     }
 
     #[test]

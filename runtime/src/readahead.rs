@@ -470,12 +470,44 @@ mod tests {
         assert_eq!(pool.buffers.lock().unwrap().len(), 2);
     }
 
+    /// Dropping the read-ahead with 99 panels untaken returns: its readers stop where the
+    /// two buffers stopped them (panel 0, the one read into the buffer panel 0 gave back,
+    /// and one more), read nothing after, and both buffers go back to the pool.
     #[test]
     fn dropping_stops_readers_with_panels_untaken() {
-        let read: Arc<ReadFn> =
-            Arc::new(|_r: Range<u64>, _b: &mut PanelBuffer| Ok(ReadStats::default()));
-        let ra = ReadAhead::start(order(100), 2, 2, None, read, Arc::default()).unwrap();
-        drop(ra.take(0));
-        drop(ra);
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&reads);
+        let read: Arc<ReadFn> = Arc::new(move |_r: Range<u64>, _b: &mut PanelBuffer| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(ReadStats::default())
+        });
+        let pool = Arc::new(BufferPool::default());
+        let ra = ReadAhead::start(order(100), 2, 2, None, read, Arc::clone(&pool)).unwrap();
+        drop(ra.take(0).unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(ra);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("dropping the read-ahead did not return: a reader kept waiting");
+        let done = reads.load(Ordering::SeqCst);
+        assert!((1..=3).contains(&done), "{done} panels read with 2 buffers");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            done,
+            "a reader ran on after the drop"
+        );
+        assert_eq!(
+            pool.buffers.lock().unwrap().len(),
+            2,
+            "buffers not given back"
+        );
+        assert_eq!(
+            pool.scratch.lock().unwrap().len(),
+            2,
+            "readers' scratch not given back"
+        );
     }
 }

@@ -109,6 +109,19 @@ pub fn rankwise_bin() -> PathBuf {
     bin
 }
 
+/// `rankwise-fault`: the release binary with `RANKWISE_FAULT` read (feature
+/// `fault-injection`), which the failure tests launch; `make build` builds it.
+pub fn rankwise_fault_bin() -> PathBuf {
+    let bin = rankwise_bin().with_file_name("rankwise-fault");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (`cargo build --release -p rankwise-launch --features \
+         fault-injection --bin rankwise-fault`; `make build` does)",
+        bin.display()
+    );
+    bin
+}
+
 /// The Python interpreter of the zarr-python virtualenv (`scripts/zarr-venv.sh`, pinned
 /// versions), created under the target dir on first use; concurrent callers wait for each
 /// other (the script locks).

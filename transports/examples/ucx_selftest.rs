@@ -1,7 +1,7 @@
 //! Self-test of the UCX transport; run it under `mpirun` with any number of processes.
 //!
 //! ```text
-//! mpirun -np 4 target/release/examples/ucx_selftest [basic|big|abort]
+//! mpirun -np 4 target/release/examples/ucx_selftest [basic|big [BYTES]|abort]
 //! ```
 //!
 //! Modes:
@@ -9,8 +9,8 @@
 //!   (checked bit for bit against the rank-ordered sum), barrier, and an all-to-all exchange
 //!   of 4 MiB messages with every send before any receive. Rank 0 prints
 //!   `SELFTEST PASSED size=P transport=ucx`.
-//! * `big`: rank 0 sends one message of [`BIG_BYTES`] (≥ 256 MiB) to rank 1 and rank 1 one
-//!   back; each checks every byte and prints `BIG OK bytes=...`.
+//! * `big`: rank 0 sends one message of BYTES (default [`BIG_BYTES`], 256 MiB and a tail)
+//!   to rank 1 and rank 1 one back; each checks every byte and prints `BIG OK bytes=...`.
 //! * `abort`: rank P−1 calls `abort("injected failure")` while all others wait in
 //!   `recv_bytes`; every rank prints `rank R FAILED: ...` naming rank P−1 and exits with 3.
 //!
@@ -73,7 +73,11 @@ fn main() {
     let rank = comm.rank();
     let result = match mode.as_str() {
         "basic" => basic(&comm),
-        "big" => big(&comm),
+        "big" => match std::env::args().nth(2).map(|b| b.parse::<usize>()) {
+            None => big(&comm, BIG_BYTES),
+            Some(Ok(bytes)) => big(&comm, bytes),
+            Some(Err(e)) => Err(Failure::Check(format!("big: BYTES: {e}"))),
+        },
         "abort" => abort(&comm),
         "vanish" => vanish(&comm),
         other => Err(Failure::Check(format!("unknown mode {other:?}"))),
@@ -181,25 +185,25 @@ fn basic(comm: &UcxComm) -> Result<(), Failure> {
     Ok(())
 }
 
-fn big(comm: &UcxComm) -> Result<(), Failure> {
+fn big(comm: &UcxComm, bytes: usize) -> Result<(), Failure> {
     let rank = comm.rank();
     ensure(comm.size() >= 2, || "big needs two ranks".into())?;
     if rank > 1 {
         return Ok(());
     }
     let peer = 1 - rank;
-    let mine = pattern(rank as u64 + 1, BIG_BYTES);
+    let mine = pattern(rank as u64 + 1, bytes);
     // Both send first, then receive: the mailbox must take the peer's message in.
     comm.send_bytes(peer, 3, &mine)?;
     let got = comm.recv_bytes(peer, 3)?;
     drop(mine);
-    ensure(got.len() == BIG_BYTES, || {
-        format!("got {} bytes, expected {BIG_BYTES}", got.len())
+    ensure(got.len() == bytes, || {
+        format!("got {} bytes, expected {bytes}", got.len())
     })?;
-    ensure(got == pattern(peer as u64 + 1, BIG_BYTES), || {
+    ensure(got == pattern(peer as u64 + 1, bytes), || {
         "the big message differs".into()
     })?;
-    println!("rank {rank} BIG OK bytes={BIG_BYTES}");
+    println!("rank {rank} BIG OK bytes={bytes}");
     Ok(())
 }
 
