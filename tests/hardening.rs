@@ -80,26 +80,60 @@ fn a_panicking_decoder_in_a_readahead_thread_fails_the_run_instead_of_hanging() 
         meta.contains("crc32c"),
         "the shard index carries a CRC: {meta}"
     );
+    // The same store with a `crc32c` after the inner chunks' `bytes`: a chain rankwise
+    // leaves to zarrs, which panics on a shard's first index entry below before it reads
+    // any inner chunk (whose checksums this store lacks).
+    let zarrs_store = dir.join("t.zarr");
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&store)
+        .arg(&zarrs_store)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let mut m: serde_json::Value = serde_json::from_str(&meta).unwrap();
+    m["codecs"][0]["configuration"]["codecs"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "crc32c"}));
+    std::fs::write(zarrs_store.join("zarr.json"), m.to_string()).unwrap();
     // The shard index sits at the end of the shard: (offset, nbytes) per inner chunk as
-    // little-endian u64s, then the CRC-32C of those bytes.
-    let shards = shard_files(&store);
-    let victim = &shards[draw.range(0, shards.len() as u64 - 1) as usize];
-    let mut bytes = std::fs::read(victim).unwrap();
+    // little-endian u64s, then the CRC-32C of those bytes. The first shard's entry, so
+    // that zarrs meets it before any other chunk.
     let entries = (shard / chunk) as usize;
-    let index_len = entries * 16;
-    let start = bytes.len() - index_len - 4;
     let entry = draw.range(0, entries as u64 - 1) as usize;
-    let at = start + entry * 16;
-    bytes[at..at + 8].copy_from_slice(&(u64::MAX - 9).to_le_bytes());
-    bytes[at + 8..at + 16].copy_from_slice(&100u64.to_le_bytes());
-    let crc = crc32c(&bytes[start..start + index_len]);
-    let end = bytes.len();
-    bytes[end - 4..].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(victim, &bytes).unwrap();
-    let what = format!(
-        "{rows} × {cols}, chunks of {chunk}, shards of {shard}: {} entry {entry}",
-        victim.display()
+    // Every shard of the zarrs store, so that each rank of a multi-rank read meets one
+    // before an inner chunk without its checksum.
+    let victims = [shard_files(&store)[..1].to_vec(), shard_files(&zarrs_store)];
+    for (victim, entry) in victims[0]
+        .iter()
+        .map(|v| (v, entry))
+        .chain(victims[1].iter().map(|v| (v, 0)))
+    {
+        let mut bytes = std::fs::read(victim).unwrap();
+        let index_len = entries * 16;
+        let start = bytes.len() - index_len - 4;
+        let at = start + entry * 16;
+        bytes[at..at + 8].copy_from_slice(&(u64::MAX - 9).to_le_bytes());
+        bytes[at + 8..at + 16].copy_from_slice(&100u64.to_le_bytes());
+        let crc = crc32c(&bytes[start..start + index_len]);
+        let end = bytes.len();
+        bytes[end - 4..].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(victim, &bytes).unwrap();
+    }
+    let what = format!("{rows} × {cols}, chunks of {chunk}, shards of {shard}: entry {entry}");
+    // Decoded here: an error naming the inner chunk and its range.
+    let run = embedded(&strings(&["read", "--zarr", &spec]));
+    run.assert_finished();
+    assert_eq!(run.code, Some(1), "{what}\n{}", run.describe());
+    assert!(
+        run.stderr.contains(&format!("inner chunk [{entry}, 0]"))
+            && run.stderr.contains("lies outside"),
+        "{what}: the range is refused, naming the inner chunk\n{}",
+        run.describe()
     );
+    // Decoded by zarrs, which panics: the panic is the rank's failure, never a hang.
+    let spec = zarrs_store.to_str().unwrap().to_string();
     for extra in [vec![], vec!["--local-ranks", "4"]] {
         let mut args = strings(&["read", "--zarr", &spec, "--comm-timeout", "30"]);
         args.extend(strings(&extra));
@@ -560,9 +594,10 @@ fn write_bomb(path: &Path, codec: &str, len: u64) {
                 .unwrap()
                 .auto_finish(),
         ),
+        // The best level: about 1000:1 on zeros, where the fastest makes about 200:1.
         "gzip" => Box::new(flate2::write::GzEncoder::new(
             file,
-            flate2::Compression::fast(),
+            flate2::Compression::best(),
         )),
         other => panic!("no bomb for {other}"),
     };
@@ -846,7 +881,7 @@ fn non_finite_values_and_overflow_are_named_where_they_are_stored() {
 fn tiny_and_huge_scales_give_lapacks_singular_values_or_a_named_refusal() {
     let mut draw = Draw(test_seed() ^ 88);
     let dir = scratch("hardening-scale");
-    let (rows, cols, chunk) = (100 * draw.range(30, 60), draw.range(10, 40), 100u64);
+    let (rows, cols, chunk) = (100 * draw.range(30, 60), draw.range(20, 40), 100u64);
     let seed = draw.next();
     let base = dir.join("base.zarr");
     gen_store(
@@ -931,6 +966,83 @@ fn tiny_and_huge_scales_give_lapacks_singular_values_or_a_named_refusal() {
     assert!(
         ((s1 - truth[0] * 1e-170) / (truth[0] * 1e-170)).abs() < 1e-10,
         "svd σ₁ {s1:e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_decompression_bomb_inside_a_shard_stays_within_the_budget() {
+    let mut draw = Draw(test_seed() ^ 44);
+    let dir = scratch("hardening-shard-bomb");
+    let cols = draw.range(90, 110);
+    let (chunk, shard) = (100u64, 200u64);
+    let rows = shard * draw.range(2, 4);
+    let store = dir.join("s.zarr");
+    let spec = gen_store(
+        &store,
+        (rows, cols, chunk),
+        "normal",
+        &draw.next().to_string(),
+        &["--codec", "zstd", "--shard-rows", "200"],
+    );
+    // The shard rebuilt with its first inner chunk replaced by a zstd stream of 400 MiB of
+    // zeros (about 13 KB, inside the bound for an 80 KB chunk), its index and CRC written
+    // as a hostile writer would.
+    let victim = &shard_files(&store)[0];
+    let bytes = std::fs::read(victim).unwrap();
+    let entries = (shard / chunk) as usize;
+    let index_at = bytes.len() - entries * 16 - 4;
+    let entry = |j: usize| {
+        let e = &bytes[index_at + j * 16..index_at + j * 16 + 16];
+        (
+            u64::from_le_bytes(e[..8].try_into().unwrap()),
+            u64::from_le_bytes(e[8..].try_into().unwrap()),
+        )
+    };
+    let bomb_path = dir.join("bomb.zst");
+    write_bomb(&bomb_path, "zstd", 400 << 20);
+    let bomb = std::fs::read(&bomb_path).unwrap();
+    let mut data = Vec::new();
+    let mut index = Vec::new();
+    for j in 0..entries {
+        let (off, nb) = entry(j);
+        let inner = if j == 0 {
+            bomb.clone()
+        } else {
+            bytes[off as usize..(off + nb) as usize].to_vec()
+        };
+        index.extend((data.len() as u64).to_le_bytes());
+        index.extend((inner.len() as u64).to_le_bytes());
+        data.extend(inner);
+    }
+    let crc = crc32c(&index);
+    data.extend(&index);
+    data.extend(crc.to_le_bytes());
+    std::fs::write(victim, data).unwrap();
+    let args = strings(&[
+        "read",
+        "--zarr",
+        &spec,
+        "--actors",
+        "1",
+        "--memory-per-actor",
+        "64M",
+    ]);
+    let (run, peak) = embedded_with_peak(&args);
+    run.assert_finished();
+    assert_eq!(run.code, Some(1), "{}", run.describe());
+    assert!(
+        run.stderr.contains("c/0/0")
+            && run.stderr.contains("inner chunk [0, 0]")
+            && run.stderr.contains("decodes to more than"),
+        "names the shard and the inner chunk\n{}",
+        run.describe()
+    );
+    assert!(
+        peak <= (64 << 20) + FIXED_OVERHEAD,
+        "peak RSS {} MiB\n{}",
+        peak >> 20,
+        run.describe()
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -586,7 +586,9 @@ impl ZarrArray {
         let chunk_rows = self.chunk_shape()?.first().copied().unwrap_or(1);
         for idx in self.chunks_in(region)? {
             let stored = match (self.direct, &self.shard) {
-                (Some(codec), _) => self.decode_direct(codec, &idx, region, elem, bytes, scratch)?,
+                (Some(codec), _) => {
+                    self.decode_direct(codec, &idx, region, elem, bytes, scratch)?
+                }
                 (None, Some(sh)) => self.decode_shard(sh, &idx, region, elem, bytes, scratch)?,
                 (None, None) => None,
             };
@@ -722,8 +724,8 @@ impl ZarrArray {
         let most = crate::direct::max_encoded(Some(sh.codec), inner_whole)
             .saturating_mul(count)
             .saturating_add(index_len);
-        let Some(len) = crate::direct::check_chunk_file_with(&path, most, Some(sh.codec))
-            .map_err(fail)?
+        let Some(len) =
+            crate::direct::check_chunk_file_with(&path, most, Some(sh.codec)).map_err(fail)?
         else {
             return Ok(None);
         };

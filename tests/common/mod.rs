@@ -400,64 +400,37 @@ pub fn runtime(actors: usize) -> Runtime {
 /// `rankwise args…` in one process, with the peak resident memory (bytes) the kernel
 /// recorded for it: `wait4`'s `ru_maxrss`, which holds for runs that fail too (a failing
 /// run writes no report to read `peak_rss_bytes` from).
-// The child is reaped by `wait4` (which `Child::wait` cannot replace: it drops the usage).
-#[allow(clippy::zombie_processes)]
+///
+/// The run is forked from a small Python process that waits for it: a child spawned from
+/// this test process starts its `ru_maxrss` at this process's own peak (the kernel keeps
+/// the high-water mark of the memory image an `exec` replaces, and a spawned child's is
+/// the test harness's, which other tests had grown past 100 MiB), so the measure would be
+/// the harness's, not rankwise's. A fork of the waiter starts from the waiter's few MiB.
 pub fn embedded_with_peak(args: &[String]) -> (mpirun_util::RunOutput, u64) {
-    use std::io::Read;
-    use std::process::Stdio;
-    let command = format!("{} {}", rankwise_bin().display(), args.join(" "));
-    let mut child = std::process::Command::new(rankwise_bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start `{command}`: {e}"));
-    let pid = child.id() as libc::pid_t;
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let start = std::time::Instant::now();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watchdog = {
-        let (done, timed_out) = (done.clone(), timed_out.clone());
-        std::thread::spawn(move || {
-            while !done.load(std::sync::atomic::Ordering::Acquire) {
-                if start.elapsed() > CLI_LIMIT {
-                    timed_out.store(true, std::sync::atomic::Ordering::Release);
-                    // SAFETY: signalling our own child, which has not been reaped yet (the
-                    // waiter below reaps it only after it exits).
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    return;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        })
-    };
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value; wait4 fills it in.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waiting for our own child; `status` and `usage` outlive the call.
-    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(got, pid, "wait4 on `{command}`");
-    done.store(true, std::sync::atomic::Ordering::Release);
-    watchdog.join().unwrap();
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    let run = mpirun_util::RunOutput {
-        command,
-        code,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-        elapsed: start.elapsed(),
-        timed_out: timed_out.load(std::sync::atomic::Ordering::Acquire),
-    };
-    // ru_maxrss is in KiB on Linux.
-    (run, usage.ru_maxrss as u64 * 1024)
+    const WAITER: &str = concat!(
+        "import os, sys\n",
+        "pid = os.fork()\n",
+        "if pid == 0: os.execv(sys.argv[1], sys.argv[1:])\n",
+        "_, status, usage = os.wait4(pid, 0)\n",
+        "sys.stderr.write('\\nPEAK_RSS_KIB=%d\\n' % usage.ru_maxrss)\n",
+        "sys.exit(os.waitstatus_to_exitcode(status) % 256)\n",
+    );
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg("-c").arg(WAITER).arg(rankwise_bin()).args(args);
+    let mut run = mpirun_util::run_with_timeout(cmd, CLI_LIMIT);
+    let at = run
+        .stderr
+        .rfind("\nPEAK_RSS_KIB=")
+        .unwrap_or_else(|| panic!("the waiter reported no peak RSS\n{}", run.describe()));
+    let kib: u64 = run.stderr[at + "\nPEAK_RSS_KIB=".len()..]
+        .trim()
+        .parse()
+        .unwrap();
+    run.stderr.truncate(at);
+    // A run killed by a signal: the waiter exits with the signal's number as Python
+    // reports it (negative), here as 256 − N; read as "no exit code".
+    if run.code.is_some_and(|c| c > 128) {
+        run.code = None;
+    }
+    (run, kib * 1024)
 }
