@@ -185,7 +185,7 @@ fn kill_rank_1(env: &[(&str, &str)], marker: &str) -> RunOutput {
         "--power-iters",
         "6",
         "--memory-per-actor",
-        "400M",
+        "600M",
         "--transport",
         "ucx",
         "--seed",
