@@ -127,9 +127,11 @@ fn arrays_in(dir: &Path) -> Vec<String> {
 /// Rows and columns.
 type Extent2 = (u64, u64);
 
-/// The largest decoded chunk read (16 GiB): Blosc frames hold at most 2 GiB, and writers'
-/// chunks are megabytes.
-const MAX_CHUNK_BYTES: u64 = 16 << 30;
+/// The largest decoded chunk read (1 TiB): beyond any node's memory, where writers' chunks
+/// are megabytes (and Blosc frames at most 2 GiB). The memory plan refuses a chunk larger
+/// than the budget before anything is read; this bound stops sizes computed from absurd
+/// metadata (a chunk dimension of 2⁶⁴ − 1) before they overflow or reach an allocation.
+const MAX_CHUNK_BYTES: u64 = 1 << 40;
 
 /// One opened Zarr array.
 #[derive(Clone)]

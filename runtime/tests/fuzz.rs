@@ -67,6 +67,11 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
+/// Held by each fuzz target while it runs: the counters are the process's, so a target
+/// running beside another would count the other's allocations (a bomb being encoded) as
+/// its own.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Live bytes now, made the peak from here on.
 fn reset_peak() -> usize {
     let now = LIVE.load(Ordering::Relaxed);
@@ -267,6 +272,7 @@ const READ_BOUND: usize = (ROWS * COLS * 8) as usize + 4 * CHUNK_BYTES + (12 << 
 
 #[test]
 fn mutated_chunk_files_never_panic_or_allocate_by_what_they_claim() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let mut rng = Rng(seed());
     let root = std::env::temp_dir().join(format!("rankwise-fuzz-chunks-{}", std::process::id()));
     let codecs = [
@@ -381,6 +387,7 @@ fn at_path<'v>(v: &'v mut serde_json::Value, path: &[String]) -> &'v mut serde_j
 
 #[test]
 fn mutated_metadata_never_panics_or_allocates_by_its_shapes() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let mut rng = Rng(seed() ^ 0x5eed);
     let root = std::env::temp_dir().join(format!("rankwise-fuzz-meta-{}", std::process::id()));
     let codecs = [
