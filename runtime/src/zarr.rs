@@ -675,29 +675,7 @@ impl ZarrArray {
         else {
             return Ok(None);
         };
-        let start: Vec<u64> = origin
-            .iter()
-            .zip(region)
-            .map(|(&o, r)| o.max(r.start))
-            .collect();
-        let extent: Vec<u64> = start
-            .iter()
-            .zip(origin.iter().zip(&cs))
-            .zip(region)
-            .map(|((&s, (&o, &c)), r)| (o + c).min(r.end) - s)
-            .collect();
-        let src_at: Vec<u64> = start.iter().zip(&origin).map(|(s, o)| s - o).collect();
-        let dst_at: Vec<u64> = start.iter().zip(region).map(|(s, r)| s - r.start).collect();
-        copy_block(
-            &scratch.staging,
-            &cs,
-            &src_at,
-            bytes,
-            &shape,
-            &dst_at,
-            &extent,
-            elem,
-        );
+        copy_into_region(&scratch.staging, &cs, &origin, region, bytes, elem);
         Ok(Some(stored))
     }
 
@@ -764,7 +742,6 @@ impl ZarrArray {
         let d = cs.len();
         let per: Vec<u64> = cs.iter().zip(&sh.inner).map(|(s, i)| s / i).collect();
         let origin: Vec<u64> = idx.iter().zip(&cs).map(|(i, c)| i * c).collect();
-        let shape: Vec<u64> = region.iter().map(|r| r.end - r.start).collect();
         // Inner chunks that meet the region, per dimension.
         let span: Vec<Range<u64>> = (0..d)
             .map(|k| {
@@ -809,22 +786,7 @@ impl ZarrArray {
                     .map_err(what)?;
             }
             let io: Vec<u64> = (0..d).map(|k| origin[k] + j[k] * sh.inner[k]).collect();
-            let start: Vec<u64> = (0..d).map(|k| io[k].max(region[k].start)).collect();
-            let extent: Vec<u64> = (0..d)
-                .map(|k| (io[k] + sh.inner[k]).min(region[k].end) - start[k])
-                .collect();
-            let src_at: Vec<u64> = (0..d).map(|k| start[k] - io[k]).collect();
-            let dst_at: Vec<u64> = (0..d).map(|k| start[k] - region[k].start).collect();
-            copy_block(
-                &scratch.staging,
-                &sh.inner,
-                &src_at,
-                bytes,
-                &shape,
-                &dst_at,
-                &extent,
-                elem,
-            );
+            copy_into_region(&scratch.staging, &sh.inner, &io, region, bytes, elem);
             let mut k = d;
             loop {
                 if k == 0 {
@@ -991,6 +953,27 @@ impl ZarrArray {
 }
 
 /// The element type of a zarrs data type, when rankwise reads it as numbers.
+/// Copies the part of the decoded block `src` (shape `src_shape`, at `origin` in the
+/// array) that lies inside `region` into `dst`, which holds `region` in C order.
+fn copy_into_region(
+    src: &[u8],
+    src_shape: &[u64],
+    origin: &[u64],
+    region: &[Range<u64>],
+    dst: &mut [u8],
+    elem: usize,
+) {
+    let d = src_shape.len();
+    let start: Vec<u64> = (0..d).map(|k| origin[k].max(region[k].start)).collect();
+    let extent: Vec<u64> = (0..d)
+        .map(|k| (origin[k] + src_shape[k]).min(region[k].end) - start[k])
+        .collect();
+    let src_at: Vec<u64> = (0..d).map(|k| start[k] - origin[k]).collect();
+    let dst_at: Vec<u64> = (0..d).map(|k| start[k] - region[k].start).collect();
+    let shape: Vec<u64> = region.iter().map(|r| r.end - r.start).collect();
+    copy_block(src, src_shape, &src_at, dst, &shape, &dst_at, &extent, elem);
+}
+
 fn element_type(dt: &DataType) -> Option<ElementType> {
     [
         (data_type::uint8(), ElementType::U8),
