@@ -434,3 +434,30 @@ pub fn embedded_with_peak(args: &[String]) -> (mpirun_util::RunOutput, u64) {
     }
     (run, kib * 1024)
 }
+
+/// The least `--memory-per-actor` (bytes, rounded up to a MiB) that the plan of `args`
+/// accepts, from the refusal of a budget too small ("raise --memory-per-actor to at least
+/// X MiB"), or 4 MiB when that is accepted.
+pub fn least_budget(args: &[String]) -> u64 {
+    let mut tiny = args.to_vec();
+    tiny.extend(strings(&["--memory-per-actor", "4M"]));
+    let run = embedded(&tiny);
+    run.assert_finished();
+    if run.success() {
+        return 4 << 20;
+    }
+    let at = run
+        .stderr
+        .find("at least ")
+        .unwrap_or_else(|| panic!("4M is refused, naming the least\n{}", run.describe()));
+    let rest = &run.stderr[at + "at least ".len()..];
+    let mut words = rest.split_whitespace();
+    let value: f64 = words.next().unwrap().parse().unwrap();
+    let unit = match words.next().unwrap().trim_end_matches([';', ',', ')']) {
+        "KiB" => 1u64 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => panic!("unit {other}: {}", run.describe()),
+    };
+    ((value * unit as f64) as u64).div_ceil(1 << 20) << 20
+}
