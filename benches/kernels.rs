@@ -449,7 +449,7 @@ impl Drop for TempDir {
 }
 
 fn zarr_decode(c: &mut Criterion) {
-    use rankwise::launch::gen_store::{Codec, DType, GenLayout, GenStore, Shuffle, ZarrFormat};
+    use rankwise::output::gen_store::{Codec, DType, GenLayout, GenStore, Shuffle, ZarrFormat};
     use rankwise::runtime::zarr::ZarrMatrix;
     use rankwise::runtime::{PanelBuffer, StoredPanels};
 

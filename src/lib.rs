@@ -7,7 +7,7 @@
 //! * [`runtime`]: topology, actors, the chunk grid and placement, sources, memory budget;
 //! * [`transports`]: the `Comm` trait, the `Local` and `Mpi` transports;
 //! * [`linalg`]: panel kernels, TSQR, the SVD;
-//! * [`launch`]: launcher detection, output writers, the CLI.
+//! * [`output`]: Zarr result groups committed atomically, PLINK 2 eigenvector files.
 //!
 //! ```
 //! use rankwise::{embedded, linalg::{svd, SvdOptions, SvdProblem}, runtime::{Dist, RuntimeConfig}};
@@ -17,8 +17,8 @@
 //! assert!(result.check.unwrap().relative_residual < 1e-13);
 //! ```
 
-pub use rankwise_launch as launch;
 pub use rankwise_linalg as linalg;
+pub use rankwise_output as output;
 pub use rankwise_runtime as runtime;
 pub use rankwise_transports as transports;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::mpirun_util::run_with_timeout;
 use common::*;
 use ndarray::Array2;
-use rankwise::launch::output::read_f64_array;
+use rankwise::output::read_f64_array;
 use rankwise::runtime::Dist;
 
 fn rankwise(args: &[&str]) -> (i32, String, String) {

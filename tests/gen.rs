@@ -715,7 +715,7 @@ fn pca_finds_the_populations_and_none_without_structure() {
     ]);
     let r = report(&embedded(&args));
     assert_eq!(r["matrix"]["populations"].as_u64(), Some(3));
-    let (shape, vt) = rankwise::launch::output::read_f64_array(&out, "Vt").unwrap();
+    let (shape, vt) = rankwise::output::read_f64_array(&out, "Vt").unwrap();
     assert_eq!(shape, vec![2, samples]);
     let pcs = Array2::from_shape_vec((2, samples as usize), vt)
         .unwrap()

@@ -326,7 +326,7 @@ fn factors_out(
 /// The singular vectors of output group `name` ("U": columns, "Vt": rows) as the columns
 /// of a matrix.
 fn vectors(group: &std::path::Path, name: &str) -> Array2<f64> {
-    let (shape, v) = rankwise::launch::output::read_f64_array(group, name)
+    let (shape, v) = rankwise::output::read_f64_array(group, name)
         .unwrap_or_else(|e| panic!("{}: {name}: {e}", group.display()));
     let a = Array2::from_shape_vec((shape[0] as usize, shape[1] as usize), v).unwrap();
     if name == "Vt" {

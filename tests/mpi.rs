@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::mpirun_util::{self, mpirun, mpirun_command, run_with_timeout};
 use common::*;
-use rankwise::launch::output::read_f64_array;
+use rankwise::output::read_f64_array;
 
 type Bits = (Vec<u64>, Vec<u64>, Vec<u64>);
 

@@ -13,10 +13,10 @@ use std::time::Instant;
 
 use common::mpirun_util::RunOutput;
 use common::*;
-use rankwise::launch::output::read_f64_array;
 use rankwise::linalg::{
     hwe_p, rsvd, HweP, Method, Projection, RsvdOptions, RsvdProblem, VariantFilter,
 };
+use rankwise::output::read_f64_array;
 use rankwise::runtime::{Dist, Generated, RuntimeConfig};
 use serde_json::Value;
 

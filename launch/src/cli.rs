@@ -24,8 +24,8 @@ use rankwise_transports::{Comm, LocalWorld, TransportError};
 use serde_json::json;
 
 use crate::launcher::LaunchInfo;
-use crate::output::{OutputError, OutputLayout, SvdOutput};
 use crate::report::{peak_rss_bytes, seconds};
+use rankwise::output::group::{OutputError, OutputLayout, SvdOutput};
 
 mod chromosomes;
 // Compiled for the unit tests too, so that `make test` checks the parser.
@@ -438,7 +438,7 @@ where
 {
     let launch = LaunchInfo::detect();
     // Signals end the process only after its temporaries are gone.
-    if let Err(e) = crate::interrupt::install(launch.rank.unwrap_or(0)) {
+    if let Err(e) = rankwise::output::temporaries::install(launch.rank.unwrap_or(0)) {
         eprintln!("rankwise: warning: signal handling not installed ({e}): an interrupted run may leave *.tmp-* outputs");
     }
     let transport = run.transport.unwrap_or(if launch.under_launcher() {
@@ -1125,7 +1125,7 @@ pub(crate) fn open_collectively<O>(
     let tmp = SvdOutput::temp_path(out, &String::from_utf8_lossy(&token));
     // From here on the temporary directory may exist: any failure removes it, and so does
     // a signal.
-    crate::interrupt::register(&tmp);
+    rankwise::output::temporaries::register(&tmp);
     let opened = (|| -> Result<O, CliError> {
         let created = if me == 0 {
             Some(create(&tmp).map_err(|e| CliError::Option {

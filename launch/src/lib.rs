@@ -1,10 +1,7 @@
-//! rankwise launch: launcher detection, rank → device binding, the `rankwise` command line,
-//! run reports and output writers.
+//! rankwise launch: launcher detection, rank → device binding, the `rankwise` command line
+//! and its run reports; a client of the `rankwise` library.
 
 pub mod cli;
-pub mod gen_store;
-mod interrupt;
 pub mod launcher;
-pub mod output;
-pub mod pca_files;
+mod plot;
 pub mod report;

@@ -286,7 +286,7 @@ pub fn group_bits(dir: &Path, names: &[&str]) -> BTreeMap<String, (Vec<u64>, Vec
     names
         .iter()
         .map(|&name| {
-            let (shape, v) = rankwise::launch::output::read_f64_array(dir, name)
+            let (shape, v) = rankwise::output::read_f64_array(dir, name)
                 .unwrap_or_else(|e| panic!("{}: {name}: {e}", dir.display()));
             (
                 name.to_string(),

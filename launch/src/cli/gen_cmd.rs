@@ -13,9 +13,11 @@ use rankwise_runtime::{
 use serde_json::json;
 
 use super::{finish_output, hostname, injected_fault, open_collectively, CliError, RunArgs};
-use crate::gen_store::{Codec, DType, GenLayout, GenStore, PanelWritten, Shuffle, ZarrFormat};
 use crate::launcher::LaunchInfo;
 use crate::report::{peak_rss_bytes, seconds};
+use rankwise::output::gen_store::{
+    Codec, DType, GenLayout, GenStore, PanelWritten, Shuffle, ZarrFormat,
+};
 
 /// `rankwise gen`.
 #[derive(Args, Debug, Clone)]

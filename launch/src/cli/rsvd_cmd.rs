@@ -25,9 +25,10 @@ use super::{
     RunArgs,
 };
 use crate::launcher::LaunchInfo;
-use crate::output::{OutputLayout, SvdOutput};
-use crate::pca_files::{plot_pcs, write_eigenval, write_eigenvec};
+use crate::plot::plot_pcs;
 use crate::report::{peak_rss_bytes, seconds};
+use rankwise::output::group::{OutputLayout, SvdOutput};
+use rankwise::output::plink_files::{write_eigenval, write_eigenvec};
 
 /// How the range is refined.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -799,12 +800,12 @@ fn finish_side_files(
             let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("out");
             p.with_extension(format!("tmp-{token}.{ext}"))
         };
-        let io = |e: crate::pca_files::PcaFileError| CliError::Option {
+        let io = |e: rankwise::output::plink_files::PcaFileError| CliError::Option {
             option: "--out",
             message: e.to_string(),
         };
         for p in [&vec_path, &val_path, &png_path] {
-            crate::interrupt::register(&tmp(p));
+            rankwise::output::temporaries::register(&tmp(p));
         }
         result = (|| -> Result<(), CliError> {
             write_eigenvec(&tmp(&vec_path), ids, pcs.view()).map_err(io)?;
@@ -823,7 +824,7 @@ fn finish_side_files(
             // it is, a signal removes the side files already renamed, as it removes the
             // temporaries.
             for (_, to) in &renames {
-                crate::interrupt::register_uncommitted(to, out);
+                rankwise::output::temporaries::register_uncommitted(to, out);
             }
             for (from, to) in &renames {
                 std::fs::rename(from, to).map_err(|e| CliError::Option {
@@ -833,7 +834,7 @@ fn finish_side_files(
                 renamed.push(to.clone());
             }
             o.0.commit()?;
-            crate::interrupt::committed();
+            rankwise::output::temporaries::committed();
             Ok(())
         })();
         if result.is_err() {
@@ -843,7 +844,7 @@ fn finish_side_files(
             for to in &renamed {
                 let _ = std::fs::remove_file(to);
             }
-            crate::interrupt::committed();
+            rankwise::output::temporaries::committed();
         }
     }
     // Every rank learns whether rank 0 succeeded: a failure there is announced to all.

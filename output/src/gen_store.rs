@@ -20,7 +20,7 @@
 //! Each panel is written whole by one caller, so the same chunk files come out whichever
 //! rank or thread writes them; edge chunks are padded with the fill value, which no
 //! generated value ever equals. The steps of a multi-rank write are those of
-//! [`crate::output::SvdOutput`]: one rank [`GenStore::create`]s under the temporary name,
+//! [`crate::group::SvdOutput`]: one rank [`GenStore::create`]s under the temporary name,
 //! a barrier, the others [`GenStore::open`], everyone [`GenStore::write_panels`] its own
 //! panels, a barrier, one rank [`GenStore::commit`]s.
 
@@ -29,7 +29,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use clap::ValueEnum;
 use ndarray::{ArrayViewMut2, ShapeBuilder};
 use rankwise_runtime::{Dist, Generated, PanelSource, SourceError};
 use serde_json::{json, Map, Value};
@@ -37,10 +36,11 @@ use zarrs::array::{Array, ArrayMetadata, CodecOptions, Element};
 use zarrs::filesystem::FilesystemStore;
 use zarrs::storage::{ReadableStorageTraits, StoreKey, WritableStorageTraits};
 
-use crate::output::{check_open, commit_once, create_temp_dir, new_store, OutputError, SvdOutput};
+use crate::group::{check_open, commit_once, create_temp_dir, new_store, OutputError, SvdOutput};
 
 /// Zarr format version of the store.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ZarrFormat {
     /// Zarr v2 (`.zarray`, `.zattrs`, chunk keys `i.j`).
@@ -50,7 +50,8 @@ pub enum ZarrFormat {
 }
 
 /// Stored element type.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
     /// 64-bit float.
@@ -117,14 +118,14 @@ impl DType {
     }
 }
 
-/// Displays an option value as it is typed on the command line.
+/// Displays a choice by its serialized name, which is also its command-line value.
 macro_rules! display_as_typed {
     ($($t:ty),*) => {$(
         impl std::fmt::Display for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                match self.to_possible_value() {
-                    Some(v) => f.write_str(v.get_name()),
-                    None => f.write_str("?"),
+                match serde_json::to_value(self) {
+                    Ok(Value::String(name)) => f.write_str(&name),
+                    _ => f.write_str("?"),
                 }
             }
         }
@@ -133,7 +134,8 @@ macro_rules! display_as_typed {
 display_as_typed!(ZarrFormat, DType, Codec, Shuffle);
 
 /// Compression of the chunks.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Codec {
     /// Uncompressed.
@@ -156,7 +158,8 @@ impl Codec {
 }
 
 /// Blosc's shuffle filter.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Shuffle {
     /// No shuffle.
@@ -786,9 +789,9 @@ impl GenStore {
     }
 
     /// Fails once the output was committed or abandoned; hold the guard it returns for the
-    /// write (see [`crate::output::SvdOutput`]'s).
-    fn ensure_open(&self) -> Result<crate::interrupt::Writing, OutputError> {
-        let writing = crate::interrupt::writing();
+    /// write (see [`crate::group::SvdOutput`]'s).
+    fn ensure_open(&self) -> Result<crate::temporaries::Writing, OutputError> {
+        let writing = crate::temporaries::writing();
         check_open(&self.committed, &self.tmp, &self.out)?;
         Ok(writing)
     }

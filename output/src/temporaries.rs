@@ -23,17 +23,17 @@ static INSTALL: Once = Once::new();
 static WRITES: RwLock<()> = RwLock::new(());
 
 /// A write into a temporary output is under way while this lives.
-pub(crate) type Writing = RwLockReadGuard<'static, ()>;
+pub type Writing = RwLockReadGuard<'static, ()>;
 
 /// The guard a write into a temporary output holds.
-pub(crate) fn writing() -> Writing {
+pub fn writing() -> Writing {
     WRITES.read().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Registers a temporary output (a directory or a file whose name contains `.tmp-`) to be
 /// removed if a signal ends the process. Registering a path that never comes to exist, or
 /// that a commit renamed away, is harmless.
-pub(crate) fn register(path: &Path) {
+pub fn register(path: &Path) {
     let mut t = TEMPORARIES.lock().unwrap_or_else(|p| p.into_inner());
     if !t.iter().any(|p| p == path) {
         t.push(path.to_path_buf());
@@ -42,7 +42,7 @@ pub(crate) fn register(path: &Path) {
 
 /// Registers the final name of a file renamed ahead of the commit that marks the run
 /// complete, the appearance of `mark`: a signal while `mark` does not exist removes it.
-pub(crate) fn register_uncommitted(path: &Path, mark: &Path) {
+pub fn register_uncommitted(path: &Path, mark: &Path) {
     UNCOMMITTED
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -50,7 +50,7 @@ pub(crate) fn register_uncommitted(path: &Path, mark: &Path) {
 }
 
 /// The run's outputs are committed: what [`register_uncommitted`] named stays.
-pub(crate) fn committed() {
+pub fn committed() {
     UNCOMMITTED
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -113,7 +113,7 @@ fn remove_registered() -> usize {
 /// Installs the handler (once per process): a thread waits for SIGINT, SIGTERM or SIGHUP,
 /// removes the registered temporaries, says so on stderr and exits with 128 + the signal's
 /// number, as the default action's status reads to a shell.
-pub(crate) fn install(rank: usize) -> std::io::Result<()> {
+pub fn install(rank: usize) -> std::io::Result<()> {
     let mut result = Ok(());
     INSTALL.call_once(|| {
         result = (|| {

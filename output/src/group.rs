@@ -700,8 +700,8 @@ impl SvdOutput {
     ///
     /// Hold the guard it returns for the write: a signal waits for it, so the rank's own
     /// writes cannot recreate the directory its handler removes.
-    fn ensure_open(&self) -> Result<crate::interrupt::Writing, OutputError> {
-        let writing = crate::interrupt::writing();
+    fn ensure_open(&self) -> Result<crate::temporaries::Writing, OutputError> {
+        let writing = crate::temporaries::writing();
         check_open(&self.committed, &self.tmp, &self.out)?;
         Ok(writing)
     }
