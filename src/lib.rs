@@ -1,28 +1,83 @@
 //! rankwise: distributed SVD and PCA of matrices too large for one machine.
 //!
 //! Every rank hosts actors pinned to CPU NUMA domains (or GPUs); each actor owns whole row
-//! panels of the matrix, and only small matrices — the R factors of the TSQR tree — travel
-//! between ranks. This crate re-exports the public API of the workspace:
+//! panels of the matrix, and only small matrices — the R factors of the TSQR tree, the
+//! projections of the randomized SVD — travel between ranks.
 //!
-//! * [`runtime`]: topology, actors, the chunk grid and placement, sources, memory budget;
-//! * [`transports`]: the `Comm` trait, the `Local` and `Mpi` transports;
-//! * [`linalg`]: panel kernels, TSQR, the SVD;
-//! * [`output`]: Zarr result groups committed atomically, PLINK 2 eigenvector files.
+//! # The library
+//!
+//! A [`World`] gives the runtime of this rank (embedded, or on an MPI communicator);
+//! [`open`] names an input; [`pca`] and [`rsvd`] compute on it. Every rank calls them, and
+//! every rank gets the same result, which says whether each component converged.
+//!
+//! A randomized SVD of a Zarr array:
 //!
 //! ```
-//! use rankwise::{embedded, linalg::{svd, SvdOptions, SvdProblem}, runtime::{Dist, RuntimeConfig}};
-//! let rt = embedded(&RuntimeConfig { pin: false, ..Default::default() }).unwrap();
-//! let problem = SvdProblem::generated(1000, 4, 100, 7, Dist::Uniform).unwrap();
-//! let result = svd(&rt, &problem, &SvdOptions { check: true }, None).unwrap();
-//! assert!(result.check.unwrap().relative_residual < 1e-13);
+//! # use rankwise::output::gen_store::{Codec, DType, GenLayout, GenStore, Shuffle, ZarrFormat};
+//! # let dir = std::env::temp_dir().join(format!("rankwise-doc-rsvd-{}", std::process::id()));
+//! # let _ = std::fs::remove_dir_all(&dir);
+//! # std::fs::create_dir_all(&dir).unwrap();
+//! # let store = dir.join("a.zarr");
+//! # let source = rankwise::runtime::Generated::new(3000, 40, 1, rankwise::runtime::Dist::Normal);
+//! # let layout = GenLayout { source, chunk_rows: 500, chunk_cols: 40, shard_rows: None,
+//! #     dtype: DType::F64, format: ZarrFormat::V3, codec: Codec::BloscLz4, shuffle: Shuffle::Byte };
+//! # let panels: Vec<usize> = (0..layout.panels()).collect();
+//! # let w = GenStore::create(&store, &dir.join("tmp"), layout).unwrap();
+//! # w.write_panels(&panels).unwrap();
+//! # w.commit().unwrap();
+//! # drop(w);
+//! let rt = rankwise::World::embedded().build()?;
+//! let a = rankwise::open(store.to_str().unwrap())?;
+//! let svd = rankwise::rsvd(&rt, &a, &rankwise::RsvdOptions { k: 5, ..Default::default() })?;
+//! assert!(svd.convergence.converged);
+//! println!("σ = {:?}", svd.s);
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! The PCA of a PLINK fileset is [`genomics::pca`]'s example.
+//!
+//! # The crates, and the direction of their dependencies
+//!
+//! ```text
+//! transports → runtime → linalg → output → rankwise (this facade) → { rankwise-launch (CLI), rankwise-capi }
+//! ```
+//!
+//! * [`transports`]: the `Comm` trait and its `Local`, MPI and UCX transports: point to
+//!   point and collective exchange of small matrices, and the announcement of a rank's
+//!   failure to the others.
+//! * [`runtime`]: execution (topology, actors pinned to NUMA domains or GPUs, placement
+//!   of panels, the memory budget, read-ahead) and data input (Zarr through zarrs and a
+//!   Blosc fast path, VCF Zarr, PLINK `.bed`, the counter-based generator, sample
+//!   subsets), with the CUDA devices of GPU actors.
+//! * [`linalg`]: panel kernels, TSQR, the exact SVD, the randomized SVD (LOBPCG, subspace
+//!   iteration, block Krylov) with its convergence report, genotype standardization and
+//!   the QC filters.
+//! * [`output`]: the Zarr result group committed by one rename, PLINK 2 `.eigenvec` and
+//!   `.eigenval` files, generated Zarr stores, and the registry of temporaries a signal
+//!   removes.
+//! * this crate: [`World`], [`open`], [`rsvd`], and [`genomics`] (PLINK 2's sample and
+//!   variant selection and the PCA). It has no command line and no plotting.
+//! * `rankwise-launch`: the `rankwise` command: flags mapped to these parameters, the
+//!   launcher (mpirun, srun) detected, reports printed, plots drawn.
+//! * `rankwise-capi`: the C and Fortran library over the same calls.
+
+mod error;
+pub mod genomics;
+mod open;
+
+pub use error::Error;
+pub use genomics::pca;
+pub use open::{open, Input};
+pub use rankwise_linalg::{Convergence, Method, Precision, RsvdOptions, RsvdResult};
+pub use rankwise_runtime::{Runtime, RuntimeConfig};
 
 pub use rankwise_linalg as linalg;
 pub use rankwise_output as output;
 pub use rankwise_runtime as runtime;
 pub use rankwise_transports as transports;
 
-use rankwise_runtime::{actor_specs, CoreShare, Runtime, RuntimeConfig, RuntimeError, Topology};
+use rankwise_runtime::{actor_specs, CoreShare, RuntimeError, Topology};
 use rankwise_transports::{Comm, LocalWorld};
 
 /// A one-rank runtime on the `Local` transport: the embedded default.
@@ -78,4 +133,81 @@ pub fn from_mpi_communicator(
         Box::new(rankwise_transports::MpiComm::from_communicator(comm)),
         config,
     )
+}
+
+/// How this rank's runtime is made: embedded (one rank, the `Local` transport), or on a
+/// communicator of an MPI program. A builder: `World::embedded().actors(2).build()`.
+#[derive(Clone, Debug)]
+pub struct World {
+    config: RuntimeConfig,
+}
+
+impl World {
+    /// One rank in this process, with actors on this machine's NUMA domains (and GPUs).
+    pub fn embedded() -> World {
+        World {
+            config: RuntimeConfig::default(),
+        }
+    }
+
+    /// Actors on this rank (default: one per NUMA domain, or per GPU).
+    pub fn actors(mut self, n: usize) -> World {
+        self.config.actors = Some(n);
+        self
+    }
+
+    /// Worker threads per actor (default: the actor's cores).
+    pub fn threads_per_actor(mut self, n: usize) -> World {
+        self.config.threads_per_actor = Some(n);
+        self
+    }
+
+    /// Memory budget of each actor in bytes; plans that need more are refused before any
+    /// work, naming what they need.
+    pub fn memory_per_actor(mut self, bytes: u64) -> World {
+        self.config.memory_per_actor = Some(bytes);
+        self
+    }
+
+    /// Whether actor threads are pinned to their cores (default: yes).
+    pub fn pin(mut self, pin: bool) -> World {
+        self.config.pin = pin;
+        self
+    }
+
+    /// Every setting at once.
+    pub fn config(mut self, config: RuntimeConfig) -> World {
+        self.config = config;
+        self
+    }
+
+    /// The runtime of this process's single rank.
+    pub fn build(&self) -> Result<Runtime, Error> {
+        Ok(embedded(&self.config)?)
+    }
+
+    /// The runtime of this rank of `comm`, a communicator of a program that initialized
+    /// MPI itself: see [`from_mpi_communicator`].
+    #[cfg(feature = "mpi")]
+    pub fn build_on(
+        &self,
+        comm: rankwise_transports::mpi_comm::mpi::topology::SimpleCommunicator,
+    ) -> Result<Runtime, Error> {
+        Ok(from_mpi_communicator(comm, &self.config)?)
+    }
+}
+
+/// The randomized SVD of `input` (a Zarr array of numbers) on the ranks of `rt`: every
+/// rank calls it and gets `s`, `Vᵀ` (`wt`, rows of the right singular vectors) and the
+/// [`Convergence`] report. `options.seed` seeds the test matrix.
+pub fn rsvd(rt: &Runtime, input: &Input, options: &RsvdOptions) -> Result<RsvdResult, Error> {
+    let (source, transposed) = input.matrix()?;
+    let band = source
+        .stored()
+        .map(|s| s.default_panel_rows())
+        .unwrap_or(source.shape().0);
+    let mut problem = rankwise_linalg::RsvdProblem::dense(source, band)?;
+    problem.transposed = transposed;
+    rankwise_linalg::RsvdPlan::new(&problem, options, rt.world())?;
+    Ok(rankwise_linalg::rsvd(rt, &problem, options, None)?)
 }

@@ -27,7 +27,6 @@ use crate::launcher::LaunchInfo;
 use crate::report::{peak_rss_bytes, seconds};
 use rankwise::output::group::{OutputError, OutputLayout, SvdOutput};
 
-mod chromosomes;
 // Compiled for the unit tests too, so that `make test` checks the parser.
 #[cfg(any(test, feature = "fault-injection"))]
 #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
@@ -867,6 +866,38 @@ pub(crate) fn gather_rank_figures(
             .map(|b| serde_json::from_slice(b).unwrap_or(serde_json::Value::Null))
             .collect()
     }))
+}
+
+/// The flag that sets a parameter of the library, for its errors.
+pub(crate) fn flag_of(parameter: &'static str) -> &'static str {
+    match parameter {
+        "keep" => "--keep",
+        "remove" => "--remove",
+        "extract" => "--extract",
+        "exclude" => "--exclude",
+        "chromosomes" => "--chr",
+        "not_chromosomes" => "--not-chr",
+        "autosomes_only" => "--autosome",
+        "spec" => "--zarr",
+        "panel_rows" => "--chunk-rows",
+        // A parameter without a flag of its own is named as the library names it.
+        other => other,
+    }
+}
+
+/// A library error, as the command line reports it: parameters named by their flags.
+pub(crate) fn cli_error(e: rankwise::Error) -> CliError {
+    match e {
+        rankwise::Error::Parameter { parameter, message } => CliError::Option {
+            option: flag_of(parameter),
+            message,
+        },
+        rankwise::Error::NotConverged(what) => CliError::NotConverged(what),
+        rankwise::Error::Linalg(e) => CliError::Linalg(e),
+        rankwise::Error::Runtime(e) => CliError::Runtime(e),
+        rankwise::Error::Zarr(e) => zarr_error(e),
+        rankwise::Error::Transport(e) => CliError::Transport(e),
+    }
 }
 
 /// A Zarr source error, as the command line reports it.

@@ -39,7 +39,7 @@ pub use kernels::{init_blas_threads, PanelFactor};
 pub use reads::ReadTotals;
 pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rsvd::{
-    fused_condition_limit, rsvd, ErrorEstimate, GenotypeSummary, Method, Projection,
+    fused_condition_limit, rsvd, Convergence, ErrorEstimate, GenotypeSummary, Method, Projection,
     ProjectionReport, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
 };
 pub use svd::{

@@ -663,6 +663,27 @@ impl Convergence {
         }
     }
 
+    /// Which components (called `name1`, `name2`, …: `PC`, `component `) missed the
+    /// tolerance, and why the solver stopped.
+    pub fn describe(&self, name: &str) -> String {
+        let list: Vec<String> = self
+            .unconverged()
+            .iter()
+            .map(|(i, r)| format!("{name}{i} ({r:.2e})"))
+            .collect();
+        format!(
+            "{} of {} components did not converge to the tolerance {:.0e}: {}{}",
+            list.len(),
+            self.residuals.len(),
+            self.tol,
+            list.join(", "),
+            self.stopped
+                .as_ref()
+                .map(|s| format!("; {s}"))
+                .unwrap_or_default()
+        )
+    }
+
     /// The components (1-based) that did not meet the tolerance, with their residuals.
     pub fn unconverged(&self) -> Vec<(usize, f64)> {
         self.residuals

@@ -126,6 +126,11 @@ impl GenotypeSource for SampleSubset {
         self.inner.variant_ids(each)
     }
 
+    // Selecting samples keeps every variant: `keep` with `chromosomes` selects by both.
+    fn variant_chromosomes(&self, each: &mut dyn FnMut(&str)) -> Result<bool, SourceError> {
+        self.inner.variant_chromosomes(each)
+    }
+
     fn stored(&self) -> Option<&dyn StoredPanels> {
         self.inner.stored().map(|_| self as &dyn StoredPanels)
     }
@@ -231,6 +236,19 @@ mod tests {
             let sub = SampleSubset::new(bed, "--keep t", &ids, keep);
             let want_ids: Vec<String> = cols.iter().map(|&j| ids[j].clone()).collect();
             assert_eq!(sub.sample_ids(), Some(want_ids));
+            // Every variant stays: its ID and chromosome are the fileset's.
+            let (mut sub_chr, mut bed_chr) = (Vec::new(), Vec::new());
+            assert!(sub
+                .variant_chromosomes(&mut |c| sub_chr.push(c.to_string()))
+                .unwrap());
+            let whole = BedGenotypes::open(&prefix).unwrap();
+            assert!(whole
+                .variant_chromosomes(&mut |c| bed_chr.push(c.to_string()))
+                .unwrap());
+            assert_eq!((sub_chr.len(), &sub_chr), (m as usize, &bed_chr));
+            let mut sub_ids = 0;
+            assert!(sub.variant_ids(&mut |_| sub_ids += 1).unwrap());
+            assert_eq!(sub_ids, m);
             let r0 = next() % m;
             let mut buf = PanelBuffer::default();
             sub.stored().unwrap().read_panel(r0..m, &mut buf).unwrap();

@@ -1,28 +1,24 @@
 //! `rankwise rsvd` and `rankwise pca`: the randomized SVD and the genotype PCA.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use ndarray::Array2;
+use rankwise::genomics::{pca_problem, pca_scales, IdList, PcaParams, Selection};
+use rankwise::Input;
 use rankwise_linalg::{
-    rsvd, HweP, Method, Operand, Precision, Projection, RowSelection, RsvdOptions, RsvdPlan,
-    RsvdProblem, RsvdResult, VariantFilter,
+    rsvd, HweP, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem,
+    RsvdResult, VariantFilter,
 };
 use rankwise_runtime::budget::format_bytes;
-use rankwise_runtime::subset::SampleSubset;
-use rankwise_runtime::zarr::{VcfZarr, ZarrArray, ZarrGenotypes};
-use rankwise_runtime::{
-    BedGenotypes, Dist, ElementType, Generated, GenotypeSource, Runtime, SourceError,
-};
+use rankwise_runtime::{Dist, ElementType, Generated, GenotypeSource, Runtime};
 use serde_json::json;
 
-use super::chromosomes::ChromosomeFilter;
 use super::{
-    factor_sink, finish_output, injected_fault, open_output, CliError, MatrixArgs, OpenOutput,
-    RunArgs,
+    cli_error, factor_sink, finish_output, injected_fault, open_output, CliError, MatrixArgs,
+    OpenOutput, RunArgs,
 };
 use crate::launcher::LaunchInfo;
 use crate::plot::plot_pcs;
@@ -289,23 +285,6 @@ impl PcaArgs {
     }
 }
 
-/// Sample identifiers for a dosage array inside a group: the group's 1-D string array
-/// `sample_id`, when it has one entry per sample.
-fn sibling_sample_ids(spec: &str, samples: u64) -> Option<Vec<String>> {
-    let (path, array) = rankwise_runtime::zarr::split_spec(spec);
-    let group = Path::new(&array).parent()?.to_string_lossy().into_owned();
-    let name = if group.is_empty() {
-        "sample_id".to_string()
-    } else {
-        format!("{group}/sample_id")
-    };
-    if !path.join(&name).exists() {
-        return None;
-    }
-    let ids = ZarrArray::open_at(&path, &name).ok()?.read_strings().ok()?;
-    (ids.len() as u64 == samples).then_some(ids)
-}
-
 /// The files written beside a PCA's Zarr group.
 fn side_files(out: &Path) -> [PathBuf; 3] {
     [
@@ -385,24 +364,21 @@ pub(super) fn pca_command(
     let (source, describe): (Arc<dyn GenotypeSource>, serde_json::Value) =
         match (&a.zarr, &a.vcf_zarr, &a.bed) {
             (_, _, Some(path)) => {
-                let b = BedGenotypes::open(path)
-                    .map_err(|e| rankwise_runtime::RuntimeError::from(SourceError::from(e)))?;
+                let b = Input::Bed(path.clone()).genotypes().map_err(cli_error)?;
                 let d = json!({"bed": path, "source": b.describe()});
-                (Arc::new(b), d)
+                (b, d)
             }
             (Some(spec), _, _) => {
-                let z = ZarrGenotypes::open(spec).map_err(super::zarr_error)?;
-                let z = match sibling_sample_ids(spec, GenotypeSource::shape(&z).1) {
-                    Some(ids) => z.with_sample_ids(ids),
-                    None => z,
-                };
+                let z = Input::Zarr(spec.clone()).genotypes().map_err(cli_error)?;
                 let d = json!({"zarr": spec, "source": z.describe()});
-                (Arc::new(z), d)
+                (z, d)
             }
             (None, Some(path), None) => {
-                let v = VcfZarr::open(path).map_err(super::zarr_error)?;
+                let v = Input::VcfZarr(path.clone())
+                    .genotypes()
+                    .map_err(cli_error)?;
                 let d = json!({"vcf_zarr": path, "source": v.describe()});
-                (Arc::new(v), d)
+                (v, d)
             }
             (None, None, None) => {
                 let (rows, cols) = (a.rows.unwrap_or(0), a.cols.unwrap_or(0));
@@ -422,22 +398,37 @@ pub(super) fn pca_command(
                 )
             }
         };
-    let source = sample_selection(source, a.keep.as_deref(), a.remove.as_deref())?;
-    let shape = source.shape();
-    let chromosomes = ChromosomeFilter::new(a.chr.as_deref(), a.not_chr.as_deref(), a.autosome)?
-        .map(|c| c.select(source.as_ref()).map(|rows| (c, rows)))
-        .transpose()?;
-    let lists = (a.extract.as_deref(), a.exclude.as_deref());
-    let filter = match id_selection(source.as_ref(), lists, chromosomes)? {
-        Some(rows) => filter.with_rows(rows),
-        None => filter,
+    let list = |flag: &'static str, path: &Option<PathBuf>, samples: bool| {
+        path.as_deref()
+            .map(|p| {
+                let read = if samples {
+                    IdList::read_samples(p)
+                } else {
+                    IdList::read_variants(p)
+                };
+                read.map_err(|e| CliError::Option {
+                    option: flag,
+                    message: format!("{}: {e}", p.display()),
+                })
+            })
+            .transpose()
     };
-    let band = source
-        .stored()
-        .map(|s| s.default_panel_rows())
-        .unwrap_or(shape.0);
-    let problem =
-        RsvdProblem::genotypes(source, a.chunk_rows.unwrap_or(band))?.with_variant_filter(filter);
+    let params = PcaParams {
+        filter,
+        selection: Selection {
+            keep: list("--keep", &a.keep, true)?,
+            remove: list("--remove", &a.remove, true)?,
+            extract: list("--extract", &a.extract, false)?,
+            exclude: list("--exclude", &a.exclude, false)?,
+            chromosomes: a.chr.clone(),
+            not_chromosomes: a.not_chr.clone(),
+            autosomes_only: a.autosome,
+        },
+        panel_rows: a.chunk_rows,
+        ..PcaParams::default()
+    };
+    let problem = pca_problem(source, &params, super::flag_of).map_err(cli_error)?;
+    let shape = problem.operand.shape();
     let options = RsvdOptions {
         segment_bytes: a.run.segment_bytes()?,
         ..a.sketch.options(a.seed, &problem.operand)?
@@ -452,226 +443,6 @@ pub(super) fn pca_command(
         require_converged: a.sketch.require_converged,
     };
     run_job(rt, launch, &job, &problem, &options, start)
-}
-
-/// An include list and an exclude list of identifiers, read from the files of a pair of
-/// options (`--keep`/`--remove`, `--extract`/`--exclude`).
-struct IdLists {
-    /// The first option given, for errors.
-    option: &'static str,
-    /// The options given with their files (`--keep a.txt --remove b.txt`).
-    origin: String,
-    include: Option<HashSet<String>>,
-    exclude: Option<HashSet<String>>,
-}
-
-/// Reads one list file for its option.
-type ListReader = fn(&'static str, &Path) -> Result<HashSet<String>, CliError>;
-
-impl IdLists {
-    /// The lists of the options given, read by `read`; `None` when neither is.
-    fn read(
-        (inc, inc_path): (&'static str, Option<&Path>),
-        (exc, exc_path): (&'static str, Option<&Path>),
-        read: ListReader,
-    ) -> Result<Option<IdLists>, CliError> {
-        let given = [(inc, inc_path), (exc, exc_path)];
-        let Some(option) = given.iter().find(|(_, p)| p.is_some()).map(|(o, _)| *o) else {
-            return Ok(None);
-        };
-        let origin = given
-            .iter()
-            .filter_map(|(o, p)| p.map(|p| format!("{o} {}", p.display())))
-            .collect::<Vec<_>>()
-            .join(" ");
-        Ok(Some(IdLists {
-            option,
-            origin,
-            include: inc_path.map(|p| read(inc, p)).transpose()?,
-            exclude: exc_path.map(|p| read(exc, p)).transpose()?,
-        }))
-    }
-
-    /// The error of lists that keep none of the `count` `what` (samples, variants) of
-    /// `source`.
-    fn left_nothing(&self, count: u64, what: &str, source: &dyn GenotypeSource) -> CliError {
-        left_nothing(self.option, &self.origin, count, what, source)
-    }
-
-    /// Whether the lists keep `id`: named by the include list, if there is one, and not by
-    /// the exclude list. Without an identifier, kept only without an include list.
-    fn admits(&self, id: Option<&str>) -> bool {
-        match id {
-            Some(id) => {
-                self.include.as_ref().is_none_or(|l| l.contains(id))
-                    && !self.exclude.as_ref().is_some_and(|l| l.contains(id))
-            }
-            None => self.include.is_none(),
-        }
-    }
-}
-
-/// The error of selection options (`origin`, as given; `option` the first of them) that
-/// keep none of the `count` `what` (samples, variants) of `source`.
-fn left_nothing(
-    option: &'static str,
-    origin: &str,
-    count: u64,
-    what: &str,
-    source: &dyn GenotypeSource,
-) -> CliError {
-    CliError::Option {
-        option,
-        message: format!(
-            "{origin}: none of the {count} {what} of {} is left",
-            source.describe()
-        ),
-    }
-}
-
-/// The identifiers listed in `path` (whitespace-separated tokens), for `option`.
-fn id_list(option: &'static str, path: &Path) -> Result<HashSet<String>, CliError> {
-    let text = std::fs::read_to_string(path).map_err(|e| CliError::Option {
-        option,
-        message: format!("{}: {e}", path.display()),
-    })?;
-    Ok(text.split_whitespace().map(str::to_owned).collect())
-}
-
-/// The sample IDs (IIDs) a `--keep`/`--remove` file lists: the second column of each line
-/// (the only one on a line of one), or the column a `#…` header names `IID`.
-fn sample_list(option: &'static str, path: &Path) -> Result<HashSet<String>, CliError> {
-    let bad = |message: String| CliError::Option {
-        option,
-        message: format!("{}: {message}", path.display()),
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    let mut column = None;
-    let mut ids = HashSet::new();
-    for (no, line) in text.lines().enumerate() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.is_empty() {
-            continue;
-        }
-        if no == 0 && fields[0].starts_with('#') {
-            let names = fields.iter().map(|f| f.trim_start_matches('#'));
-            column = Some(
-                names
-                    .into_iter()
-                    .position(|f| f == "IID")
-                    .ok_or_else(|| bad(format!("the header {line:?} names no IID column")))?,
-            );
-            continue;
-        }
-        let c = column.unwrap_or(usize::from(fields.len() > 1));
-        let id = fields
-            .get(c)
-            .ok_or_else(|| bad(format!("line {} has no IID (column {})", no + 1, c + 1)))?;
-        ids.insert((*id).to_owned());
-    }
-    Ok(ids)
-}
-
-/// `source` restricted to the samples `--keep` lists and `--remove` does not, by the
-/// source's sample IDs; `source` itself without either option.
-fn sample_selection(
-    source: Arc<dyn GenotypeSource>,
-    keep: Option<&Path>,
-    remove: Option<&Path>,
-) -> Result<Arc<dyn GenotypeSource>, CliError> {
-    let Some(lists) = IdLists::read(("--keep", keep), ("--remove", remove), sample_list)? else {
-        return Ok(source);
-    };
-    let Some(ids) = source.sample_ids() else {
-        return Err(CliError::Option {
-            option: lists.option,
-            message: format!(
-                "{} has no sample IDs (a .fam, and a VCF Zarr store's or a Zarr group's \
-                 sample_id, have them)",
-                source.describe()
-            ),
-        });
-    };
-    let subset = SampleSubset::new(source.clone(), &lists.origin, &ids, |_, id| {
-        lists.admits(Some(id))
-    });
-    if subset.kept() == 0 {
-        return Err(lists.left_nothing(ids.len() as u64, "samples", source.as_ref()));
-    }
-    Ok(Arc::new(subset))
-}
-
-/// The rows `--extract` and `--exclude` keep, by the source's variant identifiers, among
-/// those the chromosome options kept (`chromosomes`, their filter and its rows); `None`
-/// without any of these options. A variant without an identifier is kept only without
-/// `--extract`.
-fn id_selection(
-    source: &dyn GenotypeSource,
-    (extract, exclude): (Option<&Path>, Option<&Path>),
-    chromosomes: Option<(ChromosomeFilter, RowSelection)>,
-) -> Result<Option<RowSelection>, CliError> {
-    let lists = IdLists::read(("--extract", extract), ("--exclude", exclude), id_list)?;
-    let Some(lists) = lists else {
-        // Known before the first pass: no need to read the matrix to find nothing left.
-        return match chromosomes {
-            Some((c, rows)) if rows.kept() == 0 => Err(left_nothing(
-                c.option(),
-                c.origin(),
-                rows.rows(),
-                "variants",
-                source,
-            )),
-            other => Ok(other.map(|(_, rows)| rows)),
-        };
-    };
-    let origin = match &chromosomes {
-        Some((c, _)) => format!("{} {}", c.origin(), lists.origin),
-        None => lists.origin.clone(),
-    };
-    let within = chromosomes.map(|(_, rows)| rows);
-    // A bit per variant as the IDs stream by: 10⁸ variants take 12.5 MB on each rank.
-    let mut selection = RowSelection::builder(origin);
-    let mut row = 0u64;
-    let has_ids = source
-        .variant_ids(&mut |id| {
-            let on = within.as_ref().is_none_or(|w| w.contains(row));
-            selection.push(on && lists.admits(id));
-            row += 1;
-        })
-        .map_err(rankwise_runtime::RuntimeError::from)?;
-    if !has_ids {
-        return Err(CliError::Option {
-            option: lists.option,
-            message: format!(
-                "{} has no variant IDs (a PLINK fileset's .bim and a VCF Zarr store's \
-                 variant_id have them)",
-                source.describe()
-            ),
-        });
-    }
-    if selection.rows() != source.shape().0 {
-        return Err(CliError::Option {
-            option: lists.option,
-            message: format!(
-                "{} gave {} variant IDs for {} variants",
-                source.describe(),
-                selection.rows(),
-                source.shape().0
-            ),
-        });
-    }
-    // Known before the first pass: no need to read the matrix to find nothing left.
-    if selection.kept() == 0 {
-        let (option, origin) = (lists.option, selection.origin());
-        return Err(left_nothing(
-            option,
-            origin,
-            selection.rows(),
-            "variants",
-            source,
-        ));
-    }
-    Ok(Some(selection))
 }
 
 struct Job {
@@ -955,24 +726,10 @@ struct PcaFigures {
 }
 
 fn pca_figures(r: &RsvdResult) -> PcaFigures {
-    // tests/plink.rs holds this to PLINK 2's own eigenvalues.
-    let m = r
-        .genotypes
-        .as_ref()
-        .map_or(1, |g| (g.variants - g.variants_filtered).max(1)) as f64;
+    let (eigenvalues, explained) = pca_scales(r);
     PcaFigures {
-        eigenvalues: r.s.iter().map(|s| s * s / m).collect(),
-        explained: r
-            .s
-            .iter()
-            .map(|s| {
-                if r.total_sum_squares > 0.0 {
-                    s * s / r.total_sum_squares
-                } else {
-                    0.0
-                }
-            })
-            .collect(),
+        eigenvalues,
+        explained,
     }
 }
 

@@ -1,5 +1,5 @@
-//! `--chr`, `--not-chr` and `--autosome`: variants selected by chromosome, as PLINK 2
-//! selects them.
+//! Variants selected by chromosome (`chromosomes`, `not_chromosomes`, `autosomes_only`:
+//! PLINK 2's `--chr`, `--not-chr` and `--autosome`), as PLINK 2 selects them.
 //!
 //! Names are compared after PLINK's normalization for the human chromosome set: a `chr`
 //! prefix is dropped (any case), leading zeros of a number too, `23`, `24`, `25` and `26`
@@ -12,10 +12,11 @@ use std::collections::HashSet;
 use rankwise_linalg::RowSelection;
 use rankwise_runtime::GenotypeSource;
 
-use super::CliError;
+use super::Names;
+use crate::Error;
 
 /// A chromosome name as PLINK compares it (see the module's notes).
-pub(super) fn normalize(name: &str) -> String {
+pub(crate) fn normalize(name: &str) -> String {
     let name = name.trim();
     let name = match name.get(..3) {
         Some(p) if p.eq_ignore_ascii_case("chr") && name.len() > 3 => &name[3..],
@@ -82,8 +83,8 @@ fn name_of(n: u32) -> String {
 
 /// The normalized chromosomes of a PLINK list: comma-separated names and ranges of
 /// chromosome numbers (`1-4,22,X`, `0-2`, `23-26`).
-pub(super) fn parse_list(option: &'static str, list: &str) -> Result<HashSet<String>, CliError> {
-    let bad = |message: String| CliError::Option { option, message };
+pub(crate) fn parse_list(parameter: &'static str, list: &str) -> Result<HashSet<String>, Error> {
+    let bad = |message: String| Error::Parameter { parameter, message };
     let mut out = HashSet::new();
     for item in list.split(',').map(str::trim) {
         if item.is_empty() {
@@ -110,11 +111,11 @@ pub(super) fn parse_list(option: &'static str, list: &str) -> Result<HashSet<Str
     Ok(out)
 }
 
-/// What `--chr`, `--not-chr` and `--autosome` keep.
-pub(super) struct ChromosomeFilter {
-    /// The first option given, for errors.
-    option: &'static str,
-    /// The options given, as written (`--chr 1-22 --not-chr 6`).
+/// What `chromosomes`, `not_chromosomes` and `autosomes_only` keep.
+pub(crate) struct ChromosomeFilter {
+    /// The first parameter given, for errors.
+    parameter: &'static str,
+    /// The parameters given, as the caller names them (`--chr 1-22 --not-chr 6`).
     origin: String,
     keep: Option<HashSet<String>>,
     drop: Option<HashSet<String>>,
@@ -122,36 +123,40 @@ pub(super) struct ChromosomeFilter {
 }
 
 impl ChromosomeFilter {
-    /// The filter of the options given; `None` when none is.
-    pub(super) fn new(
+    /// The filter of the parameters given (named in `origin` by `names`); `None` when none
+    /// is.
+    pub(crate) fn new(
         chr: Option<&str>,
         not_chr: Option<&str>,
         autosome: bool,
-    ) -> Result<Option<ChromosomeFilter>, CliError> {
+        names: Names,
+    ) -> Result<Option<ChromosomeFilter>, Error> {
         let given = [
-            ("--autosome", autosome.then_some("")),
-            ("--chr", chr),
-            ("--not-chr", not_chr),
+            ("autosomes_only", autosome.then_some("")),
+            ("chromosomes", chr),
+            ("not_chromosomes", not_chr),
         ];
-        let Some(option) = given.iter().find(|(_, v)| v.is_some()).map(|(o, _)| *o) else {
+        let Some(parameter) = given.iter().find(|(_, v)| v.is_some()).map(|(o, _)| *o) else {
             return Ok(None);
         };
         let origin = given
             .iter()
-            .filter_map(|(o, v)| v.map(|v| format!("{o} {v}").trim_end().to_owned()))
+            .filter_map(|(o, v)| v.map(|v| format!("{} {v}", names(o)).trim_end().to_owned()))
             .collect::<Vec<_>>()
             .join(" ");
         Ok(Some(ChromosomeFilter {
-            option,
+            parameter,
             origin,
-            keep: chr.map(|l| parse_list("--chr", l)).transpose()?,
-            drop: not_chr.map(|l| parse_list("--not-chr", l)).transpose()?,
+            keep: chr.map(|l| parse_list("chromosomes", l)).transpose()?,
+            drop: not_chr
+                .map(|l| parse_list("not_chromosomes", l))
+                .transpose()?,
             autosome,
         }))
     }
 
     /// Whether a variant on chromosome `name` (as the source names it) is kept.
-    pub(super) fn admits(&self, name: &str) -> bool {
+    pub(crate) fn admits(&self, name: &str) -> bool {
         let name = normalize(name);
         let autosome = || number(&name).is_some_and(|n| n <= 22);
         self.keep.as_ref().is_none_or(|k| k.contains(&name))
@@ -161,13 +166,13 @@ impl ChromosomeFilter {
 
     /// The rows the filter keeps, one bit per variant of `source`, read from its
     /// chromosome names.
-    pub(super) fn select(&self, source: &dyn GenotypeSource) -> Result<RowSelection, CliError> {
+    pub(crate) fn select(&self, source: &dyn GenotypeSource) -> Result<RowSelection, Error> {
         let mut selection = RowSelection::builder(self.origin.clone());
         let has = source
             .variant_chromosomes(&mut |c| selection.push(self.admits(c)))
             .map_err(rankwise_runtime::RuntimeError::from)?;
-        let error = |message: String| CliError::Option {
-            option: self.option,
+        let error = |message: String| Error::Parameter {
+            parameter: self.parameter,
             message,
         };
         if !has {
@@ -188,14 +193,14 @@ impl ChromosomeFilter {
         Ok(selection)
     }
 
-    /// The options given, as written.
-    pub(super) fn origin(&self) -> &str {
+    /// The parameters given, as the caller names them.
+    pub(crate) fn origin(&self) -> &str {
         &self.origin
     }
 
-    /// The first option given.
-    pub(super) fn option(&self) -> &'static str {
-        self.option
+    /// The first parameter given.
+    pub(crate) fn parameter(&self) -> &'static str {
+        self.parameter
     }
 }
 
@@ -230,7 +235,7 @@ mod tests {
     #[test]
     fn lists_expand_ranges_of_numbered_chromosomes() {
         let set = |l: &str| {
-            let mut v: Vec<String> = parse_list("--chr", l).unwrap().into_iter().collect();
+            let mut v: Vec<String> = parse_list("chromosomes", l).unwrap().into_iter().collect();
             v.sort();
             v
         };
@@ -248,14 +253,19 @@ mod tests {
             "1-27",
             "chr1-chrY",
         ] {
-            let e = parse_list("--chr", bad).unwrap_err().to_string();
-            assert!(e.contains("--chr"), "{bad}: {e}");
+            let e = parse_list("chromosomes", bad).unwrap_err().to_string();
+            assert!(e.contains("chromosomes"), "{bad}: {e}");
         }
     }
 
     #[test]
     fn the_options_keep_what_plink_keeps() {
-        let f = |chr, not, auto| ChromosomeFilter::new(chr, not, auto).unwrap().unwrap();
+        let cli = |p: &str| match p {
+            "autosomes_only" => "--autosome",
+            "chromosomes" => "--chr",
+            _ => "--not-chr",
+        };
+        let f = |chr, not, auto| ChromosomeFilter::new(chr, not, auto, cli).unwrap().unwrap();
         let names = ["1", "chr2", "22", "X", "chrY", "XY", "MT", "0", "scaffold"];
         let kept = |f: &ChromosomeFilter| -> Vec<&str> {
             names.iter().copied().filter(|n| f.admits(n)).collect()
@@ -267,7 +277,9 @@ mod tests {
             ["chr2", "22", "X", "scaffold"]
         );
         assert_eq!(kept(&f(Some("1-2,X"), Some("2"), true)), ["1"]);
-        assert!(ChromosomeFilter::new(None, None, false).unwrap().is_none());
+        assert!(ChromosomeFilter::new(None, None, false, cli)
+            .unwrap()
+            .is_none());
         assert_eq!(
             f(Some("1-4"), Some("3"), true).origin(),
             "--autosome --chr 1-4 --not-chr 3"

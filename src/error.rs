@@ -1,0 +1,48 @@
+//! The error of the library's calls.
+
+use rankwise_linalg::LinalgError;
+use rankwise_runtime::zarr::ZarrError;
+use rankwise_runtime::RuntimeError;
+use rankwise_transports::TransportError;
+
+/// An error of [`open`](crate::open), [`pca`](crate::pca) or [`rsvd`](crate::rsvd).
+///
+/// A bad argument names the parameter (`keep`, `chromosomes`, `spec`), never a
+/// command-line flag: the command line maps parameters to its flags.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A bad value of a parameter.
+    #[error("{parameter}: {message}")]
+    Parameter {
+        /// The parameter, as the API names it.
+        parameter: &'static str,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// Every component was asked to converge ([`Convergence`](crate::Convergence)), and at
+    /// least one did not (every rank finds it).
+    #[error("{0}")]
+    NotConverged(String),
+    /// From the linear algebra.
+    #[error(transparent)]
+    Linalg(#[from] LinalgError),
+    /// From the runtime (budget, placement, reading).
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// From a Zarr store.
+    #[error(transparent)]
+    Zarr(#[from] ZarrError),
+    /// From the transport.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+}
+
+impl Error {
+    /// The parameter a [`Error::Parameter`] names.
+    pub fn parameter(&self) -> Option<&'static str> {
+        match self {
+            Error::Parameter { parameter, .. } => Some(parameter),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,507 @@
+//! Genotype PCA as PLINK 2 makes it: sample and variant selection, the QC filters, and the
+//! principal components, eigenvalues and sample IDs of the result.
+
+mod chromosomes;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use ndarray::Array2;
+use rankwise_linalg::{
+    rsvd, Convergence, Method, RowSelection, RsvdOptions, RsvdPlan, RsvdProblem, VariantFilter,
+};
+use rankwise_runtime::subset::SampleSubset;
+use rankwise_runtime::{GenotypeSource, Runtime};
+
+use crate::Error;
+use chromosomes::ChromosomeFilter;
+
+/// How a caller names the selection parameters in the text of errors and reports: the
+/// library uses the parameter names (`keep`, `chromosomes`), the command line its flags.
+pub type Names = fn(&'static str) -> &'static str;
+
+fn same_name(parameter: &'static str) -> &'static str {
+    parameter
+}
+
+/// A list of sample or variant identifiers, and where it came from (for messages).
+#[derive(Clone, Debug, Default)]
+pub struct IdList {
+    /// The identifiers.
+    pub ids: HashSet<String>,
+    /// Where they came from (a file's path), as messages name it.
+    pub origin: String,
+}
+
+impl IdList {
+    /// A list of the given identifiers.
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(ids: I) -> IdList {
+        let ids: HashSet<String> = ids.into_iter().map(Into::into).collect();
+        let origin = format!("a list of {} IDs", ids.len());
+        IdList { ids, origin }
+    }
+
+    /// The variant IDs `path` lists (whitespace-separated tokens, as PLINK's `--extract`
+    /// reads them: a `plink2 --indep-pairwise` `.prune.in`, say).
+    pub fn read_variants(path: &Path) -> Result<IdList, std::io::Error> {
+        let text = std::fs::read_to_string(path)?;
+        Ok(IdList {
+            ids: text.split_whitespace().map(str::to_owned).collect(),
+            origin: path.display().to_string(),
+        })
+    }
+
+    /// The sample IDs (IIDs) `path` lists, as PLINK's `--keep` reads them: the second
+    /// column of each line (the only one on a line of one), or the column a `#…` header
+    /// names `IID`. A malformed line is an [`std::io::ErrorKind::InvalidData`] error naming
+    /// it.
+    pub fn read_samples(path: &Path) -> Result<IdList, std::io::Error> {
+        let bad = |message: String| std::io::Error::new(std::io::ErrorKind::InvalidData, message);
+        let text = std::fs::read_to_string(path)?;
+        let mut column = None;
+        let mut ids = HashSet::new();
+        for (no, line) in text.lines().enumerate() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.is_empty() {
+                continue;
+            }
+            if no == 0 && fields[0].starts_with('#') {
+                let names = fields.iter().map(|f| f.trim_start_matches('#'));
+                column = Some(
+                    names
+                        .into_iter()
+                        .position(|f| f == "IID")
+                        .ok_or_else(|| bad(format!("the header {line:?} names no IID column")))?,
+                );
+                continue;
+            }
+            let c = column.unwrap_or(usize::from(fields.len() > 1));
+            let id = fields
+                .get(c)
+                .ok_or_else(|| bad(format!("line {} has no IID (column {})", no + 1, c + 1)))?;
+            ids.insert((*id).to_owned());
+        }
+        Ok(IdList {
+            ids,
+            origin: path.display().to_string(),
+        })
+    }
+}
+
+/// Which samples and variants enter the PCA, as PLINK 2's options select them. The
+/// default keeps everything.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// Keep only these samples (PLINK's `--keep`), by IID: the `.fam`'s second column or
+    /// the store's `sample_id`. Frequencies and filters are those of the kept samples.
+    pub keep: Option<IdList>,
+    /// Drop these samples (PLINK's `--remove`).
+    pub remove: Option<IdList>,
+    /// Keep only these variants (PLINK's `--extract`), by the `.bim`'s or the store's
+    /// `variant_id`.
+    pub extract: Option<IdList>,
+    /// Drop these variants (PLINK's `--exclude`).
+    pub exclude: Option<IdList>,
+    /// Keep only the variants on these chromosomes (PLINK's `--chr`): names and ranges,
+    /// comma-separated (`1-4,22,X`); a `chr` prefix is ignored, 23–26 are X, Y, XY, MT.
+    pub chromosomes: Option<String>,
+    /// Drop the variants on these chromosomes (PLINK's `--not-chr`).
+    pub not_chromosomes: Option<String>,
+    /// Keep only the variants on autosomes 1–22 (PLINK's `--autosome`).
+    pub autosomes_only: bool,
+}
+
+/// Two lists of the same kind (`keep`/`remove` or `extract`/`exclude`) as one rule.
+struct Lists<'a> {
+    /// The first parameter given, for errors.
+    parameter: &'static str,
+    /// The parameters given with their origins (`--keep a.txt --remove b.txt`).
+    origin: String,
+    include: Option<&'a IdList>,
+    exclude: Option<&'a IdList>,
+}
+
+impl<'a> Lists<'a> {
+    fn of(
+        (inc, include): (&'static str, Option<&'a IdList>),
+        (exc, exclude): (&'static str, Option<&'a IdList>),
+        names: Names,
+    ) -> Option<Lists<'a>> {
+        let given = [(inc, include), (exc, exclude)];
+        let parameter = given.iter().find(|(_, l)| l.is_some()).map(|(p, _)| *p)?;
+        let origin = given
+            .iter()
+            .filter_map(|(p, l)| l.map(|l| format!("{} {}", names(p), l.origin)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        Some(Lists {
+            parameter,
+            origin,
+            include,
+            exclude,
+        })
+    }
+
+    /// Whether the lists keep `id`: named by the include list, if there is one, and not by
+    /// the exclude list. Without an identifier, kept only without an include list.
+    fn admits(&self, id: Option<&str>) -> bool {
+        match id {
+            Some(id) => {
+                self.include.is_none_or(|l| l.ids.contains(id))
+                    && !self.exclude.is_some_and(|l| l.ids.contains(id))
+            }
+            None => self.include.is_none(),
+        }
+    }
+}
+
+/// The error of selection parameters (`origin`, as given; `parameter` the first of them)
+/// that keep none of the `count` `what` (samples, variants) of `source`.
+fn left_nothing(
+    parameter: &'static str,
+    origin: &str,
+    count: u64,
+    what: &str,
+    source: &dyn GenotypeSource,
+) -> Error {
+    Error::Parameter {
+        parameter,
+        message: format!(
+            "{origin}: none of the {count} {what} of {} is left",
+            source.describe()
+        ),
+    }
+}
+
+impl Selection {
+    /// Applies the selection to `source`: the samples kept (a view of `source`, or `source`
+    /// itself), and the variants kept (`None`: all). Known before any pass: a selection
+    /// that keeps nothing is refused here, naming its parameters.
+    pub fn apply(
+        &self,
+        source: Arc<dyn GenotypeSource>,
+    ) -> Result<(Arc<dyn GenotypeSource>, Option<RowSelection>), Error> {
+        self.apply_named(source, same_name)
+    }
+
+    /// [`Selection::apply`], with the parameters named in messages by `names`.
+    pub fn apply_named(
+        &self,
+        source: Arc<dyn GenotypeSource>,
+        names: Names,
+    ) -> Result<(Arc<dyn GenotypeSource>, Option<RowSelection>), Error> {
+        let source = self.samples(source, names)?;
+        let rows = self.variants(source.as_ref(), names)?;
+        Ok((source, rows))
+    }
+
+    fn samples(
+        &self,
+        source: Arc<dyn GenotypeSource>,
+        names: Names,
+    ) -> Result<Arc<dyn GenotypeSource>, Error> {
+        let given = ("keep", self.keep.as_ref());
+        let Some(lists) = Lists::of(given, ("remove", self.remove.as_ref()), names) else {
+            return Ok(source);
+        };
+        let Some(ids) = source.sample_ids() else {
+            return Err(Error::Parameter {
+                parameter: lists.parameter,
+                message: format!(
+                    "{} has no sample IDs (a .fam, and a VCF Zarr store's or a Zarr group's \
+                     sample_id, have them)",
+                    source.describe()
+                ),
+            });
+        };
+        let subset = SampleSubset::new(source.clone(), &lists.origin, &ids, |_, id| {
+            lists.admits(Some(id))
+        });
+        if subset.kept() == 0 {
+            return Err(left_nothing(
+                lists.parameter,
+                &lists.origin,
+                ids.len() as u64,
+                "samples",
+                source.as_ref(),
+            ));
+        }
+        Ok(Arc::new(subset))
+    }
+
+    fn variants(
+        &self,
+        source: &dyn GenotypeSource,
+        names: Names,
+    ) -> Result<Option<RowSelection>, Error> {
+        let chromosomes = ChromosomeFilter::new(
+            self.chromosomes.as_deref(),
+            self.not_chromosomes.as_deref(),
+            self.autosomes_only,
+            names,
+        )?
+        .map(|c| c.select(source).map(|rows| (c, rows)))
+        .transpose()?;
+        let lists = Lists::of(
+            ("extract", self.extract.as_ref()),
+            ("exclude", self.exclude.as_ref()),
+            names,
+        );
+        let Some(lists) = lists else {
+            return match chromosomes {
+                Some((c, rows)) if rows.kept() == 0 => Err(left_nothing(
+                    c.parameter(),
+                    c.origin(),
+                    rows.rows(),
+                    "variants",
+                    source,
+                )),
+                other => Ok(other.map(|(_, rows)| rows)),
+            };
+        };
+        let origin = match &chromosomes {
+            Some((c, _)) => format!("{} {}", c.origin(), lists.origin),
+            None => lists.origin.clone(),
+        };
+        let within = chromosomes.map(|(_, rows)| rows);
+        // A bit per variant as the IDs stream by: 10⁸ variants take 12.5 MB on each rank.
+        let mut selection = RowSelection::builder(origin);
+        let mut row = 0u64;
+        let has_ids = source
+            .variant_ids(&mut |id| {
+                let on = within.as_ref().is_none_or(|w| w.contains(row));
+                selection.push(on && lists.admits(id));
+                row += 1;
+            })
+            .map_err(rankwise_runtime::RuntimeError::from)?;
+        if !has_ids {
+            return Err(Error::Parameter {
+                parameter: lists.parameter,
+                message: format!(
+                    "{} has no variant IDs (a PLINK fileset's .bim and a VCF Zarr store's \
+                     variant_id have them)",
+                    source.describe()
+                ),
+            });
+        }
+        if selection.rows() != source.shape().0 {
+            return Err(Error::Parameter {
+                parameter: lists.parameter,
+                message: format!(
+                    "{} gave {} variant IDs for {} variants",
+                    source.describe(),
+                    selection.rows(),
+                    source.shape().0
+                ),
+            });
+        }
+        if selection.kept() == 0 {
+            return Err(left_nothing(
+                lists.parameter,
+                selection.origin(),
+                selection.rows(),
+                "variants",
+                source,
+            ));
+        }
+        Ok(Some(selection))
+    }
+}
+
+/// The parameters of [`pca`].
+#[derive(Clone, Debug)]
+pub struct PcaParams {
+    /// The solver: `k` components (10), LOBPCG to `tol`, mixed precision (f32 passes while
+    /// they improve the residuals, the last in f64), as `rankwise pca` runs by default.
+    pub solver: RsvdOptions,
+    /// The QC filters (`maf`, `geno`, `hwe`); [`VariantFilter::NONE`] by default.
+    pub filter: VariantFilter,
+    /// Which samples and variants enter.
+    pub selection: Selection,
+    /// Variants per panel (`None`: the stored chunks, or panels of at most 128 MiB of
+    /// dosages for a `.bed`).
+    pub panel_rows: Option<u64>,
+    /// Fail with [`Error::NotConverged`] when a component misses the tolerance, instead
+    /// of returning it with [`Convergence::converged`] false.
+    pub require_converged: bool,
+}
+
+impl Default for PcaParams {
+    fn default() -> Self {
+        PcaParams {
+            solver: RsvdOptions {
+                method: Method::Lobpcg,
+                mixed_precision: true,
+                ..RsvdOptions::default()
+            },
+            filter: VariantFilter::NONE,
+            selection: Selection::default(),
+            panel_rows: None,
+            require_converged: false,
+        }
+    }
+}
+
+/// A genotype PCA, on every rank alike.
+#[derive(Clone, Debug)]
+pub struct Pca {
+    /// The samples' IDs, in the order of the rows of `pcs` (`sample_J` where the input has
+    /// none).
+    pub sample_ids: Vec<String>,
+    /// The principal components: samples × k, unit columns, as PLINK 2's `.eigenvec`.
+    pub pcs: Array2<f64>,
+    /// Eigenvalues of the genetic relationship matrix `XᵀX / M`, PLINK 2's scale (M: the
+    /// variants given less those the filters excluded).
+    pub eigenvalues: Vec<f64>,
+    /// σᵢ² / ‖X‖²_F.
+    pub explained_variance_ratio: Vec<f64>,
+    /// The singular values of the standardized matrix.
+    pub singular_values: Vec<f64>,
+    /// Each component's residual against the tolerance, and whether all met it.
+    pub convergence: Convergence,
+    /// Variants that entered (after selection and filters).
+    pub variants_used: u64,
+}
+
+/// Problem and options of a PCA of `genotypes`: the selection applied, the filters set.
+/// The command line runs its own output around these; [`pca`] runs them.
+pub fn pca_problem(
+    genotypes: Arc<dyn GenotypeSource>,
+    params: &PcaParams,
+    names: Names,
+) -> Result<RsvdProblem, Error> {
+    let (source, rows) = params.selection.apply_named(genotypes, names)?;
+    let filter = match rows {
+        Some(rows) => params.filter.clone().with_rows(rows),
+        None => params.filter.clone(),
+    };
+    let band = source
+        .stored()
+        .map(|s| s.default_panel_rows())
+        .unwrap_or(source.shape().0);
+    Ok(
+        RsvdProblem::genotypes(source, params.panel_rows.unwrap_or(band))?
+            .with_variant_filter(filter),
+    )
+}
+
+/// PLINK 2's eigenvalues and the explained variance of a PCA's singular values.
+pub fn pca_scales(r: &rankwise_linalg::RsvdResult) -> (Vec<f64>, Vec<f64>) {
+    // tests/plink.rs holds these to PLINK 2's own eigenvalues.
+    let m = r
+        .genotypes
+        .as_ref()
+        .map_or(1, |g| (g.variants - g.variants_filtered).max(1)) as f64;
+    let eigenvalues = r.s.iter().map(|s| s * s / m).collect();
+    let explained =
+        r.s.iter()
+            .map(|s| {
+                if r.total_sum_squares > 0.0 {
+                    s * s / r.total_sum_squares
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+    (eigenvalues, explained)
+}
+
+/// The genotype PCA of `genotypes` on the ranks of `rt` (every rank calls it, and every
+/// rank gets the result): its principal components, PLINK 2's eigenvalues, and whether
+/// every component converged.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("rankwise-doc-pca-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// # let prefix = dir.join("cohort");
+/// # rankwise::genomics::write_example_fileset(&prefix, 400, 60, 7).unwrap();
+/// use rankwise::genomics::{pca, PcaParams};
+///
+/// let rt = rankwise::World::embedded().build()?;
+/// let cohort = rankwise::open(prefix.to_str().unwrap())?.genotypes()?;
+/// let params = PcaParams { solver: rankwise::RsvdOptions { k: 4, ..PcaParams::default().solver }, ..Default::default() };
+/// let result = pca(&rt, cohort, &params)?;
+/// assert!(result.convergence.converged);
+/// println!("{} samples, eigenvalues {:?}", result.sample_ids.len(), result.eigenvalues);
+/// # assert_eq!(result.pcs.dim(), (60, 4));
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn pca(
+    rt: &Runtime,
+    genotypes: Arc<dyn GenotypeSource>,
+    params: &PcaParams,
+) -> Result<Pca, Error> {
+    let problem = pca_problem(genotypes, params, same_name)?;
+    RsvdPlan::new(&problem, &params.solver, rt.world())?;
+    let result = rsvd(rt, &problem, &params.solver, None)?;
+    let c = &result.convergence;
+    if params.require_converged && !c.converged {
+        return Err(Error::NotConverged(c.describe("PC")));
+    }
+    let (eigenvalues, explained_variance_ratio) = pca_scales(&result);
+    let samples = problem.operand.shape().1;
+    let sample_ids = match &problem.operand {
+        rankwise_linalg::Operand::Genotypes(g, _) => g.sample_ids(),
+        rankwise_linalg::Operand::Dense(_) => None,
+    }
+    .unwrap_or_else(|| (0..samples).map(|j| format!("sample_{j}")).collect());
+    let variants_used = result
+        .genotypes
+        .as_ref()
+        .map_or(0, |g| g.variants - g.variants_filtered);
+    Ok(Pca {
+        sample_ids,
+        pcs: result.wt.t().to_owned(),
+        eigenvalues,
+        explained_variance_ratio,
+        singular_values: result.s.clone(),
+        convergence: result.convergence.clone(),
+        variants_used,
+    })
+}
+
+/// Writes a PLINK 1 fileset of `variants` × `samples` drawn by the generator from `seed`
+/// (three populations, about 5 % of calls missing, variants on chromosomes 1–22 in turn)
+/// at `prefix` (`.bed`, `.bim`, `.fam`), for examples and tests.
+pub fn write_example_fileset(
+    prefix: &Path,
+    variants: u64,
+    samples: u64,
+    seed: u64,
+) -> std::io::Result<()> {
+    use rankwise_runtime::{Dist, Generated};
+
+    let g = Generated::new(variants, samples, seed, Dist::Genotype)
+        .with_missing(0.05)
+        .with_populations(3, 0.1)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let bytes_per_variant = samples.div_ceil(4) as usize;
+    let mut bed = vec![0x6c, 0x1b, 0x01];
+    for v in 0..variants {
+        let mut row = vec![0u8; bytes_per_variant];
+        for j in 0..samples as usize {
+            let d = g.genotype(v, j as u64);
+            // PLINK 1 codes: 00 hom. first allele (2 copies), 10 het, 11 hom. second, 01
+            // missing; dosages count the first allele.
+            let code = match d {
+                2 => 0b00,
+                1 => 0b10,
+                0 => 0b11,
+                _ => 0b01,
+            };
+            row[j / 4] |= code << (2 * (j % 4));
+        }
+        bed.extend(row);
+    }
+    std::fs::write(prefix.with_extension("bed"), bed)?;
+    let bim: String = (0..variants)
+        .map(|v| format!("{}\trs{v}\t0\t{}\tA\tG\n", 1 + v % 22, 1000 + v))
+        .collect();
+    std::fs::write(prefix.with_extension("bim"), bim)?;
+    let fam: String = (0..samples)
+        .map(|j| format!("fam{j}\tS{j}\t0\t0\t0\t-9\n"))
+        .collect();
+    std::fs::write(prefix.with_extension("fam"), fam)
+}

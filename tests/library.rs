@@ -1,0 +1,195 @@
+//! The library is the command line's path: `rankwise::pca` and `rankwise::rsvd`, called
+//! from Rust, give the bits `rankwise pca` and `rankwise rsvd` print, with the same
+//! selection and filters, on filesets written by PLINK 2 and by the library; and their
+//! errors name parameters where the command line names flags.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::*;
+use rankwise::genomics::{pca, write_example_fileset, IdList, PcaParams, Selection};
+use rankwise::linalg::VariantFilter;
+use rankwise::{open, World};
+
+fn world() -> rankwise::Runtime {
+    World::embedded()
+        .actors(1)
+        .pin(false)
+        .build()
+        .expect("a runtime")
+}
+
+/// The CLI's report of `args` with `--json` and one actor.
+fn cli(args: &[String]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.extend(strings(&["--actors", "1", "--json"]));
+    report(&embedded(&a))
+}
+
+#[test]
+fn the_library_pca_gives_the_command_lines_bits_with_selection_and_filters() {
+    let dir = scratch("library-pca");
+    let mut draw = Draw(test_seed());
+    let (variants, samples) = (draw.range(800, 3000), draw.range(60, 200));
+    let prefix = dir.join("cohort");
+    write_example_fileset(&prefix, variants, samples, draw.next()).unwrap();
+    let p = prefix.to_str().unwrap();
+    // Two thirds of the samples, a random four fifths of the variants, chromosomes 1–11.
+    let keep: Vec<String> = (0..samples)
+        .filter(|j| j % 3 != 1)
+        .map(|j| format!("S{j}"))
+        .collect();
+    let extract: Vec<String> = (0..variants)
+        .filter(|_| !draw.next().is_multiple_of(5))
+        .map(|v| format!("rs{v}"))
+        .collect();
+    std::fs::write(dir.join("keep.txt"), keep.join("\n")).unwrap();
+    std::fs::write(dir.join("extract.txt"), extract.join("\n")).unwrap();
+    let k = draw.range(2, 6) as usize;
+    let seed = draw.next() % 1000;
+    let params = PcaParams {
+        solver: rankwise::RsvdOptions {
+            k,
+            seed,
+            ..PcaParams::default().solver
+        },
+        filter: VariantFilter::new(0.02, 0.2).unwrap(),
+        selection: Selection {
+            keep: Some(IdList::new(keep.iter().cloned())),
+            extract: Some(IdList::read_variants(&dir.join("extract.txt")).unwrap()),
+            chromosomes: Some("1-11".into()),
+            ..Selection::default()
+        },
+        ..PcaParams::default()
+    };
+    let rt = world();
+    let lib = pca(&rt, open(p).unwrap().genotypes().unwrap(), &params).unwrap();
+    let cli = cli(&strings(&[
+        "pca",
+        "--bed",
+        p,
+        "-k",
+        &k.to_string(),
+        "--sketch-seed",
+        &seed.to_string(),
+        "--maf",
+        "0.02",
+        "--geno",
+        "0.2",
+        "--keep",
+        dir.join("keep.txt").to_str().unwrap(),
+        "--extract",
+        dir.join("extract.txt").to_str().unwrap(),
+        "--chr",
+        "1-11",
+    ]));
+    let what = format!("{variants} × {samples}, k = {k}");
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&lib.singular_values),
+        json_bits(&cli["singular_values"]),
+        "{what}"
+    );
+    assert_eq!(
+        bits(&lib.eigenvalues),
+        json_bits(&cli["eigenvalues"]),
+        "{what}"
+    );
+    assert_eq!(
+        lib.convergence.converged,
+        cli["converged"].as_bool().unwrap()
+    );
+    assert_eq!(lib.pcs.dim(), (keep.len(), k), "{what}");
+    let ids: HashSet<&String> = lib.sample_ids.iter().collect();
+    assert_eq!(
+        ids,
+        keep.iter().collect(),
+        "{what}: the kept samples, by ID"
+    );
+    // Chromosomes 1–11 are half the variants; the extract list and the filters take more.
+    assert!(
+        lib.variants_used > 0 && lib.variants_used < variants.div_ceil(2),
+        "{what}: {} variants used",
+        lib.variants_used
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_library_rsvd_gives_the_command_lines_bits() {
+    let dir = scratch("library-rsvd");
+    let mut draw = Draw(test_seed() ^ 5);
+    // Tall and short-and-fat (factored as its transpose) both.
+    for (rows, cols) in [
+        (draw.range(2000, 6000), draw.range(20, 80)),
+        (draw.range(20, 80), draw.range(2000, 6000)),
+    ] {
+        let band = draw.range(300, 900).min(rows);
+        let store = gen_store(
+            &dir.join(format!("{rows}x{cols}.zarr")),
+            (rows, cols, band),
+            "normal",
+            &draw.next().to_string(),
+            &[],
+        );
+        let k = draw.range(2, 8) as usize;
+        let seed = draw.next() % 1000;
+        let options = rankwise::RsvdOptions {
+            k,
+            seed,
+            ..Default::default()
+        };
+        let rt = world();
+        let lib = rankwise::rsvd(&rt, &open(&store).unwrap(), &options).unwrap();
+        let cli = cli(&strings(&[
+            "rsvd",
+            "--zarr",
+            &store,
+            "-k",
+            &k.to_string(),
+            "--sketch-seed",
+            &seed.to_string(),
+            "--precision",
+            "f64",
+        ]));
+        let bits: Vec<u64> = lib.s.iter().map(|x| x.to_bits()).collect();
+        assert_eq!(bits, json_bits(&cli["singular_values"]), "{rows} × {cols}");
+        assert_eq!(lib.transposed, rows < cols);
+        assert!(lib.convergence.converged, "{rows} × {cols}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn library_errors_name_parameters_and_the_command_line_names_flags() {
+    let dir = scratch("library-errors");
+    let prefix = dir.join("c");
+    write_example_fileset(&prefix, 300, 40, test_seed()).unwrap();
+    let p = prefix.to_str().unwrap();
+    let g = open(p).unwrap().genotypes().unwrap();
+    let rt = world();
+    let nobody = PcaParams {
+        selection: Selection {
+            keep: Some(IdList::new(["no-such-sample"])),
+            ..Selection::default()
+        },
+        ..PcaParams::default()
+    };
+    let e = pca(&rt, g.clone(), &nobody).unwrap_err();
+    assert_eq!(e.parameter(), Some("keep"), "{e}");
+    assert!(!e.to_string().contains("--"), "{e}");
+    let bad_chr = PcaParams {
+        selection: Selection {
+            chromosomes: Some("3-1".into()),
+            ..Selection::default()
+        },
+        ..PcaParams::default()
+    };
+    let e = pca(&rt, g, &bad_chr).unwrap_err();
+    assert_eq!(e.parameter(), Some("chromosomes"), "{e}");
+    assert!(!e.to_string().contains("--"), "{e}");
+    let run = embedded(&strings(&["pca", "--bed", p, "--chr", "3-1"]));
+    assert_fails_naming(&run, &[], "--chr");
+    let _ = std::fs::remove_dir_all(&dir);
+}
