@@ -62,6 +62,11 @@
 //!   launcher (mpirun, srun) detected, reports printed, plots drawn.
 //! * `rankwise-capi`: the C and Fortran library over the same calls.
 
+/// The README's examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 mod error;
 pub mod genomics;
 mod open;

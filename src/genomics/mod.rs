@@ -463,7 +463,7 @@ pub fn pca(
 }
 
 /// Writes a PLINK 1 fileset of `variants` × `samples` drawn by the generator from `seed`
-/// (three populations, about 5 % of calls missing, variants on chromosomes 1–22 in turn)
+/// (three populations, about 5 % of calls missing, variants on chromosomes 1–22 in equal blocks, in order)
 /// at `prefix` (`.bed`, `.bim`, `.fam`), for examples and tests.
 pub fn write_example_fileset(
     prefix: &Path,
@@ -497,7 +497,7 @@ pub fn write_example_fileset(
     }
     std::fs::write(prefix.with_extension("bed"), bed)?;
     let bim: String = (0..variants)
-        .map(|v| format!("{}\trs{v}\t0\t{}\tA\tG\n", 1 + v % 22, 1000 + v))
+        .map(|v| format!("{}\trs{v}\t0\t{}\tA\tG\n", 1 + v * 22 / variants, 1000 + v))
         .collect();
     std::fs::write(prefix.with_extension("bim"), bim)?;
     let fam: String = (0..samples)
