@@ -15,10 +15,9 @@ use ndarray::ArrayView2;
 use rankwise_linalg::{svd, FactorSink, LinalgError, SvdOptions, SvdPlan, SvdProblem, SvdResult};
 use rankwise_runtime::budget::format_bytes;
 use rankwise_runtime::gpu::DeviceChoice;
-use rankwise_runtime::zarr::ZarrMatrix;
 use rankwise_runtime::{
-    actor_specs, parse_bytes, ChunkGrid, CoreShare, Dist, PanelSource, Runtime, RuntimeConfig,
-    RuntimeError, Topology,
+    actor_specs, parse_bytes, ChunkGrid, CoreShare, Dist, Runtime, RuntimeConfig, RuntimeError,
+    Topology,
 };
 use rankwise_transports::{Comm, LocalWorld, TransportError};
 use serde_json::json;
@@ -816,12 +815,10 @@ fn allocation_lines(launch: &LaunchInfo) -> Vec<String> {
 fn problem(m: &MatrixArgs) -> Result<SvdProblem, CliError> {
     match &m.zarr {
         Some(spec) => {
-            let z = ZarrMatrix::open(spec).map_err(zarr_error)?;
             // Panels run along the long dimension, as for generated matrices.
-            let (rows, cols) = z.stored_shape();
-            let transposed = rows < cols;
-            let source: Arc<dyn PanelSource> =
-                Arc::new(if transposed { z.transposed() } else { z });
+            let (source, transposed) = rankwise::Input::Zarr(spec.clone())
+                .matrix()
+                .map_err(cli_error)?;
             let (pm, pn) = source.shape();
             let band = source
                 .stored()
