@@ -11,8 +11,9 @@ use rankwise_transports::TransportError;
 /// command-line flag: the command line maps parameters to its flags.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A bad value of a parameter.
-    #[error("{parameter}: {message}")]
+    /// A bad value of a parameter (named in backticks, as the other crates' errors name
+    /// them).
+    #[error("`{parameter}`: {message}")]
     Parameter {
         /// The parameter, as the API names it.
         parameter: &'static str,

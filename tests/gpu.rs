@@ -108,7 +108,12 @@ fn device_gpu_without_cuda_fails_naming_the_library_on_every_rank() {
         skipped(TEST, "this machine has a usable GPU");
         return;
     }
-    let why = probed().usable().err().map(|e| e.to_string());
+    // The library names the parameter (`device`); the command line names its flag.
+    let why = probed().usable().err().map(|e| {
+        let e = e.to_string();
+        assert!(!e.contains("--"), "a library error names no flag: {e}");
+        e.replace("`device`", "--device")
+    });
     let args = strings(&[
         "rsvd",
         "--rows",

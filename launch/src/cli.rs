@@ -218,17 +218,17 @@ pub enum CliError {
         /// What is wrong.
         message: String,
     },
-    /// From the linear algebra.
-    #[error(transparent)]
+    /// From the linear algebra (its parameters named by their flags).
+    #[error("{}", with_flags(.0))]
     Linalg(#[from] LinalgError),
-    /// From the runtime.
-    #[error(transparent)]
+    /// From the runtime (its parameters named by their flags).
+    #[error("{}", with_flags(.0))]
     Runtime(#[from] RuntimeError),
     /// From the transport.
     #[error(transparent)]
     Transport(#[from] TransportError),
-    /// From the output writer.
-    #[error(transparent)]
+    /// From the output writer (its parameters named by their flags).
+    #[error("{}", with_flags(.0))]
     Output(#[from] OutputError),
     /// `--require-converged` and a component over the tolerance (every rank finds it).
     #[error("--require-converged: {0}")]
@@ -769,7 +769,8 @@ fn info(rt: &Runtime, launch: &LaunchInfo, check: bool) -> Result<Option<String>
         for part in all {
             out.push_str(&String::from_utf8_lossy(&part));
         }
-        out
+        // The runtime's notes name parameters; `info` names the flags.
+        with_flags(&out)
     }))
 }
 
@@ -865,21 +866,68 @@ pub(crate) fn gather_rank_figures(
     }))
 }
 
-/// The flag that sets a parameter of the library, for its errors.
+/// The library's parameters and the flags that set them: the library's messages name
+/// parameters in backticks (`` `chunk_rows` ``), the command line's name the flags.
+const FLAGS: &[(&str, &str)] = &[
+    ("k", "-k"),
+    ("actors", "--actors"),
+    ("threads_per_actor", "--threads-per-actor"),
+    ("memory_per_actor", "--memory-per-actor"),
+    ("device", "--device"),
+    ("rows", "--rows"),
+    ("cols", "--cols"),
+    ("chunk_rows", "--chunk-rows"),
+    ("panel_rows", "--chunk-rows"),
+    ("chunk_cols", "--chunk-cols"),
+    ("shard_rows", "--shard-rows"),
+    ("dtype", "--dtype"),
+    ("codec", "--codec"),
+    ("shuffle", "--shuffle"),
+    ("format", "--format"),
+    ("out", "--out"),
+    ("populations", "--populations"),
+    ("fst", "--fst"),
+    ("step", "--step"),
+    ("add", "--add"),
+    ("power_iters", "--power-iters"),
+    ("max_passes", "--max-passes"),
+    ("probes", "--probes"),
+    ("oversample", "--oversample"),
+    ("tol", "--tol"),
+    ("precision", "--precision"),
+    ("maf", "--maf"),
+    ("geno", "--geno"),
+    ("hwe", "--hwe"),
+    ("keep", "--keep"),
+    ("remove", "--remove"),
+    ("extract", "--extract"),
+    ("exclude", "--exclude"),
+    ("chromosomes", "--chr"),
+    ("not_chromosomes", "--not-chr"),
+    ("autosomes_only", "--autosome"),
+    ("vcf_zarr", "--vcf-zarr"),
+    ("spec", "--zarr"),
+];
+
+/// The flag that sets a parameter of the library, for its errors; a parameter without a
+/// flag of its own is named as the library names it.
 pub(crate) fn flag_of(parameter: &'static str) -> &'static str {
-    match parameter {
-        "keep" => "--keep",
-        "remove" => "--remove",
-        "extract" => "--extract",
-        "exclude" => "--exclude",
-        "chromosomes" => "--chr",
-        "not_chromosomes" => "--not-chr",
-        "autosomes_only" => "--autosome",
-        "spec" => "--zarr",
-        "panel_rows" => "--chunk-rows",
-        // A parameter without a flag of its own is named as the library names it.
-        other => other,
+    FLAGS
+        .iter()
+        .find(|(p, _)| *p == parameter)
+        .map_or(parameter, |(_, f)| f)
+}
+
+/// A library message with its parameters (`` `chunk_rows` ``) named by their flags.
+pub(crate) fn with_flags(message: &dyn std::fmt::Display) -> String {
+    let mut text = message.to_string();
+    for (p, f) in FLAGS {
+        let quoted = format!("`{p}`");
+        if text.contains(&quoted) {
+            text = text.replace(&quoted, f);
+        }
     }
+    text
 }
 
 /// A library error, as the command line reports it: parameters named by their flags.
@@ -887,7 +935,7 @@ pub(crate) fn cli_error(e: rankwise::Error) -> CliError {
     match e {
         rankwise::Error::Parameter { parameter, message } => CliError::Option {
             option: flag_of(parameter),
-            message,
+            message: with_flags(&message),
         },
         rankwise::Error::NotConverged(what) => CliError::NotConverged(what),
         rankwise::Error::Linalg(e) => CliError::Linalg(e),
@@ -1158,7 +1206,7 @@ pub(crate) fn open_collectively<O>(
         let created = if me == 0 {
             Some(create(&tmp).map_err(|e| CliError::Option {
                 option: "--out",
-                message: e.to_string(),
+                message: with_flags(&e),
             })?)
         } else {
             None

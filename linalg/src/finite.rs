@@ -66,7 +66,7 @@ pub(crate) fn diagnose(
     let precision = if single { "float32" } else { "float64" };
     let advice = if single && max < 1e150 {
         "is beyond what float32 squares and sums hold (values up to about 1e18); run with \
-         --precision f64, or scale the data (divide it by a power of ten)"
+         `precision` f64, or scale the data (divide it by a power of ten)"
     } else {
         "is beyond what the randomized passes, which square the data's scale, can hold \
          (values up to about 1e150); scale the data (divide it by a power of ten), or use \

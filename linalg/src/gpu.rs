@@ -2005,7 +2005,7 @@ mod tests {
                 // Rows selected by identifier: the tables are those of the panel's rows.
                 _ => {
                     let bits = rng.next();
-                    VariantFilter::NONE.with_rows(RowSelection::new(200, "--extract t", |r| {
+                    VariantFilter::NONE.with_rows(RowSelection::new(200, "`extract` t", |r| {
                         bits >> (r % 64) & 1 == 1
                     }))
                 }

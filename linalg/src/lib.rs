@@ -177,11 +177,12 @@ pub enum LinalgError {
         /// The filter.
         filter: VariantFilter,
     },
-    /// An argument of the API.
-    #[error("{option}: {message}")]
+    /// A parameter with a bad value (named in backticks, as the runtime's errors name
+    /// them).
+    #[error("`{parameter}`: {message}")]
     Option {
-        /// The option at fault.
-        option: &'static str,
+        /// The parameter at fault, as the API names it (e.g. `power_iters`).
+        parameter: &'static str,
         /// What is wrong.
         message: String,
     },

@@ -73,10 +73,10 @@ pub fn read_buffers(
     let band = stored.chunk_rows();
     if !grid.chunk_rows.is_multiple_of(band) && grid.chunk_rows < grid.rows {
         return Err(LinalgError::Option {
-            option: "--chunk-rows",
+            parameter: "chunk_rows",
             message: format!(
                 "panels of {} rows do not align with the {band}-row chunks of {what}; use a \
-                 multiple of {band} (or leave --chunk-rows out to use the stored chunks)",
+                 multiple of {band} (or leave `chunk_rows` out to use the stored chunks)",
                 grid.chunk_rows
             ),
         });

@@ -73,7 +73,7 @@ impl StridedSum {
     /// the panel grid. Errors name the command-line options.
     pub fn grid(&self, source: &Generated) -> Result<ChunkGrid, LinalgError> {
         let option =
-            |option: &'static str, message: String| LinalgError::Option { option, message };
+            |parameter: &'static str, message: String| LinalgError::Option { parameter, message };
         if source.is_transposed() {
             return Err(option(
                 "source",
@@ -85,19 +85,19 @@ impl StridedSum {
         let grid = ChunkGrid::new(rows, cols, self.chunk_rows)?;
         if self.chunk_cols == 0 {
             return Err(option(
-                "--chunk-cols",
+                "chunk_cols",
                 "tiles need at least one column".into(),
             ));
         }
         if self.step == 0 {
             return Err(option(
-                "--step",
+                "step",
                 "the stride must be at least 1 (1 sums every value)".into(),
             ));
         }
         if !self.add.is_finite() {
             return Err(option(
-                "--add",
+                "add",
                 format!("{} is not a finite number", self.add),
             ));
         }
@@ -336,27 +336,27 @@ mod tests {
         assert_eq!(ok.grid(&g).unwrap().panels(), 4);
         assert_eq!(ok.count(10, 9), 25);
         for (bad, option) in [
-            (StridedSum { step: 0, ..ok }, "--step"),
+            (StridedSum { step: 0, ..ok }, "`step`"),
             (
                 StridedSum {
                     chunk_cols: 0,
                     ..ok
                 },
-                "--chunk-cols",
+                "`chunk_cols`",
             ),
             (
                 StridedSum {
                     chunk_rows: 0,
                     ..ok
                 },
-                "--chunk-rows",
+                "`chunk_rows`",
             ),
             (
                 StridedSum {
                     add: f64::NAN,
                     ..ok
                 },
-                "--add",
+                "`add`",
             ),
         ] {
             let e = bad.grid(&g).unwrap_err().to_string();
@@ -367,6 +367,6 @@ mod tests {
             .grid(&empty)
             .unwrap_err()
             .to_string()
-            .starts_with("--rows: "));
+            .starts_with("`rows`: "));
     }
 }

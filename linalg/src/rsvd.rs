@@ -211,13 +211,13 @@ impl RsvdOptions {
     /// Checks the options against an `m × n` matrix.
     pub fn validate(&self, m: u64, n: u64) -> Result<(), LinalgError> {
         let mn = m.min(n);
-        let opt = |option, message| Err(LinalgError::Option { option, message });
+        let opt = |parameter, message| Err(LinalgError::Option { parameter, message });
         if self.k == 0 {
-            return opt("-k", "the rank must be at least 1".into());
+            return opt("k", "the rank must be at least 1".into());
         }
         if self.method != Method::Lobpcg && self.power_iters > MAX_POWER_ITERS {
             return opt(
-                "--power-iters",
+                "power_iters",
                 format!(
                     "{} power iterations: at most {MAX_POWER_ITERS} (to iterate until \
                      converged, leave it out)",
@@ -227,14 +227,14 @@ impl RsvdOptions {
         }
         if self.method == Method::Lobpcg && self.max_passes > MAX_POWER_ITERS {
             return opt(
-                "--max-passes",
+                "max_passes",
                 format!("{}: at most {MAX_POWER_ITERS}", self.max_passes),
             );
         }
         // The probes are `n` values each, generated on every rank.
         if self.probes as u64 > n.max(1000) {
             return opt(
-                "--probes",
+                "probes",
                 format!(
                     "{} probes: at most max(columns, 1000) = {}",
                     self.probes,
@@ -244,7 +244,7 @@ impl RsvdOptions {
         }
         if self.k as u64 >= mn {
             return opt(
-                "-k",
+                "k",
                 format!(
                     "k = {} must be smaller than min(rows, cols) = {mn}; `rankwise svd` computes \
                      the full decomposition",
@@ -254,10 +254,10 @@ impl RsvdOptions {
         }
         if self.sketch() as u64 > mn {
             return opt(
-                "--oversample",
+                "oversample",
                 format!(
                     "k + oversample = {} + {} = {} exceeds min(rows, cols) = {mn}; use at most \
-                     --oversample {}",
+                     `oversample` {}",
                     self.k,
                     self.oversample,
                     self.sketch(),
@@ -267,14 +267,11 @@ impl RsvdOptions {
         }
         if self.method == Method::Lobpcg {
             if !(self.tol.is_finite() && self.tol > 0.0 && self.tol < 1.0) {
-                return opt(
-                    "--tol",
-                    format!("{} is not a tolerance in (0, 1)", self.tol),
-                );
+                return opt("tol", format!("{} is not a tolerance in (0, 1)", self.tol));
             }
             if self.max_passes < 2 {
                 return opt(
-                    "--max-passes",
+                    "max_passes",
                     format!(
                         "{}: LOBPCG needs at least 2 passes (one to iterate, one to form U \
                          and measure the residuals)",
@@ -285,11 +282,11 @@ impl RsvdOptions {
         }
         if self.basis() as u64 > mn {
             return opt(
-                "--power-iters",
+                "power_iters",
                 format!(
                     "block Krylov with {} power iterations builds a basis of (q + 1)(k + \
                      oversample) = {} columns, more than min(rows, cols) = {mn}; lower \
-                     --power-iters or --oversample",
+                     `power_iters` or `oversample`",
                     self.power_iters,
                     self.basis()
                 ),
@@ -406,7 +403,7 @@ impl RsvdPlan {
         let (m, n) = problem.operand.shape();
         if (m, n) != (problem.grid.rows, problem.grid.cols) {
             return Err(LinalgError::Option {
-                option: "grid",
+                parameter: "grid",
                 message: format!(
                     "grid {}×{} does not match the source's {m}×{n}",
                     problem.grid.rows, problem.grid.cols

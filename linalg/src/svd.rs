@@ -352,7 +352,7 @@ pub fn svd(
     let (m, n) = problem.source.shape();
     if (m, n) != (grid.rows, grid.cols) {
         return Err(LinalgError::Option {
-            option: "grid",
+            parameter: "grid",
             message: format!(
                 "grid {}×{} does not match the source's {m}×{n}",
                 grid.rows, grid.cols

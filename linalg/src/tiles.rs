@@ -1716,7 +1716,7 @@ mod tests {
             )
             .and_then(|f| f.with_hwe(rng.below(200) as f64 / 1000.0, HweP::Exact))
             .unwrap()
-            .with_rows(RowSelection::new(m as u64, "--extract t", |_| {
+            .with_rows(RowSelection::new(m as u64, "`extract` t", |_| {
                 rng.below(4) > 0
             }));
             let what = format!("{m} × {n}, {filter:?}");

@@ -164,13 +164,13 @@ impl VariantFilter {
     pub fn new(min_maf: f64, max_missing: f64) -> Result<VariantFilter, LinalgError> {
         if !(0.0..=0.5).contains(&min_maf) {
             return Err(LinalgError::Option {
-                option: "--maf",
+                parameter: "maf",
                 message: format!("{min_maf} is not a minor allele frequency in [0, 0.5]"),
             });
         }
         if !(0.0..=1.0).contains(&max_missing) {
             return Err(LinalgError::Option {
-                option: "--geno",
+                parameter: "geno",
                 message: format!("{max_missing} is not a fraction of missing calls in [0, 1]"),
             });
         }
@@ -186,7 +186,7 @@ impl VariantFilter {
     pub fn with_hwe(self, min_p: f64, how: HweP) -> Result<VariantFilter, LinalgError> {
         if !(0.0..=1.0).contains(&min_p) {
             return Err(LinalgError::Option {
-                option: "--hwe",
+                parameter: "hwe",
                 message: format!("{min_p} is not a p-value in [0, 1]"),
             });
         }
@@ -210,19 +210,19 @@ impl VariantFilter {
         self.rows.as_ref().is_none_or(|r| r.contains(row)) && self.keeps(counts)
     }
 
-    /// The command-line options that set this filter (`--maf X --geno Y --hwe P` and the
+    /// The parameters that set this filter (`` `maf` X `geno` Y `hwe` P `` and the
     /// selection's origin, those that exclude anything), for messages.
     pub fn options(&self) -> String {
         let mut options = Vec::new();
         if self.min_maf > 0.0 {
-            options.push(format!("--maf {}", self.min_maf));
+            options.push(format!("`maf` {}", self.min_maf));
         }
         if self.max_missing < 1.0 {
-            options.push(format!("--geno {}", self.max_missing));
+            options.push(format!("`geno` {}", self.max_missing));
         }
         if self.min_hwe_p > 0.0 {
             let midp = if self.hwe == HweP::MidP { " midp" } else { "" };
-            options.push(format!("--hwe {}{midp}", self.min_hwe_p));
+            options.push(format!("`hwe` {}{midp}", self.min_hwe_p));
         }
         if let Some(rows) = &self.rows {
             options.push(rows.origin.clone());
@@ -380,16 +380,16 @@ mod tests {
         };
         assert!(!hwe(1e-6).keeps(&hets) && hwe(1e-12).keeps(&hets));
         for (r, option) in [
-            (VariantFilter::new(0.6, 1.0), "--maf"),
-            (VariantFilter::new(-0.1, 1.0), "--maf"),
-            (VariantFilter::new(f64::NAN, 1.0), "--maf"),
-            (VariantFilter::new(0.1, 1.5), "--geno"),
-            (VariantFilter::new(0.1, f64::NAN), "--geno"),
-            (VariantFilter::NONE.with_hwe(1.5, HweP::Exact), "--hwe"),
-            (VariantFilter::NONE.with_hwe(f64::NAN, HweP::MidP), "--hwe"),
+            (VariantFilter::new(0.6, 1.0), "maf"),
+            (VariantFilter::new(-0.1, 1.0), "maf"),
+            (VariantFilter::new(f64::NAN, 1.0), "maf"),
+            (VariantFilter::new(0.1, 1.5), "geno"),
+            (VariantFilter::new(0.1, f64::NAN), "geno"),
+            (VariantFilter::NONE.with_hwe(1.5, HweP::Exact), "hwe"),
+            (VariantFilter::NONE.with_hwe(f64::NAN, HweP::MidP), "hwe"),
         ] {
             match r {
-                Err(LinalgError::Option { option: o, .. }) => assert_eq!(o, option),
+                Err(LinalgError::Option { parameter, .. }) => assert_eq!(parameter, option),
                 other => panic!("{option}: {other:?}"),
             }
         }
@@ -401,10 +401,10 @@ mod tests {
         for _ in 0..20 {
             let rows = rng.below(300) as u64;
             let keep: Vec<bool> = (0..rows).map(|_| rng.below(2) == 1).collect();
-            let s = RowSelection::new(rows, "--extract t", |r| keep[r as usize]);
+            let s = RowSelection::new(rows, "`extract` t", |r| keep[r as usize]);
             assert_eq!(s.rows(), rows);
             assert_eq!(s.kept(), keep.iter().filter(|&&k| k).count() as u64);
-            assert_eq!(s.origin(), "--extract t");
+            assert_eq!(s.origin(), "`extract` t");
             for r in 0..rows + 70 {
                 assert_eq!(
                     s.contains(r),

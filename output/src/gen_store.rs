@@ -170,19 +170,19 @@ pub enum Shuffle {
     Bit,
 }
 
-/// A layout that cannot be written, naming the command-line option at fault.
+/// A layout that cannot be written, naming the parameter at fault.
 #[derive(Debug, thiserror::Error)]
-#[error("{option}: {message}")]
+#[error("`{parameter}`: {message}")]
 pub struct LayoutError {
-    /// The option, as typed on the command line.
-    pub option: &'static str,
+    /// The parameter at fault (a field of [`GenLayout`], or `rows`/`cols`).
+    pub parameter: &'static str,
     /// What is wrong and what to do.
     pub message: String,
 }
 
-fn layout_err(option: &'static str, message: impl Into<String>) -> LayoutError {
+fn layout_err(parameter: &'static str, message: impl Into<String>) -> LayoutError {
     LayoutError {
-        option,
+        parameter,
         message: message.into(),
     }
 }
@@ -222,31 +222,28 @@ impl GenLayout {
         let (rows, cols) = self.shape();
         if rows == 0 || cols == 0 {
             return Err(layout_err(
-                if rows == 0 { "--rows" } else { "--cols" },
+                if rows == 0 { "rows" } else { "cols" },
                 "the matrix needs at least one row and one column",
             ));
         }
         if self.chunk_rows == 0 {
-            return Err(layout_err("--chunk-rows", "chunks need at least one row"));
+            return Err(layout_err("chunk_rows", "chunks need at least one row"));
         }
         if self.chunk_cols == 0 {
-            return Err(layout_err(
-                "--chunk-cols",
-                "chunks need at least one column",
-            ));
+            return Err(layout_err("chunk_cols", "chunks need at least one column"));
         }
         if let Some(sr) = self.shard_rows {
             if self.format == ZarrFormat::V2 {
                 return Err(layout_err(
-                    "--shard-rows",
-                    "sharding is a Zarr v3 codec; use --format v3 or leave out --shard-rows",
+                    "shard_rows",
+                    "sharding is a Zarr v3 codec; use `format` v3 or leave out `shard_rows`",
                 ));
             }
             if sr == 0 || !sr.is_multiple_of(self.chunk_rows) {
                 return Err(layout_err(
-                    "--shard-rows",
+                    "shard_rows",
                     format!(
-                        "{sr} is not a positive multiple of --chunk-rows {}",
+                        "{sr} is not a positive multiple of `chunk_rows` {}",
                         self.chunk_rows
                     ),
                 ));
@@ -254,15 +251,15 @@ impl GenLayout {
         }
         if self.shuffle != Shuffle::None && !self.codec.shuffles() {
             return Err(layout_err(
-                "--shuffle",
-                "only the blosc codecs shuffle; use --codec blosc-lz4 or blosc-zstd, or \
-                 --shuffle none",
+                "shuffle",
+                "only the blosc codecs shuffle; use `codec` blosc-lz4 or blosc-zstd, or \
+                 `shuffle` none",
             ));
         }
         let dist = self.source.dist();
         match dist {
             Dist::Uniform | Dist::Normal if !self.dtype.is_float() => Err(layout_err(
-                "--dtype",
+                "dtype",
                 format!(
                     "{dist} values are fractional and do not fit {}; use f64 or f32",
                     self.dtype
@@ -270,7 +267,7 @@ impl GenLayout {
             )),
             Dist::Genotype if self.dtype == DType::U8 && self.source.missing_rate() > 0.0 => {
                 Err(layout_err(
-                    "--dtype",
+                    "dtype",
                     "missing calls are −1, which u8 cannot hold; use i8 (or --missing 0)",
                 ))
             }
@@ -967,30 +964,30 @@ mod tests {
 
     #[test]
     fn layout_rules_name_the_option() {
-        let check = |l: GenLayout, option: &str| {
+        let check = |l: GenLayout, parameter: &str| {
             let e = l.validate().unwrap_err();
-            assert_eq!(e.option, option, "{e}");
+            assert_eq!(e.parameter, parameter, "{e}");
         };
-        check(layout(Dist::Normal, DType::U8), "--dtype");
-        check(layout(Dist::Uniform, DType::I32), "--dtype");
+        check(layout(Dist::Normal, DType::U8), "dtype");
+        check(layout(Dist::Uniform, DType::I32), "dtype");
         let mut l = layout(Dist::Genotype, DType::U8);
         assert!(l.validate().is_ok());
         l.source = l.source.with_missing(0.1);
-        check(l, "--dtype");
+        check(l, "dtype");
         let mut l = layout(Dist::Uniform, DType::F32);
         l.shard_rows = Some(6);
-        check(l.clone(), "--shard-rows");
+        check(l.clone(), "shard_rows");
         l.shard_rows = Some(8);
         assert!(l.validate().is_ok());
         l.format = ZarrFormat::V2;
-        check(l, "--shard-rows");
+        check(l, "shard_rows");
         let mut l = layout(Dist::Uniform, DType::F64);
         l.codec = Codec::Zstd;
-        check(l.clone(), "--shuffle");
+        check(l.clone(), "shuffle");
         l.shuffle = Shuffle::None;
         assert!(l.validate().is_ok());
         l.chunk_cols = 0;
-        check(l, "--chunk-cols");
+        check(l, "chunk_cols");
         let mut l = layout(Dist::Uniform, DType::F64);
         l.source = l.source.transposed();
         check(l, "source");

@@ -48,19 +48,19 @@ type ZarrsError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
     /// The output path exists already.
-    #[error("--out {path}: already exists; --out must not exist (rankwise never overwrites results)", path = .path.display())]
+    #[error("`out` {path}: already exists; `out` must not exist (rankwise never overwrites results)", path = .path.display())]
     Exists {
         /// The `--out` path.
         path: PathBuf,
     },
     /// The output path has no final component (e.g. `/` or `..`).
-    #[error("--out {path}: not a usable output path; --out must name a new directory such as result.zarr", path = .path.display())]
+    #[error("`out` {path}: not a usable output path; `out` must name a new directory such as result.zarr", path = .path.display())]
     BadPath {
         /// The `--out` path.
         path: PathBuf,
     },
     /// The parent directory of the output path does not exist or is no directory.
-    #[error("--out {path}: parent directory {parent} {problem}; create it or choose another --out", path = .path.display(), parent = .parent.display())]
+    #[error("`out` {path}: parent directory {parent} {problem}; create it or choose another `out`", path = .path.display(), parent = .parent.display())]
     NoParent {
         /// The `--out` path.
         path: PathBuf,
@@ -70,7 +70,7 @@ pub enum OutputError {
         problem: &'static str,
     },
     /// The parent directory of the output path is not writable.
-    #[error("--out {path}: parent directory {parent} is not writable ({reason}); choose another --out", path = .path.display(), parent = .parent.display())]
+    #[error("`out` {path}: parent directory {parent} is not writable ({reason}); choose another `out`", path = .path.display(), parent = .parent.display())]
     NotWritable {
         /// The `--out` path.
         path: PathBuf,
@@ -293,7 +293,7 @@ impl SvdOutput {
             Err(e) => {
                 return Err(OutputError::Io {
                     path: out.to_path_buf(),
-                    op: "checking --out",
+                    op: "checking `out`",
                     source: e,
                 })
             }
@@ -318,7 +318,7 @@ impl SvdOutput {
             Err(e) => {
                 return Err(OutputError::Io {
                     path: parent,
-                    op: "checking the parent directory of --out",
+                    op: "checking the parent directory of `out`",
                     source: e,
                 })
             }
@@ -924,7 +924,7 @@ fn rename_no_replace(from: &Path, to: &Path) -> Result<(), OutputError> {
     };
     let rename_err = |source| OutputError::Io {
         path: to.to_path_buf(),
-        op: "renaming the temporary output directory to --out",
+        op: "renaming the temporary output directory to `out`",
         source,
     };
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -1114,7 +1114,7 @@ mod tests {
         let report = serde_json::json!({"phases": {"tsqr": 1.5}, "ranks": 2});
         let report_path = writer.write_report(&report).expect("report");
         assert_eq!(report_path, out.join(REPORT_FILE));
-        assert!(!out.exists(), "nothing visible under --out before commit");
+        assert!(!out.exists(), "nothing visible under `out` before commit");
 
         drop(other);
         let committed = writer.commit().expect("commit");
@@ -1277,12 +1277,12 @@ print("zarr-python", zarr.__version__, "read the group bit for bit")
         let scratch = Scratch::new("target");
         // Exists already.
         let e = SvdOutput::check_target(&scratch.0).unwrap_err().to_string();
-        assert!(e.contains("--out") && e.contains("must not exist"), "{e}");
+        assert!(e.contains("`out`") && e.contains("must not exist"), "{e}");
         assert!(e.contains(&scratch.0.display().to_string()), "{e}");
         // Missing parent.
         let bad = scratch.0.join("no/such/dir/result.zarr");
         let e = SvdOutput::check_target(&bad).unwrap_err().to_string();
-        assert!(e.contains("--out") && e.contains("does not exist"), "{e}");
+        assert!(e.contains("`out`") && e.contains("does not exist"), "{e}");
         assert!(e.contains(&bad.display().to_string()), "{e}");
         // Parent is a file.
         let file = scratch.0.join("file");
@@ -1346,7 +1346,7 @@ print("zarr-python", zarr.__version__, "read the group bit for bit")
             .unwrap_or_else(|why| panic!("{why}"))
             .expect_err("a parent directory without write permission was accepted")
             .to_string();
-        assert!(e.contains("--out") && e.contains("not writable"), "{e}");
+        assert!(e.contains("`out`") && e.contains("not writable"), "{e}");
         assert!(e.contains(&ro.display().to_string()), "{e}");
     }
 
@@ -1373,7 +1373,7 @@ print("zarr-python", zarr.__version__, "read the group bit for bit")
 
         // --out appears while the group is being written: commit fails, tmp stays.
         let w = SvdOutput::create(&out, &tmp, layout(4, 4, 2, 2, 2)).expect("create");
-        fs::create_dir(&out).expect("racing --out");
+        fs::create_dir(&out).expect("racing `out`");
         let e = w.commit().unwrap_err().to_string();
         assert!(e.contains("must not exist"), "{e}");
         assert!(tmp.is_dir());

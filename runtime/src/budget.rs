@@ -59,8 +59,8 @@ impl MemoryPlan {
         if workspace > budget {
             return Err(RuntimeError::Budget(format!(
                 "{} per actor cannot hold the workspace of {} worker thread(s) ({} each for one \
-                 panel and its scratch); raise --memory-per-actor to at least {} or lower \
-                 --chunk-rows",
+                 panel and its scratch); raise `memory_per_actor` to at least {} or lower \
+                 `chunk_rows`",
                 format_bytes(budget),
                 threads,
                 format_bytes(workspace_per_thread),
@@ -97,7 +97,7 @@ impl MemoryPlan {
         if need > budget {
             return Err(RuntimeError::Budget(format!(
                 "{} per actor cannot hold {} ({}) plus the workspace of {} worker thread(s) \
-                 ({}); raise --memory-per-actor to at least {}",
+                 ({}); raise `memory_per_actor` to at least {}",
                 format_bytes(budget),
                 reads.what,
                 format_bytes(reads.bytes),
@@ -232,7 +232,7 @@ mod tests {
         );
         let e = MemoryPlan::decide(100, 100, 2, 0).unwrap_err().to_string();
         assert!(
-            e.contains("--memory-per-actor") && e.contains("--chunk-rows"),
+            e.contains("`memory_per_actor`") && e.contains("`chunk_rows`"),
             "{e}"
         );
     }

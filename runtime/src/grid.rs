@@ -36,26 +36,26 @@ impl ChunkGrid {
     pub fn new(rows: u64, cols: u64, chunk_rows: u64) -> Result<Self, RuntimeError> {
         if rows == 0 {
             return Err(RuntimeError::Option {
-                option: "--rows",
+                parameter: "rows",
                 message: "the matrix needs at least one row".into(),
             });
         }
         if cols == 0 {
             return Err(RuntimeError::Option {
-                option: "--cols",
+                parameter: "cols",
                 message: "the matrix needs at least one column".into(),
             });
         }
         if chunk_rows == 0 {
             return Err(RuntimeError::Option {
-                option: "--chunk-rows",
+                parameter: "chunk_rows",
                 message: "panels need at least one row".into(),
             });
         }
         let panels = rows.div_ceil(chunk_rows);
         if panels > MAX_PANELS {
             return Err(RuntimeError::Option {
-                option: "--chunk-rows",
+                parameter: "chunk_rows",
                 message: format!(
                     "{rows} rows in panels of {chunk_rows} are {panels} panels, more than the \
                      {MAX_PANELS} a plan can place; use panels of at least {} rows",
@@ -75,13 +75,13 @@ impl ChunkGrid {
     pub fn check_generated(rows: u64, cols: u64) -> Result<(), RuntimeError> {
         if rows > MAX_GENERATED_ROWS {
             return Err(RuntimeError::Option {
-                option: "--rows",
+                parameter: "rows",
                 message: format!("generated matrices have at most {MAX_GENERATED_ROWS} rows"),
             });
         }
         if cols > MAX_GENERATED_COLS - 1 {
             return Err(RuntimeError::Option {
-                option: "--cols",
+                parameter: "cols",
                 message: format!(
                     "generated matrices have at most {} columns",
                     MAX_GENERATED_COLS - 1
@@ -219,7 +219,7 @@ impl Placement {
     ) -> Result<Placement, RuntimeError> {
         if rank_panels.len() != world.ranks.len() || rank_panels.iter().sum::<usize>() != panels {
             return Err(RuntimeError::Option {
-                option: "rank panels",
+                parameter: "rank_panels",
                 message: format!(
                     "{} panels cannot be placed as {rank_panels:?} over {} ranks",
                     panels,
@@ -291,7 +291,7 @@ mod tests {
         assert!(ChunkGrid::new(0, 3, 4).is_err());
         assert!(ChunkGrid::new(3, 0, 4).is_err());
         let e = ChunkGrid::new(3, 3, 0).unwrap_err().to_string();
-        assert!(e.contains("--chunk-rows"), "{e}");
+        assert!(e.contains("`chunk_rows`"), "{e}");
     }
 
     /// Hostile shapes (a `zarr.json` of 10¹⁵ rows, `plan --rows 549755813888 --chunk-rows
@@ -307,7 +307,7 @@ mod tests {
             (MAX_PANELS + 1, 1),
         ] {
             let e = ChunkGrid::new(rows, 50, chunk).unwrap_err().to_string();
-            assert!(e.contains("--chunk-rows") && e.contains("panels"), "{e}");
+            assert!(e.contains("`chunk_rows`") && e.contains("panels"), "{e}");
         }
         let g = ChunkGrid::new(MAX_PANELS * 3, 50, 3).unwrap();
         assert_eq!(g.panels() as u64, MAX_PANELS);

@@ -40,16 +40,18 @@ use rankwise_transports::TransportError;
 /// Errors of the runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    /// A command-line option or API argument with a bad value.
-    #[error("{option}: {message}")]
+    /// A parameter with a bad value. Messages name parameters in backticks
+    /// (`` `chunk_rows` ``), so that a client can name them its own way (the command line
+    /// as its flags).
+    #[error("`{parameter}`: {message}")]
     Option {
-        /// The option at fault, as the user typed it (e.g. `--chunk-rows`).
-        option: &'static str,
+        /// The parameter at fault, as the API names it (e.g. `chunk_rows`).
+        parameter: &'static str,
         /// What is wrong and what to do.
         message: String,
     },
     /// The memory budget cannot hold the work.
-    #[error("--memory-per-actor: {0}")]
+    #[error("`memory_per_actor`: {0}")]
     Budget(String),
     /// A transport failure (including another rank's failure).
     #[error(transparent)]

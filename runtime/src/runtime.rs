@@ -84,10 +84,10 @@ pub fn actor_specs(
     if let (Some(a), false) = (config.actors, gpus.is_empty()) {
         if a != gpus.len() {
             return Err(RuntimeError::Option {
-                option: "--actors",
+                parameter: "actors",
                 message: format!(
-                    "this rank has {} GPU(s), one actor each; --actors {a} asks for another \
-                     count (use --device cpu for CPU actors)",
+                    "this rank has {} GPU(s), one actor each; `actors` {a} asks for another \
+                     count (use `device` cpu for CPU actors)",
                     gpus.len()
                 ),
             });
@@ -95,13 +95,13 @@ pub fn actor_specs(
     }
     if config.actors == Some(0) {
         return Err(RuntimeError::Option {
-            option: "--actors",
+            parameter: "actors",
             message: "a rank needs at least one actor".into(),
         });
     }
     if config.threads_per_actor == Some(0) {
         return Err(RuntimeError::Option {
-            option: "--threads-per-actor",
+            parameter: "threads_per_actor",
             message: "an actor needs at least one thread".into(),
         });
     }
@@ -529,7 +529,7 @@ mod tests {
         assert!(actor_specs(&t, &zero)
             .unwrap_err()
             .to_string()
-            .contains("--actors"));
+            .contains("`actors`"));
     }
 
     #[test]

@@ -396,22 +396,22 @@ impl Generated {
     pub fn with_populations(mut self, k: u64, fst: f64) -> Result<Self, RuntimeError> {
         if k == 0 {
             return Err(RuntimeError::Option {
-                option: "--populations",
+                parameter: "populations",
                 message: "at least one population is needed".into(),
             });
         }
         if k > self.cols {
             return Err(RuntimeError::Option {
-                option: "--populations",
+                parameter: "populations",
                 message: format!(
-                    "{k} populations need at least {k} samples, and there are {} (--cols)",
+                    "{k} populations need at least {k} samples, and there are {} (`cols`)",
                     self.cols
                 ),
             });
         }
         if !(fst > 0.0 && fst < 1.0) {
             return Err(RuntimeError::Option {
-                option: "--fst",
+                parameter: "fst",
                 message: format!("{fst} is not a fixation index in (0, 1)"),
             });
         }
@@ -1323,12 +1323,12 @@ mod tests {
     fn population_options_are_checked() {
         let g = Generated::new(10, 5, 1, Dist::Genotype);
         let e = g.clone().with_populations(0, 0.1).unwrap_err().to_string();
-        assert!(e.starts_with("--populations:"), "{e}");
+        assert!(e.starts_with("`populations`:"), "{e}");
         let e = g.clone().with_populations(6, 0.1).unwrap_err().to_string();
-        assert!(e.starts_with("--populations:") && e.contains("5"), "{e}");
+        assert!(e.starts_with("`populations`:") && e.contains("5"), "{e}");
         for fst in [0.0, 1.0, -0.5, f64::NAN] {
             let e = g.clone().with_populations(2, fst).unwrap_err().to_string();
-            assert!(e.starts_with("--fst:"), "{e}");
+            assert!(e.starts_with("`fst`:"), "{e}");
         }
         assert_eq!(g.with_populations(5, 0.5).unwrap().populations(), 5);
     }

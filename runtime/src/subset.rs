@@ -225,7 +225,7 @@ mod tests {
             let want = full.select(ndarray::Axis(1), &cols);
             let memory: Arc<dyn GenotypeSource> =
                 Arc::new(InMemoryGenotypes::new(full.clone(), "t"));
-            let sub = SampleSubset::new(memory, "--keep t", &ids, keep);
+            let sub = SampleSubset::new(memory, "`keep` t", &ids, keep);
             assert_eq!(sub.shape(), (m, cols.len() as u64));
             let mut got = ndarray::Array2::<i8>::zeros((m as usize, cols.len()));
             sub.fill_dosages(0..m, got.view_mut()).unwrap();
@@ -233,7 +233,7 @@ mod tests {
             let rows: Vec<Vec<i8>> = full.rows().into_iter().map(|r| r.to_vec()).collect();
             let prefix = crate::bed::tests::write(&dir, &rows);
             let bed: Arc<dyn GenotypeSource> = Arc::new(BedGenotypes::open(&prefix).unwrap());
-            let sub = SampleSubset::new(bed, "--keep t", &ids, keep);
+            let sub = SampleSubset::new(bed, "`keep` t", &ids, keep);
             let want_ids: Vec<String> = cols.iter().map(|&j| ids[j].clone()).collect();
             assert_eq!(sub.sample_ids(), Some(want_ids));
             // Every variant stays: its ID and chromosome are the fileset's.

@@ -1401,7 +1401,7 @@ impl ZarrGenotypes {
         if shape.len() != 2 {
             return Err(array.unsupported(format!(
                 "has {} dimensions (shape {shape:?}); genotype dosages are variants × samples \
-                 (use --vcf-zarr for a VCF Zarr store's call_genotype)",
+                 (use `vcf_zarr` for a VCF Zarr store's call_genotype)",
                 shape.len()
             )));
         }

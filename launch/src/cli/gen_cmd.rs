@@ -130,8 +130,8 @@ impl GenArgs {
             }),
         };
         layout.validate().map_err(|e| CliError::Option {
-            option: e.option,
-            message: e.message,
+            option: super::flag_of(e.parameter),
+            message: super::with_flags(&e.message),
         })?;
         Ok(layout)
     }

@@ -634,7 +634,10 @@ fn compute(
 ) -> Result<Done, CliError> {
     let sink = output.clone().map(|o| factor_sink(o, problem.transposed));
     injected_fault(rt, "before-svd")?;
-    let result = rsvd(rt, problem, options, sink)?;
+    let mut result = rsvd(rt, problem, options, sink)?;
+    // Why the solver stopped names its parameters; the warning and the report name flags.
+    let stopped = result.convergence.stopped.take();
+    result.convergence.stopped = stopped.map(|s| super::with_flags(&s));
     injected_fault(rt, "after-svd")?;
     // Every rank holds the same convergence report, so every rank fails alike.
     let c = &result.convergence;
@@ -899,7 +902,7 @@ fn summary_text(
             format!(
                 "; {} excluded by {}",
                 gs.variants_filtered,
-                gs.filter.options()
+                super::with_flags(&gs.filter.options())
             )
         };
         let _ = writeln!(

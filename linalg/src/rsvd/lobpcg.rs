@@ -117,11 +117,11 @@ impl Stop {
         match self {
             Stop::None => None,
             Stop::MaxPasses => Some(format!(
-                "the pass limit ({max_passes}) was reached; raise --max-passes"
+                "the pass limit ({max_passes}) was reached; raise `max_passes`"
             )),
             Stop::Stalled => Some(format!(
                 "the residuals stopped falling in {} tiles, whose rounding is above the \
-                 tolerance; use --precision f64 or auto",
+                 tolerance; use `precision` f64 or auto",
                 match precision {
                     Precision::F32 => "f32",
                     Precision::F64 => "f64",

@@ -229,7 +229,7 @@ impl GpuLibraries {
     /// Whether the GPU passes can run: the driver, NVRTC and cuBLAS were found.
     pub fn usable(&self) -> Result<(), GpuError> {
         for l in REQUIRED {
-            self.require(l, "--device gpu")?;
+            self.require(l, "`device` gpu")?;
         }
         Ok(())
     }
@@ -279,7 +279,7 @@ impl GpuLibraries {
         }
         match self.usable() {
             Ok(()) if !self.devices.is_empty() => {
-                s.push_str("GPU actors: available (--device auto uses them)\n")
+                s.push_str("GPU actors: available (`device` auto uses them)\n")
             }
             Ok(()) => s.push_str("GPU actors: unavailable: no device visible\n"),
             Err(e) => {

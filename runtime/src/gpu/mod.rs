@@ -40,7 +40,7 @@ pub enum GpuError {
     #[error(
         "{what} needs the {library} library, which was not found (searched {searched}); \
          set LD_LIBRARY_PATH to its directory{}",
-        if what.starts_with("--device") { " or run with --device cpu" } else { "" }
+        if what.starts_with("`device`") { " or run with `device` cpu" } else { "" }
     )]
     Missing {
         /// What needed it.
@@ -51,7 +51,7 @@ pub enum GpuError {
         searched: String,
     },
     /// No CUDA device is visible to this process.
-    #[error("--device gpu: no CUDA device is visible to this process ({0})")]
+    #[error("`device` gpu: no CUDA device is visible to this process ({0})")]
     NoDevice(String),
     /// A call into CUDA failed.
     #[error("gpu {ordinal}: {what}: {message}")]
