@@ -811,7 +811,7 @@ fn error_of(problem: &RsvdProblem, options: &RsvdOptions) -> String {
 }
 
 #[test]
-fn bad_options_name_the_option() {
+fn bad_options_name_the_parameter() {
     let seed = test_seed();
     let mut draw = Draw(seed);
     let mn = draw.range(12, 30) as usize;
@@ -837,13 +837,13 @@ fn bad_options_name_the_option() {
     let kry = Method::BlockKrylov;
     let b = mn / 3; // Krylov with q = 2 and l = b fits exactly when 3·b ≤ mn.
     let bad = [
-        (opts(0, 2, 1, sub), "-k:"),
-        (opts(mn, 0, 1, sub), "-k:"),
-        (opts(mn + 5, 0, 0, sub), "-k:"),
-        (opts(mn - 1, 2, 1, sub), "--oversample:"),
-        (opts(2, mn, 0, sub), "--oversample:"),
-        (opts(b - 1, 1, 3, kry), "--power-iters:"),
-        (opts(b - 1, 2, 2, kry), "--power-iters:"),
+        (opts(0, 2, 1, sub), "`k`:"),
+        (opts(mn, 0, 1, sub), "`k`:"),
+        (opts(mn + 5, 0, 0, sub), "`k`:"),
+        (opts(mn - 1, 2, 1, sub), "`oversample`:"),
+        (opts(2, mn, 0, sub), "`oversample`:"),
+        (opts(b - 1, 1, 3, kry), "`power_iters`:"),
+        (opts(b - 1, 2, 2, kry), "`power_iters`:"),
     ];
     for (problem, name) in [(&tall, "tall"), (&fat, "fat"), (&geno, "genotypes")] {
         for (o, option) in &bad {
