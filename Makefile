@@ -47,22 +47,22 @@ demo: build
 # in launch/src/cli.rs), so that their bits can be compared with the binary's.
 test: export OPENBLAS_CORETYPE ?= Haswell
 test: build
-	$(CARGO) test --release --workspace
+	$(CARGO) test --release --workspace --features rankwise/system-tests,rankwise-transports/system-tests
 
 # On a machine with an NVIDIA GPU: the GPU tests, where a missing GPU fails instead of
 # skipping, and the GPU units of the runtime (probe, kernels compiled by NVRTC).
 test-gpu: build
-	RANKWISE_REQUIRE_GPU=1 $(CARGO) test --release --test gpu -- --nocapture
+	RANKWISE_REQUIRE_GPU=1 $(CARGO) test --release --features system-tests --test gpu -- --nocapture
 	$(CARGO) test --release -p rankwise-runtime gpu -- --nocapture
 
 # On a machine with an NVIDIA GPU: tests/gpu.rs, then the 10M × 20k genotype rsvd on one GPU.
 bench-gpu: build
-	$(CARGO) test --release --test gpu --no-run
+	$(CARGO) test --release --features system-tests --test gpu --no-run
 	bash benches/gpu.sh
 
 lint: deps
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features rankwise/system-tests,rankwise-transports/system-tests -- -D warnings
 
 bench: build
 	bash benches/run.sh $(if $(QUICK),--quick,)

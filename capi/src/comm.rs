@@ -3,7 +3,6 @@
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use mpi::ffi;
 use mpi::raw::AsRaw;
@@ -19,13 +18,11 @@ use rankwise::runtime::{ChunkGrid, CoreShare, RuntimeConfig};
 use crate::args::{check_local, Call, CapiError, Layout, Method};
 use crate::matrix::{view_mut, BorrowedRows};
 use crate::*;
+use rankwise::transports::announce_failure;
 
 /// Default panels hold at most this many bytes (several panels per rank keep every actor
 /// busy; the panel tree's messages stay n × n whatever the panel size).
 const DEFAULT_PANEL_BYTES: u64 = 8 << 20;
-
-/// How long a failing rank waits for a peer's notice before announcing its own failure.
-const PEER_NOTICE_WAIT: Duration = Duration::from_millis(200);
 
 fn mpi_call(call: &'static str, code: c_int) -> Result<(), CapiError> {
     if code == ffi::MPI_SUCCESS as c_int {
@@ -423,12 +420,9 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
         Ok(v) => v,
         Err(e) => {
             let comm = rt.comm();
-            let message = match comm.peer_failure(PEER_NOTICE_WAIT) {
+            let message = match announce_failure(comm, &|| e.to_string()) {
                 Some((rank, message)) => format!("rank {rank} failed: {message}"),
-                None => {
-                    comm.abort(&e.to_string());
-                    e.to_string()
-                }
+                None => e.to_string(),
             };
             drop(rt);
             return Err(CapiError::Compute(message));

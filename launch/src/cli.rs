@@ -19,7 +19,7 @@ use rankwise_runtime::{
     actor_specs, parse_bytes, ChunkGrid, CoreShare, Dist, Runtime, RuntimeConfig, RuntimeError,
     Topology,
 };
-use rankwise_transports::{Comm, LocalWorld, TransportError};
+use rankwise_transports::{announce_failure, Comm, LocalWorld, TransportError};
 use serde_json::json;
 
 use crate::launcher::LaunchInfo;
@@ -416,10 +416,6 @@ fn runtime_config(run: &RunArgs, launch: &LaunchInfo) -> Result<RuntimeConfig, C
     })
 }
 
-/// How long a failing rank looks for a peer's earlier failure notice before it announces
-/// its own error.
-const PEER_NOTICE_WAIT: Duration = Duration::from_millis(200);
-
 /// How long a failing MPI rank lets its error line travel through the launcher.
 const OUTPUT_DRAIN: Duration = Duration::from_millis(700);
 
@@ -600,11 +596,8 @@ fn rank_main(comm: Box<dyn Comm>, run: &RunArgs, launch: &LaunchInfo, job: &Job)
             let mut e = e;
             if e.peer_failure().is_none() && !matches!(e, CliError::Announced(_)) {
                 if let Some(c) = &comm {
-                    match c.peer_failure(PEER_NOTICE_WAIT) {
-                        Some((rank, message)) => {
-                            e = CliError::Transport(TransportError::PeerFailed { rank, message });
-                        }
-                        None => c.abort(&e.to_string()),
+                    if let Some((rank, message)) = announce_failure(c.as_ref(), &|| e.to_string()) {
+                        e = CliError::Transport(TransportError::PeerFailed { rank, message });
                     }
                 }
             }
@@ -1246,8 +1239,9 @@ pub(crate) fn finish_output<T, O>(
             // write, so no late write leaves a partial directory behind. A peer's notice
             // sent just before it removed the output may still be on its way when our write
             // finds the directory gone: give it the time rank_main gives it.
-            let e = if e.peer_failure().is_none() && comm.peer_failure(PEER_NOTICE_WAIT).is_none() {
-                comm.abort(&e.to_string());
+            let e = if e.peer_failure().is_none()
+                && announce_failure(comm, &|| e.to_string()).is_none()
+            {
                 CliError::Announced(Box::new(e))
             } else {
                 e

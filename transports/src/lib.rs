@@ -103,6 +103,26 @@ pub enum TransportError {
 /// Result type of the transports.
 pub type Result<T> = std::result::Result<T, TransportError>;
 
+/// How long a failing rank looks for a peer's earlier failure notice before it announces
+/// its own error: long enough for a notice already sent to arrive, short enough not to
+/// delay the job's end.
+pub const PEER_NOTICE_WAIT: Duration = Duration::from_millis(200);
+
+/// The collective step of a rank that failed with its own error `own`, shared by every
+/// client (the command line, the C library): when a peer's failure notice arrives within
+/// [`PEER_NOTICE_WAIT`], our error is likely its consequence (a file the peer removed),
+/// and the peer's `(rank, message)` is returned as the cause every rank should report;
+/// otherwise `own()` is announced to every rank ([`Comm::abort`]) and `None` returned.
+pub fn announce_failure(comm: &dyn Comm, own: &dyn Fn() -> String) -> Option<(usize, String)> {
+    match comm.peer_failure(PEER_NOTICE_WAIT) {
+        Some(cause) => Some(cause),
+        None => {
+            comm.abort(&own());
+            None
+        }
+    }
+}
+
 /// Moves bytes between the ranks of one job.
 ///
 /// Implementations are not required to be `Send`: the MPI transport stays on the thread
