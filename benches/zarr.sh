@@ -229,7 +229,7 @@ lines.append(f"- The sum of the values written (computed by the writer in float6
 lines.append("- Both compute in float32 on float32 data: Dask's `svd_compressed` keeps the array's dtype, "
              "rankwise's default `--precision auto` multiplies f32 tiles (sums in f64). rankwise reads "
              "each band in 16 MiB segments (`--read-segment`); with `--power-iters 0` it reads the store "
-             "once (B formed in the same pass: the fused last pass, see the rsvd section of the README), "
+             "once (B formed in the same pass: the fused last pass, see the rsvd section of docs/cli.md), "
              "with 2 it keeps the decoded float32 panels (5 passes).")
 lines.append("- Dask's accuracy is the exact relative residual (‖A‖_F² − Σσ²)^½/‖A‖_F; rankwise's is its "
              "probe estimate of the same quantity.")

@@ -55,7 +55,7 @@ const MAX_LEGEND_GROUPS: usize = 20;
 /// [`PcaFileError::NoComponents`] if `pcs` has no columns, [`PcaFileError::LengthMismatch`] if
 /// `labels` does not have one entry per sample, and [`PcaFileError::Plot`] if drawing or
 /// writing the PNG fails (e.g. the directory does not exist).
-pub fn plot_pcs(
+pub(crate) fn plot_pcs(
     path: &Path,
     pcs: ArrayView2<'_, f64>,
     title: &str,

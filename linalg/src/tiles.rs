@@ -517,7 +517,7 @@ mod simd {
     /// # Safety
     /// The CPU must support AVX-512F; `bytes` must hold `out.len()` codes.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn packed_f32_avx512(bytes: &[u8], lut: [f32; 4], out: &mut [f32]) {
+    pub(super) unsafe fn packed_f32_avx512(bytes: &[u8], lut: [f32; 4], out: &mut [f32]) {
         let table = _mm512_setr_ps(
             lut[0], lut[1], lut[2], lut[3], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
             0.0,
@@ -538,7 +538,7 @@ mod simd {
     /// # Safety
     /// The CPU must support AVX-512F; `bytes` must hold `out.len()` codes.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn packed_f64_avx512(bytes: &[u8], lut: [f64; 4], out: &mut [f64]) {
+    pub(super) unsafe fn packed_f64_avx512(bytes: &[u8], lut: [f64; 4], out: &mut [f64]) {
         let table = _mm512_setr_pd(lut[0], lut[1], lut[2], lut[3], 0.0, 0.0, 0.0, 0.0);
         let shifts = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
         let three = _mm512_set1_epi64(3);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[path = "../../transports/tests/mpirun_util/mod.rs"]
-pub mod mpirun_util;
+pub(crate) mod mpirun_util;
 use std::sync::{Arc, Mutex};
 
 use ndarray::{Array1, Array2};
@@ -14,7 +14,7 @@ use rankwise::linalg::{svd, FactorSink, SvdOptions, SvdProblem, SvdResult};
 use rankwise::runtime::{Dist, Generated, Runtime};
 
 /// A fresh seed per run (printed, and fixed by RANKWISE_TEST_SEED to reproduce a failure).
-pub fn test_seed() -> u64 {
+pub(crate) fn test_seed() -> u64 {
     let seed = std::env::var("RANKWISE_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -29,19 +29,19 @@ pub fn test_seed() -> u64 {
 }
 
 /// A small deterministic generator for test parameters (SplitMix64).
-pub struct Draw(pub u64);
+pub(crate) struct Draw(pub u64);
 
 impl Draw {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         rankwise::runtime::source::mix64(self.0)
     }
     /// Uniform integer in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next() % (hi - lo + 1)
     }
     /// Log-uniform integer in `lo..=hi`.
-    pub fn log_range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn log_range(&mut self, lo: u64, hi: u64) -> u64 {
         let (a, b) = ((lo as f64).ln(), (hi as f64 + 1.0).ln());
         let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
         ((a + u * (b - a)).exp() as u64).clamp(lo, hi)
@@ -49,7 +49,7 @@ impl Draw {
 }
 
 /// The dense generated matrix.
-pub fn dense(rows: u64, cols: u64, seed: u64, dist: Dist) -> Array2<f64> {
+pub(crate) fn dense(rows: u64, cols: u64, seed: u64, dist: Dist) -> Array2<f64> {
     let g = Generated::new(rows, cols, seed, dist);
     Array2::from_shape_fn((rows as usize, cols as usize), |(i, j)| {
         g.value(i as u64, j as u64)
@@ -57,12 +57,12 @@ pub fn dense(rows: u64, cols: u64, seed: u64, dist: Dist) -> Array2<f64> {
 }
 
 /// LAPACK's singular values of `a`.
-pub fn lapack_sigma(a: &Array2<f64>) -> Array1<f64> {
+pub(crate) fn lapack_sigma(a: &Array2<f64>) -> Array1<f64> {
     a.clone().svddc_into(JobSvd::None).unwrap().1
 }
 
 /// The distributed SVD with the distributed factor gathered in memory.
-pub struct Gathered {
+pub(crate) struct Gathered {
     pub result: SvdResult,
     /// U (m × k) of the user's matrix.
     pub u: Array2<f64>,
@@ -71,7 +71,7 @@ pub struct Gathered {
 }
 
 /// Runs the SVD on `rt` and gathers the factor this rank wrote into `store`.
-pub fn run_svd(
+pub(crate) fn run_svd(
     rt: &Runtime,
     problem: &SvdProblem,
     check: bool,
@@ -87,7 +87,7 @@ pub fn run_svd(
 }
 
 /// Assembles U and Vᵀ of the user's matrix from the replicated factor and the gathered one.
-pub fn assemble(result: SvdResult, distributed: Array2<f64>) -> Gathered {
+pub(crate) fn assemble(result: SvdResult, distributed: Array2<f64>) -> Gathered {
     let (u, vt) = if result.transposed {
         (result.wt.t().to_owned(), distributed.t().to_owned())
     } else {
@@ -97,7 +97,7 @@ pub fn assemble(result: SvdResult, distributed: Array2<f64>) -> Gathered {
 }
 
 /// The release binary `rankwise`, built by `make test` before the tests run.
-pub fn rankwise_bin() -> PathBuf {
+pub(crate) fn rankwise_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap();
     let bin = dir.join("rankwise");
@@ -111,7 +111,7 @@ pub fn rankwise_bin() -> PathBuf {
 
 /// `rankwise-fault`: the release binary with `RANKWISE_FAULT` read (feature
 /// `fault-injection`), which the failure tests launch; `make build` builds it.
-pub fn rankwise_fault_bin() -> PathBuf {
+pub(crate) fn rankwise_fault_bin() -> PathBuf {
     let bin = rankwise_bin().with_file_name("rankwise-fault");
     assert!(
         bin.exists(),
@@ -125,7 +125,7 @@ pub fn rankwise_fault_bin() -> PathBuf {
 /// The Python interpreter of the zarr-python virtualenv (`scripts/zarr-venv.sh`, pinned
 /// versions), created under the target dir on first use; concurrent callers wait for each
 /// other (the script locks).
-pub fn zarr_python() -> PathBuf {
+pub(crate) fn zarr_python() -> PathBuf {
     static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PYTHON
         .get_or_init(|| {
@@ -152,7 +152,7 @@ pub fn zarr_python() -> PathBuf {
 
 /// `bash scripts/NAME args…` of this repository: its stdout, or the test fails with its
 /// stderr.
-pub fn repo_script(name: &str, args: &[&std::ffi::OsStr]) -> String {
+pub(crate) fn repo_script(name: &str, args: &[&std::ffi::OsStr]) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("scripts")
         .join(name);
@@ -171,7 +171,7 @@ pub fn repo_script(name: &str, args: &[&std::ffi::OsStr]) -> String {
 }
 
 /// A fresh scratch directory under the target dir.
-pub fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe
         .parent()
@@ -186,7 +186,7 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 /// Every file under `dir` with its contents (directories with none).
-pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+pub(crate) fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -204,17 +204,17 @@ pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 /// Time limit of one `rankwise` run started by a test (a hang fails the test, not CI).
-pub const CLI_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+pub(crate) const CLI_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// `rankwise args…` in one process.
-pub fn embedded(args: &[String]) -> mpirun_util::RunOutput {
+pub(crate) fn embedded(args: &[String]) -> mpirun_util::RunOutput {
     let mut cmd = std::process::Command::new(rankwise_bin());
     cmd.args(args);
     mpirun_util::run_with_timeout(cmd, CLI_LIMIT)
 }
 
 /// `mpirun -np np rankwise args…`.
-pub fn under_mpirun(np: usize, args: &[String]) -> mpirun_util::RunOutput {
+pub(crate) fn under_mpirun(np: usize, args: &[String]) -> mpirun_util::RunOutput {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     mpirun_util::mpirun(np, &rankwise_bin(), &args, CLI_LIMIT)
 }
@@ -222,7 +222,7 @@ pub fn under_mpirun(np: usize, args: &[String]) -> mpirun_util::RunOutput {
 /// Writes a generated `rows × cols` store of `dist` values in bands of `band` rows with
 /// `rankwise gen` (plus `extra` options: dtype, codec, …) and returns the spec of its
 /// matrix: genotypes are written as a group whose dosages are `call_dosage`.
-pub fn gen_store(
+pub(crate) fn gen_store(
     out: &Path,
     (rows, cols, band): (u64, u64, u64),
     dist: &str,
@@ -256,19 +256,19 @@ pub fn gen_store(
 }
 
 /// Owned arguments.
-pub fn strings(args: &[&str]) -> Vec<String> {
+pub(crate) fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
 /// The JSON report a successful `--json` run printed.
-pub fn report(run: &mpirun_util::RunOutput) -> serde_json::Value {
+pub(crate) fn report(run: &mpirun_util::RunOutput) -> serde_json::Value {
     run.assert_success();
     serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("stdout is not a JSON report ({e})\n{}", run.describe()))
 }
 
 /// The numbers of a JSON array.
-pub fn json_floats(v: &serde_json::Value) -> Vec<f64> {
+pub(crate) fn json_floats(v: &serde_json::Value) -> Vec<f64> {
     v.as_array()
         .unwrap_or_else(|| panic!("not an array: {v}"))
         .iter()
@@ -277,12 +277,12 @@ pub fn json_floats(v: &serde_json::Value) -> Vec<f64> {
 }
 
 /// The bits of a JSON array of numbers.
-pub fn json_bits(v: &serde_json::Value) -> Vec<u64> {
+pub(crate) fn json_bits(v: &serde_json::Value) -> Vec<u64> {
     json_floats(v).iter().map(|x| x.to_bits()).collect()
 }
 
 /// Bits of the named arrays of a Zarr group.
-pub fn group_bits(dir: &Path, names: &[&str]) -> BTreeMap<String, (Vec<u64>, Vec<u64>)> {
+pub(crate) fn group_bits(dir: &Path, names: &[&str]) -> BTreeMap<String, (Vec<u64>, Vec<u64>)> {
     names
         .iter()
         .map(|&name| {
@@ -297,7 +297,7 @@ pub fn group_bits(dir: &Path, names: &[&str]) -> BTreeMap<String, (Vec<u64>, Vec
 }
 
 /// Asserts that `run` (of `args`) failed with exit status 1 and that rank 0 named `option`.
-pub fn assert_fails_naming(run: &mpirun_util::RunOutput, args: &[String], option: &str) {
+pub(crate) fn assert_fails_naming(run: &mpirun_util::RunOutput, args: &[String], option: &str) {
     run.assert_finished();
     assert_eq!(run.code, Some(1), "{args:?}\n{}", run.describe());
     assert!(
@@ -311,7 +311,7 @@ pub fn assert_fails_naming(run: &mpirun_util::RunOutput, args: &[String], option
 /// Asserts that a 2-rank `mpirun` of `args` failed and that both ranks printed the
 /// failure naming `option` (the launcher may merge the lines, so a count of the message's
 /// occurrences also counts).
-pub fn assert_both_ranks_name(run: &mpirun_util::RunOutput, args: &[String], option: &str) {
+pub(crate) fn assert_both_ranks_name(run: &mpirun_util::RunOutput, args: &[String], option: &str) {
     let line = format!(" failed: {option}: ");
     run.assert_finished();
     assert_ne!(run.code, Some(0), "{args:?}\n{}", run.describe());
@@ -330,7 +330,7 @@ pub fn assert_both_ranks_name(run: &mpirun_util::RunOutput, args: &[String], opt
 
 /// PIDs of the rank processes of `rankwise COMMAND` whose command line carries `marker`
 /// (not the launcher's own).
-pub fn rankwise_pids(command: &str, marker: &str) -> Vec<i32> {
+pub(crate) fn rankwise_pids(command: &str, marker: &str) -> Vec<i32> {
     let needle = format!("rankwise {command}");
     let mut pids = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -350,7 +350,7 @@ pub fn rankwise_pids(command: &str, marker: &str) -> Vec<i32> {
 }
 
 /// A sink that writes this rank's rows of the distributed factor into `store`.
-pub fn sink_into(store: &Arc<Mutex<Array2<f64>>>) -> FactorSink {
+pub(crate) fn sink_into(store: &Arc<Mutex<Array2<f64>>>) -> FactorSink {
     let store = Arc::clone(store);
     Arc::new(move |_, rows, f| {
         store
@@ -364,7 +364,7 @@ pub fn sink_into(store: &Arc<Mutex<Array2<f64>>>) -> FactorSink {
 
 /// Runs the randomized SVD on `rt` and returns the result with the gathered `U` (m × k)
 /// of the operand (the problems the tests build are never transposed).
-pub fn run_rsvd(
+pub(crate) fn run_rsvd(
     rt: &Runtime,
     problem: &rankwise::linalg::RsvdProblem,
     options: &rankwise::linalg::RsvdOptions,
@@ -379,7 +379,7 @@ pub fn run_rsvd(
 }
 
 /// An `m × k` matrix with orthonormal columns: Q of a Gaussian matrix.
-pub fn orthonormal(m: usize, k: usize, seed: u64) -> Array2<f64> {
+pub(crate) fn orthonormal(m: usize, k: usize, seed: u64) -> Array2<f64> {
     use ndarray_linalg::QR;
     let g = dense(m as u64, k as u64, seed, Dist::Normal);
     let (q, _) = g.qr().unwrap();
@@ -388,7 +388,7 @@ pub fn orthonormal(m: usize, k: usize, seed: u64) -> Array2<f64> {
 }
 
 /// An embedded runtime of `actors` unpinned actors (the `Local` transport, one rank).
-pub fn runtime(actors: usize) -> Runtime {
+pub(crate) fn runtime(actors: usize) -> Runtime {
     rankwise::embedded(&rankwise::runtime::RuntimeConfig {
         actors: Some(actors),
         pin: false,
@@ -406,7 +406,7 @@ pub fn runtime(actors: usize) -> Runtime {
 /// the high-water mark of the memory image an `exec` replaces, and a spawned child's is
 /// the test harness's, which other tests had grown past 100 MiB), so the measure would be
 /// the harness's, not rankwise's. A fork of the waiter starts from the waiter's few MiB.
-pub fn embedded_with_peak(args: &[String]) -> (mpirun_util::RunOutput, u64) {
+pub(crate) fn embedded_with_peak(args: &[String]) -> (mpirun_util::RunOutput, u64) {
     const WAITER: &str = concat!(
         "import os, sys\n",
         "pid = os.fork()\n",
@@ -438,7 +438,7 @@ pub fn embedded_with_peak(args: &[String]) -> (mpirun_util::RunOutput, u64) {
 /// The least `--memory-per-actor` (bytes, rounded up to a MiB) that the plan of `args`
 /// accepts, from the refusal of a budget too small ("raise --memory-per-actor to at least
 /// X MiB"), or 4 MiB when that is accepted.
-pub fn least_budget(args: &[String]) -> u64 {
+pub(crate) fn least_budget(args: &[String]) -> u64 {
     let mut tiny = args.to_vec();
     tiny.extend(strings(&["--memory-per-actor", "4M"]));
     let run = embedded(&tiny);

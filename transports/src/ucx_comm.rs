@@ -162,11 +162,11 @@ mod ucp {
     use super::*;
 
     /// A UCP context with the tag-matching feature (`ucp_init`).
-    pub struct Context(sys::ucp_context_h);
+    pub(super) struct Context(sys::ucp_context_h);
 
     impl Context {
         /// Reads the `UCX_*` environment and initializes UCP for `ranks` endpoints.
-        pub fn new(ranks: usize) -> Result<Context> {
+        pub(super) fn new(ranks: usize) -> Result<Context> {
             let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
             // SAFETY: null prefix and file mean "UCX_" and no file; config is an out-pointer.
             let status =
@@ -202,7 +202,7 @@ mod ucp {
     }
 
     /// A completed, failed or pending non-blocking operation.
-    pub enum Op {
+    pub(super) enum Op {
         /// Completed at once.
         Done,
         /// Failed at once.
@@ -225,16 +225,16 @@ mod ucp {
 
     /// A pending request of UCP, freed when it completes. Dropping it unfinished leaves it
     /// to UCP (the memory it works on must then stay valid).
-    pub struct Request(*mut c_void);
+    pub(super) struct Request(*mut c_void);
 
     impl Request {
         /// Leaves an unfinished request to UCP: it is never freed, and the memory it works
         /// on must stay valid (a `Request` has no destructor; this names the intent).
-        pub fn leave(self) {}
+        pub(super) fn leave(self) {}
 
         /// The final status once the operation completed (the request is then freed), or
         /// the request back while it is in progress.
-        pub fn check(self) -> std::result::Result<sys::ucs_status_t, Request> {
+        pub(super) fn check(self) -> std::result::Result<sys::ucs_status_t, Request> {
             // SAFETY: the request is a live UCP request, not yet freed.
             let status = unsafe { sys::ucp_request_check_status(self.0) };
             if status == sys::UCS_INPROGRESS {
@@ -248,7 +248,7 @@ mod ucp {
     }
 
     /// A message taken off the unexpected queue by a probe: sender's tag and length.
-    pub struct Probed {
+    pub(super) struct Probed {
         pub handle: sys::ucp_tag_message_h,
         pub tag: u64,
         pub len: usize,
@@ -256,14 +256,14 @@ mod ucp {
 
     /// An endpoint to a peer's worker.
     #[derive(Clone, Copy)]
-    pub struct Endpoint(pub sys::ucp_ep_h);
+    pub(super) struct Endpoint(pub sys::ucp_ep_h);
 
     /// A UCP worker for one thread.
-    pub struct Worker(sys::ucp_worker_h);
+    pub(super) struct Worker(sys::ucp_worker_h);
 
     impl Worker {
         /// A worker of `context` in single-thread mode.
-        pub fn new(context: &Context) -> Result<Worker> {
+        pub(super) fn new(context: &Context) -> Result<Worker> {
             let params = sys::ucp_worker_params_t {
                 field_mask: sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
                 thread_mode: sys::UCS_THREAD_MODE_SINGLE,
@@ -279,7 +279,7 @@ mod ucp {
         }
 
         /// The worker's address, for peers to connect to.
-        pub fn address(&self) -> Result<Vec<u8>> {
+        pub(super) fn address(&self) -> Result<Vec<u8>> {
             let mut addr: *mut sys::ucp_address_t = std::ptr::null_mut();
             let mut len = 0usize;
             // SAFETY: valid worker; out-pointers.
@@ -296,7 +296,7 @@ mod ucp {
         /// Connects to the worker at `address`. With `on_error`, the endpoint uses peer
         /// error handling (`UCP_ERR_HANDLING_MODE_PEER`): `on_error` is called with `arg`
         /// (from inside [`Worker::progress`]) when the peer fails. Fails with UCX's status.
-        pub fn connect(
+        pub(super) fn connect(
             &self,
             address: &[u8],
             on_error: sys::ucp_err_handler_cb_t,
@@ -329,7 +329,7 @@ mod ucp {
         }
 
         /// Makes progress on every operation of the worker; returns the number of events.
-        pub fn progress(&self) -> u32 {
+        pub(super) fn progress(&self) -> u32 {
             // SAFETY: valid worker, on its thread.
             unsafe { sys::ucp_worker_progress(self.0) }
         }
@@ -338,7 +338,7 @@ mod ucp {
         ///
         /// # Safety
         /// `buf` must stay valid and unchanged until the returned operation completed.
-        pub unsafe fn tag_send(&self, ep: Endpoint, buf: &[u8], tag: u64) -> Op {
+        pub(super) unsafe fn tag_send(&self, ep: Endpoint, buf: &[u8], tag: u64) -> Op {
             // No datatype given: contiguous bytes.
             let param = sys::ucp_request_param_t::default();
             // SAFETY: valid endpoint; the caller keeps the buffer alive.
@@ -350,7 +350,7 @@ mod ucp {
 
         /// Takes the first arrived message whose tag matches `tag` under `mask` off the
         /// worker's queue, if any.
-        pub fn probe(&self, tag: u64, mask: u64) -> Option<Probed> {
+        pub(super) fn probe(&self, tag: u64, mask: u64) -> Option<Probed> {
             let mut info = sys::ucp_tag_recv_info_t::default();
             // SAFETY: valid worker; info is an out-pointer; remove = 1 hands the message
             // to us (it must be received with tag_msg_recv).
@@ -370,7 +370,7 @@ mod ucp {
         ///
         /// # Safety
         /// `buf` must stay valid and unused until the returned operation completed.
-        pub unsafe fn msg_recv(&self, message: &Probed, buf: &mut [u8]) -> Op {
+        pub(super) unsafe fn msg_recv(&self, message: &Probed, buf: &mut [u8]) -> Op {
             // No datatype given: contiguous bytes.
             let param = sys::ucp_request_param_t::default();
             // SAFETY: the message was probed with removal and is received once.
@@ -388,7 +388,7 @@ mod ucp {
 
         /// Starts closing `ep`: flushing its operations first, or at once (`force`), which
         /// completes its pending operations with an error.
-        pub fn close(&self, ep: Endpoint, force: bool) -> Op {
+        pub(super) fn close(&self, ep: Endpoint, force: bool) -> Op {
             let param = sys::ucp_request_param_t {
                 op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
                 flags: if force {

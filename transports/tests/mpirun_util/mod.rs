@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 /// What a finished (or killed) run left behind.
 #[derive(Debug)]
-pub struct RunOutput {
+pub(crate) struct RunOutput {
     /// The command line, for messages.
     pub command: String,
     /// Exit code; `None` when killed by a signal.
@@ -42,12 +42,12 @@ pub struct RunOutput {
 
 impl RunOutput {
     /// Exit code 0 and not timed out.
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         !self.timed_out && self.code == Some(0)
     }
 
     /// Panics (failing the test) when the run was killed for exceeding its time limit.
-    pub fn assert_finished(&self) -> &Self {
+    pub(crate) fn assert_finished(&self) -> &Self {
         assert!(
             !self.timed_out,
             "`{}` exceeded its time limit ({:.0} s) and was killed\n{}",
@@ -59,7 +59,7 @@ impl RunOutput {
     }
 
     /// Panics unless the run exited with code 0.
-    pub fn assert_success(&self) -> &Self {
+    pub(crate) fn assert_success(&self) -> &Self {
         self.assert_finished();
         assert!(
             self.success(),
@@ -72,7 +72,7 @@ impl RunOutput {
     }
 
     /// Panics unless stdout contains `needle`.
-    pub fn assert_stdout_contains(&self, needle: &str) -> &Self {
+    pub(crate) fn assert_stdout_contains(&self, needle: &str) -> &Self {
         assert!(
             self.stdout.contains(needle),
             "`{}`: stdout lacks {needle:?}\n{}",
@@ -83,7 +83,7 @@ impl RunOutput {
     }
 
     /// Exit status, time and both outputs, for assertion messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "exit code: {:?}, {:.1} s{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
             self.code,
@@ -96,7 +96,7 @@ impl RunOutput {
 }
 
 /// The `mpirun` command for `np` processes of `program args...`.
-pub fn mpirun_command(np: usize, program: &Path, args: &[&str]) -> Command {
+pub(crate) fn mpirun_command(np: usize, program: &Path, args: &[&str]) -> Command {
     let mpirun = std::env::var("RANKWISE_MPIRUN").unwrap_or_else(|_| "mpirun".into());
     let mut cmd = Command::new(mpirun);
     cmd.args([
@@ -137,7 +137,7 @@ const SESSION_BASE_VAR: &str = "OMPI_MCA_orte_tmpdir_base";
 const SESSION_DIRS: &str = "rankwise-mpirun-sessions";
 
 /// Open MPI settings for one node, as root, in a container without network.
-pub const OMPI_ENV: &[(&str, &str)] = &[
+pub(crate) const OMPI_ENV: &[(&str, &str)] = &[
     // Same as --allow-run-as-root, also honoured by singleton runs.
     ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
     ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
@@ -154,12 +154,12 @@ pub const OMPI_ENV: &[(&str, &str)] = &[
 ];
 
 /// Runs `program args...` under `mpirun -np np`, killing everything after `limit`.
-pub fn mpirun(np: usize, program: &Path, args: &[&str], limit: Duration) -> RunOutput {
+pub(crate) fn mpirun(np: usize, program: &Path, args: &[&str], limit: Duration) -> RunOutput {
     run_with_timeout(mpirun_command(np, program, args), limit)
 }
 
 /// Runs `cmd` to completion or until `limit` passes; then kills its whole process tree.
-pub fn run_with_timeout(cmd: Command, limit: Duration) -> RunOutput {
+pub(crate) fn run_with_timeout(cmd: Command, limit: Duration) -> RunOutput {
     let command = format!("{cmd:?}");
     // The session directory base that mpirun_command made for this run, removed after it.
     let session = cmd
@@ -239,7 +239,7 @@ fn collect(mut pipe: impl Read + Send + 'static) -> Collected {
 
 /// SIGTERM to `root` (mpirun forwards it to its ranks and cleans up), then SIGKILL to
 /// `root` and every descendant found before, so nothing survives the test.
-pub fn kill_tree(root: u32) {
+pub(crate) fn kill_tree(root: u32) {
     let mut pids = descendants(root);
     pids.push(root);
     // SAFETY: kill(2) with valid signal numbers.
@@ -276,7 +276,7 @@ fn parse_stat(stat: &str) -> Option<(char, u32)> {
 }
 
 /// All processes below `root`, found through /proc.
-pub fn descendants(root: u32) -> Vec<u32> {
+pub(crate) fn descendants(root: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
@@ -310,7 +310,7 @@ pub fn descendants(root: u32) -> Vec<u32> {
 ///
 /// # Panics
 /// When it does not exist; the message says how to build it.
-pub fn example_binary(name: &str) -> PathBuf {
+pub(crate) fn example_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current test binary");
     // target/<profile>/deps/<test>-<hash> → target/<profile>/examples/<name>
     let profile_dir = exe
@@ -343,7 +343,7 @@ fn modified(path: &Path) -> std::io::Result<std::time::SystemTime> {
 }
 
 /// Bytes of memory available now (MemAvailable of /proc/meminfo), if known.
-pub fn mem_available() -> Option<u64> {
+pub(crate) fn mem_available() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
