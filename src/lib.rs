@@ -213,6 +213,5 @@ pub fn rsvd(rt: &Runtime, input: &Input, options: &RsvdOptions) -> Result<RsvdRe
         .unwrap_or(source.shape().0);
     let mut problem = rankwise_linalg::RsvdProblem::dense(source, band)?;
     problem.transposed = transposed;
-    rankwise_linalg::RsvdPlan::new(&problem, options, rt.world())?;
     Ok(rankwise_linalg::rsvd(rt, &problem, options, None)?)
 }

@@ -669,7 +669,7 @@ impl Convergence {
             .map(|(i, r)| format!("{name}{i} ({r:.2e})"))
             .collect();
         format!(
-            "{} of {} components did not converge to the tolerance {:.0e}: {}{}",
+            "{} of {} components did not converge to `tol` {:.0e}: {}{}",
             list.len(),
             self.residuals.len(),
             self.tol,

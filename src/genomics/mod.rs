@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use ndarray::Array2;
 use rankwise_linalg::{
-    rsvd, Convergence, Method, RowSelection, RsvdOptions, RsvdPlan, RsvdProblem, VariantFilter,
+    rsvd, Convergence, Method, RowSelection, RsvdOptions, RsvdProblem, VariantFilter,
 };
 use rankwise_runtime::subset::SampleSubset;
 use rankwise_runtime::{GenotypeSource, Runtime};
@@ -434,7 +434,6 @@ pub fn pca(
     params: &PcaParams,
 ) -> Result<Pca, Error> {
     let problem = pca_problem(genotypes, params, same_name)?;
-    RsvdPlan::new(&problem, &params.solver, rt.world())?;
     let result = rsvd(rt, &problem, &params.solver, None)?;
     let c = &result.convergence;
     if params.require_converged && !c.converged {

@@ -740,22 +740,7 @@ fn pca_figures(r: &RsvdResult) -> PcaFigures {
 /// and the error of `--require-converged`.
 fn unconverged_text(job: &Job, c: &rankwise_linalg::rsvd::Convergence) -> String {
     let name = if job.is_pca() { "PC" } else { "component " };
-    let list: Vec<String> = c
-        .unconverged()
-        .iter()
-        .map(|(i, r)| format!("{name}{i} ({r:.2e})"))
-        .collect();
-    format!(
-        "{} of {} components did not converge to --tol {:.0e}: {}{}",
-        list.len(),
-        c.residuals.len(),
-        c.tol,
-        list.join(", "),
-        c.stopped
-            .as_ref()
-            .map(|s| format!("; {s}"))
-            .unwrap_or_default()
-    )
+    super::with_flags(&c.describe(name))
 }
 
 /// Floating-point operations of the GEMMs with the thin matrices.
