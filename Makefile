@@ -50,10 +50,12 @@ test: build
 	$(CARGO) test --release --workspace --features rankwise/system-tests,rankwise-transports/system-tests
 
 # On a machine with an NVIDIA GPU: the GPU tests, where a missing GPU fails instead of
-# skipping, and the GPU units of the runtime (probe, kernels compiled by NVRTC).
+# skipping, and the units of the device crate (probe, kernels compiled by NVRTC) with the
+# host check of the generator kernels.
 test-gpu: build
 	RANKWISE_REQUIRE_GPU=1 $(CARGO) test --release --features system-tests --test gpu -- --nocapture
-	$(CARGO) test --release -p rankwise-runtime gpu -- --nocapture
+	$(CARGO) test --release -p rankwise-device -- --nocapture
+	$(CARGO) test --release -p rankwise-sources --test device_generator -- --nocapture
 
 # On a machine with an NVIDIA GPU: tests/gpu.rs, then the 10M × 20k genotype rsvd on one GPU.
 bench-gpu: build

@@ -30,7 +30,7 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use ndarray::{Array2, ArrayViewMut2, ShapeBuilder};
 use rankwise::linalg::kernels::Keep;
 use rankwise::linalg::{LinalgError, PanelFactor};
-use rankwise::runtime::{Dist, Generated, PanelSource, RuntimeError};
+use rankwise::sources::{Dist, Generated, PanelSource};
 use rankwise::transports::{Comm, LocalWorld};
 
 const SEED: u64 = 42;
@@ -75,7 +75,7 @@ fn factor_panel(source: &Generated, rows: usize, n: usize) -> f64 {
         |range: Range<usize>, view: ArrayViewMut2<'_, f64>| {
             source
                 .fill(range.start as u64..range.end as u64, view)
-                .map_err(|e| LinalgError::from(RuntimeError::from(e)))
+                .map_err(LinalgError::from)
         },
     )
     .expect("panel factor");
@@ -450,8 +450,8 @@ impl Drop for TempDir {
 
 fn zarr_decode(c: &mut Criterion) {
     use rankwise::output::gen_store::{Codec, DType, GenLayout, GenStore, Shuffle, ZarrFormat};
-    use rankwise::runtime::zarr::ZarrMatrix;
-    use rankwise::runtime::{PanelBuffer, StoredPanels};
+    use rankwise::sources::zarr::ZarrMatrix;
+    use rankwise::sources::{PanelBuffer, StoredPanels};
 
     let (band, cols, bands) = (2_000u64, 5_000u64, 3u64);
     let dir =

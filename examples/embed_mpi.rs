@@ -3,8 +3,9 @@
 //! `mpirun -np 2 target/release/examples/embed_mpi ROWS COLS CHUNK SEED`; rank 0 prints
 //! the singular values, one per line, in full precision.
 
+use rankwise::exec::RuntimeConfig;
 use rankwise::linalg::{svd, SvdOptions, SvdProblem};
-use rankwise::runtime::{Dist, RuntimeConfig};
+use rankwise::sources::Dist;
 use rankwise::transports::mpi_comm::mpi;
 use rankwise::transports::mpi_comm::mpi::traits::Communicator;
 

@@ -1,8 +1,8 @@
 //! The error of the library's calls.
 
+use rankwise_exec::RuntimeError;
 use rankwise_linalg::LinalgError;
-use rankwise_runtime::zarr::ZarrError;
-use rankwise_runtime::RuntimeError;
+use rankwise_sources::{BedError, SourceError, ZarrError};
 use rankwise_transports::TransportError;
 
 /// An error of [`open`](crate::open), [`pca`](crate::pca) or [`rsvd`](crate::rsvd).
@@ -27,12 +27,12 @@ pub enum Error {
     /// From the linear algebra.
     #[error(transparent)]
     Linalg(#[from] LinalgError),
-    /// From the runtime (budget, placement, reading).
+    /// From the runtime (budget, placement, actors).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
-    /// From a Zarr store.
+    /// From a source: a file, store, array or chunk that could not be read.
     #[error(transparent)]
-    Zarr(#[from] ZarrError),
+    Source(#[from] SourceError),
     /// From the transport.
     #[error(transparent)]
     Transport(#[from] TransportError),
@@ -45,5 +45,17 @@ impl Error {
             Error::Parameter { parameter, .. } => Some(parameter),
             _ => None,
         }
+    }
+}
+
+impl From<ZarrError> for Error {
+    fn from(e: ZarrError) -> Self {
+        Error::Source(e.into())
+    }
+}
+
+impl From<BedError> for Error {
+    fn from(e: BedError) -> Self {
+        Error::Source(e.into())
     }
 }

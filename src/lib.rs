@@ -18,7 +18,7 @@
 //! # let _ = std::fs::remove_dir_all(&dir);
 //! # std::fs::create_dir_all(&dir).unwrap();
 //! # let store = dir.join("a.zarr");
-//! # let source = rankwise::runtime::Generated::new(3000, 40, 1, rankwise::runtime::Dist::Normal);
+//! # let source = rankwise::sources::Generated::new(3000, 40, 1, rankwise::sources::Dist::Normal);
 //! # let layout = GenLayout { source, chunk_rows: 500, chunk_cols: 40, shard_rows: None,
 //! #     dtype: DType::F64, format: ZarrFormat::V3, codec: Codec::BloscLz4, shuffle: Shuffle::Byte };
 //! # let panels: Vec<usize> = (0..layout.panels()).collect();
@@ -40,16 +40,24 @@
 //! # The crates, and the direction of their dependencies
 //!
 //! ```text
-//! transports → runtime → linalg → output → rankwise (this facade) → { rankwise-launch (CLI), rankwise-capi }
+//! transports → device → exec → sources → linalg → output → rankwise (this facade) → { rankwise-launch (CLI), rankwise-capi }
 //! ```
+//!
+//! `tests/architecture.rs` holds the code to this map: no crate depends on one above it,
+//! and no crate's modules form a cycle.
 //!
 //! * [`transports`]: the `Comm` trait and its `Local`, MPI and UCX transports: point to
 //!   point and collective exchange of small matrices, and the announcement of a rank's
 //!   failure to the others.
-//! * [`runtime`]: execution (topology, actors pinned to NUMA domains or GPUs, placement
-//!   of panels, the memory budget, read-ahead) and data input (Zarr through zarrs and a
-//!   Blosc fast path, VCF Zarr, PLINK `.bed`, the counter-based generator, sample
-//!   subsets), with the CUDA devices of GPU actors.
+//! * [`device`]: CUDA through cudarc, every library loaded at run time: the probe, one
+//!   device's context, stream, cuBLAS and cuSOLVER handles and NVRTC-compiled kernels,
+//!   NCCL, and pinned staging buffers. It sits below execution because a GPU actor owns
+//!   its device.
+//! * [`exec`]: execution: the topology, actors pinned to NUMA domains or GPUs, the chunk
+//!   grid and the placement of panels, the memory budget, and the [`Runtime`] of a rank.
+//! * [`sources`]: data input: Zarr through zarrs and a Blosc fast path, VCF Zarr, PLINK
+//!   `.bed`, the counter-based generator, sample and variant subsets, and the read-ahead
+//!   of stored panels within the budget.
 //! * [`linalg`]: panel kernels, TSQR, the exact SVD, the randomized SVD (LOBPCG, subspace
 //!   iteration, block Krylov) with its convergence report, genotype standardization and
 //!   the QC filters.
@@ -74,15 +82,17 @@ mod open;
 pub use error::Error;
 pub use genomics::pca;
 pub use open::{open, Input};
+pub use rankwise_exec::{Runtime, RuntimeConfig};
 pub use rankwise_linalg::{Convergence, Method, Precision, RsvdOptions, RsvdResult};
-pub use rankwise_runtime::{Runtime, RuntimeConfig};
 
+pub use rankwise_device as device;
+pub use rankwise_exec as exec;
 pub use rankwise_linalg as linalg;
 pub use rankwise_output as output;
-pub use rankwise_runtime as runtime;
+pub use rankwise_sources as sources;
 pub use rankwise_transports as transports;
 
-use rankwise_runtime::{actor_specs, CoreShare, RuntimeError, Topology};
+use rankwise_exec::{actor_specs, CoreShare, RuntimeError, Topology};
 use rankwise_transports::{Comm, LocalWorld};
 
 /// A one-rank runtime on the `Local` transport: the embedded default.

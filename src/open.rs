@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rankwise_runtime::zarr::{split_spec, VcfZarr, ZarrArray, ZarrGenotypes, ZarrMatrix};
-use rankwise_runtime::{BedGenotypes, GenotypeSource, PanelSource, RuntimeError, SourceError};
+use rankwise_sources::zarr::{split_spec, VcfZarr, ZarrArray, ZarrGenotypes, ZarrMatrix};
+use rankwise_sources::{BedGenotypes, GenotypeSource, PanelSource};
 
 use crate::Error;
 
@@ -66,9 +66,7 @@ impl Input {
     /// a `sample_id` array beside a Zarr dosage array).
     pub fn genotypes(&self) -> Result<Arc<dyn GenotypeSource>, Error> {
         Ok(match self {
-            Input::Bed(prefix) => Arc::new(
-                BedGenotypes::open(prefix).map_err(|e| RuntimeError::from(SourceError::from(e)))?,
-            ),
+            Input::Bed(prefix) => Arc::new(BedGenotypes::open(prefix)?),
             Input::VcfZarr(path) => Arc::new(VcfZarr::open(path)?),
             Input::Zarr(spec) => {
                 let z = ZarrGenotypes::open(spec)?;

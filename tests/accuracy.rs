@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use ndarray::Array2;
+use rankwise::exec::RuntimeConfig;
 use rankwise::linalg::SvdProblem;
-use rankwise::runtime::{Dist, RuntimeConfig};
+use rankwise::sources::Dist;
 
-fn check_case(rt: &rankwise::runtime::Runtime, m: u64, n: u64, chunk: u64, seed: u64, dist: Dist) {
+fn check_case(rt: &rankwise::exec::Runtime, m: u64, n: u64, chunk: u64, seed: u64, dist: Dist) {
     let case = format!("{m}×{n} chunk {chunk} seed {seed} {dist}");
     let problem = SvdProblem::generated(m, n, chunk, seed, dist).unwrap();
     let k = m.min(n) as usize;

@@ -9,7 +9,7 @@ use common::mpirun_util::run_with_timeout;
 use common::*;
 use ndarray::Array2;
 use rankwise::output::read_f64_array;
-use rankwise::runtime::Dist;
+use rankwise::sources::Dist;
 
 fn rankwise(args: &[&str]) -> (i32, String, String) {
     let mut cmd = Command::new(rankwise_bin());

@@ -25,7 +25,7 @@ use common::*;
 use ndarray::{Array1, Array2};
 use ndarray_linalg::{JobSvd, SVDDCInto};
 use rankwise::linalg::{Method, RsvdOptions, RsvdProblem, RsvdResult};
-use rankwise::runtime::{Dist, Generated, InMemoryMatrix};
+use rankwise::sources::{Dist, Generated, InMemoryMatrix};
 
 /// The spectra the solvers are held to.
 #[derive(Clone, Copy, Debug)]

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use ndarray::Array2;
+use rankwise::exec::RuntimeConfig;
 use rankwise::linalg::SvdProblem;
-use rankwise::runtime::{Dist, RuntimeConfig};
+use rankwise::sources::Dist;
 
 fn run(
     ranks: usize,
@@ -99,8 +100,8 @@ fn resident_and_regenerated_give_the_same_bits() {
         let residency: Vec<_> = r.plan.memory.iter().map(|m| m.residency).collect();
         outs.push((bits(&r.s), mat_bits(&store.lock().unwrap()), residency));
     }
-    assert_eq!(outs[0].2, vec![rankwise::runtime::Residency::Resident]);
-    assert_eq!(outs[1].2, vec![rankwise::runtime::Residency::Regenerated]);
+    assert_eq!(outs[0].2, vec![rankwise::exec::Residency::Resident]);
+    assert_eq!(outs[1].2, vec![rankwise::exec::Residency::Regenerated]);
     assert_eq!(outs[0].0, outs[1].0);
     assert_eq!(outs[0].1, outs[1].1);
 }

@@ -17,8 +17,9 @@ use std::time::Instant;
 use common::mpirun_util::{mpirun_command, run_with_timeout};
 use common::*;
 use ndarray::Array2;
+use rankwise::exec::RuntimeConfig;
 use rankwise::linalg::{rsvd, RsvdOptions, RsvdProblem};
-use rankwise::runtime::{Dist, Generated, RuntimeConfig};
+use rankwise::sources::{Dist, Generated};
 use serde_json::Value;
 use zarrs::array::{Array, ElementOwned};
 use zarrs::filesystem::FilesystemStore;
@@ -812,8 +813,8 @@ print(a.dtype.str, a.shape)
 /// element with each other and with the generator.
 #[test]
 fn every_format_codec_and_dtype_reads_back_with_zarr_python() {
-    use rankwise::runtime::zarr::ZarrMatrix;
-    use rankwise::runtime::PanelSource;
+    use rankwise::sources::zarr::ZarrMatrix;
+    use rankwise::sources::PanelSource;
 
     let python = zarr_python();
     let dir = scratch("gen-every-combination");

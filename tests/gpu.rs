@@ -35,10 +35,10 @@ use std::sync::Arc;
 use common::mpirun_util::run_with_timeout;
 use common::*;
 use ndarray::Array2;
+use rankwise::device::{probed, GpuDevice};
 use rankwise::linalg::gpu::{produce_rows, DeviceSource};
 use rankwise::linalg::{Operand, VariantFilter};
-use rankwise::runtime::gpu::{probed, GpuDevice};
-use rankwise::runtime::{Dist, Generated, GenotypeSource, PanelSource};
+use rankwise::sources::{Dist, Generated, GenotypeSource, PanelSource};
 
 /// Says that `test` checked nothing on this machine, and why (`benches/gpu.sh` counts it as
 /// skipped, not passed).

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use rankwise::runtime::Dist;
+use rankwise::sources::Dist;
 use serde_json::Value;
 
 /// `Σ (x_ij + add)` over rows and columns ≡ 0 (mod step), straight from the definition.

@@ -14,11 +14,12 @@ use std::time::Instant;
 use common::*;
 use ndarray::{s, Array1, Array2};
 use ndarray_linalg::{JobSvd, SVDDCInto};
+use rankwise::exec::RuntimeConfig;
 use rankwise::linalg::{
     fused_condition_limit, rsvd, Method, Precision, Projection, RsvdOptions, RsvdProblem,
     RsvdResult,
 };
-use rankwise::runtime::{Dist, Generated, InMemoryGenotypes, InMemoryMatrix, RuntimeConfig};
+use rankwise::sources::{Dist, Generated, InMemoryGenotypes, InMemoryMatrix};
 
 // ---------------------------------------------------------------------------------------
 // Helpers

@@ -13,11 +13,12 @@ use std::time::Instant;
 
 use common::mpirun_util::RunOutput;
 use common::*;
+use rankwise::exec::RuntimeConfig;
 use rankwise::linalg::{
     hwe_p, rsvd, HweP, Method, Projection, RsvdOptions, RsvdProblem, VariantFilter,
 };
 use rankwise::output::read_f64_array;
-use rankwise::runtime::{Dist, Generated, RuntimeConfig};
+use rankwise::sources::{Dist, Generated};
 use serde_json::Value;
 
 /// A printed number and the stored one: equal, or one ulp apart (serde_json's default

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::*;
-use rankwise::runtime::{Dist, Generated, PanelSource};
+use rankwise::sources::{Dist, Generated, PanelSource};
 use zarrs::array::{data_type, ArrayBuilder};
 use zarrs::filesystem::FilesystemStore;
 

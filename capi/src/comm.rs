@@ -9,11 +9,11 @@ use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, FromRaw};
 use ndarray::ArrayView2;
+use rankwise::exec::{ChunkGrid, CoreShare, RuntimeConfig};
 use rankwise::linalg::{
     rsvd, svd, FactorSink, Method as RsvdMethod, Operand, Precision, RsvdOptions, RsvdProblem,
     SvdOptions, SvdProblem,
 };
-use rankwise::runtime::{ChunkGrid, CoreShare, RuntimeConfig};
 
 use crate::args::{check_local, Call, CapiError, Layout, Method};
 use crate::matrix::{view_mut, BorrowedRows};

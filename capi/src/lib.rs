@@ -420,7 +420,7 @@ mod tests {
 
     #[test]
     fn generate_matches_the_generator_in_both_layouts() {
-        let g = rankwise::runtime::Generated::new(100, 3, 42, rankwise::runtime::Dist::Normal);
+        let g = rankwise::sources::Generated::new(100, 3, 42, rankwise::sources::Dist::Normal);
         let mut col = [0.0; 5 * 3];
         let mut row = [0.0; 4 * 4];
         assert_eq!(

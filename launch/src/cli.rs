@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ndarray::ArrayView2;
-use rankwise_linalg::{svd, FactorSink, LinalgError, SvdOptions, SvdPlan, SvdProblem, SvdResult};
-use rankwise_runtime::budget::format_bytes;
-use rankwise_runtime::gpu::DeviceChoice;
-use rankwise_runtime::{
-    actor_specs, parse_bytes, ChunkGrid, CoreShare, Dist, Runtime, RuntimeConfig, RuntimeError,
-    Topology,
+use rankwise_device::DeviceChoice;
+use rankwise_exec::budget::format_bytes;
+use rankwise_exec::{
+    actor_specs, parse_bytes, ChunkGrid, CoreShare, Runtime, RuntimeConfig, RuntimeError, Topology,
 };
+use rankwise_linalg::{svd, FactorSink, LinalgError, SvdOptions, SvdPlan, SvdProblem, SvdResult};
+use rankwise_sources::Dist;
 use rankwise_transports::{announce_failure, Comm, LocalWorld, TransportError};
 use serde_json::json;
 
@@ -224,6 +224,9 @@ pub enum CliError {
     /// From the runtime (its parameters named by their flags).
     #[error("{}", with_flags(.0))]
     Runtime(#[from] RuntimeError),
+    /// From a source (its parameters named by their flags).
+    #[error("{}", with_flags(.0))]
+    Source(#[from] rankwise_sources::SourceError),
     /// From the transport.
     #[error(transparent)]
     Transport(#[from] TransportError),
@@ -674,7 +677,7 @@ fn injected_fault(_rt: &Runtime, _phase: &str) -> Result<(), CliError> {
 /// `rankwise info --check-kernels`: NVRTC compiles the kernels for every visible device's
 /// architecture, or for sm_90 (Hopper) on a machine without devices.
 fn check_kernels() -> Result<String, CliError> {
-    use rankwise_runtime::gpu::{compile_kernels, probed};
+    use rankwise_device::{compile_kernels, probed};
     let libs = probed();
     libs.require("nvrtc", "--check-kernels")
         .map_err(RuntimeError::from)?;
@@ -686,7 +689,7 @@ fn check_kernels() -> Result<String, CliError> {
     let mut out = String::new();
     for (major, minor) in archs {
         let cubin = compile_kernels(major, minor).map_err(|message| {
-            RuntimeError::from(rankwise_runtime::gpu::GpuError::Compile {
+            RuntimeError::from(rankwise_device::GpuError::Compile {
                 ordinal: 0,
                 arch: format!("sm_{major}{minor}"),
                 message,
@@ -755,7 +758,7 @@ fn info(rt: &Runtime, launch: &LaunchInfo, check: bool) -> Result<Option<String>
         if !out.ends_with('\n') {
             out.push('\n');
         }
-        out.push_str(&rankwise_runtime::gpu::probed().summary());
+        out.push_str(&rankwise_device::probed().summary());
         if let Some(k) = &kernels {
             out.push_str(k);
         }
@@ -933,14 +936,14 @@ pub(crate) fn cli_error(e: rankwise::Error) -> CliError {
         rankwise::Error::NotConverged(what) => CliError::NotConverged(what),
         rankwise::Error::Linalg(e) => CliError::Linalg(e),
         rankwise::Error::Runtime(e) => CliError::Runtime(e),
-        rankwise::Error::Zarr(e) => zarr_error(e),
+        rankwise::Error::Source(e) => CliError::Source(e),
         rankwise::Error::Transport(e) => CliError::Transport(e),
     }
 }
 
 /// A Zarr source error, as the command line reports it.
-pub(crate) fn zarr_error(e: rankwise_runtime::zarr::ZarrError) -> CliError {
-    CliError::Runtime(RuntimeError::Source(e.into()))
+pub(crate) fn zarr_error(e: rankwise_sources::ZarrError) -> CliError {
+    CliError::Source(e.into())
 }
 
 /// The user's `(rows, cols)` of a problem (the source may be its transpose).
@@ -1056,8 +1059,8 @@ fn plan_text(plan: &SvdPlan, p: &SvdProblem, rt: &Runtime) -> String {
                 m.read_buffers,
                 format_bytes(m.read_bytes),
                 match m.residency {
-                    rankwise_runtime::Residency::Resident => "pass 1",
-                    rankwise_runtime::Residency::Regenerated => "every pass",
+                    rankwise_exec::Residency::Resident => "pass 1",
+                    rankwise_exec::Residency::Regenerated => "every pass",
                 }
             );
         }

@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use ndarray::{Array2, ArrayView2};
-use rankwise_runtime::PanelSource;
+use rankwise_sources::PanelSource;
 
 use crate::tiles::TILE_ROWS;
 use crate::LinalgError;

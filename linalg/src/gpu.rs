@@ -3,8 +3,8 @@
 //! # What runs where
 //!
 //! A panel of a generated matrix never exists on the host: the device generates it row
-//! tile by row tile (the block-stream generator of `rankwise_runtime::stream`, ported to
-//! CUDA in `runtime/src/gpu/kernels.cu`, gives the same values), standardizes genotype
+//! tile by row tile (the block-stream generator of `rankwise_sources::stream`, ported to
+//! CUDA in `device/src/kernels.cu`, gives the same values), standardizes genotype
 //! tiles from their 2-bit codes, and multiplies them by cuBLAS. Only the thin results
 //! come back: `Y = A·[Ω | W]` (`h × (l + r)`) in the range pass, `B = QᵀA` (`l × n`) in
 //! the projection pass, and per genotype tile its code counts (`h × 4`), from which the
@@ -46,10 +46,10 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2};
-pub use rankwise_runtime::gpu::GpuDevice;
-use rankwise_runtime::gpu::{GpuError, GpuKernels, PinnedLease};
-use rankwise_runtime::stream::{BLOCK_COLS, LANES};
-use rankwise_runtime::{Dist, Generated};
+pub use rankwise_device::GpuDevice;
+use rankwise_device::{GpuError, GpuKernels, PinnedLease};
+use rankwise_sources::stream::{BLOCK_COLS, LANES};
+use rankwise_sources::{Dist, Generated};
 
 use crate::kernels::{block_rows, Keep, PanelFactor};
 use crate::tiles::{Operand, PackedTile, PanelFacts, Precision, Real, RowCounts, Tile, TILE_ROWS};
@@ -1535,8 +1535,8 @@ mod tests {
     use std::sync::Arc;
 
     use ndarray::Array2;
-    use rankwise_runtime::gpu::host::{Guarded, HostArgs, HostKernels};
-    use rankwise_runtime::{Dist, Generated, GenotypeSource, InMemoryGenotypes};
+    use rankwise_device::host::{Guarded, HostArgs, HostKernels};
+    use rankwise_sources::{Dist, Generated, GenotypeSource, InMemoryGenotypes};
 
     use super::*;
     use crate::testing::Rng;

@@ -404,11 +404,11 @@ mod tests {
     use super::*;
 
     fn random(m: usize, n: usize, seed: u64) -> Array2<f64> {
-        let g = rankwise_runtime::Generated::new(
+        let g = rankwise_sources::Generated::new(
             m as u64,
             n as u64,
             seed,
-            rankwise_runtime::Dist::Normal,
+            rankwise_sources::Dist::Normal,
         );
         Array2::from_shape_fn((m, n), |(i, j)| g.value(i as u64, j as u64))
     }

@@ -49,7 +49,7 @@ pub use tiles::{Operand, Precision};
 pub use tree::Tree;
 pub use variants::{hwe_p, HweP, RowSelection, VariantFilter};
 
-use rankwise_runtime::RuntimeError;
+use rankwise_exec::RuntimeError;
 use rankwise_transports::TransportError;
 
 /// [`LinalgError::NoVariants`]'s message: the filter's options first where they did it, as
@@ -75,6 +75,9 @@ pub enum LinalgError {
     /// A runtime failure (options, budget, actors, sources).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// A source could not be read.
+    #[error(transparent)]
+    Source(#[from] rankwise_sources::SourceError),
     /// A transport failure, including another rank's failure.
     #[error(transparent)]
     Transport(#[from] TransportError),
@@ -194,7 +197,7 @@ pub enum LinalgError {
     },
     /// A GPU actor's device failed.
     #[error(transparent)]
-    Gpu(rankwise_runtime::gpu::GpuError),
+    Gpu(rankwise_device::GpuError),
     /// A tree node that should have been present was not (an internal invariant).
     #[error("reduction tree: node {node} at level {level} missing")]
     Tree {

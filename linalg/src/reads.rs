@@ -8,10 +8,9 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use rankwise_runtime::readahead::{BufferPool, ReadFn};
-use rankwise_runtime::{
-    ChunkGrid, PanelLease, ReadAhead, ReadBuffers, ReadStats, Runtime, RuntimeError, StoredPanels,
-};
+use rankwise_exec::{ChunkGrid, ReadBuffers, Runtime, RuntimeError};
+use rankwise_sources::readahead::{BufferPool, ReadFn};
+use rankwise_sources::{PanelLease, ReadAhead, ReadStats, StoredPanels};
 use serde::Serialize;
 
 use crate::tiles::{PanelSegments, TILE_ROWS};
@@ -144,7 +143,7 @@ type UnitList = Vec<(usize, Range<u64>)>;
 /// readers wait for the first worker to give buffers back, and a profile of `rsvd --zarr`
 /// on two cores showed both sides idle a third of each pass.
 ///
-/// This keeps the read-ahead free of deadlock ([`rankwise_runtime::readahead`]): a group's
+/// This keeps the read-ahead free of deadlock ([`rankwise_sources::readahead`]): a group's
 /// units are claimed only after every unit of the groups before it, and each panel of a
 /// group is taken by a worker that waits for nothing but its own units, since no worker
 /// takes a later panel before every panel of the group has been taken.

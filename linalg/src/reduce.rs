@@ -27,7 +27,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use ndarray::Array2;
-use rankwise_runtime::{ChunkGrid, Generated, PanelSource, Placement, Runtime};
+use rankwise_exec::{ChunkGrid, Placement, Runtime};
+use rankwise_sources::{Generated, PanelSource};
 
 use crate::tree::{decode, encode, Tree};
 use crate::LinalgError;
@@ -81,7 +82,7 @@ impl StridedSum {
             ));
         }
         let (rows, cols) = PanelSource::shape(source);
-        ChunkGrid::check_generated(rows, cols)?;
+        rankwise_sources::Generated::check_shape(rows, cols)?;
         let grid = ChunkGrid::new(rows, cols, self.chunk_rows)?;
         if self.chunk_cols == 0 {
             return Err(option(
@@ -220,7 +221,7 @@ fn tile_sums(
     rows: Range<u64>,
     cols: Range<u64>,
     spec: &StridedSum,
-) -> Result<(TileSums, u64), rankwise_runtime::SourceError> {
+) -> Result<(TileSums, u64), rankwise_sources::SourceError> {
     let step = spec.step;
     let (row0, nrows) = selected(&rows, step);
     let (col0, ncols) = selected(&cols, step);
@@ -325,7 +326,7 @@ mod tests {
 
     #[test]
     fn options_are_checked_by_name() {
-        let g = Generated::new(10, 10, 0, rankwise_runtime::Dist::Normal);
+        let g = Generated::new(10, 10, 0, rankwise_sources::Dist::Normal);
         let ok = StridedSum {
             chunk_rows: 3,
             chunk_cols: 4,
@@ -362,7 +363,7 @@ mod tests {
             let e = bad.grid(&g).unwrap_err().to_string();
             assert!(e.starts_with(&format!("{option}: ")), "{e}");
         }
-        let empty = Generated::new(0, 10, 0, rankwise_runtime::Dist::Normal);
+        let empty = Generated::new(0, 10, 0, rankwise_sources::Dist::Normal);
         assert!(ok
             .grid(&empty)
             .unwrap_err()

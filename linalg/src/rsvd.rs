@@ -50,11 +50,9 @@ use std::time::Instant;
 use cudarc::cublas::{CudaBlas, Gemm};
 
 use ndarray::{s, Array2};
-use rankwise_runtime::gpu::{NcclComm, NcclJoin};
-use rankwise_runtime::{
-    ActorKind, ChunkGrid, Dist, Generated, GenotypeSource, MemoryPlan, PanelSource, Placement,
-    Residency, Runtime, World,
-};
+use rankwise_device::{NcclComm, NcclJoin};
+use rankwise_exec::{ActorKind, ChunkGrid, MemoryPlan, Placement, Residency, Runtime, World};
+use rankwise_sources::{Dist, Generated, GenotypeSource, PanelSource};
 use rankwise_transports::Comm;
 use serde::Serialize;
 
@@ -756,7 +754,7 @@ struct Ctx {
     /// Rows per read-ahead segment, when panels are read in segments.
     segment_rows: Option<u64>,
     /// Each of this rank's actors' GPU, if it is a GPU actor.
-    gpus: Vec<Option<Arc<rankwise_runtime::gpu::GpuDevice>>>,
+    gpus: Vec<Option<Arc<rankwise_device::GpuDevice>>>,
     /// The operand as a device produces it, when one can.
     device_source: Option<DeviceSource>,
     /// Panel passes computed on a GPU.
@@ -1901,8 +1899,8 @@ mod tests {
     use std::path::Path;
     use std::sync::Arc;
 
-    use rankwise_runtime::zarr::{ZarrGenotypes, ZarrMatrix};
-    use rankwise_runtime::ActorShape;
+    use rankwise_exec::ActorShape;
+    use rankwise_sources::zarr::{ZarrGenotypes, ZarrMatrix};
 
     use super::*;
     use crate::testing::Rng;

@@ -18,10 +18,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
-use rankwise_runtime::readahead::ReadFn;
-use rankwise_runtime::{
-    ChunkGrid, MemoryPlan, PanelBuffer, PanelSource, Placement, ReadBuffers, Residency, Runtime,
-};
+use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, ReadBuffers, Residency, Runtime};
+use rankwise_sources::readahead::ReadFn;
+use rankwise_sources::{PanelBuffer, PanelSource};
 use serde::Serialize;
 
 use crate::gpu::{factor_panel, generated_factor, panel_qr, DeviceSource, GpuDevice};
@@ -49,7 +48,7 @@ pub struct SvdProblem {
     /// True when `source` is the transpose of the user's matrix (short-and-fat input).
     pub transposed: bool,
     /// Panels each rank owns, in rank order, when the panels must stay where they are (a
-    /// host code's row blocks, see [`rankwise_runtime::Placement::by_rank`]); `None`
+    /// host code's row blocks, see [`rankwise_exec::Placement::by_rank`]); `None`
     /// places them by weight. Results do not depend on it.
     pub rank_panels: Option<Vec<usize>>,
 }
@@ -63,11 +62,11 @@ impl SvdProblem {
         cols: u64,
         chunk_rows: u64,
         seed: u64,
-        dist: rankwise_runtime::Dist,
+        dist: rankwise_sources::Dist,
     ) -> Result<SvdProblem, LinalgError> {
         ChunkGrid::new(rows, cols, chunk_rows)?;
-        ChunkGrid::check_generated(rows, cols)?;
-        let g = rankwise_runtime::Generated::new(rows, cols, seed, dist);
+        rankwise_sources::Generated::check_shape(rows, cols)?;
+        let g = rankwise_sources::Generated::new(rows, cols, seed, dist);
         let transposed = rows < cols;
         let (source, grid): (Arc<dyn PanelSource>, ChunkGrid) = if transposed {
             (
@@ -114,7 +113,7 @@ pub struct SvdPlan {
 
 impl SvdPlan {
     /// Plans `grid` over the runtime's world. Pure: every rank computes the same plan.
-    pub fn new(grid: ChunkGrid, world: &rankwise_runtime::World) -> Result<SvdPlan, LinalgError> {
+    pub fn new(grid: ChunkGrid, world: &rankwise_exec::World) -> Result<SvdPlan, LinalgError> {
         Self::reading(grid, None, world, None)
     }
 
@@ -122,7 +121,7 @@ impl SvdPlan {
     /// read from storage.
     pub fn for_problem(
         problem: &SvdProblem,
-        world: &rankwise_runtime::World,
+        world: &rankwise_exec::World,
     ) -> Result<SvdPlan, LinalgError> {
         let reads = problem
             .source
@@ -140,7 +139,7 @@ impl SvdPlan {
     fn reading(
         grid: ChunkGrid,
         rank_panels: Option<&[usize]>,
-        world: &rankwise_runtime::World,
+        world: &rankwise_exec::World,
         reads: Option<&ReadBuffers>,
     ) -> Result<SvdPlan, LinalgError> {
         let placement = match rank_panels {
@@ -311,7 +310,7 @@ fn fill_from<'a>(
     let n = source.shape().1 as usize;
     move |r, out| {
         let g = rows.start + r.start as u64..rows.start + r.end as u64;
-        let err = |e: rankwise_runtime::SourceError| LinalgError::Panel {
+        let err = |e: rankwise_sources::SourceError| LinalgError::Panel {
             panel,
             rows: format!("{}..{}", g.start, g.end),
             message: e.to_string(),

@@ -30,8 +30,8 @@ use std::sync::Arc;
 
 use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis, ShapeBuilder};
-use rankwise_runtime::readahead::ReadFn;
-use rankwise_runtime::{
+use rankwise_sources::readahead::ReadFn;
+use rankwise_sources::{
     Dist, GenotypeSource, PanelBuffer, PanelLease, PanelSource, PanelValues, StoredPanels,
 };
 
@@ -196,7 +196,7 @@ pub trait Real:
         rows: Range<u64>,
         cols: Range<u64>,
         out: ArrayViewMut2<'_, Self>,
-    ) -> Result<(), rankwise_runtime::SourceError>;
+    ) -> Result<(), rankwise_sources::SourceError>;
     /// Tile `rows × cols` (buffer coordinates) of a decoded panel.
     fn fill_buffer(
         buf: &PanelBuffer,
@@ -308,7 +308,7 @@ impl Real for f64 {
         rows: Range<u64>,
         cols: Range<u64>,
         out: ArrayViewMut2<'_, f64>,
-    ) -> Result<(), rankwise_runtime::SourceError> {
+    ) -> Result<(), rankwise_sources::SourceError> {
         src.fill_cols(rows, cols, out)
     }
     fn fill_buffer(
@@ -410,7 +410,7 @@ impl Real for f32 {
         rows: Range<u64>,
         cols: Range<u64>,
         out: ArrayViewMut2<'_, f32>,
-    ) -> Result<(), rankwise_runtime::SourceError> {
+    ) -> Result<(), rankwise_sources::SourceError> {
         src.fill_cols_f32(rows, cols, out)
     }
     fn fill_buffer(
@@ -1617,7 +1617,7 @@ mod tests {
     use super::*;
     use crate::testing::Rng;
     use crate::variants::{HweP, RowSelection};
-    use rankwise_runtime::{Dist, Generated, InMemoryGenotypes};
+    use rankwise_sources::{Dist, Generated, InMemoryGenotypes};
 
     #[test]
     fn pack_round_trips_every_code_and_ragged_rows() {

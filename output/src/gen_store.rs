@@ -30,7 +30,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use ndarray::{ArrayViewMut2, ShapeBuilder};
-use rankwise_runtime::{Dist, Generated, PanelSource, SourceError};
+use rankwise_sources::{Dist, Generated, PanelSource, SourceError};
 use serde_json::{json, Map, Value};
 use zarrs::array::{Array, ArrayMetadata, CodecOptions, Element};
 use zarrs::filesystem::FilesystemStore;

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 
 use rankwise_linalg::RowSelection;
-use rankwise_runtime::GenotypeSource;
+use rankwise_sources::GenotypeSource;
 
 use super::Names;
 use crate::Error;
@@ -168,9 +168,7 @@ impl ChromosomeFilter {
     /// chromosome names.
     pub(crate) fn select(&self, source: &dyn GenotypeSource) -> Result<RowSelection, Error> {
         let mut selection = RowSelection::builder(self.origin.clone());
-        let has = source
-            .variant_chromosomes(&mut |c| selection.push(self.admits(c)))
-            .map_err(rankwise_runtime::RuntimeError::from)?;
+        let has = source.variant_chromosomes(&mut |c| selection.push(self.admits(c)))?;
         let error = |message: String| Error::Parameter {
             parameter: self.parameter,
             message,

@@ -8,11 +8,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ndarray::Array2;
+use rankwise_exec::Runtime;
 use rankwise_linalg::{
     rsvd, Convergence, Method, RowSelection, RsvdOptions, RsvdProblem, VariantFilter,
 };
-use rankwise_runtime::subset::SampleSubset;
-use rankwise_runtime::{GenotypeSource, Runtime};
+use rankwise_sources::subset::SampleSubset;
+use rankwise_sources::GenotypeSource;
 
 use crate::Error;
 use chromosomes::ChromosomeFilter;
@@ -268,13 +269,11 @@ impl Selection {
         // A bit per variant as the IDs stream by: 10⁸ variants take 12.5 MB on each rank.
         let mut selection = RowSelection::builder(origin);
         let mut row = 0u64;
-        let has_ids = source
-            .variant_ids(&mut |id| {
-                let on = within.as_ref().is_none_or(|w| w.contains(row));
-                selection.push(on && lists.admits(id));
-                row += 1;
-            })
-            .map_err(rankwise_runtime::RuntimeError::from)?;
+        let has_ids = source.variant_ids(&mut |id| {
+            let on = within.as_ref().is_none_or(|w| w.contains(row));
+            selection.push(on && lists.admits(id));
+            row += 1;
+        })?;
         if !has_ids {
             return Err(Error::Parameter {
                 parameter: lists.parameter,
@@ -470,7 +469,7 @@ pub fn write_example_fileset(
     samples: u64,
     seed: u64,
 ) -> std::io::Result<()> {
-    use rankwise_runtime::{Dist, Generated};
+    use rankwise_sources::{Dist, Generated};
 
     let g = Generated::new(variants, samples, seed, Dist::Genotype)
         .with_missing(0.05)

@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use ndarray::{Array1, Array2};
 use ndarray_linalg::{JobSvd, SVDDCInto};
+use rankwise::exec::Runtime;
 use rankwise::linalg::{svd, FactorSink, SvdOptions, SvdProblem, SvdResult};
-use rankwise::runtime::{Dist, Generated, Runtime};
+use rankwise::sources::{Dist, Generated};
 
 /// A fresh seed per run (printed, and fixed by RANKWISE_TEST_SEED to reproduce a failure).
 pub(crate) fn test_seed() -> u64 {
@@ -34,7 +35,7 @@ pub(crate) struct Draw(pub u64);
 impl Draw {
     pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        rankwise::runtime::source::mix64(self.0)
+        rankwise::sources::source::mix64(self.0)
     }
     /// Uniform integer in `lo..=hi`.
     pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
@@ -389,7 +390,7 @@ pub(crate) fn orthonormal(m: usize, k: usize, seed: u64) -> Array2<f64> {
 
 /// An embedded runtime of `actors` unpinned actors (the `Local` transport, one rank).
 pub(crate) fn runtime(actors: usize) -> Runtime {
-    rankwise::embedded(&rankwise::runtime::RuntimeConfig {
+    rankwise::embedded(&rankwise::exec::RuntimeConfig {
         actors: Some(actors),
         pin: false,
         ..Default::default()

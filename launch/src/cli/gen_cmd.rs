@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use rankwise_runtime::budget::format_bytes;
-use rankwise_runtime::{
-    ChunkGrid, Dist, Generated, GenotypeSource, MemoryPlan, PanelSource, Placement, Runtime,
-};
+use rankwise_exec::budget::format_bytes;
+use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, Runtime};
+use rankwise_sources::{Dist, Generated, GenotypeSource, PanelSource};
 use serde_json::json;
 
 use super::{finish_output, hostname, injected_fault, open_collectively, CliError, RunArgs};
@@ -85,7 +84,7 @@ impl GenArgs {
 
     /// The layout, with every option checked; errors name the option.
     fn layout(&self) -> Result<GenLayout, CliError> {
-        ChunkGrid::check_generated(self.rows, self.cols)?;
+        rankwise_sources::Generated::check_shape(self.rows, self.cols)?;
         ChunkGrid::new(self.rows, self.cols, self.chunk_rows)?;
         let genotypes = self.dist == Dist::Genotype;
         for (given, option) in [
@@ -111,7 +110,7 @@ impl GenArgs {
             .with_missing(missing)
             .with_populations(
                 self.populations.unwrap_or(1),
-                self.fst.unwrap_or(rankwise_runtime::source::DEFAULT_FST),
+                self.fst.unwrap_or(rankwise_sources::source::DEFAULT_FST),
             )?;
         let layout = GenLayout {
             source,

@@ -13,13 +13,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
+use rankwise_exec::budget::format_bytes;
+use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, Runtime};
 use rankwise_linalg::reads::{
     read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading,
 };
 use rankwise_linalg::tiles::PanelSegments;
-use rankwise_runtime::budget::format_bytes;
-use rankwise_runtime::zarr::{SumLanes, ZarrMatrix};
-use rankwise_runtime::{ChunkGrid, MemoryPlan, PanelSource, Placement, Runtime, StoredPanels};
+use rankwise_sources::zarr::{SumLanes, ZarrMatrix};
+use rankwise_sources::{PanelSource, StoredPanels};
 use serde_json::json;
 
 use super::{zarr_error, CliError, RunArgs};
@@ -81,7 +82,7 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
         .collect();
     let totals = Arc::new(Reading::default());
     let z2 = Arc::clone(&z);
-    let reader: Arc<rankwise_runtime::readahead::ReadFn> =
+    let reader: Arc<rankwise_sources::readahead::ReadFn> =
         Arc::new(move |rows, buf| z2.read_panel(rows, buf));
 
     rt.comm().barrier()?;

@@ -9,9 +9,10 @@
 use std::time::Instant;
 
 use clap::Args;
+use rankwise_exec::budget::format_bytes;
+use rankwise_exec::Runtime;
 use rankwise_linalg::{strided_sum, StridedSum, StridedSumResult};
-use rankwise_runtime::budget::format_bytes;
-use rankwise_runtime::{Dist, Generated, PanelSource, Runtime};
+use rankwise_sources::{Dist, Generated, PanelSource};
 use serde_json::json;
 
 use super::{gather_rank_figures, CliError, RunArgs};

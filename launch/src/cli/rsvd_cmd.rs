@@ -8,12 +8,13 @@ use clap::{Args, ValueEnum};
 use ndarray::Array2;
 use rankwise::genomics::{pca_problem, pca_scales, IdList, PcaParams, Selection};
 use rankwise::Input;
+use rankwise_exec::budget::format_bytes;
+use rankwise_exec::Runtime;
 use rankwise_linalg::{
     rsvd, HweP, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem,
     RsvdResult, VariantFilter,
 };
-use rankwise_runtime::budget::format_bytes;
-use rankwise_runtime::{Dist, ElementType, Generated, GenotypeSource, Runtime};
+use rankwise_sources::{Dist, ElementType, Generated, GenotypeSource};
 use serde_json::json;
 
 use super::{
@@ -219,7 +220,7 @@ pub(super) struct PcaArgs {
     #[arg(long, default_value_t = 1)]
     populations: u64,
     /// Fixation index F_ST of the populations' frequencies, in (0, 1).
-    #[arg(long, default_value_t = rankwise_runtime::source::DEFAULT_FST)]
+    #[arg(long, default_value_t = rankwise_sources::source::DEFAULT_FST)]
     fst: f64,
     /// Exclude variants whose minor allele frequency among their calls is below MIN, as
     /// PLINK's `--maf` does (a variant exactly at MIN is kept). Excluded variants get zero
@@ -382,7 +383,7 @@ pub(super) fn pca_command(
             }
             (None, None, None) => {
                 let (rows, cols) = (a.rows.unwrap_or(0), a.cols.unwrap_or(0));
-                rankwise_runtime::ChunkGrid::check_generated(rows, cols)?;
+                rankwise_sources::Generated::check_shape(rows, cols)?;
                 let g = Generated::new(rows, cols, a.seed, Dist::Genotype)
                     .with_missing(a.missing)
                     .with_populations(a.populations, a.fst)?;

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use clap::Args;
-use rankwise_runtime::{ChunkGrid, Placement, Runtime};
+use rankwise_exec::{ChunkGrid, Placement, Runtime};
 use serde_json::json;
 
 use super::{gather_rank_figures, CliError, RunArgs};

@@ -30,8 +30,9 @@ use std::path::{Path, PathBuf};
 
 use ndarray::ArrayViewMut2;
 
+use crate::error::{BedError, SourceError};
 use crate::panel::{ElementType, PanelBuffer, PanelValues, ReadStats, StoredPanels};
-use crate::source::{GenotypeSource, SourceError};
+use crate::source::GenotypeSource;
 
 /// `.bed`'s magic bytes, then its mode byte for variant-major records.
 const MAGIC: [u8; 2] = [0x6c, 0x1b];
@@ -53,29 +54,6 @@ const DOSAGES: [[i8; 4]; 256] = {
     }
     t
 };
-
-/// Errors of PLINK binary filesets. Each names the file at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum BedError {
-    /// A file could not be opened or read.
-    #[error("{path}: {op}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// The system's error.
-        source: std::io::Error,
-    },
-    /// The file is not what a PLINK binary fileset holds.
-    #[error("{path}: {message}")]
-    Format {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
-}
 
 /// A PLINK 1 binary fileset of genotypes, read by variant ranges.
 #[derive(Clone, Debug)]

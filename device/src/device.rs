@@ -8,7 +8,7 @@ use cudarc::cusolver::DnHandle;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, PinnedHostSlice};
 use cudarc::nvrtc::Ptx;
 
-use super::{GpuError, GpuLibraries};
+use crate::{GpuError, GpuLibraries};
 
 /// The CUDA C source of the device kernels.
 pub const KERNELS_SOURCE: &str = include_str!("kernels.cu");
@@ -468,7 +468,7 @@ mod tests {
     /// library; `pip install nvidia-cuda-nvrtc` provides one on any x86-64 Linux).
     #[test]
     fn kernels_compile_with_nvrtc() {
-        let libs = super::super::probe();
+        let libs = crate::probe();
         if libs.find("nvrtc").is_none() {
             println!(
                 "skipped: NVRTC not found (searched {}); the CUDA kernels were not compiled",

@@ -25,8 +25,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use super::device::KERNEL_NAMES;
-use super::KERNELS_SOURCE;
+use crate::device::KERNEL_NAMES;
+use crate::KERNELS_SOURCE;
 
 /// The C++ side: CUDA built-ins on host threads.
 const HOST_HEADER: &str = include_str!("host_cuda.h");
@@ -304,8 +304,18 @@ impl<T: bytemuck::Pod> Guarded<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::{self, mix64, BLOCK_COLS, LANES};
-    use crate::{Dist, Generated};
+
+    /// SplitMix64's finalizer: the test data's draws.
+    fn mix64(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A draw as a value in [0, 1).
+    fn unit(x: u64) -> f64 {
+        f64::from_bits((x >> 12) | 0x3FF0_0000_0000_0000) - 1.0
+    }
 
     /// Fresh draws from a printed seed.
     struct Draw(u64);
@@ -319,7 +329,7 @@ mod tests {
             Draw(seed)
         }
         fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(stream::GAMMA);
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
             mix64(self.0)
         }
         fn below(&mut self, hi: u64) -> u64 {
@@ -329,149 +339,6 @@ mod tests {
 
     fn kernels() -> &'static HostKernels {
         HostKernels::get().unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Fresh rows and column ranges of the generated uniform matrix, from grids whose
-    /// blocks are smaller than the rows (rows are strided) and columns that start and end
-    /// inside 256-column blocks: the kernels' values are the CPU generator's, bit for bit,
-    /// and the padding of each row past its columns is left alone.
-    #[test]
-    fn uniform_kernels_are_the_cpu_generator() {
-        let k = kernels();
-        let mut d = Draw::fresh();
-        for round in 0..6 {
-            let key = d.next();
-            let row0 = d.below(1 << 30);
-            let col0 = d.below(3 * BLOCK_COLS as u64);
-            let h = 1 + d.below(7) as u32;
-            let w = 1 + d.below(700) as u32;
-            let ld = w + d.below(5) as u32;
-            let blocks = (col0 + w as u64).div_ceil(BLOCK_COLS as u64) - col0 / BLOCK_COLS as u64;
-            let threads = [32u32, 64, 256][round % 3];
-            let grid_x = ((blocks * LANES as u64) as u32).div_ceil(threads);
-            let grid_y = 1 + d.below(h as u64) as u32;
-            let what = format!("round {round}: rows {row0}+{h}, columns {col0}+{w}, ld {ld}");
-            let mut f64s = Guarded::<f64>::zeroed((h * ld) as usize);
-            let mut f32s = Guarded::<f32>::zeroed((h * ld) as usize);
-            f64s.values_mut().fill(-7.0);
-            f32s.values_mut().fill(-7.0);
-            for (name, out) in [("uniform_f64", 0), ("uniform_f32", 1)] {
-                let mut a = HostArgs::new();
-                if out == 0 {
-                    a.buffer(f64s.values_mut());
-                } else {
-                    a.buffer(f32s.values_mut());
-                }
-                a.value(key)
-                    .value(row0)
-                    .value(col0)
-                    .value(h)
-                    .value(w)
-                    .value(ld);
-                k.launch(name, (grid_x, grid_y, 1), (threads, 1, 1), &mut a)
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
-            }
-            f64s.check(&what).unwrap();
-            f32s.check(&what).unwrap();
-            let mut want = vec![0f64; w as usize];
-            let mut want32 = vec![0f32; w as usize];
-            for i in 0..h as usize {
-                stream::uniform_row(key, row0 + i as u64, col0, &mut want);
-                stream::uniform_row_f32(key, row0 + i as u64, col0, &mut want32);
-                let row = &f64s.values()[i * ld as usize..(i + 1) * ld as usize];
-                let row32 = &f32s.values()[i * ld as usize..(i + 1) * ld as usize];
-                for j in 0..w as usize {
-                    assert_eq!(
-                        row[j].to_bits(),
-                        want[j].to_bits(),
-                        "{what}: ({i}, {j}) f64"
-                    );
-                    assert_eq!(
-                        row32[j].to_bits(),
-                        want32[j].to_bits(),
-                        "{what}: ({i}, {j}) f32"
-                    );
-                }
-                assert!(
-                    row[w as usize..].iter().all(|&v| v == -7.0),
-                    "{what}: padding"
-                );
-                assert!(
-                    row32[w as usize..].iter().all(|&v| v == -7.0),
-                    "{what}: padding"
-                );
-            }
-        }
-    }
-
-    /// Generated genotypes of fresh shapes, with and without population structure and
-    /// missing calls: the kernel's packed codes are the CPU's `fill_packed_rows`, byte for
-    /// byte, and its per-variant counts of each code are the CPU's counts.
-    #[test]
-    fn genotype_kernel_packs_the_cpu_codes_and_counts_them() {
-        let k = kernels();
-        let mut d = Draw::fresh();
-        for round in 0..8 {
-            let n = 1 + d.below(1500);
-            let h = 1 + d.below(9);
-            let pops = 1 + d.below(4.min(n));
-            let missing = if round % 2 == 0 { 0.0 } else { 0.07 };
-            let g = Generated::new(h + 40, n, d.next(), Dist::Genotype)
-                .with_populations(pops, 0.2)
-                .unwrap()
-                .with_missing(missing);
-            let row0 = d.below(40);
-            let what = format!("round {round}: {h} variants from {row0}, {n} samples, {pops} populations, missing {missing}");
-            let stride = n.div_ceil(4) as usize;
-            let ld = stride + d.below(3) as usize;
-            let mut thresholds = Vec::new();
-            g.genotype_thresholds(row0..row0 + h, &mut thresholds);
-            let mut packed = Guarded::<u8>::zeroed(h as usize * ld);
-            packed.values_mut().fill(0xEE);
-            let mut counts = Guarded::<u32>::zeroed(4 * h as usize);
-            let blocks = n.div_ceil(BLOCK_COLS as u64) as u32;
-            let threads = [32u32, 256][round % 2];
-            let grid = (blocks.div_ceil(threads), 1 + d.below(h) as u32, 1);
-            {
-                let mut a = HostArgs::new();
-                a.buffer(packed.values_mut())
-                    .buffer(counts.values_mut())
-                    .input(&thresholds)
-                    .value(g.key())
-                    .value(row0)
-                    .value(h as u32)
-                    .value(n as u32)
-                    .value(pops as u32)
-                    .value(g.missing_threshold())
-                    .value(ld as u32);
-                k.launch("genotype_packed", grid, (threads, 1, 1), &mut a)
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
-            }
-            packed.check(&what).unwrap();
-            counts.check(&what).unwrap();
-            let mut want = vec![0u8; h as usize * stride];
-            let mut want_counts = Vec::new();
-            g.fill_packed_rows(row0..row0 + h, &mut want, stride, &mut want_counts);
-            for i in 0..h as usize {
-                let row = &packed.values()[i * ld..(i + 1) * ld];
-                assert_eq!(
-                    &row[..stride],
-                    &want[i * stride..(i + 1) * stride],
-                    "{what}: variant {i}"
-                );
-                assert!(
-                    row[stride..].iter().all(|&b| b == 0xEE),
-                    "{what}: variant {i} padding"
-                );
-                let c = &counts.values()[4 * i..4 * i + 4];
-                let [c1, c2, c3] = want_counts[i];
-                assert_eq!(
-                    [c[0] as u64, c[1] as u64, c[2] as u64, c[3] as u64],
-                    [n - c1 - c2 - c3, c1, c2, c3],
-                    "{what}: counts of variant {i}"
-                );
-            }
-        }
     }
 
     /// The element-wise kernels on fresh lengths and grids: standardization through the
@@ -488,7 +355,7 @@ mod tests {
             let col0 = d.below(9) as usize;
             let pld = (col0 + w).div_ceil(4) + d.below(2) as usize;
             let codes: Vec<u8> = (0..h * pld).map(|_| d.next() as u8).collect();
-            let table: Vec<f64> = (0..4 * h).map(|_| stream::unit(d.next())).collect();
+            let table: Vec<f64> = (0..4 * h).map(|_| unit(d.next())).collect();
             let ld = w + d.below(3) as usize;
             let mut out = Guarded::<f64>::zeroed(h * ld);
             {
@@ -519,9 +386,9 @@ mod tests {
             }
             // add_f32_to_f64, add_f64 and round_f64_to_f32 over grids smaller than the data.
             let len = 1 + d.below(5000) as usize;
-            let part32: Vec<f32> = (0..len).map(|_| stream::unit(d.next()) as f32).collect();
-            let part64: Vec<f64> = (0..len).map(|_| stream::unit(d.next())).collect();
-            let start: Vec<f64> = (0..len).map(|_| stream::unit(d.next())).collect();
+            let part32: Vec<f32> = (0..len).map(|_| unit(d.next()) as f32).collect();
+            let part64: Vec<f64> = (0..len).map(|_| unit(d.next())).collect();
+            let start: Vec<f64> = (0..len).map(|_| unit(d.next())).collect();
             let mut acc = Guarded::<f64>::zeroed(len);
             acc.values_mut().copy_from_slice(&start);
             let grid = (1 + d.below(8) as u32, 1, 1);
@@ -560,7 +427,7 @@ mod tests {
             let (b, n) = (1 + d.below(9) as usize, 1 + d.below(300) as usize);
             let r0 = d.below(5) as usize;
             let panel_ld = r0 + b + d.below(3) as usize;
-            let tile: Vec<f64> = (0..b * n).map(|_| stream::unit(d.next())).collect();
+            let tile: Vec<f64> = (0..b * n).map(|_| unit(d.next())).collect();
             let mut panel = Guarded::<f64>::zeroed(panel_ld * n);
             {
                 let mut a = HostArgs::new();
@@ -623,9 +490,7 @@ mod tests {
         let mut d = Draw::fresh();
         for round in 0..4 {
             let len = 1 + d.below(20_000) as usize;
-            let x: Vec<f32> = (0..len)
-                .map(|_| stream::unit(d.next()) as f32 - 0.5)
-                .collect();
+            let x: Vec<f32> = (0..len).map(|_| unit(d.next()) as f32 - 0.5).collect();
             let blocks = 1 + d.below(40) as u32;
             let threads = [32u32, 128, 256][round % 3];
             let mut runs = Vec::new();

@@ -41,9 +41,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use crate::error::SourceError;
 use crate::panel::{PanelBuffer, PanelValues, ReadScratch, ReadStats};
-use crate::source::SourceError;
-use crate::topology::bind_current_thread;
+use rankwise_exec::topology::bind_current_thread;
 
 /// Decodes one panel (its global rows) into a buffer.
 pub type ReadFn =
@@ -270,7 +270,7 @@ fn reader(shared: &Shared, read: &ReadFn, scratch: &mut ReadScratch) {
         .unwrap_or_else(|payload| {
             Err(SourceError::Panicked {
                 rows: rows.clone(),
-                message: crate::source::panic_message(payload.as_ref()),
+                message: rankwise_exec::panic_message(payload.as_ref()),
             })
         });
         std::mem::swap(&mut buffer.scratch, scratch);

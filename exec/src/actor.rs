@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use crossbeam_channel::{unbounded, Sender};
 
-use crate::gpu::GpuDevice;
 use crate::topology::bind_current_thread;
+use rankwise_device::GpuDevice;
 
 /// Work sent to an actor.
 pub type Job = Box<dyn FnOnce() + Send + 'static>;

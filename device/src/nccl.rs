@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::nccl::{Comm, Id, ReduceOp};
 use rankwise_transports::Comm as Transport;
 
-use super::{probed, GpuDevice, GpuError};
+use crate::{probed, GpuDevice, GpuError};
 
 /// A communicator over the ranks' GPUs.
 pub struct NcclComm {

@@ -1,38 +1,20 @@
-//! The rankwise runtime: topology, pinned actors, the chunk grid and placement, chunk
-//! sources and the per-actor memory budget.
+//! The rankwise execution layer: topology, pinned actors, the chunk grid and placement, and
+//! the per-actor memory budget.
 //!
 //! A [`Runtime`] is one rank: it holds the transport ([`rankwise_transports::Comm`]) and the
 //! rank's actors, and knows every other rank's actors (the [`World`]) so that placement is
 //! computed identically everywhere without further messages.
 
 pub mod actor;
-pub mod bed;
-mod blosc;
 pub mod budget;
-mod direct;
-pub mod gpu;
 pub mod grid;
-pub mod panel;
-pub mod readahead;
 mod runtime;
-pub mod source;
-pub mod stream;
-pub mod subset;
 pub mod topology;
-pub mod zarr;
 
 pub use actor::{Actor, ActorSpec};
-pub use bed::BedGenotypes;
 pub use budget::{parse_bytes, MemoryPlan, ReadBuffers, Residency};
 pub use grid::{ActorKind, ActorShape, Assignment, ChunkGrid, Placement, World};
-pub use panel::{
-    ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
-};
-pub use readahead::{BufferPool, PanelLease, ReadAhead};
 pub use runtime::{actor_specs, CoreShare, Runtime, RuntimeConfig};
-pub use source::{
-    Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix, PanelSource, SourceError,
-};
 pub use topology::Topology;
 
 use rankwise_transports::TransportError;
@@ -56,9 +38,6 @@ pub enum RuntimeError {
     /// A transport failure (including another rank's failure).
     #[error(transparent)]
     Transport(#[from] TransportError),
-    /// A chunk source failure.
-    #[error(transparent)]
-    Source(#[from] SourceError),
     /// A job panicked inside an actor.
     #[error("actor {actor} on rank {rank} panicked: {message}")]
     Panic {
@@ -71,8 +50,17 @@ pub enum RuntimeError {
     },
     /// A GPU actor's device could not be used.
     #[error(transparent)]
-    Gpu(#[from] gpu::GpuError),
+    Gpu(#[from] rankwise_device::GpuError),
     /// Starting a thread failed.
     #[error("could not start actor threads: {0}")]
     Spawn(#[from] std::io::Error),
+}
+
+/// The message of a caught panic's payload (a `&str` or a `String`; other payloads have none).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }

@@ -1,6 +1,6 @@
-// rankwise device kernels, compiled at run time by NVRTC (runtime/src/gpu/device.rs).
+// rankwise device kernels, compiled at run time by NVRTC (device/src/device.rs).
 //
-// The generator kernels reproduce runtime/src/stream.rs bit for bit: row r's columns are
+// The generator kernels reproduce sources/src/stream.rs bit for bit: row r's columns are
 // grouped in blocks of 256, and block b is a stream of words from 8 interleaved
 // xoroshiro128+ lanes (word w is output w / 8 of lane w % 8), lane l seeded with the
 // SplitMix64 draws of counters c + 2l and c + 2l + 1, c = r * 2^24 + 256 b. Uniform values

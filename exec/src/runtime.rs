@@ -1,6 +1,5 @@
 //! One rank: its transport, its actors, and the world they belong to.
 
-use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -8,10 +7,10 @@ use crossbeam_channel::unbounded;
 use rankwise_transports::Comm;
 
 use crate::actor::{Actor, ActorSpec};
-use crate::gpu::{self, DeviceChoice, GpuDevice};
 use crate::grid::{ActorKind, ActorShape, World};
 use crate::topology::Topology;
 use crate::RuntimeError;
+use rankwise_device::{self as gpu, DeviceChoice, GpuDevice};
 
 /// How a rank sets up its actors.
 #[derive(Clone, Debug)]
@@ -354,7 +353,8 @@ impl Runtime {
                 let f = Arc::clone(&f);
                 let tx = tx.clone();
                 self.actors[a].submit(Box::new(move || {
-                    let r = catch_unwind(AssertUnwindSafe(|| f(a, item))).map_err(panic_message);
+                    let r = catch_unwind(AssertUnwindSafe(|| f(a, item)))
+                        .map_err(|p| crate::panic_message(p.as_ref()));
                     let _ = tx.send((a, i, r));
                 }));
             }
@@ -388,16 +388,6 @@ impl Runtime {
                     .collect()
             })
             .collect())
-    }
-}
-
-fn panic_message(p: Box<dyn Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".into()
     }
 }
 

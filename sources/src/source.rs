@@ -27,8 +27,7 @@ use std::ops::Range;
 use ndarray::ArrayViewMut2;
 use rand_distr::{Beta, Distribution, StandardNormal};
 
-use crate::RuntimeError;
-
+use crate::error::SourceError;
 use crate::panel::StoredPanels;
 
 use crate::stream::{self, allele_threshold, counter_bits, Thresholds};
@@ -75,47 +74,6 @@ impl std::fmt::Display for Dist {
             Dist::Genotype => "genotype",
         })
     }
-}
-
-/// Errors of chunk sources.
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    /// The requested rows or columns fall outside the source.
-    #[error("rows {rows:?} × {cols} columns are outside the {what} of shape {shape:?}")]
-    OutOfBounds {
-        /// What was asked for.
-        rows: Range<u64>,
-        /// Columns of the buffer.
-        cols: usize,
-        /// The source's shape.
-        shape: (u64, u64),
-        /// Which source.
-        what: String,
-    },
-    /// A stored source could not be read.
-    #[error(transparent)]
-    Zarr(#[from] crate::zarr::ZarrError),
-    /// A PLINK binary fileset could not be read.
-    #[error(transparent)]
-    Bed(#[from] crate::bed::BedError),
-    /// The decoder panicked reading these rows (a bug, or input a library did not
-    /// expect): the read fails like any other, instead of taking its thread down.
-    #[error("reading rows {rows:?}: the decoder panicked: {message}")]
-    Panicked {
-        /// The rows being read.
-        rows: Range<u64>,
-        /// The panic's message.
-        message: String,
-    },
-}
-
-/// The message of a caught panic's payload.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".into())
 }
 
 /// A matrix whose row panels can be produced on demand, by any actor, any number of times.
@@ -387,21 +345,42 @@ impl Generated {
         }
     }
 
+    /// Checks that a generated matrix of this (untransposed) shape fits the generator's
+    /// index space: the counters give every row fewer than 2²⁴ columns.
+    pub fn check_shape(rows: u64, cols: u64) -> Result<(), SourceError> {
+        if rows > MAX_GENERATED_ROWS {
+            return Err(SourceError::Option {
+                parameter: "rows",
+                message: format!("generated matrices have at most {MAX_GENERATED_ROWS} rows"),
+            });
+        }
+        if cols > MAX_GENERATED_COLS - 1 {
+            return Err(SourceError::Option {
+                parameter: "cols",
+                message: format!(
+                    "generated matrices have at most {} columns",
+                    MAX_GENERATED_COLS - 1
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Genotypes only: split the samples (columns of the untransposed matrix) into `k`
     /// contiguous populations (sample `j` belongs to population `j·k / samples`) whose allele
     /// frequencies drift from each variant's ancestral frequency by the Balding–Nichols
     /// model with fixation index `fst`. `k = 1` leaves the values exactly as without
     /// structure. Errors name the command-line options: `k` must be at least 1 and at most
     /// the number of samples, and `0 < fst < 1`.
-    pub fn with_populations(mut self, k: u64, fst: f64) -> Result<Self, RuntimeError> {
+    pub fn with_populations(mut self, k: u64, fst: f64) -> Result<Self, SourceError> {
         if k == 0 {
-            return Err(RuntimeError::Option {
+            return Err(SourceError::Option {
                 parameter: "populations",
                 message: "at least one population is needed".into(),
             });
         }
         if k > self.cols {
-            return Err(RuntimeError::Option {
+            return Err(SourceError::Option {
                 parameter: "populations",
                 message: format!(
                     "{k} populations need at least {k} samples, and there are {} (`cols`)",
@@ -410,7 +389,7 @@ impl Generated {
             });
         }
         if !(fst > 0.0 && fst < 1.0) {
-            return Err(RuntimeError::Option {
+            return Err(SourceError::Option {
                 parameter: "fst",
                 message: format!("{fst} is not a fixation index in (0, 1)"),
             });

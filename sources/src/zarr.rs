@@ -38,59 +38,11 @@ use zarrs::filesystem::FilesystemStore;
 use zarrs::storage::ReadableStorageTraits;
 
 use crate::direct::{copy_block, DirectCodec};
+use crate::error::{SourceError, ZarrError};
 use crate::panel::{
     ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
 };
-use crate::source::{GenotypeSource, PanelSource, SourceError};
-
-/// Errors of Zarr sources. Every message names the store and array, and the chunk key
-/// when one chunk is at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum ZarrError {
-    /// The path is not a Zarr array (or group) that can be opened.
-    #[error("{path}: {message}")]
-    Open {
-        /// The path as given.
-        path: String,
-        /// Why.
-        message: String,
-    },
-    /// The array cannot be used by this command (type, shape, chunk grid, codec).
-    #[error("Zarr array {array}: {message}")]
-    Unsupported {
-        /// `PATH:ARRAY`.
-        array: String,
-        /// Why.
-        message: String,
-    },
-    /// One chunk could not be read or decoded.
-    #[error("Zarr array {array}, chunk `{key}`: {message}")]
-    Chunk {
-        /// `PATH:ARRAY`.
-        array: String,
-        /// The chunk's store key.
-        key: String,
-        /// Why.
-        message: String,
-    },
-    /// A decoded value is not a genotype dosage.
-    #[error(
-        "Zarr array {array}, chunk `{key}`: value {value} at variant {variant}, sample \
-         {sample} is not a dosage (expected −1 for missing, 0, 1 or 2)"
-    )]
-    Dosage {
-        /// `PATH:ARRAY`.
-        array: String,
-        /// The chunk's store key.
-        key: String,
-        /// Global variant (row).
-        variant: u64,
-        /// Global sample (column).
-        sample: u64,
-        /// The value found.
-        value: i64,
-    },
-}
+use crate::source::{GenotypeSource, PanelSource};
 
 /// Splits `PATH[:ARRAY]`. A path that exists as written is taken whole, so paths that
 /// contain a colon still open.
@@ -409,7 +361,7 @@ impl ZarrArray {
             return Err(self.unsupported(format!(
                 "its chunks of shape {c:?} ({elem}-byte elements) decode to more than {} \
                  each; a chunk is decoded whole",
-                crate::budget::format_bytes(MAX_CHUNK_BYTES)
+                rankwise_exec::budget::format_bytes(MAX_CHUNK_BYTES)
             )));
         }
         let grid = self.array.chunk_grid_shape();

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ndarray::Array2;
-use rankwise_runtime::source::PanelSource;
-use rankwise_runtime::zarr::ZarrMatrix;
+use rankwise_sources::source::PanelSource;
+use rankwise_sources::zarr::ZarrMatrix;
 
 /// Counts live bytes and their peak since the last [`reset_peak`].
 struct Counting;

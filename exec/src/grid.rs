@@ -11,7 +11,6 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use crate::source::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 use crate::RuntimeError;
 
 /// The most panels a grid may have. The plan keeps a few words per panel on every rank
@@ -68,27 +67,6 @@ impl ChunkGrid {
             cols,
             chunk_rows,
         })
-    }
-
-    /// Checks that a generated matrix of this grid's (untransposed) shape fits the
-    /// generator's index space.
-    pub fn check_generated(rows: u64, cols: u64) -> Result<(), RuntimeError> {
-        if rows > MAX_GENERATED_ROWS {
-            return Err(RuntimeError::Option {
-                parameter: "rows",
-                message: format!("generated matrices have at most {MAX_GENERATED_ROWS} rows"),
-            });
-        }
-        if cols > MAX_GENERATED_COLS - 1 {
-            return Err(RuntimeError::Option {
-                parameter: "cols",
-                message: format!(
-                    "generated matrices have at most {} columns",
-                    MAX_GENERATED_COLS - 1
-                ),
-            });
-        }
-        Ok(())
     }
 
     /// Number of panels.

@@ -1,6 +1,6 @@
 // The CUDA built-ins that kernels.cu uses, on the host: the kernels compiled by a C++
 // compiler run on the CPU, so their arithmetic, indexing and launch geometry can be checked
-// against the CPU code where no GPU is present (runtime/src/gpu/host.rs). The blocks of a
+// against the CPU code where no GPU is present (device/src/host.rs). The blocks of a
 // grid run in order. Kernels whose threads never wait for each other run their threads one
 // after another; the others (host.rs lists them) run each thread as a fiber (ucontext) on
 // the calling thread, switched at every __syncthreads and warp shuffle, so a barrier is

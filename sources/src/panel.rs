@@ -11,7 +11,7 @@ use std::ops::Range;
 
 use ndarray::ArrayViewMut2;
 
-use crate::source::SourceError;
+use crate::error::SourceError;
 
 /// Values of a decoded panel, in the stored element type, row-major.
 #[derive(Clone, Debug, PartialEq)]

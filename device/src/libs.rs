@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::GpuError;
+use crate::GpuError;
 
 /// The libraries the GPU actors use, by cudarc's base name, with what each is for.
 pub(crate) const LIBRARIES: [(&str, &str); 6] = [

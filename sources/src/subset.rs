@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use ndarray::{ArrayViewMut2, ShapeBuilder};
 
+use crate::error::SourceError;
 use crate::panel::{ElementType, PanelBuffer, ReadStats, StoredPanels};
-use crate::source::{GenotypeSource, SourceError};
+use crate::source::GenotypeSource;
 
 /// The samples (columns) `cols` of a genotype source, in the source's order.
 pub struct SampleSubset {
