@@ -7,6 +7,8 @@
 //! code in. The module graph is read from the `crate::…` paths (and, inside a directory
 //! module, the `super::sibling` paths) of every source file, `use` lines and inline paths
 //! alike, with names re-exported by the crate root resolved to the module that defines them.
+//! Unit-test modules (`#[cfg(test)] mod … { … }`) are left out, as cargo lets
+//! dev-dependencies point up: a module's tests may check it against the modules above it.
 //!
 //! Run alone with `cargo test --test architecture`; it needs only `cargo metadata`.
 
@@ -173,7 +175,7 @@ impl ModuleGraph {
                 continue; // inline module (e.g. `mod tests { … }`)
             };
             for f in rust_files(&file, &sub_dir) {
-                let text = code_only(&std::fs::read_to_string(&f).unwrap());
+                let text = without_test_modules(&code_only(&std::fs::read_to_string(&f).unwrap()));
                 let own_file = f == file;
                 for (line, name) in referenced(&text, top, own_file, &level) {
                     let target = if modules.contains(&name) {
@@ -297,6 +299,47 @@ fn code_only(src: &str) -> String {
             i += c.len_utf8();
         }
     }
+    out
+}
+
+/// The source with the bodies of `#[cfg(test)] mod name { … }` blanked (line breaks kept).
+fn without_test_modules(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut rest = src;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        let (before, after) = rest.split_at(at);
+        out.push_str(before);
+        let tail = after["#[cfg(test)]".len()..].trim_start();
+        let tail = tail.strip_prefix("pub(crate) ").unwrap_or(tail);
+        let is_module = tail.starts_with("mod ")
+            && tail
+                .find(['{', ';'])
+                .is_some_and(|i| tail.as_bytes()[i] == b'{');
+        if !is_module {
+            out.push_str("#[cfg(test)]");
+            rest = &after["#[cfg(test)]".len()..];
+            continue;
+        }
+        let open = after.find('{').unwrap();
+        let mut depth = 0;
+        let mut end = after.len();
+        for (i, c) in after[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.extend(after[..end].chars().filter(|&c| c == '\n'));
+        rest = &after[end..];
+    }
+    out.push_str(rest);
     out
 }
 
@@ -488,7 +531,11 @@ fn the_scan_finds_a_planted_cycle() {
         "mod a;\npub mod b;\nmod c;\nmod d;\npub use b::{Thing, other::More};\n",
     )
     .unwrap();
-    std::fs::write(dir.join("a.rs"), "use crate::{b::x, c};\n").unwrap();
+    std::fs::write(
+        dir.join("a.rs"),
+        "use crate::{b::x, c};\n#[cfg(test)]\nmod tests {\n    use crate::d::E;\n}\n",
+    )
+    .unwrap();
     std::fs::write(dir.join("b.rs"), "// crate::c\nfn f() { crate::c::g() }\n").unwrap();
     std::fs::write(
         dir.join("c.rs"),
@@ -508,4 +555,8 @@ fn the_scan_finds_a_planted_cycle() {
         "{cycles:#?}"
     );
     assert!(!g.edges.contains_key(&("c".into(), "a".into())));
+    assert!(
+        !g.edges.contains_key(&("a".into(), "d".into())),
+        "a test module's use"
+    );
 }

@@ -51,7 +51,7 @@
 
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
 
-use crate::tiles::PackedTile;
+use crate::layout::PackedTile;
 #[cfg(target_arch = "x86_64")]
 use x86::{ab_sweep, atb_group};
 
@@ -381,7 +381,7 @@ mod x86 {
 
     /// Bytes ahead of a packed tile's first code that hold the next tile's codes (the
     /// passes take a row block's tiles left to right).
-    const NEXT_TILE: usize = crate::tiles::TILE_COLS / 4;
+    const NEXT_TILE: usize = crate::layout::TILE_COLS / 4;
 
     /// Pairs of rows ahead of the current pair whose float32 values [`ab_rows`] fetches,
     /// a line per group: two rows at a time are too few streams for the hardware

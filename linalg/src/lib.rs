@@ -24,6 +24,7 @@ mod finite;
 pub mod fused;
 pub mod gpu;
 pub mod kernels;
+mod layout;
 pub mod reads;
 pub mod reduce;
 pub mod rsvd;

@@ -13,7 +13,7 @@ use rankwise_sources::readahead::{BufferPool, ReadFn};
 use rankwise_sources::{PanelLease, ReadAhead, ReadStats, StoredPanels};
 use serde::Serialize;
 
-use crate::tiles::{PanelSegments, TILE_ROWS};
+use crate::layout::TILE_ROWS;
 use crate::LinalgError;
 
 /// What one rank read from storage over a run.
@@ -194,6 +194,16 @@ pub enum PanelRead<'r> {
     Whole(PanelLease),
     /// Decoded in segments, taken one at a time.
     Segments(Segments<'r>),
+}
+
+/// A panel that the actor's read-ahead decodes in segments of rows: the tiles of a row
+/// block come from the segment holding it, and only a few segments are in memory at once
+/// (the read-ahead's pool), however large the stored chunks are.
+pub trait PanelSegments: Sync {
+    /// Rows per segment (the last may be shorter); a multiple of [`TILE_ROWS`].
+    fn segment_rows(&self) -> usize;
+    /// Waits for segment `s` and lends it.
+    fn take(&self, s: usize) -> Result<PanelLease, LinalgError>;
 }
 
 /// The segments of one panel (see [`PanelSegments`]).

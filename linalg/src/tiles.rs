@@ -35,14 +35,11 @@ use rankwise_sources::{
     Dist, GenotypeSource, PanelBuffer, PanelLease, PanelSource, PanelValues, StoredPanels,
 };
 
+pub use crate::layout::{PackedTile, RowCounts, RowScale, TILE_COLS, TILE_ROWS};
+pub use crate::reads::PanelSegments;
 use crate::reads::PanelRead;
 use crate::variants::VariantFilter;
 use crate::LinalgError;
-
-/// Rows of one tile.
-pub const TILE_ROWS: usize = 256;
-/// Columns of one tile (a multiple of 4, so genotype tiles start on a packed byte).
-pub const TILE_COLS: usize = 512;
 
 /// What the randomized passes multiply with.
 #[derive(Clone)]
@@ -105,25 +102,6 @@ impl Operand {
             Operand::Genotypes(..) => rows * (n.div_ceil(4) + 16),
         }
     }
-}
-
-/// Standardization of one variant: `x = (g − mean) · scale`, missing → 0; `scale = 0` for
-/// a dropped variant.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RowScale {
-    /// `2p`.
-    pub mean: f64,
-    /// `1/√(2p(1−p))`, or 0 when the variant is dropped.
-    pub scale: f64,
-}
-
-/// How often each dosage occurs in one variant's row.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RowCounts {
-    /// Calls of dosage 0, 1 and 2.
-    pub dosages: [u64; 3],
-    /// Missing calls.
-    pub missing: u64,
 }
 
 impl RowCounts {
@@ -492,14 +470,6 @@ fn trans(t: bool) -> CBLAS_TRANSPOSE {
     }
 }
 
-impl RowScale {
-    /// The standardized value of each 2-bit code: dosages 0, 1, 2, then a missing call (0).
-    pub fn table(&self) -> [f64; 4] {
-        let off = -self.mean * self.scale;
-        [off, self.scale + off, 2.0 * self.scale + off, 0.0]
-    }
-}
-
 /// Standardizes packed codes through the row's table, one code at a time.
 fn packed_scalar<T: Copy>(bytes: &[u8], lut: [T; 4], out: &mut [T]) {
     for (j, o) in out.iter_mut().enumerate() {
@@ -573,24 +543,6 @@ pub enum Stored {
         /// Standardization per row.
         rows: Vec<RowScale>,
     },
-}
-
-/// A tile of 2-bit packed genotype codes, handed out instead of its standardized values
-/// where the passes multiply it packed ([`Packing::Always`]).
-#[derive(Clone, Copy, Debug)]
-pub struct PackedTile<'a> {
-    /// Codes from the tile's first column on; row `i` starts at byte `i·stride`.
-    pub bytes: &'a [u8],
-    /// Bytes from one row to the next.
-    pub stride: usize,
-    /// Rows of the tile.
-    pub rows: usize,
-    /// Columns of the tile.
-    pub cols: usize,
-    /// Each row's standardized values of codes 0–3 ([`RowScale::table`]) in f32.
-    pub tables: &'a [[f32; 4]],
-    /// Each row's standardization.
-    pub scales: &'a [RowScale],
 }
 
 impl PackedTile<'_> {
@@ -850,16 +802,6 @@ pub struct TileProducer<'a> {
     packing: Packing,
     decoded: Option<&'a PanelBuffer>,
     segments: Option<&'a dyn PanelSegments>,
-}
-
-/// A panel that the actor's read-ahead decodes in segments of rows: the tiles of a row
-/// block come from the segment holding it, and only a few segments are in memory at once
-/// (the read-ahead's pool), however large the stored chunks are.
-pub trait PanelSegments: Sync {
-    /// Rows per segment (the last may be shorter); a multiple of [`TILE_ROWS`].
-    fn segment_rows(&self) -> usize;
-    /// Waits for segment `s` and lends it.
-    fn take(&self, s: usize) -> Result<PanelLease, LinalgError>;
 }
 
 /// The decoded rows of a panel, row block by row block: the panel decoded whole, or its

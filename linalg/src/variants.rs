@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
-use crate::tiles::RowCounts;
+use crate::layout::RowCounts;
 use crate::LinalgError;
 
 /// Relative tolerance under which two configurations' probabilities count as equal.
