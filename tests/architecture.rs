@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 /// The crate map, bottom to top: a crate may depend on crates of lower layers only.
 const LAYERS: &[&[&str]] = &[
-    &["rankwise-ucx-sys"],
+    &["rankwise-ucx-sys", "rankwise-testkit"],
     &["rankwise-transports"],
     &["rankwise-device"],
     &["rankwise-exec"],

@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::mpirun_util::run_with_timeout;
+use common::mpirun::run_with_timeout;
 use common::*;
 
 #[test]

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::mpirun_util::{mpirun, run_with_timeout};
+use common::mpirun::{mpirun, run_with_timeout};
 use common::*;
 
 const LIMIT: Duration = Duration::from_secs(120);

@@ -5,7 +5,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::mpirun_util::run_with_timeout;
+use common::mpirun::run_with_timeout;
 use common::*;
 use ndarray::Array2;
 use rankwise::output::read_f64_array;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use common::mpirun_util::run_with_timeout;
+use common::mpirun::run_with_timeout;
 use common::*;
 use ndarray::{Array1, Array2};
 use ndarray_linalg::{JobSvd, SVDDCInto};

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::mpirun_util::{mpirun_command, run_with_timeout};
+use common::mpirun::{mpirun_command, run_with_timeout};
 use common::*;
 use ndarray::Array2;
 use rankwise::exec::RuntimeConfig;

@@ -32,7 +32,7 @@ mod common;
 use std::process::Command;
 use std::sync::Arc;
 
-use common::mpirun_util::run_with_timeout;
+use common::mpirun::run_with_timeout;
 use common::*;
 use ndarray::Array2;
 use rankwise::device::{probed, GpuDevice};
@@ -851,7 +851,7 @@ fn svd_on_gpu_actors_agrees_with_cpu_actors() {
 
 /// `benches/gpu.sh` with `DEVICE=cpu`, on small shapes: the script a GPU node runs
 /// in one command, checked here so that a mistake in it does not cost a GPU allocation.
-fn gpu_sh(out: &std::path::Path, env: &[(&str, &str)]) -> common::mpirun_util::RunOutput {
+fn gpu_sh(out: &std::path::Path, env: &[(&str, &str)]) -> common::mpirun::RunOutput {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut cmd = Command::new("bash");
     cmd.arg(repo.join("benches/gpu.sh"))

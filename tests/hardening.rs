@@ -460,7 +460,7 @@ fn sigint_and_sigterm_remove_the_temporaries_embedded_and_under_mpirun() {
             }
             n => {
                 let a: Vec<&str> = args.iter().map(String::as_str).collect();
-                common::mpirun_util::mpirun_command(n, &rankwise_bin(), &a)
+                common::mpirun::mpirun_command(n, &rankwise_bin(), &a)
             }
         };
         let what = format!("{np} rank(s), signal {signal}");
@@ -519,7 +519,7 @@ fn a_rank_killed_under_mpirun_leaves_no_temporaries() {
     let marker = format!("{}", 5_000_000 + std::process::id() as u64);
     let args = long_gen(&out, &marker);
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let cmd = common::mpirun_util::mpirun_command(3, &rankwise_bin(), &a);
+    let cmd = common::mpirun::mpirun_command(3, &rankwise_bin(), &a);
     let ready = || !temporaries(&dir).is_empty() && rankwise_pids("gen", &marker).len() == 3;
     // SIGKILL of rank 1 alone (the second of the ranks by PID is as good as any).
     let (status, stderr) = interrupt(

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::mpirun_util::{self, mpirun, mpirun_command, run_with_timeout};
+use common::mpirun::{self, mpirun, mpirun_command, run_with_timeout};
 use common::*;
 use rankwise::output::read_f64_array;
 
@@ -89,7 +89,7 @@ fn two_ranks_of_two_actors_equal_one_rank_of_four() {
 }
 
 /// Every rank prints the same failure line.
-fn assert_every_rank_reports(run: &mpirun_util::RunOutput, np: usize, line: &str) {
+fn assert_every_rank_reports(run: &mpirun::RunOutput, np: usize, line: &str) {
     // Occurrences, not lines: the launcher may merge two ranks' lines into one.
     let count = run.stderr.matches(line).count();
     assert!(

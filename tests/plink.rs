@@ -14,7 +14,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::mpirun_util::run_with_timeout;
+use common::mpirun::run_with_timeout;
 use common::*;
 use ndarray::Array2;
 use ndarray_linalg::{Eigh, UPLO};

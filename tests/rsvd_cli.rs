@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::mpirun_util::RunOutput;
+use common::mpirun::RunOutput;
 use common::*;
 use rankwise::exec::RuntimeConfig;
 use rankwise::linalg::{
@@ -197,9 +197,7 @@ fn openblas_avx512_kernels_no_longer_change_the_bits_with_the_rank_count() {
         cmd.args(args)
             .args(["--local-ranks", ranks])
             .env_remove("OPENBLAS_CORETYPE");
-        json_bits(
-            &report(&common::mpirun_util::run_with_timeout(cmd, CLI_LIMIT))["singular_values"],
-        )
+        json_bits(&report(&common::mpirun::run_with_timeout(cmd, CLI_LIMIT))["singular_values"])
     };
     let one = bits("1");
     for ranks in ["2", "3"] {

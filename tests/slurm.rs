@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::mpirun_util::{run_with_timeout, RunOutput, OMPI_ENV};
+use common::mpirun::{run_with_timeout, RunOutput, OMPI_ENV};
 use common::*;
 use serde_json::Value;
 

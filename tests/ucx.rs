@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::mpirun_util::{mpirun_command, run_with_timeout, RunOutput};
+use common::mpirun::{mpirun_command, run_with_timeout, RunOutput};
 use common::*;
 
 /// UCX transports of the tests: TCP over loopback (every container has it) and shared

@@ -31,7 +31,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::mpirun_util::{run_with_timeout, RunOutput};
+use common::mpirun::{run_with_timeout, RunOutput};
 use common::{lapack_sigma, rankwise_bin, scratch, zarr_python};
 use ndarray::{s, Array2, ShapeBuilder};
 use rankwise::sources::zarr::{VcfZarr, ZarrGenotypes, ZarrMatrix};

@@ -303,39 +303,9 @@ impl<T: bytemuck::Pod> Guarded<T> {
 
 #[cfg(test)]
 mod tests {
+    use rankwise_testkit::Draw;
+
     use super::*;
-
-    /// SplitMix64's finalizer: the test data's draws.
-    fn mix64(mut z: u64) -> u64 {
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A draw as a value in [0, 1).
-    fn unit(x: u64) -> f64 {
-        f64::from_bits((x >> 12) | 0x3FF0_0000_0000_0000) - 1.0
-    }
-
-    /// Fresh draws from a printed seed.
-    struct Draw(u64);
-
-    impl Draw {
-        fn fresh() -> Draw {
-            let seed = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64);
-            eprintln!("seed {seed}");
-            Draw(seed)
-        }
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            mix64(self.0)
-        }
-        fn below(&mut self, hi: u64) -> u64 {
-            self.next() % hi
-        }
-    }
 
     fn kernels() -> &'static HostKernels {
         HostKernels::get().unwrap_or_else(|e| panic!("{e}"))
@@ -355,7 +325,7 @@ mod tests {
             let col0 = d.below(9) as usize;
             let pld = (col0 + w).div_ceil(4) + d.below(2) as usize;
             let codes: Vec<u8> = (0..h * pld).map(|_| d.next() as u8).collect();
-            let table: Vec<f64> = (0..4 * h).map(|_| unit(d.next())).collect();
+            let table: Vec<f64> = (0..4 * h).map(|_| d.unit()).collect();
             let ld = w + d.below(3) as usize;
             let mut out = Guarded::<f64>::zeroed(h * ld);
             {
@@ -386,9 +356,9 @@ mod tests {
             }
             // add_f32_to_f64, add_f64 and round_f64_to_f32 over grids smaller than the data.
             let len = 1 + d.below(5000) as usize;
-            let part32: Vec<f32> = (0..len).map(|_| unit(d.next()) as f32).collect();
-            let part64: Vec<f64> = (0..len).map(|_| unit(d.next())).collect();
-            let start: Vec<f64> = (0..len).map(|_| unit(d.next())).collect();
+            let part32: Vec<f32> = (0..len).map(|_| d.unit() as f32).collect();
+            let part64: Vec<f64> = (0..len).map(|_| d.unit()).collect();
+            let start: Vec<f64> = (0..len).map(|_| d.unit()).collect();
             let mut acc = Guarded::<f64>::zeroed(len);
             acc.values_mut().copy_from_slice(&start);
             let grid = (1 + d.below(8) as u32, 1, 1);
@@ -427,7 +397,7 @@ mod tests {
             let (b, n) = (1 + d.below(9) as usize, 1 + d.below(300) as usize);
             let r0 = d.below(5) as usize;
             let panel_ld = r0 + b + d.below(3) as usize;
-            let tile: Vec<f64> = (0..b * n).map(|_| unit(d.next())).collect();
+            let tile: Vec<f64> = (0..b * n).map(|_| d.unit()).collect();
             let mut panel = Guarded::<f64>::zeroed(panel_ld * n);
             {
                 let mut a = HostArgs::new();
@@ -490,7 +460,7 @@ mod tests {
         let mut d = Draw::fresh();
         for round in 0..4 {
             let len = 1 + d.below(20_000) as usize;
-            let x: Vec<f32> = (0..len).map(|_| unit(d.next()) as f32 - 0.5).collect();
+            let x: Vec<f32> = (0..len).map(|_| d.unit() as f32 - 0.5).collect();
             let blocks = 1 + d.below(40) as u32;
             let threads = [32u32, 128, 256][round % 3];
             let mut runs = Vec::new();

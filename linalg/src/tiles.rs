@@ -36,8 +36,8 @@ use rankwise_sources::{
 };
 
 pub use crate::layout::{PackedTile, RowCounts, RowScale, TILE_COLS, TILE_ROWS};
-pub use crate::reads::PanelSegments;
 use crate::reads::PanelRead;
+pub use crate::reads::PanelSegments;
 use crate::variants::VariantFilter;
 use crate::LinalgError;
 

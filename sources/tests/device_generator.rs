@@ -3,28 +3,9 @@
 //! `rankwise_device::host`), so that `make test` checks them where no GPU is present.
 
 use rankwise_device::host::{Guarded, HostArgs, HostKernels};
-use rankwise_sources::stream::{self, mix64, BLOCK_COLS, LANES};
+use rankwise_sources::stream::{self, BLOCK_COLS, LANES};
 use rankwise_sources::{Dist, Generated};
-
-/// Fresh draws from a printed seed.
-struct Draw(u64);
-
-impl Draw {
-    fn fresh() -> Draw {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64);
-        eprintln!("seed {seed}");
-        Draw(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(stream::GAMMA);
-        mix64(self.0)
-    }
-    fn below(&mut self, hi: u64) -> u64 {
-        self.next() % hi
-    }
-}
+use rankwise_testkit::Draw;
 
 fn kernels() -> &'static HostKernels {
     HostKernels::get().unwrap_or_else(|e| panic!("{e}"))

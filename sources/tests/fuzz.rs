@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ndarray::Array2;
 use rankwise_sources::source::PanelSource;
 use rankwise_sources::zarr::ZarrMatrix;
+use rankwise_testkit::Draw;
 
 /// Counts live bytes and their peak since the last [`reset_peak`].
 struct Counting;
@@ -77,25 +78,6 @@ fn reset_peak() -> usize {
     let now = LIVE.load(Ordering::Relaxed);
     PEAK.store(now, Ordering::Relaxed);
     now
-}
-
-/// SplitMix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
 }
 
 fn seed() -> u64 {
@@ -273,7 +255,7 @@ const READ_BOUND: usize = (ROWS * COLS * 8) as usize + 4 * CHUNK_BYTES + (12 << 
 #[test]
 fn mutated_chunk_files_never_panic_or_allocate_by_what_they_claim() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let mut rng = Rng(seed());
+    let mut rng = Draw(seed());
     let root = std::env::temp_dir().join(format!("rankwise-fuzz-chunks-{}", std::process::id()));
     let codecs = [
         Codec::Raw,
@@ -337,7 +319,7 @@ fn mutated_chunk_files_never_panic_or_allocate_by_what_they_claim() {
 }
 
 /// A random JSON value of a kind a hostile writer might put in place of a field.
-fn hostile_value(rng: &mut Rng) -> serde_json::Value {
+fn hostile_value(rng: &mut Draw) -> serde_json::Value {
     use serde_json::json;
     match rng.below(12) {
         0 => json!(u64::MAX),
@@ -388,7 +370,7 @@ fn at_path<'v>(v: &'v mut serde_json::Value, path: &[String]) -> &'v mut serde_j
 #[test]
 fn mutated_metadata_never_panics_or_allocates_by_its_shapes() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let mut rng = Rng(seed() ^ 0x5eed);
+    let mut rng = Draw(seed() ^ 0x5eed);
     let root = std::env::temp_dir().join(format!("rankwise-fuzz-meta-{}", std::process::id()));
     let codecs = [
         Codec::Raw,

@@ -4,50 +4,19 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-#[path = "../../transports/tests/mpirun_util/mod.rs"]
-pub(crate) mod mpirun_util;
 use std::sync::{Arc, Mutex};
+
+#[allow(unused_imports)]
+pub(crate) use rankwise_testkit::process as mpirun;
+// Each test binary uses a part of these.
+#[allow(unused_imports)]
+pub(crate) use rankwise_testkit::{scratch, snapshot, test_seed, Draw};
 
 use ndarray::{Array1, Array2};
 use ndarray_linalg::{JobSvd, SVDDCInto};
 use rankwise::exec::Runtime;
 use rankwise::linalg::{svd, FactorSink, SvdOptions, SvdProblem, SvdResult};
 use rankwise::sources::{Dist, Generated};
-
-/// A fresh seed per run (printed, and fixed by RANKWISE_TEST_SEED to reproduce a failure).
-pub(crate) fn test_seed() -> u64 {
-    let seed = std::env::var("RANKWISE_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("RANKWISE_TEST_SEED={seed}");
-    seed
-}
-
-/// A small deterministic generator for test parameters (SplitMix64).
-pub(crate) struct Draw(pub u64);
-
-impl Draw {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        rankwise::sources::source::mix64(self.0)
-    }
-    /// Uniform integer in `lo..=hi`.
-    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-    /// Log-uniform integer in `lo..=hi`.
-    pub(crate) fn log_range(&mut self, lo: u64, hi: u64) -> u64 {
-        let (a, b) = ((lo as f64).ln(), (hi as f64 + 1.0).ln());
-        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        ((a + u * (b - a)).exp() as u64).clamp(lo, hi)
-    }
-}
 
 /// The dense generated matrix.
 pub(crate) fn dense(rows: u64, cols: u64, seed: u64, dist: Dist) -> Array2<f64> {
@@ -171,53 +140,20 @@ pub(crate) fn repo_script(name: &str, args: &[&std::ffi::OsStr]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A fresh scratch directory under the target dir.
-pub(crate) fn scratch(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("test-scratch")
-        .join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Every file under `dir` with its contents (directories with none).
-pub(crate) fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                out.insert(p.clone(), Vec::new());
-                stack.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
-}
-
 /// Time limit of one `rankwise` run started by a test (a hang fails the test, not CI).
 pub(crate) const CLI_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// `rankwise args…` in one process.
-pub(crate) fn embedded(args: &[String]) -> mpirun_util::RunOutput {
+pub(crate) fn embedded(args: &[String]) -> mpirun::RunOutput {
     let mut cmd = std::process::Command::new(rankwise_bin());
     cmd.args(args);
-    mpirun_util::run_with_timeout(cmd, CLI_LIMIT)
+    mpirun::run_with_timeout(cmd, CLI_LIMIT)
 }
 
 /// `mpirun -np np rankwise args…`.
-pub(crate) fn under_mpirun(np: usize, args: &[String]) -> mpirun_util::RunOutput {
+pub(crate) fn under_mpirun(np: usize, args: &[String]) -> mpirun::RunOutput {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    mpirun_util::mpirun(np, &rankwise_bin(), &args, CLI_LIMIT)
+    mpirun::mpirun(np, &rankwise_bin(), &args, CLI_LIMIT)
 }
 
 /// Writes a generated `rows × cols` store of `dist` values in bands of `band` rows with
@@ -262,7 +198,7 @@ pub(crate) fn strings(args: &[&str]) -> Vec<String> {
 }
 
 /// The JSON report a successful `--json` run printed.
-pub(crate) fn report(run: &mpirun_util::RunOutput) -> serde_json::Value {
+pub(crate) fn report(run: &mpirun::RunOutput) -> serde_json::Value {
     run.assert_success();
     serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("stdout is not a JSON report ({e})\n{}", run.describe()))
@@ -298,7 +234,7 @@ pub(crate) fn group_bits(dir: &Path, names: &[&str]) -> BTreeMap<String, (Vec<u6
 }
 
 /// Asserts that `run` (of `args`) failed with exit status 1 and that rank 0 named `option`.
-pub(crate) fn assert_fails_naming(run: &mpirun_util::RunOutput, args: &[String], option: &str) {
+pub(crate) fn assert_fails_naming(run: &mpirun::RunOutput, args: &[String], option: &str) {
     run.assert_finished();
     assert_eq!(run.code, Some(1), "{args:?}\n{}", run.describe());
     assert!(
@@ -312,7 +248,7 @@ pub(crate) fn assert_fails_naming(run: &mpirun_util::RunOutput, args: &[String],
 /// Asserts that a 2-rank `mpirun` of `args` failed and that both ranks printed the
 /// failure naming `option` (the launcher may merge the lines, so a count of the message's
 /// occurrences also counts).
-pub(crate) fn assert_both_ranks_name(run: &mpirun_util::RunOutput, args: &[String], option: &str) {
+pub(crate) fn assert_both_ranks_name(run: &mpirun::RunOutput, args: &[String], option: &str) {
     let line = format!(" failed: {option}: ");
     run.assert_finished();
     assert_ne!(run.code, Some(0), "{args:?}\n{}", run.describe());
@@ -407,7 +343,7 @@ pub(crate) fn runtime(actors: usize) -> Runtime {
 /// the high-water mark of the memory image an `exec` replaces, and a spawned child's is
 /// the test harness's, which other tests had grown past 100 MiB), so the measure would be
 /// the harness's, not rankwise's. A fork of the waiter starts from the waiter's few MiB.
-pub(crate) fn embedded_with_peak(args: &[String]) -> (mpirun_util::RunOutput, u64) {
+pub(crate) fn embedded_with_peak(args: &[String]) -> (mpirun::RunOutput, u64) {
     const WAITER: &str = concat!(
         "import os, sys\n",
         "pid = os.fork()\n",
@@ -418,7 +354,7 @@ pub(crate) fn embedded_with_peak(args: &[String]) -> (mpirun_util::RunOutput, u6
     );
     let mut cmd = std::process::Command::new("python3");
     cmd.arg("-c").arg(WAITER).arg(rankwise_bin()).args(args);
-    let mut run = mpirun_util::run_with_timeout(cmd, CLI_LIMIT);
+    let mut run = mpirun::run_with_timeout(cmd, CLI_LIMIT);
     let at = run
         .stderr
         .rfind("\nPEAK_RSS_KIB=")

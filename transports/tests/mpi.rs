@@ -3,11 +3,9 @@
 //! Each test runs the example `mpi_selftest` (built by `cargo test`) under
 //! `mpirun -np P` with a hard time limit, and checks exit codes and the lines it prints.
 
-mod mpirun_util;
-
 use std::time::Duration;
 
-use mpirun_util::{example_binary, mem_available, mpirun, run_with_timeout};
+use rankwise_testkit::process::{example_binary, mem_available, mpirun, run_with_timeout};
 
 const LIMIT: Duration = Duration::from_secs(60);
 

@@ -3,14 +3,14 @@
 //!
 //! Each test runs the example `ucx_selftest` (built by `cargo test`) under `mpirun -np P`
 //! with `UCX_TLS` set, with a hard time limit, and checks exit codes and the lines it
-//! prints. Open MPI itself keeps to its own shared memory (`mpirun_util::OMPI_ENV`: pml ob1,
+//! prints. Open MPI itself keeps to its own shared memory (`rankwise_testkit::process::OMPI_ENV`: pml ob1,
 //! btl self,vader), so its UCX components never compete with ours for the devices.
-
-mod mpirun_util;
 
 use std::time::Duration;
 
-use mpirun_util::{example_binary, mem_available, mpirun_command, run_with_timeout, RunOutput};
+use rankwise_testkit::process::{
+    example_binary, mem_available, mpirun_command, run_with_timeout, RunOutput,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
 

@@ -1,8 +1,5 @@
 //! Runs programs under `mpirun` with a hard time limit, for multi-process tests.
 //!
-//! Self-contained (std + libc, Linux): copy this directory into another crate's `tests/` and
-//! add `mod mpirun_util;` to the test file.
-//!
 //! * [`mpirun_command`] builds the command line: `mpirun --allow-run-as-root --oversubscribe
 //!   --bind-to none -np P program args...`, with environment that makes Open MPI work as
 //!   root in a container without network (shared memory and loopback only, no warnings about
@@ -12,8 +9,6 @@
 //!   passes kills the whole process tree (`mpirun` puts every rank in its own process group,
 //!   so killing mpirun's group is not enough) and reports `timed_out`.
 //! * [`example_binary`] finds an example of this package that `cargo test` built.
-
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -25,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// What a finished (or killed) run left behind.
 #[derive(Debug)]
-pub(crate) struct RunOutput {
+pub struct RunOutput {
     /// The command line, for messages.
     pub command: String,
     /// Exit code; `None` when killed by a signal.
@@ -42,12 +37,12 @@ pub(crate) struct RunOutput {
 
 impl RunOutput {
     /// Exit code 0 and not timed out.
-    pub(crate) fn success(&self) -> bool {
+    pub fn success(&self) -> bool {
         !self.timed_out && self.code == Some(0)
     }
 
     /// Panics (failing the test) when the run was killed for exceeding its time limit.
-    pub(crate) fn assert_finished(&self) -> &Self {
+    pub fn assert_finished(&self) -> &Self {
         assert!(
             !self.timed_out,
             "`{}` exceeded its time limit ({:.0} s) and was killed\n{}",
@@ -59,7 +54,7 @@ impl RunOutput {
     }
 
     /// Panics unless the run exited with code 0.
-    pub(crate) fn assert_success(&self) -> &Self {
+    pub fn assert_success(&self) -> &Self {
         self.assert_finished();
         assert!(
             self.success(),
@@ -72,7 +67,7 @@ impl RunOutput {
     }
 
     /// Panics unless stdout contains `needle`.
-    pub(crate) fn assert_stdout_contains(&self, needle: &str) -> &Self {
+    pub fn assert_stdout_contains(&self, needle: &str) -> &Self {
         assert!(
             self.stdout.contains(needle),
             "`{}`: stdout lacks {needle:?}\n{}",
@@ -83,7 +78,7 @@ impl RunOutput {
     }
 
     /// Exit status, time and both outputs, for assertion messages.
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         format!(
             "exit code: {:?}, {:.1} s{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
             self.code,
@@ -96,7 +91,7 @@ impl RunOutput {
 }
 
 /// The `mpirun` command for `np` processes of `program args...`.
-pub(crate) fn mpirun_command(np: usize, program: &Path, args: &[&str]) -> Command {
+pub fn mpirun_command(np: usize, program: &Path, args: &[&str]) -> Command {
     let mpirun = std::env::var("RANKWISE_MPIRUN").unwrap_or_else(|_| "mpirun".into());
     let mut cmd = Command::new(mpirun);
     cmd.args([
@@ -137,7 +132,7 @@ const SESSION_BASE_VAR: &str = "OMPI_MCA_orte_tmpdir_base";
 const SESSION_DIRS: &str = "rankwise-mpirun-sessions";
 
 /// Open MPI settings for one node, as root, in a container without network.
-pub(crate) const OMPI_ENV: &[(&str, &str)] = &[
+pub const OMPI_ENV: &[(&str, &str)] = &[
     // Same as --allow-run-as-root, also honoured by singleton runs.
     ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
     ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
@@ -154,12 +149,12 @@ pub(crate) const OMPI_ENV: &[(&str, &str)] = &[
 ];
 
 /// Runs `program args...` under `mpirun -np np`, killing everything after `limit`.
-pub(crate) fn mpirun(np: usize, program: &Path, args: &[&str], limit: Duration) -> RunOutput {
+pub fn mpirun(np: usize, program: &Path, args: &[&str], limit: Duration) -> RunOutput {
     run_with_timeout(mpirun_command(np, program, args), limit)
 }
 
 /// Runs `cmd` to completion or until `limit` passes; then kills its whole process tree.
-pub(crate) fn run_with_timeout(cmd: Command, limit: Duration) -> RunOutput {
+pub fn run_with_timeout(cmd: Command, limit: Duration) -> RunOutput {
     let command = format!("{cmd:?}");
     // The session directory base that mpirun_command made for this run, removed after it.
     let session = cmd
@@ -239,7 +234,7 @@ fn collect(mut pipe: impl Read + Send + 'static) -> Collected {
 
 /// SIGTERM to `root` (mpirun forwards it to its ranks and cleans up), then SIGKILL to
 /// `root` and every descendant found before, so nothing survives the test.
-pub(crate) fn kill_tree(root: u32) {
+pub fn kill_tree(root: u32) {
     let mut pids = descendants(root);
     pids.push(root);
     // SAFETY: kill(2) with valid signal numbers.
@@ -276,7 +271,7 @@ fn parse_stat(stat: &str) -> Option<(char, u32)> {
 }
 
 /// All processes below `root`, found through /proc.
-pub(crate) fn descendants(root: u32) -> Vec<u32> {
+pub fn descendants(root: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
@@ -310,7 +305,7 @@ pub(crate) fn descendants(root: u32) -> Vec<u32> {
 ///
 /// # Panics
 /// When it does not exist; the message says how to build it.
-pub(crate) fn example_binary(name: &str) -> PathBuf {
+pub fn example_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current test binary");
     // target/<profile>/deps/<test>-<hash> → target/<profile>/examples/<name>
     let profile_dir = exe
@@ -343,7 +338,7 @@ fn modified(path: &Path) -> std::io::Result<std::time::SystemTime> {
 }
 
 /// Bytes of memory available now (MemAvailable of /proc/meminfo), if known.
-pub(crate) fn mem_available() -> Option<u64> {
+pub fn mem_available() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
