@@ -76,8 +76,8 @@ CPUS=$(nproc)
 MPIRUN=(mpirun -np "$NP" --bind-to none)
 
 if [[ -z ${REPORT_ONLY:-} ]]; then
-    PYTHON="${PYTHON:-python3}" bash benches/peers-venv.sh
-    PYTHON="${PYTHON:-python3}" bash benches/bench-venv.sh
+    PYTHON="${PYTHON:-python3}" bash tools/peers-venv.sh
+    PYTHON="${PYTHON:-python3}" bash tools/bench-venv.sh
     [[ -x "$BIN" ]] || cargo build --release -p rankwise-launch --bin rankwise
     BIN_COPY="$OUT/rankwise"
     cp "$BIN" "$BIN_COPY"

@@ -6,7 +6,7 @@
 #
 # The data: `rankwise gen --dist genotype --populations 3` (200,000 variants × 20,000 samples,
 # no missing calls, so that both tools compute the same PCA), written as
-# PREFIX.bed/.bim/.fam by benches/zarr_to_bed.py (1 GB). Both tools read that .bed, from the
+# PREFIX.bed/.bim/.fam by tools/zarr_to_bed.py (1 GB). Both tools read that .bed, from the
 # page cache (it is read once untimed first). Timed, for k = 10 and k = 20:
 # `plink2 --bfile PREFIX --pca approx K --threads NPROC` and `rankwise pca --bed PREFIX -k K`
 # with the defaults (LOBPCG to --tol 1e-6, f32 passes then f64) and with --tol 1e-3 (about
@@ -34,7 +34,7 @@ command -v plink2 >/dev/null || {
     echo "plink.sh: plink2 is missing: scripts/install-deps.sh installs it" >&2
     exit 2
 }
-[[ -x "$PY" ]] || bash benches/bench-venv.sh
+[[ -x "$PY" ]] || bash tools/bench-venv.sh
 [[ -x "$BIN" ]] || cargo build --release --workspace --bins
 M=$((200000 / (QUICK ? 10 : 1)))
 N=20000
@@ -49,7 +49,7 @@ elif [[ ! -e "$DATA/g.bed" ]]; then
     rm -rf "$DATA/g.zarr"
     "$BIN" gen --out "$DATA/g.zarr" --rows "$M" --cols "$N" --chunk-rows 10000 --dist genotype \
         --populations 3 --dtype i8 --codec none --seed 11 >/dev/null
-    "$PY" benches/zarr_to_bed.py "$DATA/g.zarr" "$DATA/g"
+    "$PY" tools/zarr_to_bed.py "$DATA/g.zarr" "$DATA/g"
     rm -rf "$DATA/g.zarr"
 fi
 [[ -n ${REPORT_ONLY:-} ]] || cat "$DATA/g.bed" >/dev/null

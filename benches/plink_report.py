@@ -80,7 +80,7 @@ lines.append(
     f"Run of `bash benches/plink.sh{' --quick' if quick else ''}` on {cpu}, raw results in `{out}`. "
     f"The fileset: {m:,} variants × {n:,} samples from `rankwise gen --dist genotype --populations 3` "
     "(3 populations, F_ST 0.1, no missing calls, so that both tools compute the same PCA), written by "
-    f"`benches/zarr_to_bed.py` ({os.path.getsize(f'{data}/g.bed') / 1e9:.2f} GB). Both tools read the "
+    f"`tools/zarr_to_bed.py` ({os.path.getsize(f'{data}/g.bed') / 1e9:.2f} GB). Both tools read the "
     f"same `.bed` from the page cache. {version}, `--threads {threads}`. "
     f"{'Median of ' + str(reps) + ' runs (min–max)' if reps > 1 else 'One run each'}, wall time of the "
     "whole command; peak RSS of the process. Accuracy is against the reference run "

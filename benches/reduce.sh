@@ -54,7 +54,7 @@ log() {
     printf '[reduce bench %s] %s\n' "$(date +%T)" "$*" >&2
 }
 
-PYTHON="${PYTHON:-python3}" bash benches/bench-venv.sh
+PYTHON="${PYTHON:-python3}" bash tools/bench-venv.sh
 PY=bench-venv/bin/python
 export PYTHONDONTWRITEBYTECODE=1
 if [[ ! -x "$BIN" ]]; then
@@ -139,7 +139,7 @@ dask() { # name, then reference_reduce.py arguments
 
 # The machine's memory bandwidth, in the same run (the probe of benches/run.sh).
 if [[ ! -e "$OUT/membw.txt" ]]; then
-    cc -O2 -fopenmp benches/membw.c -o "$TOOLS/membw"
+    cc -O2 -fopenmp tools/membw.c -o "$TOOLS/membw"
     load_mark "memory bandwidth"
     run env OMP_NUM_THREADS="$WORKERS" "$TOOLS/membw" "$MEMBW_MIB" "$MEMBW_REPS" \
         >"$OUT/membw.txt" 2>>"$OUT/membw.stderr"
@@ -223,7 +223,7 @@ lines.append(
     f"raw results in `{out}`. Dask {d.get('dask', dt.get('dask', '?'))} threaded scheduler with "
     f"{os.cpu_count()} workers; rankwise one process, default actors. Times are medians "
     f"(min–max) of the runs counted; ratio = Dask time / rankwise time (> 1: rankwise is faster). "
-    f"Memory bandwidth measured in the same run (`benches/membw.c`, {membw.get('threads', '?')} threads): "
+    f"Memory bandwidth measured in the same run (`tools/membw.c`, {membw.get('threads', '?')} threads): "
     f"copy {membw.get('copy_gbs', '?')} GB/s, read {membw.get('read_gbs', '?')} GB/s, triad "
     f"{membw.get('triad_gbs', '?')} GB/s. Load averages (1 / 5 / 15 min) at the start of each stage: "
     f"{load_text}.\n")

@@ -1,6 +1,6 @@
 """Heat and Cubed on rankwise's workloads (benches/peers.sh).
 
-Runs in ./peers-venv (benches/peers-venv.sh). One workload per process, so that its peak RSS
+Runs in ./peers-venv (tools/peers-venv.sh). One workload per process, so that its peak RSS
 is its own; the result is one JSON object written to --out (by rank 0 under mpirun).
 
     python benches/reference_peers.py cubed-svd --rows 10000000 --cols 20 --chunk-rows 625000

@@ -1,6 +1,6 @@
 """Zarr input benchmark: writes the test store with zarr-python, and runs the Dask peer on it.
 
-Runs in the harness's virtualenv (./bench-venv, made by benches/bench-venv.sh), one
+Runs in the harness's virtualenv (./bench-venv, made by tools/bench-venv.sh), one
 workload per process so that its peak RSS is its own; each result is one JSON object
 written to --out (or stdout). benches/zarr.sh drives it.
 

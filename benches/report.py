@@ -337,13 +337,13 @@ def exact_svd(args):
             f"(the one rankwise links); {m['python']}."
         ),
         para(
-            f"**Measured in the same run**: memory bandwidth (`benches/membw.c`, STREAM-like, "
+            f"**Measured in the same run**: memory bandwidth (`tools/membw.c`, STREAM-like, "
             f"3 arrays of {membw['array_mib']} MiB, best of {membw['reps']}): copy {membw['copy_gbs']} GB/s, "
             f"read {membw['read_gbs']} GB/s, triad {membw['triad_gbs']} GB/s with {membw['threads']} threads; "
             f"copy {membw1['copy_gbs']} GB/s, triad {membw1['triad_gbs']} GB/s with 1 thread. The "
             f"\"of copy bandwidth\" column divides by the better copy figure, {copy_bw:.2f} GB/s. "
             f"DGEMM {dgemm['n']}³ (best of {args.dgemm_reps}): {dgemm['gflops']} GFLOP/s with the system "
-            f"OpenBLAS (`benches/dgemm.c`, {dgemm['threads']} threads), {dgemm_np['gflops']:.1f} GFLOP/s "
+            f"OpenBLAS (`tools/dgemm.c`, {dgemm['threads']} threads), {dgemm_np['gflops']:.1f} GFLOP/s "
             f"with NumPy's bundled OpenBLAS (`np.dot`, OPENBLAS_NUM_THREADS={args.threads})."
         ),
         para(

@@ -41,7 +41,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 # The Python references run in ./bench-venv, with the pinned versions of
-# benches/bench-venv.sh (Dask) and scripts/zarr-requirements.txt (NumPy, zarr-python).
+# tools/bench-venv.sh (Dask) and scripts/zarr-requirements.txt (NumPy, zarr-python).
 PYTHON=${PYTHON:-python3}
 VENV=bench-venv
 BIN=${RANKWISE_BIN:-target/release/rankwise}
@@ -127,10 +127,10 @@ RW="$OUT/rankwise"
 } >"$OUT/binary.txt"
 
 log "compiling the bandwidth and DGEMM probes"
-cc -O2 -fopenmp benches/membw.c -o "$TOOLS/membw"
-cc -O2 benches/dgemm.c -o "$TOOLS/dgemm" -lopenblas
+cc -O2 -fopenmp tools/membw.c -o "$TOOLS/membw"
+cc -O2 tools/dgemm.c -o "$TOOLS/dgemm" -lopenblas
 
-PYTHON="$PYTHON" bash benches/bench-venv.sh || die "could not set up $VENV"
+PYTHON="$PYTHON" bash tools/bench-venv.sh || die "could not set up $VENV"
 PY="$VENV/bin/python"
 export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ under benches/
 "$PY" -m pip freeze --disable-pip-version-check >"$OUT/pip-freeze.txt"

@@ -50,7 +50,7 @@ log() {
     printf '[zarr bench %s] %s\n' "$(date +%T)" "$*" >&2
 }
 
-PYTHON="${PYTHON:-python3}" bash benches/bench-venv.sh
+PYTHON="${PYTHON:-python3}" bash tools/bench-venv.sh
 PY=bench-venv/bin/python
 export PYTHONDONTWRITEBYTECODE=1
 if [[ ! -x "$BIN" ]]; then

@@ -59,3 +59,15 @@ impl From<BedError> for Error {
         Error::Source(e.into())
     }
 }
+
+impl From<rankwise_genomics::GenomicsError> for Error {
+    fn from(e: rankwise_genomics::GenomicsError) -> Self {
+        use rankwise_genomics::GenomicsError as G;
+        match e {
+            G::Parameter { parameter, message } => Error::Parameter { parameter, message },
+            G::NotConverged(what) => Error::NotConverged(what),
+            G::Linalg(e) => Error::Linalg(e),
+            G::Source(e) => Error::Source(e),
+        }
+    }
+}

@@ -40,7 +40,7 @@
 //! # The crates, and the direction of their dependencies
 //!
 //! ```text
-//! transports → device → exec → sources → linalg → output → rankwise (this facade) → { rankwise-launch (CLI), rankwise-capi }
+//! transports → device → exec → sources → linalg → genomics → output → rankwise (this facade) → { rankwise-launch (CLI), rankwise-capi }
 //! ```
 //!
 //! `tests/architecture.rs` holds the code to this map: no crate depends on one above it,
@@ -61,14 +61,18 @@
 //! * [`linalg`]: panel kernels, TSQR, the exact SVD, the randomized SVD (LOBPCG, subspace
 //!   iteration, block Krylov) with its convergence report, genotype standardization and
 //!   the QC filters.
-//! * [`output`]: the Zarr result group committed by one rename, PLINK 2 `.eigenvec` and
-//!   `.eigenval` files, generated Zarr stores, and the registry of temporaries a signal
-//!   removes.
-//! * this crate: [`World`], [`open`], [`rsvd`], and [`genomics`] (PLINK 2's sample and
-//!   variant selection and the PCA). It has no command line and no plotting.
+//! * [`genomics`]: PLINK 2's sample, variant and chromosome selection, the genotype PCA
+//!   (its eigenvalues on PLINK 2's scale) and its `.eigenvec` and `.eigenval` files.
+//! * [`output`]: the Zarr result group committed by one rename, generated Zarr stores,
+//!   and the registry of temporaries a signal removes.
+//! * this crate: [`World`], [`open`], [`rsvd`] and [`pca`], with one [`Error`]. It has no
+//!   command line and no plotting.
 //! * `rankwise-launch`: the `rankwise` command: flags mapped to these parameters, the
 //!   launcher (mpirun, srun) detected, reports printed, plots drawn.
 //! * `rankwise-capi`: the C and Fortran library over the same calls.
+//!
+//! `rankwise-testkit` holds what every crate's tests share (mpirun under a time limit,
+//! seeded draws, scratch directories); it is a dev-dependency only.
 
 /// The README's examples run as doctests.
 #[cfg(doctest)]
@@ -76,17 +80,16 @@
 pub struct ReadmeDoctests;
 
 mod error;
-pub mod genomics;
 mod open;
 
 pub use error::Error;
-pub use genomics::pca;
 pub use open::{open, Input};
 pub use rankwise_exec::{Runtime, RuntimeConfig};
 pub use rankwise_linalg::{Convergence, Method, Precision, RsvdOptions, RsvdResult};
 
 pub use rankwise_device as device;
 pub use rankwise_exec as exec;
+pub use rankwise_genomics as genomics;
 pub use rankwise_linalg as linalg;
 pub use rankwise_output as output;
 pub use rankwise_sources as sources;
@@ -210,6 +213,17 @@ impl World {
     ) -> Result<Runtime, Error> {
         Ok(from_mpi_communicator(comm, &self.config)?)
     }
+}
+
+/// The genotype PCA of `input` (a PLINK fileset, a VCF Zarr store or a Zarr array of
+/// dosages) on the ranks of `rt`: [`genomics::pca`] of [`Input::genotypes`], with its
+/// errors as this crate's [`Error`]. Every rank calls it and gets the result.
+pub fn pca(
+    rt: &Runtime,
+    input: &Input,
+    params: &genomics::PcaParams,
+) -> Result<genomics::Pca, Error> {
+    Ok(genomics::pca(rt, input.genotypes()?, params)?)
 }
 
 /// The randomized SVD of `input` (a Zarr array of numbers) on the ranks of `rt`: every

@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["rankwise-exec"],
     &["rankwise-sources"],
     &["rankwise-linalg"],
+    &["rankwise-genomics"],
     &["rankwise-output"],
     &["rankwise"],
     &["rankwise-launch", "rankwise-capi"],

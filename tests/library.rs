@@ -188,6 +188,9 @@ fn library_errors_name_parameters_and_the_command_line_names_flags() {
     };
     let e = pca(&rt, g, &bad_chr).unwrap_err();
     assert_eq!(e.parameter(), Some("chromosomes"), "{e}");
+    // The facade's call takes the opened input, and its error names the parameter too.
+    let e = rankwise::pca(&rt, &open(p).unwrap(), &bad_chr).unwrap_err();
+    assert_eq!(e.parameter(), Some("chromosomes"), "{e}");
     assert!(!e.to_string().contains("--"), "{e}");
     let run = embedded(&strings(&["pca", "--bed", p, "--chr", "3-1"]));
     assert_fails_naming(&run, &[], "--chr");

@@ -693,7 +693,7 @@ fn a_broken_fileset_fails_on_both_ranks_naming_the_file() {
 }
 
 /// A genotype Zarr store written by `rankwise gen`, turned into a fileset by
-/// `benches/zarr_to_bed.py` (what benches/plink.sh gives PLINK 2), reads back through
+/// `tools/zarr_to_bed.py` (what benches/plink.sh gives PLINK 2), reads back through
 /// `--bed` with the store's own bits: the benchmark's two sides see one matrix.
 #[test]
 fn a_store_turned_into_a_fileset_gives_the_stores_bits() {
@@ -723,7 +723,7 @@ fn a_store_turned_into_a_fileset_gives_the_stores_bits() {
     let prefix = dir.join("g");
     let mut convert = Command::new(zarr_python());
     convert
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/zarr_to_bed.py"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/zarr_to_bed.py"))
         .arg(&store)
         .arg(&prefix);
     run_with_timeout(convert, CLI_LIMIT).assert_success();

@@ -656,17 +656,14 @@ fn job_scripts_under_a_local_slurm_give_the_embedded_bits() {
 #[test]
 fn shell_scripts_are_shellcheck_clean() {
     let mut scripts = Vec::new();
-    for sub in ["slurm", "scripts", "benches"] {
+    for sub in ["slurm", "scripts", "tools", "benches"] {
         for e in std::fs::read_dir(repo().join(sub)).unwrap().flatten() {
             let p = e.path();
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            // Every script of slurm/ and scripts/; of benches/, the Slurm, GPU and
+            // Every script of slurm/, scripts/ and tools/; of benches/, the Slurm, GPU and
             // Heat/Cubed benchmarks.
             let wanted = match sub {
-                "benches" => matches!(
-                    name.as_str(),
-                    "slurm.sh" | "gpu.sh" | "peers.sh" | "peers-venv.sh"
-                ),
+                "benches" => matches!(name.as_str(), "slurm.sh" | "gpu.sh" | "peers.sh"),
                 _ => name.ends_with(".sh") || name.ends_with(".sbatch"),
             };
             if wanted {

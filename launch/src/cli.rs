@@ -927,8 +927,8 @@ pub(crate) fn with_flags(message: &dyn std::fmt::Display) -> String {
 }
 
 /// A library error, as the command line reports it: parameters named by their flags.
-pub(crate) fn cli_error(e: rankwise::Error) -> CliError {
-    match e {
+pub(crate) fn cli_error(e: impl Into<rankwise::Error>) -> CliError {
+    match e.into() {
         rankwise::Error::Parameter { parameter, message } => CliError::Option {
             option: flag_of(parameter),
             message: with_flags(&message),

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use ndarray::ArrayView2;
 use plotters::prelude::*;
-use rankwise::output::plink_files::PcaFileError;
+use rankwise::genomics::plink_files::PcaFileError;
 
 /// Font family name under which the run-time font is registered with plotters.
 const FONT_FAMILY: &str = "sans-serif";
@@ -203,7 +203,7 @@ fn draw_plot(
 mod tests {
     use super::*;
     use ndarray::Array2;
-    use rankwise::output::plink_files::{write_eigenval, write_eigenvec};
+    use rankwise::genomics::plink_files::{write_eigenval, write_eigenvec};
     use std::fs::File;
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicUsize, Ordering};

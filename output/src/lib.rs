@@ -2,14 +2,12 @@
 //!
 //! * [`group`]: the Zarr v3 result group (`U`, `S`, `Vt`, the report), written under a
 //!   temporary name by every rank and committed by one rename;
-//! * [`plink_files`]: PLINK 2 `.eigenvec` / `.eigenval` files of a PCA;
 //! * [`gen_store`]: Zarr stores of generated matrices, written by every rank in parallel;
 //! * [`temporaries`]: the registry of temporary outputs, removed when a signal ends the
 //!   process (the handler is installed by the program, never by the library alone).
 
 pub mod gen_store;
 pub mod group;
-pub mod plink_files;
 pub mod temporaries;
 
 pub use group::{read_f64_array, OutputError, OutputLayout, SvdOutput};

@@ -24,8 +24,8 @@ use super::{
 use crate::launcher::LaunchInfo;
 use crate::plot::plot_pcs;
 use crate::report::{peak_rss_bytes, seconds};
+use rankwise::genomics::plink_files::{write_eigenval, write_eigenvec};
 use rankwise::output::group::{OutputLayout, SvdOutput};
-use rankwise::output::plink_files::{write_eigenval, write_eigenvec};
 
 /// How the range is refined.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -572,7 +572,7 @@ fn finish_side_files(
             let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("out");
             p.with_extension(format!("tmp-{token}.{ext}"))
         };
-        let io = |e: rankwise::output::plink_files::PcaFileError| CliError::Option {
+        let io = |e: rankwise::genomics::plink_files::PcaFileError| CliError::Option {
             option: "--out",
             message: e.to_string(),
         };

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Creates or updates ./peers-venv, the virtualenv of the benchmarks' Heat and Cubed peers
-# (benches/peers.sh), from the exact versions in benches/peers-requirements.txt.
+# (benches/peers.sh), from the exact versions in tools/peers-requirements.txt.
 #
-#   bash benches/peers-venv.sh          (benches/peers.sh calls it)
+#   bash tools/peers-venv.sh          (benches/peers.sh calls it)
 #
 # A virtualenv of its own, apart from ./bench-venv: Heat needs PyTorch, whose PyPI wheel
 # brings NVIDIA's CUDA libraries (about 3 GB), which the other benchmarks need not download.
@@ -14,7 +14,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-REQUIREMENTS=benches/peers-requirements.txt
+REQUIREMENTS=tools/peers-requirements.txt
 PYTHON=${PYTHON:-python3}
 VENV=peers-venv
 

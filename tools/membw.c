@@ -1,6 +1,6 @@
 /* STREAM-like memory bandwidth of this machine, for benches/run.sh.
  *
- *   cc -O2 -fopenmp benches/membw.c -o membw && OMP_NUM_THREADS=2 ./membw [MiB per array] [reps]
+ *   cc -O2 -fopenmp tools/membw.c -o membw && OMP_NUM_THREADS=2 ./membw [MiB per array] [reps]
  *
  * Three arrays of MiB each (default 1024, i.e. 1 GiB each) are first-touched in parallel,
  * then each kernel runs `reps` times (default 10) and its best rate is reported, counting

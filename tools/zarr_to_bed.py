@@ -1,6 +1,6 @@
 """Writes a genotype Zarr store's dosages as a PLINK 1 binary fileset, for benches/plink.sh.
 
-    python benches/zarr_to_bed.py STORE.zarr PREFIX
+    python tools/zarr_to_bed.py STORE.zarr PREFIX
 
 STORE.zarr is a group as `rankwise gen --dist genotype` writes it: `call_dosage` (variants ×
 samples, int8, −1 missing) and `sample_id`. PREFIX.bed is variant-major; each dosage counts

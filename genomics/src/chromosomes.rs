@@ -13,7 +13,7 @@ use rankwise_linalg::RowSelection;
 use rankwise_sources::GenotypeSource;
 
 use super::Names;
-use crate::Error;
+use crate::GenomicsError as Error;
 
 /// A chromosome name as PLINK compares it (see the module's notes).
 pub(crate) fn normalize(name: &str) -> String {

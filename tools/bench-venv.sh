@@ -3,7 +3,7 @@
 # NumPy (benches/run.sh, benches/rsvd.sh) and zarr-python (benches/zarr.sh reads the same
 # Zarr stores with Dask's da.from_zarr and writes them in the first place).
 #
-#   bash benches/bench-venv.sh          (benches/run.sh and benches/zarr.sh call it)
+#   bash tools/bench-venv.sh          (benches/run.sh and benches/zarr.sh call it)
 #
 # Exact versions: Dask below; zarr, numcodecs, NumPy and their dependencies from
 # scripts/zarr-requirements.txt (the same pins as the Zarr interop tests' venv). Idempotent:

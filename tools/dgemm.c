@@ -1,6 +1,6 @@
 /* DGEMM rate of this machine's OpenBLAS, for benches/run.sh.
  *
- *   cc -O2 benches/dgemm.c -o dgemm -lopenblas && ./dgemm [n] [threads] [reps]
+ *   cc -O2 tools/dgemm.c -o dgemm -lopenblas && ./dgemm [n] [threads] [reps]
  *
  * C = A * B for n x n float64 matrices (default n = 4000, 2 threads, best of 3 after one
  * warm-up call). Output: `name=value` lines; GFLOP/s counts 2 n^3 flops per call.

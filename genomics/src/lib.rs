@@ -1,7 +1,14 @@
-//! Genotype PCA as PLINK 2 makes it: sample and variant selection, the QC filters, and the
-//! principal components, eigenvalues and sample IDs of the result.
+//! Genotype PCA as PLINK 2 makes it: sample, variant and chromosome selection, the QC
+//! filters, the principal components, eigenvalues and sample IDs of the result, and PLINK 2's
+//! `.eigenvec` and `.eigenval` files.
+//!
+//! The standardization of dosages and the QC filters' per-variant tests run inside the
+//! passes ([`rankwise_linalg::VariantFilter`], re-exported here); this crate decides what
+//! enters them and what the result means to a geneticist.
 
 mod chromosomes;
+mod error;
+pub mod plink_files;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -9,14 +16,15 @@ use std::sync::Arc;
 
 use ndarray::Array2;
 use rankwise_exec::Runtime;
-use rankwise_linalg::{
-    rsvd, Convergence, Method, RowSelection, RsvdOptions, RsvdProblem, VariantFilter,
-};
+use rankwise_linalg::{rsvd, Convergence, Method, RowSelection, RsvdOptions, RsvdProblem};
 use rankwise_sources::subset::SampleSubset;
 use rankwise_sources::GenotypeSource;
 
-use crate::Error;
 use chromosomes::ChromosomeFilter;
+pub use error::GenomicsError;
+pub use rankwise_linalg::VariantFilter;
+
+use GenomicsError as Error;
 
 /// How a caller names the selection parameters in the text of errors and reports: the
 /// library uses the parameter names (`keep`, `chromosomes`), the command line its flags.
@@ -321,7 +329,7 @@ pub struct PcaParams {
     /// Variants per panel (`None`: the stored chunks, or panels of at most 128 MiB of
     /// dosages for a `.bed`).
     pub panel_rows: Option<u64>,
-    /// Fail with [`Error::NotConverged`] when a component misses the tolerance, instead
+    /// Fail with [`GenomicsError::NotConverged`] when a component misses the tolerance, instead
     /// of returning it with [`Convergence::converged`] false.
     pub require_converged: bool,
 }
@@ -361,6 +369,49 @@ pub struct Pca {
     pub convergence: Convergence,
     /// Variants that entered (after selection and filters).
     pub variants_used: u64,
+}
+
+impl Pca {
+    /// Writes PLINK 2's `.eigenvec` (sample IDs and PCs) and `.eigenval` files at `prefix`
+    /// (`prefix.eigenvec`, `prefix.eigenval`) and returns their paths. Each is written
+    /// under a temporary name and renamed when complete, so that no half-written file
+    /// carries the final name. Every rank holds the result: call it on one.
+    pub fn write_plink_files(
+        &self,
+        prefix: &Path,
+    ) -> Result<(std::path::PathBuf, std::path::PathBuf), plink_files::PcaFileError> {
+        let with = |ext: &str| {
+            let mut p = prefix.as_os_str().to_owned();
+            p.push(ext);
+            std::path::PathBuf::from(p)
+        };
+        let (vec_path, val_path) = (with(".eigenvec"), with(".eigenval"));
+        let tmp = |p: &Path| {
+            let mut t = p.as_os_str().to_owned();
+            t.push(format!(".tmp-{}", std::process::id()));
+            std::path::PathBuf::from(t)
+        };
+        let publish = |from: &Path, to: &Path| {
+            std::fs::rename(from, to).map_err(|source| {
+                let _ = std::fs::remove_file(from);
+                plink_files::PcaFileError::Io {
+                    path: to.to_path_buf(),
+                    source,
+                }
+            })
+        };
+        let written =
+            plink_files::write_eigenvec(&tmp(&vec_path), &self.sample_ids, self.pcs.view())
+                .and_then(|()| plink_files::write_eigenval(&tmp(&val_path), &self.eigenvalues))
+                .and_then(|()| publish(&tmp(&vec_path), &vec_path))
+                .and_then(|()| publish(&tmp(&val_path), &val_path));
+        if written.is_err() {
+            for p in [tmp(&vec_path), tmp(&val_path)] {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        written.map(|()| (vec_path, val_path))
+    }
 }
 
 /// Problem and options of a PCA of `genotypes`: the selection applied, the filters set.
@@ -502,4 +553,56 @@ pub fn write_example_fileset(
         .map(|j| format!("fam{j}\tS{j}\t0\t0\t0\t-9\n"))
         .collect();
     std::fs::write(prefix.with_extension("fam"), fam)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(ids: &[&str]) -> Pca {
+        let n = ids.len();
+        Pca {
+            sample_ids: ids.iter().map(|s| s.to_string()).collect(),
+            pcs: Array2::from_shape_fn((n, 2), |(i, j)| (i * 2 + j) as f64 / 10.0),
+            eigenvalues: vec![3.5, 1.25],
+            explained_variance_ratio: vec![0.2, 0.1],
+            singular_values: vec![2.0, 1.0],
+            convergence: Convergence {
+                tol: 1e-6,
+                residuals: vec![1e-9, 1e-8],
+                measure: "test",
+                converged: true,
+                met: vec![true, true],
+                history: Vec::new(),
+                pass_precisions: Vec::new(),
+                stopped: None,
+            },
+            variants_used: 10,
+        }
+    }
+
+    #[test]
+    fn plink_files_are_written_whole_or_not_at_all() {
+        let dir = std::env::temp_dir().join(format!("rankwise-genomics-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let prefix = dir.join("out");
+        let (vec_path, val_path) = result(&["a", "b", "c"]).write_plink_files(&prefix).unwrap();
+        let vec_text = std::fs::read_to_string(&vec_path).unwrap();
+        assert_eq!(vec_text.lines().next(), Some("#IID\tPC1\tPC2"));
+        assert_eq!(vec_text.lines().nth(2), Some("b\t0.2\t0.3"));
+        assert_eq!(std::fs::read_to_string(&val_path).unwrap(), "3.5\n1.25\n");
+        // A sample ID PLINK cannot read: an error naming it, and no file left behind.
+        let bad = dir.join("bad");
+        let err = result(&["a", "b c", "d"])
+            .write_plink_files(&bad)
+            .unwrap_err();
+        assert!(err.to_string().contains("\"b c\""), "{err}");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("bad"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
