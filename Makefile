@@ -65,6 +65,7 @@ bench-gpu: build
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --features rankwise/system-tests,rankwise-transports/system-tests -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
 bench: build
 	bash benches/run.sh $(if $(QUICK),--quick,)

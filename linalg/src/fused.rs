@@ -41,7 +41,7 @@
 //!
 //! A row whose table is all zeros (a variant the PCA's filters excluded, or a monomorphic
 //! one) adds nothing. Where such rows are a quarter of a tile or more (QC that excludes half
-//! the variants, say), the tile's other rows are gathered first ([`Live`]) and only they are
+//! the variants, say), the tile's other rows are gathered first (`Live`) and only they are
 //! multiplied: `y`'s rows get the same sums, bit for bit (each row's sum is added to `y`
 //! once), and `b`'s only miss additions of zero.
 //!

@@ -35,7 +35,7 @@ pub struct RowCounts {
 }
 
 /// A tile of 2-bit packed genotype codes, handed out instead of its standardized values
-/// where the passes multiply it packed ([`Packing::Always`]).
+/// where the passes multiply it packed ([`Packing::Always`](crate::tiles::Packing::Always)).
 #[derive(Clone, Copy, Debug)]
 pub struct PackedTile<'a> {
     /// Codes from the tile's first column on; row `i` starts at byte `i·stride`.

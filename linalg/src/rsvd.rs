@@ -79,7 +79,7 @@ mod lobpcg;
 pub enum Method {
     /// LOBPCG (Knyazev 2001) on `AᵀA`, iterated until every requested component meets
     /// [`RsvdOptions::tol`] or [`RsvdOptions::max_passes`] is spent (see
-    /// [`crate::rsvd`]'s "Convergence control"). `power_iters` does not apply.
+    /// [`crate::rsvd`](mod@crate::rsvd)'s "Convergence control"). `power_iters` does not apply.
     Lobpcg,
     /// Subspace (power) iteration, re-orthonormalized at every half-step.
     SubspaceIteration,
@@ -130,7 +130,7 @@ pub struct RsvdOptions {
     /// Where the projections `AᵀQ` are formed.
     pub projection: Projection,
     /// Convergence tolerance: component `i` has converged when its residual
-    /// `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` is at most this ([`RsvdResult::residuals`]). [`Method::Lobpcg`]
+    /// `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` is at most this ([`Convergence::residuals`]). [`Method::Lobpcg`]
     /// iterates until every one of the `k` has; the fixed-iteration methods only report it.
     pub tol: f64,
     /// Most passes over the matrix [`Method::Lobpcg`] makes, the pass that forms `U` and

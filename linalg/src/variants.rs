@@ -18,7 +18,7 @@
 //! and stops on each side once the terms no longer change the sums in f64, a few standard
 //! deviations (`~√n`) out, instead of visiting all `r/2 + 1` terms. The p-value is the mass
 //! of the configurations no likelier than the observed one (relative tolerance
-//! [`TIE`], so that ties computed through different products are ties), with `midp` less
+//! `TIE`, so that ties computed through different products are ties), with `midp` less
 //! half the observed configuration's probability (Graffelman & Moreno 2013).
 
 use std::sync::Arc;
