@@ -450,7 +450,7 @@ impl Drop for TempDir {
 
 fn zarr_decode(c: &mut Criterion) {
     use rankwise::output::gen_store::{Codec, DType, GenLayout, GenStore, Shuffle, ZarrFormat};
-    use rankwise::sources::zarr::ZarrMatrix;
+    use rankwise::sources::ZarrMatrix;
     use rankwise::sources::{PanelBuffer, StoredPanels};
 
     let (band, cols, bands) = (2_000u64, 5_000u64, 3u64);

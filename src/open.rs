@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rankwise_sources::zarr::{split_spec, VcfZarr, ZarrArray, ZarrGenotypes, ZarrMatrix};
+use rankwise_sources::{split_spec, VcfZarr, ZarrArray, ZarrGenotypes, ZarrMatrix};
 use rankwise_sources::{BedGenotypes, GenotypeSource, PanelSource};
 
 use crate::Error;

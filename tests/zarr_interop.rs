@@ -34,7 +34,7 @@ use std::time::Duration;
 use common::mpirun::{run_with_timeout, RunOutput};
 use common::{lapack_sigma, rankwise_bin, scratch, zarr_python};
 use ndarray::{s, Array2, ShapeBuilder};
-use rankwise::sources::zarr::{VcfZarr, ZarrGenotypes, ZarrMatrix};
+use rankwise::sources::{VcfZarr, ZarrGenotypes, ZarrMatrix};
 use rankwise::sources::{GenotypeSource, PanelBuffer, PanelSource, StoredPanels};
 use serde_json::Value;
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ndarray::{s, ArrayView2, ArrayViewMut2, ShapeBuilder};
-use rankwise::sources::source::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
+use rankwise::sources::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 use rankwise::sources::{Dist, Generated, PanelSource, SourceError};
 
 use crate::args::{check_ld, check_size, invalid, CapiError, Layout};

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use ndarray::Array2;
 use rankwise_exec::Runtime;
 use rankwise_linalg::{rsvd, Convergence, Method, RowSelection, RsvdOptions, RsvdProblem};
-use rankwise_sources::subset::SampleSubset;
+use rankwise_sources::SampleSubset;
 use rankwise_sources::GenotypeSource;
 
 use chromosomes::ChromosomeFilter;

@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use rankwise_exec::{ChunkGrid, ReadBuffers, Runtime, RuntimeError};
-use rankwise_sources::readahead::{BufferPool, ReadFn};
+use rankwise_sources::{BufferPool, ReadFn};
 use rankwise_sources::{PanelLease, ReadAhead, ReadStats, StoredPanels};
 use serde::Serialize;
 

@@ -1900,7 +1900,7 @@ mod tests {
     use std::sync::Arc;
 
     use rankwise_exec::ActorShape;
-    use rankwise_sources::zarr::{ZarrGenotypes, ZarrMatrix};
+    use rankwise_sources::{ZarrGenotypes, ZarrMatrix};
 
     use super::*;
     use crate::testing::Rng;

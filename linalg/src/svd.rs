@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, ReadBuffers, Residency, Runtime};
-use rankwise_sources::readahead::ReadFn;
+use rankwise_sources::ReadFn;
 use rankwise_sources::{PanelBuffer, PanelSource};
 use serde::Serialize;
 

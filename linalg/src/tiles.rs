@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis, ShapeBuilder};
-use rankwise_sources::readahead::ReadFn;
+use rankwise_sources::ReadFn;
 use rankwise_sources::{
     Dist, GenotypeSource, PanelBuffer, PanelLease, PanelSource, PanelValues, StoredPanels,
 };

@@ -6,31 +6,36 @@
 //! stored panels decoded into reusable buffers ([`StoredPanels`], read ahead of the kernels
 //! by [`ReadAhead`]), or generated on a device from the generator's key.
 //!
-//! - [`zarr`]: Zarr v2 and v3 arrays and VCF Zarr stores through zarrs, with the common
+//! - Zarr ([`ZarrMatrix`], [`ZarrGenotypes`], [`VcfZarr`]): Zarr v2 and v3 arrays and VCF Zarr stores through zarrs, with the common
 //!   codec chains (Blosc, zstd, gzip, sharding) decoded straight into panel buffers;
-//! - [`bed`]: PLINK 1 binary filesets;
+//! - [`BedGenotypes`]: PLINK 1 binary filesets;
 //! - [`stream`] and [`Generated`]: the counter-based generator, whose values any rank
 //!   (and the device kernels) compute from `(seed, row, column)`;
-//! - [`subset`]: selections of samples and variants;
-//! - [`readahead`]: panels decoded on reader threads ahead of the kernels, within the budget.
+//! - [`SampleSubset`]: selections of samples and variants;
+//! - [`ReadAhead`]: panels decoded on reader threads ahead of the kernels, within the budget.
 //!
 //! Every read returns a [`SourceError`] that names the file, array, chunk or rows at fault.
 
-pub mod bed;
+mod bed;
 mod blosc;
 mod direct;
 mod error;
-pub mod panel;
-pub mod readahead;
-pub mod source;
+mod panel;
+mod readahead;
+mod source;
 pub mod stream;
-pub mod subset;
-pub mod zarr;
+mod subset;
+mod zarr;
 
 pub use bed::BedGenotypes;
 pub use error::{BedError, SourceError, ZarrError};
 pub use panel::{
     ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
 };
-pub use readahead::{BufferPool, PanelLease, ReadAhead};
-pub use source::{Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix, PanelSource};
+pub use readahead::{BufferPool, PanelLease, ReadAhead, ReadFn};
+pub use source::{
+    Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix, PanelSource, DEFAULT_FST,
+};
+pub use stream::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
+pub use subset::SampleSubset;
+pub use zarr::{split_spec, SumLanes, VcfZarr, ZarrArray, ZarrGenotypes, ZarrMatrix};

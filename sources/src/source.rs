@@ -31,11 +31,11 @@ use crate::error::SourceError;
 use crate::panel::StoredPanels;
 
 use crate::stream::{self, allele_threshold, counter_bits, Thresholds};
-pub use crate::stream::{mix64, GAMMA, MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
+pub(crate) use crate::stream::{mix64, GAMMA, MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 
 /// Maps the top 53 bits of `x` to a uniform f64 in [0, 1).
 #[inline(always)]
-pub fn unit_f64(x: u64) -> f64 {
+pub(crate) fn unit_f64(x: u64) -> f64 {
     (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
@@ -752,7 +752,7 @@ pub const DEFAULT_FST: f64 = 0.1;
 /// Population allele frequencies are kept at least this far from 0 and 1: a draw that fixes
 /// an allele in every population would leave a monomorphic variant (which a PCA drops),
 /// and very small Beta shapes give draws that underflow to exactly 0 or 1.
-pub const POPULATION_FREQUENCY_MIN: f64 = 1e-3;
+pub(crate) const POPULATION_FREQUENCY_MIN: f64 = 1e-3;
 
 const POPULATION_KEY: u64 = 0x00B4_1D1E_6A1C_0F57;
 

@@ -1546,7 +1546,7 @@ impl GenotypeSource for ZarrGenotypes {
 }
 
 /// The most alleles per call a [`VcfZarr`] reads (its dosages are counted in an int8).
-pub const MAX_PLOIDY: u64 = 64;
+pub(crate) const MAX_PLOIDY: u64 = 64;
 
 /// A VCF Zarr store (the layout bio2zarr writes): dosages are the number of non-reference
 /// alleles of each call in `call_genotype` (variants × samples × ploidy, int8).

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ndarray::Array2;
-use rankwise_sources::source::PanelSource;
-use rankwise_sources::zarr::ZarrMatrix;
+use rankwise_sources::PanelSource;
+use rankwise_sources::ZarrMatrix;
 use rankwise_testkit::Draw;
 
 /// Counts live bytes and their peak since the last [`reset_peak`].

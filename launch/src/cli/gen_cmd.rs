@@ -110,7 +110,7 @@ impl GenArgs {
             .with_missing(missing)
             .with_populations(
                 self.populations.unwrap_or(1),
-                self.fst.unwrap_or(rankwise_sources::source::DEFAULT_FST),
+                self.fst.unwrap_or(rankwise_sources::DEFAULT_FST),
             )?;
         let layout = GenLayout {
             source,

@@ -19,7 +19,7 @@ use rankwise_linalg::reads::{
     read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading,
 };
 use rankwise_linalg::tiles::PanelSegments;
-use rankwise_sources::zarr::{SumLanes, ZarrMatrix};
+use rankwise_sources::{SumLanes, ZarrMatrix};
 use rankwise_sources::{PanelSource, StoredPanels};
 use serde_json::json;
 
@@ -82,7 +82,7 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
         .collect();
     let totals = Arc::new(Reading::default());
     let z2 = Arc::clone(&z);
-    let reader: Arc<rankwise_sources::readahead::ReadFn> =
+    let reader: Arc<rankwise_sources::ReadFn> =
         Arc::new(move |rows, buf| z2.read_panel(rows, buf));
 
     rt.comm().barrier()?;

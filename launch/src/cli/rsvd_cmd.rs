@@ -220,7 +220,7 @@ pub(super) struct PcaArgs {
     #[arg(long, default_value_t = 1)]
     populations: u64,
     /// Fixation index F_ST of the populations' frequencies, in (0, 1).
-    #[arg(long, default_value_t = rankwise_sources::source::DEFAULT_FST)]
+    #[arg(long, default_value_t = rankwise_sources::DEFAULT_FST)]
     fst: f64,
     /// Exclude variants whose minor allele frequency among their calls is below MIN, as
     /// PLINK's `--maf` does (a variant exactly at MIN is kept). Excluded variants get zero
