@@ -116,8 +116,14 @@ const COLS: &str = "12";
 const PANEL: &str = "1000";
 
 fn compare(method: &str, cli: &[&str], extra: &[&str]) {
+    compare_mode(method, method, cli, extra);
+}
+
+/// `rankwise <method> cli…` against the examples' `<mode>` with `extra` arguments; the
+/// residuals too when the mode reports them (`rsvd-tol`).
+fn compare_mode(method: &str, mode: &str, cli: &[&str], extra: &[&str]) {
     let b = built();
-    let dir = scratch(&format!("capi-{method}"));
+    let dir = scratch(&format!("capi-{mode}"));
     let seed = (test_seed() % 1_000_000).to_string();
     let mut cli_args = strings(&[
         method,
@@ -131,14 +137,29 @@ fn compare(method: &str, cli: &[&str], extra: &[&str]) {
     cli_args.extend(strings(&["--seed", &seed, "--dist", "normal"]));
     cli_args.extend(strings(cli));
     let reference = cli_bits(&cli_args, &dir.join("cli.zarr"));
-    let mut args = vec![method, ROWS, COLS, PANEL, &seed, "normal"];
+    let residuals = if mode == "rsvd-tol" {
+        group_bits(&dir.join("cli.zarr"), &["residuals"])["residuals"]
+            .1
+            .clone()
+    } else {
+        Vec::new()
+    };
+    let mut args = vec![mode, ROWS, COLS, PANEL, &seed, "normal"];
     args.extend(extra);
     for (lang, program) in [
         ("c", b.bin.join("svd_example")),
         ("fortran", b.bin.join("svd_example_f")),
     ] {
         for np in [1, 2, 4] {
-            let got = example_bits(&program, np, &args, &dir.join(format!("{lang}-np{np}")));
+            let out = dir.join(format!("{lang}-np{np}"));
+            let got = example_bits(&program, np, &args, &out);
+            if mode == "rsvd-tol" {
+                assert_eq!(
+                    file_bits(&out.join("R.bin")),
+                    residuals,
+                    "{lang} np {np}: the residuals differ from the command line's"
+                );
+            }
             for (i, name) in ["S", "Vt", "U"].iter().enumerate() {
                 assert_eq!(
                     got[i].len(),
@@ -176,6 +197,35 @@ fn c_and_fortran_examples_match_the_cli_rsvd_bit_for_bit() {
             "0",
         ],
         &["4", "3", "2", "99"],
+    );
+}
+
+/// `rankwise_rsvd_tol`: the factors and each component's residual are the command line's
+/// LOBPCG to the same tolerance, bit for bit, on 1, 2 and 4 ranks.
+#[test]
+fn c_and_fortran_examples_match_the_cli_rsvd_to_tolerance_with_residuals() {
+    compare_mode(
+        "rsvd",
+        "rsvd-tol",
+        &[
+            "-k",
+            "4",
+            "--oversample",
+            "3",
+            "--method",
+            "lobpcg",
+            "--precision",
+            "f64",
+            "--tol",
+            "1e-9",
+            "--max-passes",
+            "30",
+            "--sketch-seed",
+            "99",
+            "--probes",
+            "0",
+        ],
+        &["4", "3", "1e-9", "30", "99"],
     );
 }
 
@@ -248,7 +298,13 @@ fn bad_arguments_return_codes_and_never_abort() {
             "lda < rows",
             "k = 0",
             "k = cols",
+            "negative tolerance",
+            "one pass",
+            "null residuals",
+            "null converged",
+            "ranks disagree on tol",
             "good call",
+            "good call to a tolerance",
         ] {
             assert!(
                 run.stdout.contains(&format!("rank {rank}: ok {case}:")),

@@ -813,8 +813,8 @@ print(a.dtype.str, a.shape)
 /// element with each other and with the generator.
 #[test]
 fn every_format_codec_and_dtype_reads_back_with_zarr_python() {
-    use rankwise::sources::ZarrMatrix;
     use rankwise::sources::PanelSource;
+    use rankwise::sources::ZarrMatrix;
 
     let python = zarr_python();
     let dir = scratch("gen-every-combination");

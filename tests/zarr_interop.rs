@@ -34,8 +34,8 @@ use std::time::Duration;
 use common::mpirun::{run_with_timeout, RunOutput};
 use common::{lapack_sigma, rankwise_bin, scratch, zarr_python};
 use ndarray::{s, Array2, ShapeBuilder};
-use rankwise::sources::{VcfZarr, ZarrGenotypes, ZarrMatrix};
 use rankwise::sources::{GenotypeSource, PanelBuffer, PanelSource, StoredPanels};
+use rankwise::sources::{VcfZarr, ZarrGenotypes, ZarrMatrix};
 use serde_json::Value;
 
 /// How long one CLI run on a fixture may take (they take well under a second).

@@ -35,7 +35,7 @@ module rankwise
   public :: rankwise_svd, rankwise_randomized_svd, rankwise_fill_generated
   public :: rankwise_error_message
   ! The C functions themselves, for callers that pass leading dimensions or row-major data.
-  public :: rankwise_tsqr_svd, rankwise_rsvd, rankwise_generate, rankwise_last_error
+  public :: rankwise_tsqr_svd, rankwise_rsvd, rankwise_rsvd_tol, rankwise_generate, rankwise_last_error
   public :: rankwise_tsqr_svd_query, rankwise_rsvd_query
 
   interface
@@ -83,6 +83,26 @@ module rankwise
       integer(c_int64_t), value :: seed
       real(c_double), intent(inout) :: s(*), u_local(*), vt(*)
       integer(c_int64_t), value :: ldu, ldvt
+      integer(c_int32_t) :: status
+    end function
+
+    ! residuals(k) out; converged = 1 when every residual met tol (rankwise.h has the rest).
+    function rankwise_rsvd_tol(comm, a, rows_local, cols, lda, layout, panel_rows, k, oversample, &
+                               tol, max_passes, seed, s, u_local, ldu, vt, ldvt, residuals, &
+                               converged) result(status) bind(C, name="rankwise_rsvd_tol")
+      import :: c_int, c_int32_t, c_int64_t, c_double
+      integer(c_int), value :: comm
+      real(c_double), intent(in) :: a(*)
+      integer(c_int64_t), value :: rows_local, cols, lda
+      integer(c_int32_t), value :: layout
+      integer(c_int64_t), value :: panel_rows, k, oversample
+      real(c_double), value :: tol
+      integer(c_int64_t), value :: max_passes
+      integer(c_int64_t), value :: seed
+      real(c_double), intent(inout) :: s(*), u_local(*), vt(*)
+      integer(c_int64_t), value :: ldu, ldvt
+      real(c_double), intent(out) :: residuals(*)
+      integer(c_int32_t), intent(out) :: converged
       integer(c_int32_t) :: status
     end function
 

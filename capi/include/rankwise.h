@@ -249,6 +249,9 @@ rankwise_status rankwise_tsqr_svd(MPI_Fint comm,
  *   usual).
  * * `seed`: seed of the Gaussian test matrix; the same seed gives the same bits as
  *   `rankwise rsvd --sketch-seed seed --probes 0`.
+ *
+ * A fixed number of iterations says nothing of how close the result is: for factors
+ * whose accuracy is measured and reported, call `rankwise_rsvd_tol`.
  */
 rankwise_status rankwise_rsvd(MPI_Fint comm,
                               const double *a,
@@ -266,6 +269,42 @@ rankwise_status rankwise_rsvd(MPI_Fint comm,
                               int64_t ldu,
                               double *vt,
                               int64_t ldvt);
+
+/**
+ * The rank-`k` randomized SVD iterated until every component has converged (LOBPCG on
+ * `AᵀA`, as `rankwise rsvd` runs by default), with each component's residual. The
+ * arguments are those of `rankwise_rsvd`, with:
+ *
+ * * `tol`: a component has converged when its residual `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` is at most
+ *   `tol`, `0 < tol < 1`; 0 selects the default, 1e-6.
+ * * `max_passes`: the most passes over the matrix before the iteration stops
+ *   unconverged, at least 2; 0 selects the default, 100.
+ * * `residuals`: `k` values, each component's residual, on every rank.
+ * * `converged`: set to 1 when every residual is at most `tol`, else 0. An unconverged
+ *   result still returns `RANKWISE_OK` with the best factors reached: check it.
+ *
+ * The same arguments give the same bits as `rankwise rsvd --method lobpcg --precision f64
+ * --tol tol --max-passes max_passes --sketch-seed seed --probes 0`.
+ */
+rankwise_status rankwise_rsvd_tol(MPI_Fint comm,
+                                  const double *a,
+                                  int64_t rows_local,
+                                  int64_t cols,
+                                  int64_t lda,
+                                  rankwise_layout layout,
+                                  int64_t panel_rows,
+                                  int64_t k,
+                                  int64_t oversample,
+                                  double tol,
+                                  int64_t max_passes,
+                                  uint64_t seed,
+                                  double *s,
+                                  double *u_local,
+                                  int64_t ldu,
+                                  double *vt,
+                                  int64_t ldvt,
+                                  double *residuals,
+                                  int32_t *converged);
 
 /**
  * Fills `out` (`rows × cols` in `layout`, leading dimension `ld`) with rows

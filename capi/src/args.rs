@@ -102,6 +102,18 @@ pub(crate) enum Method {
         power_iters: i64,
         seed: u64,
     },
+    /// The randomized SVD iterated to a tolerance (LOBPCG), with its residuals.
+    ToTolerance {
+        k: i64,
+        oversample: i64,
+        tol: f64,
+        max_passes: i64,
+        seed: u64,
+        /// `k` residuals out.
+        residuals: *mut f64,
+        /// 1 when every residual met `tol`, else 0.
+        converged: *mut i32,
+    },
 }
 
 /// One rank's arguments of `rankwise_tsqr_svd` or `rankwise_rsvd`.
@@ -241,6 +253,33 @@ pub(crate) fn sizes(
     })
 }
 
+/// Checks the rank `k` and the oversampling of a randomized SVD of `cols` columns; returns k.
+fn check_rank(k: i64, oversample: i64, cols: i64) -> Result<i64, CapiError> {
+    if k < 1 {
+        return Err(invalid("k", format!("{k}: the rank must be at least 1")));
+    }
+    if k >= cols {
+        return Err(invalid(
+            "k",
+            format!(
+                "k = {k} must be smaller than the columns ({cols}); rankwise_tsqr_svd \
+                 computes the full decomposition"
+            ),
+        ));
+    }
+    check_size("oversample", oversample)?;
+    if k.saturating_add(oversample) > cols {
+        return Err(invalid(
+            "oversample",
+            format!(
+                "k + oversample = {} exceeds the columns ({cols})",
+                k.saturating_add(oversample)
+            ),
+        ));
+    }
+    Ok(k)
+}
+
 /// Checks everything one rank can check alone; returns the layout and k (the columns of
 /// the outputs).
 pub(crate) fn check_local(c: &Call) -> Result<(Layout, i64), CapiError> {
@@ -261,32 +300,45 @@ pub(crate) fn check_local(c: &Call) -> Result<(Layout, i64), CapiError> {
             power_iters,
             ..
         } => {
-            if k < 1 {
-                return Err(invalid("k", format!("{k}: the rank must be at least 1")));
-            }
-            if k >= c.cols {
-                return Err(invalid(
-                    "k",
-                    format!(
-                        "k = {k} must be smaller than the columns ({}); rankwise_tsqr_svd \
-                         computes the full decomposition",
-                        c.cols
-                    ),
-                ));
-            }
-            check_size("oversample", oversample)?;
+            let k = check_rank(k, oversample, c.cols)?;
             check_size("power_iters", power_iters)?;
-            if k.saturating_add(oversample) > c.cols {
+            k
+        }
+        Method::ToTolerance {
+            k,
+            oversample,
+            tol,
+            max_passes,
+            residuals,
+            converged,
+            ..
+        } => {
+            // NaN fails the comparison too.
+            if !(tol > 0.0 && tol < 1.0) {
                 return Err(invalid(
-                    "oversample",
+                    "tol",
                     format!(
-                        "k + oversample = {} exceeds the columns ({})",
-                        k.saturating_add(oversample),
-                        c.cols
+                        "{tol}: the tolerance must be in (0, 1); {:e} is usual",
+                        rankwise::linalg::rsvd::DEFAULT_TOL
                     ),
                 ));
             }
-            k
+            if max_passes < 2 {
+                return Err(invalid(
+                    "max_passes",
+                    format!(
+                        "{max_passes}: LOBPCG needs at least 2 passes; {} is usual",
+                        rankwise::linalg::rsvd::DEFAULT_MAX_PASSES
+                    ),
+                ));
+            }
+            if residuals.is_null() {
+                return Err(CapiError::NullPointer { arg: "residuals" });
+            }
+            if converged.is_null() {
+                return Err(CapiError::NullPointer { arg: "converged" });
+            }
+            check_rank(k, oversample, c.cols)?
         }
     };
     if c.rows_local > 0 && c.a.is_null() {

@@ -131,7 +131,7 @@ fn duplicate(fint: MPI_Fint) -> Result<SimpleCommunicator, CapiError> {
 
 /// What every rank tells the others before any work: its status and row count, then the
 /// arguments every rank must pass alike (named as in the header).
-const AGREED: [&str; 9] = [
+const AGREED: [&str; 11] = [
     "status",
     "rows_local",
     "cols",
@@ -141,29 +141,51 @@ const AGREED: [&str; 9] = [
     "oversample",
     "power_iters",
     "seed",
+    "tol",
+    "max_passes",
 ];
 const AGREE: usize = AGREED.len();
 
 fn agreement(status: rankwise_status, c: &Call) -> [i64; AGREE] {
-    let (k, oversample, power_iters, seed, randomized) = match c.method {
-        Method::Exact => (0, 0, 0, 0, 0),
+    // The method as a number (0 exact, 1 fixed iterations, 2 to a tolerance), and the
+    // tolerance by its bits: every rank must pass the same value.
+    let (method, k, oversample, power_iters, seed, tol, max_passes) = match c.method {
+        Method::Exact => (0, 0, 0, 0, 0, 0, 0),
         Method::Randomized {
             k,
             oversample,
             power_iters,
             seed,
-        } => (k, oversample, power_iters, seed as i64, 1),
+        } => (1, k, oversample, power_iters, seed as i64, 0, 0),
+        Method::ToTolerance {
+            k,
+            oversample,
+            tol,
+            max_passes,
+            seed,
+            ..
+        } => (
+            2,
+            k,
+            oversample,
+            0,
+            seed as i64,
+            tol.to_bits() as i64,
+            max_passes,
+        ),
     };
     [
         status as i64,
         c.rows_local,
         c.cols,
         c.panel_rows,
-        randomized,
+        method,
         k,
         oversample,
         power_iters,
         seed,
+        tol,
+        max_passes,
     ]
 }
 
@@ -235,7 +257,7 @@ impl Out {
     }
 }
 
-/// `rankwise_tsqr_svd` and `rankwise_rsvd` on one rank.
+/// `rankwise_tsqr_svd`, `rankwise_rsvd` and `rankwise_rsvd_tol` on one rank.
 pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
     // Local checks first, but a rank whose own arguments are wrong still takes part in the
     // agreement below, so that the other ranks return an error instead of waiting for it.
@@ -263,9 +285,15 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
     for (rank, a) in all.iter().enumerate() {
         for i in 2..AGREE {
             if a[i] != mine[i] {
-                let function = |randomized| match randomized {
+                let function = |method| match method {
                     0 => "rankwise_tsqr_svd",
-                    _ => "rankwise_rsvd",
+                    1 => "rankwise_rsvd",
+                    _ => "rankwise_rsvd_tol",
+                };
+                // The tolerance travels as its bits.
+                let shown = |v: i64| match AGREED[i] {
+                    "tol" => f64::from_bits(v as u64).to_string(),
+                    _ => v.to_string(),
                 };
                 let message = if AGREED[i] == "method" {
                     format!(
@@ -278,7 +306,8 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
                     format!(
                         "this rank passed {} but rank {rank} passed {}: every rank must pass \
                          the same value",
-                        mine[i], a[i]
+                        shown(mine[i]),
+                        shown(a[i])
                     )
                 };
                 return Err(CapiError::Inconsistent {
@@ -388,7 +417,7 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
                 transposed: false,
                 rank_panels: Some(rank_panels),
             };
-            svd(&rt, &problem, &SvdOptions::default(), Some(sink)).map(|r| (r.s, r.wt))
+            svd(&rt, &problem, &SvdOptions::default(), Some(sink)).map(|r| (r.s, r.wt, None))
         }
         Method::Randomized {
             k,
@@ -412,11 +441,41 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
                 precision: Precision::F64,
                 ..RsvdOptions::default()
             };
-            rsvd(&rt, &problem, &options, Some(sink)).map(|r| (r.s, r.wt))
+            rsvd(&rt, &problem, &options, Some(sink)).map(|r| (r.s, r.wt, None))
+        }
+        Method::ToTolerance {
+            k,
+            oversample,
+            tol,
+            max_passes,
+            seed,
+            ..
+        } => {
+            let problem = RsvdProblem {
+                operand: Operand::Dense(source),
+                grid,
+                transposed: false,
+                rank_panels: Some(rank_panels),
+            };
+            // f64 tiles throughout: the caller's values are f64, and the bits are those of
+            // `rankwise rsvd --method lobpcg --precision f64`.
+            let options = RsvdOptions {
+                k: k as usize,
+                oversample: oversample as usize,
+                method: RsvdMethod::Lobpcg,
+                tol,
+                max_passes: max_passes as usize,
+                seed,
+                probes: 0,
+                precision: Precision::F64,
+                mixed_precision: false,
+                ..RsvdOptions::default()
+            };
+            rsvd(&rt, &problem, &options, Some(sink)).map(|r| (r.s, r.wt, Some(r.convergence)))
         }
     };
     live.store(false, Ordering::Release);
-    let (s, wt) = match result {
+    let (s, wt, convergence) = match result {
         Ok(v) => v,
         Err(e) => {
             let comm = rt.comm();
@@ -445,6 +504,29 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
             layout,
         }
         .write(0, wt.view());
+    }
+    if let (
+        Method::ToTolerance {
+            residuals,
+            converged,
+            ..
+        },
+        Some(report),
+    ) = (&c.method, convergence)
+    {
+        if report.residuals.len() != s.len() {
+            return Err(CapiError::Internal(format!(
+                "{} residuals for {} components",
+                report.residuals.len(),
+                s.len()
+            )));
+        }
+        // SAFETY: check_local checked both non-null; residuals holds k values (the
+        // caller's contract, as for s).
+        unsafe {
+            std::ptr::copy_nonoverlapping(report.residuals.as_ptr(), *residuals, s.len());
+            **converged = i32::from(report.converged);
+        }
     }
     Ok(())
 }

@@ -245,6 +245,9 @@ pub extern "C" fn rankwise_tsqr_svd(
 ///   usual).
 /// * `seed`: seed of the Gaussian test matrix; the same seed gives the same bits as
 ///   `rankwise rsvd --sketch-seed seed --probes 0`.
+///
+/// A fixed number of iterations says nothing of how close the result is: for factors
+/// whose accuracy is measured and reported, call `rankwise_rsvd_tol`.
 #[no_mangle]
 pub extern "C" fn rankwise_rsvd(
     comm: MPI_Fint,
@@ -282,6 +285,77 @@ pub extern "C" fn rankwise_rsvd(
                 oversample,
                 power_iters,
                 seed,
+            },
+        };
+        comm::run(comm, &call)
+    })
+}
+
+/// The rank-`k` randomized SVD iterated until every component has converged (LOBPCG on
+/// `AᵀA`, as `rankwise rsvd` runs by default), with each component's residual. The
+/// arguments are those of `rankwise_rsvd`, with:
+///
+/// * `tol`: a component has converged when its residual `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` is at most
+///   `tol`, `0 < tol < 1`; 0 selects the default, 1e-6.
+/// * `max_passes`: the most passes over the matrix before the iteration stops
+///   unconverged, at least 2; 0 selects the default, 100.
+/// * `residuals`: `k` values, each component's residual, on every rank.
+/// * `converged`: set to 1 when every residual is at most `tol`, else 0. An unconverged
+///   result still returns `RANKWISE_OK` with the best factors reached: check it.
+///
+/// The same arguments give the same bits as `rankwise rsvd --method lobpcg --precision f64
+/// --tol tol --max-passes max_passes --sketch-seed seed --probes 0`.
+#[no_mangle]
+pub extern "C" fn rankwise_rsvd_tol(
+    comm: MPI_Fint,
+    a: *const f64,
+    rows_local: i64,
+    cols: i64,
+    lda: i64,
+    layout: rankwise_layout,
+    panel_rows: i64,
+    k: i64,
+    oversample: i64,
+    tol: f64,
+    max_passes: i64,
+    seed: u64,
+    s: *mut f64,
+    u_local: *mut f64,
+    ldu: i64,
+    vt: *mut f64,
+    ldvt: i64,
+    residuals: *mut f64,
+    converged: *mut i32,
+) -> rankwise_status {
+    guarded(|| {
+        let call = args::Call {
+            a,
+            rows_local,
+            cols,
+            lda,
+            layout,
+            panel_rows,
+            s,
+            u_local,
+            ldu,
+            vt,
+            ldvt,
+            method: args::Method::ToTolerance {
+                k,
+                oversample,
+                tol: if tol == 0.0 {
+                    rankwise::linalg::rsvd::DEFAULT_TOL
+                } else {
+                    tol
+                },
+                max_passes: if max_passes == 0 {
+                    rankwise::linalg::rsvd::DEFAULT_MAX_PASSES as i64
+                } else {
+                    max_passes
+                },
+                seed,
+                residuals,
+                converged,
             },
         };
         comm::run(comm, &call)

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ndarray::{s, ArrayView2, ArrayViewMut2, ShapeBuilder};
-use rankwise::sources::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 use rankwise::sources::{Dist, Generated, PanelSource, SourceError};
+use rankwise::sources::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 
 use crate::args::{check_ld, check_size, invalid, CapiError, Layout};
 use crate::*;

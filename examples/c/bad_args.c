@@ -27,7 +27,8 @@ static void expect(const char *what, rankwise_status got, rankwise_status want, 
 }
 
 int main(int argc, char **argv) {
-    static double a[ROWS * COLS], s[COLS], u[ROWS * COLS], vt[COLS * COLS];
+    static double a[ROWS * COLS], s[COLS], u[ROWS * COLS], vt[COLS * COLS], res[COLS];
+    int32_t converged = -1;
     int provided, size;
     MPI_Fint world = 0;
 
@@ -73,6 +74,18 @@ int main(int argc, char **argv) {
            RANKWISE_ERROR_INVALID_ARGUMENT, "`oversample`");
     expect("negative power iterations", rankwise_rsvd(world, a, R, C, R, L, 10, 2, 1, -1, 1, s, u, R, vt, C),
            RANKWISE_ERROR_INVALID_ARGUMENT, "`power_iters`");
+    expect("negative tolerance",
+           rankwise_rsvd_tol(world, a, R, C, R, L, 10, 2, 1, -1e-6, 20, 1, s, u, R, vt, C, res, &converged),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`tol`");
+    expect("one pass",
+           rankwise_rsvd_tol(world, a, R, C, R, L, 10, 2, 1, 1e-6, 1, 1, s, u, R, vt, C, res, &converged),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`max_passes`");
+    expect("null residuals",
+           rankwise_rsvd_tol(world, a, R, C, R, L, 10, 2, 1, 1e-6, 20, 1, s, u, R, vt, C, NULL, &converged),
+           RANKWISE_ERROR_NULL_POINTER, "`residuals`");
+    expect("null converged",
+           rankwise_rsvd_tol(world, a, R, C, R, L, 10, 2, 1, 1e-6, 20, 1, s, u, R, vt, C, res, NULL),
+           RANKWISE_ERROR_NULL_POINTER, "`converged`");
     expect("communicator 12345", rankwise_tsqr_svd(12345, a, R, C, R, L, 10, s, u, R, vt, C),
            RANKWISE_ERROR_INVALID_COMMUNICATOR, "`comm`");
     expect("communicator -1", rankwise_tsqr_svd(-1, a, R, C, R, L, 10, s, u, R, vt, C),
@@ -103,6 +116,10 @@ int main(int argc, char **argv) {
            last ? rankwise_rsvd(world, a, R, C, R, L, 10, 2, 1, 1, 3, s, u, R, vt, C)
                 : rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, R, vt, C),
            size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_OK, size > 1 ? "rankwise_rsvd" : NULL);
+    expect("ranks disagree on tol",
+           rankwise_rsvd_tol(world, a, R, C, R, L, 10, 2, 1, last ? 1e-5 : 1e-6, 20, 1, s, u, R, vt, C,
+                             res, &converged),
+           size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_OK, size > 1 ? "`tol`" : NULL);
     expect("rows not a multiple of panel_rows",
            rankwise_tsqr_svd(world, a, R, C, R, L, 15, s, u, R, vt, C),
            size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_OK, size > 1 ? "`panel_rows`" : NULL);
@@ -113,6 +130,15 @@ int main(int argc, char **argv) {
     expect("good call", rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, R, vt, C), RANKWISE_OK, NULL);
     expect("good randomized call",
            rankwise_rsvd(world, a, R, C, R, L, 10, 2, 1, 1, 3, s, u, R, vt, C), RANKWISE_OK, NULL);
+    /* Defaults (0, 0) on a 80 x 4 normal matrix: every component converges, and says so. */
+    converged = -1;
+    expect("good call to a tolerance",
+           rankwise_rsvd_tol(world, a, R, C, R, L, 10, 2, 1, 0, 0, 3, s, u, R, vt, C, res, &converged),
+           RANKWISE_OK, NULL);
+    if (converged != 1 || !(res[0] <= 1e-6 && res[1] <= 1e-6)) {
+        fprintf(stderr, "rank %d: FAIL converged %d, residuals %g %g\n", rank, (int)converged, res[0], res[1]);
+        failures++;
+    }
 
     /* The communicator passed is the one used: on a communicator of this rank alone, its
      * 40 rows are the whole matrix, whatever the other ranks do meanwhile. */

@@ -3,10 +3,13 @@
  *
  *   mpirun -np 4 ./svd_example svd  ROWS COLS PANEL SEED DIST OUTDIR
  *   mpirun -np 4 ./svd_example rsvd ROWS COLS PANEL SEED DIST OUTDIR K OVERSAMPLE POWER SKETCH_SEED
+ *   mpirun -np 4 ./svd_example rsvd-tol ROWS COLS PANEL SEED DIST OUTDIR K OVERSAMPLE TOL MAX_PASSES SKETCH_SEED
  *
  * Each rank fills its block with the values `rankwise svd --seed SEED --dist DIST`
  * generates (rankwise_generate), in row-major layout with a padded leading dimension,
- * then calls rankwise_tsqr_svd or rankwise_rsvd on MPI_COMM_WORLD. Rank 0 writes S.bin
+ * then calls rankwise_tsqr_svd, rankwise_rsvd or rankwise_rsvd_tol on MPI_COMM_WORLD
+ * (rsvd-tol: rank 0 also writes the residuals, R.bin, and prints whether every component
+ * converged). Rank 0 writes S.bin
  * and Vt.bin (k x COLS, row-major); rank r writes U.<r>.bin, its rows of U (row-major):
  * raw little-endian doubles, to compare bit for bit with `rankwise … --out`.
  *
@@ -38,12 +41,15 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int randomized = argc == 12 && strcmp(argv[1], "rsvd") == 0;
+    int to_tol = argc == 13 && strcmp(argv[1], "rsvd-tol") == 0;
+    int randomized = to_tol || (argc == 12 && strcmp(argv[1], "rsvd") == 0);
     if (!randomized && !(argc == 8 && strcmp(argv[1], "svd") == 0)) {
         if (rank == 0)
             fprintf(stderr, "usage: svd_example svd ROWS COLS PANEL SEED DIST OUTDIR\n"
                             "       svd_example rsvd ROWS COLS PANEL SEED DIST OUTDIR K "
-                            "OVERSAMPLE POWER SKETCH_SEED\n");
+                            "OVERSAMPLE POWER SKETCH_SEED\n"
+                            "       svd_example rsvd-tol ROWS COLS PANEL SEED DIST OUTDIR K "
+                            "OVERSAMPLE TOL MAX_PASSES SKETCH_SEED\n");
         MPI_Finalize();
         return 2;
     }
@@ -74,10 +80,17 @@ int main(int argc, char **argv) {
     double *s = malloc(sizeof(double) * (size_t)sz.s_len);
     double *u = malloc(sizeof(double) * (size_t)(sz.u_rows * sz.min_ldu + 1));
     double *vt = malloc(sizeof(double) * (size_t)(sz.vt_rows * sz.min_ldvt));
+    double *residuals = malloc(sizeof(double) * (size_t)k);
+    int32_t converged = -1;
     st = rankwise_generate(seed, dist, row0, rows_local, cols, a, lda, RANKWISE_ROW_MAJOR);
     if (st == RANKWISE_OK) {
         MPI_Fint comm = MPI_Comm_c2f(MPI_COMM_WORLD);
-        if (randomized)
+        if (to_tol)
+            st = rankwise_rsvd_tol(comm, a, rows_local, cols, lda, RANKWISE_ROW_MAJOR, panel, k,
+                                   strtoll(argv[9], NULL, 10), strtod(argv[10], NULL),
+                                   strtoll(argv[11], NULL, 10), strtoull(argv[12], NULL, 10), s, u,
+                                   sz.min_ldu, vt, sz.min_ldvt, residuals, &converged);
+        else if (randomized)
             st = rankwise_rsvd(comm, a, rows_local, cols, lda, RANKWISE_ROW_MAJOR, panel, k,
                                strtoll(argv[9], NULL, 10), strtoll(argv[10], NULL, 10),
                                strtoull(argv[11], NULL, 10), s, u, sz.min_ldu, vt, sz.min_ldvt);
@@ -98,6 +111,13 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         failed |= write_file(out, "S.bin", s, (size_t)k);
         failed |= write_file(out, "Vt.bin", vt, (size_t)(k * cols));
+        if (to_tol) {
+            failed |= write_file(out, "R.bin", residuals, (size_t)k);
+            double largest = 0;
+            for (int64_t i = 0; i < k; i++)
+                largest = residuals[i] > largest ? residuals[i] : largest;
+            printf("converged %d, largest residual %.3g\n", (int)converged, largest);
+        }
         printf("rankwise %s: %" PRId64 " x %" PRId64 " on %d ranks, s[0] = %.17g\n",
                rankwise_version(), rows, cols, size, s[0]);
     }
@@ -105,6 +125,7 @@ int main(int argc, char **argv) {
     free(s);
     free(u);
     free(vt);
+    free(residuals);
     MPI_Finalize();
     return failed;
 }

@@ -2,11 +2,13 @@
 !
 !   mpirun -np 4 ./svd_example_f svd  ROWS COLS PANEL SEED DIST OUTDIR
 !   mpirun -np 4 ./svd_example_f rsvd ROWS COLS PANEL SEED DIST OUTDIR K OVERSAMPLE POWER SKETCH_SEED
+!   mpirun -np 4 ./svd_example_f rsvd-tol ROWS COLS PANEL SEED DIST OUTDIR K OVERSAMPLE TOL MAX_PASSES SKETCH_SEED
 !
 ! The same program as examples/c/svd_example.c, with column-major arrays: each rank fills
 ! its block with the values `rankwise svd --seed SEED --dist DIST` generates, then calls
-! rankwise_svd or rankwise_randomized_svd on MPI_COMM_WORLD. Rank 0 writes S.bin and
-! Vt.bin (k x COLS, row-major); rank r writes U.<r>.bin (its rows of U, row-major).
+! rankwise_svd, rankwise_randomized_svd or rankwise_rsvd_tol on MPI_COMM_WORLD. Rank 0 writes
+! S.bin and Vt.bin (k x COLS, row-major), and for rsvd-tol the residuals (R.bin); rank r
+! writes U.<r>.bin (its rows of U, row-major).
 program svd_example
   use mpi
   use, intrinsic :: iso_c_binding
@@ -14,11 +16,12 @@ program svd_example
   implicit none
   integer :: ierr, provided, rank, nranks, nargs
   integer(c_int64_t) :: rows, cols, panel, seed, panels, first, last, row0, row_end, rows_local, k
-  integer(c_int64_t) :: oversample, power_iters, sketch_seed
-  integer(c_int32_t) :: dist, status
+  integer(c_int64_t) :: oversample, power_iters, sketch_seed, max_passes
+  integer(c_int32_t) :: dist, status, converged
+  real(c_double) :: tol
   character(len=4096) :: arg, outdir, method
-  real(c_double), allocatable :: a(:, :), s(:), u(:, :), vt(:, :)
-  logical :: randomized
+  real(c_double), allocatable :: a(:, :), s(:), u(:, :), vt(:, :), residuals(:)
+  logical :: randomized, to_tol
   type(rankwise_sizes) :: sizes
 
   ! rankwise runs worker threads beside the MPI thread: FUNNELED at least.
@@ -27,10 +30,11 @@ program svd_example
   call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
   nargs = command_argument_count()
   call get_command_argument(1, method)
-  randomized = nargs == 11 .and. method == 'rsvd'
+  to_tol = nargs == 12 .and. method == 'rsvd-tol'
+  randomized = to_tol .or. (nargs == 11 .and. method == 'rsvd')
   if (.not. randomized .and. .not. (nargs == 7 .and. method == 'svd')) then
-    if (rank == 0) write (0, '(a)') 'usage: svd_example_f svd|rsvd ROWS COLS PANEL SEED DIST OUTDIR ' // &
-      '[K OVERSAMPLE POWER SKETCH_SEED]'
+    if (rank == 0) write (0, '(a)') 'usage: svd_example_f svd|rsvd|rsvd-tol ROWS COLS PANEL SEED DIST ' // &
+      'OUTDIR [K OVERSAMPLE POWER SKETCH_SEED | K OVERSAMPLE TOL MAX_PASSES SKETCH_SEED]'
     call MPI_Finalize(ierr)
     stop 2
   end if
@@ -53,7 +57,14 @@ program svd_example
   rows_local = row_end - row0
 
   k = cols
-  if (randomized) then
+  if (to_tol) then
+    k = int_arg(8)
+    oversample = int_arg(9)
+    call get_command_argument(10, arg)
+    read (arg, *) tol
+    max_passes = int_arg(11)
+    sketch_seed = int_arg(12)
+  else if (randomized) then
     k = int_arg(8)
     oversample = int_arg(9)
     power_iters = int_arg(10)
@@ -70,10 +81,16 @@ program svd_example
     call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
   end if
   allocate (a(rows_local, cols), s(sizes%s_len), u(sizes%u_rows, sizes%u_cols), &
-            vt(sizes%vt_rows, sizes%vt_cols))
+            vt(sizes%vt_rows, sizes%vt_cols), residuals(k))
   status = rankwise_fill_generated(seed, dist, row0, a)
   if (status == RANKWISE_OK) then
-    if (randomized) then
+    if (to_tol) then
+      ! The C function itself: column-major, leading dimensions from the query.
+      status = rankwise_rsvd_tol(MPI_COMM_WORLD, a, rows_local, cols, max(rows_local, 1_c_int64_t), &
+                                 RANKWISE_COL_MAJOR, panel, k, oversample, tol, max_passes, &
+                                 sketch_seed, s, u, sizes%min_ldu, vt, sizes%min_ldvt, residuals, &
+                                 converged)
+    else if (randomized) then
       status = rankwise_randomized_svd(MPI_COMM_WORLD, a, panel, oversample, power_iters, &
                                        sketch_seed, s, u, vt)
     else
@@ -92,6 +109,10 @@ program svd_example
   if (rank == 0) then
     call write_file(trim(outdir)//'/S.bin', reshape(s, [size(s), 1]))
     call write_file(trim(outdir)//'/Vt.bin', transpose(vt))
+    if (to_tol) then
+      call write_file(trim(outdir)//'/R.bin', reshape(residuals, [size(residuals), 1]))
+      write (*, '(a,i0,a,es10.3)') 'converged ', converged, ', largest residual ', maxval(residuals)
+    end if
     write (*, '(a,i0,a,i0,a,i0,a,es25.17)') 'rankwise (Fortran): ', rows, ' x ', cols, ' on ', &
       nranks, ' ranks, s(1) = ', s(1)
   end if

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use ndarray::Array2;
 use rankwise_exec::Runtime;
 use rankwise_linalg::{rsvd, Convergence, Method, RowSelection, RsvdOptions, RsvdProblem};
-use rankwise_sources::SampleSubset;
 use rankwise_sources::GenotypeSource;
+use rankwise_sources::SampleSubset;
 
 use chromosomes::ChromosomeFilter;
 pub use error::GenomicsError;

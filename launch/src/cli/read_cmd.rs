@@ -19,8 +19,8 @@ use rankwise_linalg::reads::{
     read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading,
 };
 use rankwise_linalg::tiles::PanelSegments;
-use rankwise_sources::{SumLanes, ZarrMatrix};
 use rankwise_sources::{PanelSource, StoredPanels};
+use rankwise_sources::{SumLanes, ZarrMatrix};
 use serde_json::json;
 
 use super::{zarr_error, CliError, RunArgs};
@@ -82,8 +82,7 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
         .collect();
     let totals = Arc::new(Reading::default());
     let z2 = Arc::clone(&z);
-    let reader: Arc<rankwise_sources::ReadFn> =
-        Arc::new(move |rows, buf| z2.read_panel(rows, buf));
+    let reader: Arc<rankwise_sources::ReadFn> = Arc::new(move |rows, buf| z2.read_panel(rows, buf));
 
     rt.comm().barrier()?;
     let t = Instant::now();
