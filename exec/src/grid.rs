@@ -17,7 +17,7 @@ use crate::RuntimeError;
 /// (its owner, its place in the reduction tree), sized by the input: a hostile shape of
 /// 10¹⁵ rows in bands of 200 would ask for 40 TB of them. 2²⁴ panels are 10⁹ variants in
 /// panels of 60 rows.
-pub const MAX_PANELS: u64 = 1 << 24;
+pub(crate) const MAX_PANELS: u64 = 1 << 24;
 
 /// A matrix cut into row panels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

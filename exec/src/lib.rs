@@ -5,17 +5,19 @@
 //! rank's actors, and knows every other rank's actors (the [`World`]) so that placement is
 //! computed identically everywhere without further messages.
 
-pub mod actor;
-pub mod budget;
-pub mod grid;
+mod actor;
+mod budget;
+mod grid;
 mod runtime;
-pub mod topology;
+mod topology;
 
-pub use actor::{Actor, ActorSpec};
-pub use budget::{parse_bytes, MemoryPlan, ReadBuffers, Residency};
+pub use actor::{Actor, ActorSpec, Job};
+pub use budget::{format_bytes, parse_bytes, MemoryPlan, ReadBuffers, Residency};
 pub use grid::{ActorKind, ActorShape, Assignment, ChunkGrid, Placement, World};
 pub use runtime::{actor_specs, CoreShare, Runtime, RuntimeConfig};
-pub use topology::Topology;
+pub use topology::{
+    bind_current_thread, GpuInfo, NumaDomain, Topology, TopologyError, TopologySource,
+};
 
 use rankwise_transports::TransportError;
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ndarray::ArrayView2;
 use rankwise_device::DeviceChoice;
-use rankwise_exec::budget::format_bytes;
+use rankwise_exec::format_bytes;
 use rankwise_exec::{
     actor_specs, parse_bytes, ChunkGrid, CoreShare, Runtime, RuntimeConfig, RuntimeError, Topology,
 };

@@ -43,7 +43,7 @@ use std::time::Instant;
 
 use crate::error::SourceError;
 use crate::panel::{PanelBuffer, PanelValues, ReadScratch, ReadStats};
-use rankwise_exec::topology::bind_current_thread;
+use rankwise_exec::bind_current_thread;
 
 /// Decodes one panel (its global rows) into a buffer.
 pub type ReadFn =

@@ -361,7 +361,7 @@ impl ZarrArray {
             return Err(self.unsupported(format!(
                 "its chunks of shape {c:?} ({elem}-byte elements) decode to more than {} \
                  each; a chunk is decoded whole",
-                rankwise_exec::budget::format_bytes(MAX_CHUNK_BYTES)
+                rankwise_exec::format_bytes(MAX_CHUNK_BYTES)
             )));
         }
         let grid = self.array.chunk_grid_shape();

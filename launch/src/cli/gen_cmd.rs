@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use rankwise_exec::budget::format_bytes;
+use rankwise_exec::format_bytes;
 use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, Runtime};
 use rankwise_sources::{Dist, Generated, GenotypeSource, PanelSource};
 use serde_json::json;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use rankwise_exec::budget::format_bytes;
+use rankwise_exec::format_bytes;
 use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, Runtime};
 use rankwise_linalg::reads::{
     read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading,

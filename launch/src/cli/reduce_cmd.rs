@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use clap::Args;
-use rankwise_exec::budget::format_bytes;
+use rankwise_exec::format_bytes;
 use rankwise_exec::Runtime;
 use rankwise_linalg::{strided_sum, StridedSum, StridedSumResult};
 use rankwise_sources::{Dist, Generated, PanelSource};

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use ndarray::Array2;
 use rankwise::genomics::{pca_problem, pca_scales, IdList, PcaParams, Selection};
 use rankwise::Input;
-use rankwise_exec::budget::format_bytes;
+use rankwise_exec::format_bytes;
 use rankwise_exec::Runtime;
 use rankwise_linalg::{
     rsvd, HweP, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem,
