@@ -708,6 +708,98 @@ fn decompression_bombs_oversize_chunk_files_and_dev_zero_links_stay_within_the_b
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Chains that zarrs decodes (big-endian values, a checksum inside the compressor, two
+/// compressors, a Zarr 2 big-endian dtype): a bomb in their chunk is refused, naming the
+/// chunk, before zarrs expands it, and the run stays within its budget.
+#[test]
+fn decompression_bombs_in_chains_zarrs_decodes_stay_within_the_budget() {
+    let mut draw = Draw(test_seed() ^ 34);
+    let dir = scratch("hardening-zarrs-bombs");
+    let cols = draw.range(90, 110);
+    let rows = 100 * draw.range(4, 8);
+    const BUDGET: u64 = 64 << 20;
+    const OVERHEAD: u64 = 64 << 20;
+    // (format, codec gen writes, how the chain is rewritten, the bomb's codec and size)
+    let cases: [(&str, &str, &str, &str, u64); 4] = [
+        ("v3", "zstd", "big-endian", "zstd", 400 << 20),
+        ("v3", "gzip", "crc32c inside", "gzip", 64 << 20),
+        ("v3", "gzip", "zstd around", "zstd(gzip)", 64 << 20),
+        ("v2", "zstd", "big-endian", "zstd", 400 << 20),
+    ];
+    for (i, (format, codec, chain, bomb, len)) in cases.into_iter().enumerate() {
+        let store = dir.join(format!("z{i}.zarr"));
+        let spec = gen_store(
+            &store,
+            (rows, cols, 100),
+            "normal",
+            &draw.next().to_string(),
+            &["--format", format, "--codec", codec],
+        );
+        // The chain, rewritten where gen wrote it.
+        let meta_path = store.join(if format == "v3" {
+            "zarr.json"
+        } else {
+            ".zarray"
+        });
+        let mut meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&meta_path).unwrap()).unwrap();
+        match (format, chain) {
+            ("v2", _) => meta["dtype"] = serde_json::json!(">f8"),
+            (_, "big-endian") => {
+                meta["codecs"][0] =
+                    serde_json::json!({"name": "bytes", "configuration": {"endian": "big"}})
+            }
+            (_, "crc32c inside") => {
+                let codecs = meta["codecs"].as_array_mut().unwrap();
+                codecs.insert(1, serde_json::json!({"name": "crc32c"}));
+            }
+            _ => {
+                let codecs = meta["codecs"].as_array_mut().unwrap();
+                codecs.push(serde_json::json!({"name": "zstd", "configuration": {"level": 1, "checksum": false}}));
+            }
+        }
+        std::fs::write(&meta_path, serde_json::to_string(&meta).unwrap()).unwrap();
+        let chunk = first_chunk(&store);
+        std::fs::remove_file(&chunk).unwrap();
+        if bomb == "zstd(gzip)" {
+            let inner = dir.join(format!("inner{i}"));
+            write_bomb(&inner, "gzip", len);
+            let bytes = std::fs::read(&inner).unwrap();
+            std::fs::write(&chunk, zstd::encode_all(&bytes[..], 1).unwrap()).unwrap();
+        } else {
+            write_bomb(&chunk, bomb, len);
+        }
+        let what = format!("{format} {codec}, {chain}, a {bomb} bomb, {rows} × {cols}");
+        let args = strings(&[
+            "read",
+            "--zarr",
+            &spec,
+            "--actors",
+            "1",
+            "--memory-per-actor",
+            "64M",
+        ]);
+        let (run, peak) = embedded_with_peak(&args);
+        run.assert_finished();
+        assert_eq!(run.code, Some(1), "{what}\n{}", run.describe());
+        let key = if format == "v3" { "c/0/0" } else { "0.0" };
+        assert!(
+            run.stderr.contains(key) && run.stderr.contains("decompresses to more than"),
+            "{what}: the error names chunk {key} and the expansion\n{}",
+            run.describe()
+        );
+        assert!(
+            peak <= BUDGET + OVERHEAD,
+            "{what}: peak RSS {} MiB beyond the budget {} MiB + {} MiB\n{}",
+            peak >> 20,
+            BUDGET >> 20,
+            OVERHEAD >> 20,
+            run.describe()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The process's fixed overhead, stated beside the budget (docs/memory.md): the binary
 /// and its libraries (OpenBLAS, MPI, UCX), their own buffers and the allocator's slack.
 /// A run of a few kilobytes peaks at about 15 MiB.

@@ -425,6 +425,131 @@ pub(crate) fn check_chunk_file_with(
     Ok(Some(len))
 }
 
+/// One bytes-to-bytes stage of a codec chain that zarrs decodes (filters, big-endian
+/// values, several compressors, checksums), as far as the bounded check below knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// A compressor.
+    Codec(DirectCodec),
+    /// A CRC-32C checksum: 4 bytes after what it guards.
+    Crc32c,
+}
+
+impl Stage {
+    /// The bytes-to-bytes stages of an array's chain, outermost (applied last when
+    /// encoding, first when decoding) first: Zarr 3's codecs after the array-to-bytes one,
+    /// Zarr 2's compressor. `None` for a sharded array (its inner chunks are chains of their
+    /// own) and for a chain without a stage that could expand.
+    pub(crate) fn of_chain(meta: &serde_json::Value) -> Option<Vec<Stage>> {
+        // A codec without configuration may be written as its bare name (`"crc32c"`).
+        let name = |c: &serde_json::Value| {
+            c.as_str()
+                .or_else(|| c.get("name").or_else(|| c.get("id")).and_then(|v| v.as_str()))
+                .map(str::to_string)
+        };
+        let stage = |n: &str| match n {
+            "blosc" => Some(Stage::Codec(DirectCodec::Blosc)),
+            "zstd" => Some(Stage::Codec(DirectCodec::Zstd)),
+            "gzip" => Some(Stage::Codec(DirectCodec::Gzip)),
+            "zlib" => Some(Stage::Codec(DirectCodec::Zlib)),
+            "crc32c" => Some(Stage::Crc32c),
+            _ => None,
+        };
+        let mut stages = Vec::new();
+        if let Some(codecs) = meta.get("codecs").and_then(|v| v.as_array()) {
+            for c in codecs {
+                let n = name(c)?;
+                if n == "sharding_indexed" {
+                    return None;
+                }
+                stages.extend(stage(&n));
+            }
+            stages.reverse();
+        } else if let Some(c) = meta.get("compressor").filter(|c| !c.is_null()) {
+            stages.extend(stage(&name(c)?));
+        }
+        stages
+            .iter()
+            .any(|s| matches!(s, Stage::Codec(_)))
+            .then_some(stages)
+    }
+}
+
+/// Checks, before zarrs decodes it, that the `len`-byte chunk file at `path` decodes
+/// through `stages` (outermost first) to at most `whole` bytes (and 4 more per checksum):
+/// zarrs' decoders grow their output to whatever a stream expands to, so a decompression
+/// bomb would take memory the plan never accepted. The stream decoders are chained and
+/// their output only counted, never held; a Blosc stage holds its frame and its decoded
+/// size, which its header states and the check bounds first. This decodes the chunk once
+/// more, on the path of the chains that zarrs decodes only.
+pub(crate) fn check_stages(
+    path: &Path,
+    len: u64,
+    stages: &[Stage],
+    whole: u64,
+) -> Result<(), String> {
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut reader: Box<dyn Read> = Box::new(std::io::BufReader::with_capacity(
+        STREAM_BUFFER,
+        file.take(len),
+    ));
+    let limit =
+        whole.saturating_add(4 * stages.iter().filter(|s| **s == Stage::Crc32c).count() as u64);
+    let corrupt = |label: &str, e: std::io::Error| format!("the {label} stream is corrupt: {e}");
+    for stage in stages {
+        reader = match *stage {
+            // Passed through: the limit counts its 4 bytes.
+            Stage::Crc32c | Stage::Codec(DirectCodec::Raw) => reader,
+            Stage::Codec(DirectCodec::Blosc) => {
+                let most = max_encoded(None, limit);
+                let mut frame = Vec::new();
+                reader
+                    .take(most.saturating_add(1))
+                    .read_to_end(&mut frame)
+                    .map_err(|e| corrupt("Blosc", e))?;
+                if frame.len() as u64 > most {
+                    return Err(format!(
+                        "the Blosc frame inside the chunk is more than {most} bytes, more than \
+                         any valid encoding of its chunk (refused before decoding it)"
+                    ));
+                }
+                let n = blosc_validate(&frame)?;
+                if n as u64 > limit {
+                    return Err(format!(
+                        "a Blosc frame of the chunk decodes to {n} bytes, more than the {limit} \
+                         its chunk holds (refused before decoding it)"
+                    ));
+                }
+                let mut out = vec![0u8; n];
+                blosc_decode(&frame, &mut out)?;
+                Box::new(std::io::Cursor::new(out))
+            }
+            Stage::Codec(c) => c.stream(reader, limit as usize)?,
+        };
+    }
+    let label = stages
+        .iter()
+        .rev()
+        .find_map(|s| match s {
+            Stage::Codec(c) => Some(c.label()),
+            Stage::Crc32c => None,
+        })
+        .unwrap_or("encoded");
+    let decoded = std::io::copy(
+        &mut reader.take(limit.saturating_add(1)),
+        &mut std::io::sink(),
+    )
+    .map_err(|e| corrupt(label, e))?;
+    if decoded > limit {
+        return Err(format!(
+            "the chunk decompresses to more than {limit} bytes, the size of a whole chunk \
+             (refused before decoding the rest)"
+        ));
+    }
+    Ok(())
+}
+
 /// Decodes bytes `part` of one Blosc frame (of decoded size `whole`) into `dest`.
 fn blosc_decode_part(
     src: &[u8],
@@ -603,6 +728,71 @@ pub(crate) fn copy_block(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stream written by `codec` of `len` zero bytes.
+    fn zeros_in(codec: DirectCodec, len: usize) -> Vec<u8> {
+        use std::io::Write;
+        let zeros = vec![0u8; len];
+        match codec {
+            DirectCodec::Gzip => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+                e.write_all(&zeros).unwrap();
+                e.finish().unwrap()
+            }
+            DirectCodec::Zstd => zstd::encode_all(&zeros[..], 1).unwrap(),
+            other => panic!("no stream for {other:?}"),
+        }
+    }
+
+    #[test]
+    fn stages_zarrs_decodes_are_bounded_by_the_chunk() {
+        let dir = std::env::temp_dir().join(format!("rankwise-stages-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let whole = 80_000u64;
+        let gz = DirectCodec::Gzip;
+        let cases: Vec<(&str, Vec<u8>, Vec<Stage>, bool)> = vec![
+            (
+                "gzip bomb",
+                zeros_in(gz, 8 << 20),
+                vec![Stage::Codec(gz), Stage::Crc32c],
+                false,
+            ),
+            (
+                "gzip chunk with its checksum",
+                zeros_in(gz, whole as usize + 4),
+                vec![Stage::Codec(gz), Stage::Crc32c],
+                true,
+            ),
+            (
+                "gzip chunk one byte long",
+                zeros_in(gz, whole as usize + 5),
+                vec![Stage::Codec(gz), Stage::Crc32c],
+                false,
+            ),
+            (
+                "zstd around a gzip bomb",
+                zstd::encode_all(&zeros_in(gz, 8 << 20)[..], 1).unwrap(),
+                vec![Stage::Codec(DirectCodec::Zstd), Stage::Codec(gz)],
+                false,
+            ),
+            (
+                "zstd bomb",
+                zeros_in(DirectCodec::Zstd, 64 << 20),
+                vec![Stage::Codec(DirectCodec::Zstd)],
+                false,
+            ),
+        ];
+        for (what, bytes, stages, ok) in cases {
+            let path = dir.join("chunk");
+            std::fs::write(&path, &bytes).unwrap();
+            let r = check_stages(&path, bytes.len() as u64, &stages, whole);
+            assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
+            if !ok {
+                assert!(r.unwrap_err().contains("more than"), "{what}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
     use serde_json::json;
 
     #[test]

@@ -18,7 +18,9 @@
 //!
 //! Blosc and uncompressed chunks (little-endian, no filters) are decoded here rather than
 //! by zarrs (see `direct.rs`: zarrs' two fresh allocations per chunk cost more than the
-//! decoding); every other chain goes through zarrs' decode-into views. When such chunks
+//! decoding); every other chain goes through zarrs' decode-into views, after a check that
+//! its compressors expand the chunk to no more than its size (`direct::check_stages`: zarrs
+//! grows its output to whatever a stream expands to). When such chunks
 //! span every column, any range of rows decodes without the rest of its chunk (Blosc
 //! reads and decodes only the blocks holding it), so the read-ahead can read a
 //! band in segments of a few MiB however large the stored chunks are
@@ -94,6 +96,8 @@ pub struct ZarrArray {
     codecs: String,
     direct: Option<DirectCodec>,
     shard: Option<Shard>,
+    /// The stages zarrs decodes that could expand (checked before it decodes a chunk).
+    stages: Option<Vec<crate::direct::Stage>>,
 }
 
 /// A sharded array whose shards are decoded here: the inner chunks' codec chain is a
@@ -287,6 +291,7 @@ impl ZarrArray {
             .unwrap_or(3) as u8;
         let codecs = describe_codecs(&meta);
         let direct = DirectCodec::of(&meta);
+        let stages = crate::direct::Stage::of_chain(&meta);
         let shard = array
             .chunk_shape(&vec![0; array.dimensionality()])
             .ok()
@@ -300,6 +305,7 @@ impl ZarrArray {
             codecs,
             direct,
             shard,
+            stages,
         })
     }
 
@@ -420,7 +426,21 @@ impl ZarrArray {
                         + sh.codec.decoder_bytes(inner)
                         + 3 * inner.min(4 << 20)
                 }
-                None => 2 * whole + (64 << 10),
+                // zarrs' encoded and decoded chunk; before it decodes, the check of the
+                // stages that could expand holds their stream decoders (a Blosc stage holds
+                // its frame and output: no more than zarrs holds after).
+                None => {
+                    let decoders: u64 = self
+                        .stages
+                        .iter()
+                        .flatten()
+                        .map(|s| match s {
+                            crate::direct::Stage::Codec(c) => c.decoder_bytes(whole),
+                            crate::direct::Stage::Crc32c => 0,
+                        })
+                        .sum();
+                    2 * whole + (64 << 10) + decoders
+                }
             },
         }
     }
@@ -767,9 +787,13 @@ impl ZarrArray {
             .key_to_fspath(&self.array.chunk_key(idx));
         let most =
             crate::direct::max_encoded(None, whole).saturating_add(self.shard_index_allowance());
-        crate::direct::check_chunk_file_with(&path, most, None)
-            .map(|_| ())
-            .map_err(|m| self.chunk_error(idx, m))
+        let len = crate::direct::check_chunk_file_with(&path, most, None)
+            .map_err(|m| self.chunk_error(idx, m))?;
+        match (len, &self.stages) {
+            (Some(len), Some(stages)) => crate::direct::check_stages(&path, len, stages, whole)
+                .map_err(|m| self.chunk_error(idx, m)),
+            _ => Ok(()),
+        }
     }
 
     /// For a sharded array, what a shard holds besides its encoded chunks: the index (16
