@@ -231,10 +231,7 @@ pub fn pca(
 /// [`Convergence`] report. `options.seed` seeds the test matrix.
 pub fn rsvd(rt: &Runtime, input: &Input, options: &RsvdOptions) -> Result<RsvdResult, Error> {
     let (source, transposed) = input.matrix()?;
-    let band = source
-        .stored()
-        .map(|s| s.default_panel_rows())
-        .unwrap_or(source.shape().0);
+    let band = source.preferred_panel_rows();
     let mut problem = rankwise_linalg::RsvdProblem::dense(source, band)?;
     problem.transposed = transposed;
     Ok(rankwise_linalg::rsvd(rt, &problem, options, None)?)

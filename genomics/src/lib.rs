@@ -426,10 +426,7 @@ pub fn pca_problem(
         Some(rows) => params.filter.clone().with_rows(rows),
         None => params.filter.clone(),
     };
-    let band = source
-        .stored()
-        .map(|s| s.default_panel_rows())
-        .unwrap_or(source.shape().0);
+    let band = source.preferred_panel_rows();
     Ok(
         RsvdProblem::genotypes(source, params.panel_rows.unwrap_or(band))?
             .with_variant_filter(filter),

@@ -817,10 +817,7 @@ fn problem(m: &MatrixArgs) -> Result<SvdProblem, CliError> {
                 .matrix()
                 .map_err(cli_error)?;
             let (pm, pn) = source.shape();
-            let band = source
-                .stored()
-                .map(|s| s.default_panel_rows())
-                .unwrap_or(pm);
+            let band = source.preferred_panel_rows();
             Ok(SvdProblem {
                 grid: ChunkGrid::new(pm, pn, m.chunk_rows.unwrap_or(band))?,
                 source,

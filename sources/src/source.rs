@@ -138,6 +138,13 @@ pub trait PanelSource: Send + Sync {
     fn stored(&self) -> Option<&dyn StoredPanels> {
         None
     }
+    /// Panel rows when the caller gives none: one band of stored chunks
+    /// ([`StoredPanels::default_panel_rows`]), or every row for a source that produces
+    /// any rows on demand (the plan splits them to fit the budget).
+    fn preferred_panel_rows(&self) -> u64 {
+        self.stored()
+            .map_or(PanelSource::shape(self).0, |s| s.default_panel_rows())
+    }
     /// The generator behind this source, when it is one: a GPU actor then produces the
     /// panels on its device instead of on the host.
     fn generated(&self) -> Option<&Generated> {
@@ -180,6 +187,11 @@ pub trait GenotypeSource: Send + Sync {
     /// Storage-backed sources decode whole panels; see [`PanelSource::stored`].
     fn stored(&self) -> Option<&dyn StoredPanels> {
         None
+    }
+    /// Panel rows when the caller gives none; see [`PanelSource::preferred_panel_rows`].
+    fn preferred_panel_rows(&self) -> u64 {
+        self.stored()
+            .map_or(GenotypeSource::shape(self).0, |s| s.default_panel_rows())
     }
     /// The generator behind this source; see [`PanelSource::generated`].
     fn generated(&self) -> Option<&Generated> {
