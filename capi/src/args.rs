@@ -319,7 +319,7 @@ pub(crate) fn check_local(c: &Call) -> Result<(Layout, i64), CapiError> {
                     "tol",
                     format!(
                         "{tol}: the tolerance must be in (0, 1); {:e} is usual",
-                        rankwise::linalg::rsvd::DEFAULT_TOL
+                        rankwise::linalg::DEFAULT_TOL
                     ),
                 ));
             }
@@ -328,7 +328,7 @@ pub(crate) fn check_local(c: &Call) -> Result<(Layout, i64), CapiError> {
                     "max_passes",
                     format!(
                         "{max_passes}: LOBPCG needs at least 2 passes; {} is usual",
-                        rankwise::linalg::rsvd::DEFAULT_MAX_PASSES
+                        rankwise::linalg::DEFAULT_MAX_PASSES
                     ),
                 ));
             }

@@ -344,12 +344,12 @@ pub extern "C" fn rankwise_rsvd_tol(
                 k,
                 oversample,
                 tol: if tol == 0.0 {
-                    rankwise::linalg::rsvd::DEFAULT_TOL
+                    rankwise::linalg::DEFAULT_TOL
                 } else {
                     tol
                 },
                 max_passes: if max_passes == 0 {
-                    rankwise::linalg::rsvd::DEFAULT_MAX_PASSES as i64
+                    rankwise::linalg::DEFAULT_MAX_PASSES as i64
                 } else {
                     max_passes
                 },

@@ -15,7 +15,7 @@
 //! - [`ab`], `y += T·Ω`: the dot-product form. A row's values, 16 at a time, meet rows
 //!   of `Ωᵀ`; each output column keeps 16 partial sums, folded by one transposing
 //!   reduction per tile. All 16 lanes do useful work, where broadcasting each value against
-//!   a row of `Ω` (as [`crate::skinny::ab`] does) fills only 24 of 32 lanes for 24 columns.
+//!   a row of `Ω` (as `skinny::ab` does) fills only 24 of 32 lanes for 24 columns.
 //!   Two rows share each load of `Ω`, and the columns go in sweeps of at most 12 so a
 //!   sweep's slice for one tile (12 × 512 × 4 bytes) stays in L1. `Ω` is laid out once per
 //!   pass ([`OmegaLayout`]) so that a group's operands sit at fixed offsets.
@@ -31,7 +31,7 @@
 //!   included, 1.58–1.64 against 1.66–1.75 ms. Streaming rows two at a time, it fetches the rows two
 //!   pairs ahead itself (without, a row block from memory ran slower than the skinny
 //!   kernel, whose twelve rows at a time the hardware prefetchers follow).
-//! - [`atb`], `b += Qᵀ·T`: the order of [`crate::skinny::atb`] (rows in order, one f32
+//! - [`atb`], `b += Qᵀ·T`: the order of `skinny::atb` (rows in order, one f32
 //!   sum per tile), so the result is bit for bit that of standardizing first. Float32
 //!   tiles keep the skinny kernel: this one, reading all 256 rows of a tile per pair of
 //!   column groups, ran slower on row blocks read from memory than the skinny kernel's
@@ -55,7 +55,7 @@ use crate::layout::PackedTile;
 #[cfg(target_arch = "x86_64")]
 use x86::{ab_sweep, atb_group};
 
-/// True when the fused kernels run on this CPU (those of [`crate::skinny`] run).
+/// True when the fused kernels run on this CPU (those of the `skinny` module run).
 pub fn available() -> bool {
     crate::skinny::available()
 }

@@ -28,7 +28,7 @@ mod layout;
 pub mod reads;
 pub mod reduce;
 pub mod rsvd;
-pub mod skinny;
+mod skinny;
 pub mod svd;
 #[cfg(test)]
 mod testing;
@@ -41,7 +41,8 @@ pub use reads::ReadTotals;
 pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rsvd::{
     fused_condition_limit, rsvd, Convergence, ErrorEstimate, GenotypeSummary, Method, Projection,
-    ProjectionReport, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult,
+    ProjectionReport, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult, DEFAULT_MAX_PASSES,
+    DEFAULT_TOL,
 };
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,

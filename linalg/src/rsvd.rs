@@ -149,7 +149,7 @@ pub struct RsvdOptions {
 pub const DEFAULT_TOL: f64 = 1e-6;
 
 /// The most power iterations (and LOBPCG passes) a run may ask for: every run ends.
-pub const MAX_POWER_ITERS: usize = 10_000;
+pub(crate) const MAX_POWER_ITERS: usize = 10_000;
 
 /// The default [`RsvdOptions::max_passes`].
 pub const DEFAULT_MAX_PASSES: usize = 100;
@@ -1377,7 +1377,7 @@ fn phase(name: &str, t: Instant) -> PhaseTiming {
 }
 
 /// The Gaussian test matrix `n × w` (row-major) of `seed`, the same on every rank.
-pub fn gaussian(n: usize, w: usize, seed: u64) -> Array2<f64> {
+pub(crate) fn gaussian(n: usize, w: usize, seed: u64) -> Array2<f64> {
     let g = Generated::new(
         n as u64,
         w as u64,

@@ -25,11 +25,11 @@
 
 /// The widest narrow operand the kernels take (columns of `B` in [`ab`], of `A` in
 /// [`atb`]); wider products go to BLAS, whose packing is then amortized.
-pub const MAX_NARROW: usize = 64;
+pub(crate) const MAX_NARROW: usize = 64;
 
 /// True when the kernels run on this CPU: it has AVX-512F, and `RANKWISE_SKINNY=0` does not
 /// send every product to BLAS (to compare the two on a given CPU).
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         if std::env::var("RANKWISE_SKINNY").as_deref() == Ok("0") {
@@ -47,7 +47,7 @@ pub fn available() -> bool {
 }
 
 /// The element types the kernels take (f32 and f64).
-pub trait Elem: Copy + sealed::Sealed {
+pub(crate) trait Elem: Copy + sealed::Sealed {
     /// Values per AVX-512 register.
     const LANES: usize;
     /// [`ab`] for `w ≤ 2·LANES` columns.
@@ -83,7 +83,7 @@ pub trait Elem: Copy + sealed::Sealed {
 }
 
 mod sealed {
-    pub trait Sealed {}
+    pub(crate) trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for f64 {}
 }
@@ -96,7 +96,7 @@ mod sealed {
 /// The pointers and leading dimensions must describe valid matrices of those shapes, `C`
 /// exclusively borrowed and not overlapping `A` or `B`.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn ab<T: Elem>(
+pub(crate) unsafe fn ab<T: Elem>(
     m: usize,
     n: usize,
     k: usize,
@@ -128,7 +128,7 @@ pub unsafe fn ab<T: Elem>(
 /// # Safety
 /// As for [`ab`].
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn atb<T: Elem>(
+pub(crate) unsafe fn atb<T: Elem>(
     m: usize,
     n: usize,
     k: usize,

@@ -444,7 +444,11 @@ impl Stage {
         // A codec without configuration may be written as its bare name (`"crc32c"`).
         let name = |c: &serde_json::Value| {
             c.as_str()
-                .or_else(|| c.get("name").or_else(|| c.get("id")).and_then(|v| v.as_str()))
+                .or_else(|| {
+                    c.get("name")
+                        .or_else(|| c.get("id"))
+                        .and_then(|v| v.as_str())
+                })
                 .map(str::to_string)
         };
         let stage = |n: &str| match n {

@@ -61,10 +61,10 @@ pub(super) struct SketchArgs {
     method: Option<MethodChoice>,
     /// Convergence tolerance: a component has converged when ‖Aᵀuᵢ − σᵢvᵢ‖₂/σ₁ (for
     /// --power-iters, ‖Avᵢ − σᵢuᵢ‖₂/σ₁) is at most T.
-    #[arg(long, value_name = "T", default_value_t = rankwise_linalg::rsvd::DEFAULT_TOL)]
+    #[arg(long, value_name = "T", default_value_t = rankwise_linalg::DEFAULT_TOL)]
     tol: f64,
     /// Most passes over the matrix LOBPCG makes before it stops unconverged (and says so).
-    #[arg(long, value_name = "N", default_value_t = rankwise_linalg::rsvd::DEFAULT_MAX_PASSES)]
+    #[arg(long, value_name = "N", default_value_t = rankwise_linalg::DEFAULT_MAX_PASSES)]
     max_passes: usize,
     /// Fail (on every rank, non-zero exit, no output left) when a component did not meet
     /// --tol, instead of warning.
@@ -739,7 +739,7 @@ fn pca_figures(r: &RsvdResult) -> PcaFigures {
 
 /// Which components missed the tolerance, and why the solver stopped, for the warning
 /// and the error of `--require-converged`.
-fn unconverged_text(job: &Job, c: &rankwise_linalg::rsvd::Convergence) -> String {
+fn unconverged_text(job: &Job, c: &rankwise_linalg::Convergence) -> String {
     let name = if job.is_pca() { "PC" } else { "component " };
     super::with_flags(&c.describe(name))
 }
