@@ -54,10 +54,15 @@ impl DirectCodec {
         if cfg!(target_endian = "big") {
             return None;
         }
+        // A codec without configuration may be written as its bare name (`"bytes"` of a
+        // one-byte type).
         let name = |c: &serde_json::Value| {
-            c.get("name")
-                .or_else(|| c.get("id"))
-                .and_then(|v| v.as_str())
+            c.as_str()
+                .or_else(|| {
+                    c.get("name")
+                        .or_else(|| c.get("id"))
+                        .and_then(|v| v.as_str())
+                })
                 .map(str::to_string)
         };
         if let Some(codecs) = meta.get("codecs").and_then(|v| v.as_array()) {
@@ -795,6 +800,27 @@ mod tests {
                 assert!(r.unwrap_err().contains("more than"), "{what}");
             }
         }
+        // The stages of chains, outermost first; none where nothing could expand or the
+        // chunks are shards.
+        use serde_json::json;
+        let chain = |codecs| Stage::of_chain(&json!({ "codecs": codecs }));
+        assert_eq!(
+            chain(
+                json!([{"name": "bytes", "configuration": {"endian": "big"}}, "crc32c", {"name": "gzip", "configuration": {"level": 5}}])
+            ),
+            Some(vec![Stage::Codec(gz), Stage::Crc32c])
+        );
+        assert_eq!(chain(json!(["bytes", "crc32c"])), None);
+        assert_eq!(
+            chain(json!([{"name": "sharding_indexed", "configuration": {}}])),
+            None
+        );
+        assert_eq!(
+            Stage::of_chain(
+                &json!({"compressor": {"id": "zlib", "level": 1}, "filters": [{"id": "delta"}]})
+            ),
+            Some(vec![Stage::Codec(DirectCodec::Zlib)])
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
     use serde_json::json;
@@ -812,6 +838,11 @@ mod tests {
         );
         assert_eq!(
             DirectCodec::of(&v3(json!([{"name": "bytes"}, blosc]))),
+            Some(DirectCodec::Blosc)
+        );
+        // A codec without configuration written as its bare name.
+        assert_eq!(
+            DirectCodec::of(&v3(json!(["bytes", blosc]))),
             Some(DirectCodec::Blosc)
         );
         assert_eq!(
