@@ -617,6 +617,42 @@ fn first_chunk(store: &Path) -> std::path::PathBuf {
     }
 }
 
+/// `rankwise read` of the store `spec` on one actor of 64 MiB fails (exit 1), naming the
+/// first chunk (`format`'s key for it) and saying `expected`, with the peak RSS within the
+/// budget and the process's overhead.
+fn read_is_refused_within_64m(spec: &str, format: &str, expected: &str, what: &str) {
+    const BUDGET: u64 = 64 << 20;
+    // What the process holds whatever it reads: the binary, its libraries, BLAS's and the
+    // allocator's arenas (the same allowance as tests/zarr.rs's budget test).
+    const OVERHEAD: u64 = 64 << 20;
+    let args = strings(&[
+        "read",
+        "--zarr",
+        spec,
+        "--actors",
+        "1",
+        "--memory-per-actor",
+        "64M",
+    ]);
+    let (run, peak) = embedded_with_peak(&args);
+    run.assert_finished();
+    assert_eq!(run.code, Some(1), "{what}\n{}", run.describe());
+    let key = if format == "v3" { "c/0/0" } else { "0.0" };
+    assert!(
+        run.stderr.contains(key) && run.stderr.contains(expected),
+        "{what}: the error names chunk {key} and says {expected:?}\n{}",
+        run.describe()
+    );
+    assert!(
+        peak <= BUDGET + OVERHEAD,
+        "{what}: peak RSS {} MiB beyond the budget {} MiB + {} MiB\n{}",
+        peak >> 20,
+        BUDGET >> 20,
+        OVERHEAD >> 20,
+        run.describe()
+    );
+}
+
 #[test]
 fn decompression_bombs_oversize_chunk_files_and_dev_zero_links_stay_within_the_budget() {
     let mut draw = Draw(test_seed() ^ 33);
@@ -626,10 +662,6 @@ fn decompression_bombs_oversize_chunk_files_and_dev_zero_links_stay_within_the_b
     // store's shard file is checked the same way before zarrs reads it.
     let cols = draw.range(90, 110);
     let rows = 100 * draw.range(4, 8);
-    const BUDGET: u64 = 64 << 20;
-    // What the process holds whatever it reads: the binary, its libraries, BLAS's and the
-    // allocator's arenas (the same allowance as tests/zarr.rs's budget test).
-    const OVERHEAD: u64 = 64 << 20;
     let cases = [
         ("v3", "zstd", "bomb"),
         ("v3", "gzip", "bomb"),
@@ -672,38 +704,13 @@ fn decompression_bombs_oversize_chunk_files_and_dev_zero_links_stay_within_the_b
             _ => std::os::unix::fs::symlink("/dev/zero", &chunk).unwrap(),
         }
         let what = format!("{format} {codec} {attack}, {rows} × {cols}");
-        let args = strings(&[
-            "read",
-            "--zarr",
-            &spec,
-            "--actors",
-            "1",
-            "--memory-per-actor",
-            "64M",
-        ]);
-        let (run, peak) = embedded_with_peak(&args);
-        run.assert_finished();
-        assert_eq!(run.code, Some(1), "{what}\n{}", run.describe());
-        let key = if format == "v3" { "c/0/0" } else { "0.0" };
         let expected = match attack {
             "bomb" => "decodes to more than",
             "oversize" if codec == "none" => "expected",
             "oversize" => "refused without reading it",
             _ => "not a regular file",
         };
-        assert!(
-            run.stderr.contains(key) && run.stderr.contains(expected),
-            "{what}: the error names chunk {key} and says {expected:?}\n{}",
-            run.describe()
-        );
-        assert!(
-            peak <= BUDGET + OVERHEAD,
-            "{what}: peak RSS {} MiB beyond the budget {} MiB + {} MiB\n{}",
-            peak >> 20,
-            BUDGET >> 20,
-            OVERHEAD >> 20,
-            run.describe()
-        );
+        read_is_refused_within_64m(&spec, format, expected, &what);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -717,8 +724,6 @@ fn decompression_bombs_in_chains_zarrs_decodes_stay_within_the_budget() {
     let dir = scratch("hardening-zarrs-bombs");
     let cols = draw.range(90, 110);
     let rows = 100 * draw.range(4, 8);
-    const BUDGET: u64 = 64 << 20;
-    const OVERHEAD: u64 = 64 << 20;
     // (format, codec gen writes, how the chain is rewritten, the bomb's codec and size)
     let cases: [(&str, &str, &str, &str, u64); 4] = [
         ("v3", "zstd", "big-endian", "zstd", 400 << 20),
@@ -770,32 +775,7 @@ fn decompression_bombs_in_chains_zarrs_decodes_stay_within_the_budget() {
             write_bomb(&chunk, bomb, len);
         }
         let what = format!("{format} {codec}, {chain}, a {bomb} bomb, {rows} × {cols}");
-        let args = strings(&[
-            "read",
-            "--zarr",
-            &spec,
-            "--actors",
-            "1",
-            "--memory-per-actor",
-            "64M",
-        ]);
-        let (run, peak) = embedded_with_peak(&args);
-        run.assert_finished();
-        assert_eq!(run.code, Some(1), "{what}\n{}", run.describe());
-        let key = if format == "v3" { "c/0/0" } else { "0.0" };
-        assert!(
-            run.stderr.contains(key) && run.stderr.contains("decompresses to more than"),
-            "{what}: the error names chunk {key} and the expansion\n{}",
-            run.describe()
-        );
-        assert!(
-            peak <= BUDGET + OVERHEAD,
-            "{what}: peak RSS {} MiB beyond the budget {} MiB + {} MiB\n{}",
-            peak >> 20,
-            BUDGET >> 20,
-            OVERHEAD >> 20,
-            run.describe()
-        );
+        read_is_refused_within_64m(&spec, format, "decompresses to more than", &what);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
