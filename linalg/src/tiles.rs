@@ -310,6 +310,11 @@ impl Real for f64 {
             // SAFETY: the feature was detected just now.
             return unsafe { simd::packed_f64_avx512(bytes, lut, out) };
         }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the feature was detected just now.
+            return unsafe { simd::packed_f64_avx2(bytes, lut, out) };
+        }
         packed_scalar(bytes, lut, out)
     }
     fn add_to(sums: &mut [f64], x: &[f64]) {
@@ -413,6 +418,11 @@ impl Real for f32 {
             // SAFETY: the feature was detected just now.
             return unsafe { simd::packed_f32_avx512(bytes, lut, out) };
         }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the feature was detected just now.
+            return unsafe { simd::packed_f32_avx2(bytes, lut, out) };
+        }
         packed_scalar(bytes, lut, out)
     }
     fn add_to(sums: &mut [f64], x: &[f32]) {
@@ -477,9 +487,16 @@ fn packed_scalar<T: Copy>(bytes: &[u8], lut: [T; 4], out: &mut [T]) {
     }
 }
 
-/// AVX-512 kernels of the packed standardization: each group of 2-bit codes is broadcast,
-/// shifted into lanes, and used as indices of a register-held table (`vpermps`/`vpermpd`),
-/// so a tile row costs a few instructions per 16 (f32) or 8 (f64) values.
+/// SIMD kernels of the packed standardization: each group of 2-bit codes is broadcast,
+/// shifted into lanes, and used as indices of a register-held table, so a tile row costs a
+/// few instructions per 16 (AVX-512) or 8 (AVX2) f32 values, 8 or 4 f64 values.
+///
+/// The AVX2 kernels matter on CPUs without AVX-512 (AMD Zen 2/3, older Xeons), where the
+/// fused and skinny kernels do not run and every packed tile is standardized before its
+/// GEMM. There the scalar table lookup took 42 % of the CPU time of a genotype PCA
+/// (`perf`, `pca --bed` of 20,000 × 20,000, k = 10, 8 passes, 2-core AMD EPYC Milan,
+/// 2026-11-27); the numbers after the change are in `benches/RESULTS.md`. Both copy table
+/// entries, so every path gives the scalar one's bits.
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use std::arch::x86_64::*;
@@ -521,6 +538,55 @@ mod simd {
             unsafe { _mm512_storeu_pd(out.as_mut_ptr().add(8 * g), v) };
         }
         super::packed_scalar(&bytes[2 * groups..], lut, &mut out[8 * groups..]);
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2; `bytes` must hold `out.len()` codes.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn packed_f32_avx2(bytes: &[u8], lut: [f32; 4], out: &mut [f32]) {
+        // `vpermilps` indexes within each 128-bit half by the low two bits of a lane, so
+        // the table repeated in both halves needs no masking of the shifted codes.
+        let table = _mm256_setr_ps(
+            lut[0], lut[1], lut[2], lut[3], lut[0], lut[1], lut[2], lut[3],
+        );
+        let low = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+        let high = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
+        let groups = out.len() / 16;
+        for (g, word) in bytes.chunks_exact(4).take(groups).enumerate() {
+            let w = _mm256_set1_epi32(i32::from_le_bytes([word[0], word[1], word[2], word[3]]));
+            let a = _mm256_permutevar_ps(table, _mm256_srlv_epi32(w, low));
+            let b = _mm256_permutevar_ps(table, _mm256_srlv_epi32(w, high));
+            // SAFETY: 16 values at 16·g are inside `out` (g < out.len() / 16).
+            unsafe {
+                _mm256_storeu_ps(out.as_mut_ptr().add(16 * g), a);
+                _mm256_storeu_ps(out.as_mut_ptr().add(16 * g + 8), b);
+            }
+        }
+        super::packed_scalar(&bytes[4 * groups..], lut, &mut out[16 * groups..]);
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2; `bytes` must hold `out.len()` codes.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn packed_f64_avx2(bytes: &[u8], lut: [f64; 4], out: &mut [f64]) {
+        // The four f64 entries are eight 32-bit words; code c selects words 2c and 2c + 1
+        // through `vpermps` across the whole register.
+        let table = _mm256_castpd_ps(_mm256_setr_pd(lut[0], lut[1], lut[2], lut[3]));
+        let shifts = _mm256_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6);
+        let halves = _mm256_setr_epi32(0, 1, 0, 1, 0, 1, 0, 1);
+        let three = _mm256_set1_epi32(3);
+        let groups = out.len() / 4;
+        for (g, &byte) in bytes.iter().take(groups).enumerate() {
+            let codes = _mm256_and_si256(
+                _mm256_srlv_epi32(_mm256_set1_epi32(byte as i32), shifts),
+                three,
+            );
+            let idx = _mm256_add_epi32(_mm256_slli_epi32::<1>(codes), halves);
+            let v = _mm256_castps_pd(_mm256_permutevar8x32_ps(table, idx));
+            // SAFETY: 4 values at 4·g are inside `out` (g < out.len() / 4).
+            unsafe { _mm256_storeu_pd(out.as_mut_ptr().add(4 * g), v) };
+        }
+        super::packed_scalar(&bytes[groups..], lut, &mut out[4 * groups..]);
     }
 }
 
@@ -1560,6 +1626,42 @@ mod tests {
     use crate::testing::Rng;
     use crate::variants::{HweP, RowSelection};
     use rankwise_sources::{Dist, Generated, InMemoryGenotypes};
+
+    #[test]
+    fn simd_standardization_copies_the_scalar_tables_bits() {
+        let mut rng = Rng::fresh();
+        for n in [1usize, 3, 4, 7, 8, 15, 16, 17, 33, 511, 512, 1027] {
+            let bytes: Vec<u8> = (0..n.div_ceil(4)).map(|_| rng.next() as u8).collect();
+            let lut64 = [0.0, 0.0, 0.0, 0.0].map(|_: f64| f64::from(rng.value()) / 3.0);
+            let lut32 = lut64.map(|x| x as f32);
+            let (mut want64, mut want32) = (vec![0f64; n], vec![0f32; n]);
+            packed_scalar(&bytes, lut64, &mut want64);
+            packed_scalar(&bytes, lut32, &mut want32);
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    let (mut got64, mut got32) = (vec![9f64; n], vec![9f32; n]);
+                    // SAFETY: AVX2 was detected; `bytes` holds n codes.
+                    unsafe {
+                        simd::packed_f64_avx2(&bytes, lut64, &mut got64);
+                        simd::packed_f32_avx2(&bytes, lut32, &mut got32);
+                    }
+                    assert_eq!(got64, want64, "avx2 f64, n = {n}");
+                    assert_eq!(got32, want32, "avx2 f32, n = {n}");
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    let (mut got64, mut got32) = (vec![9f64; n], vec![9f32; n]);
+                    // SAFETY: AVX-512F was detected; `bytes` holds n codes.
+                    unsafe {
+                        simd::packed_f64_avx512(&bytes, lut64, &mut got64);
+                        simd::packed_f32_avx512(&bytes, lut32, &mut got32);
+                    }
+                    assert_eq!(got64, want64, "avx512 f64, n = {n}");
+                    assert_eq!(got32, want32, "avx512 f32, n = {n}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn pack_round_trips_every_code_and_ragged_rows() {
