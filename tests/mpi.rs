@@ -88,6 +88,76 @@ fn two_ranks_of_two_actors_equal_one_rank_of_four() {
     assert_eq!(under_mpirun(2, &two, &dir.join("two.zarr")), reference);
 }
 
+/// The report's frame under `mpirun`: one typed `per_rank` entry per rank with its own
+/// figures, and the provenance of the run (build, argv, start time, BLAS and MPI).
+#[test]
+fn the_report_says_which_build_ran_how_and_on_what() {
+    let dir = scratch("mpi-report");
+    let out = dir.join("r.zarr");
+    let seed = test_seed().to_string();
+    let args = [
+        "rsvd",
+        "--rows",
+        "4001",
+        "--cols",
+        "40",
+        "--chunk-rows",
+        "500",
+        "-k",
+        "4",
+        "--seed",
+        &seed,
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ];
+    let before = std::time::SystemTime::now();
+    let run = mpirun(3, &rankwise_bin(), &args, Duration::from_secs(120));
+    run.assert_success();
+    let printed: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(printed, stored, "--json and report.json differ");
+    let r = stored;
+    assert_eq!(r["command"], "rsvd");
+    assert_eq!(r["transport"], "mpi");
+    assert_eq!(r["ranks"], 3);
+    let per_rank = r["per_rank"].as_array().unwrap();
+    let ranks: Vec<u64> = per_rank
+        .iter()
+        .map(|x| x["rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ranks, [0, 1, 2]);
+    let produced: u64 = per_rank
+        .iter()
+        .map(|x| x["bytes_produced"].as_u64().unwrap())
+        .sum();
+    assert!(produced >= 4001 * 40 * 8, "{r}");
+    for x in per_rank {
+        assert!(x["peak_rss_bytes"].as_u64().is_some_and(|b| b > 0), "{x}");
+        assert!(!x["timings"].as_array().unwrap().is_empty(), "{x}");
+    }
+    let p = &r["rankwise"];
+    assert_eq!(p["version"], env!("CARGO_PKG_VERSION"));
+    let revision = p["revision"].as_str().unwrap();
+    assert!(
+        revision == "unknown" || revision.chars().all(|c| c.is_ascii_hexdigit()),
+        "{revision}"
+    );
+    let argv: Vec<&str> = p["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(&argv[1..], &args[..], "argv");
+    // RFC 3339 to the second, UTC, not before the test started (allowing the second cut).
+    let started = humantime::parse_rfc3339(p["started"].as_str().unwrap()).unwrap();
+    assert!(started + Duration::from_secs(1) >= before, "{p}");
+    assert!(p["blas"].as_str().unwrap().contains("OpenBLAS"), "{p}");
+    assert!(p["mpi"].as_str().unwrap().contains("Open MPI"), "{p}");
+}
+
 /// Every rank prints the same failure line.
 fn assert_every_rank_reports(run: &mpirun::RunOutput, np: usize, line: &str) {
     // Occurrences, not lines: the launcher may merge two ranks' lines into one.

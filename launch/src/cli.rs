@@ -23,8 +23,11 @@ use rankwise_transports::{announce_failure, Comm, LocalWorld, TransportError};
 use serde_json::json;
 
 use crate::launcher::LaunchInfo;
-use crate::report::{peak_rss_bytes, seconds};
+use crate::report::seconds;
 use rankwise::output::group::{OutputError, OutputLayout, SvdOutput};
+use rankwise::output::report::{
+    peak_rss_bytes, Provenance, RankReport, ReportError, RunInfo, RunReport, SvdBody, SvdWork,
+};
 
 // Compiled for the unit tests too, so that `make test` checks the parser.
 #[cfg(any(test, feature = "fault-injection"))]
@@ -350,8 +353,8 @@ fn run_command_line() -> i32 {
         }
         Command::Read(a) => {
             let a = Arc::new(a);
-            run_ranks(&a.run().clone(), move |rt, _| {
-                read_cmd::read_command(rt, &a)
+            run_ranks(&a.run().clone(), move |rt, launch| {
+                read_cmd::read_command(rt, launch, &a)
             })
         }
         Command::Svd(a) => {
@@ -374,14 +377,14 @@ fn run_command_line() -> i32 {
         }
         Command::Reduce(a) => {
             let a = Arc::new(a);
-            run_ranks(&a.run().clone(), move |rt, _| {
-                reduce_cmd::reduce_command(rt, &a)
+            run_ranks(&a.run().clone(), move |rt, launch| {
+                reduce_cmd::reduce_command(rt, launch, &a)
             })
         }
         Command::Tasks(a) => {
             let a = Arc::new(a);
-            run_ranks(&a.run().clone(), move |rt, _| {
-                tasks_cmd::tasks_command(rt, &a)
+            run_ranks(&a.run().clone(), move |rt, launch| {
+                tasks_cmd::tasks_command(rt, launch, &a)
             })
         }
         Command::Gen(a) => {
@@ -837,26 +840,34 @@ fn problem(m: &MatrixArgs) -> Result<SvdProblem, CliError> {
 
 /// Every rank's figures for the report (a collective call): `own` plus the rank, its peak
 /// RSS, actors and host, gathered on rank 0 (`None` on the others).
-pub(crate) fn gather_rank_figures(
+pub(crate) fn gather_rank_figures<W: serde::Serialize + serde::de::DeserializeOwned>(
     rt: &Runtime,
-    mut own: serde_json::Value,
-) -> Result<Option<Vec<serde_json::Value>>, CliError> {
-    let comm = rt.comm();
-    own["rank"] = json!(rt.rank());
-    own["peak_rss_bytes"] = json!(peak_rss_bytes());
-    own["actors"] = json!(rt
-        .actors()
-        .iter()
-        .map(|x| x.spec().device())
-        .collect::<Vec<_>>());
-    own["hostname"] = json!(hostname());
-    let all = comm.gather_bytes(0, own.to_string().as_bytes())?;
-    comm.barrier()?;
-    Ok(all.map(|all| {
-        all.iter()
-            .map(|b| serde_json::from_slice(b).unwrap_or(serde_json::Value::Null))
-            .collect()
-    }))
+    work: W,
+) -> Result<Option<Vec<RankReport<W>>>, CliError> {
+    RankReport::gather(rt, work).map_err(|e| match e {
+        ReportError::Comm(t) => CliError::Transport(t),
+        other => CliError::Invariant(other.to_string()),
+    })
+}
+
+/// Where and how this run ran, for its report; `start` is when the command started.
+pub(crate) fn run_info(rt: &Runtime, launch: &LaunchInfo, start: Instant) -> RunInfo {
+    let started = std::time::SystemTime::now()
+        .checked_sub(start.elapsed())
+        .unwrap_or_else(std::time::SystemTime::now);
+    RunInfo {
+        transport: rt.comm().name().to_string(),
+        ranks: rt.comm().size(),
+        actors: rt.world().actors(),
+        launcher: format!("{:?}", launch.launcher),
+        job_id: launch.job_id.clone(),
+        launch: launch.to_json(),
+        rankwise: Provenance::new(
+            started,
+            rankwise_linalg::blas_library(),
+            rt.comm().library(),
+        ),
+    }
 }
 
 /// The library's parameters and the flags that set them: the library's messages name
@@ -1285,21 +1296,10 @@ fn run_svd(
     let result = svd(rt, p, &SvdOptions { check: a.check }, sink)?;
     injected_fault(rt, "after-svd")?;
     let elapsed = start.elapsed().as_secs_f64();
-    let Some(ranks) = gather_rank_figures(
-        rt,
-        json!({
-            "bytes_generated": result.bytes_generated,
-            "gpu_panel_qrs": result.gpu_qrs,
-            "gpu_generated_panels": result.gpu_generated,
-            "gpu_node_qrs": result.gpu_node_qrs,
-            "read": result.read,
-            "timings": result.timings,
-        }),
-    )?
-    else {
+    let Some(ranks) = gather_rank_figures(rt, SvdWork::of(&result))? else {
         return Ok(None);
     };
-    let report = report_json(rt, launch, a, p, &result, ranks, elapsed);
+    let report = report_json(rt, launch, a, p, &result, ranks, (start, elapsed));
     if let Some(o) = output {
         if p.transposed {
             o.write_u_rows(0, result.wt.t())?;
@@ -1318,44 +1318,35 @@ fn run_svd(
     Ok(Some(summary_text(rt, a, p, &result, elapsed)))
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
 fn report_json(
     rt: &Runtime,
     launch: &LaunchInfo,
     a: &SvdArgs,
     p: &SvdProblem,
     r: &SvdResult,
-    ranks: Vec<serde_json::Value>,
-    elapsed: f64,
-) -> serde_json::Value {
+    ranks: Vec<RankReport<SvdWork>>,
+    (start, elapsed): (Instant, f64),
+) -> RunReport<SvdBody, SvdWork> {
     let (m, n) = user_shape(p.source.shape(), p.transposed);
     let matrix_bytes = m * n * 8;
-    json!({
-        "command": "svd",
-        "shape": [m, n],
-        "matrix": matrix_json(&a.matrix, p.source.describe()),
-        "transposed": p.transposed,
-        "grid": r.plan.grid,
-        "placement": r.plan.placement,
-        "memory": r.plan.memory,
-        "transport": rt.comm().name(),
-        "ranks": rt.comm().size(),
-        "actors": rt.world().actors(),
-        "launcher": format!("{:?}", launch.launcher),
-        "job_id": launch.job_id,
-        "launch": launch.to_json(),
-        "singular_values": r.s,
-        "check": r.check,
-        "seconds": elapsed,
-        "matrix_bytes": matrix_bytes,
-        "matrix_gb_per_s": matrix_bytes as f64 / elapsed / 1e9,
-        "per_rank": ranks,
-    })
+    RunReport {
+        command: "svd".into(),
+        body: SvdBody {
+            shape: [m, n],
+            matrix: matrix_json(&a.matrix, p.source.describe()),
+            transposed: p.transposed,
+            grid: r.plan.grid,
+            placement: r.plan.placement.clone(),
+            memory: r.plan.memory.clone(),
+            singular_values: r.s.clone(),
+            check: r.check.clone(),
+            matrix_bytes,
+            matrix_gb_per_s: matrix_bytes as f64 / elapsed / 1e9,
+        },
+        run: run_info(rt, launch, start),
+        seconds: elapsed,
+        per_rank: ranks,
+    }
 }
 
 fn summary_text(rt: &Runtime, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, elapsed: f64) -> String {

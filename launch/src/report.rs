@@ -1,12 +1,5 @@
-//! Run reports: what ran, where, how long each phase took, and how much memory it used.
-
-/// Peak resident set size of this process in bytes (VmHWM), if the OS tells.
-pub fn peak_rss_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
+//! Figures for people: the report's types and the process figures live in
+//! `rankwise::output::report`.
 
 /// Formats seconds for humans.
 pub fn seconds(s: f64) -> String {
@@ -22,9 +15,9 @@ pub fn seconds(s: f64) -> String {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn peak_rss_is_reported_on_linux() {
-        assert!(super::peak_rss_bytes().unwrap() > 0);
+    fn seconds_are_formatted_for_people() {
         assert_eq!(super::seconds(2.5), "2.500 s");
         assert_eq!(super::seconds(0.0025), "2.5 ms");
+        assert_eq!(super::seconds(2.5e-6), "2.5 µs");
     }
 }

@@ -63,6 +63,31 @@ pub fn openblas_core() -> String {
         .into_owned()
 }
 
+/// The BLAS library as it describes itself (`OpenBLAS 0.3.21 DYNAMIC_ARCH … Haswell …`),
+/// with the kernels it chose for this CPU, for run reports.
+pub fn blas_library() -> String {
+    extern "C" {
+        fn openblas_get_config() -> *const std::os::raw::c_char;
+    }
+    // SAFETY: returns a pointer to a static NUL-terminated string of OpenBLAS's.
+    let config = unsafe { openblas_get_config() };
+    let config = if config.is_null() {
+        "OpenBLAS".to_string()
+    } else {
+        // SAFETY: non-null, NUL-terminated, static.
+        unsafe { std::ffi::CStr::from_ptr(config) }
+            .to_string_lossy()
+            .trim()
+            .to_string()
+    };
+    let core = openblas_core();
+    if core.is_empty() || config.contains(&core) {
+        config
+    } else {
+        format!("{config} (kernels {core})")
+    }
+}
+
 /// Whether OpenBLAS runs its AVX-512 kernels (SkylakeX and later), whose results depend on
 /// where the operands lie in memory: with them, the same small QR or SVD computed by
 /// another rank, at other addresses, can differ in the last bits, and runs with different

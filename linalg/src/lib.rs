@@ -36,7 +36,7 @@ pub mod tiles;
 pub mod tree;
 pub mod variants;
 
-pub use kernels::{init_blas_threads, PanelFactor};
+pub use kernels::{blas_library, init_blas_threads, PanelFactor};
 pub use reads::ReadTotals;
 pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rsvd::{

@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use rankwise_exec::{ChunkGrid, ReadBuffers, Runtime, RuntimeError};
 use rankwise_sources::{BufferPool, ReadFn};
 use rankwise_sources::{PanelLease, ReadAhead, ReadStats, StoredPanels};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::layout::TILE_ROWS;
 use crate::LinalgError;
 
 /// What one rank read from storage over a run.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 pub struct ReadTotals {
     /// Stored chunks decoded (over all passes).
     pub chunks: u64,

@@ -21,7 +21,7 @@ use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, ReadBuffers, Residency, Runtime};
 use rankwise_sources::ReadFn;
 use rankwise_sources::{PanelBuffer, PanelSource};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::gpu::{factor_panel, generated_factor, panel_qr, DeviceSource, GpuDevice};
 use crate::kernels::{
@@ -210,7 +210,7 @@ pub struct CheckReport {
 }
 
 /// Wall time of one phase on this rank.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PhaseTiming {
     /// Phase name.
     pub phase: String,

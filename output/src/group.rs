@@ -666,7 +666,7 @@ impl SvdOutput {
 
     /// Writes `report.json` (pretty-printed) as a plain file in the group
     /// directory and returns its final path (valid after [`SvdOutput::commit`]).
-    pub fn write_report(&self, json: &serde_json::Value) -> Result<PathBuf, OutputError> {
+    pub fn write_report(&self, json: &impl serde::Serialize) -> Result<PathBuf, OutputError> {
         let _writing = self.ensure_open()?;
         let path = self.tmp.join(REPORT_FILE);
         let mut text = serde_json::to_vec_pretty(json).map_err(|source| OutputError::Json {

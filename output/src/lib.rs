@@ -2,12 +2,15 @@
 //!
 //! * [`group`]: the Zarr v3 result group (`U`, `S`, `Vt`, the report), written under a
 //!   temporary name by every rank and committed by one rename;
+//! * [`report`]: the run report (`--json`, `report.json`), one typed definition for every
+//!   command;
 //! * [`gen_store`]: Zarr stores of generated matrices, written by every rank in parallel;
 //! * [`temporaries`]: the registry of temporary outputs, removed when a signal ends the
 //!   process (the handler is installed by the program, never by the library alone).
 
 pub mod gen_store;
 pub mod group;
+pub mod report;
 pub mod temporaries;
 
 pub use group::{read_f64_array, OutputError, OutputLayout, SvdOutput};

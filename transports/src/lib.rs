@@ -147,6 +147,12 @@ pub trait Comm {
     /// A rank whose own error may be a consequence of a peer's failure (a file the peer
     /// removed, say) asks this first, so that every rank reports the cause.
     fn peer_failure(&self, wait: Duration) -> Option<(usize, String)>;
+    /// The version text of the communication library under the transport (the MPI
+    /// library's, for MPI and for UCX started by MPI), for run reports; `None` for the
+    /// local transport.
+    fn library(&self) -> Option<String> {
+        None
+    }
     /// The concrete transport, for callers that need its own methods (for example
     /// [`MpiComm::exit_after_failure`](crate::MpiComm)).
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;

@@ -718,6 +718,12 @@ impl Comm for MpiComm {
         "mpi"
     }
 
+    fn library(&self) -> Option<String> {
+        mpi::environment::library_version()
+            .ok()
+            .map(|v| v.trim().to_string())
+    }
+
     fn send_raw(&self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         self.check_rank(dest)?;
         self.check_state()?;

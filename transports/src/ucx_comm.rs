@@ -865,6 +865,18 @@ impl Comm for UcxComm {
         "ucx"
     }
 
+    fn library(&self) -> Option<String> {
+        let (mut major, mut minor, mut release) = (0, 0, 0);
+        // SAFETY: writes three integers through the pointers given; no other state.
+        unsafe { sys::ucp_get_version(&mut major, &mut minor, &mut release) };
+        let mpi = mpi::environment::library_version().ok();
+        Some(format!(
+            "UCX {major}.{minor}.{release}{}",
+            mpi.map(|v| format!(" over {}", v.trim()))
+                .unwrap_or_default()
+        ))
+    }
+
     fn send_raw(&self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         self.check_rank(dest)?;
         let ucx = self.ucx()?;

@@ -11,12 +11,13 @@ use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, Runtime};
 use rankwise_sources::{Dist, Generated, GenotypeSource, PanelSource};
 use serde_json::json;
 
-use super::{finish_output, hostname, injected_fault, open_collectively, CliError, RunArgs};
+use super::{finish_output, injected_fault, open_collectively, CliError, RunArgs};
 use crate::launcher::LaunchInfo;
-use crate::report::{peak_rss_bytes, seconds};
+use crate::report::seconds;
 use rankwise::output::gen_store::{
     Codec, DType, GenLayout, GenStore, PanelWritten, Shuffle, ZarrFormat,
 };
+use rankwise::output::report::{peak_rss_bytes, RankReport, RunReport};
 
 /// `rankwise gen`.
 #[derive(Args, Debug, Clone)]
@@ -196,31 +197,25 @@ fn write_store(
     }
     let write_seconds = writing.elapsed().as_secs_f64();
     injected_fault(rt, "after-write")?;
-    let rank_figures = json!({
-        "rank": me,
-        "files": mine.files,
-        "stored_bytes": mine.stored_bytes + store.metadata_bytes(),
-        "write_seconds": write_seconds,
-        "peak_rss_bytes": peak_rss_bytes(),
-        "actors": rt.actors().iter().map(|x| x.spec().device()).collect::<Vec<_>>(),
-        "hostname": hostname(),
-    });
-    let all = comm.gather_bytes(0, rank_figures.to_string().as_bytes())?;
+    let all = super::gather_rank_figures(
+        rt,
+        GenWork {
+            files: mine.files,
+            stored_bytes: mine.stored_bytes + store.metadata_bytes(),
+            write_seconds,
+        },
+    )?;
     // Every rank's last chunk is written.
-    comm.barrier()?;
     let text = match all {
-        Some(all) => {
+        Some(ranks) => {
             injected_fault(rt, "commit")?;
             store.commit()?;
-            let ranks: Vec<serde_json::Value> = all
-                .iter()
-                .map(|b| serde_json::from_slice(b).unwrap_or(serde_json::Value::Null))
-                .collect();
             let report = report_json(rt, launch, a, store.layout(), placement, ranks, start);
             Some(if a.json {
                 serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
             } else {
-                summary_text(a, store.layout(), &report)
+                let value = serde_json::to_value(&report).unwrap_or_default();
+                summary_text(a, store.layout(), &value)
             })
         }
         None => None,
@@ -236,16 +231,15 @@ fn report_json(
     a: &GenArgs,
     layout: &GenLayout,
     placement: &Placement,
-    ranks: Vec<serde_json::Value>,
+    ranks: Vec<RankReport<GenWork>>,
     start: Instant,
-) -> serde_json::Value {
-    let sum = |key: &str| -> u64 { ranks.iter().filter_map(|r| r[key].as_u64()).sum() };
-    let stored = sum("stored_bytes");
+) -> RunReport<serde_json::Value, GenWork> {
+    let stored: u64 = ranks.iter().map(|r| r.work.stored_bytes).sum();
+    let files: u64 = ranks.iter().map(|r| r.work.files).sum();
     let uncompressed = layout.uncompressed_bytes();
     let elapsed = start.elapsed().as_secs_f64();
     let (rows, cols) = layout.shape();
-    json!({
-        "command": "gen",
+    let body = json!({
         "out": a.out,
         "array": layout.matrix_path().trim_start_matches('/'),
         "sample_id": layout.is_genotypes(),
@@ -260,21 +254,31 @@ fn report_json(
         "panels": layout.panels(),
         "panel_rows": layout.panel_rows(),
         "placement": placement,
-        "transport": rt.comm().name(),
-        "ranks": rt.comm().size(),
-        "actors": rt.world().actors(),
-        "launcher": format!("{:?}", launch.launcher),
-        "job_id": launch.job_id,
-        "launch": launch.to_json(),
-        "files": sum("files"),
+        "files": files,
         "stored_bytes": stored,
         "uncompressed_bytes": uncompressed,
         "compression_ratio": uncompressed as f64 / stored.max(1) as f64,
-        "seconds": elapsed,
         "gb_per_s": uncompressed as f64 / elapsed / 1e9,
         "stored_gb_per_s": stored as f64 / elapsed / 1e9,
-        "per_rank": ranks,
-    })
+    });
+    RunReport {
+        command: "gen".into(),
+        body,
+        run: super::run_info(rt, launch, start),
+        seconds: elapsed,
+        per_rank: ranks,
+    }
+}
+
+/// One rank's share of a generated store.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct GenWork {
+    /// Files it wrote.
+    files: u64,
+    /// Bytes it stored (rank 0's include the metadata).
+    stored_bytes: u64,
+    /// Its seconds writing.
+    write_seconds: f64,
 }
 
 fn summary_text(a: &GenArgs, layout: &GenLayout, r: &serde_json::Value) -> String {

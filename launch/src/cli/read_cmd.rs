@@ -24,7 +24,27 @@ use rankwise_sources::{SumLanes, ZarrMatrix};
 use serde_json::json;
 
 use super::{zarr_error, CliError, RunArgs};
-use crate::report::{peak_rss_bytes, seconds};
+use crate::launcher::LaunchInfo;
+use crate::report::seconds;
+use rankwise::output::report::{peak_rss_bytes, RankReport, RunReport};
+
+/// One rank's part of a read: each of its panels' sums (as bits, so that a NaN crosses
+/// intact), what it read, and its seconds.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ReadWork {
+    sums: Vec<(usize, u64)>,
+    read: ReadTotals,
+    seconds: f64,
+}
+
+/// What the report keeps of a rank's read.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ReadFigures {
+    /// What it read.
+    read: ReadTotals,
+    /// Its seconds.
+    seconds: f64,
+}
 
 /// `rankwise read`.
 #[derive(Args, Debug, Clone)]
@@ -52,7 +72,12 @@ impl ReadArgs {
     }
 }
 
-pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>, CliError> {
+pub(super) fn read_command(
+    rt: &Runtime,
+    launch: &LaunchInfo,
+    a: &ReadArgs,
+) -> Result<Option<String>, CliError> {
+    let started = Instant::now();
     let z = Arc::new(ZarrMatrix::open(&a.zarr).map_err(zarr_error)?);
     let (m, n) = PanelSource::shape(z.as_ref());
     let band = StoredPanels::chunk_rows(z.as_ref());
@@ -123,15 +148,14 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
             mine.push(r?);
         }
     }
-    let t_mine = totals.totals();
-    let payload = serde_json::to_vec(&json!({
-        "sums": mine,
-        "read": t_mine,
-        "seconds": mine_seconds,
-        "peak_rss_bytes": peak_rss_bytes(),
-    }))
-    .unwrap_or_default();
-    let gathered = rt.comm().gather_bytes(0, &payload)?;
+    let gathered = super::gather_rank_figures(
+        rt,
+        ReadWork {
+            sums: mine,
+            read: totals.totals(),
+            seconds: mine_seconds,
+        },
+    )?;
     let elapsed = t.elapsed().as_secs_f64();
     let Some(all) = gathered else {
         return Ok(None);
@@ -139,52 +163,52 @@ pub(super) fn read_command(rt: &Runtime, a: &ReadArgs) -> Result<Option<String>,
     let mut by_panel = BTreeMap::new();
     let mut total = ReadTotals::default();
     let mut per_rank = Vec::new();
-    for bytes in all {
-        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-        if let Some(list) = v["sums"].as_array() {
-            for e in list {
-                if let (Some(p), Some(s)) = (e[0].as_u64(), e[1].as_u64()) {
-                    by_panel.insert(p, f64::from_bits(s));
-                }
-            }
-        }
-        let r = &v["read"];
-        total.chunks += r["chunks"].as_u64().unwrap_or(0);
-        total.stored_bytes += r["stored_bytes"].as_u64().unwrap_or(0);
-        total.decoded_bytes += r["decoded_bytes"].as_u64().unwrap_or(0);
-        total.decode_seconds += r["decode_seconds"].as_f64().unwrap_or(0.0);
-        per_rank.push(json!({
-            "read": r,
-            "seconds": v["seconds"],
-            "peak_rss_bytes": v["peak_rss_bytes"],
-        }));
+    for r in all {
+        by_panel.extend(r.work.sums.iter().map(|&(p, s)| (p, f64::from_bits(s))));
+        let read = r.work.read;
+        total.chunks += read.chunks;
+        total.stored_bytes += read.stored_bytes;
+        total.decoded_bytes += read.decoded_bytes;
+        total.decode_seconds += read.decode_seconds;
+        // The panel sums have done their work: the report keeps what the rank read.
+        per_rank.push(RankReport {
+            rank: r.rank,
+            hostname: r.hostname,
+            actors: r.actors,
+            peak_rss_bytes: r.peak_rss_bytes,
+            work: ReadFigures {
+                read,
+                seconds: r.work.seconds,
+            },
+        });
     }
     let checksum: f64 = by_panel.values().sum();
     let cores: usize = world.ranks.iter().flatten().map(|a| a.threads.max(1)).sum();
     let gbps = total.decoded_bytes as f64 / elapsed / 1e9;
-    let report = json!({
-        "command": "read",
-        "zarr": a.zarr,
-        "source": z.describe(),
-        "shape": [m, n],
-        "element_type": z.element_type(),
-        "panels": grid.panels(),
-        "chunk_rows": grid.chunk_rows,
-        "ranks": rt.comm().size(),
-        "actors": world.actors(),
-        "cores": cores,
-        "chunks": total.chunks,
-        "stored_bytes": total.stored_bytes,
-        "decoded_bytes": total.decoded_bytes,
-        "decode_seconds": total.decode_seconds,
-        "seconds": elapsed,
-        "decoded_gb_per_s": gbps,
-        "decoded_gb_per_s_per_core": gbps / cores as f64,
-        "sum": checksum,
-        // JSON writes a NaN or infinite sum as null: this says which it was.
-        "sum_text": format!("{checksum}"),
-        "per_rank": per_rank,
-    });
+    let report = RunReport {
+        command: "read".into(),
+        body: json!({
+            "zarr": a.zarr,
+            "source": z.describe(),
+            "shape": [m, n],
+            "element_type": z.element_type(),
+            "panels": grid.panels(),
+            "chunk_rows": grid.chunk_rows,
+            "cores": cores,
+            "chunks": total.chunks,
+            "stored_bytes": total.stored_bytes,
+            "decoded_bytes": total.decoded_bytes,
+            "decode_seconds": total.decode_seconds,
+            "decoded_gb_per_s": gbps,
+            "decoded_gb_per_s_per_core": gbps / cores as f64,
+            "sum": checksum,
+            // JSON writes a NaN or infinite sum as null: this says which it was.
+            "sum_text": format!("{checksum}"),
+        }),
+        run: super::run_info(rt, launch, started),
+        seconds: elapsed,
+        per_rank,
+    };
     if a.json {
         return Ok(Some(
             serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",

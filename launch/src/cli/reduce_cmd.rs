@@ -16,7 +16,9 @@ use rankwise_sources::{Dist, Generated, PanelSource};
 use serde_json::json;
 
 use super::{gather_rank_figures, CliError, RunArgs};
-use crate::report::{peak_rss_bytes, seconds};
+use crate::launcher::LaunchInfo;
+use crate::report::seconds;
+use rankwise::output::report::{peak_rss_bytes, RankReport, RunReport};
 
 /// `rankwise reduce`.
 #[derive(Args, Debug, Clone)]
@@ -87,7 +89,11 @@ fn moments(dist: Dist) -> Option<(f64, f64)> {
     }
 }
 
-pub(super) fn reduce_command(rt: &Runtime, a: &ReduceArgs) -> Result<Option<String>, CliError> {
+pub(super) fn reduce_command(
+    rt: &Runtime,
+    launch: &LaunchInfo,
+    a: &ReduceArgs,
+) -> Result<Option<String>, CliError> {
     let source = Generated::new(a.rows, a.cols, a.seed, a.dist);
     let spec = a.spec();
     // Every rank refuses bad options before any work.
@@ -98,17 +104,17 @@ pub(super) fn reduce_command(rt: &Runtime, a: &ReduceArgs) -> Result<Option<Stri
     let mine_seconds = t.elapsed().as_secs_f64();
     let ranks = gather_rank_figures(
         rt,
-        json!({
-            "values": r.local_count,
-            "tiles": r.local_tiles,
-            "seconds": mine_seconds,
-        }),
+        ReduceWork {
+            values: r.local_count,
+            tiles: r.local_tiles,
+            seconds: mine_seconds,
+        },
     )?;
     let elapsed = t.elapsed().as_secs_f64();
     let Some(ranks) = ranks else {
         return Ok(None);
     };
-    let report = report_json(rt, a, &source, &r, ranks, elapsed);
+    let report = report_json(rt, launch, a, &source, &r, ranks, (t, elapsed));
     if a.json {
         return Ok(Some(
             serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
@@ -125,14 +131,26 @@ fn z_score(a: &ReduceArgs, r: &StridedSumResult) -> Option<f64> {
     Some((r.sum - n * (mean + a.add)) / (n * var).sqrt())
 }
 
+/// One rank's share of a reduction.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ReduceWork {
+    /// Values it summed.
+    values: u64,
+    /// Tiles it summed.
+    tiles: usize,
+    /// Its seconds.
+    seconds: f64,
+}
+
 fn report_json(
     rt: &Runtime,
+    launch: &LaunchInfo,
     a: &ReduceArgs,
     source: &Generated,
     r: &StridedSumResult,
-    ranks: Vec<serde_json::Value>,
-    elapsed: f64,
-) -> serde_json::Value {
+    ranks: Vec<RankReport<ReduceWork>>,
+    (start, elapsed): (Instant, f64),
+) -> RunReport<serde_json::Value, ReduceWork> {
     let values_bytes = r.count * 8;
     let matrix_bytes = a.rows * a.cols * 8;
     let check = r.compensated.map(|c| {
@@ -141,8 +159,7 @@ fn report_json(
             "relative_difference": if c != 0.0 { ((r.sum - c) / c).abs() } else { (r.sum - c).abs() },
         })
     });
-    json!({
-        "command": "reduce",
+    let body = json!({
         "expression": a.expression(),
         "shape": [a.rows, a.cols],
         "matrix": {"dist": a.dist, "seed": a.seed, "source": PanelSource::describe(source)},
@@ -152,21 +169,23 @@ fn report_json(
         "chunk_cols": r.chunk_cols,
         "panels": r.grid.panels(),
         "tiles": r.tiles,
-        "transport": rt.comm().name(),
-        "ranks": rt.comm().size(),
-        "actors": rt.world().actors(),
         "sum": r.sum,
         "count": r.count,
         "mean": r.sum / r.count as f64,
         "z_score": z_score(a, r),
         "check": check,
-        "seconds": elapsed,
         "values_bytes": values_bytes,
         "values_gb_per_s": values_bytes as f64 / elapsed / 1e9,
         "matrix_bytes": matrix_bytes,
         "matrix_gb_per_s": matrix_bytes as f64 / elapsed / 1e9,
-        "per_rank": ranks,
-    })
+    });
+    RunReport {
+        command: "reduce".into(),
+        body,
+        run: super::run_info(rt, launch, start),
+        seconds: elapsed,
+        per_rank: ranks,
+    }
 }
 
 fn summary_text(
@@ -174,7 +193,7 @@ fn summary_text(
     a: &ReduceArgs,
     source: &Generated,
     r: &StridedSumResult,
-    report: &serde_json::Value,
+    report: &RunReport<serde_json::Value, ReduceWork>,
     elapsed: f64,
 ) -> String {
     use std::fmt::Write;
@@ -210,7 +229,7 @@ fn summary_text(
         let _ = writeln!(
             s,
             "check: compensated sum {c:.17e}; relative difference {:.2e}",
-            report["check"]["relative_difference"]
+            report.body["check"]["relative_difference"]
                 .as_f64()
                 .unwrap_or(f64::NAN)
         );
@@ -220,9 +239,9 @@ fn summary_text(
         "total {}: {:.2} GB/s of values generated and summed ({}), {:.2} GB/s of the whole \
          {} matrix; peak RSS rank 0 {}",
         seconds(elapsed),
-        report["values_gb_per_s"].as_f64().unwrap_or(0.0),
+        report.body["values_gb_per_s"].as_f64().unwrap_or(0.0),
         format_bytes(r.count * 8),
-        report["matrix_gb_per_s"].as_f64().unwrap_or(0.0),
+        report.body["matrix_gb_per_s"].as_f64().unwrap_or(0.0),
         format_bytes(a.rows * a.cols * 8),
         peak_rss_bytes()
             .map(format_bytes)

@@ -23,9 +23,10 @@ use super::{
 };
 use crate::launcher::LaunchInfo;
 use crate::plot::plot_pcs;
-use crate::report::{peak_rss_bytes, seconds};
+use crate::report::seconds;
 use rankwise::genomics::plink_files::{write_eigenval, write_eigenvec};
 use rankwise::output::group::{OutputLayout, SvdOutput};
+use rankwise::output::report::{peak_rss_bytes, RankReport, RsvdBody, RsvdWork, RunReport};
 
 /// How the range is refined.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -652,20 +653,7 @@ fn compute(
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let Some(ranks) = super::gather_rank_figures(
-        rt,
-        json!({
-            "bytes_produced": result.bytes_produced,
-            "read": result.read,
-            "timings": result.timings,
-            "gpu_panel_passes": result.gpu_panels,
-            "gpu_staged_bytes": result.gpu_staged_bytes,
-            "collectives": result.collectives,
-            "gpu_panel_qrs": result.gpu_qrs,
-            "gpu_note": result.gpu_note,
-        }),
-    )?
-    else {
+    let Some(ranks) = super::gather_rank_figures(rt, RsvdWork::of(&result))? else {
         return Ok(Done {
             text: None,
             pcs: None,
@@ -681,7 +669,7 @@ fn compute(
         &result,
         pca.as_ref(),
         ranks,
-        elapsed,
+        (start, elapsed),
     );
     if let Some(o) = &output {
         if result.transposed {
@@ -772,43 +760,40 @@ fn report_json(
     options: &RsvdOptions,
     r: &RsvdResult,
     pca: Option<&PcaFigures>,
-    ranks: Vec<serde_json::Value>,
-    elapsed: f64,
-) -> serde_json::Value {
+    ranks: Vec<RankReport<RsvdWork>>,
+    (start, elapsed): (Instant, f64),
+) -> RunReport<RsvdBody, RsvdWork> {
     let (m, n) = problem.operand.shape();
     let flops = gemm_flops(m, n, options, r.passes);
-    json!({
-        "command": job.command,
-        "shape": [job.shape.0, job.shape.1],
-        "matrix": job.describe,
-        "source": problem.operand.describe(),
-        "options": options,
-        "passes": r.passes,
-        "projections": r.projections,
-        "condition_limit": r.condition_limit,
-        "transposed": problem.transposed,
-        "grid": r.plan.grid,
-        "placement": r.plan.placement,
-        "memory": r.plan.memory,
-        "transport": rt.comm().name(),
-        "ranks": rt.comm().size(),
-        "actors": rt.world().actors(),
-        "launcher": format!("{:?}", launch.launcher),
-        "job_id": launch.job_id,
-        "launch": launch.to_json(),
-        "singular_values": r.s,
-        "convergence": r.convergence,
-        "converged": r.convergence.converged,
-        "total_sum_squares": r.total_sum_squares,
-        "error_estimate": r.estimate,
-        "genotypes": r.genotypes,
-        "eigenvalues": pca.map(|p| &p.eigenvalues),
-        "explained_variance_ratio": pca.map(|p| &p.explained),
-        "seconds": elapsed,
-        "gemm_flops": flops,
-        "gemm_gflop_per_s": flops / elapsed / 1e9,
-        "per_rank": ranks,
-    })
+    RunReport {
+        command: job.command.to_string(),
+        body: RsvdBody {
+            shape: [job.shape.0, job.shape.1],
+            matrix: job.describe.clone(),
+            source: problem.operand.describe(),
+            options: options.clone(),
+            passes: r.passes,
+            projections: r.projections.clone(),
+            condition_limit: r.condition_limit,
+            transposed: problem.transposed,
+            grid: r.plan.grid,
+            placement: r.plan.placement.clone(),
+            memory: r.plan.memory.clone(),
+            singular_values: r.s.clone(),
+            convergence: r.convergence.clone(),
+            converged: r.convergence.converged,
+            total_sum_squares: r.total_sum_squares,
+            error_estimate: r.estimate.clone(),
+            genotypes: r.genotypes.clone(),
+            eigenvalues: pca.map(|p| p.eigenvalues.clone()),
+            explained_variance_ratio: pca.map(|p| p.explained.clone()),
+            gemm_flops: flops,
+            gemm_gflop_per_s: flops / elapsed / 1e9,
+        },
+        run: super::run_info(rt, launch, start),
+        seconds: elapsed,
+        per_rank: ranks,
+    }
 }
 
 /// How many passes ran in each precision: `f32 ×12, f64 ×3`.

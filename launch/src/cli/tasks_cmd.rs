@@ -10,7 +10,20 @@ use rankwise_exec::{ChunkGrid, Placement, Runtime};
 use serde_json::json;
 
 use super::{gather_rank_figures, CliError, RunArgs};
+use crate::launcher::LaunchInfo;
 use crate::report::seconds;
+use rankwise::output::report::RunReport;
+
+/// One rank's tasks in each run.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TasksWork {
+    /// Tasks it ran, per run.
+    tasks: Vec<u64>,
+    /// The sum of their chunk indices, per run.
+    index_sums: Vec<u64>,
+    /// Its seconds, per run.
+    seconds: Vec<f64>,
+}
 
 /// `rankwise tasks`.
 #[derive(Args, Debug, Clone)]
@@ -57,7 +70,12 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
-pub(super) fn tasks_command(rt: &Runtime, a: &TasksArgs) -> Result<Option<String>, CliError> {
+pub(super) fn tasks_command(
+    rt: &Runtime,
+    launch: &LaunchInfo,
+    a: &TasksArgs,
+) -> Result<Option<String>, CliError> {
+    let started = Instant::now();
     if a.tasks == 0 {
         return Err(CliError::Option {
             option: "--tasks",
@@ -96,7 +114,11 @@ pub(super) fn tasks_command(rt: &Runtime, a: &TasksArgs) -> Result<Option<String
     }
     let Some(ranks) = gather_rank_figures(
         rt,
-        json!({"tasks": counts, "index_sums": index_sums, "seconds": times}),
+        TasksWork {
+            tasks: counts,
+            index_sums,
+            seconds: times,
+        },
     )?
     else {
         return Ok(None);
@@ -107,9 +129,10 @@ pub(super) fn tasks_command(rt: &Runtime, a: &TasksArgs) -> Result<Option<String
     let mut run_index_sums = vec![0u64; a.repeat];
     for r in &ranks {
         for i in 0..a.repeat {
-            run_seconds[i] = run_seconds[i].max(r["seconds"][i].as_f64().unwrap_or(f64::NAN));
-            run_tasks[i] += r["tasks"][i].as_u64().unwrap_or(0);
-            run_index_sums[i] += r["index_sums"][i].as_u64().unwrap_or(0);
+            let w = &r.work;
+            run_seconds[i] = run_seconds[i].max(w.seconds.get(i).copied().unwrap_or(f64::NAN));
+            run_tasks[i] += w.tasks.get(i).copied().unwrap_or(0);
+            run_index_sums[i] += w.index_sums.get(i).copied().unwrap_or(0);
         }
     }
     let want_index_sum = a.tasks * (a.tasks - 1) / 2;
@@ -127,23 +150,23 @@ pub(super) fn tasks_command(rt: &Runtime, a: &TasksArgs) -> Result<Option<String
     }
     let med = median(&run_seconds);
     let threads: usize = rt.world().ranks.iter().flatten().map(|x| x.threads).sum();
-    let report = json!({
-        "command": "tasks",
-        "tasks": a.tasks,
-        "tasks_run": run_tasks,
-        "runs": a.repeat,
-        "transport": comm.name(),
-        "ranks": comm.size(),
-        "actors": rt.world().actors(),
-        "threads": threads,
-        "run_seconds": run_seconds,
-        "seconds": med,
-        "min_seconds": run_seconds.iter().copied().fold(f64::INFINITY, f64::min),
-        "max_seconds": run_seconds.iter().copied().fold(0.0, f64::max),
-        "tasks_per_second": a.tasks as f64 / med,
-        "microseconds_per_task": med / a.tasks as f64 * 1e6,
-        "per_rank": ranks,
-    });
+    let report = RunReport {
+        command: "tasks".into(),
+        body: json!({
+            "tasks": a.tasks,
+            "tasks_run": run_tasks,
+            "runs": a.repeat,
+            "threads": threads,
+            "run_seconds": run_seconds,
+            "min_seconds": run_seconds.iter().copied().fold(f64::INFINITY, f64::min),
+            "max_seconds": run_seconds.iter().copied().fold(0.0, f64::max),
+            "tasks_per_second": a.tasks as f64 / med,
+            "microseconds_per_task": med / a.tasks as f64 * 1e6,
+        }),
+        run: super::run_info(rt, launch, started),
+        seconds: med,
+        per_rank: ranks,
+    };
     if a.json {
         return Ok(Some(
             serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
