@@ -38,7 +38,7 @@ fn the_library_pca_gives_the_command_lines_bits_with_selection_and_filters() {
     // Two thirds of the samples, a random four fifths of the variants, chromosomes 1–11.
     let keep: Vec<String> = (0..samples)
         .filter(|j| j % 3 != 1)
-        .map(|j| format!("S{j}"))
+        .map(|j| format!("fam{j}\tS{j}"))
         .collect();
     let extract: Vec<String> = (0..variants)
         .filter(|_| !draw.next().is_multiple_of(5))
@@ -56,7 +56,7 @@ fn the_library_pca_gives_the_command_lines_bits_with_selection_and_filters() {
         },
         filter: VariantFilter::new(0.02, 0.2).unwrap(),
         selection: Selection {
-            keep: Some(IdList::new(keep.iter().cloned())),
+            keep: Some(IdList::read_samples(&dir.join("keep.txt")).unwrap()),
             extract: Some(IdList::read_variants(&dir.join("extract.txt")).unwrap()),
             chromosomes: Some("1-11".into()),
             ..Selection::default()
@@ -101,11 +101,16 @@ fn the_library_pca_gives_the_command_lines_bits_with_selection_and_filters() {
         cli["converged"].as_bool().unwrap()
     );
     assert_eq!(lib.pcs.dim(), (keep.len(), k), "{what}");
-    let ids: HashSet<&String> = lib.sample_ids.iter().collect();
+    let families = lib.family_ids.as_ref().expect("a .fam has family IDs");
+    let ids: HashSet<String> = families
+        .iter()
+        .zip(&lib.sample_ids)
+        .map(|(f, i)| format!("{f}\t{i}"))
+        .collect();
     assert_eq!(
         ids,
-        keep.iter().collect(),
-        "{what}: the kept samples, by ID"
+        keep.iter().cloned().collect(),
+        "{what}: the kept samples, by FID and IID"
     );
     // Chromosomes 1–11 are half the variants; the extract list and the filters take more.
     assert!(

@@ -122,21 +122,27 @@ fn eigenvalues_and_pcs_are_plink2s_own() {
             j + 1
         );
     }
-    // The samples of both .eigenvec files are the .fam's, in its order.
+    // The samples of both .eigenvec files are the .fam's, in its order, named by the same
+    // header and ID columns (`#FID IID` for a .fam).
     let ours = std::fs::read_to_string(dir.join("r.eigenvec")).unwrap();
     let theirs = std::fs::read_to_string(theirs.with_extension("eigenvec")).unwrap();
-    let pc1 = |text: &str, col: usize| -> (Vec<String>, Vec<f64>) {
+    let ids_of = |text: &str| -> (String, Vec<String>) {
+        let head: Vec<&str> = text.lines().next().unwrap().split('\t').take(2).collect();
+        let ids = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split('\t').take(2).collect::<Vec<_>>().join(" "))
+            .collect();
+        (head.join(" "), ids)
+    };
+    assert_eq!(ids_of(&ours), ids_of(&theirs), "{what}");
+    let pc1 = |text: &str| -> Vec<f64> {
         text.lines()
             .skip(1)
-            .map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f[col - 1].to_string(), f[col].parse::<f64>().unwrap())
-            })
-            .unzip()
+            .map(|l| l.split_whitespace().nth(2).unwrap().parse::<f64>().unwrap())
+            .collect()
     };
-    let (ids, a) = pc1(&ours, 1);
-    let (their_ids, b) = pc1(&theirs, 2);
-    assert_eq!(ids, their_ids, "{what}");
+    let (a, b) = (pc1(&ours), pc1(&theirs));
     assert_eq!(a.len() as u64, samples, "{what}");
     // PC1, ours and PLINK's, against XᵀX/M of PLINK's exported dosages (LAPACK): each is an
     // eigenvector of its largest eigenvalue, to the digits PLINK prints; so the two agree
@@ -550,14 +556,14 @@ fn keep_and_remove_restrict_the_samples_as_plink2_does() {
         args.extend(["--out", out.to_str().unwrap()]);
         embedded(&rankwise_pca(&prefix, kept.len() as u64, 3, &args)).assert_success();
         let eigenvec = std::fs::read_to_string(dir.join("k.eigenvec")).unwrap();
-        let named: Vec<&str> = eigenvec
+        let named: Vec<String> = eigenvec
             .lines()
             .skip(1)
-            .map(|l| l.split('\t').next().unwrap())
+            .map(|l| l.split('\t').take(2).collect::<Vec<_>>().join(" "))
             .collect();
-        let want: Vec<&str> = kept
+        let want: Vec<String> = kept
             .iter()
-            .map(|l| l.split_whitespace().nth(1).unwrap())
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
             .collect();
         assert_eq!(named, want, "{what}");
         for f in ["k.zarr", "k.eigenvec", "k.eigenval", "k.png"] {
@@ -565,6 +571,98 @@ fn keep_and_remove_restrict_the_samples_as_plink2_does() {
             let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Samples named as PLINK 2 names them: two families that share every IID, kept and
+/// removed by `FID IID` lines, and by a one-column list (FID 0, which names none of them);
+/// the `.eigenvec` carries both ID columns, the kept samples those plink2 keeps.
+#[test]
+fn samples_are_named_by_family_and_individual_as_plink2_names_them() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-fid");
+    let samples = 2 * rng.range(20, 60);
+    let variants = rng.range(300, 1500);
+    let prefix = plink_fileset(&dir, samples, variants, 0.0, rng.next());
+    let fam_path = prefix.with_extension("fam");
+    let fam: String = std::fs::read_to_string(&fam_path)
+        .unwrap()
+        .lines()
+        .enumerate()
+        .map(|(j, l)| {
+            let rest: Vec<&str> = l.split_whitespace().skip(2).collect();
+            format!("fam{}\ts{}\t{}\n", j % 2, j / 2, rest.join("\t"))
+        })
+        .collect();
+    std::fs::write(&fam_path, fam).unwrap();
+    let pair = |j: u64| format!("fam{} s{}", j % 2, j / 2);
+    // About two thirds by FID IID (both families' copies of some IIDs, one of others).
+    let listed: Vec<String> = (0..samples)
+        .filter(|_| rng.range(0, 2) > 0)
+        .map(pair)
+        .collect();
+    let keep = dir.join("keep.txt");
+    std::fs::write(&keep, listed.join("\n") + "\n").unwrap();
+    let few: Vec<String> = (0..samples).filter(|j| j % 7 == 3).map(pair).collect();
+    let remove = dir.join("remove.txt");
+    std::fs::write(
+        &remove,
+        format!("#FID\tIID\n{}\n", few.join("\n").replace(' ', "\t")),
+    )
+    .unwrap();
+    let single = dir.join("single.txt");
+    std::fs::write(&single, "s0\ns1\n").unwrap();
+    let [keep, remove, single] = [&keep, &remove, &single].map(|p| p.to_str().unwrap());
+    for (n, filters) in [vec!["--keep", keep], vec!["--remove", remove]]
+        .into_iter()
+        .enumerate()
+    {
+        let mut args = filters.clone();
+        args.push("--write-samples");
+        let written = plink(&prefix, &format!("w{n}"), &args).with_extension("id");
+        let theirs: Vec<String> = std::fs::read_to_string(written)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect();
+        let out = dir.join(format!("r{n}.zarr"));
+        let mut ours = strings(&["pca", "--bed", prefix.to_str().unwrap(), "-k", "2"]);
+        ours.extend(strings(&filters));
+        ours.extend(strings(&["--out", out.to_str().unwrap()]));
+        embedded(&ours).assert_success();
+        let eigenvec = std::fs::read_to_string(out.with_extension("eigenvec")).unwrap();
+        assert!(eigenvec.starts_with("#FID\tIID\tPC1\tPC2\n"), "{eigenvec}");
+        let named: Vec<String> = eigenvec
+            .lines()
+            .skip(1)
+            .map(|l| l.split('\t').take(2).collect::<Vec<_>>().join(" "))
+            .collect();
+        assert_eq!(named, theirs, "{filters:?}");
+        assert!(
+            named.len() < samples as usize,
+            "{filters:?} kept every sample"
+        );
+    }
+    // One column is an IID of family 0: plink2 keeps nobody here, and so do we, saying so.
+    let mut cmd = Command::new("plink2");
+    cmd.arg("--bfile")
+        .arg(&prefix)
+        .args(["--keep", single, "--write-samples", "--out"]);
+    cmd.arg(dir.join("w-single"));
+    let run = run_with_timeout(cmd, CLI_LIMIT);
+    assert!(!run.success(), "plink2 kept samples by a one-column list");
+    let run = embedded(&strings(&[
+        "pca",
+        "--bed",
+        prefix.to_str().unwrap(),
+        "-k",
+        "2",
+        "--keep",
+        single,
+    ]));
+    assert!(!run.success());
+    assert!(run.stderr.contains("--keep"), "{}", run.describe());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

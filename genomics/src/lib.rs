@@ -35,20 +35,46 @@ fn same_name(parameter: &'static str) -> &'static str {
 }
 
 /// A list of sample or variant identifiers, and where it came from (for messages).
+///
+/// Samples are named as PLINK 2 names them: by their (FID, IID) pair where the source has
+/// family IDs (a `.fam`) and the list was read from a file ([`IdList::read_samples`]); a
+/// line without an FID stands for FID `0`, as in `plink2 --keep`. A list made by
+/// [`IdList::new`], or applied to a source without family IDs (Zarr, VCF Zarr), matches
+/// IIDs alone.
 #[derive(Clone, Debug, Default)]
 pub struct IdList {
-    /// The identifiers.
+    /// The identifiers: variant IDs, or sample IIDs.
     pub ids: HashSet<String>,
+    /// For a sample list read from a file: its (FID, IID) pairs.
+    pub pairs: Option<HashSet<(String, String)>>,
     /// Where they came from (a file's path), as messages name it.
     pub origin: String,
 }
 
 impl IdList {
-    /// A list of the given identifiers.
+    /// A list of the given identifiers (variant IDs, or sample IIDs matched alone).
     pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(ids: I) -> IdList {
         let ids: HashSet<String> = ids.into_iter().map(Into::into).collect();
         let origin = format!("a list of {} IDs", ids.len());
-        IdList { ids, origin }
+        IdList {
+            ids,
+            pairs: None,
+            origin,
+        }
+    }
+
+    /// A list of (FID, IID) sample pairs.
+    pub fn of_pairs<I: IntoIterator<Item = (S, S)>, S: Into<String>>(pairs: I) -> IdList {
+        let pairs: HashSet<(String, String)> = pairs
+            .into_iter()
+            .map(|(f, i)| (f.into(), i.into()))
+            .collect();
+        let origin = format!("a list of {} samples", pairs.len());
+        IdList {
+            ids: pairs.iter().map(|(_, i)| i.clone()).collect(),
+            pairs: Some(pairs),
+            origin,
+        }
     }
 
     /// The variant IDs `path` lists (whitespace-separated tokens, as PLINK's `--extract`
@@ -57,44 +83,64 @@ impl IdList {
         let text = std::fs::read_to_string(path)?;
         Ok(IdList {
             ids: text.split_whitespace().map(str::to_owned).collect(),
+            pairs: None,
             origin: path.display().to_string(),
         })
     }
 
-    /// The sample IDs (IIDs) `path` lists, as PLINK's `--keep` reads them: the second
-    /// column of each line (the only one on a line of one), or the column a `#…` header
-    /// names `IID`. A malformed line is an [`std::io::ErrorKind::InvalidData`] error naming
-    /// it.
+    /// The samples `path` lists, as PLINK 2's `--keep` reads them: a `#FID IID …` or
+    /// `#IID …` header names the columns; without one, a line of two or more columns is
+    /// `FID IID`, a line of one an IID. A sample without an FID has FID `0`. A malformed
+    /// line is an [`std::io::ErrorKind::InvalidData`] error naming it.
     pub fn read_samples(path: &Path) -> Result<IdList, std::io::Error> {
         let bad = |message: String| std::io::Error::new(std::io::ErrorKind::InvalidData, message);
         let text = std::fs::read_to_string(path)?;
-        let mut column = None;
-        let mut ids = HashSet::new();
+        // The FID and IID columns a header names (no FID column: FID 0).
+        let mut header: Option<(Option<usize>, usize)> = None;
+        let mut pairs = HashSet::new();
         for (no, line) in text.lines().enumerate() {
             let fields: Vec<&str> = line.split_whitespace().collect();
             if fields.is_empty() {
                 continue;
             }
             if no == 0 && fields[0].starts_with('#') {
-                let names = fields.iter().map(|f| f.trim_start_matches('#'));
-                column = Some(
-                    names
-                        .into_iter()
-                        .position(|f| f == "IID")
-                        .ok_or_else(|| bad(format!("the header {line:?} names no IID column")))?,
-                );
+                let names: Vec<&str> = fields.iter().map(|f| f.trim_start_matches('#')).collect();
+                let iid = names
+                    .iter()
+                    .position(|f| *f == "IID")
+                    .ok_or_else(|| bad(format!("the header {line:?} names no IID column")))?;
+                header = Some((names.iter().position(|f| *f == "FID"), iid));
                 continue;
             }
-            let c = column.unwrap_or(usize::from(fields.len() > 1));
-            let id = fields
-                .get(c)
-                .ok_or_else(|| bad(format!("line {} has no IID (column {})", no + 1, c + 1)))?;
-            ids.insert((*id).to_owned());
+            let (fid, iid) = header.unwrap_or(if fields.len() > 1 {
+                (Some(0), 1)
+            } else {
+                (None, 0)
+            });
+            let field = |c: usize, what: &str| {
+                fields
+                    .get(c)
+                    .copied()
+                    .ok_or_else(|| bad(format!("line {} has no {what} (column {})", no + 1, c + 1)))
+            };
+            let iid = field(iid, "IID")?;
+            let fid = fid.map(|c| field(c, "FID")).transpose()?.unwrap_or("0");
+            pairs.insert((fid.to_owned(), iid.to_owned()));
         }
         Ok(IdList {
-            ids,
+            ids: pairs.iter().map(|(_, i)| i.clone()).collect(),
+            pairs: Some(pairs),
             origin: path.display().to_string(),
         })
+    }
+
+    /// Whether the list names the sample `iid` of family `fid` (`None`: a source without
+    /// family IDs, matched by IID).
+    fn names_sample(&self, fid: Option<&str>, iid: &str) -> bool {
+        match (fid, &self.pairs) {
+            (Some(fid), Some(pairs)) => pairs.contains(&(fid.to_owned(), iid.to_owned())),
+            _ => self.ids.contains(iid),
+        }
     }
 }
 
@@ -163,6 +209,12 @@ impl<'a> Lists<'a> {
             None => self.include.is_none(),
         }
     }
+
+    /// Whether the lists keep the sample `iid` of family `fid` ([`IdList::names_sample`]).
+    fn admits_sample(&self, fid: Option<&str>, iid: &str) -> bool {
+        self.include.is_none_or(|l| l.names_sample(fid, iid))
+            && !self.exclude.is_some_and(|l| l.names_sample(fid, iid))
+    }
 }
 
 /// The error of selection parameters (`origin`, as given; `parameter` the first of them)
@@ -224,8 +276,9 @@ impl Selection {
                 ),
             });
         };
-        let subset = SampleSubset::new(source.clone(), &lists.origin, &ids, |_, id| {
-            lists.admits(Some(id))
+        let families = source.family_ids().filter(|f| f.len() == ids.len());
+        let subset = SampleSubset::new(source.clone(), &lists.origin, &ids, |j, id| {
+            lists.admits_sample(families.as_ref().map(|f| f[j].as_str()), id)
         });
         if subset.kept() == 0 {
             return Err(left_nothing(
@@ -356,6 +409,8 @@ pub struct Pca {
     /// The samples' IDs, in the order of the rows of `pcs` (`sample_J` where the input has
     /// none).
     pub sample_ids: Vec<String>,
+    /// Their family IDs, where the input has them (a `.fam`'s first column).
+    pub family_ids: Option<Vec<String>>,
     /// The principal components: samples × k, unit columns, as PLINK 2's `.eigenvec`.
     pub pcs: Array2<f64>,
     /// Eigenvalues of the genetic relationship matrix `XᵀX / M`, PLINK 2's scale (M: the
@@ -400,11 +455,15 @@ impl Pca {
                 }
             })
         };
-        let written =
-            plink_files::write_eigenvec(&tmp(&vec_path), &self.sample_ids, self.pcs.view())
-                .and_then(|()| plink_files::write_eigenval(&tmp(&val_path), &self.eigenvalues))
-                .and_then(|()| publish(&tmp(&vec_path), &vec_path))
-                .and_then(|()| publish(&tmp(&val_path), &val_path));
+        let written = plink_files::write_eigenvec(
+            &tmp(&vec_path),
+            self.family_ids.as_deref(),
+            &self.sample_ids,
+            self.pcs.view(),
+        )
+        .and_then(|()| plink_files::write_eigenval(&tmp(&val_path), &self.eigenvalues))
+        .and_then(|()| publish(&tmp(&vec_path), &vec_path))
+        .and_then(|()| publish(&tmp(&val_path), &val_path));
         if written.is_err() {
             for p in [tmp(&vec_path), tmp(&val_path)] {
                 let _ = std::fs::remove_file(p);
@@ -493,12 +552,18 @@ pub fn pca(
         rankwise_linalg::Operand::Dense(_) => None,
     }
     .unwrap_or_else(|| (0..samples).map(|j| format!("sample_{j}")).collect());
+    let family_ids = match &problem.operand {
+        rankwise_linalg::Operand::Genotypes(g, _) => g.family_ids(),
+        rankwise_linalg::Operand::Dense(_) => None,
+    }
+    .filter(|f| f.len() == sample_ids.len());
     let variants_used = result
         .genotypes
         .as_ref()
         .map_or(0, |g| g.variants - g.variants_filtered);
     Ok(Pca {
         sample_ids,
+        family_ids,
         pcs: result.wt.t().to_owned(),
         eigenvalues,
         explained_variance_ratio,
@@ -560,6 +625,7 @@ mod tests {
         let n = ids.len();
         Pca {
             sample_ids: ids.iter().map(|s| s.to_string()).collect(),
+            family_ids: None,
             pcs: Array2::from_shape_fn((n, 2), |(i, j)| (i * 2 + j) as f64 / 10.0),
             eigenvalues: vec![3.5, 1.25],
             explained_variance_ratio: vec![0.2, 0.1],
@@ -600,6 +666,53 @@ mod tests {
             .filter(|n| n.starts_with("bad"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+        // With family IDs, PLINK 2's `#FID IID` columns.
+        let mut with_fids = result(&["a", "b", "a"]);
+        with_fids.family_ids = Some(vec!["f1".into(), "f1".into(), "f2".into()]);
+        let (vec_path, _) = with_fids.write_plink_files(&dir.join("fid")).unwrap();
+        let text = std::fs::read_to_string(&vec_path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "#FID\tIID\tPC1\tPC2");
+        assert_eq!(lines[3], "f2\ta\t0.4\t0.5");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sample_lists_match_family_and_individual_as_plink2_does() {
+        let dir = std::env::temp_dir().join(format!("rankwise-keep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let read = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            IdList::read_samples(&p).unwrap()
+        };
+        // Two families that share IIDs (plink2 keeps one sample for `fam0 s0`).
+        let two = read("two.txt", "fam0 s0\nfam1\ts1 extra\n");
+        assert!(two.names_sample(Some("fam0"), "s0"));
+        assert!(!two.names_sample(Some("fam1"), "s0"));
+        assert!(two.names_sample(Some("fam1"), "s1"));
+        // One column, or an `#IID` header: FID 0.
+        for list in [read("one.txt", "s0\n"), read("iid.txt", "#IID\ns0\n")] {
+            assert!(list.names_sample(Some("0"), "s0"));
+            assert!(!list.names_sample(Some("s0"), "s0"));
+            assert!(!list.names_sample(Some("fam0"), "s0"));
+        }
+        // A header may put the columns anywhere.
+        let moved = read("moved.txt", "#IID\tSEX\tFID\ns2\t1\tfam9\n");
+        assert!(moved.names_sample(Some("fam9"), "s2"));
+        assert!(!moved.names_sample(Some("0"), "s2"));
+        // A source without family IDs is matched by IID, whatever FID a line gives.
+        assert!(two.names_sample(None, "s0") && two.names_sample(None, "s1"));
+        // A list made of IIDs matches IIDs in any family.
+        let iids = IdList::new(["s0"]);
+        assert!(iids.names_sample(Some("fam0"), "s0") && iids.names_sample(Some("fam1"), "s0"));
+        let pairs = IdList::of_pairs([("fam1", "s0")]);
+        assert!(pairs.names_sample(Some("fam1"), "s0") && !pairs.names_sample(Some("fam0"), "s0"));
+        // A line short of the header's columns is an error naming it.
+        let p = dir.join("short.txt");
+        std::fs::write(&p, "#FID\tIID\nfam0\n").unwrap();
+        let e = IdList::read_samples(&p).unwrap_err().to_string();
+        assert!(e.contains("line 2 has no IID (column 2)"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

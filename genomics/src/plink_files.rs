@@ -84,49 +84,73 @@ fn write_text(
         .map_err(io_error(path))
 }
 
-/// Writes a PLINK 2 compatible `.eigenvec` file (the variant without an FID column).
+/// Writes a PLINK 2 compatible `.eigenvec` file.
 ///
-/// The first line is `#IID\tPC1\tPC2…\tPCk`; then one tab-separated line per sample: its ID and
-/// its `k` component values. `pcs` is `n_samples × k`, row `i` belonging to `sample_ids[i]`.
-/// Values are written with Rust's shortest round-trip `Display` for `f64` (plain decimal, as
-/// PLINK 2 writes), so parsing the file back gives the exact same `f64`s.
+/// The first line is `#FID\tIID\tPC1\tPC2…\tPCk` where `family_ids` are given (as `plink2
+/// --pca` writes them for a `.fam` input), else `#IID\tPC1…` (as for a VCF); then one
+/// tab-separated line per sample: its IDs and its `k` component values. `pcs` is
+/// `n_samples × k`, row `i` belonging to `sample_ids[i]`. Values are written with Rust's
+/// shortest round-trip `Display` for `f64` (plain decimal, as PLINK 2 writes), so parsing
+/// the file back gives the exact same `f64`s.
 ///
 /// # Errors
-/// [`PcaFileError::LengthMismatch`] if `sample_ids.len()` is not the number of rows of `pcs`,
-/// [`PcaFileError::InvalidSampleId`] for an empty ID or one containing whitespace, and
-/// [`PcaFileError::Io`] if the file cannot be created or written. Nothing is written on the
-/// first two.
+/// [`PcaFileError::LengthMismatch`] if `sample_ids.len()` (or `family_ids.len()`) is not
+/// the number of rows of `pcs`, [`PcaFileError::InvalidSampleId`] for an empty ID or one
+/// containing whitespace, and [`PcaFileError::Io`] if the file cannot be created or
+/// written. Nothing is written on the first two.
 pub fn write_eigenvec(
     path: &Path,
+    family_ids: Option<&[String]>,
     sample_ids: &[String],
     pcs: ArrayView2<'_, f64>,
 ) -> Result<(), PcaFileError> {
-    if sample_ids.len() != pcs.nrows() {
-        return Err(PcaFileError::LengthMismatch {
-            path: path.to_path_buf(),
-            what: "number of sample IDs (rows of the PC matrix)",
-            expected: pcs.nrows(),
-            found: sample_ids.len(),
-        });
-    }
-    if let Some((index, id)) = sample_ids
-        .iter()
-        .enumerate()
-        .find(|(_, id)| id.is_empty() || id.chars().any(char::is_whitespace))
-    {
-        return Err(PcaFileError::InvalidSampleId {
-            path: path.to_path_buf(),
-            index,
-            id: id.clone(),
-        });
+    let columns = [
+        (
+            "number of sample IDs (rows of the PC matrix)",
+            Some(sample_ids),
+        ),
+        ("number of family IDs (rows of the PC matrix)", family_ids),
+    ];
+    for (what, ids) in columns {
+        let Some(ids) = ids else { continue };
+        if ids.len() != pcs.nrows() {
+            return Err(PcaFileError::LengthMismatch {
+                path: path.to_path_buf(),
+                what,
+                expected: pcs.nrows(),
+                found: ids.len(),
+            });
+        }
+        if let Some((index, id)) = ids
+            .iter()
+            .enumerate()
+            .find(|(_, id)| id.is_empty() || id.chars().any(char::is_whitespace))
+        {
+            return Err(PcaFileError::InvalidSampleId {
+                path: path.to_path_buf(),
+                index,
+                id: id.clone(),
+            });
+        }
     }
     write_text(path, |out| {
-        write!(out, "#IID")?;
+        write!(
+            out,
+            "{}",
+            if family_ids.is_some() {
+                "#FID\tIID"
+            } else {
+                "#IID"
+            }
+        )?;
         for c in 1..=pcs.ncols() {
             write!(out, "\tPC{c}")?;
         }
         writeln!(out)?;
-        for (id, row) in sample_ids.iter().zip(pcs.rows()) {
+        for (i, (id, row)) in sample_ids.iter().zip(pcs.rows()).enumerate() {
+            if let Some(f) = family_ids {
+                write!(out, "{}\t", f[i])?;
+            }
             write!(out, "{id}")?;
             for v in row {
                 write!(out, "\t{v}")?;
@@ -210,7 +234,7 @@ mod tests {
         pcs[[1, 1]] = f64::MIN_POSITIVE / 4.0;
         pcs[[2, 2]] = 0.1 + 0.2;
         let sample_ids = ids(6);
-        write_eigenvec(&path, &sample_ids, pcs.view()).expect("write eigenvec");
+        write_eigenvec(&path, None, &sample_ids, pcs.view()).expect("write eigenvec");
 
         let text = std::fs::read_to_string(&path).expect("read back");
         let mut lines = text.lines();
@@ -251,7 +275,7 @@ mod tests {
     fn eigenvec_rejects_mismatched_lengths() {
         let dir = TempDir::new("mismatch");
         let path = dir.join("out.eigenvec");
-        let err = write_eigenvec(&path, &ids(4), sample_pcs(5, 2).view()).unwrap_err();
+        let err = write_eigenvec(&path, None, &ids(4), sample_pcs(5, 2).view()).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -273,7 +297,7 @@ mod tests {
         let path = dir.join("out.eigenvec");
         let mut sample_ids = ids(3);
         sample_ids[1] = "a b".to_string();
-        let err = write_eigenvec(&path, &sample_ids, sample_pcs(3, 2).view()).unwrap_err();
+        let err = write_eigenvec(&path, None, &sample_ids, sample_pcs(3, 2).view()).unwrap_err();
         assert!(
             matches!(err, PcaFileError::InvalidSampleId { index: 1, .. }),
             "{err:?}"

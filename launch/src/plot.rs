@@ -417,7 +417,7 @@ mod tests {
         let (pcs, _) = clustered_pcs(10);
 
         let path = missing.join("x.eigenvec");
-        let err = write_eigenvec(&path, &ids(10), pcs.view()).unwrap_err();
+        let err = write_eigenvec(&path, None, &ids(10), pcs.view()).unwrap_err();
         assert!(matches!(err, PcaFileError::Io { .. }), "{err:?}");
         assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");
 

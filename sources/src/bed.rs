@@ -63,6 +63,7 @@ pub struct BedGenotypes {
     variants: u64,
     samples: u64,
     sample_ids: Vec<String>,
+    family_ids: Vec<String>,
 }
 
 /// The three paths of `prefix`, which may also be given as the `.bed` itself.
@@ -141,12 +142,18 @@ impl BedGenotypes {
     /// variants and the `.fam`'s samples make it.
     pub fn open(prefix: &Path) -> Result<BedGenotypes, BedError> {
         let [bed, bim, fam] = fileset(prefix);
-        let mut sample_ids = Vec::new();
+        let (mut sample_ids, mut family_ids) = (Vec::new(), Vec::new());
         let mut bad_fam = None;
-        let samples = lines(&fam, |n, line| match line.split_whitespace().nth(1) {
-            Some(id) => sample_ids.push(id.to_string()),
-            None => {
-                bad_fam.get_or_insert(n);
+        let samples = lines(&fam, |n, line| {
+            let mut fields = line.split_whitespace();
+            match (fields.next(), fields.next()) {
+                (Some(fid), Some(iid)) => {
+                    family_ids.push(fid.to_string());
+                    sample_ids.push(iid.to_string());
+                }
+                _ => {
+                    bad_fam.get_or_insert(n);
+                }
             }
         })?;
         if let Some(n) = bad_fam {
@@ -232,6 +239,7 @@ impl BedGenotypes {
             variants,
             samples,
             sample_ids,
+            family_ids,
         })
     }
 
@@ -392,6 +400,11 @@ impl GenotypeSource for BedGenotypes {
         Some(self.sample_ids.clone())
     }
 
+    /// The `.fam`'s first column.
+    fn family_ids(&self) -> Option<Vec<String>> {
+        Some(self.family_ids.clone())
+    }
+
     /// The `.bim`'s second column.
     fn variant_ids(&self, each: &mut dyn FnMut(Option<&str>)) -> Result<bool, SourceError> {
         self.bim_column(1, "variant ID (second column)", each)
@@ -511,6 +524,10 @@ pub(crate) mod tests {
             assert_eq!(
                 g.sample_ids().unwrap()[samples - 1],
                 format!("s{}", samples - 1)
+            );
+            assert_eq!(
+                g.family_ids().unwrap()[samples - 1],
+                format!("f{}", samples - 1)
             );
             let mut out = ndarray::Array2::<i8>::zeros((4, samples));
             g.fill_dosages(2..6, out.view_mut()).unwrap();

@@ -168,6 +168,11 @@ pub trait GenotypeSource: Send + Sync {
     fn sample_ids(&self) -> Option<Vec<String>> {
         None
     }
+    /// The samples' family IDs, for a source that has them (a `.fam`'s first column): a
+    /// sample is then named by its (FID, IID) pair, as PLINK names it.
+    fn family_ids(&self) -> Option<Vec<String>> {
+        None
+    }
     /// Passes each variant's identifier to `each`, in row order (`None` for a variant that
     /// has none, such as a VCF's `.`), and returns `Ok(true)`; `Ok(false)`, calling nothing,
     /// when the source has no identifiers. `--extract` and `--exclude` select variants by

@@ -123,6 +123,11 @@ impl GenotypeSource for SampleSubset {
         Some(self.cols.iter().map(|&j| ids[j].clone()).collect())
     }
 
+    fn family_ids(&self) -> Option<Vec<String>> {
+        let ids = self.inner.family_ids()?;
+        Some(self.cols.iter().map(|&j| ids[j].clone()).collect())
+    }
+
     fn variant_ids(&self, each: &mut dyn FnMut(Option<&str>)) -> Result<bool, SourceError> {
         self.inner.variant_ids(each)
     }

@@ -545,7 +545,16 @@ fn run_job(
 /// What rank 0 keeps for the files written after the group is committed.
 struct Done {
     text: Option<String>,
-    pcs: Option<(Array2<f64>, Vec<f64>, Vec<String>)>,
+    pcs: Option<SamplePcs>,
+}
+
+/// A PCA's sample PCs and eigenvalues, and the samples' IDs, for the side files.
+struct SamplePcs {
+    pcs: Array2<f64>,
+    eigenvalues: Vec<f64>,
+    sample_ids: Vec<String>,
+    /// The `.fam`'s family IDs, for a PLINK fileset.
+    family_ids: Option<Vec<String>>,
 }
 
 fn finish_side_files(
@@ -560,7 +569,13 @@ fn finish_side_files(
     let mut renames = Vec::new();
     let mut renamed = Vec::new();
     let mut result = Ok(());
-    if let Some((pcs, eigenvalues, ids)) = &done.pcs {
+    if let Some(SamplePcs {
+        pcs,
+        eigenvalues,
+        sample_ids,
+        family_ids,
+    }) = &done.pcs
+    {
         let token =
             o.1.file_name()
                 .and_then(|n| n.to_str())
@@ -581,7 +596,13 @@ fn finish_side_files(
             rankwise::output::temporaries::register(&tmp(p));
         }
         result = (|| -> Result<(), CliError> {
-            write_eigenvec(&tmp(&vec_path), ids, pcs.view()).map_err(io)?;
+            write_eigenvec(
+                &tmp(&vec_path),
+                family_ids.as_deref(),
+                sample_ids,
+                pcs.view(),
+            )
+            .map_err(io)?;
             renames.push((tmp(&vec_path), vec_path.clone()));
             write_eigenval(&tmp(&val_path), eigenvalues).map_err(io)?;
             renames.push((tmp(&val_path), val_path.clone()));
@@ -694,12 +715,18 @@ fn compute(
         summary_text(rt, job, problem, options, &result, pca.as_ref(), elapsed)
     };
     let pcs = pca.map(|p| {
-        let ids = match &problem.operand {
-            Operand::Genotypes(g, _) => g.sample_ids(),
-            Operand::Dense(_) => None,
+        let (ids, families) = match &problem.operand {
+            Operand::Genotypes(g, _) => (g.sample_ids(), g.family_ids()),
+            Operand::Dense(_) => (None, None),
+        };
+        let sample_ids =
+            ids.unwrap_or_else(|| (0..job.shape.1).map(|j| format!("sample_{j}")).collect());
+        SamplePcs {
+            pcs: result.wt.t().to_owned(),
+            eigenvalues: p.eigenvalues,
+            family_ids: families.filter(|f| f.len() == sample_ids.len()),
+            sample_ids,
         }
-        .unwrap_or_else(|| (0..job.shape.1).map(|j| format!("sample_{j}")).collect());
-        (result.wt.t().to_owned(), p.eigenvalues, ids)
     });
     Ok(Done {
         text: Some(text),
