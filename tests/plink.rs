@@ -458,6 +458,39 @@ fn chromosome_options_keep_what_plink2_keeps() {
     ] {
         assert_filters_keep_plink2s_variants(&prefix, (variants, samples, missing), &filters);
     }
+    // No option: X, Y and MT are left out, as plink2 --pca leaves them out (XY and the
+    // unplaced run stay in); --include-non-autosomes keeps them.
+    let sex_and_mt = (cuts[7] - cuts[5]) + (cuts[9] - cuts[8]);
+    let r = report(&embedded(&rankwise_pca(&prefix, samples, 3, &["--json"])));
+    let what = format!("{variants} × {samples}, {sex_and_mt} on X, Y or MT");
+    assert_eq!(r["genotypes"]["variants_filtered"], sex_and_mt, "{what}");
+    if missing == 0.0 {
+        let theirs = plink(&prefix, "default", &["--pca", "3"]).with_extension("eigenval");
+        let theirs = floats(&std::fs::read_to_string(theirs).unwrap());
+        for (j, (e, w)) in json_floats(&r["eigenvalues"])
+            .iter()
+            .zip(&theirs)
+            .enumerate()
+        {
+            assert!(
+                (e - w).abs() <= 1e-5 * w,
+                "{what}: eigenvalue {}: rankwise {e}, plink2 --pca {w}",
+                j + 1
+            );
+        }
+    }
+    let all = rankwise_pca(&prefix, samples, 3, &["--json", "--include-non-autosomes"]);
+    let r = report(&embedded(&all));
+    assert_eq!(r["genotypes"]["variants_filtered"], 0, "{what}");
+    let run = embedded(&rankwise_pca(&prefix, samples, 3, &[]));
+    assert!(
+        sex_and_mt == 0
+            || run
+                .stdout
+                .contains("excluded by X, Y and MT (left out as plink2 --pca"),
+        "{}",
+        run.describe()
+    );
     // A list that leaves nothing fails before the first pass, naming the option.
     let run = embedded(&rankwise_pca(&prefix, samples, 3, &["--chr", "4"]));
     assert!(!run.success(), "{}", run.describe());

@@ -1024,8 +1024,10 @@ fn extract_exclude_and_keep_select_vcf_zarr_variants_and_samples_by_id() {
             common::report(&rankwise(&args, &dir))
         };
         let n = listed.len() as u64;
+        // The selection alone: chrX stays in (`pca` leaves it out by default, below).
+        let all = "--include-non-autosomes";
         for (option, kept) in [("--extract", n), ("--exclude", m - n)] {
-            let r = pca(&[option, list.to_str().unwrap()]);
+            let r = pca(&[option, list.to_str().unwrap(), all]);
             assert_eq!(
                 r["genotypes"]["variants_filtered"].as_u64(),
                 Some(m - kept),
@@ -1045,8 +1047,11 @@ fn extract_exclude_and_keep_select_vcf_zarr_variants_and_samples_by_id() {
         for (options, kept) in [
             (&["--chr", "20"][..], 45),
             (&["--autosome"], 45),
-            (&["--not-chr", "20"], on_x),
-            (&["--chr", "chr23"], on_x),
+            (&["--not-chr", "20", all], on_x),
+            (&["--chr", "chr23", all], on_x),
+            // No option: chrX left out, as plink2 --pca leaves it out.
+            (&[], 45),
+            (&[all], m),
         ] {
             let r = pca(&[&["--oversample", "3"], options].concat());
             assert_eq!(

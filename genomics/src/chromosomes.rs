@@ -111,24 +111,38 @@ pub(crate) fn parse_list(parameter: &'static str, list: &str) -> Result<HashSet<
     Ok(out)
 }
 
-/// What `chromosomes`, `not_chromosomes` and `autosomes_only` keep.
+/// What `chromosomes`, `not_chromosomes` and `autosomes_only` keep, and whether the
+/// variants on X, Y and MT are left out as PLINK 2's `--pca` leaves them out.
 pub(crate) struct ChromosomeFilter {
-    /// The first parameter given, for errors.
+    /// The first parameter given, for errors (`non_autosomes` when none is).
     parameter: &'static str,
     /// The parameters given, as the caller names them (`--chr 1-22 --not-chr 6`).
     origin: String,
     keep: Option<HashSet<String>>,
     drop: Option<HashSet<String>>,
     autosome: bool,
+    /// Leave out X, Y and MT (PLINK 2's `--pca`: "Excluding N variants on non-autosomes
+    /// from PCA"); XY (the pseudo-autosomal regions, diploid) and other contigs stay, as
+    /// there.
+    sex_and_mt_out: bool,
+    /// How the caller names the parameter that keeps them.
+    keeps_them: &'static str,
+}
+
+/// Whether a normalized chromosome name is X, Y or MT: those PLINK 2's `--pca` leaves out
+/// (measured with plink2 v2.00a3.5: XY and unplaced contigs stay in).
+fn sex_or_mt(name: &str) -> bool {
+    matches!(name, "X" | "Y" | "MT")
 }
 
 impl ChromosomeFilter {
     /// The filter of the parameters given (named in `origin` by `names`); `None` when none
-    /// is.
+    /// is and X, Y and MT stay in (`sex_and_mt_out` false).
     pub(crate) fn new(
         chr: Option<&str>,
         not_chr: Option<&str>,
         autosome: bool,
+        sex_and_mt_out: bool,
         names: Names,
     ) -> Result<Option<ChromosomeFilter>, Error> {
         let given = [
@@ -136,8 +150,11 @@ impl ChromosomeFilter {
             ("chromosomes", chr),
             ("not_chromosomes", not_chr),
         ];
-        let Some(parameter) = given.iter().find(|(_, v)| v.is_some()).map(|(o, _)| *o) else {
-            return Ok(None);
+        let parameter = given.iter().find(|(_, v)| v.is_some()).map(|(o, _)| *o);
+        let parameter = match parameter {
+            Some(p) => p,
+            None if sex_and_mt_out => "non_autosomes",
+            None => return Ok(None),
         };
         let origin = given
             .iter()
@@ -152,28 +169,51 @@ impl ChromosomeFilter {
                 .map(|l| parse_list("not_chromosomes", l))
                 .transpose()?,
             autosome,
+            sex_and_mt_out,
+            keeps_them: names("non_autosomes"),
         }))
     }
 
-    /// Whether a variant on chromosome `name` (as the source names it) is kept.
-    pub(crate) fn admits(&self, name: &str) -> bool {
+    /// Whether a variant on chromosome `name` (as the source names it) is kept by the
+    /// parameters given, and whether X, Y and MT being left out removes it then.
+    fn admits(&self, name: &str) -> (bool, bool) {
         let name = normalize(name);
         let autosome = || number(&name).is_some_and(|n| n <= 22);
-        self.keep.as_ref().is_none_or(|k| k.contains(&name))
+        let given = self.keep.as_ref().is_none_or(|k| k.contains(&name))
             && !self.drop.as_ref().is_some_and(|d| d.contains(&name))
-            && (!self.autosome || autosome())
+            && (!self.autosome || autosome());
+        let left_out = given && self.sex_and_mt_out && sex_or_mt(&name);
+        (given && !left_out, left_out)
+    }
+
+    /// Whether only the default is in force (no `chromosomes`, `not_chromosomes` or
+    /// `autosomes_only`).
+    fn default_only(&self) -> bool {
+        self.parameter == "non_autosomes"
     }
 
     /// The rows the filter keeps, one bit per variant of `source`, read from its
-    /// chromosome names.
-    pub(crate) fn select(&self, source: &dyn GenotypeSource) -> Result<RowSelection, Error> {
+    /// chromosome names; `None` when only the default is in force and it leaves nothing
+    /// out, or the source does not name chromosomes.
+    pub(crate) fn select(
+        &self,
+        source: &dyn GenotypeSource,
+    ) -> Result<Option<RowSelection>, Error> {
         let mut selection = RowSelection::builder(self.origin.clone());
-        let has = source.variant_chromosomes(&mut |c| selection.push(self.admits(c)))?;
+        let mut left_out = false;
+        let has = source.variant_chromosomes(&mut |c| {
+            let (kept, out) = self.admits(c);
+            left_out |= out;
+            selection.push(kept);
+        })?;
         let error = |message: String| Error::Parameter {
             parameter: self.parameter,
             message,
         };
         if !has {
+            if self.default_only() {
+                return Ok(None);
+            }
             return Err(error(format!(
                 "{} does not say which chromosome a variant is on (a PLINK fileset's .bim \
                  and a VCF Zarr store's variant_contig and contig_id do)",
@@ -188,7 +228,18 @@ impl ChromosomeFilter {
                 source.shape().0
             )));
         }
-        Ok(selection)
+        if !left_out {
+            return Ok((!self.default_only()).then_some(selection));
+        }
+        let note = format!(
+            "X, Y and MT (left out as plink2 --pca leaves them out; {} keeps them)",
+            self.keeps_them
+        );
+        let origin = match self.origin.as_str() {
+            "" => note,
+            o => format!("{o}; {note}"),
+        };
+        Ok(Some(selection.with_origin(origin)))
     }
 
     /// The parameters given, as the caller names them.
@@ -261,12 +312,17 @@ mod tests {
         let cli = |p: &str| match p {
             "autosomes_only" => "--autosome",
             "chromosomes" => "--chr",
+            "non_autosomes" => "--include-non-autosomes",
             _ => "--not-chr",
         };
-        let f = |chr, not, auto| ChromosomeFilter::new(chr, not, auto, cli).unwrap().unwrap();
+        let f = |chr, not, auto| {
+            ChromosomeFilter::new(chr, not, auto, false, cli)
+                .unwrap()
+                .unwrap()
+        };
         let names = ["1", "chr2", "22", "X", "chrY", "XY", "MT", "0", "scaffold"];
         let kept = |f: &ChromosomeFilter| -> Vec<&str> {
-            names.iter().copied().filter(|n| f.admits(n)).collect()
+            names.iter().copied().filter(|n| f.admits(n).0).collect()
         };
         assert_eq!(kept(&f(None, None, true)), ["1", "chr2", "22"]);
         assert_eq!(kept(&f(Some("2-23"), None, false)), ["chr2", "22", "X"]);
@@ -275,12 +331,28 @@ mod tests {
             ["chr2", "22", "X", "scaffold"]
         );
         assert_eq!(kept(&f(Some("1-2,X"), Some("2"), true)), ["1"]);
-        assert!(ChromosomeFilter::new(None, None, false, cli)
+        assert!(ChromosomeFilter::new(None, None, false, false, cli)
             .unwrap()
             .is_none());
         assert_eq!(
             f(Some("1-4"), Some("3"), true).origin(),
             "--autosome --chr 1-4 --not-chr 3"
+        );
+        // By default X, Y and MT are left out, as plink2 --pca leaves them out; XY and
+        // other contigs stay, and the options given still apply.
+        let pca = ChromosomeFilter::new(None, None, false, true, cli)
+            .unwrap()
+            .unwrap();
+        assert_eq!(kept(&pca), ["1", "chr2", "22", "XY", "0", "scaffold"]);
+        assert_eq!(pca.admits("chrX"), (false, true));
+        let both = ChromosomeFilter::new(Some("2-23"), None, false, true, cli)
+            .unwrap()
+            .unwrap();
+        assert_eq!(kept(&both), ["chr2", "22"]);
+        assert_eq!(
+            both.admits("1"),
+            (false, false),
+            "--chr left it out, not the default"
         );
     }
 }

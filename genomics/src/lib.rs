@@ -165,6 +165,12 @@ pub struct Selection {
     pub not_chromosomes: Option<String>,
     /// Keep only the variants on autosomes 1–22 (PLINK's `--autosome`).
     pub autosomes_only: bool,
+    /// Keep the variants on X, Y and MT. PLINK 2's `--pca` leaves them out ("Excluding N
+    /// variants on non-autosomes from PCA"), and so does [`pca`] unless this is set; XY
+    /// (the pseudo-autosomal regions) and other contigs (scaffolds, unplaced) stay in, as
+    /// there. A source that does
+    /// not name chromosomes keeps every variant.
+    pub non_autosomes: bool,
 }
 
 /// Two lists of the same kind (`keep`/`remove` or `extract`/`exclude`) as one rule.
@@ -301,10 +307,12 @@ impl Selection {
             self.chromosomes.as_deref(),
             self.not_chromosomes.as_deref(),
             self.autosomes_only,
+            !self.non_autosomes,
             names,
         )?
-        .map(|c| c.select(source).map(|rows| (c, rows)))
-        .transpose()?;
+        .map(|c| c.select(source).map(|rows| rows.map(|rows| (c, rows))))
+        .transpose()?
+        .flatten();
         let lists = Lists::of(
             ("extract", self.extract.as_ref()),
             ("exclude", self.exclude.as_ref()),
@@ -314,7 +322,7 @@ impl Selection {
             return match chromosomes {
                 Some((c, rows)) if rows.kept() == 0 => Err(left_nothing(
                     c.parameter(),
-                    c.origin(),
+                    rows.origin(),
                     rows.rows(),
                     "variants",
                     source,
@@ -323,7 +331,19 @@ impl Selection {
             };
         };
         let origin = match &chromosomes {
-            Some((c, _)) => format!("{} {}", c.origin(), lists.origin),
+            Some((c, rows)) => {
+                // The chromosome options, the lists, then what the default left out.
+                let note = rows.origin()[c.origin().len()..].trim_start_matches("; ");
+                let head = [c.origin(), lists.origin.as_str()]
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                match note {
+                    "" => head,
+                    n => format!("{head}; {n}"),
+                }
+            }
             None => lists.origin.clone(),
         };
         let within = chromosomes.map(|(_, rows)| rows);

@@ -909,6 +909,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("chromosomes", "--chr"),
     ("not_chromosomes", "--not-chr"),
     ("autosomes_only", "--autosome"),
+    ("non_autosomes", "--include-non-autosomes"),
     ("vcf_zarr", "--vcf-zarr"),
     ("spec", "--zarr"),
 ];

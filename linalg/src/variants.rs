@@ -104,6 +104,12 @@ impl RowSelection {
     pub fn origin(&self) -> &str {
         &self.origin
     }
+
+    /// The same selection, described by `origin`.
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = origin.into();
+        self
+    }
 }
 
 /// A selection in a report: how it was made and how many rows it keeps, not its bits.

@@ -258,10 +258,15 @@ pub(super) struct PcaArgs {
     /// MT, unplaced and other contigs are excluded).
     #[arg(long)]
     autosome: bool,
-    /// Keep only the samples FILE lists, as PLINK's `--keep` reads it: a line per sample,
-    /// `FID IID` or `IID` alone (or the columns a `#FID IID`/`#IID` header names); the IID
-    /// is matched with the `.fam`'s second column or the store's `sample_id`. Frequencies
-    /// and filters are those of the kept samples.
+    /// Keep the variants on X, Y and MT, which `pca` leaves out by default as `plink2 --pca`
+    /// does ("Excluding N variants on non-autosomes from PCA"). XY (the pseudo-autosomal
+    /// regions) and other contigs stay in either way.
+    #[arg(long = "include-non-autosomes")]
+    include_non_autosomes: bool,
+    /// Keep only the samples FILE lists, as PLINK 2's `--keep` reads it: a line per
+    /// sample, `FID IID`, or `IID` alone for family 0 (or the columns a `#FID IID`/`#IID`
+    /// header names). A `.fam`'s samples are matched by FID and IID, a store's by
+    /// `sample_id` alone. Frequencies and filters are those of the kept samples.
     #[arg(long, value_name = "FILE")]
     keep: Option<PathBuf>,
     /// Drop the samples FILE lists (PLINK's `--remove`; the format of `--keep`).
@@ -425,6 +430,7 @@ pub(super) fn pca_command(
             chromosomes: a.chr.clone(),
             not_chromosomes: a.not_chr.clone(),
             autosomes_only: a.autosome,
+            non_autosomes: a.include_non_autosomes,
         },
         panel_rows: a.chunk_rows,
         ..PcaParams::default()
