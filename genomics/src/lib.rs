@@ -313,6 +313,20 @@ impl Selection {
         .map(|c| c.select(source).map(|rows| rows.map(|rows| (c, rows))))
         .transpose()?
         .flatten();
+        // The chromosome selection and the multiallelic sites skipped, as one: the
+        // parameter that answers for it, its options as given, and the rows it keeps.
+        let chromosomes = match (chromosomes, biallelic_rows(source)?) {
+            (c, None) => c.map(|(c, rows)| (c.parameter(), c.origin().to_owned(), rows)),
+            (None, Some(b)) => Some(("genotypes", String::new(), b)),
+            (Some((c, rows)), Some(b)) => {
+                let origin = format!("{}; {}", rows.origin(), b.origin());
+                let mut both = RowSelection::builder(origin);
+                for row in 0..rows.rows() {
+                    both.push(rows.contains(row) && b.contains(row));
+                }
+                Some((c.parameter(), c.origin().to_owned(), both))
+            }
+        };
         let lists = Lists::of(
             ("extract", self.extract.as_ref()),
             ("exclude", self.exclude.as_ref()),
@@ -320,21 +334,21 @@ impl Selection {
         );
         let Some(lists) = lists else {
             return match chromosomes {
-                Some((c, rows)) if rows.kept() == 0 => Err(left_nothing(
-                    c.parameter(),
+                Some((parameter, _, rows)) if rows.kept() == 0 => Err(left_nothing(
+                    parameter,
                     rows.origin(),
                     rows.rows(),
                     "variants",
                     source,
                 )),
-                other => Ok(other.map(|(_, rows)| rows)),
+                other => Ok(other.map(|(_, _, rows)| rows)),
             };
         };
         let origin = match &chromosomes {
-            Some((c, rows)) => {
-                // The chromosome options, the lists, then what the default left out.
-                let note = rows.origin()[c.origin().len()..].trim_start_matches("; ");
-                let head = [c.origin(), lists.origin.as_str()]
+            Some((_, given, rows)) => {
+                // The chromosome options, the lists, then what was left out by default.
+                let note = rows.origin()[given.len()..].trim_start_matches("; ");
+                let head = [given.as_str(), lists.origin.as_str()]
                     .into_iter()
                     .filter(|s| !s.is_empty())
                     .collect::<Vec<_>>()
@@ -346,7 +360,7 @@ impl Selection {
             }
             None => lists.origin.clone(),
         };
-        let within = chromosomes.map(|(_, rows)| rows);
+        let within = chromosomes.map(|(_, _, rows)| rows);
         // A bit per variant as the IDs stream by: 10⁸ variants take 12.5 MB on each rank.
         let mut selection = RowSelection::builder(origin);
         let mut row = 0u64;
@@ -387,6 +401,39 @@ impl Selection {
         }
         Ok(Some(selection))
     }
+}
+
+/// The variants of at most two alleles, where `source` has some of more: a PCA of dosages
+/// counts the copies of one allele, which a third allele makes meaningless. PLINK 2's
+/// `--pca` refuses such variants; a PCA here skips them and says how many.
+fn biallelic_rows(source: &dyn GenotypeSource) -> Result<Option<RowSelection>, Error> {
+    let mut rows = Vec::new();
+    if !source.variant_allele_counts(&mut |n| rows.push(n <= 2))? {
+        return Ok(None);
+    }
+    let multi = rows.iter().filter(|&&b| !b).count();
+    if multi == 0 {
+        return Ok(None);
+    }
+    if rows.len() as u64 != source.shape().0 {
+        return Err(Error::Parameter {
+            parameter: "genotypes",
+            message: format!(
+                "{} gave allele counts of {} variants for {} variants",
+                source.describe(),
+                rows.len(),
+                source.shape().0
+            ),
+        });
+    }
+    let mut selection = RowSelection::builder(format!(
+        "{multi} multiallelic variants (skipped: a dosage PCA needs two alleles, and plink2 \
+         --pca refuses them; `bcftools norm -m-` splits them into biallelic records)"
+    ));
+    for keep in rows {
+        selection.push(keep);
+    }
+    Ok(Some(selection))
 }
 
 /// The parameters of [`pca`].

@@ -910,6 +910,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("not_chromosomes", "--not-chr"),
     ("autosomes_only", "--autosome"),
     ("non_autosomes", "--include-non-autosomes"),
+    ("genotypes", "--vcf-zarr"),
     ("vcf_zarr", "--vcf-zarr"),
     ("spec", "--zarr"),
 ];

@@ -181,6 +181,13 @@ pub trait GenotypeSource: Send + Sync {
         let _ = each;
         Ok(false)
     }
+    /// Passes each variant's number of alleles to `each`, in row order, and returns
+    /// `Ok(true)`; `Ok(false)`, calling nothing, when the source does not say (a PLINK 1
+    /// fileset is biallelic by construction). A PCA skips the variants of more than two.
+    fn variant_allele_counts(&self, each: &mut dyn FnMut(usize)) -> Result<bool, SourceError> {
+        let _ = each;
+        Ok(false)
+    }
     /// Passes each variant's chromosome (contig) name to `each`, in row order, as the
     /// source names it (`1`, `chr1`, `X`, …), and returns `Ok(true)`; `Ok(false)`, calling
     /// nothing, when the source does not say. `--chr`, `--not-chr` and `--autosome` select

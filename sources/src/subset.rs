@@ -132,6 +132,10 @@ impl GenotypeSource for SampleSubset {
         self.inner.variant_ids(each)
     }
 
+    fn variant_allele_counts(&self, each: &mut dyn FnMut(usize)) -> Result<bool, SourceError> {
+        self.inner.variant_allele_counts(each)
+    }
+
     // Selecting samples keeps every variant: `keep` with `chromosomes` selects by both.
     fn variant_chromosomes(&self, each: &mut dyn FnMut(&str)) -> Result<bool, SourceError> {
         self.inner.variant_chromosomes(each)

@@ -914,6 +914,35 @@ impl ZarrArray {
         })
     }
 
+    /// Passes the rows of a 2-D array of strings to `each`, in order, read a block of rows
+    /// at a time (so a store's `variant_allele` of 10⁸ variants is never whole in memory).
+    pub(crate) fn for_each_string_row(
+        &self,
+        each: &mut dyn FnMut(&[String]),
+    ) -> Result<(), ZarrError> {
+        let shape = self.shape();
+        let &[rows, cols] = shape.as_slice() else {
+            return Err(self.unsupported(format!(
+                "expected a 2-D array of strings, found shape {shape:?}"
+            )));
+        };
+        let block = 1u64 << 16;
+        let mut start = 0;
+        while start < rows {
+            let end = (start + block).min(rows);
+            let part = [start..end, 0..cols];
+            let values = self
+                .array
+                .retrieve_array_subset::<Vec<String>>(&ArraySubset::new_with_ranges(&part))
+                .map_err(|e| self.unsupported(format!("cannot read it as strings: {e}")))?;
+            for row in values.chunks(cols.max(1) as usize) {
+                each(row);
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
     /// Reads a 1-D array of strings (e.g. sample ids).
     pub fn read_strings(&self) -> Result<Vec<String>, ZarrError> {
         let shape = self.shape();
@@ -1822,6 +1851,29 @@ impl GenotypeSource for VcfZarr {
         for id in &ids {
             each(Some(id.as_str()).filter(|id| !id.is_empty() && *id != "."));
         }
+        Ok(true)
+    }
+
+    /// The non-empty entries of each row of `variant_allele`, where the store has it
+    /// (bio2zarr pads a variant's alleles with empty strings to the widest site's).
+    fn variant_allele_counts(&self, each: &mut dyn FnMut(usize)) -> Result<bool, SourceError> {
+        if !self.path.join("variant_allele").exists() {
+            return Ok(false);
+        }
+        let alleles = ZarrArray::open_at(&self.path, "variant_allele")?;
+        let shape = alleles.shape();
+        if shape.first() != Some(&self.shape.0) {
+            return Err(ZarrError::Unsupported {
+                array: format!("{}:variant_allele", self.path.display()),
+                message: format!(
+                    "has shape {shape:?} but call_genotype has {} variants",
+                    self.shape.0
+                ),
+            }
+            .into());
+        }
+        alleles
+            .for_each_string_row(&mut |row| each(row.iter().filter(|a| !a.is_empty()).count()))?;
         Ok(true)
     }
 
