@@ -668,3 +668,59 @@ fn bad_input_fails_on_every_rank_and_leaves_nothing() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// Progress on stderr: rank 0 alone shows it, once a run has taken a second, in a log
+/// file a line every 10 s from then; `--quiet` shows none.
+#[test]
+fn rank_zero_shows_progress_on_stderr_unless_quiet() {
+    let args = [
+        "rsvd",
+        "--rows",
+        "100000",
+        "--cols",
+        "400",
+        "--chunk-rows",
+        "10000",
+        "-k",
+        "20",
+        "--max-passes",
+        "30",
+        "--tol",
+        "1e-15",
+    ];
+    let lines = |run: &RunOutput| {
+        run.stderr
+            .lines()
+            .filter(|l| l.starts_with("rankwise rsvd k = 20: pass "))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    for np in [1usize, 2] {
+        for quiet in [false, true] {
+            let mut all: Vec<&str> = args.to_vec();
+            if quiet {
+                all.push("--quiet");
+            }
+            let t = Instant::now();
+            let run = if np == 1 {
+                embedded(&strings(&all))
+            } else {
+                mpirun::mpirun(np, &rankwise_bin(), &all, CLI_LIMIT)
+            };
+            let seconds = t.elapsed().as_secs_f64();
+            run.assert_success();
+            // The run must outlast the display's first second, or this shows nothing.
+            assert!(seconds > 1.5, "the run took {seconds:.2} s: make it larger");
+            let shown = lines(&run);
+            let what = format!("np {np}, quiet {quiet}, {seconds:.1} s\n{}", run.describe());
+            if quiet {
+                assert!(shown.is_empty(), "{what}");
+                continue;
+            }
+            let most = 1 + (seconds / 10.0) as usize;
+            assert!(!shown.is_empty() && shown.len() <= most, "{what}");
+            assert!(shown[0].contains("(of at most 30)"), "{what}");
+            assert!(shown[0].contains(" | generated 100000 × 400"), "{what}");
+        }
+    }
+}

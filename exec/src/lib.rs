@@ -8,12 +8,14 @@
 mod actor;
 mod budget;
 mod grid;
+mod progress;
 mod runtime;
 mod topology;
 
 pub use actor::{Actor, ActorSpec, Job};
 pub use budget::{format_bytes, parse_bytes, MemoryPlan, ReadBuffers, Residency};
 pub use grid::{ActorKind, ActorShape, Assignment, ChunkGrid, Placement, World};
+pub use progress::{Progress, ProgressSnapshot};
 pub use runtime::{actor_specs, CoreShare, Runtime, RuntimeConfig};
 pub use topology::{
     bind_current_thread, GpuInfo, NumaDomain, Topology, TopologyError, TopologySource,

@@ -8,6 +8,7 @@ use rankwise_transports::Comm;
 
 use crate::actor::{Actor, ActorSpec};
 use crate::grid::{ActorKind, ActorShape, World};
+use crate::progress::Progress;
 use crate::topology::Topology;
 use crate::RuntimeError;
 use rankwise_device::{self as gpu, DeviceChoice, GpuDevice};
@@ -224,6 +225,7 @@ pub struct Runtime {
     comm: Box<dyn Comm>,
     actors: Vec<Actor>,
     world: World,
+    progress: Arc<Progress>,
 }
 
 impl Runtime {
@@ -302,6 +304,7 @@ impl Runtime {
             comm,
             actors,
             world,
+            progress: Arc::default(),
         })
     }
 
@@ -311,6 +314,11 @@ impl Runtime {
         let Runtime { comm, actors, .. } = self;
         drop(actors);
         comm
+    }
+
+    /// This rank's progress, for a display (the drivers and [`Runtime::map`] update it).
+    pub fn progress(&self) -> &Arc<Progress> {
+        &self.progress
     }
 
     /// The transport.
@@ -347,6 +355,9 @@ impl Runtime {
         let f = Arc::new(f);
         let (tx, rx) = unbounded::<(usize, usize, Result<R, String>)>();
         let mut counts = Vec::with_capacity(inputs.len());
+        let counted = self
+            .progress
+            .claim(inputs.iter().map(|i| i.len() as u64).sum());
         for (a, items) in inputs.into_iter().enumerate() {
             counts.push(items.len());
             for (i, item) in items.into_iter().enumerate() {
@@ -366,6 +377,9 @@ impl Runtime {
             .collect();
         let mut first_panic = None;
         for (a, i, r) in rx.iter() {
+            if counted {
+                self.progress.finished();
+            }
             match r {
                 Ok(v) => slots[a][i] = Some(v),
                 Err(message) => {

@@ -137,6 +137,10 @@ struct RunArgs {
     /// Do not pin worker threads to cores.
     #[arg(long)]
     no_pin: bool,
+    /// No progress on stderr (rank 0 shows it for runs longer than a second: a line that
+    /// updates on a terminal, a line every 10 s, then every minute, in a log file).
+    #[arg(long, short = 'q')]
+    quiet: bool,
     /// Where actors compute: `cpu`, `gpu` (one GPU actor per GPU the rank is given; an
     /// error without CUDA or a device), or `auto` (GPUs where CUDA, NVRTC, cuBLAS and a
     /// device are all present, else CPU; `rankwise info` shows what was found).
@@ -623,6 +627,9 @@ fn rank_main(comm: Box<dyn Comm>, run: &RunArgs, launch: &LaunchInfo, job: &Job)
                 Ok(rt) => rt,
                 Err((comm, e)) => return failed(Some(comm), e.into()),
             };
+            // Rank 0's display, gone (its line cleared) before the summary is printed.
+            let _progress = (me == 0 && !run.quiet)
+                .then(|| crate::progress::Display::start(std::sync::Arc::clone(rt.progress())));
             match catch_unwind(AssertUnwindSafe(|| job(&rt, launch))) {
                 Ok(Ok(v)) => Ok(v),
                 Ok(Err(e)) => failed(Some(rt.into_comm()), e),
@@ -1107,6 +1114,7 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
         Some(out) => Some(open_output(rt, out, layout_for(&p, m, n, k))?),
         None => None,
     };
+    rt.progress().set_title("svd", p.source.describe());
     let result = run_svd(
         rt,
         launch,

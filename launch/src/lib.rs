@@ -4,4 +4,5 @@
 pub mod cli;
 pub mod launcher;
 mod plot;
+mod progress;
 pub mod report;

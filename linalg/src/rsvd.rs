@@ -880,6 +880,7 @@ pub fn rsvd(
     let comm = rt.comm();
     let me = comm.rank();
     let plan = RsvdPlan::new(problem, options, rt.world())?;
+    rt.progress().set_max_passes(plan.passes as u64);
     let grid = plan.grid;
     let (m, n) = problem.operand.shape();
     let n = n as usize;
@@ -1405,6 +1406,7 @@ fn range_pass(
     w_sums: Option<&Arc<PartialSums>>,
 ) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError> {
     let w_sums = w_sums.cloned();
+    rt.progress().start_pass();
     match precision {
         Precision::F64 => range_pass_t::<f64>(rt, ctx, states, omega, l, first, w_sums),
         Precision::F32 => {
@@ -1853,6 +1855,7 @@ where
     let c = Arc::clone(ctx);
     let s2 = Arc::clone(sums);
     let reads = ctx.reads(rt, &states)?;
+    rt.progress().start_pass();
     Ok(rt.map(states, move |actor, st: PanelState| {
         let q = st.basis.last().ok_or(LinalgError::Tree {
             level: 0,

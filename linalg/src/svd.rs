@@ -420,6 +420,8 @@ pub fn svd(
         Arc::clone(&reading),
         None,
     )?;
+    rt.progress().set_max_passes(2);
+    rt.progress().start_pass();
     let pass1 = rt.map(
         inputs.clone(),
         move |actor, p| -> Result<Pass1, LinalgError> {
@@ -574,6 +576,7 @@ pub fn svd(
         })
         .collect();
     let reads = PassReads::start(rt, reader, order, &read_buffers, Arc::clone(&reading), None)?;
+    rt.progress().start_pass();
     let pass2 = rt.map(
         inputs2,
         move |actor,

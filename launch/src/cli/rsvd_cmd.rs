@@ -540,6 +540,10 @@ fn run_job(
         None => None,
     };
     let shared = output.as_ref().map(|o| Arc::clone(&o.0));
+    rt.progress().set_title(
+        format!("{} k = {}", job.command, options.k),
+        problem.operand.describe(),
+    );
     let result = compute(rt, launch, job, problem, options, shared, start);
     let result = match (result, &output) {
         (Ok(v), Some(o)) if job.is_pca() => finish_side_files(rt, job, o, v),

@@ -491,6 +491,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         Some(it) => command(GRAM, start_precision, &it.s),
         None => Vec::new(),
     };
+    rt.progress().set_max_passes(options.max_passes as u64);
     let mut timings = Vec::new();
     let mut pass_precisions = Vec::new();
     let mut stats = None;
@@ -589,7 +590,11 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
                 }
                 (Some(it), Some(gs)) => {
                     it.absorb(gs)?;
-                    it.next()?
+                    let next = it.next()?;
+                    if let Some(&worst) = it.history.last() {
+                        rt.progress().set_residual(worst, it.tol);
+                    }
+                    next
                 }
                 _ => Vec::new(),
             };
