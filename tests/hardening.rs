@@ -512,6 +512,48 @@ fn sigint_and_sigterm_remove_the_temporaries_embedded_and_under_mpirun() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A signal's message says where the run was: the pass, of at most how many, of what.
+#[test]
+fn a_signal_says_which_pass_it_ended() {
+    let dir = scratch("hardening-signal-pass");
+    let out = dir.join("r.zarr");
+    let mut cmd = std::process::Command::new(rankwise_bin());
+    cmd.args([
+        "rsvd",
+        "--rows",
+        "400000",
+        "--cols",
+        "400",
+        "--chunk-rows",
+        "20000",
+        "-k",
+        "20",
+        "--tol",
+        "1e-15",
+        "--max-passes",
+        "80",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let started = std::time::Instant::now();
+    // Its output is open (so the passes have begun) and a second has gone by.
+    let ready = || !temporaries(&dir).is_empty() && started.elapsed().as_secs_f64() > 2.0;
+    let (status, stderr) = interrupt(cmd, ready, |c| vec![c.id() as i32], libc::SIGTERM);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("stopped by SIGTERM"))
+        .unwrap_or_else(|| panic!("no stop message: {stderr}"));
+    assert!(
+        line.starts_with("rankwise: rank 0 stopped by SIGTERM in pass ")
+            && line.contains(" (of at most 80) of rsvd k = 20; ")
+            && line.ends_with("temporary output(s) removed"),
+        "{line}"
+    );
+    assert_eq!(temporaries(&dir), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_rank_killed_under_mpirun_leaves_no_temporaries() {
     let dir = scratch("hardening-killed-rank");

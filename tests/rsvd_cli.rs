@@ -394,7 +394,14 @@ fn assert_plot_drawn(path: &std::path::Path, n: usize) {
         .unwrap_or_else(|e| panic!("{}: not a PNG: {e}", path.display()));
     let mut buf = vec![0; reader.output_buffer_size()];
     let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!((info.width, info.height), (800, 600), "{}", path.display());
+    // Panels of 600 × 560: PC1/PC2, PC3/PC4 from k = 4, and the scree from k = 2.
+    assert!(
+        info.height == 560 && [600, 1200, 1800].contains(&info.width),
+        "{}: {} × {}",
+        path.display(),
+        info.width,
+        info.height
+    );
     assert_eq!(info.bit_depth, png::BitDepth::Eight);
     let step = match info.color_type {
         png::ColorType::Rgb => 3,
@@ -433,8 +440,9 @@ fn assert_plot_drawn(path: &std::path::Path, n: usize) {
         coloured.iter().map(f).max().unwrap() - coloured.iter().map(f).min().unwrap()
     };
     let (dx, dy) = (span(|p| p.0), span(|p| p.1));
+    // Across half a panel's width at least (the scatter panels are 600 pixels wide).
     assert!(
-        dx >= w / 2 && dy >= 600 / 3,
+        dx >= 300 && dy >= 560 / 3,
         "{}: points span only {dx} × {dy} pixels",
         path.display()
     );
@@ -723,4 +731,49 @@ fn rank_zero_shows_progress_on_stderr_unless_quiet() {
             assert!(shown[0].contains(" | generated 100000 × 400"), "{what}");
         }
     }
+}
+
+/// `pca --groups FILE` colours the plot by the file's groups; a file that names none of
+/// the samples is an error naming the option, with nothing written.
+#[test]
+fn pca_groups_come_from_a_file_or_fail_naming_it() {
+    let dir = scratch("pca-groups");
+    let n = 120;
+    let groups = dir.join("groups.txt");
+    let lines: String = (0..n)
+        .map(|j| format!("sample_{j} {}\n", ["AFR", "EUR", "EAS"][j % 3]))
+        .collect();
+    std::fs::write(&groups, format!("#IID GROUP\n{lines}")).unwrap();
+    let pca = |file: &Path, out: &Path| {
+        embedded(&strings(&[
+            "pca",
+            "--rows",
+            "3000",
+            "--cols",
+            &n.to_string(),
+            "--chunk-rows",
+            "1000",
+            "-k",
+            "4",
+            "--groups",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]))
+    };
+    let out = dir.join("g.zarr");
+    pca(&groups, &out).assert_success();
+    assert_plot_drawn(&out.with_extension("png"), n);
+    let nobody = dir.join("nobody.txt");
+    std::fs::write(&nobody, "someone_else AFR\n").unwrap();
+    let out = dir.join("n.zarr");
+    let run = pca(&nobody, &out);
+    assert!(!run.success(), "{}", run.describe());
+    assert!(
+        run.stderr.contains("--groups") && run.stderr.contains("names none of the 120 samples"),
+        "{}",
+        run.describe()
+    );
+    assert!(!out.exists() && !out.with_extension("png").exists());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -627,6 +627,11 @@ fn rank_main(comm: Box<dyn Comm>, run: &RunArgs, launch: &LaunchInfo, job: &Job)
                 Ok(rt) => rt,
                 Err((comm, e)) => return failed(Some(comm), e.into()),
             };
+            // A signal's message says where the run was.
+            let progress = std::sync::Arc::clone(rt.progress());
+            rankwise::output::temporaries::set_status(move || {
+                crate::progress::whereabouts(&progress.snapshot())
+            });
             // Rank 0's display, gone (its line cleared) before the summary is printed.
             let _progress = (me == 0 && !run.quiet)
                 .then(|| crate::progress::Display::start(std::sync::Arc::clone(rt.progress())));

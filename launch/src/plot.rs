@@ -1,4 +1,5 @@
-//! The PC1/PC2 scatter plot (PNG) written beside a PCA's outputs.
+//! The PCA's figure (PNG) written beside its outputs: PC1/PC2, PC3/PC4 and a scree plot,
+//! coloured by group.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -34,34 +35,58 @@ fn font_available() -> bool {
     })
 }
 
-/// Plot size in pixels.
-const PLOT_SIZE: (u32, u32) = (800, 600);
+/// One panel's size in pixels; the figure puts its panels side by side.
+const PANEL_SIZE: (u32, u32) = (600, 560);
 
 /// Legends are drawn only up to this many groups; beyond it they would hide the points.
 const MAX_LEGEND_GROUPS: usize = 20;
 
-/// Writes a PNG scatter plot (800×600) of PC1 (x) against PC2 (y), one point per sample.
+/// Samples to colour by group: each sample's index into `names`.
+pub(crate) struct Groups<'a> {
+    /// Each sample's group.
+    pub(crate) of_sample: &'a [usize],
+    /// The groups' names, for the legend.
+    pub(crate) names: &'a [String],
+}
+
+/// The figure's panels for `k` components, `scree` when the explained variances are known.
+fn panels(k: usize, scree: bool) -> usize {
+    1 + usize::from(k >= 4) + usize::from(scree && k >= 2)
+}
+
+/// The figure's size in pixels for `k` components.
+pub(crate) fn figure_size(k: usize, scree: bool) -> (u32, u32) {
+    (PANEL_SIZE.0 * panels(k, scree) as u32, PANEL_SIZE.1)
+}
+
+/// Writes a PNG figure of the PCA, one point per sample: PC1 (x) against PC2 (y), PC3
+/// against PC4 when there are four or more components, and a scree plot of the variance
+/// each component explains (`explained`, fractions of the total, one per component; empty
+/// to leave the scree and the axes' percentages out). With one component the scatter shows
+/// PC1 (y) against the sample index (x).
 ///
-/// `pcs` is `n_samples × k`. With `k == 1` the plot shows PC1 (y) against the sample index (x);
-/// further columns are ignored. `labels`, if given, holds a small group index per sample (e.g. a
-/// population); points are coloured by group and a legend is drawn for up to 20 groups.
+/// `groups`, if given, colours the points by group, with a legend of the groups' names (up
+/// to 20 groups) on the first panel.
 ///
-/// Text (title, axis descriptions "PC1"/"PC2", tick labels, legend) is rendered with a TrueType
-/// font loaded at run time, by default `/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf` from
-/// Debian's `fonts-dejavu-core` (no fontconfig needed). If no such font is found, the plot is
-/// still written, with points and mesh but **without any text**, rather than failing.
+/// Text (title, axis descriptions, tick labels, legend) is rendered with a TrueType font
+/// loaded at run time, by default `/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf` from
+/// Debian's `fonts-dejavu-core` (no fontconfig needed). If no such font is found, the
+/// figure is still written, with points and mesh but **without any text**, rather than
+/// failing.
 ///
 /// # Errors
 /// [`PcaFileError::NoComponents`] if `pcs` has no columns, [`PcaFileError::LengthMismatch`] if
-/// `labels` does not have one entry per sample, and [`PcaFileError::Plot`] if drawing or
-/// writing the PNG fails (e.g. the directory does not exist).
+/// `groups` does not have one entry per sample (or names a group it lacks), and
+/// [`PcaFileError::Plot`] if drawing or writing the PNG fails (e.g. the directory does not
+/// exist).
 pub(crate) fn plot_pcs(
     path: &Path,
     pcs: ArrayView2<'_, f64>,
+    explained: &[f64],
     title: &str,
-    labels: Option<&[usize]>,
+    groups: Option<&Groups<'_>>,
 ) -> Result<(), PcaFileError> {
-    draw_plot(path, pcs, title, labels, font_available())
+    draw_plot(path, pcs, explained, title, groups, font_available())
 }
 
 /// Data range of `values` (finite ones), padded by 5% so points do not sit on the frame.
@@ -82,26 +107,32 @@ fn padded_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
     (lo - pad)..(hi + pad)
 }
 
+type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
 /// [`plot_pcs`] with the font decision made by the caller (`with_text == false` draws no text).
 fn draw_plot(
     path: &Path,
     pcs: ArrayView2<'_, f64>,
+    explained: &[f64],
     title: &str,
-    labels: Option<&[usize]>,
+    groups: Option<&Groups<'_>>,
     with_text: bool,
 ) -> Result<(), PcaFileError> {
-    if pcs.ncols() == 0 {
+    let k = pcs.ncols();
+    if k == 0 {
         return Err(PcaFileError::NoComponents {
             path: path.to_path_buf(),
         });
     }
-    if let Some(labels) = labels {
-        if labels.len() != pcs.nrows() {
+    if let Some(g) = groups {
+        let bad =
+            g.of_sample.len() != pcs.nrows() || g.of_sample.iter().any(|&i| i >= g.names.len());
+        if bad {
             return Err(PcaFileError::LengthMismatch {
                 path: path.to_path_buf(),
-                what: "number of labels (rows of the PC matrix)",
+                what: "number of group labels (rows of the PC matrix)",
                 expected: pcs.nrows(),
-                found: labels.len(),
+                found: g.of_sample.len(),
             });
         }
     }
@@ -109,37 +140,83 @@ fn draw_plot(
         path: path.to_path_buf(),
         message: e.to_string(),
     };
-
-    let points: Vec<(f64, f64)> = if pcs.ncols() >= 2 {
-        pcs.rows().into_iter().map(|r| (r[0], r[1])).collect()
+    let scree = explained.len() == k;
+    let root = BitMapBackend::new(path, figure_size(k, scree)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_error(&e))?;
+    let body = if with_text {
+        root.titled(title, (FONT_FAMILY, 24))
+            .map_err(|e| plot_error(&e))?
     } else {
-        pcs.column(0)
-            .iter()
-            .enumerate()
+        root.clone()
+    };
+    let areas = body.split_evenly((1, panels(k, scree)));
+    let mut areas = areas.iter();
+    let axis = |c: usize| match explained.get(c) {
+        Some(f) if scree => format!("PC{} ({:.2} % of variance)", c + 1, 100.0 * f),
+        _ => format!("PC{}", c + 1),
+    };
+    let first = areas.next().expect("one panel at least");
+    if k >= 2 {
+        let points: Vec<(f64, f64)> = pcs.rows().into_iter().map(|r| (r[0], r[1])).collect();
+        scatter(
+            first,
+            &points,
+            (&axis(0), &axis(1)),
+            groups,
+            with_text,
+            true,
+        )
+    } else {
+        let points: Vec<(f64, f64)> = (pcs.column(0).iter().enumerate())
             .map(|(i, &v)| (i as f64, v))
-            .collect()
-    };
-    let (x_desc, y_desc) = if pcs.ncols() >= 2 {
-        ("PC1", "PC2")
-    } else {
-        ("Sample index", "PC1")
-    };
+            .collect();
+        scatter(
+            first,
+            &points,
+            ("Sample", &axis(0)),
+            groups,
+            with_text,
+            true,
+        )
+    }
+    .map_err(|e| plot_error(&e))?;
+    if k >= 4 {
+        let points: Vec<(f64, f64)> = pcs.rows().into_iter().map(|r| (r[2], r[3])).collect();
+        let area = areas.next().expect("a panel for PC3/PC4");
+        scatter(
+            area,
+            &points,
+            (&axis(2), &axis(3)),
+            groups,
+            with_text,
+            false,
+        )
+        .map_err(|e| plot_error(&e))?;
+    }
+    if let Some(area) = areas.next() {
+        scree_plot(area, explained, with_text).map_err(|e| plot_error(&e))?;
+    }
+    root.present().map_err(|e| plot_error(&e))?;
+    Ok(())
+}
+
+/// A scatter of `points` on `area`, coloured by `groups`, with their legend if `legend`.
+fn scatter(
+    area: &Area<'_>,
+    points: &[(f64, f64)],
+    (x_desc, y_desc): (&str, &str),
+    groups: Option<&Groups<'_>>,
+    with_text: bool,
+    legend: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
     let x_range = padded_range(points.iter().map(|p| p.0));
     let y_range = padded_range(points.iter().map(|p| p.1));
-
-    let root = BitMapBackend::new(path, PLOT_SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| plot_error(&e))?;
-    let mut builder = ChartBuilder::on(&root);
+    let mut builder = ChartBuilder::on(area);
     builder.margin(15);
     if with_text {
-        builder
-            .caption(title, (FONT_FAMILY, 24))
-            .x_label_area_size(45)
-            .y_label_area_size(70);
+        builder.x_label_area_size(45).y_label_area_size(70);
     }
-    let mut chart = builder
-        .build_cartesian_2d(x_range, y_range)
-        .map_err(|e| plot_error(&e))?;
+    let mut chart = builder.build_cartesian_2d(x_range, y_range)?;
     let mut mesh = chart.configure_mesh();
     mesh.light_line_style(RGBColor(230, 230, 230));
     if with_text {
@@ -148,54 +225,92 @@ fn draw_plot(
             .axis_desc_style((FONT_FAMILY, 16))
             .label_style((FONT_FAMILY, 12));
     }
-    mesh.draw().map_err(|e| plot_error(&e))?;
-
+    mesh.draw()?;
     let finite = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite();
-    match labels {
-        None => {
-            let style = Palette99::pick(0).filled();
-            chart
-                .draw_series(
-                    points
-                        .iter()
-                        .copied()
-                        .filter(finite)
-                        .map(|p| Circle::new(p, 3, style)),
-                )
-                .map_err(|e| plot_error(&e))?;
-        }
-        Some(labels) => {
-            let groups: BTreeSet<usize> = labels.iter().copied().collect();
-            let legend = with_text && groups.len() <= MAX_LEGEND_GROUPS;
-            for &group in &groups {
-                let style = Palette99::pick(group).filled();
-                let series = chart
-                    .draw_series(
-                        points
-                            .iter()
-                            .zip(labels)
-                            .filter(|&(p, &g)| g == group && finite(p))
-                            .map(|(&p, _)| Circle::new(p, 3, style)),
-                    )
-                    .map_err(|e| plot_error(&e))?;
-                if legend {
-                    series
-                        .label(format!("group {group}"))
-                        .legend(move |(x, y)| Circle::new((x, y), 4, style));
-                }
-            }
-            if legend {
-                chart
-                    .configure_series_labels()
-                    .label_font((FONT_FAMILY, 12))
-                    .background_style(WHITE.mix(0.8))
-                    .border_style(BLACK)
-                    .draw()
-                    .map_err(|e| plot_error(&e))?;
-            }
+    let Some(g) = groups else {
+        let style = Palette99::pick(0).filled();
+        chart.draw_series(
+            points
+                .iter()
+                .copied()
+                .filter(finite)
+                .map(|p| Circle::new(p, 3, style)),
+        )?;
+        return Ok(());
+    };
+    let present: BTreeSet<usize> = g.of_sample.iter().copied().collect();
+    let legend = legend && with_text && present.len() <= MAX_LEGEND_GROUPS;
+    for &group in &present {
+        let style = Palette99::pick(group).filled();
+        let series = chart.draw_series(
+            points
+                .iter()
+                .zip(g.of_sample)
+                .filter(|&(p, &s)| s == group && finite(p))
+                .map(|(&p, _)| Circle::new(p, 3, style)),
+        )?;
+        if legend {
+            series
+                .label(g.names[group].clone())
+                .legend(move |(x, y)| Circle::new((x, y), 4, style));
         }
     }
-    root.present().map_err(|e| plot_error(&e))?;
+    if legend {
+        chart
+            .configure_series_labels()
+            .label_font((FONT_FAMILY, 12))
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    Ok(())
+}
+
+/// The variance each component explains, in % of the total, against its number.
+fn scree_plot(
+    area: &Area<'_>,
+    explained: &[f64],
+    with_text: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let percent: Vec<(f64, f64)> = explained
+        .iter()
+        .enumerate()
+        .map(|(i, f)| ((i + 1) as f64, 100.0 * f))
+        .collect();
+    let top = percent.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-12);
+    let mut builder = ChartBuilder::on(area);
+    builder.margin(15);
+    if with_text {
+        builder.x_label_area_size(45).y_label_area_size(70);
+    }
+    let mut chart =
+        builder.build_cartesian_2d(0.5..(explained.len() as f64 + 0.5), 0.0..top * 1.1)?;
+    let mut mesh = chart.configure_mesh();
+    mesh.light_line_style(RGBColor(230, 230, 230));
+    // Components are whole numbers: ticks between them stay unlabelled.
+    let whole = |x: &f64| {
+        let r = x.round();
+        if (x - r).abs() < 1e-9 && r >= 1.0 {
+            format!("PC{r}")
+        } else {
+            String::new()
+        }
+    };
+    if with_text {
+        mesh.x_desc("component")
+            .x_labels(2 * explained.len() + 1)
+            .x_label_formatter(&whole)
+            .y_desc("% of variance")
+            .axis_desc_style((FONT_FAMILY, 16))
+            .label_style((FONT_FAMILY, 12));
+    }
+    mesh.draw()?;
+    let line = RGBColor(60, 60, 60);
+    chart.draw_series(LineSeries::new(
+        percent.iter().copied(),
+        line.stroke_width(2),
+    ))?;
+    chart.draw_series(percent.iter().map(|&p| Circle::new(p, 4, line.filled())))?;
     Ok(())
 }
 
@@ -273,14 +388,14 @@ mod tests {
         (info.width, info.height, pixels)
     }
 
-    /// The plot at `path` is an 800 × 600 image, drawn: a white background, the mesh and
+    /// The figure at `path` has `size`, and is drawn: a white background, the mesh and
     /// several other colours, and each of `groups` (Palette99 indices, the points' fills)
-    /// on at least `min_pixels` pixels spread over the plot (not only a legend's marks).
-    /// The callers ask for 5 pixels per point: the plots here measured 37 to 39 per point
-    /// (a filled circle of radius 3), and a legend's mark is one circle of radius 4.
-    fn assert_png(path: &Path, groups: &[usize], min_pixels: usize) {
+    /// on at least `min_pixels` pixels spread over the figure (not only a legend's marks).
+    /// The callers ask for 5 pixels per point: a filled circle of radius 3 measured 37 to
+    /// 39 pixels, and a legend's mark is one circle of radius 4.
+    fn assert_png(path: &Path, size: (u32, u32), groups: &[usize], min_pixels: usize) {
         let (w, h, pixels) = decode_png(path);
-        assert_eq!((w, h), PLOT_SIZE, "{}", path.display());
+        assert_eq!((w, h), size, "{}", path.display());
         let distinct: BTreeSet<[u8; 3]> = pixels.iter().copied().collect();
         assert!(
             distinct.len() >= 3 + groups.len(),
@@ -311,20 +426,34 @@ mod tests {
                 path.display()
             );
         }
-        // The points span the x range (padded 5 % each side) of a plot area most of the
-        // image wide.
+        // The points span the x range (padded 5 % each side) of a panel most of its width.
         assert!(
-            x1 - x0 >= w / 2,
+            x1 - x0 >= PANEL_SIZE.0 / 2,
             "{}: points only between x = {x0} and {x1}",
             path.display()
         );
+    }
+
+    /// Three populations' names.
+    fn names() -> Vec<String> {
+        ["AFR", "EUR", "EAS"].map(String::from).to_vec()
+    }
+
+    /// Explained variances for `k` components, falling.
+    fn explained(k: usize) -> Vec<f64> {
+        (0..k).map(|i| 0.2 / (i + 1) as f64).collect()
     }
 
     #[test]
     fn plot_rejects_mismatched_labels() {
         let dir = TempDir::new("badlabels");
         let path = dir.join("pcs.png");
-        let err = plot_pcs(&path, sample_pcs(5, 2).view(), "t", Some(&[0, 1])).unwrap_err();
+        let names = names();
+        let groups = Groups {
+            of_sample: &[0, 1],
+            names: &names,
+        };
+        let err = plot_pcs(&path, sample_pcs(5, 2).view(), &[], "t", Some(&groups)).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -358,8 +487,10 @@ mod tests {
         let dir = TempDir::new("plot");
         let path = dir.join("pcs.png");
         let (pcs, _) = clustered_pcs(60);
-        plot_pcs(&path, pcs.view(), "Genotype PCA", None).expect("plot");
-        assert_png(&path, &[0], 60 * 5);
+        plot_pcs(&path, pcs.view(), &explained(4), "Genotype PCA", None).expect("plot");
+        // PC1/PC2, PC3/PC4 and the scree: three panels.
+        assert_eq!(figure_size(4, true), (3 * PANEL_SIZE.0, PANEL_SIZE.1));
+        assert_png(&path, figure_size(4, true), &[0], 2 * 60 * 5);
     }
 
     #[test]
@@ -367,14 +498,17 @@ mod tests {
         let dir = TempDir::new("plot-labels");
         let path = dir.join("pcs.png");
         let (pcs, labels) = clustered_pcs(60);
-        plot_pcs(
-            &path,
-            pcs.view(),
-            "Genotype PCA by population",
-            Some(&labels),
-        )
-        .expect("plot");
-        assert_png(&path, &[0, 1, 2], 20 * 5);
+        let names = names();
+        let groups = Groups {
+            of_sample: &labels,
+            names: &names,
+        };
+        let two = pcs.slice(ndarray::s![.., ..2]);
+        plot_pcs(&path, two, &explained(2), "by population", Some(&groups)).expect("plot");
+        assert_png(&path, figure_size(2, true), &[0, 1, 2], 20 * 5);
+        // Without the explained variances: the scatter alone.
+        plot_pcs(&path, two, &[], "by population", Some(&groups)).expect("plot");
+        assert_png(&path, PANEL_SIZE, &[0, 1, 2], 20 * 5);
     }
 
     #[test]
@@ -383,10 +517,15 @@ mod tests {
         let path = dir.join("pc1.png");
         let (pcs, labels) = clustered_pcs(40);
         let one = pcs.slice(ndarray::s![.., ..1]);
-        plot_pcs(&path, one, "PC1 only", None).expect("plot without labels");
-        assert_png(&path, &[0], 40 * 5);
-        plot_pcs(&path, one, "PC1 only", Some(&labels)).expect("plot with labels");
-        assert_png(&path, &[0, 1, 2], 13 * 5);
+        plot_pcs(&path, one, &explained(1), "PC1 only", None).expect("plot without labels");
+        assert_png(&path, figure_size(1, true), &[0], 40 * 5);
+        let names = names();
+        let groups = Groups {
+            of_sample: &labels,
+            names: &names,
+        };
+        plot_pcs(&path, one, &[], "PC1 only", Some(&groups)).expect("plot with labels");
+        assert_png(&path, figure_size(1, false), &[0, 1, 2], 13 * 5);
     }
 
     #[test]
@@ -396,8 +535,21 @@ mod tests {
         let dir = TempDir::new("plot-notext");
         let path = dir.join("pcs.png");
         let (pcs, labels) = clustered_pcs(30);
-        draw_plot(&path, pcs.view(), "ignored", Some(&labels), false).expect("plot");
-        assert_png(&path, &[0, 1, 2], 10 * 5);
+        let names = names();
+        let groups = Groups {
+            of_sample: &labels,
+            names: &names,
+        };
+        draw_plot(
+            &path,
+            pcs.view(),
+            &explained(4),
+            "ignored",
+            Some(&groups),
+            false,
+        )
+        .expect("plot");
+        assert_png(&path, figure_size(4, true), &[0, 1, 2], 10 * 5);
     }
 
     #[test]
@@ -405,7 +557,7 @@ mod tests {
         let dir = TempDir::new("plot-0pc");
         let path = dir.join("pcs.png");
         let pcs = Array2::<f64>::zeros((3, 0));
-        let err = plot_pcs(&path, pcs.view(), "t", None).unwrap_err();
+        let err = plot_pcs(&path, pcs.view(), &[], "t", None).unwrap_err();
         assert!(matches!(err, PcaFileError::NoComponents { .. }), "{err:?}");
         assert!(err.to_string().contains("pcs.png"), "{err}");
     }
@@ -427,7 +579,7 @@ mod tests {
         assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");
 
         let path = missing.join("x.png");
-        let err = plot_pcs(&path, pcs.view(), "t", None).unwrap_err();
+        let err = plot_pcs(&path, pcs.view(), &[], "t", None).unwrap_err();
         assert!(matches!(err, PcaFileError::Plot { .. }), "{err:?}");
         assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");
     }

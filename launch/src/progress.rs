@@ -80,6 +80,22 @@ fn show(progress: &Progress, stop: &AtomicBool, terminal: bool) {
     }
 }
 
+/// Where a run is, for the message of the signal that ends it: `in pass 3 (of at most
+/// 100) of pca k = 10`; empty before a command says what runs.
+pub(crate) fn whereabouts(s: &ProgressSnapshot) -> String {
+    match (s.pass, s.title.as_str()) {
+        (_, "") => String::new(),
+        (0, title) => format!("in {title}, before its first pass"),
+        (pass, title) => {
+            let max = s
+                .max_passes
+                .map(|m| format!(" (of at most {m})"))
+                .unwrap_or_default();
+            format!("in pass {pass}{max} of {title}")
+        }
+    }
+}
+
 /// One line of progress.
 pub(crate) fn line(s: &ProgressSnapshot) -> String {
     let mut out = String::from("rankwise");
@@ -153,6 +169,15 @@ mod tests {
             jobs: (4, 8),
             ..snapshot()
         };
+        assert_eq!(
+            whereabouts(&snapshot()),
+            "in pass 3 (of at most 100) of pca"
+        );
+        let before = ProgressSnapshot {
+            pass: 0,
+            ..snapshot()
+        };
+        assert_eq!(whereabouts(&before), "in pca, before its first pass");
         assert!(line(&fixed).ends_with("rank 0 panels 4/8, 12.000 s; about 6.000 s to go | a test"));
     }
 }

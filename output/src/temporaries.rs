@@ -18,6 +18,10 @@ static TEMPORARIES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// (the PCA's side files before its group), with that mark's path.
 static UNCOMMITTED: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
 static INSTALL: Once = Once::new();
+
+/// What the run was doing, for the message of a signal (`in pass 3 … of pca k = 10`).
+type Status = Box<dyn Fn() -> String + Send + Sync>;
+static STATUS: Mutex<Option<Status>> = Mutex::new(None);
 /// Held (shared) by every write into a temporary output, and (exclusively) by the handler
 /// from the moment a signal comes: no write of this rank runs during or after the removal.
 static WRITES: RwLock<()> = RwLock::new(());
@@ -110,6 +114,14 @@ fn remove_registered() -> usize {
     removed
 }
 
+/// Says where the run is when a signal ends it: `status` is asked by the handler, and its
+/// text (`in pass 3 (of at most 100) of pca k = 10`) follows the signal's name.
+pub fn set_status(status: impl Fn() -> String + Send + Sync + 'static) {
+    if let Ok(mut s) = STATUS.lock() {
+        *s = Some(Box::new(status));
+    }
+}
+
 /// Installs the handler (once per process): a thread waits for SIGINT, SIGTERM or SIGHUP,
 /// removes the registered temporaries, says so on stderr and exits with 128 + the signal's
 /// number, as the default action's status reads to a shell.
@@ -137,9 +149,17 @@ pub fn install(rank: usize) -> std::io::Result<()> {
                             std::thread::sleep(std::time::Duration::from_millis(20));
                             removed += remove_registered();
                         }
+                        // `try_lock`: a handler never waits on a thread it interrupted.
+                        let status = STATUS
+                            .try_lock()
+                            .ok()
+                            .and_then(|s| s.as_ref().map(|f| f()))
+                            .filter(|s| !s.is_empty())
+                            .map(|s| format!(" {s}"))
+                            .unwrap_or_default();
                         eprintln!(
-                            "rankwise: rank {rank} stopped by {name}; {removed} temporary \
-                             output(s) removed"
+                            "rankwise: rank {rank} stopped by {name}{status}; {removed} \
+                             temporary output(s) removed"
                         );
                         std::process::exit(128 + sig);
                     }

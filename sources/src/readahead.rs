@@ -504,10 +504,13 @@ mod tests {
             2,
             "buffers not given back"
         );
-        assert_eq!(
-            pool.scratch.lock().unwrap().len(),
-            2,
-            "readers' scratch not given back"
+        // Each reader takes a scratch from the pool as it starts and gives it back as it
+        // ends: two, or one where the second reader started after the first had ended and
+        // took that one's scratch (the drop can stop the readers before both have begun).
+        let scratch = pool.scratch.lock().unwrap().len();
+        assert!(
+            (1..=2).contains(&scratch),
+            "readers' scratch not given back: {scratch} in the pool"
         );
     }
 }

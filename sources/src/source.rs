@@ -173,6 +173,11 @@ pub trait GenotypeSource: Send + Sync {
     fn family_ids(&self) -> Option<Vec<String>> {
         None
     }
+    /// Each sample's group, where the source knows one (a generated cohort's population),
+    /// for plots.
+    fn sample_groups(&self) -> Option<Vec<String>> {
+        None
+    }
     /// Passes each variant's identifier to `each`, in row order (`None` for a variant that
     /// has none, such as a VCF's `.`), and returns `Ok(true)`; `Ok(false)`, calling nothing,
     /// when the source has no identifiers. `--extract` and `--exclude` select variants by
@@ -948,6 +953,15 @@ impl PanelSource for Generated {
 impl GenotypeSource for Generated {
     fn generated(&self) -> Option<&Generated> {
         Some(self)
+    }
+
+    /// `population 1` … `population K` of a cohort generated with `K > 1` populations.
+    fn sample_groups(&self) -> Option<Vec<String>> {
+        (self.populations > 1).then(|| {
+            (0..self.cols)
+                .map(|j| format!("population {}", self.population_of(j) + 1))
+                .collect()
+        })
     }
 
     fn shape(&self) -> (u64, u64) {

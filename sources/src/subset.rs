@@ -128,6 +128,11 @@ impl GenotypeSource for SampleSubset {
         Some(self.cols.iter().map(|&j| ids[j].clone()).collect())
     }
 
+    fn sample_groups(&self) -> Option<Vec<String>> {
+        let groups = self.inner.sample_groups()?;
+        Some(self.cols.iter().map(|&j| groups[j].clone()).collect())
+    }
+
     fn variant_ids(&self, each: &mut dyn FnMut(Option<&str>)) -> Result<bool, SourceError> {
         self.inner.variant_ids(each)
     }

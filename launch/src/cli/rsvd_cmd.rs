@@ -22,7 +22,7 @@ use super::{
     OpenOutput, RunArgs,
 };
 use crate::launcher::LaunchInfo;
-use crate::plot::plot_pcs;
+use crate::plot::{plot_pcs, Groups};
 use crate::report::seconds;
 use rankwise::genomics::plink_files::{write_eigenval, write_eigenvec};
 use rankwise::output::group::{OutputLayout, SvdOutput};
@@ -272,6 +272,11 @@ pub(super) struct PcaArgs {
     /// Drop the samples FILE lists (PLINK's `--remove`; the format of `--keep`).
     #[arg(long, value_name = "FILE")]
     remove: Option<PathBuf>,
+    /// Colour the plot's samples by the groups FILE gives: `IID GROUP` or `FID IID GROUP`
+    /// lines (`#` lines skipped). By default a generated cohort's populations, else the
+    /// `.fam`'s FIDs where they name 2 to 20 groups.
+    #[arg(long, value_name = "FILE")]
+    groups: Option<PathBuf>,
     #[command(flatten)]
     sketch: SketchArgs,
     #[command(flatten)]
@@ -330,6 +335,7 @@ pub(super) fn rsvd_command(
         out: a.out.clone(),
         json: a.json,
         require_converged: a.sketch.require_converged,
+        groups: None,
     };
     run_job(rt, launch, &job, &problem, &options, start)
 }
@@ -449,6 +455,7 @@ pub(super) fn pca_command(
         out: a.out.clone(),
         json: a.json,
         require_converged: a.sketch.require_converged,
+        groups: a.groups.clone(),
     };
     run_job(rt, launch, &job, &problem, &options, start)
 }
@@ -461,6 +468,8 @@ struct Job {
     out: Option<PathBuf>,
     json: bool,
     require_converged: bool,
+    /// `pca --groups`.
+    groups: Option<PathBuf>,
 }
 
 impl Job {
@@ -562,6 +571,10 @@ struct Done {
 struct SamplePcs {
     pcs: Array2<f64>,
     eigenvalues: Vec<f64>,
+    /// Each component's share of the variance.
+    explained: Vec<f64>,
+    /// The plot's groups: each sample's, and their names.
+    groups: Option<(Vec<usize>, Vec<String>)>,
     sample_ids: Vec<String>,
     /// The `.fam`'s family IDs, for a PLINK fileset.
     family_ids: Option<Vec<String>>,
@@ -582,6 +595,8 @@ fn finish_side_files(
     if let Some(SamplePcs {
         pcs,
         eigenvalues,
+        explained,
+        groups,
         sample_ids,
         family_ids,
     }) = &done.pcs
@@ -616,11 +631,15 @@ fn finish_side_files(
             renames.push((tmp(&vec_path), vec_path.clone()));
             write_eigenval(&tmp(&val_path), eigenvalues).map_err(io)?;
             renames.push((tmp(&val_path), val_path.clone()));
+            let groups = groups
+                .as_ref()
+                .map(|(of_sample, names)| Groups { of_sample, names });
             plot_pcs(
                 &tmp(&png_path),
                 pcs.view(),
+                explained,
                 &format!("rankwise pca: {}", out.display()),
-                None,
+                groups.as_ref(),
             )
             .map_err(io)?;
             renames.push((tmp(&png_path), png_path.clone()));
@@ -724,24 +743,109 @@ fn compute(
     } else {
         summary_text(rt, job, problem, options, &result, pca.as_ref(), elapsed)
     };
-    let pcs = pca.map(|p| {
-        let (ids, families) = match &problem.operand {
-            Operand::Genotypes(g, _) => (g.sample_ids(), g.family_ids()),
-            Operand::Dense(_) => (None, None),
-        };
-        let sample_ids =
-            ids.unwrap_or_else(|| (0..job.shape.1).map(|j| format!("sample_{j}")).collect());
-        SamplePcs {
-            pcs: result.wt.t().to_owned(),
-            eigenvalues: p.eigenvalues,
-            family_ids: families.filter(|f| f.len() == sample_ids.len()),
-            sample_ids,
+    let pcs = match pca {
+        Some(p) => {
+            let (ids, families, groups) = match &problem.operand {
+                Operand::Genotypes(g, _) => (g.sample_ids(), g.family_ids(), g.sample_groups()),
+                Operand::Dense(_) => (None, None, None),
+            };
+            let sample_ids =
+                ids.unwrap_or_else(|| (0..job.shape.1).map(|j| format!("sample_{j}")).collect());
+            let family_ids = families.filter(|f| f.len() == sample_ids.len());
+            let groups = match &job.groups {
+                Some(file) => Some(groups_file(file, family_ids.as_deref(), &sample_ids)?),
+                None => groups
+                    .filter(|g| g.len() == sample_ids.len())
+                    .or_else(|| family_ids.clone().filter(|f| fids_are_groups(f)))
+                    .map(|names| indexed(&names)),
+            };
+            Some(SamplePcs {
+                pcs: result.wt.t().to_owned(),
+                eigenvalues: p.eigenvalues,
+                explained: p.explained,
+                groups,
+                family_ids,
+                sample_ids,
+            })
         }
-    });
+        None => None,
+    };
     Ok(Done {
         text: Some(text),
         pcs,
     })
+}
+
+/// Each sample's group as an index into the groups' names (in order of first sight).
+fn indexed(labels: &[String]) -> (Vec<usize>, Vec<String>) {
+    let mut names: Vec<String> = Vec::new();
+    let of_sample = labels
+        .iter()
+        .map(|l| match names.iter().position(|n| n == l) {
+            Some(i) => i,
+            None => {
+                names.push(l.clone());
+                names.len() - 1
+            }
+        })
+        .collect();
+    (of_sample, names)
+}
+
+/// Whether a `.fam`'s FIDs name groups worth colouring: 2 to 20 of them, fewer than the
+/// samples (an FID per sample, or every FID 0, names none).
+fn fids_are_groups(fids: &[String]) -> bool {
+    let distinct: std::collections::BTreeSet<&String> = fids.iter().collect();
+    (2..=20).contains(&distinct.len()) && distinct.len() < fids.len()
+}
+
+/// `pca --groups FILE`: `IID GROUP` or `FID IID GROUP` lines; samples it does not list are
+/// in the group `unlisted`.
+fn groups_file(
+    file: &Path,
+    fids: Option<&[String]>,
+    iids: &[String],
+) -> Result<(Vec<usize>, Vec<String>), CliError> {
+    let bad = |message: String| CliError::Option {
+        option: "--groups",
+        message: format!("{}: {message}", file.display()),
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    let mut by_pair = std::collections::HashMap::new();
+    let mut by_iid = std::collections::HashMap::new();
+    for (no, line) in text.lines().enumerate() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            [] => {}
+            [first, ..] if first.starts_with('#') => {}
+            [iid, group] => {
+                by_iid.insert(iid.to_string(), group.to_string());
+            }
+            [fid, iid, group, ..] => {
+                by_pair.insert((fid.to_string(), iid.to_string()), group.to_string());
+                by_iid.insert(iid.to_string(), group.to_string());
+            }
+            [_] => return Err(bad(format!("line {} has no group (`IID GROUP`)", no + 1))),
+        }
+    }
+    let labels: Vec<String> = iids
+        .iter()
+        .enumerate()
+        .map(|(j, iid)| {
+            let pair = fids.map(|f| (f[j].clone(), iid.clone()));
+            pair.and_then(|p| by_pair.get(&p))
+                .or_else(|| by_iid.get(iid))
+                .cloned()
+                .unwrap_or_else(|| "unlisted".into())
+        })
+        .collect();
+    if labels.iter().all(|l| l == "unlisted") {
+        return Err(bad(format!(
+            "names none of the {} samples (by IID, or FID and IID)",
+            iids.len()
+        )));
+    }
+    Ok(indexed(&labels))
 }
 
 /// PCA figures from the singular values.
