@@ -424,4 +424,12 @@ fn plan_and_info_describe_the_run() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.to_lowercase().contains("numa"), "{stdout}");
     assert!(stdout.contains("actor 0"), "{stdout}");
+    // The build and its libraries, first.
+    let head: Vec<&str> = stdout.lines().take(3).collect();
+    assert!(
+        head[0].starts_with(&format!("rankwise {} (git ", env!("CARGO_PKG_VERSION"))),
+        "{stdout}"
+    );
+    assert!(head[1].starts_with("BLAS: OpenBLAS"), "{stdout}");
+    assert_eq!(head[2], "MPI: not used (local transport)", "{stdout}");
 }

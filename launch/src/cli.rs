@@ -769,7 +769,17 @@ fn info(rt: &Runtime, launch: &LaunchInfo, check: bool) -> Result<Option<String>
     let mine = lines.join("\n") + "\n";
     let all = rt.comm().gather_bytes(0, mine.as_bytes())?;
     Ok(all.map(|all| {
-        let mut out = topology.summary();
+        // What a result needs to be reproduced: the build and the libraries it runs on.
+        let mut out = format!(
+            "rankwise {} (git {})\nBLAS: {}\nMPI: {}\n",
+            env!("CARGO_PKG_VERSION"),
+            rankwise::output::report::revision(),
+            rankwise_linalg::blas_library(),
+            rt.comm()
+                .library()
+                .unwrap_or_else(|| "not used (local transport)".into())
+        );
+        out.push_str(&topology.summary());
         if !out.ends_with('\n') {
             out.push('\n');
         }
