@@ -777,3 +777,54 @@ fn pca_groups_come_from_a_file_or_fail_naming_it() {
     assert!(!out.exists() && !out.with_extension("png").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--plan` prints the plan of an rsvd or a PCA and stops: nothing read, nothing written,
+/// the same plan under mpirun as embedded.
+#[test]
+fn plan_shows_the_plan_and_runs_nothing() {
+    let dir = scratch("rsvd-plan");
+    let out = dir.join("never.zarr");
+    let args = |command: &str| {
+        strings(&[
+            command,
+            "--rows",
+            "40000",
+            "--cols",
+            "300",
+            "--chunk-rows",
+            "5000",
+            "-k",
+            "6",
+            "--plan",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    for command in ["rsvd", "pca"] {
+        let run = embedded(&args(command));
+        run.assert_success();
+        let text = &run.stdout;
+        assert!(
+            text.starts_with(&format!("rankwise {command} plan: generated 40000 × 300")),
+            "{text}"
+        );
+        assert!(
+            text.contains("grid: 40000 × 300 in 8 panels of 5000 rows"),
+            "{text}"
+        );
+        assert!(text.contains("k = 6, sketch 16 columns"), "{text}");
+        assert!(!out.exists(), "--plan wrote {}", out.display());
+        let mut json = args(command);
+        json.push("--json".into());
+        let plan = report(&embedded(&json));
+        assert_eq!(plan["grid"]["chunk_rows"], 5000, "{plan}");
+        let a: Vec<&str> = json.iter().map(String::as_str).collect();
+        let two = mpirun::mpirun(2, &rankwise_bin(), &a, CLI_LIMIT);
+        two.assert_success();
+        let two: Value = serde_json::from_str(&two.stdout).unwrap();
+        assert_eq!(two["ranks"], 2, "{two}");
+        assert_eq!(two["placement"]["owner"].as_array().unwrap().len(), 8);
+    }
+    assert!(!out.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

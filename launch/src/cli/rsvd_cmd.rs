@@ -71,6 +71,10 @@ pub(super) struct SketchArgs {
     /// --tol, instead of warning.
     #[arg(long)]
     require_converged: bool,
+    /// Print the plan (panels, placement, each actor's memory and residency, the sketch)
+    /// and exit without reading or computing anything; with --json, as JSON.
+    #[arg(long)]
+    plan: bool,
     /// Gaussian probes of the a-posteriori error estimate (0: none).
     #[arg(long, default_value_t = 4)]
     probes: usize,
@@ -335,6 +339,7 @@ pub(super) fn rsvd_command(
         out: a.out.clone(),
         json: a.json,
         require_converged: a.sketch.require_converged,
+        plan_only: a.sketch.plan,
         groups: None,
     };
     run_job(rt, launch, &job, &problem, &options, start)
@@ -455,6 +460,7 @@ pub(super) fn pca_command(
         out: a.out.clone(),
         json: a.json,
         require_converged: a.sketch.require_converged,
+        plan_only: a.sketch.plan,
         groups: a.groups.clone(),
     };
     run_job(rt, launch, &job, &problem, &options, start)
@@ -468,6 +474,8 @@ struct Job {
     out: Option<PathBuf>,
     json: bool,
     require_converged: bool,
+    /// `--plan`: print the plan and stop.
+    plan_only: bool,
     /// `pca --groups`.
     groups: Option<PathBuf>,
 }
@@ -487,7 +495,17 @@ fn run_job(
     start: Instant,
 ) -> Result<Option<String>, CliError> {
     // Every rank refuses bad options or a bad budget before any output exists.
-    RsvdPlan::new(problem, options, rt.world())?;
+    let plan = RsvdPlan::new(problem, options, rt.world())?;
+    if job.plan_only {
+        if rt.rank() != 0 {
+            return Ok(None);
+        }
+        return Ok(Some(if job.json {
+            serde_json::to_string_pretty(&plan).unwrap_or_default() + "\n"
+        } else {
+            plan_text(rt, job, problem, options, &plan)
+        }));
+    }
     let output = match &job.out {
         Some(out) => {
             if job.is_pca() {
@@ -774,6 +792,88 @@ fn compute(
         text: Some(text),
         pcs,
     })
+}
+
+/// `--plan`'s text: the matrix, the panels, the solver's passes and each actor's share
+/// and memory.
+fn plan_text(
+    rt: &Runtime,
+    job: &Job,
+    problem: &RsvdProblem,
+    options: &RsvdOptions,
+    plan: &RsvdPlan,
+) -> String {
+    use std::fmt::Write;
+    let g = plan.grid;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "rankwise {} plan: {}",
+        job.command,
+        problem.operand.describe()
+    );
+    let _ = writeln!(
+        s,
+        "grid: {} × {} in {} panels of {} rows{}",
+        g.rows,
+        g.cols,
+        g.panels(),
+        g.chunk_rows,
+        if problem.transposed {
+            " (the transpose of the input)"
+        } else {
+            ""
+        }
+    );
+    let solver = match options.method {
+        Method::Lobpcg => format!(
+            "LOBPCG to tol {:.0e}, at most {} passes",
+            options.tol, options.max_passes
+        ),
+        m => format!("{m:?}, {} passes", plan.passes),
+    };
+    let _ = writeln!(
+        s,
+        "k = {}, sketch {} columns, basis {}; {solver}",
+        options.k, plan.sketch, plan.basis
+    );
+    let _ = writeln!(
+        s,
+        "ranks: {}, actors: {}, transport {}",
+        plan.ranks,
+        rt.world().actors(),
+        rt.comm().name()
+    );
+    let _ = writeln!(
+        s,
+        "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>11} {:>11}  residency",
+        "rank", "actor", "device", "panels", "rows", "budget", "read bufs"
+    );
+    for (a, m) in plan.placement.assignments.iter().zip(&plan.memory) {
+        let rows: u64 = a
+            .panels
+            .clone()
+            .map(|q| g.panel_rows(q).end - g.panel_rows(q).start)
+            .sum();
+        let panels = if a.panels.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{}..{}", a.panels.start, a.panels.end)
+        };
+        let _ = writeln!(
+            s,
+            "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>11} {:>11}  {:?}",
+            a.rank,
+            a.actor,
+            rt.world().ranks[a.rank][a.actor].device,
+            panels,
+            rows,
+            format_bytes(m.budget),
+            format_bytes(m.read_bytes),
+            m.residency
+        );
+    }
+    s
 }
 
 /// Each sample's group as an index into the groups' names (in order of first sight).
