@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rankwise_sources::{split_spec, VcfZarr, ZarrArray, ZarrGenotypes, ZarrMatrix};
+use rankwise_sources::{split_spec, VcfZarr, ZarrArray, ZarrError, ZarrGenotypes, ZarrMatrix};
 use rankwise_sources::{BedGenotypes, GenotypeSource, PanelSource};
 
 use crate::Error;
@@ -71,7 +71,7 @@ impl Input {
             Input::Zarr(spec) => {
                 let z = ZarrGenotypes::open(spec)?;
                 let samples = GenotypeSource::shape(&z).1;
-                Arc::new(match sibling_sample_ids(spec, samples) {
+                Arc::new(match sibling_sample_ids(spec, samples)? {
                     Some(ids) => z.with_sample_ids(ids),
                     None => z,
                 })
@@ -108,20 +108,34 @@ impl Input {
 }
 
 /// Sample identifiers for a dosage array inside a group: the group's 1-D string array
-/// `sample_id`, when it has one entry per sample.
-pub(crate) fn sibling_sample_ids(spec: &str, samples: u64) -> Option<Vec<String>> {
+/// `sample_id` (variable-length or fixed-width strings), `None` where the group has none.
+/// One that cannot be read, or whose length is not the samples', is an error naming it:
+/// silently numbering the samples instead would mislabel every `.eigenvec` line.
+pub(crate) fn sibling_sample_ids(spec: &str, samples: u64) -> Result<Option<Vec<String>>, Error> {
     let (path, array) = split_spec(spec);
-    let group = Path::new(&array).parent()?.to_string_lossy().into_owned();
+    let Some(group) = Path::new(&array).parent() else {
+        return Ok(None);
+    };
+    let group = group.to_string_lossy().into_owned();
     let name = if group.is_empty() {
         "sample_id".to_string()
     } else {
         format!("{group}/sample_id")
     };
     if !path.join(&name).exists() {
-        return None;
+        return Ok(None);
     }
-    let ids = ZarrArray::open_at(&path, &name).ok()?.read_strings().ok()?;
-    (ids.len() as u64 == samples).then_some(ids)
+    let ids = ZarrArray::open_at(&path, &name)?.read_strings()?;
+    if ids.len() as u64 != samples {
+        return Err(Error::from(ZarrError::Unsupported {
+            array: format!("{}:{name}", path.display()),
+            message: format!(
+                "has {} sample IDs, but the dosage array has {samples} samples",
+                ids.len()
+            ),
+        }));
+    }
+    Ok(Some(ids))
 }
 
 #[cfg(test)]

@@ -1155,3 +1155,76 @@ fn rankwise_read_decodes_every_fixture_once_with_the_truth_checksum() {
     }
     report(problems, dense.len(), "fixtures through `rankwise read`");
 }
+
+/// A dosage array's sibling `sample_id` written by zarr-python from a numpy string array
+/// (fixed-width: `<U…` in v2, `fixed_length_utf32` in v3) names the `.eigenvec`'s samples,
+/// as a variable-length one does; one of the wrong length is an error naming it.
+#[test]
+fn fixed_width_sample_ids_name_the_samples_and_a_wrong_length_is_an_error() {
+    let dir = scratch("zarr-interop-fixed-ids");
+    let script = r#"
+import sys, warnings
+import numpy as np, zarr
+warnings.simplefilter("ignore")
+out = sys.argv[1]
+g = np.random.default_rng(7).integers(0, 3, (300, 40)).astype("int8")
+for fmt in (2, 3):
+    for kind, ids in (("fixed", np.array([f"ind{i:02d}" for i in range(40)])),
+                      ("vlen", np.array([f"ind{i:02d}" for i in range(40)], dtype=object)),
+                      ("short", np.array([f"ind{i:02d}" for i in range(39)]))):
+        root = zarr.open_group(f"{out}/{kind}{fmt}.zarr", mode="w", zarr_format=fmt)
+        d = root.create_array("dosage", shape=g.shape, dtype="int8", chunks=(100, 40))
+        d[:] = g
+        dtype = str if ids.dtype == object else ids.dtype
+        s = root.create_array("sample_id", shape=ids.shape, dtype=dtype, chunks=ids.shape)
+        s[:] = ids
+"#;
+    let out = Command::new(zarr_python())
+        .args(["-c", script, dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want: Vec<String> = (0..40).map(|i| format!("ind{i:02}")).collect();
+    for fmt in [2, 3] {
+        for kind in ["fixed", "vlen"] {
+            let store = dir.join(format!("{kind}{fmt}.zarr"));
+            let result = dir.join(format!("{kind}{fmt}-pca.zarr"));
+            let spec = format!("{}:dosage", store.display());
+            let run = rankwise(
+                &[
+                    "pca",
+                    "--zarr",
+                    &spec,
+                    "-k",
+                    "2",
+                    "--out",
+                    result.to_str().unwrap(),
+                ]
+                .map(String::from),
+                &dir,
+            );
+            assert!(run.success(), "{kind} v{fmt}: {}", run.describe());
+            let text = fs::read_to_string(result.with_extension("eigenvec")).unwrap();
+            let named: Vec<&str> = text
+                .lines()
+                .skip(1)
+                .map(|l| l.split('\t').next().unwrap())
+                .collect();
+            assert_eq!(named, want, "{kind} v{fmt}");
+        }
+        let short = dir.join(format!("short{fmt}.zarr"));
+        let spec = format!("{}:dosage", short.display());
+        let run = rankwise(&["pca", "--zarr", &spec, "-k", "2"].map(String::from), &dir);
+        assert!(!run.success(), "v{fmt}: {}", run.describe());
+        assert!(
+            run.stderr.contains("sample_id") && run.stderr.contains("has 39 sample IDs"),
+            "v{fmt}: {}",
+            run.describe()
+        );
+    }
+    let _ = fs::remove_dir_all(&dir);
+}

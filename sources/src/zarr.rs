@@ -931,10 +931,7 @@ impl ZarrArray {
         while start < rows {
             let end = (start + block).min(rows);
             let part = [start..end, 0..cols];
-            let values = self
-                .array
-                .retrieve_array_subset::<Vec<String>>(&ArraySubset::new_with_ranges(&part))
-                .map_err(|e| self.unsupported(format!("cannot read it as strings: {e}")))?;
+            let values = self.strings_of(&ArraySubset::new_with_ranges(&part))?;
             for row in values.chunks(cols.max(1) as usize) {
                 each(row);
             }
@@ -951,9 +948,23 @@ impl ZarrArray {
                 "expected a 1-D array of strings, found shape {shape:?}"
             )));
         }
-        self.array
-            .retrieve_array_subset::<Vec<String>>(&ArraySubset::new_with_shape(vec![shape[0]]))
-            .map_err(|e| self.unsupported(format!("cannot read it as strings: {e}")))
+        self.strings_of(&ArraySubset::new_with_shape(vec![shape[0]]))
+    }
+
+    /// The strings of `subset`: variable-length UTF-8 (`string`, zarr-python's `str`), or
+    /// fixed-width UTF-32 (`fixed_length_utf32`, numpy's `<U…`, zarr-python's default for
+    /// numpy strings), without its padding.
+    fn strings_of(&self, subset: &ArraySubset) -> Result<Vec<String>, ZarrError> {
+        match self.array.retrieve_array_subset::<Vec<String>>(subset) {
+            Ok(v) => Ok(v),
+            Err(utf8) => match self.array.retrieve_array_subset::<Vec<Vec<char>>>(subset) {
+                Ok(fixed) => Ok(fixed.into_iter().map(String::from_iter).collect()),
+                Err(_) => Err(self.unsupported(format!(
+                    "cannot read its {} values as strings: {utf8}",
+                    self.data_type_name()
+                ))),
+            },
+        }
     }
 }
 
