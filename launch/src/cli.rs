@@ -1009,6 +1009,49 @@ fn plan(rt: &Runtime, a: &PlanArgs) -> Result<Option<String>, CliError> {
     Ok(Some(plan_text(&plan, &p, rt)))
 }
 
+/// A plan's table of actors: each one's panels and rows, the bytes of those rows in f64,
+/// its budget, its read-ahead buffers, and whether its panels stay resident between passes.
+pub(crate) fn actor_table(
+    rt: &Runtime,
+    g: rankwise_exec::ChunkGrid,
+    placement: &rankwise_exec::Placement,
+    memory: &[rankwise_exec::MemoryPlan],
+) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>10} {:>11} {:>11}  residency",
+        "rank", "actor", "device", "panels", "rows", "bytes", "budget", "read bufs"
+    );
+    for (a, m) in placement.assignments.iter().zip(memory) {
+        let rows: u64 = a
+            .panels
+            .clone()
+            .map(|q| g.panel_rows(q).end - g.panel_rows(q).start)
+            .sum();
+        let panels = if a.panels.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{}..{}", a.panels.start, a.panels.end)
+        };
+        let _ = writeln!(
+            s,
+            "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>10} {:>11} {:>11}  {:?}",
+            a.rank,
+            a.actor,
+            rt.world().ranks[a.rank][a.actor].device,
+            panels,
+            rows,
+            format_bytes(rows * g.cols * 8),
+            format_bytes(m.budget),
+            format_bytes(m.read_bytes),
+            m.residency
+        );
+    }
+    s
+}
+
 fn plan_text(plan: &SvdPlan, p: &SvdProblem, rt: &Runtime) -> String {
     use std::fmt::Write;
     let g = plan.grid;
@@ -1035,35 +1078,7 @@ fn plan_text(plan: &SvdPlan, p: &SvdProblem, rt: &Runtime) -> String {
         rt.world().actors(),
         rt.comm().name()
     );
-    let _ = writeln!(
-        s,
-        "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>10} {:>11}  residency",
-        "rank", "actor", "device", "panels", "rows", "bytes", "budget"
-    );
-    for (a, m) in plan.placement.assignments.iter().zip(&plan.memory) {
-        let rows: u64 = a
-            .panels
-            .clone()
-            .map(|q| g.panel_rows(q).end - g.panel_rows(q).start)
-            .sum();
-        let panels = if a.panels.is_empty() {
-            "none".to_string()
-        } else {
-            format!("{}..{}", a.panels.start, a.panels.end)
-        };
-        let _ = writeln!(
-            s,
-            "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>10} {:>11}  {:?} per pass",
-            a.rank,
-            a.actor,
-            rt.world().ranks[a.rank][a.actor].device,
-            panels,
-            rows,
-            format_bytes(rows * g.cols * 8),
-            format_bytes(m.budget),
-            m.residency
-        );
-    }
+    s.push_str(&actor_table(rt, g, &plan.placement, &plan.memory));
     if let Some(st) = p.source.stored() {
         let _ = writeln!(
             s,

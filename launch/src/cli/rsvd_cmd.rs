@@ -844,35 +844,7 @@ fn plan_text(
         rt.world().actors(),
         rt.comm().name()
     );
-    let _ = writeln!(
-        s,
-        "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>11} {:>11}  residency",
-        "rank", "actor", "device", "panels", "rows", "budget", "read bufs"
-    );
-    for (a, m) in plan.placement.assignments.iter().zip(&plan.memory) {
-        let rows: u64 = a
-            .panels
-            .clone()
-            .map(|q| g.panel_rows(q).end - g.panel_rows(q).start)
-            .sum();
-        let panels = if a.panels.is_empty() {
-            "none".to_string()
-        } else {
-            format!("{}..{}", a.panels.start, a.panels.end)
-        };
-        let _ = writeln!(
-            s,
-            "{:>5} {:>5}  {:<28} {:>13} {:>12} {:>11} {:>11}  {:?}",
-            a.rank,
-            a.actor,
-            rt.world().ranks[a.rank][a.actor].device,
-            panels,
-            rows,
-            format_bytes(m.budget),
-            format_bytes(m.read_bytes),
-            m.residency
-        );
-    }
+    s.push_str(&super::actor_table(rt, g, &plan.placement, &plan.memory));
     s
 }
 
