@@ -496,6 +496,15 @@ fn run_job(
 ) -> Result<Option<String>, CliError> {
     // Every rank refuses bad options or a bad budget before any output exists.
     let plan = RsvdPlan::new(problem, options, rt.world())?;
+    // A `--groups` file that cannot be used fails every rank now, not rank 0 after the
+    // passes (the figure is drawn from it at the end).
+    if let (Some(file), Operand::Genotypes(g, _)) = (&job.groups, &problem.operand) {
+        let ids = g
+            .sample_ids()
+            .unwrap_or_else(|| (0..job.shape.1).map(|j| format!("sample_{j}")).collect());
+        let fids = g.family_ids().filter(|f| f.len() == ids.len());
+        groups_file(file, fids.as_deref(), &ids)?;
+    }
     if job.plan_only {
         if rt.rank() != 0 {
             return Ok(None);
