@@ -407,33 +407,30 @@ impl Selection {
 /// counts the copies of one allele, which a third allele makes meaningless. PLINK 2's
 /// `--pca` refuses such variants; a PCA here skips them and says how many.
 fn biallelic_rows(source: &dyn GenotypeSource) -> Result<Option<RowSelection>, Error> {
-    let mut rows = Vec::new();
-    if !source.variant_allele_counts(&mut |n| rows.push(n <= 2))? {
+    // A bit per variant as the counts stream by, as the ID lists are held.
+    let mut selection = RowSelection::builder(String::new());
+    if !source.variant_allele_counts(&mut |n| selection.push(n <= 2))? {
         return Ok(None);
     }
-    let multi = rows.iter().filter(|&&b| !b).count();
+    let multi = selection.rows() - selection.kept();
     if multi == 0 {
         return Ok(None);
     }
-    if rows.len() as u64 != source.shape().0 {
+    if selection.rows() != source.shape().0 {
         return Err(Error::Parameter {
             parameter: "genotypes",
             message: format!(
                 "{} gave allele counts of {} variants for {} variants",
                 source.describe(),
-                rows.len(),
+                selection.rows(),
                 source.shape().0
             ),
         });
     }
-    let mut selection = RowSelection::builder(format!(
+    Ok(Some(selection.with_origin(format!(
         "{multi} multiallelic variants (skipped: a dosage PCA needs two alleles, and plink2 \
          --pca refuses them; `bcftools norm -m-` splits them into biallelic records)"
-    ));
-    for keep in rows {
-        selection.push(keep);
-    }
-    Ok(Some(selection))
+    ))))
 }
 
 /// The parameters of [`pca`].
