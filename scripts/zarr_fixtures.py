@@ -314,6 +314,10 @@ def dense_fixtures(w):
     w.dense("v2_f64_bigendian", 2, "f64", "blosc-lz4-shuffle", store_dtype=">f8")
     w.dense("v2_i32_bigendian", 2, "i32", "none", store_dtype=">i4")
     w.dense("v3_f64_bigendian", 3, "f64", "zstd", serializer=BytesCodec(endian="big"))
+    # Sharded with big-endian inner chunks: zarrs decodes them, after rankwise has checked
+    # each inner chunk it reads decodes to no more than its size.
+    w.dense("v3_f64_sharded_bigendian", 3, "f64", "zstd", chunks=(4, 5), shards=(16, 10),
+            serializer=BytesCodec(endian="big"))
 
     # v2 fill_value null (zarr-python 2 and older VCF Zarr writers), every chunk written.
     w.dense("v2_i8_fill_null", 2, "i8", "blosc-zstd-bitshuffle")

@@ -758,8 +758,9 @@ fn decompression_bombs_oversize_chunk_files_and_dev_zero_links_stay_within_the_b
 }
 
 /// Chains that zarrs decodes (big-endian values, a checksum inside the compressor, two
-/// compressors, a Zarr 2 big-endian dtype): a bomb in their chunk is refused, naming the
-/// chunk, before zarrs expands it, and the run stays within its budget.
+/// compressors, a Zarr 2 big-endian dtype, and shards whose inner chunks are such chains):
+/// a bomb in their chunk (or inner chunk) is refused, naming the chunk, before zarrs
+/// expands it, and the run stays within its budget.
 #[test]
 fn decompression_bombs_in_chains_zarrs_decodes_stay_within_the_budget() {
     let mut draw = Draw(test_seed() ^ 34);
@@ -767,20 +768,27 @@ fn decompression_bombs_in_chains_zarrs_decodes_stay_within_the_budget() {
     let cols = draw.range(90, 110);
     let rows = 100 * draw.range(4, 8);
     // (format, codec gen writes, how the chain is rewritten, the bomb's codec and size)
-    let cases: [(&str, &str, &str, &str, u64); 4] = [
+    let cases: [(&str, &str, &str, &str, u64); 6] = [
         ("v3", "zstd", "big-endian", "zstd", 400 << 20),
         ("v3", "gzip", "crc32c inside", "gzip", 64 << 20),
         ("v3", "gzip", "zstd around", "zstd(gzip)", 64 << 20),
         ("v2", "zstd", "big-endian", "zstd", 400 << 20),
+        ("v3", "zstd", "sharded big-endian", "zstd", 400 << 20),
+        ("v3", "gzip", "sharded crc32c inside", "gzip", 64 << 20),
     ];
     for (i, (format, codec, chain, bomb, len)) in cases.into_iter().enumerate() {
         let store = dir.join(format!("z{i}.zarr"));
+        let sharded = chain.starts_with("sharded");
+        let mut args = vec!["--format", format, "--codec", codec];
+        if sharded {
+            args.extend(["--shard-rows", "200"]);
+        }
         let spec = gen_store(
             &store,
             (rows, cols, 100),
             "normal",
             &draw.next().to_string(),
-            &["--format", format, "--codec", codec],
+            &args,
         );
         // The chain, rewritten where gen wrote it.
         let meta_path = store.join(if format == "v3" {
@@ -792,6 +800,17 @@ fn decompression_bombs_in_chains_zarrs_decodes_stay_within_the_budget() {
             serde_json::from_str(&std::fs::read_to_string(&meta_path).unwrap()).unwrap();
         match (format, chain) {
             ("v2", _) => meta["dtype"] = serde_json::json!(">f8"),
+            // The shard's inner chain, rewritten: the shards stay as gen wrote them.
+            (_, "sharded big-endian") => {
+                meta["codecs"][0]["configuration"]["codecs"][0] =
+                    serde_json::json!({"name": "bytes", "configuration": {"endian": "big"}})
+            }
+            (_, "sharded crc32c inside") => {
+                let codecs = meta["codecs"][0]["configuration"]["codecs"]
+                    .as_array_mut()
+                    .unwrap();
+                codecs.insert(1, serde_json::json!({"name": "crc32c"}));
+            }
             (_, "big-endian") => {
                 meta["codecs"][0] =
                     serde_json::json!({"name": "bytes", "configuration": {"endian": "big"}})
@@ -807,6 +826,16 @@ fn decompression_bombs_in_chains_zarrs_decodes_stay_within_the_budget() {
         }
         std::fs::write(&meta_path, serde_json::to_string(&meta).unwrap()).unwrap();
         let chunk = first_chunk(&store);
+        if sharded {
+            // The first shard's first inner chunk becomes the bomb; the index and its
+            // CRC-32C are rewritten to match, as a hostile writer would.
+            let bomb_file = dir.join(format!("bomb{i}"));
+            write_bomb(&bomb_file, bomb, len);
+            replace_first_inner_chunk(&chunk, &std::fs::read(&bomb_file).unwrap(), 2);
+            let what = format!("{format} {codec}, {chain}, a {bomb} bomb, {rows} × {cols}");
+            read_is_refused_within_64m(&spec, format, "decompresses to more than", &what);
+            continue;
+        }
         std::fs::remove_file(&chunk).unwrap();
         if bomb == "zstd(gzip)" {
             let inner = dir.join(format!("inner{i}"));
@@ -820,6 +849,35 @@ fn decompression_bombs_in_chains_zarrs_decodes_stay_within_the_budget() {
         read_is_refused_within_64m(&spec, format, "decompresses to more than", &what);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Rewrites the shard file `shard` (index at the end: `entries` little-endian (offset,
+/// length) pairs and their CRC-32C) with `bytes` as its first inner chunk and the others
+/// as they were.
+fn replace_first_inner_chunk(shard: &Path, bytes: &[u8], entries: usize) {
+    let old = std::fs::read(shard).unwrap();
+    let index_at = old.len() - entries * 16 - 4;
+    let entry = |j: usize| {
+        let e = &old[index_at + j * 16..index_at + j * 16 + 16];
+        (
+            u64::from_le_bytes(e[..8].try_into().unwrap()) as usize,
+            u64::from_le_bytes(e[8..].try_into().unwrap()) as usize,
+        )
+    };
+    let mut out = bytes.to_vec();
+    let mut index = Vec::new();
+    index.extend((0u64).to_le_bytes());
+    index.extend((bytes.len() as u64).to_le_bytes());
+    for j in 1..entries {
+        let (off, nb) = entry(j);
+        index.extend((out.len() as u64).to_le_bytes());
+        index.extend((nb as u64).to_le_bytes());
+        out.extend_from_slice(&old[off..off + nb]);
+    }
+    let crc = crc32c(&index);
+    out.extend(index);
+    out.extend(crc.to_le_bytes());
+    std::fs::write(shard, out).unwrap();
 }
 
 /// The process's fixed overhead, stated beside the budget (docs/memory.md): the binary

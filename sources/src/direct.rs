@@ -499,10 +499,22 @@ pub(crate) fn check_stages(
 ) -> Result<(), String> {
     let file =
         std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut reader: Box<dyn Read> = Box::new(std::io::BufReader::with_capacity(
-        STREAM_BUFFER,
-        file.take(len),
-    ));
+    check_stages_in(
+        Box::new(std::io::BufReader::with_capacity(
+            STREAM_BUFFER,
+            file.take(len),
+        )),
+        stages,
+        whole,
+    )
+}
+
+/// [`check_stages`] of the encoded chunk `reader` yields (an inner chunk of a shard).
+pub(crate) fn check_stages_in<'r>(
+    mut reader: Box<dyn Read + 'r>,
+    stages: &[Stage],
+    whole: u64,
+) -> Result<(), String> {
     let limit =
         whole.saturating_add(4 * stages.iter().filter(|s| **s == Stage::Crc32c).count() as u64);
     let corrupt = |label: &str, e: std::io::Error| format!("the {label} stream is corrupt: {e}");

@@ -20,7 +20,8 @@
 //! by zarrs (see `direct.rs`: zarrs' two fresh allocations per chunk cost more than the
 //! decoding); every other chain goes through zarrs' decode-into views, after a check that
 //! its compressors expand the chunk to no more than its size (`direct::check_stages`: zarrs
-//! grows its output to whatever a stream expands to). When such chunks
+//! grows its output to whatever a stream expands to; for a shard, each inner chunk a read
+//! needs is checked so, against the index read here). When such chunks
 //! span every column, any range of rows decodes without the rest of its chunk (Blosc
 //! reads and decodes only the blocks holding it), so the read-ahead can read a
 //! band in segments of a few MiB however large the stored chunks are
@@ -98,36 +99,63 @@ pub struct ZarrArray {
     shard: Option<Shard>,
     /// The stages zarrs decodes that could expand (checked before it decodes a chunk).
     stages: Option<Vec<crate::direct::Stage>>,
+    /// A sharded array zarrs decodes whose inner chunks are checked before it does.
+    zarrs_shard: Option<ZarrsShard>,
 }
 
-/// A sharded array whose shards are decoded here: the inner chunks' codec chain is a
-/// [`DirectCodec`] and the index is little-endian (offset, length) pairs with or without
-/// a CRC-32C. zarrs would decode an inner chunk into a buffer sized by what its stream
-/// claims; here each is decoded into its declared size, after its range was checked
-/// against the shard file.
+/// The layout of a sharded array's shards: the inner chunk shape, and where and how the
+/// index of little-endian (offset, length) pairs is stored (with or without a CRC-32C).
 #[derive(Clone, Debug)]
-struct Shard {
+struct ShardLayout {
     /// Inner chunk shape.
     inner: Vec<u64>,
-    /// Inner chunks' codec.
-    codec: DirectCodec,
     /// Whether the index is at the end of the shard file (else at its start).
     index_at_end: bool,
     /// Whether the index carries a CRC-32C.
     crc: bool,
 }
 
-impl Shard {
-    /// The shard layout of `meta` (v3 JSON) when it is one decoded here.
-    fn of(meta: &serde_json::Value, shard_shape: &[u64]) -> Option<Shard> {
-        let codecs = meta.get("codecs")?.as_array()?;
-        let [c] = codecs.as_slice() else {
-            return None;
-        };
-        if c.get("name")?.as_str()? != "sharding_indexed" {
-            return None;
-        }
-        let conf = c.get("configuration")?;
+/// A sharded array whose shards are decoded here: the inner chunks' codec chain is a
+/// [`DirectCodec`]. zarrs would decode an inner chunk into a buffer sized by what its
+/// stream claims; here each is decoded into its declared size, after its range was
+/// checked against the shard file.
+#[derive(Clone, Debug)]
+struct Shard {
+    /// Where the inner chunks are.
+    layout: ShardLayout,
+    /// Inner chunks' codec.
+    codec: DirectCodec,
+}
+
+/// A sharded array that zarrs decodes (its inner chain is not a [`DirectCodec`]: big-endian
+/// values, a checksum, two compressors) whose inner chain could expand: before zarrs
+/// decodes a shard, every inner chunk the read needs is checked to decode to no more than
+/// its size, as an unsharded chunk zarrs decodes is.
+#[derive(Clone, Debug)]
+struct ZarrsShard {
+    /// Where the inner chunks are.
+    layout: ShardLayout,
+    /// The inner chain's bytes-to-bytes stages, outermost first.
+    stages: Vec<crate::direct::Stage>,
+}
+
+/// The configuration of the array's one `sharding_indexed` codec, if that is its chain.
+fn sharding_config(meta: &serde_json::Value) -> Option<&serde_json::Value> {
+    let codecs = meta.get("codecs")?.as_array()?;
+    let [c] = codecs.as_slice() else {
+        return None;
+    };
+    if c.get("name")?.as_str()? != "sharding_indexed" {
+        return None;
+    }
+    c.get("configuration")
+}
+
+impl ShardLayout {
+    /// The shard layout of `meta` (v3 JSON) when its chain is one `sharding_indexed` codec
+    /// whose index is read here (little-endian `bytes`, then optionally `crc32c`).
+    fn of(meta: &serde_json::Value, shard_shape: &[u64]) -> Option<ShardLayout> {
+        let conf = sharding_config(meta)?;
         let inner: Vec<u64> = conf
             .get("chunk_shape")?
             .as_array()?
@@ -142,10 +170,10 @@ impl Shard {
         {
             return None;
         }
-        let codec = DirectCodec::of(&serde_json::json!({ "codecs": conf.get("codecs")? }))?;
         let index = conf.get("index_codecs")?.as_array()?;
         fn name(v: &serde_json::Value) -> Option<&str> {
-            v.get("name").and_then(|n| n.as_str())
+            v.as_str()
+                .or_else(|| v.get("name").and_then(|n| n.as_str()))
         }
         let little = |v: &serde_json::Value| {
             v.get("configuration")
@@ -163,9 +191,8 @@ impl Shard {
             Some("start") => false,
             Some(_) => return None,
         };
-        Some(Shard {
+        Some(ShardLayout {
             inner,
-            codec,
             index_at_end,
             crc,
         })
@@ -184,6 +211,158 @@ impl Shard {
     fn index_len(&self, shard_shape: &[u64]) -> u64 {
         self.count(shard_shape) * 16 + if self.crc { 4 } else { 0 }
     }
+
+    /// Reads and checks the index of the `len`-byte shard `file`: its (offset, length)
+    /// entries, in the inner chunks' C order.
+    fn read_index(
+        &self,
+        file: &std::fs::File,
+        len: u64,
+        shard_shape: &[u64],
+    ) -> Result<Vec<(u64, u64)>, String> {
+        use std::os::unix::fs::FileExt;
+        let count = self.count(shard_shape);
+        let index_len = self.index_len(shard_shape);
+        if len < index_len {
+            return Err(format!(
+                "the shard is {len} bytes, shorter than its index ({index_len} bytes for \
+                 {count} inner chunks)"
+            ));
+        }
+        let at = if self.index_at_end {
+            len - index_len
+        } else {
+            0
+        };
+        let mut index = vec![0u8; index_len as usize];
+        file.read_exact_at(&mut index, at)
+            .map_err(|e| format!("cannot read the shard index: {e}"))?;
+        let entries = (count * 16) as usize;
+        if self.crc {
+            let want = u32::from_le_bytes(index[entries..entries + 4].try_into().expect("4"));
+            let got = crc32c::crc32c(&index[..entries]);
+            if got != want {
+                return Err(format!(
+                    "the shard index's CRC-32C is {got:#010x}, it records {want:#010x} \
+                     (corrupt index)"
+                ));
+            }
+        }
+        Ok(index[..entries]
+            .chunks_exact(16)
+            .map(|e| {
+                (
+                    u64::from_le_bytes(e[..8].try_into().expect("8")),
+                    u64::from_le_bytes(e[8..].try_into().expect("8")),
+                )
+            })
+            .collect())
+    }
+
+    /// The inner chunks of the shard at `origin` (of shape `shard_shape`) that meet
+    /// `region`, per dimension; empty when the shard does not meet it.
+    fn span(&self, shard_shape: &[u64], origin: &[u64], region: &[Range<u64>]) -> Vec<Range<u64>> {
+        (0..shard_shape.len())
+            .map(|k| {
+                let lo = region[k].start.max(origin[k]);
+                let hi = region[k].end.min(origin[k] + shard_shape[k]);
+                if lo >= hi {
+                    0..0
+                } else {
+                    (lo - origin[k]) / self.inner[k]..(hi - origin[k]).div_ceil(self.inner[k])
+                }
+            })
+            .collect()
+    }
+
+    /// Calls `each` with every inner chunk position in `span` (C order) and its linear
+    /// number in the index.
+    fn for_each_in<E>(
+        &self,
+        shard_shape: &[u64],
+        span: &[Range<u64>],
+        mut each: impl FnMut(&[u64], usize) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if span.iter().any(|r| r.is_empty()) {
+            return Ok(());
+        }
+        let d = shard_shape.len();
+        let per: Vec<u64> = shard_shape
+            .iter()
+            .zip(&self.inner)
+            .map(|(s, i)| s / i)
+            .collect();
+        let mut j: Vec<u64> = span.iter().map(|r| r.start).collect();
+        loop {
+            let linear = (0..d).fold(0u64, |a, k| a * per[k] + j[k]) as usize;
+            each(&j, linear)?;
+            let mut k = d;
+            loop {
+                if k == 0 {
+                    return Ok(());
+                }
+                k -= 1;
+                j[k] += 1;
+                if j[k] < span[k].end {
+                    break;
+                }
+                j[k] = span[k].start;
+            }
+        }
+    }
+}
+
+impl Shard {
+    /// The shard layout of `meta` (v3 JSON) when it is one decoded here.
+    fn of(meta: &serde_json::Value, shard_shape: &[u64]) -> Option<Shard> {
+        let layout = ShardLayout::of(meta, shard_shape)?;
+        let conf = sharding_config(meta)?;
+        let codec = DirectCodec::of(&serde_json::json!({ "codecs": conf.get("codecs")? }))?;
+        Some(Shard { layout, codec })
+    }
+}
+
+impl ZarrsShard {
+    /// The layout and expanding stages of a sharded `meta` (v3 JSON) that zarrs decodes;
+    /// `None` when its inner chain holds nothing that could expand, or is decoded here.
+    fn of(meta: &serde_json::Value, shard_shape: &[u64]) -> Option<ZarrsShard> {
+        let layout = ShardLayout::of(meta, shard_shape)?;
+        let conf = sharding_config(meta)?;
+        let stages =
+            crate::direct::Stage::of_chain(&serde_json::json!({ "codecs": conf.get("codecs")? }))?;
+        Some(ZarrsShard { layout, stages })
+    }
+}
+
+/// Why a sharded array's memory could not be bounded, if so: its chain shards, its shards
+/// are neither decoded here nor checked before zarrs decodes them (nested sharding, an
+/// index with codecs of its own), and something inside could expand.
+fn unbounded_sharding(meta: &serde_json::Value) -> Option<String> {
+    let codecs = meta.get("codecs")?.as_array()?;
+    let shard = codecs
+        .iter()
+        .find(|c| c.get("name").and_then(|n| n.as_str()) == Some("sharding_indexed"))?;
+    fn expands(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::String(s) => {
+                matches!(
+                    s.as_str(),
+                    "blosc" | "zstd" | "gzip" | "zlib" | "bz2" | "lz4"
+                )
+            }
+            serde_json::Value::Array(a) => a.iter().any(expands),
+            serde_json::Value::Object(o) => o.values().any(expands),
+            _ => false,
+        }
+    }
+    expands(shard).then(|| {
+        format!(
+            "its sharding ({}) holds a compressor that could expand a shard beyond the memory \
+             budget, in a layout whose shards cannot be checked before they are decoded \
+             (nested sharding, or an index with codecs other than `bytes` and `crc32c`)",
+            serde_json::to_string(shard).unwrap_or_default()
+        )
+    })
 }
 
 impl std::fmt::Debug for ZarrArray {
@@ -292,10 +471,25 @@ impl ZarrArray {
         let codecs = describe_codecs(&meta);
         let direct = DirectCodec::of(&meta);
         let stages = crate::direct::Stage::of_chain(&meta);
-        let shard = array
+        let shard_shape: Option<Vec<u64>> = array
             .chunk_shape(&vec![0; array.dimensionality()])
             .ok()
-            .and_then(|c| Shard::of(&meta, &c.iter().map(|x| x.get()).collect::<Vec<_>>()));
+            .map(|c| c.iter().map(|x| x.get()).collect());
+        let shard = shard_shape.as_deref().and_then(|c| Shard::of(&meta, c));
+        let zarrs_shard = match &shard {
+            Some(_) => None,
+            None => shard_shape
+                .as_deref()
+                .and_then(|c| ZarrsShard::of(&meta, c)),
+        };
+        if shard.is_none() && zarrs_shard.is_none() {
+            if let Some(why) = unbounded_sharding(&meta) {
+                return Err(ZarrError::Unsupported {
+                    array: label,
+                    message: why,
+                });
+            }
+        }
         Ok(ZarrArray {
             array: Arc::new(
                 array.with_codec_options(CodecOptions::default().with_concurrent_target(1)),
@@ -306,6 +500,7 @@ impl ZarrArray {
             direct,
             shard,
             stages,
+            zarrs_shard,
         })
     }
 
@@ -419,7 +614,7 @@ impl ZarrArray {
                 // One inner chunk at a time: its encoding, its decoded values and the
                 // decoder.
                 Some(sh) => {
-                    let inner = sh.inner.iter().product::<u64>() * elem;
+                    let inner = sh.layout.inner.iter().product::<u64>() * elem;
                     let codec = Some(sh.codec);
                     crate::direct::max_encoded(codec, inner)
                         + inner
@@ -428,17 +623,26 @@ impl ZarrArray {
                 }
                 // zarrs' encoded and decoded chunk; before it decodes, the check of the
                 // stages that could expand holds their stream decoders (a Blosc stage holds
-                // its frame and output: no more than zarrs holds after).
+                // its frame and output: no more than zarrs holds after). For a shard, the
+                // check holds one inner chunk's encoding and its stages' decoders.
                 None => {
-                    let decoders: u64 = self
-                        .stages
-                        .iter()
-                        .flatten()
-                        .map(|s| match s {
-                            crate::direct::Stage::Codec(c) => c.decoder_bytes(whole),
-                            crate::direct::Stage::Crc32c => 0,
-                        })
-                        .sum();
+                    let stage_bytes = |stages: &[crate::direct::Stage], of: u64| -> u64 {
+                        stages
+                            .iter()
+                            .map(|s| match s {
+                                crate::direct::Stage::Codec(c) => c.decoder_bytes(of),
+                                crate::direct::Stage::Crc32c => 0,
+                            })
+                            .sum()
+                    };
+                    let decoders = match (&self.stages, &self.zarrs_shard) {
+                        (Some(st), _) => stage_bytes(st, whole),
+                        (None, Some(zs)) => {
+                            let inner = zs.layout.inner.iter().product::<u64>() * elem;
+                            crate::direct::max_encoded(None, inner) + stage_bytes(&zs.stages, inner)
+                        }
+                        (None, None) => 0,
+                    };
                     2 * whole + (64 << 10) + decoders
                 }
             },
@@ -570,7 +774,7 @@ impl ZarrArray {
                 Some(b) => b,
                 None => {
                     if self.direct.is_none() && self.shard.is_none() {
-                        self.check_for_zarrs(&idx)?;
+                        self.check_for_zarrs(&idx, region, &mut scratch.encoded)?;
                     }
                     self.decode_by_zarrs(&idx, region, &shape, elem, bytes)?;
                     self.stored_chunk_bytes(&idx)
@@ -670,12 +874,11 @@ impl ZarrArray {
             .array
             .storage()
             .key_to_fspath(&self.array.chunk_key(idx));
-        let inner_whole = sh.inner.iter().product::<u64>() * elem as u64;
-        let count = sh.count(&cs);
-        let index_len = sh.index_len(&cs);
+        let layout = &sh.layout;
+        let inner_whole = layout.inner.iter().product::<u64>() * elem as u64;
         let most = crate::direct::max_encoded(Some(sh.codec), inner_whole)
-            .saturating_mul(count)
-            .saturating_add(index_len);
+            .saturating_mul(layout.count(&cs))
+            .saturating_add(layout.index_len(&cs));
         let Some(len) =
             crate::direct::check_chunk_file_with(&path, most, Some(sh.codec)).map_err(fail)?
         else {
@@ -683,65 +886,20 @@ impl ZarrArray {
         };
         let file = std::fs::File::open(&path)
             .map_err(|e| fail(format!("cannot open {}: {e}", path.display())))?;
-        if len < index_len {
-            return Err(fail(format!(
-                "the shard is {len} bytes, shorter than its index ({index_len} bytes for \
-                 {count} inner chunks)"
-            )));
-        }
-        let at = if sh.index_at_end { len - index_len } else { 0 };
-        let mut index = vec![0u8; index_len as usize];
-        file.read_exact_at(&mut index, at)
-            .map_err(|e| fail(format!("cannot read the shard index: {e}")))?;
-        let entries = (count * 16) as usize;
-        if sh.crc {
-            let want = u32::from_le_bytes(index[entries..entries + 4].try_into().expect("4"));
-            let got = crc32c::crc32c(&index[..entries]);
-            if got != want {
-                return Err(fail(format!(
-                    "the shard index's CRC-32C is {got:#010x}, it records {want:#010x} \
-                     (corrupt index)"
-                )));
-            }
-        }
-        let entry = |j: usize| {
-            let e = &index[j * 16..j * 16 + 16];
-            (
-                u64::from_le_bytes(e[..8].try_into().expect("8")),
-                u64::from_le_bytes(e[8..].try_into().expect("8")),
-            )
-        };
-        let d = cs.len();
-        let per: Vec<u64> = cs.iter().zip(&sh.inner).map(|(s, i)| s / i).collect();
+        let index = layout.read_index(&file, len, &cs).map_err(fail)?;
         let origin: Vec<u64> = idx.iter().zip(&cs).map(|(i, c)| i * c).collect();
-        // Inner chunks that meet the region, per dimension.
-        let span: Vec<Range<u64>> = (0..d)
-            .map(|k| {
-                let lo = region[k].start.max(origin[k]);
-                let hi = region[k].end.min(origin[k] + cs[k]);
-                if lo >= hi {
-                    0..0
-                } else {
-                    (lo - origin[k]) / sh.inner[k]..(hi - origin[k]).div_ceil(sh.inner[k])
-                }
-            })
-            .collect();
-        if span.iter().any(|r| r.is_empty()) {
-            return Ok(Some(len));
-        }
+        let span = layout.span(&cs, &origin, region);
         let fill = self.array.fill_value().as_ne_bytes().to_vec();
         crate::panel::grow(&mut scratch.staging, inner_whole as usize, 0);
-        let mut j: Vec<u64> = span.iter().map(|r| r.start).collect();
-        loop {
-            let linear = (0..d).fold(0u64, |a, k| a * per[k] + j[k]) as usize;
-            let (off, nb) = entry(linear);
+        let max = crate::direct::max_encoded(Some(sh.codec), inner_whole);
+        layout.for_each_in(&cs, &span, |j, linear| {
+            let (off, nb) = index[linear];
             let what = |m: String| fail(format!("inner chunk {j:?}: {m}"));
             if off == u64::MAX && nb == u64::MAX {
                 for (b, v) in scratch.staging.iter_mut().zip(fill.iter().cycle()) {
                     *b = *v;
                 }
             } else {
-                let max = crate::direct::max_encoded(Some(sh.codec), inner_whole);
                 let end = off.checked_add(nb).filter(|&e| e <= len);
                 if end.is_none() || nb > max {
                     return Err(what(format!(
@@ -757,27 +915,76 @@ impl ZarrArray {
                     .decode_bytes(&scratch.encoded, &mut scratch.staging)
                     .map_err(what)?;
             }
-            let io: Vec<u64> = (0..d).map(|k| origin[k] + j[k] * sh.inner[k]).collect();
-            copy_into_region(&scratch.staging, &sh.inner, &io, region, bytes, elem);
-            let mut k = d;
-            loop {
-                if k == 0 {
-                    return Ok(Some(len));
-                }
-                k -= 1;
-                j[k] += 1;
-                if j[k] < span[k].end {
-                    break;
-                }
-                j[k] = span[k].start;
+            let io: Vec<u64> = (0..cs.len())
+                .map(|k| origin[k] + j[k] * layout.inner[k])
+                .collect();
+            copy_into_region(&scratch.staging, &layout.inner, &io, region, bytes, elem);
+            Ok(())
+        })?;
+        Ok(Some(len))
+    }
+
+    /// Checks, before zarrs decodes shard `idx`, that every inner chunk `region` needs
+    /// decodes through the inner chain's stages to no more than its size, and lies within
+    /// the `len`-byte shard file (`scratch` holds one inner chunk's encoding at a time).
+    fn check_zarrs_shard(
+        &self,
+        zs: &ZarrsShard,
+        idx: &[u64],
+        region: &[Range<u64>],
+        len: u64,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), ZarrError> {
+        use std::os::unix::fs::FileExt;
+        let fail = |m: String| self.chunk_error(idx, m);
+        let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
+        let cs = self.chunk_shape()?;
+        let path = self
+            .array
+            .storage()
+            .key_to_fspath(&self.array.chunk_key(idx));
+        let file = std::fs::File::open(&path)
+            .map_err(|e| fail(format!("cannot open {}: {e}", path.display())))?;
+        let layout = &zs.layout;
+        let index = layout.read_index(&file, len, &cs).map_err(fail)?;
+        let inner_whole = layout.inner.iter().product::<u64>() * elem;
+        let max = crate::direct::max_encoded(None, inner_whole);
+        let origin: Vec<u64> = idx.iter().zip(&cs).map(|(i, c)| i * c).collect();
+        let span = layout.span(&cs, &origin, region);
+        layout.for_each_in(&cs, &span, |j, linear| {
+            let (off, nb) = index[linear];
+            if off == u64::MAX && nb == u64::MAX {
+                return Ok(());
             }
-        }
+            let what = |m: String| fail(format!("inner chunk {j:?}: {m}"));
+            if off.checked_add(nb).is_none_or(|e| e > len) || nb > max {
+                return Err(what(format!(
+                    "its range {off}+{nb} lies outside the {len}-byte shard, or is longer than \
+                     any encoding of it ({max} bytes)"
+                )));
+            }
+            scratch.clear();
+            scratch.resize(nb as usize, 0);
+            file.read_exact_at(scratch, off)
+                .map_err(|e| what(format!("cannot read it: {e}")))?;
+            crate::direct::check_stages_in(
+                Box::new(std::io::Cursor::new(&scratch[..])),
+                &zs.stages,
+                inner_whole,
+            )
+            .map_err(what)
+        })
     }
 
     /// Refuses chunk file `idx` before zarrs reads it whole, when it is not a regular file
     /// or is longer than any valid encoding of its chunk (for a shard: of every inner chunk,
     /// plus its index).
-    fn check_for_zarrs(&self, idx: &[u64]) -> Result<(), ZarrError> {
+    fn check_for_zarrs(
+        &self,
+        idx: &[u64],
+        region: &[Range<u64>],
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), ZarrError> {
         let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
         let cs = self.chunk_shape()?;
         let whole = cs.iter().product::<u64>().saturating_mul(elem);
@@ -789,9 +996,10 @@ impl ZarrArray {
             crate::direct::max_encoded(None, whole).saturating_add(self.shard_index_allowance());
         let len = crate::direct::check_chunk_file_with(&path, most, None)
             .map_err(|m| self.chunk_error(idx, m))?;
-        match (len, &self.stages) {
-            (Some(len), Some(stages)) => crate::direct::check_stages(&path, len, stages, whole)
+        match (len, &self.stages, &self.zarrs_shard) {
+            (Some(len), Some(stages), _) => crate::direct::check_stages(&path, len, stages, whole)
                 .map_err(|m| self.chunk_error(idx, m)),
+            (Some(len), None, Some(zs)) => self.check_zarrs_shard(zs, idx, region, len, scratch),
             _ => Ok(()),
         }
     }
@@ -1988,6 +2196,51 @@ impl SumLanes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Which sharded chains are decoded here, checked before zarrs decodes them, or
+    /// refused because nothing could bound what they expand to.
+    #[test]
+    fn sharded_chains_are_decoded_here_checked_for_zarrs_or_refused() {
+        use serde_json::json;
+        let meta = |inner: serde_json::Value, index: serde_json::Value| {
+            json!({"codecs": [{"name": "sharding_indexed", "configuration": {
+                "chunk_shape": [4, 5], "codecs": inner, "index_codecs": index,
+                "index_location": "end"}}]})
+        };
+        let le = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let be = json!({"name": "bytes", "configuration": {"endian": "big"}});
+        let zstd = json!({"name": "zstd", "configuration": {"level": 1, "checksum": false}});
+        let index = json!([le, "crc32c"]);
+        let shard = [16, 10];
+        // Little-endian bytes and one compressor: decoded here.
+        let m = meta(json!([le, zstd]), index.clone());
+        assert!(Shard::of(&m, &shard).is_some());
+        // Big-endian values: zarrs decodes them, after the zstd stage is checked.
+        let m = meta(json!([be, zstd]), index.clone());
+        assert!(Shard::of(&m, &shard).is_none());
+        let zs = ZarrsShard::of(&m, &shard).expect("checked for zarrs");
+        assert_eq!(
+            zs.stages,
+            vec![crate::direct::Stage::Codec(DirectCodec::Zstd)]
+        );
+        assert_eq!(zs.layout.count(&shard), 8);
+        assert!(unbounded_sharding(&m).is_some());
+        // Nothing that expands: left to zarrs, nothing to check.
+        let m = meta(json!([be, "crc32c"]), index.clone());
+        assert!(ZarrsShard::of(&m, &shard).is_none() && unbounded_sharding(&m).is_none());
+        // Nested sharding, or an index this reader does not parse, around a compressor:
+        // refused.
+        let nested = meta(
+            json!([{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [2, 5], "codecs": [le, zstd], "index_codecs": index}}]),
+            index,
+        );
+        assert!(Shard::of(&nested, &shard).is_none() && ZarrsShard::of(&nested, &shard).is_none());
+        assert!(unbounded_sharding(&nested).is_some_and(|w| w.contains("nested sharding")));
+        let zipped_index = meta(json!([be, zstd]), json!([le, zstd]));
+        assert!(ZarrsShard::of(&zipped_index, &shard).is_none());
+        assert!(unbounded_sharding(&zipped_index).is_some());
+    }
 
     #[test]
     fn a_sum_in_pieces_has_the_bits_of_the_sum_whole() {
