@@ -14,10 +14,14 @@ PREFIX ?= /usr/local
 deps:
 	@scripts/install-deps.sh
 
+# One build of the whole workspace (libraries, the C library, rankwise, the failure tests'
+# rankwise-fault, the examples), with the features `make test` uses: a build with other
+# features, or of one package alone, resolves its dependencies' features anew and compiles
+# the whole stack again.
+TEST_FEATURES := rankwise/system-tests,rankwise-transports/system-tests
+
 build: deps
-	$(CARGO) build --release --workspace --bins --examples
-	$(CARGO) build --release -p rankwise-launch --features fault-injection --bin rankwise-fault
-	$(CARGO) build --release -p rankwise-capi
+	$(CARGO) build --release --workspace --lib --bins --examples --features $(TEST_FEATURES)
 
 # The C library (librankwise.so, librankwise.a) for codes that link rankwise.
 capi: deps
@@ -47,24 +51,24 @@ demo: build
 # in launch/src/cli.rs), so that their bits can be compared with the binary's.
 test: export OPENBLAS_CORETYPE ?= Haswell
 test: build
-	$(CARGO) test --release --workspace --features rankwise/system-tests,rankwise-transports/system-tests
+	$(CARGO) test --release --workspace --features $(TEST_FEATURES)
 
 # On a machine with an NVIDIA GPU: the GPU tests, where a missing GPU fails instead of
 # skipping, and the units of the device crate (probe, kernels compiled by NVRTC) with the
 # host check of the generator kernels.
 test-gpu: build
-	RANKWISE_REQUIRE_GPU=1 $(CARGO) test --release --features system-tests --test gpu -- --nocapture
+	RANKWISE_REQUIRE_GPU=1 $(CARGO) test --release --features $(TEST_FEATURES) --test gpu -- --nocapture
 	$(CARGO) test --release -p rankwise-device -- --nocapture
 	$(CARGO) test --release -p rankwise-sources --test device_generator -- --nocapture
 
 # On a machine with an NVIDIA GPU: tests/gpu.rs, then the 10M × 20k genotype rsvd on one GPU.
 bench-gpu: build
-	$(CARGO) test --release --features system-tests --test gpu --no-run
+	$(CARGO) test --release --features $(TEST_FEATURES) --test gpu --no-run
 	bash benches/gpu.sh
 
 lint: deps
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets --features rankwise/system-tests,rankwise-transports/system-tests -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
 bench: build

@@ -78,7 +78,7 @@ MPIRUN=(mpirun -np "$NP" --bind-to none)
 if [[ -z ${REPORT_ONLY:-} ]]; then
     PYTHON="${PYTHON:-python3}" bash tools/peers-venv.sh
     PYTHON="${PYTHON:-python3}" bash tools/bench-venv.sh
-    [[ -x "$BIN" ]] || cargo build --release -p rankwise-launch --bin rankwise
+    [[ -x "$BIN" ]] || make --no-print-directory build
     BIN_COPY="$OUT/rankwise"
     cp "$BIN" "$BIN_COPY"
     "$BIN_COPY" --version >"$OUT/rankwise-version.txt"

@@ -35,7 +35,7 @@ command -v plink2 >/dev/null || {
     exit 2
 }
 [[ -x "$PY" ]] || bash tools/bench-venv.sh
-[[ -x "$BIN" ]] || cargo build --release --workspace --bins
+[[ -x "$BIN" ]] || make --no-print-directory build
 M=$((200000 / (QUICK ? 10 : 1)))
 N=20000
 DATA=target/bench-data/plink-${M}x$N-complete

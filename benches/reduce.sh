@@ -58,7 +58,7 @@ PYTHON="${PYTHON:-python3}" bash tools/bench-venv.sh
 PY=bench-venv/bin/python
 export PYTHONDONTWRITEBYTECODE=1
 if [[ ! -x "$BIN" ]]; then
-    cargo build --release -p rankwise-launch --bin rankwise
+    make --no-print-directory build
 fi
 
 WORKERS=$(nproc)

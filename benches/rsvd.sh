@@ -27,7 +27,7 @@ if [[ ! -x "$PY" ]]; then
     exit 2
 fi
 if [[ ! -x "$BIN" ]]; then
-    cargo build --release --workspace --bins
+    make --no-print-directory build
 fi
 SCALE=1
 ((QUICK)) && SCALE=10

@@ -113,7 +113,7 @@ run() {
 
 if [[ ! -x $BIN ]]; then
     log "$BIN is missing: building it"
-    cargo build --release -p rankwise-launch --bin rankwise
+    make --no-print-directory build
 fi
 
 # Run a private copy of the binary (mtime kept), so that a rebuild by someone else during

@@ -52,7 +52,7 @@ log() {
 }
 
 if [[ ! -x "$BIN" ]]; then
-    cargo build --release -p rankwise-launch --bin rankwise
+    make --no-print-directory build
 fi
 REPS=9
 ROWS=200000

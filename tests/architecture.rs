@@ -27,6 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["rankwise-output"],
     &["rankwise"],
     &["rankwise-launch", "rankwise-capi"],
+    &["rankwise-fault"],
 ];
 
 struct Package {

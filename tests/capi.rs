@@ -37,10 +37,22 @@ fn built() -> &'static Built {
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         // `cargo test` builds the library's rlib, not librankwise.so/.a: without this the
-        // examples would link whatever an earlier build left there.
+        // examples would link whatever an earlier build left there. The command is `make
+        // build`'s, so that after it nothing is compiled again (a build of rankwise-capi
+        // alone resolves its dependencies' features anew and compiles the whole stack).
         let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         build
-            .args(["build", "--release", "-p", "rankwise-capi", "--target-dir"])
+            .args([
+                "build",
+                "--release",
+                "--workspace",
+                "--lib",
+                "--bins",
+                "--examples",
+                "--features",
+                "rankwise/system-tests,rankwise-transports/system-tests",
+                "--target-dir",
+            ])
             .arg(&target);
         run(build);
         let mut install = Command::new("bash");

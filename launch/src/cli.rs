@@ -30,9 +30,6 @@ use rankwise::output::report::{
 };
 
 // Compiled for the unit tests too, so that `make test` checks the parser.
-#[cfg(any(test, feature = "fault-injection"))]
-#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
-mod fault;
 mod gen_cmd;
 mod read_cmd;
 mod reduce_cmd;
@@ -252,6 +249,12 @@ pub enum CliError {
     /// An error of this rank that was already sent to the other ranks.
     #[error(transparent)]
     Announced(Box<CliError>),
+    /// A failure the phase hook made ([`main_with_phase_hook`]).
+    #[error("{message}")]
+    Failed {
+        /// What the hook said.
+        message: String,
+    },
 }
 
 impl CliError {
@@ -317,22 +320,27 @@ pub fn main() -> i32 {
     if std::env::var_os("RANKWISE_FAULT").is_some() {
         print_whole_line(
             "rankwise: RANKWISE_FAULT is set, but this rankwise has no fault injection (a test \
-             hook of the rankwise-fault binary, built with the fault-injection feature); unset \
-             RANKWISE_FAULT to run",
+             hook of the rankwise-fault binary, which is never shipped); unset RANKWISE_FAULT \
+             to run",
         );
         return 2;
     }
     run_command_line()
 }
 
-/// [`main`] for the `rankwise-fault` test binary: `RANKWISE_FAULT=RANK:KIND[:PHASE]` makes
-/// rank RANK fail on purpose, and a value that does not parse is an error naming it.
-#[cfg(feature = "fault-injection")]
-pub fn main_with_faults() -> i32 {
-    if let Err(line) = fault::arm_from_env() {
-        print_whole_line(&line);
-        return 2;
-    }
+/// A check a run passes at each of its phases (`start`, `before-svd`, `after-svd`,
+/// `before-write`, `after-write`, `commit`), given the rank: an `Err` fails the rank with
+/// that message, as bad input would. The failure tests' `rankwise-fault` binary fails ranks
+/// on purpose through it; `rankwise` itself passes none.
+pub type PhaseHook = fn(rank: usize, phase: &str) -> Result<(), String>;
+
+/// The hook of this process, set once before the command line is read.
+static PHASE_HOOK: std::sync::OnceLock<PhaseHook> = std::sync::OnceLock::new();
+
+/// [`main`] with `hook` called at every phase of the run (the failure tests' binary).
+#[doc(hidden)]
+pub fn main_with_phase_hook(hook: PhaseHook) -> i32 {
+    let _ = PHASE_HOOK.set(hook);
     run_command_line()
 }
 
@@ -675,18 +683,13 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Fails this rank on purpose where `RANKWISE_FAULT` says (the `rankwise-fault` test binary
-/// only; see `fault.rs`).
-#[cfg(feature = "fault-injection")]
+/// Passes the phase hook, if any ([`main_with_phase_hook`]): its error is this rank's
+/// failure, named after `RANKWISE_FAULT`, the failure tests' variable that arms it.
 fn injected_fault(rt: &Runtime, phase: &str) -> Result<(), CliError> {
-    fault::inject(rt.rank(), phase)
-}
-
-/// Without the `fault-injection` feature there is no fault to inject.
-#[cfg(not(feature = "fault-injection"))]
-#[inline(always)]
-fn injected_fault(_rt: &Runtime, _phase: &str) -> Result<(), CliError> {
-    Ok(())
+    match PHASE_HOOK.get() {
+        None => Ok(()),
+        Some(hook) => hook(rt.rank(), phase).map_err(|message| CliError::Failed { message }),
+    }
 }
 
 /// `rankwise info --check-kernels`: NVRTC compiles the kernels for every visible device's

@@ -79,14 +79,14 @@ pub(crate) fn rankwise_bin() -> PathBuf {
     bin
 }
 
-/// `rankwise-fault`: the release binary with `RANKWISE_FAULT` read (feature
-/// `fault-injection`), which the failure tests launch; `make build` builds it.
+/// `rankwise-fault`: the release binary with `RANKWISE_FAULT` read (package
+/// `rankwise-fault`), which the failure tests launch; `make build` builds it.
 pub(crate) fn rankwise_fault_bin() -> PathBuf {
     let bin = rankwise_bin().with_file_name("rankwise-fault");
     assert!(
         bin.exists(),
-        "{} is missing: build it first (`cargo build --release -p rankwise-launch --features \
-         fault-injection --bin rankwise-fault`; `make build` does)",
+        "{} is missing: build it first (`make build`, or `cargo build --release --workspace \
+         --bins`)",
         bin.display()
     );
     bin

@@ -1,15 +1,13 @@
 //! `RANKWISE_FAULT=RANK:KIND[:PHASE]`: rank RANK fails on purpose at PHASE (default
 //! `start`), with KIND `error`, `panic` or `exit` (leaves abruptly, as a crash would). Only
-//! the `rankwise-fault` test binary (feature `fault-injection`) reads it, so that the
-//! failure tests run the real program under the real launcher while the shipped `rankwise`
-//! has no way to fail on purpose.
+//! this test binary reads it, so that the failure tests run the real program under the
+//! real launcher while the shipped `rankwise` has no way to fail on purpose: the command
+//! line calls [`inject`] at each phase through `main_with_phase_hook`.
 
 use std::sync::OnceLock;
 
-use super::CliError;
-
 /// The environment variable.
-pub(super) const VAR: &str = "RANKWISE_FAULT";
+const VAR: &str = "RANKWISE_FAULT";
 
 /// The phases the commands offer, in the order a run reaches them.
 const PHASES: [&str; 6] = [
@@ -30,7 +28,7 @@ enum Kind {
 
 /// A parsed `RANKWISE_FAULT`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Fault {
+struct Fault {
     rank: usize,
     kind: Kind,
     phase: &'static str,
@@ -41,7 +39,7 @@ static ARMED: OnceLock<Fault> = OnceLock::new();
 
 /// Parses a value of `RANKWISE_FAULT`: a fault that can never fire (a misspelt kind or
 /// phase) would make a failure test pass without failing anything, so it is an error.
-pub(super) fn parse(spec: &str) -> Result<Fault, String> {
+fn parse(spec: &str) -> Result<Fault, String> {
     let usage = || {
         format!(
             "{spec:?} is not RANK:KIND[:PHASE] (KIND error, panic or exit; PHASE one of {})",
@@ -71,7 +69,7 @@ pub(super) fn parse(spec: &str) -> Result<Fault, String> {
 
 /// Reads `RANKWISE_FAULT` once, at start-up: `Err` with the line to print when it is set
 /// but malformed (or not Unicode).
-pub(super) fn arm_from_env() -> Result<(), String> {
+pub(crate) fn arm_from_env() -> Result<(), String> {
     let Some(value) = std::env::var_os(VAR) else {
         return Ok(());
     };
@@ -84,8 +82,9 @@ pub(super) fn arm_from_env() -> Result<(), String> {
     Ok(())
 }
 
-/// Fails rank `rank` at `phase` as the armed fault says; nothing when none is armed.
-pub(super) fn inject(rank: usize, phase: &str) -> Result<(), CliError> {
+/// Fails rank `rank` at `phase` as the armed fault says (an error is the message the
+/// rank fails with); nothing when none is armed.
+pub(crate) fn inject(rank: usize, phase: &str) -> Result<(), String> {
     debug_assert!(PHASES.contains(&phase), "unknown fault phase {phase}");
     let Some(f) = ARMED.get() else {
         return Ok(());
@@ -94,10 +93,7 @@ pub(super) fn inject(rank: usize, phase: &str) -> Result<(), CliError> {
         return Ok(());
     }
     match f.kind {
-        Kind::Error => Err(CliError::Option {
-            option: VAR,
-            message: format!("injected input error on rank {rank}"),
-        }),
+        Kind::Error => Err(format!("{VAR}: injected input error on rank {rank}")),
         Kind::Panic => panic!("injected panic on rank {rank}"),
         // SAFETY: _exit has no preconditions; leaving without unwinding is the point.
         Kind::Exit => unsafe { libc::_exit(3) },
