@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rankwise_sources::{split_spec, VcfZarr, ZarrArray, ZarrError, ZarrGenotypes, ZarrMatrix};
+use rankwise_sources::{
+    is_url, node_exists, split_spec, VcfZarr, ZarrArray, ZarrError, ZarrGenotypes, ZarrMatrix,
+};
 use rankwise_sources::{BedGenotypes, GenotypeSource, PanelSource};
 
 use crate::Error;
@@ -29,6 +31,10 @@ pub enum Input {
 /// * `vcf-zarr:PATH`, or a Zarr group with a `call_genotype` array: a VCF Zarr store;
 /// * `zarr:PATH[:ARRAY]`, or any other `PATH[:ARRAY]`: a Zarr array.
 ///
+/// `PATH` may be an object-store URL (`s3://bucket/key`, `gs://bucket/key`,
+/// `http(s)://host/path`; see [`rankwise_sources::RemoteOptions`]): a store there with a
+/// `call_genotype` array is a VCF Zarr store, any other names a Zarr array.
+///
 /// Nothing is read but what tells them apart; [`Input::genotypes`] and [`Input::matrix`]
 /// open the data.
 pub fn open(spec: &str) -> Result<Input, Error> {
@@ -46,6 +52,14 @@ pub fn open(spec: &str) -> Result<Input, Error> {
     }
     if let Some(zarr) = spec.strip_prefix("zarr:") {
         return Ok(Input::Zarr(zarr.to_string()));
+    }
+    if is_url(spec) {
+        // An object store: a VCF Zarr store by its `call_genotype`, else a Zarr array.
+        let (store, array) = split_spec(spec);
+        if array.is_empty() && node_exists(&store, "call_genotype")? {
+            return Ok(Input::VcfZarr(store));
+        }
+        return Ok(Input::Zarr(spec.to_string()));
     }
     if let Some(prefix) = spec.strip_suffix(".bed") {
         return Ok(Input::Bed(PathBuf::from(prefix)));
@@ -122,7 +136,7 @@ pub(crate) fn sibling_sample_ids(spec: &str, samples: u64) -> Result<Option<Vec<
     } else {
         format!("{group}/sample_id")
     };
-    if !path.join(&name).exists() {
+    if !node_exists(&path, &name)? {
         return Ok(None);
     }
     let ids = ZarrArray::open_at(&path, &name)?.read_strings()?;

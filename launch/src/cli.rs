@@ -150,6 +150,18 @@ struct RunArgs {
     /// read in parts: Blosc or uncompressed chunks spanning every column.
     #[arg(long, value_name = "SIZE", default_value = "16M")]
     read_segment: String,
+    /// The endpoint of an S3-compatible object store (`http://127.0.0.1:9000`), for
+    /// `s3://` inputs; over `AWS_ENDPOINT_URL` and the AWS profile's `endpoint_url`.
+    #[arg(long, value_name = "URL")]
+    endpoint_url: Option<String>,
+    /// Requests each reader keeps in flight to an object store (`s3://`, `gs://`,
+    /// `http(s)://` inputs); each holds up to one encoded chunk of the actor's budget.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    io_concurrency: u64,
+    /// Retries of an object-store request that failed transiently (5xx, a timeout, a reset
+    /// connection), with exponential backoff, within 3 minutes.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=100))]
+    io_retries: u64,
 }
 
 fn parse_device(s: &str) -> Result<DeviceChoice, String> {
@@ -449,6 +461,12 @@ where
     F: Fn(&Runtime, &LaunchInfo) -> Result<Option<String>, CliError> + Send + Sync + 'static,
 {
     let launch = LaunchInfo::detect();
+    rankwise_sources::RemoteOptions::set_default(rankwise_sources::RemoteOptions {
+        endpoint_url: run.endpoint_url.clone(),
+        concurrency: run.io_concurrency as usize,
+        retries: run.io_retries as usize,
+        ..Default::default()
+    });
     // Signals end the process only after its temporaries are gone.
     if let Err(e) = rankwise::output::temporaries::install(launch.rank.unwrap_or(0)) {
         eprintln!("rankwise: warning: signal handling not installed ({e}): an interrupted run may leave *.tmp-* outputs");

@@ -53,6 +53,12 @@ pub enum OutputError {
         /// The `--out` path.
         path: PathBuf,
     },
+    /// The output path is a URL: outputs are written to a file system.
+    #[error("`out` {path}: a URL; outputs are written to a local or shared file system (write there, then copy, e.g. `aws s3 cp --recursive`)", path = .path.display())]
+    Url {
+        /// The `--out` path.
+        path: PathBuf,
+    },
     /// The output path has no final component (e.g. `/` or `..`).
     #[error("`out` {path}: not a usable output path; `out` must name a new directory such as result.zarr", path = .path.display())]
     BadPath {
@@ -273,6 +279,15 @@ impl SvdOutput {
     /// Checks that `out` can be created: it must not exist, and its parent must be
     /// an existing writable directory. Errors name the path and `--out`.
     pub fn check_target(out: &Path) -> Result<(), OutputError> {
+        let text = out.to_string_lossy();
+        if ["s3://", "s3a://", "gs://", "gcs://", "http://", "https://"]
+            .iter()
+            .any(|s| text.starts_with(s))
+        {
+            return Err(OutputError::Url {
+                path: out.to_path_buf(),
+            });
+        }
         if out.file_name().is_none() {
             return Err(OutputError::BadPath {
                 path: out.to_path_buf(),

@@ -22,6 +22,7 @@ mod direct;
 mod error;
 mod panel;
 mod readahead;
+mod remote;
 mod source;
 pub mod stream;
 mod subset;
@@ -33,9 +34,10 @@ pub use panel::{
     ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
 };
 pub use readahead::{BufferPool, PanelLease, ReadAhead, ReadFn};
+pub use remote::{is_url, RemoteOptions};
 pub use source::{
     Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix, PanelSource, DEFAULT_FST,
 };
 pub use stream::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 pub use subset::SampleSubset;
-pub use zarr::{split_spec, SumLanes, VcfZarr, ZarrArray, ZarrGenotypes, ZarrMatrix};
+pub use zarr::{node_exists, split_spec, SumLanes, VcfZarr, ZarrArray, ZarrGenotypes, ZarrMatrix};

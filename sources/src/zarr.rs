@@ -40,6 +40,8 @@ use zarrs::array::{
 use zarrs::filesystem::FilesystemStore;
 use zarrs::storage::ReadableStorageTraits;
 
+use crate::remote::{self, Remote};
+
 use crate::direct::{copy_block, DirectCodec};
 use crate::error::{SourceError, ZarrError};
 use crate::panel::{
@@ -47,9 +49,13 @@ use crate::panel::{
 };
 use crate::source::{GenotypeSource, PanelSource};
 
-/// Splits `PATH[:ARRAY]`. A path that exists as written is taken whole, so paths that
-/// contain a colon still open.
+/// Splits `PATH[:ARRAY]` (or `URL[:ARRAY]`). A path that exists as written is taken whole,
+/// so paths that contain a colon still open; a URL's port is never taken for an array.
 pub fn split_spec(spec: &str) -> (PathBuf, String) {
+    if remote::is_url(spec) {
+        let (url, array) = remote::split_url(spec);
+        return (PathBuf::from(url), array);
+    }
     if Path::new(spec).exists() {
         return (PathBuf::from(spec), String::new());
     }
@@ -57,6 +63,79 @@ pub fn split_spec(spec: &str) -> (PathBuf, String) {
         Some((p, a)) if !p.is_empty() => (PathBuf::from(p), a.trim_matches('/').to_string()),
         _ => (PathBuf::from(spec), String::new()),
     }
+}
+
+/// Where a Zarr store lies: a local directory, or a store in object storage.
+#[derive(Clone, Debug)]
+pub(crate) enum Location {
+    /// A directory.
+    Local(PathBuf),
+    /// An object store (`s3://`, `gs://`, `http(s)://`).
+    Remote(Arc<Remote>),
+}
+
+impl Location {
+    /// The store at `path`, which may be a URL.
+    pub(crate) fn of(path: &Path) -> Result<Location, ZarrError> {
+        let text = path.to_string_lossy();
+        if remote::is_url(&text) {
+            let url = text.trim_end_matches('/');
+            return Remote::open(url)
+                .map(Location::Remote)
+                .map_err(|message| ZarrError::Open {
+                    path: url.to_string(),
+                    message,
+                });
+        }
+        Ok(Location::Local(path.to_path_buf()))
+    }
+
+    /// The store as given (a path or a URL).
+    pub(crate) fn shown(&self) -> String {
+        match self {
+            Location::Local(p) => p.display().to_string(),
+            Location::Remote(r) => r.url().to_string(),
+        }
+    }
+
+    /// The small document at `key` (metadata), `None` when there is none.
+    fn read(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        match self {
+            Location::Local(p) => match std::fs::read(p.join(key)) {
+                Ok(b) => Ok(Some(b)),
+                Err(_) => Ok(None),
+            },
+            Location::Remote(r) => r.read_small(key),
+        }
+    }
+
+    /// Whether the store holds a node (array or group) `name`.
+    pub(crate) fn has(&self, name: &str) -> Result<bool, ZarrError> {
+        match self {
+            Location::Local(p) => Ok(p.join(name).exists()),
+            Location::Remote(r) => {
+                for meta in ["zarr.json", ".zarray", ".zgroup"] {
+                    let key = if name.is_empty() {
+                        meta.to_string()
+                    } else {
+                        format!("{name}/{meta}")
+                    };
+                    if r.exists(&key).map_err(|message| ZarrError::Open {
+                        path: r.url().to_string(),
+                        message,
+                    })? {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// Whether the store at `path` (a directory or a URL) holds a node (array or group) `name`.
+pub fn node_exists(path: &Path, name: &str) -> Result<bool, ZarrError> {
+    Location::of(path)?.has(name)
 }
 
 /// Lists the arrays directly inside a group directory (v2 and v3), for error messages.
@@ -91,7 +170,9 @@ const MAX_CHUNK_BYTES: u64 = 1 << 40;
 /// One opened Zarr array.
 #[derive(Clone)]
 pub struct ZarrArray {
-    array: Arc<Array<FilesystemStore>>,
+    array: Arc<Array<dyn ReadableStorageTraits>>,
+    /// Where its store lies.
+    location: Location,
     label: String,
     format: u8,
     codecs: String,
@@ -221,14 +302,8 @@ impl ShardLayout {
         shard_shape: &[u64],
     ) -> Result<Vec<(u64, u64)>, String> {
         use std::os::unix::fs::FileExt;
-        let count = self.count(shard_shape);
         let index_len = self.index_len(shard_shape);
-        if len < index_len {
-            return Err(format!(
-                "the shard is {len} bytes, shorter than its index ({index_len} bytes for \
-                 {count} inner chunks)"
-            ));
-        }
+        self.check_len(len, shard_shape)?;
         let at = if self.index_at_end {
             len - index_len
         } else {
@@ -237,7 +312,33 @@ impl ShardLayout {
         let mut index = vec![0u8; index_len as usize];
         file.read_exact_at(&mut index, at)
             .map_err(|e| format!("cannot read the shard index: {e}"))?;
-        let entries = (count * 16) as usize;
+        self.parse_index(&index, shard_shape)
+    }
+
+    /// Refuses a `len`-byte shard too short for its index.
+    fn check_len(&self, len: u64, shard_shape: &[u64]) -> Result<(), String> {
+        let index_len = self.index_len(shard_shape);
+        if len < index_len {
+            return Err(format!(
+                "the shard is {len} bytes, shorter than its index ({index_len} bytes for \
+                 {} inner chunks)",
+                self.count(shard_shape)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the index bytes `index` (with its CRC-32C, if any) and returns its
+    /// (offset, length) entries.
+    fn parse_index(&self, index: &[u8], shard_shape: &[u64]) -> Result<Vec<(u64, u64)>, String> {
+        let entries = (self.count(shard_shape) * 16) as usize;
+        if index.len() as u64 != self.index_len(shard_shape) {
+            return Err(format!(
+                "the shard index is {} bytes, expected {}",
+                index.len(),
+                self.index_len(shard_shape)
+            ));
+        }
         if self.crc {
             let want = u32::from_le_bytes(index[entries..entries + 4].try_into().expect("4"));
             let got = crc32c::crc32c(&index[..entries]);
@@ -384,51 +485,74 @@ impl ZarrArray {
     /// Opens array `name` (a path inside the store; empty for the root) of the store at
     /// `path`.
     pub fn open_at(path: &Path, name: &str) -> Result<ZarrArray, ZarrError> {
-        let shown = path.display().to_string();
-        if !path.exists() {
-            return Err(ZarrError::Open {
-                path: shown,
-                message: "no such file or directory".into(),
-            });
-        }
-        if !path.is_dir() {
-            return Err(ZarrError::Open {
-                path: shown,
-                message: "not a Zarr store (a Zarr store is a directory)".into(),
-            });
+        Self::open_in(&Location::of(path)?, name)
+    }
+
+    /// Opens array `name` of the store at `location`.
+    pub(crate) fn open_in(location: &Location, name: &str) -> Result<ZarrArray, ZarrError> {
+        let shown = location.shown();
+        if let Location::Local(path) = location {
+            if !path.exists() {
+                return Err(ZarrError::Open {
+                    path: shown,
+                    message: "no such file or directory".into(),
+                });
+            }
+            if !path.is_dir() {
+                return Err(ZarrError::Open {
+                    path: shown,
+                    message: "not a Zarr store (a Zarr store is a directory)".into(),
+                });
+            }
         }
         let label = if name.is_empty() {
             shown.clone()
         } else {
             format!("{shown}:{name}")
         };
-        let node = path.join(name);
+        let key = |meta: &str| {
+            if name.is_empty() {
+                meta.to_string()
+            } else {
+                format!("{name}/{meta}")
+            }
+        };
+        let read = |meta: &str| {
+            location
+                .read(&key(meta))
+                .map_err(|message| ZarrError::Open {
+                    path: label.clone(),
+                    message,
+                })
+        };
         // A `zarr.json` that is there but not JSON is said to be so, with where it broke:
         // "neither zarr.json nor .zarray found" sent users looking for a missing file.
-        let v3_json = match std::fs::read_to_string(node.join("zarr.json")) {
-            Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+        let v3_json = match read("zarr.json")? {
+            Some(text) => match serde_json::from_slice::<serde_json::Value>(&text) {
                 Ok(v) => Some(v),
                 Err(e) => {
                     return Err(ZarrError::Open {
                         path: label,
-                        message: format!(
-                            "{} is not valid JSON: {e}",
-                            node.join("zarr.json").display()
-                        ),
+                        message: format!("{shown}/{} is not valid JSON: {e}", key("zarr.json")),
                     })
                 }
             },
-            Err(_) => None,
+            None => None,
         };
         let v3_type = v3_json.and_then(|v| {
             v.get("node_type")
                 .and_then(|t| t.as_str())
                 .map(String::from)
         });
-        let has_array = v3_type.as_deref() == Some("array") || node.join(".zarray").is_file();
-        let is_group = v3_type.as_deref() == Some("group") || node.join(".zgroup").is_file();
+        let has_array = v3_type.as_deref() == Some("array")
+            || (v3_type.is_none() && read(".zarray")?.is_some());
+        let is_group = v3_type.as_deref() == Some("group")
+            || (!has_array && v3_type.is_none() && read(".zgroup")?.is_some());
         if !has_array && is_group {
-            let arrays = arrays_in(&node);
+            let arrays = match location {
+                Location::Local(path) => arrays_in(&path.join(name)),
+                Location::Remote(_) => Vec::new(),
+            };
             return Err(ZarrError::Open {
                 path: label,
                 message: if arrays.is_empty() {
@@ -450,19 +574,34 @@ impl ZarrArray {
         if !has_array {
             return Err(ZarrError::Open {
                 path: label,
-                message: "not a Zarr array (neither zarr.json nor .zarray found)".into(),
+                message: match location {
+                    Location::Local(_) => {
+                        "not a Zarr array (neither zarr.json nor .zarray found)".into()
+                    }
+                    // An object store answers a missing bucket as it does a missing key.
+                    Location::Remote(_) => format!(
+                        "not a Zarr array: neither {shown}/{} nor {shown}/{} exists (or the \
+                         bucket does not)",
+                        key("zarr.json"),
+                        key(".zarray")
+                    ),
+                },
             });
         }
-        let store = FilesystemStore::new(path).map_err(|e| ZarrError::Open {
-            path: shown.clone(),
-            message: e.to_string(),
-        })?;
-        let array = Array::open(Arc::new(store), &format!("/{name}")).map_err(|e| {
-            ZarrError::Unsupported {
+        let storage: Arc<dyn ReadableStorageTraits> = match location {
+            Location::Local(path) => {
+                Arc::new(FilesystemStore::new(path).map_err(|e| ZarrError::Open {
+                    path: shown.clone(),
+                    message: e.to_string(),
+                })?)
+            }
+            Location::Remote(r) => r.zarrs_store(),
+        };
+        let array =
+            Array::open(storage, &format!("/{name}")).map_err(|e| ZarrError::Unsupported {
                 array: label.clone(),
                 message: e.to_string(),
-            }
-        })?;
+            })?;
         let meta = serde_json::to_value(array.metadata()).unwrap_or_default();
         let format = meta
             .get("zarr_format")
@@ -494,6 +633,7 @@ impl ZarrArray {
             array: Arc::new(
                 array.with_codec_options(CodecOptions::default().with_concurrent_target(1)),
             ),
+            location: location.clone(),
             label,
             format,
             codecs,
@@ -597,6 +737,36 @@ impl ZarrArray {
     /// does not land contiguously in the band (it does not span the trailing dimensions)
     /// is decoded whole first; zarrs' own decoding holds both.
     pub fn scratch_bytes(&self, along_first: bool) -> u64 {
+        let local = self.local_scratch_bytes(along_first);
+        let Location::Remote(r) = &self.location else {
+            return local;
+        };
+        // From an object store: the encodings fetched ahead (those in flight, one waiting
+        // and the one being decoded), and a whole chunk's staging; for a shard, a batch of
+        // inner chunks' encodings and the index.
+        let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
+        let Ok(cs) = self.chunk_shape() else {
+            return local;
+        };
+        let whole = cs.iter().product::<u64>() * elem;
+        let c = r.concurrency() as u64;
+        let layout = match (&self.shard, &self.zarrs_shard) {
+            (Some(sh), _) => Some((&sh.layout, Some(sh.codec))),
+            (None, Some(zs)) => Some((&zs.layout, None)),
+            (None, None) => None,
+        };
+        local
+            + match layout {
+                Some((l, codec)) => {
+                    let inner = l.inner.iter().product::<u64>() * elem;
+                    c * crate::direct::max_encoded(codec, inner) + l.index_len(&cs)
+                }
+                None => (c + 2) * self.most_encoded(whole) + whole,
+            }
+    }
+
+    /// [`Self::scratch_bytes`] of a local store.
+    fn local_scratch_bytes(&self, along_first: bool) -> u64 {
         let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
         let Ok(cs) = self.chunk_shape() else {
             return 0;
@@ -669,7 +839,9 @@ impl ZarrArray {
     /// bytes at an offset) and the chunks span every other dimension whole.
     pub fn decodes_row_ranges(&self) -> bool {
         let shape = self.shape();
-        self.direct.is_some_and(DirectCodec::decodes_parts)
+        // An object store is read by whole objects: a part would cost a request per part.
+        matches!(self.location, Location::Local(_))
+            && self.direct.is_some_and(DirectCodec::decodes_parts)
             && self
                 .chunk_shape()
                 .is_ok_and(|c| c.iter().zip(&shape).skip(1).all(|(c, s)| c == s))
@@ -760,6 +932,9 @@ impl ZarrArray {
                 elem
             )));
         }
+        if let Location::Remote(r) = &self.location {
+            return self.decode_region_remote(r, region, elem, bytes, scratch);
+        }
         let mut stats = ReadStats::default();
         let chunk_rows = self.chunk_shape()?.first().copied().unwrap_or(1);
         for idx in self.chunks_in(region)? {
@@ -788,6 +963,246 @@ impl ZarrArray {
         }
         stats.decoded_bytes = need as u64;
         Ok(stats)
+    }
+
+    /// The file of chunk `idx` of a local store.
+    fn local_chunk_path(&self, idx: &[u64]) -> PathBuf {
+        let key = self.array.chunk_key(idx);
+        match &self.location {
+            Location::Local(root) => root.join(key.as_str()),
+            Location::Remote(r) => unreachable!("a chunk path of the remote store {}", r.url()),
+        }
+    }
+
+    /// The longest valid encoding of one whole chunk (for a sharded array zarrs decodes:
+    /// of a shard, with its index).
+    fn most_encoded(&self, whole: u64) -> u64 {
+        match self.direct {
+            Some(c) => crate::direct::max_encoded(Some(c), whole),
+            None => {
+                crate::direct::max_encoded(None, whole).saturating_add(self.shard_index_allowance())
+            }
+        }
+    }
+
+    /// [`Self::decode_region`] from an object store: whole chunk objects are fetched
+    /// `concurrency` at a time ahead of their decoding, in order; a shard's index and the
+    /// inner chunks the region needs are fetched by byte ranges.
+    fn decode_region_remote(
+        &self,
+        remote: &Arc<Remote>,
+        region: &[Range<u64>],
+        elem: usize,
+        bytes: &mut [u8],
+        scratch: &mut ChunkScratch,
+    ) -> Result<ReadStats, ZarrError> {
+        let shape: Vec<u64> = region.iter().map(|r| r.end - r.start).collect();
+        let need = bytes.len();
+        let cs = self.chunk_shape()?;
+        let whole = cs.iter().product::<u64>() * elem as u64;
+        let chunks = self.chunks_in(region)?;
+        let mut stats = ReadStats::default();
+        let sharded = self.shard.is_some() || self.zarrs_shard.is_some();
+        let mut ahead = (!sharded).then(|| {
+            let keys = chunks
+                .iter()
+                .map(|i| self.array.chunk_key(i).to_string())
+                .collect();
+            remote.fetch_in_order(keys, self.most_encoded(whole))
+        });
+        for idx in &chunks {
+            let fail = |m: String| self.chunk_error(idx, m);
+            let stored = match (&mut ahead, &self.shard, &self.zarrs_shard) {
+                (Some(ahead), _, _) => match ahead.next().map_err(fail)? {
+                    None => None,
+                    Some(encoded) => {
+                        match self.direct {
+                            Some(codec) => {
+                                let origin: Vec<u64> =
+                                    idx.iter().zip(&cs).map(|(i, c)| i * c).collect();
+                                let in_place = (0..cs.len())
+                                    .all(|d| origin[d] == region[d].start && cs[d] == shape[d]);
+                                if in_place {
+                                    codec.decode_bytes(&encoded, bytes).map_err(fail)?;
+                                } else {
+                                    crate::panel::grow(&mut scratch.staging, whole as usize, 0);
+                                    codec
+                                        .decode_bytes(&encoded, &mut scratch.staging)
+                                        .map_err(fail)?;
+                                    copy_into_region(
+                                        &scratch.staging,
+                                        &cs,
+                                        &origin,
+                                        region,
+                                        bytes,
+                                        elem,
+                                    );
+                                }
+                            }
+                            None => {
+                                if let Some(stages) = &self.stages {
+                                    crate::direct::check_stages_in(
+                                        Box::new(std::io::Cursor::new(&encoded[..])),
+                                        stages,
+                                        whole,
+                                    )
+                                    .map_err(fail)?;
+                                }
+                                self.decode_by_zarrs(idx, region, &shape, elem, bytes)?;
+                            }
+                        }
+                        Some(encoded.len() as u64)
+                    }
+                },
+                (None, Some(sh), _) => self.remote_shard(
+                    remote,
+                    &sh.layout,
+                    Some(sh.codec),
+                    None,
+                    idx,
+                    region,
+                    elem,
+                    bytes,
+                    scratch,
+                )?,
+                (None, None, Some(zs)) => {
+                    let len = self.remote_shard(
+                        remote,
+                        &zs.layout,
+                        None,
+                        Some(&zs.stages),
+                        idx,
+                        region,
+                        elem,
+                        bytes,
+                        scratch,
+                    )?;
+                    if len.is_some() {
+                        self.decode_by_zarrs(idx, region, &shape, elem, bytes)?;
+                    }
+                    len
+                }
+                (None, None, None) => unreachable!("a sharded array is decoded here or checked"),
+            };
+            let stored = match stored {
+                Some(b) => b,
+                // Missing: the fill value, as zarrs gives it.
+                None => {
+                    self.decode_by_zarrs(idx, region, &shape, elem, bytes)?;
+                    0
+                }
+            };
+            if region[0].start <= idx[0] * cs[0] {
+                stats.chunks += 1;
+            }
+            stats.stored_bytes += stored;
+        }
+        stats.decoded_bytes = need as u64;
+        Ok(stats)
+    }
+
+    /// Reads shard `idx` of a remote store by byte ranges: its index, then the inner chunks
+    /// `region` needs, `concurrency` at a time. With `codec`, they are decoded into `bytes`
+    /// here; with `stages`, each is only checked to expand to no more than an inner chunk
+    /// (zarrs decodes the shard after). Returns the shard's length, `None` when it is
+    /// missing.
+    fn remote_shard(
+        &self,
+        remote: &Arc<Remote>,
+        layout: &ShardLayout,
+        codec: Option<DirectCodec>,
+        stages: Option<&[crate::direct::Stage]>,
+        idx: &[u64],
+        region: &[Range<u64>],
+        elem: usize,
+        bytes: &mut [u8],
+        scratch: &mut ChunkScratch,
+    ) -> Result<Option<u64>, ZarrError> {
+        let fail = |m: String| self.chunk_error(idx, m);
+        let cs = self.chunk_shape()?;
+        let key = self.array.chunk_key(idx).to_string();
+        let inner_whole = layout.inner.iter().product::<u64>() * elem as u64;
+        let max = crate::direct::max_encoded(codec, inner_whole);
+        let most = max
+            .saturating_mul(layout.count(&cs))
+            .saturating_add(layout.index_len(&cs));
+        let index_len = layout.index_len(&cs);
+        let Some((index, len)) =
+            remote::block_on(remote.get_end(&key, index_len, !layout.index_at_end))
+                .map_err(fail)?
+        else {
+            return Ok(None);
+        };
+        if len > most {
+            return Err(fail(format!(
+                "the shard is {len} bytes, more than any valid encoding of its chunks ({most} \
+                 bytes at most); refused without reading it"
+            )));
+        }
+        layout.check_len(len, &cs).map_err(fail)?;
+        let index = layout.parse_index(&index, &cs).map_err(fail)?;
+        let origin: Vec<u64> = idx.iter().zip(&cs).map(|(i, c)| i * c).collect();
+        let span = layout.span(&cs, &origin, region);
+        let mut wanted: Vec<(Vec<u64>, Option<Range<u64>>)> = Vec::new();
+        layout.for_each_in(&cs, &span, |j, linear| {
+            let (off, nb) = index[linear];
+            if off == u64::MAX && nb == u64::MAX {
+                wanted.push((j.to_vec(), None));
+                return Ok(());
+            }
+            if off.checked_add(nb).is_none_or(|e| e > len) || nb > max {
+                return Err(fail(format!(
+                    "inner chunk {j:?}: its range {off}+{nb} lies outside the {len}-byte shard, \
+                     or is longer than any encoding of it ({max} bytes)"
+                )));
+            }
+            wanted.push((j.to_vec(), Some(off..off + nb)));
+            Ok(())
+        })?;
+        let fill = self.array.fill_value().as_ne_bytes().to_vec();
+        if codec.is_some() {
+            crate::panel::grow(&mut scratch.staging, inner_whole as usize, 0);
+        }
+        for batch in wanted.chunks(remote.concurrency()) {
+            let ranges: Vec<Range<u64>> = batch.iter().filter_map(|(_, r)| r.clone()).collect();
+            let mut fetched = remote::block_on(remote.get_ranges(&key, &ranges))
+                .map_err(fail)?
+                .into_iter();
+            for (j, range) in batch {
+                let what = |m: String| fail(format!("inner chunk {j:?}: {m}"));
+                let encoded = match range {
+                    Some(_) => Some(fetched.next().ok_or_else(|| what("not fetched".into()))?),
+                    None => None,
+                };
+                if let Some(stages) = stages {
+                    if let Some(encoded) = &encoded {
+                        crate::direct::check_stages_in(
+                            Box::new(std::io::Cursor::new(&encoded[..])),
+                            stages,
+                            inner_whole,
+                        )
+                        .map_err(what)?;
+                    }
+                    continue;
+                }
+                let codec = codec.expect("decoded here");
+                match &encoded {
+                    None => {
+                        for (b, v) in scratch.staging.iter_mut().zip(fill.iter().cycle()) {
+                            *b = *v;
+                        }
+                    }
+                    Some(encoded) => codec
+                        .decode_bytes(encoded, &mut scratch.staging)
+                        .map_err(what)?,
+                }
+                let io: Vec<u64> = (0..cs.len())
+                    .map(|k| origin[k] + j[k] * layout.inner[k])
+                    .collect();
+                copy_into_region(&scratch.staging, &layout.inner, &io, region, bytes, elem);
+            }
+        }
+        Ok(Some(len))
     }
 
     /// Decodes `region` into the reader's scratch band (`len` values of `elem`), for
@@ -819,10 +1234,7 @@ impl ZarrArray {
         scratch: &mut ChunkScratch,
     ) -> Result<Option<u64>, ZarrError> {
         let cs = self.chunk_shape()?;
-        let path = self
-            .array
-            .storage()
-            .key_to_fspath(&self.array.chunk_key(idx));
+        let path = self.local_chunk_path(idx);
         let whole = cs.iter().product::<u64>() as usize * elem;
         let origin: Vec<u64> = idx.iter().zip(&cs).map(|(i, c)| i * c).collect();
         let shape: Vec<u64> = region.iter().map(|r| r.end - r.start).collect();
@@ -870,10 +1282,7 @@ impl ZarrArray {
         use std::os::unix::fs::FileExt;
         let fail = |m: String| self.chunk_error(idx, m);
         let cs = self.chunk_shape()?;
-        let path = self
-            .array
-            .storage()
-            .key_to_fspath(&self.array.chunk_key(idx));
+        let path = self.local_chunk_path(idx);
         let layout = &sh.layout;
         let inner_whole = layout.inner.iter().product::<u64>() * elem as u64;
         let most = crate::direct::max_encoded(Some(sh.codec), inner_whole)
@@ -939,10 +1348,7 @@ impl ZarrArray {
         let fail = |m: String| self.chunk_error(idx, m);
         let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
         let cs = self.chunk_shape()?;
-        let path = self
-            .array
-            .storage()
-            .key_to_fspath(&self.array.chunk_key(idx));
+        let path = self.local_chunk_path(idx);
         let file = std::fs::File::open(&path)
             .map_err(|e| fail(format!("cannot open {}: {e}", path.display())))?;
         let layout = &zs.layout;
@@ -988,10 +1394,7 @@ impl ZarrArray {
         let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
         let cs = self.chunk_shape()?;
         let whole = cs.iter().product::<u64>().saturating_mul(elem);
-        let path = self
-            .array
-            .storage()
-            .key_to_fspath(&self.array.chunk_key(idx));
+        let path = self.local_chunk_path(idx);
         let most =
             crate::direct::max_encoded(None, whole).saturating_add(self.shard_index_allowance());
         let len = crate::direct::check_chunk_file_with(&path, most, None)
@@ -1829,6 +2232,7 @@ pub(crate) const MAX_PLOIDY: u64 = 64;
 #[derive(Clone, Debug)]
 pub struct VcfZarr {
     path: PathBuf,
+    location: Location,
     genotype: ZarrArray,
     mask: Option<ZarrArray>,
     shape: (u64, u64),
@@ -1840,7 +2244,8 @@ pub struct VcfZarr {
 impl VcfZarr {
     /// Opens the VCF Zarr store at `path`.
     pub fn open(path: &Path) -> Result<VcfZarr, ZarrError> {
-        let genotype = ZarrArray::open_at(path, "call_genotype").map_err(|e| match e {
+        let location = Location::of(path)?;
+        let genotype = ZarrArray::open_in(&location, "call_genotype").map_err(|e| match e {
             ZarrError::Open { message, .. } => ZarrError::Open {
                 path: path.display().to_string(),
                 message: format!(
@@ -1869,8 +2274,8 @@ impl VcfZarr {
             )));
         }
         let chunk = genotype.chunk_shape()?;
-        let mask = if path.join("call_genotype_mask").exists() {
-            let m = ZarrArray::open_at(path, "call_genotype_mask")?;
+        let mask = if location.has("call_genotype_mask")? {
+            let m = ZarrArray::open_in(&location, "call_genotype_mask")?;
             let ok_type = matches!(
                 m.array.data_type(),
                 d if d == &data_type::bool() || d == &data_type::uint8() || d == &data_type::int8()
@@ -1888,8 +2293,8 @@ impl VcfZarr {
         } else {
             None
         };
-        let sample_ids = if path.join("sample_id").exists() {
-            let ids = ZarrArray::open_at(path, "sample_id")?.read_strings()?;
+        let sample_ids = if location.has("sample_id")? {
+            let ids = ZarrArray::open_in(&location, "sample_id")?.read_strings()?;
             if ids.len() as u64 != shape[1] {
                 return Err(ZarrError::Unsupported {
                     array: format!("{}:sample_id", path.display()),
@@ -1906,6 +2311,7 @@ impl VcfZarr {
         };
         Ok(VcfZarr {
             path: path.to_path_buf(),
+            location,
             genotype,
             mask,
             shape: (shape[0], shape[1]),
@@ -2052,10 +2458,10 @@ impl GenotypeSource for VcfZarr {
     /// `variant_id`, where the store has it; a VCF's `.` (no ID) and an empty entry are
     /// `None`.
     fn variant_ids(&self, each: &mut dyn FnMut(Option<&str>)) -> Result<bool, SourceError> {
-        if !self.path.join("variant_id").exists() {
+        if !self.location.has("variant_id")? {
             return Ok(false);
         }
-        let ids = ZarrArray::open_at(&self.path, "variant_id")?.read_strings()?;
+        let ids = ZarrArray::open_in(&self.location, "variant_id")?.read_strings()?;
         if ids.len() as u64 != self.shape.0 {
             return Err(ZarrError::Unsupported {
                 array: format!("{}:variant_id", self.path.display()),
@@ -2076,10 +2482,10 @@ impl GenotypeSource for VcfZarr {
     /// The non-empty entries of each row of `variant_allele`, where the store has it
     /// (bio2zarr pads a variant's alleles with empty strings to the widest site's).
     fn variant_allele_counts(&self, each: &mut dyn FnMut(usize)) -> Result<bool, SourceError> {
-        if !self.path.join("variant_allele").exists() {
+        if !self.location.has("variant_allele")? {
             return Ok(false);
         }
-        let alleles = ZarrArray::open_at(&self.path, "variant_allele")?;
+        let alleles = ZarrArray::open_in(&self.location, "variant_allele")?;
         let shape = alleles.shape();
         if shape.first() != Some(&self.shape.0) {
             return Err(ZarrError::Unsupported {
@@ -2098,11 +2504,11 @@ impl GenotypeSource for VcfZarr {
 
     /// `contig_id[variant_contig]`, where the store has both (bio2zarr writes them).
     fn variant_chromosomes(&self, each: &mut dyn FnMut(&str)) -> Result<bool, SourceError> {
-        if !self.path.join("variant_contig").exists() || !self.path.join("contig_id").exists() {
+        if !self.location.has("variant_contig")? || !self.location.has("contig_id")? {
             return Ok(false);
         }
-        let names = ZarrArray::open_at(&self.path, "contig_id")?.read_strings()?;
-        let contig = ZarrArray::open_at(&self.path, "variant_contig")?;
+        let names = ZarrArray::open_in(&self.location, "contig_id")?.read_strings()?;
+        let contig = ZarrArray::open_in(&self.location, "variant_contig")?;
         let index = contig.read_integers()?;
         let bad = |message: String| -> SourceError {
             ZarrError::Unsupported {
