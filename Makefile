@@ -80,6 +80,7 @@ bench: build
 	bash benches/slurm.sh $(if $(QUICK),--quick,)
 	bash benches/transports.sh $(if $(QUICK),--quick,)
 	bash benches/peers.sh $(if $(QUICK),--quick,)
+	bash benches/object_store.sh $(if $(QUICK),--quick,)
 	python3 benches/summary.py
 
 clean:

@@ -60,9 +60,13 @@ def main():
                     return self.answer(503, "SlowDown")
             conn = http.client.HTTPConnection("127.0.0.1", a.upstream, timeout=60)
             headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-            conn.request(self.command, self.path, body=body, headers=headers)
-            r = conn.getresponse()
-            data = r.read()
+            try:
+                conn.request(self.command, self.path, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+            except OSError:
+                # The server behind stopped: a gateway's answer, as a load balancer gives.
+                return self.answer(502, "BadGateway")
             self.send_response(r.status)
             for k, v in r.getheaders():
                 if k.lower() not in ("transfer-encoding", "connection", "content-length"):

@@ -32,8 +32,11 @@ venv_ok() {
     "$VENV/bin/python" - "$DASK_VERSION" "$NUMPY_VERSION" "$ZARR_VERSION" "$NUMCODECS_VERSION" \
         <<'PY' 2>/dev/null
 import sys
+import boto3
 import dask
+import moto.server
 import numcodecs
+import obstore
 import numpy
 import zarr
 have = (dask.__version__, numpy.__version__, zarr.__version__, numcodecs.__version__)
