@@ -77,6 +77,32 @@ def stores(root, s3=None):
     ids = g.create_array("sample_id", shape=(120,), dtype=str, chunks=(120,))
     ids[...] = np.array([f"S{j:03d}" for j in range(120)])
     add("geno.zarr", "genotypes", "dosages")
+    # A VCF Zarr store in bio2zarr's layout: diploid calls with a few missing, the mask,
+    # contigs (chromosome X among them, which pca leaves out), alleles (some multiallelic).
+    v = zarr.open_group(os.path.join(root, "cohort.vcz"), mode="w")
+    nv, ns = 900, 80
+    rng = np.random.default_rng(8)
+    p = rng.uniform(0.05, 0.6, size=(nv, 1, 1))
+    calls = (rng.uniform(size=(nv, ns, 2)) < p).astype("i1")
+    calls[rng.uniform(size=calls.shape) < 0.02] = -1
+    cg = v.create_array("call_genotype", shape=calls.shape, dtype="i1", chunks=(200, ns, 2),
+                        compressors=BloscCodec(cname="zstd", shuffle="bitshuffle"))
+    cg[...] = calls
+    mask = v.create_array("call_genotype_mask", shape=calls.shape, dtype=bool,
+                          chunks=(200, ns, 2))
+    mask[...] = calls < 0
+    sid = v.create_array("sample_id", shape=(ns,), dtype=str, chunks=(ns,))
+    sid[...] = np.array([f"HG{j:05d}" for j in range(ns)])
+    contig = v.create_array("contig_id", shape=(3,), dtype=str, chunks=(3,))
+    contig[...] = np.array(["1", "2", "X"])
+    vc = v.create_array("variant_contig", shape=(nv,), dtype="i1", chunks=(nv,))
+    vc[...] = np.repeat([0, 1, 2], nv // 3).astype("i1")
+    alleles = np.full((nv, 3), "", dtype=object)
+    alleles[:, 0], alleles[:, 1] = "A", "G"
+    alleles[::50, 2] = "T"
+    va = v.create_array("variant_allele", shape=(nv, 3), dtype=str, chunks=(nv, 3))
+    va[...] = alleles.astype(str)
+    add("cohort.vcz", "vcf", "")
     return out
 
 
