@@ -360,6 +360,26 @@ impl ShardLayout {
             .collect())
     }
 
+    /// The byte range of index entry `(off, nb)` in a `len`-byte shard: `None` for an
+    /// empty inner chunk (both 2⁶⁴ − 1), an error for a range outside the shard or longer
+    /// than `max`, the longest valid encoding of an inner chunk.
+    fn inner_range(
+        (off, nb): (u64, u64),
+        len: u64,
+        max: u64,
+    ) -> Result<Option<Range<u64>>, String> {
+        if off == u64::MAX && nb == u64::MAX {
+            return Ok(None);
+        }
+        match off.checked_add(nb) {
+            Some(end) if end <= len && nb <= max => Ok(Some(off..end)),
+            _ => Err(format!(
+                "its range {off}+{nb} lies outside the {len}-byte shard, or is longer than any \
+                 encoding of it ({max} bytes)"
+            )),
+        }
+    }
+
     /// The inner chunks of the shard at `origin` (of shape `shard_shape`) that meet
     /// `region`, per dimension; empty when the shard does not meet it.
     fn span(&self, shard_shape: &[u64], origin: &[u64], region: &[Range<u64>]) -> Vec<Range<u64>> {
@@ -1145,18 +1165,9 @@ impl ZarrArray {
         let span = layout.span(&cs, &origin, region);
         let mut wanted: Vec<(Vec<u64>, Option<Range<u64>>)> = Vec::new();
         layout.for_each_in(&cs, &span, |j, linear| {
-            let (off, nb) = index[linear];
-            if off == u64::MAX && nb == u64::MAX {
-                wanted.push((j.to_vec(), None));
-                return Ok(());
-            }
-            if off.checked_add(nb).is_none_or(|e| e > len) || nb > max {
-                return Err(fail(format!(
-                    "inner chunk {j:?}: its range {off}+{nb} lies outside the {len}-byte shard, \
-                     or is longer than any encoding of it ({max} bytes)"
-                )));
-            }
-            wanted.push((j.to_vec(), Some(off..off + nb)));
+            let range = ShardLayout::inner_range(index[linear], len, max)
+                .map_err(|m| fail(format!("inner chunk {j:?}: {m}")))?;
+            wanted.push((j.to_vec(), range));
             Ok(())
         })?;
         let fill = self.array.fill_value().as_ne_bytes().to_vec();
@@ -1302,27 +1313,22 @@ impl ZarrArray {
         crate::panel::grow(&mut scratch.staging, inner_whole as usize, 0);
         let max = crate::direct::max_encoded(Some(sh.codec), inner_whole);
         layout.for_each_in(&cs, &span, |j, linear| {
-            let (off, nb) = index[linear];
             let what = |m: String| fail(format!("inner chunk {j:?}: {m}"));
-            if off == u64::MAX && nb == u64::MAX {
-                for (b, v) in scratch.staging.iter_mut().zip(fill.iter().cycle()) {
-                    *b = *v;
+            match ShardLayout::inner_range(index[linear], len, max).map_err(what)? {
+                None => {
+                    for (b, v) in scratch.staging.iter_mut().zip(fill.iter().cycle()) {
+                        *b = *v;
+                    }
                 }
-            } else {
-                let end = off.checked_add(nb).filter(|&e| e <= len);
-                if end.is_none() || nb > max {
-                    return Err(what(format!(
-                        "its range {off}+{nb} lies outside the {len}-byte shard, or is longer \
-                         than any encoding of it ({max} bytes)"
-                    )));
+                Some(range) => {
+                    scratch.encoded.clear();
+                    crate::panel::grow(&mut scratch.encoded, (range.end - range.start) as usize, 0);
+                    file.read_exact_at(&mut scratch.encoded, range.start)
+                        .map_err(|e| what(format!("cannot read it: {e}")))?;
+                    sh.codec
+                        .decode_bytes(&scratch.encoded, &mut scratch.staging)
+                        .map_err(what)?;
                 }
-                scratch.encoded.clear();
-                crate::panel::grow(&mut scratch.encoded, nb as usize, 0);
-                file.read_exact_at(&mut scratch.encoded, off)
-                    .map_err(|e| what(format!("cannot read it: {e}")))?;
-                sh.codec
-                    .decode_bytes(&scratch.encoded, &mut scratch.staging)
-                    .map_err(what)?;
             }
             let io: Vec<u64> = (0..cs.len())
                 .map(|k| origin[k] + j[k] * layout.inner[k])
@@ -1358,20 +1364,14 @@ impl ZarrArray {
         let origin: Vec<u64> = idx.iter().zip(&cs).map(|(i, c)| i * c).collect();
         let span = layout.span(&cs, &origin, region);
         layout.for_each_in(&cs, &span, |j, linear| {
-            let (off, nb) = index[linear];
-            if off == u64::MAX && nb == u64::MAX {
-                return Ok(());
-            }
             let what = |m: String| fail(format!("inner chunk {j:?}: {m}"));
-            if off.checked_add(nb).is_none_or(|e| e > len) || nb > max {
-                return Err(what(format!(
-                    "its range {off}+{nb} lies outside the {len}-byte shard, or is longer than \
-                     any encoding of it ({max} bytes)"
-                )));
-            }
+            let Some(range) = ShardLayout::inner_range(index[linear], len, max).map_err(what)?
+            else {
+                return Ok(());
+            };
             scratch.clear();
-            scratch.resize(nb as usize, 0);
-            file.read_exact_at(scratch, off)
+            scratch.resize((range.end - range.start) as usize, 0);
+            file.read_exact_at(scratch, range.start)
                 .map_err(|e| what(format!("cannot read it: {e}")))?;
             crate::direct::check_stages_in(
                 Box::new(std::io::Cursor::new(&scratch[..])),
