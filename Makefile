@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 # Where `make install` puts the C library, its header, the Fortran module and rankwise.pc.
 PREFIX ?= /usr/local
 
-.PHONY: deps build capi install bundle demo test test-gpu bench bench-gpu lint clean
+.PHONY: deps build python capi install bundle demo test test-gpu bench bench-gpu lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -17,11 +17,19 @@ deps:
 # One build of the whole workspace (libraries, the C library, rankwise, the failure tests'
 # rankwise-fault, the examples), with the features `make test` uses: a build with other
 # features, or of one package alone, resolves its dependencies' features anew and compiles
-# the whole stack again.
+# the whole stack again. The Python extension is maturin's to build (`make python`): it
+# must not link libpython, which a plain cargo build of it does.
 TEST_FEATURES := rankwise/system-tests,rankwise-transports/system-tests
+NOT_CARGO := --exclude rankwise-python
 
 build: deps
-	$(CARGO) build --release --workspace --lib --bins --examples --features $(TEST_FEATURES)
+	$(CARGO) build --release --workspace $(NOT_CARGO) --lib --bins --examples --features $(TEST_FEATURES)
+
+# The Python package's wheel (target/wheels/), built by maturin and installed into the
+# test environment target/python-venv; `pip install target/wheels/rankwise-*.whl` installs
+# it anywhere the system libraries are.
+python: build
+	scripts/python-venv.sh
 
 # The C library (librankwise.so, librankwise.a) for codes that link rankwise.
 capi: deps
@@ -51,7 +59,7 @@ demo: build
 # in launch/src/cli.rs), so that their bits can be compared with the binary's.
 test: export OPENBLAS_CORETYPE ?= Haswell
 test: build
-	$(CARGO) test --release --workspace --features $(TEST_FEATURES)
+	$(CARGO) test --release --workspace $(NOT_CARGO) --features $(TEST_FEATURES)
 
 # On a machine with an NVIDIA GPU: the GPU tests, where a missing GPU fails instead of
 # skipping, and the units of the device crate (probe, kernels compiled by NVRTC) with the
@@ -81,6 +89,7 @@ bench: build
 	bash benches/transports.sh $(if $(QUICK),--quick,)
 	bash benches/peers.sh $(if $(QUICK),--quick,)
 	bash benches/object_store.sh $(if $(QUICK),--quick,)
+	bash benches/python.sh $(if $(QUICK),--quick,)
 	python3 benches/summary.py
 
 clean:

@@ -39,10 +39,47 @@ pub enum Error {
 }
 
 impl Error {
-    /// The parameter a [`Error::Parameter`] names.
+    /// True when the input named does not exist (a missing file, store or fileset).
+    pub fn is_not_found(&self) -> bool {
+        let source = |e: &SourceError| match e {
+            SourceError::Zarr(ZarrError::NotFound { .. }) => true,
+            other => {
+                let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(other);
+                while let Some(e) = cause {
+                    if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                        if io.kind() == std::io::ErrorKind::NotFound {
+                            return true;
+                        }
+                    }
+                    cause = e.source();
+                }
+                false
+            }
+        };
+        match self {
+            Error::Source(e) | Error::Linalg(LinalgError::Source(e)) => source(e),
+            _ => false,
+        }
+    }
+
+    /// The parameter a bad argument names: an [`Error::Parameter`], or the runtime's,
+    /// the linear algebra's or a source's error about a parameter's value. `None` for
+    /// every other failure (of the data, the transport or the computation).
     pub fn parameter(&self) -> Option<&'static str> {
+        let runtime = |e: &RuntimeError| match e {
+            RuntimeError::Option { parameter, .. } => Some(*parameter),
+            _ => None,
+        };
+        let source = |e: &SourceError| match e {
+            SourceError::Option { parameter, .. } => Some(*parameter),
+            _ => None,
+        };
         match self {
             Error::Parameter { parameter, .. } => Some(parameter),
+            Error::Runtime(e) => runtime(e),
+            Error::Linalg(LinalgError::Option { parameter, .. }) => Some(parameter),
+            Error::Linalg(LinalgError::Runtime(e)) => runtime(e),
+            Error::Linalg(LinalgError::Source(e)) | Error::Source(e) => source(e),
             _ => None,
         }
     }

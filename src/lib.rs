@@ -80,6 +80,9 @@
 pub struct ReadmeDoctests;
 
 mod error;
+#[cfg(feature = "mpi")]
+pub mod host_mpi;
+pub mod memory;
 mod open;
 
 pub use error::Error;
@@ -226,13 +229,212 @@ pub fn pca(
     Ok(genomics::pca(rt, input.genotypes()?, params)?)
 }
 
-/// The randomized SVD of `input` (a Zarr array of numbers) on the ranks of `rt`: every
-/// rank calls it and gets `s`, `Vᵀ` (`wt`, rows of the right singular vectors) and the
-/// [`Convergence`] report. `options.seed` seeds the test matrix.
+/// The randomized SVD of `input` (a Zarr array of numbers, or a matrix in memory) on the
+/// ranks of `rt`: every rank calls it and gets `s`, `Vᵀ` (`wt`, rows of the right singular
+/// vectors) and the [`Convergence`] report. `options.seed` seeds the test matrix.
 pub fn rsvd(rt: &Runtime, input: &Input, options: &RsvdOptions) -> Result<RsvdResult, Error> {
+    let problem = rsvd_problem(input)?;
+    Ok(rankwise_linalg::rsvd(rt, &problem, options, None)?)
+}
+
+/// [`rsvd`], with the distributed factor too: the rows of `U` this rank holds (of `V`,
+/// when the input was factored through its transpose: see [`RsvdResult::transposed`]).
+pub fn rsvd_with_factor(
+    rt: &Runtime,
+    input: &Input,
+    options: &RsvdOptions,
+) -> Result<(RsvdResult, LocalRows), Error> {
+    let problem = rsvd_problem(input)?;
+    let (sink, rows) = LocalRows::sink(options.k);
+    let result = rankwise_linalg::rsvd(rt, &problem, options, Some(sink))?;
+    Ok((result, rows.finish()?))
+}
+
+/// The exact SVD (TSQR) of `input` (a Zarr array of numbers, or a matrix in memory) on
+/// the ranks of `rt`: every rank calls it and gets every singular value, `Vᵀ` (`wt`) and
+/// the rows of `U` it holds (of `V` for a transposed input, as for [`rsvd_with_factor`]).
+pub fn svd(
+    rt: &Runtime,
+    input: &Input,
+    options: &linalg::SvdOptions,
+) -> Result<(linalg::SvdResult, LocalRows), Error> {
     let (source, transposed) = input.matrix()?;
-    let band = source.preferred_panel_rows();
+    let (m, n) = source.shape();
+    let (panel_rows, rank_panels) = match input {
+        Input::Rows {
+            panel_rows,
+            rank_panels,
+            ..
+        } => (*panel_rows, rank_panels.clone()),
+        _ => (source.preferred_panel_rows(), None),
+    };
+    let problem = linalg::SvdProblem {
+        grid: exec::ChunkGrid::new(m, n, panel_rows)?,
+        source,
+        transposed,
+        rank_panels,
+    };
+    let (sink, rows) = LocalRows::sink(n as usize);
+    let result = linalg::svd(rt, &problem, options, Some(sink))?;
+    Ok((result, rows.finish()?))
+}
+
+fn rsvd_problem(input: &Input) -> Result<rankwise_linalg::RsvdProblem, Error> {
+    let (source, transposed) = input.matrix()?;
+    let (band, rank_panels) = match input {
+        Input::Rows {
+            panel_rows,
+            rank_panels,
+            ..
+        } => (*panel_rows, rank_panels.clone()),
+        _ => (source.preferred_panel_rows(), None),
+    };
     let mut problem = rankwise_linalg::RsvdProblem::dense(source, band)?;
     problem.transposed = transposed;
-    Ok(rankwise_linalg::rsvd(rt, &problem, options, None)?)
+    problem.rank_panels = rank_panels;
+    Ok(problem)
+}
+
+/// The rows of a distributed factor that this rank holds, in global row order: `rows[i]`
+/// is the global row of `values`' row `i`. On one rank, every row, in order.
+#[derive(Clone, Debug)]
+pub struct LocalRows {
+    /// The global index of each row.
+    pub rows: Vec<u64>,
+    /// The rows, `rows.len() × k`.
+    pub values: ndarray::Array2<f64>,
+}
+
+type Collected = std::sync::Arc<std::sync::Mutex<Vec<(u64, ndarray::Array2<f64>)>>>;
+
+/// Collects the panels of a factor as the actors hand them over.
+struct Collector {
+    panels: Collected,
+    k: usize,
+}
+
+impl LocalRows {
+    fn sink(k: usize) -> (linalg::FactorSink, Collector) {
+        let panels: Collected = Default::default();
+        let to = std::sync::Arc::clone(&panels);
+        let sink: linalg::FactorSink = std::sync::Arc::new(move |_, rows, block| {
+            if block.nrows() as u64 != rows.end - rows.start {
+                return Err(format!(
+                    "{} rows handed over for rows {rows:?}",
+                    block.nrows()
+                ));
+            }
+            to.lock()
+                .map_err(|_| "a thread collecting the factor panicked".to_string())?
+                .push((rows.start, block.to_owned()));
+            Ok(())
+        });
+        (sink, Collector { panels, k })
+    }
+}
+
+impl Collector {
+    fn finish(self) -> Result<LocalRows, Error> {
+        let mut panels =
+            std::mem::take(&mut *self.panels.lock().map_err(|_| Error::Parameter {
+                parameter: "factor",
+                message: "a thread collecting the factor panicked".into(),
+            })?);
+        panels.sort_by_key(|(r, _)| *r);
+        let total: usize = panels.iter().map(|(_, b)| b.nrows()).sum();
+        let k = panels.first().map_or(self.k, |(_, b)| b.ncols());
+        let mut values = ndarray::Array2::zeros((total, k));
+        let mut rows = Vec::with_capacity(total);
+        let mut at = 0;
+        for (r0, b) in panels {
+            values
+                .slice_mut(ndarray::s![at..at + b.nrows(), ..])
+                .assign(&b);
+            rows.extend(r0..r0 + b.nrows() as u64);
+            at += b.nrows();
+        }
+        Ok(LocalRows { rows, values })
+    }
+}
+
+/// The solver a caller chooses, with the command line's defaults: LOBPCG to `tol` in mixed
+/// precision, or, with `power_iters`, a fixed number of subspace (or block Krylov)
+/// iterations whose residuals are still measured. [`SolverChoice::options`] turns it into
+/// [`RsvdOptions`]; `rankwise rsvd`, `rankwise pca` and the Python package share it.
+#[derive(Clone, Debug)]
+pub struct SolverChoice {
+    /// Components.
+    pub k: usize,
+    /// Extra sketch columns.
+    pub oversample: usize,
+    /// A fixed number of power iterations instead of iterating to `tol`.
+    pub power_iters: Option<usize>,
+    /// The solver (`None`: LOBPCG, or subspace iteration with `power_iters`).
+    pub method: Option<Method>,
+    /// Convergence tolerance of each component's residual.
+    pub tol: f64,
+    /// Most passes LOBPCG makes.
+    pub max_passes: usize,
+    /// Tile precision (`None`: LOBPCG in mixed precision; f32 for the fixed iterations
+    /// over stored f32 values, f64 otherwise).
+    pub precision: Option<Precision>,
+    /// Seed of the test matrix and probes.
+    pub seed: u64,
+    /// Gaussian probes of the error estimate.
+    pub probes: usize,
+}
+
+impl Default for SolverChoice {
+    fn default() -> Self {
+        let d = RsvdOptions::default();
+        SolverChoice {
+            k: d.k,
+            oversample: d.oversample,
+            power_iters: None,
+            method: None,
+            tol: d.tol,
+            max_passes: d.max_passes,
+            precision: None,
+            seed: d.seed,
+            probes: d.probes,
+        }
+    }
+}
+
+impl SolverChoice {
+    /// The options, for values stored as f32 (`stored_f32`) or not.
+    pub fn options(&self, stored_f32: bool) -> Result<RsvdOptions, Error> {
+        let method = match (self.method, self.power_iters) {
+            (Some(Method::Lobpcg), Some(_)) => {
+                return Err(Error::Parameter {
+                    parameter: "power_iters",
+                    message: "a fixed iteration count applies to the subspace and block \
+                              Krylov methods; LOBPCG iterates until `tol` is met (bound it \
+                              with `max_passes`)"
+                        .into(),
+                })
+            }
+            (Some(m), _) => m,
+            (None, None) => Method::Lobpcg,
+            (None, Some(_)) => Method::SubspaceIteration,
+        };
+        let lobpcg = method == Method::Lobpcg;
+        Ok(RsvdOptions {
+            k: self.k,
+            oversample: self.oversample,
+            power_iters: self.power_iters.unwrap_or(2),
+            method,
+            seed: self.seed,
+            probes: self.probes,
+            precision: match self.precision {
+                None if stored_f32 && !lobpcg => Precision::F32,
+                None => Precision::F64,
+                Some(p) => p,
+            },
+            mixed_precision: lobpcg && self.precision.is_none(),
+            tol: self.tol,
+            max_passes: self.max_passes,
+            ..RsvdOptions::default()
+        })
+    }
 }

@@ -13,7 +13,7 @@ use crate::Error;
 
 /// What [`open`] found. Opening reads metadata only (array metadata, `.bim`/`.fam`); the
 /// values are read by the actors that own them, panel by panel.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub enum Input {
     /// A PLINK 1 binary fileset (`PREFIX.bed`, `.bim`, `.fam`; variant-major).
     Bed(PathBuf),
@@ -22,6 +22,37 @@ pub enum Input {
     VcfZarr(PathBuf),
     /// A 2-D Zarr array, `PATH` or `PATH:ARRAY` (an array inside a group).
     Zarr(String),
+    /// A matrix the ranks hold in memory, row blocks in rank order
+    /// ([`rows_in_place`](crate::memory::rows_in_place)).
+    Rows {
+        /// The matrix, this rank's rows readable.
+        source: Arc<dyn PanelSource>,
+        /// Rows of a panel.
+        panel_rows: u64,
+        /// Panels each rank holds, in rank order: panels stay where their rows are.
+        rank_panels: Option<Vec<usize>>,
+    },
+    /// A genotype matrix held in memory
+    /// ([`dosages_in_place`](crate::memory::dosages_in_place)), or any other source.
+    Genotypes(Arc<dyn GenotypeSource>),
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Input::Bed(p) => f.debug_tuple("Bed").field(p).finish(),
+            Input::VcfZarr(p) => f.debug_tuple("VcfZarr").field(p).finish(),
+            Input::Zarr(s) => f.debug_tuple("Zarr").field(s).finish(),
+            Input::Rows {
+                source, panel_rows, ..
+            } => f
+                .debug_struct("Rows")
+                .field("source", &source.describe())
+                .field("panel_rows", panel_rows)
+                .finish(),
+            Input::Genotypes(g) => f.debug_tuple("Genotypes").field(&g.describe()).finish(),
+        }
+    }
 }
 
 /// Recognizes the input `spec` names:
@@ -90,6 +121,13 @@ impl Input {
                     None => z,
                 })
             }
+            Input::Genotypes(g) => Arc::clone(g),
+            Input::Rows { .. } => {
+                return Err(Error::Parameter {
+                    parameter: "spec",
+                    message: "a matrix of numbers is not a genotype matrix: pass dosages".into(),
+                })
+            }
         })
     }
 
@@ -111,6 +149,7 @@ impl Input {
                     transposed,
                 ))
             }
+            Input::Rows { source, .. } => Ok((Arc::clone(source), false)),
             other => Err(Error::Parameter {
                 parameter: "spec",
                 message: format!(

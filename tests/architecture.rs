@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["rankwise-genomics"],
     &["rankwise-output"],
     &["rankwise"],
-    &["rankwise-launch", "rankwise-capi"],
+    &["rankwise-launch", "rankwise-capi", "rankwise-python"],
     &["rankwise-fault"],
 ];
 

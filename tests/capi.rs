@@ -46,6 +46,8 @@ fn built() -> &'static Built {
                 "build",
                 "--release",
                 "--workspace",
+                "--exclude",
+                "rankwise-python",
                 "--lib",
                 "--bins",
                 "--examples",

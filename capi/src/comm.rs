@@ -1,13 +1,10 @@
 //! The caller's communicator: checked, duplicated, agreed on, and handed to a runtime.
 
-use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use mpi::ffi;
-use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::{Communicator, CommunicatorCollectives, FromRaw};
+use mpi::traits::{Communicator, CommunicatorCollectives};
 use ndarray::ArrayView2;
 use rankwise::exec::{ChunkGrid, CoreShare, RuntimeConfig};
 use rankwise::linalg::{
@@ -18,115 +15,24 @@ use rankwise::linalg::{
 use crate::args::{check_local, Call, CapiError, Layout, Method};
 use crate::matrix::{view_mut, BorrowedRows};
 use crate::*;
+use rankwise::host_mpi::HostMpiError;
 use rankwise::transports::announce_failure;
 
-/// Default panels hold at most this many bytes (several panels per rank keep every actor
-/// busy; the panel tree's messages stay n × n whatever the panel size).
-const DEFAULT_PANEL_BYTES: u64 = 8 << 20;
-
-fn mpi_call(call: &'static str, code: c_int) -> Result<(), CapiError> {
-    if code == ffi::MPI_SUCCESS as c_int {
-        Ok(())
-    } else {
-        Err(CapiError::Mpi { call, code })
+/// The library's checks of MPI and of the caller's communicator, as this library's errors.
+fn host_error(e: HostMpiError) -> CapiError {
+    match e {
+        HostMpiError::NotReady(m) => CapiError::MpiNotReady(m),
+        HostMpiError::InvalidCommunicator(m) => CapiError::InvalidCommunicator(m),
+        HostMpiError::Call { call, code } => CapiError::Mpi { call, code },
     }
 }
 
-/// Fails unless MPI is initialized, not finalized, at `MPI_THREAD_FUNNELED` or above, and
-/// (for `FUNNELED`) this is the thread that initialized it.
 fn mpi_ready() -> Result<(), CapiError> {
-    let (mut init, mut fin) = (0, 0);
-    // SAFETY: both may be called at any time, before MPI_Init and after MPI_Finalize.
-    unsafe {
-        ffi::MPI_Initialized(&mut init);
-        ffi::MPI_Finalized(&mut fin);
-    }
-    if init == 0 {
-        return Err(CapiError::MpiNotReady(
-            "MPI is not initialized: call MPI_Init_thread (MPI_THREAD_FUNNELED or above) first"
-                .into(),
-        ));
-    }
-    if fin != 0 {
-        return Err(CapiError::MpiNotReady("MPI is already finalized".into()));
-    }
-    let mut provided = 0;
-    // SAFETY: MPI is initialized and not finalized.
-    mpi_call("MPI_Query_thread", unsafe {
-        ffi::MPI_Query_thread(&mut provided)
-    })?;
-    if provided < ffi::MPI_THREAD_FUNNELED as c_int {
-        return Err(CapiError::MpiNotReady(
-            "MPI was initialized with MPI_THREAD_SINGLE; rankwise runs worker threads beside \
-             the MPI thread: initialize with MPI_Init_thread(…, MPI_THREAD_FUNNELED, …)"
-                .into(),
-        ));
-    }
-    // FUNNELED: only the thread that initialized MPI may call it (SERIALIZED and MULTIPLE
-    // allow any thread; the caller keeps its own calls apart from ours).
-    if provided == ffi::MPI_THREAD_FUNNELED as c_int {
-        let mut main = 0;
-        // SAFETY: MPI is initialized.
-        mpi_call("MPI_Is_thread_main", unsafe {
-            ffi::MPI_Is_thread_main(&mut main)
-        })?;
-        if main == 0 {
-            return Err(CapiError::MpiNotReady(
-                "MPI was initialized with MPI_THREAD_FUNNELED, so rankwise must be called on \
-                 the thread that initialized MPI"
-                    .into(),
-            ));
-        }
-    }
-    Ok(())
+    rankwise::host_mpi::mpi_ready().map_err(host_error)
 }
 
-/// True when every byte of the handle is zero: Open MPI's `MPI_Comm_f2c` returns a NULL
-/// pointer for a Fortran handle that names no communicator (out of range, or a freed
-/// slot), as MPI-2 §4.12.4 asks ("an invalid C handle", no error handler).
-fn is_zero_handle(c: &ffi::MPI_Comm) -> bool {
-    // SAFETY: reads the handle's own bytes.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            (c as *const ffi::MPI_Comm).cast::<u8>(),
-            std::mem::size_of::<ffi::MPI_Comm>(),
-        )
-    };
-    bytes.iter().all(|&b| b == 0)
-}
-
-/// The caller's communicator, duplicated with `MPI_ERRORS_RETURN` so that no failure of
-/// ours aborts the caller's job, and so that our messages never meet the caller's.
 fn duplicate(fint: MPI_Fint) -> Result<SimpleCommunicator, CapiError> {
-    // SAFETY: MPI is initialized (mpi_ready); f2c never invokes an error handler.
-    let c = unsafe { ffi::MPI_Comm_f2c(fint) };
-    // SAFETY: reading the library's constant.
-    if is_zero_handle(&c) || c == unsafe { ffi::RSMPI_COMM_NULL } {
-        return Err(CapiError::InvalidCommunicator(format!(
-            "{fint} is not the Fortran handle of a communicator (pass MPI_Comm_c2f(comm))"
-        )));
-    }
-    let mut inter = 0;
-    // SAFETY: c is a live communicator handle (checked above).
-    mpi_call("MPI_Comm_test_inter", unsafe {
-        ffi::MPI_Comm_test_inter(c, &mut inter)
-    })?;
-    if inter != 0 {
-        return Err(CapiError::InvalidCommunicator(format!(
-            "{fint} is an inter-communicator; rankwise needs an intra-communicator"
-        )));
-    }
-    // SAFETY: a valid intra-communicator; MPI_Comm_dup is collective over it, and every
-    // rank of the communicator makes this call.
-    let mut dup = unsafe { ffi::RSMPI_COMM_NULL };
-    mpi_call("MPI_Comm_dup", unsafe { ffi::MPI_Comm_dup(c, &mut dup) })?;
-    // SAFETY: dup is a fresh intra-communicator of ours, freed on drop of the wrapper.
-    let dup = unsafe { SimpleCommunicator::from_raw(dup) };
-    // SAFETY: the predefined handler on our own communicator.
-    mpi_call("MPI_Comm_set_errhandler", unsafe {
-        ffi::MPI_Comm_set_errhandler(dup.as_raw(), ffi::RSMPI_ERRORS_RETURN)
-    })?;
-    Ok(dup)
+    rankwise::host_mpi::duplicate(fint).map_err(host_error)
 }
 
 /// What every rank tells the others before any work: its status and row count, then the
@@ -189,39 +95,11 @@ fn agreement(status: rankwise_status, c: &Call) -> [i64; AGREE] {
     ]
 }
 
-/// The panel rows to use: `requested`, or the default described in the header.
+/// The panel rows to use: `requested`, or the default described in the header (the
+/// library's rule, [`rankwise::memory::panel_rows`]).
 fn panel_rows(requested: i64, rows: &[i64], cols: i64) -> i64 {
-    if requested > 0 {
-        return requested;
-    }
-    let gcd = |mut a: i64, mut b: i64| {
-        while b != 0 {
-            (a, b) = (b, a % b);
-        }
-        a
-    };
-    let (last, rest) = rows.split_last().expect("a communicator has a rank");
-    let g = rest.iter().fold(0, |g, &r| gcd(g, r));
-    let g = if g == 0 { (*last).max(1) } else { g };
-    // The largest divisor of g whose panel fits the default size, but not below the
-    // columns (a panel shorter than it is wide gains nothing).
-    let fits = |d: i64| (d as u64).saturating_mul(cols as u64 * 8) <= DEFAULT_PANEL_BYTES;
-    if fits(g) {
-        return g;
-    }
-    let mut best = g;
-    let mut d = 1;
-    while d * d <= g {
-        if g % d == 0 {
-            for c in [d, g / d] {
-                if c >= cols && fits(c) && (best == g || c > best) {
-                    best = c;
-                }
-            }
-        }
-        d += 1;
-    }
-    best
+    let rows: Vec<u64> = rows.iter().map(|&r| r as u64).collect();
+    rankwise::memory::panel_rows(requested.max(0) as u64, &rows, cols as u64) as i64
 }
 
 /// A caller's output buffer, shared by the actors that write its disjoint rows.
@@ -529,30 +407,4 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::panel_rows;
-
-    #[test]
-    fn default_panel_rows_divide_every_rank_but_the_last() {
-        // Asked for: kept.
-        assert_eq!(panel_rows(7, &[14, 3], 2), 7);
-        // Equal blocks and a ragged last one: one panel per rank while it is small.
-        assert_eq!(panel_rows(0, &[1000, 1000, 1000, 11], 12), 1000);
-        assert_eq!(panel_rows(0, &[600, 400, 77], 4), 200);
-        // One rank, or only the last holding rows: its own row count.
-        assert_eq!(panel_rows(0, &[5000], 10), 5000);
-        assert_eq!(panel_rows(0, &[0, 0, 300], 10), 300);
-        // Large blocks are split into panels of at most 8 MiB, no shorter than wide.
-        let p = panel_rows(0, &[1_000_000, 1_000_000, 5], 20);
-        assert!(
-            1_000_000 % p == 0 && p as u64 * 20 * 8 <= 8 << 20 && p >= 20,
-            "{p}"
-        );
-        assert_eq!(p, 50_000);
-        // A block with no divisor that fits stays whole (a prime row count).
-        assert_eq!(panel_rows(0, &[1_000_003, 1], 20), 1_000_003);
-    }
 }

@@ -16,7 +16,7 @@ pub use actor::{Actor, ActorSpec, Job};
 pub use budget::{format_bytes, parse_bytes, MemoryPlan, ReadBuffers, Residency};
 pub use grid::{ActorKind, ActorShape, Assignment, ChunkGrid, Placement, World};
 pub use progress::{Progress, ProgressSnapshot};
-pub use runtime::{actor_specs, CoreShare, Runtime, RuntimeConfig};
+pub use runtime::{actor_specs, CoreShare, Interrupter, Runtime, RuntimeConfig};
 pub use topology::{
     bind_current_thread, GpuInfo, NumaDomain, Topology, TopologyError, TopologySource,
 };
@@ -55,6 +55,12 @@ pub enum RuntimeError {
     /// A GPU actor's device could not be used.
     #[error(transparent)]
     Gpu(#[from] rankwise_device::GpuError),
+    /// The work was interrupted ([`Interrupter::interrupt`]).
+    #[error("rank {rank} was interrupted")]
+    Interrupted {
+        /// The interrupted rank.
+        rank: usize,
+    },
     /// Starting a thread failed.
     #[error("could not start actor threads: {0}")]
     Spawn(#[from] std::io::Error),

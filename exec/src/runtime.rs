@@ -1,6 +1,7 @@
 //! One rank: its transport, its actors, and the world they belong to.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::unbounded;
@@ -226,6 +227,20 @@ pub struct Runtime {
     actors: Vec<Actor>,
     world: World,
     progress: Arc<Progress>,
+    interrupted: Arc<AtomicBool>,
+}
+
+/// Interrupts the work of a [`Runtime`] from another thread (a signal handler's thread,
+/// the Python interpreter's on Ctrl-C): jobs not yet started are skipped, and the call in
+/// progress returns [`RuntimeError::Interrupted`] once the jobs already running finish.
+#[derive(Clone, Debug)]
+pub struct Interrupter(Arc<AtomicBool>);
+
+impl Interrupter {
+    /// Asks the runtime to stop.
+    pub fn interrupt(&self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 impl Runtime {
@@ -305,6 +320,7 @@ impl Runtime {
             actors,
             world,
             progress: Arc::default(),
+            interrupted: Arc::default(),
         })
     }
 
@@ -319,6 +335,11 @@ impl Runtime {
     /// This rank's progress, for a display (the drivers and [`Runtime::map`] update it).
     pub fn progress(&self) -> &Arc<Progress> {
         &self.progress
+    }
+
+    /// A handle that interrupts this runtime's work from another thread.
+    pub fn interrupter(&self) -> Interrupter {
+        Interrupter(Arc::clone(&self.interrupted))
     }
 
     /// The transport.
@@ -352,8 +373,12 @@ impl Runtime {
         F: Fn(usize, T) -> R + Send + Sync + 'static,
     {
         assert_eq!(inputs.len(), self.actors.len(), "one input list per actor");
+        if self.interrupted.load(Ordering::Acquire) {
+            return Err(RuntimeError::Interrupted { rank: self.rank() });
+        }
         let f = Arc::new(f);
-        let (tx, rx) = unbounded::<(usize, usize, Result<R, String>)>();
+        // Err(None): skipped, the runtime being interrupted.
+        let (tx, rx) = unbounded::<(usize, usize, Result<R, Option<String>>)>();
         let mut counts = Vec::with_capacity(inputs.len());
         let counted = self
             .progress
@@ -363,9 +388,15 @@ impl Runtime {
             for (i, item) in items.into_iter().enumerate() {
                 let f = Arc::clone(&f);
                 let tx = tx.clone();
+                let interrupted = Arc::clone(&self.interrupted);
                 self.actors[a].submit(Box::new(move || {
-                    let r = catch_unwind(AssertUnwindSafe(|| f(a, item)))
-                        .map_err(|p| crate::panic_message(p.as_ref()));
+                    // A job not started when the runtime is interrupted is skipped.
+                    let r = if interrupted.load(Ordering::Acquire) {
+                        Err(None)
+                    } else {
+                        catch_unwind(AssertUnwindSafe(|| f(a, item)))
+                            .map_err(|p| Some(crate::panic_message(p.as_ref())))
+                    };
                     let _ = tx.send((a, i, r));
                 }));
             }
@@ -382,7 +413,8 @@ impl Runtime {
             }
             match r {
                 Ok(v) => slots[a][i] = Some(v),
-                Err(message) => {
+                Err(None) => {}
+                Err(Some(message)) => {
                     first_panic.get_or_insert(RuntimeError::Panic {
                         rank: self.rank(),
                         actor: a,
@@ -393,6 +425,9 @@ impl Runtime {
         }
         if let Some(e) = first_panic {
             return Err(e);
+        }
+        if self.interrupted.load(Ordering::Acquire) {
+            return Err(RuntimeError::Interrupted { rank: self.rank() });
         }
         Ok(slots
             .into_iter()

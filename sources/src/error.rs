@@ -49,6 +49,12 @@ pub enum SourceError {
 /// when one chunk is at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ZarrError {
+    /// Nothing exists at the path.
+    #[error("{path}: no such file or directory")]
+    NotFound {
+        /// The path as given.
+        path: String,
+    },
     /// The path is not a Zarr array (or group) that can be opened.
     #[error("{path}: {message}")]
     Open {

@@ -513,10 +513,7 @@ impl ZarrArray {
         let shown = location.shown();
         if let Location::Local(path) = location {
             if !path.exists() {
-                return Err(ZarrError::Open {
-                    path: shown,
-                    message: "no such file or directory".into(),
-                });
+                return Err(ZarrError::NotFound { path: shown });
             }
             if !path.is_dir() {
                 return Err(ZarrError::Open {

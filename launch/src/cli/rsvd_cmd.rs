@@ -124,43 +124,34 @@ impl SketchArgs {
             && operand
                 .stored()
                 .is_some_and(|s| s.element_type() == ElementType::F32);
-        let method = match (self.method, self.power_iters) {
-            (Some(MethodChoice::Lobpcg), Some(_)) => {
-                return Err(CliError::Option {
-                    option: "--power-iters",
-                    message: "a fixed iteration count applies to --method subspace or \
-                              block-krylov; LOBPCG iterates until --tol is met (bound it \
-                              with --max-passes)"
-                        .into(),
-                })
-            }
-            (Some(MethodChoice::Lobpcg), None) | (None, None) => Method::Lobpcg,
-            (Some(MethodChoice::Subspace), _) | (None, Some(_)) => Method::SubspaceIteration,
-            (Some(MethodChoice::BlockKrylov), _) => Method::BlockKrylov,
-        };
-        let lobpcg = method == Method::Lobpcg;
-        Ok(RsvdOptions {
+        let choice = rankwise::SolverChoice {
             k: self.k,
             oversample: self.oversample,
-            power_iters: self.power_iters.unwrap_or(2),
-            method,
+            power_iters: self.power_iters,
+            method: self.method.map(|m| match m {
+                MethodChoice::Lobpcg => Method::Lobpcg,
+                MethodChoice::Subspace => Method::SubspaceIteration,
+                MethodChoice::BlockKrylov => Method::BlockKrylov,
+            }),
+            tol: self.tol,
+            max_passes: self.max_passes,
+            precision: match self.precision {
+                PrecisionChoice::Auto => None,
+                PrecisionChoice::F64 => Some(Precision::F64),
+                PrecisionChoice::F32 => Some(Precision::F32),
+            },
             seed: self
                 .sketch_seed
                 .unwrap_or_else(|| matrix_seed.wrapping_add(1)),
             probes: self.probes,
-            precision: match self.precision {
-                PrecisionChoice::Auto if stored_f32 && !lobpcg => Precision::F32,
-                PrecisionChoice::Auto | PrecisionChoice::F64 => Precision::F64,
-                PrecisionChoice::F32 => Precision::F32,
-            },
-            mixed_precision: lobpcg && self.precision == PrecisionChoice::Auto,
+        };
+        let options = choice.options(stored_f32).map_err(super::cli_error)?;
+        Ok(RsvdOptions {
             projection: match self.projection {
                 ProjectionChoice::Fused => Projection::Fused,
                 ProjectionChoice::Separate => Projection::Separate,
             },
-            tol: self.tol,
-            max_passes: self.max_passes,
-            ..RsvdOptions::default()
+            ..options
         })
     }
 }

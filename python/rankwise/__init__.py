@@ -1,0 +1,565 @@
+"""rankwise: distributed SVD and PCA of matrices too large for one machine.
+
+Three calls, each a thin client of the rankwise library (the same code as the
+``rankwise`` command line and the C library):
+
+* :func:`svd` -- the exact SVD (TSQR) of a tall matrix;
+* :func:`rsvd` -- the rank-``k`` randomized SVD, iterated until every component has
+  converged (LOBPCG) or for a fixed number of power iterations;
+* :func:`pca` -- the genotype PCA of a PLINK fileset, a VCF Zarr store, a Zarr array of
+  dosages, an sgkit/xarray Dataset or an int8 numpy array, on PLINK 2's scale.
+
+Inputs are read where they lie: a float64 numpy array in place (no copy), a Zarr array
+or store by its path or URL (``s3://``, ``gs://``, ``http(s)://``), a zarr-python
+``Array`` and a dask array from Zarr by their store. With ``comm=`` (an mpi4py
+communicator) every rank of a ``mpirun``/``srun`` job takes part, each holding its own
+row block of a numpy matrix.
+
+The work runs without the GIL; Ctrl-C raises :class:`KeyboardInterrupt` once the
+actors have stopped. Errors are :class:`ValueError` (a bad argument),
+:class:`FileNotFoundError` (a missing input) or :class:`RankwiseError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from . import _rankwise
+
+__all__ = [
+    "svd",
+    "rsvd",
+    "pca",
+    "SVDResult",
+    "PCAResult",
+    "RankwiseError",
+    "__version__",
+]
+
+__version__ = _rankwise.version()
+
+log = logging.getLogger("rankwise")
+
+
+class RankwiseError(RuntimeError):
+    """A failure of a rankwise call: a source that cannot be read, a run that did not
+    converge where convergence was required, another rank's failure.
+
+    Attributes:
+        rank: the rank that reports it.
+        cause: what failed: ``"input"`` (a file, store, chunk or value that cannot be
+            used), ``"not-converged"``, ``"transport"`` (another rank's failure, a lost
+            connection), ``"runtime"`` or ``"compute"``.
+    """
+
+    def __init__(self, message: str, rank: int = 0, cause: str = "compute"):
+        super().__init__(message)
+        self.rank = rank
+        self.cause = cause
+
+
+@dataclass
+class SVDResult:
+    """A (truncated) SVD ``A ≈ U diag(s) Vᵀ``.
+
+    Attributes:
+        u: left singular vectors, ``m × k`` (with ``comm=``: this rank's rows of ``U``,
+            the rows listed in ``u_rows``).
+        s: singular values, descending.
+        vt: right singular vectors as rows, ``k × n``.
+        u_rows: the global row of each row of ``u``.
+        residuals: each component's residual ``‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁`` (randomized SVD).
+        converged: whether every component met the tolerance (always True for the
+            exact SVD).
+        report: the rest: the convergence report, passes, bytes read.
+    """
+
+    u: np.ndarray
+    s: np.ndarray
+    vt: np.ndarray
+    u_rows: np.ndarray
+    residuals: Optional[np.ndarray] = None
+    converged: bool = True
+    report: dict = field(default_factory=dict)
+
+    def __iter__(self):
+        # `u, s, vt = rankwise.rsvd(a, k)`, as numpy.linalg.svd unpacks.
+        return iter((self.u, self.s, self.vt))
+
+
+@dataclass
+class PCAResult:
+    """A genotype PCA, as ``plink2 --pca`` gives it.
+
+    Attributes:
+        pcs: the principal components, samples × k, unit columns (``.eigenvec``).
+        eigenvalues: eigenvalues of the genetic relationship matrix (``.eigenval``).
+        explained_variance_ratio: each component's share of the total variance.
+        singular_values: of the standardized genotype matrix.
+        sample_ids: the samples, in row order of ``pcs``.
+        family_ids: their family IDs (a PLINK fileset's FIDs), else None.
+        residuals: each component's residual against the tolerance.
+        converged: whether every component met it.
+        variants_used: variants after selection and filters.
+        report: the convergence report.
+    """
+
+    pcs: np.ndarray
+    eigenvalues: np.ndarray
+    explained_variance_ratio: np.ndarray
+    singular_values: np.ndarray
+    sample_ids: list
+    family_ids: Optional[list]
+    residuals: np.ndarray
+    converged: bool
+    variants_used: int
+    report: dict = field(default_factory=dict)
+
+    def to_xarray(self):
+        """The result as an xarray Dataset with sgkit's names: ``sample_pca_projection``
+        (samples × components: the scores, ``pcs · σ``), ``sample_pca_explained_variance``
+        (``σ² / (samples − 1)``), ``sample_pca_explained_variance_ratio``, the
+        ``sample_id`` coordinate, and rankwise's ``sample_pca_eigenvalue`` (PLINK 2's
+        scale) and ``sample_pca_residual``."""
+        import xarray as xr
+
+        n = self.pcs.shape[0]
+        s = np.asarray(self.singular_values)
+        return xr.Dataset(
+            {
+                "sample_pca_projection": (("samples", "components"), self.pcs * s),
+                "sample_pca_explained_variance": (("components",), s**2 / max(n - 1, 1)),
+                "sample_pca_explained_variance_ratio": (
+                    ("components",),
+                    np.asarray(self.explained_variance_ratio),
+                ),
+                "sample_pca_eigenvalue": (("components",), np.asarray(self.eigenvalues)),
+                "sample_pca_residual": (("components",), np.asarray(self.residuals)),
+                "sample_id": (("samples",), np.asarray(self.sample_ids, dtype=object)),
+            },
+            attrs={"converged": int(self.converged), "variants_used": self.variants_used},
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs
+
+
+def _zarr_spec(a) -> Optional[str]:
+    """The ``PATH[:ARRAY]`` of a zarr-python Array in a local or object store, or None."""
+    store = getattr(a, "store", None)
+    if store is None:
+        return None
+    root = getattr(store, "root", None)  # LocalStore
+    if root is None:
+        url = getattr(store, "url", None) or getattr(store, "path", None)
+        if not isinstance(url, str) or "://" not in url:
+            return None
+        root = url
+    path = getattr(a, "path", "") or ""
+    root = str(root)
+    return f"{root}:{path}" if path else root
+
+
+def _is_zarr_array(a) -> bool:
+    return type(a).__module__.startswith("zarr") and hasattr(a, "store") and hasattr(a, "shape")
+
+
+def _is_dask_array(a) -> bool:
+    return type(a).__module__.startswith("dask.array") and hasattr(a, "dask")
+
+
+def _dask_origin(x):
+    """What a dask array reads unchanged, or None: a single-layer graph (``da.from_zarr``,
+    ``da.from_array``) holding one zarr Array or one numpy array of the same shape."""
+    graph = x.__dask_graph__()
+    layers = getattr(graph, "layers", None)
+    if layers is None or len(layers) != 1:
+        return None
+    found = {}
+
+    def look(v):
+        if _is_zarr_array(v) or isinstance(v, np.ndarray):
+            found[id(v)] = v
+
+    for v in graph.values():
+        look(v)
+        for arg in getattr(v, "args", ()) or ():  # a dask Task wrapping the array
+            look(getattr(arg, "value", arg))
+    if len(found) != 1:
+        return None
+    origin = next(iter(found.values()))
+    if tuple(origin.shape) != tuple(x.shape) or origin.ndim != 2:
+        return None
+    return origin
+
+
+class _Spilled:
+    """A dask array without a Zarr origin, written chunk by chunk (dask's scheduler holds
+    a few chunks at a time) to a temporary Zarr store in row panels, then read there:
+    memory stays within dask's chunks and rankwise's budget. Removed on exit."""
+
+    def __init__(self, x):
+        self.x = x
+        self.dir = None
+
+    def __enter__(self) -> str:
+        self.dir = tempfile.mkdtemp(prefix="rankwise-dask-")
+        path = os.path.join(self.dir, "a.zarr")
+        try:
+            x = self.x.astype(np.float64)
+            # Whole rows per chunk: rankwise reads row panels.
+            x = x.rechunk({1: x.shape[1]})
+            x.to_zarr(path, overwrite=True)
+        except BaseException:  # Ctrl-C too: nothing half-written stays
+            self.__exit__()
+            raise
+        return path
+
+    def __exit__(self, *exc):
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+class _Input:
+    """What `_rankwise.run` is given: a spec string or an array, and how to read its
+    result back (transposed or not)."""
+
+    def __init__(self, source, transposed=False, keep=None, cleanup=None):
+        self.source = source
+        self.transposed = transposed
+        self.keep = keep  # an array the call reads: alive until it returns
+        self.cleanup = cleanup
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.cleanup is not None:
+            self.cleanup.__exit__(*exc)
+
+
+def _matrix_input(a, comm) -> _Input:
+    if isinstance(a, (str, os.PathLike)):
+        return _Input(os.fspath(a))
+    if _is_zarr_array(a):
+        spec = _zarr_spec(a)
+        if spec is not None:
+            return _Input(spec)
+        a = np.asarray(a[...])
+    if _is_dask_array(a):
+        origin = _dask_origin(a)
+        if isinstance(origin, np.ndarray):
+            a = origin  # read in place, below
+        elif origin is not None and _zarr_spec(origin) is not None:
+            return _Input(_zarr_spec(origin))
+        else:
+            spilled = _Spilled(a)
+            return _Input(spilled.__enter__(), cleanup=spilled)
+    if not isinstance(a, np.ndarray):
+        raise TypeError(
+            f"a must be a numpy array, a Zarr or dask array, or a path, not {type(a).__name__}"
+        )
+    if a.ndim != 2:
+        raise ValueError(f"`a`: {a.ndim} dimensions, not 2")
+    if a.dtype != np.float64:
+        # Read as float64, as the library computes; the one copy a conversion needs.
+        a = a.astype(np.float64)
+    if comm is None and a.shape[0] < a.shape[1]:
+        # A short-and-fat matrix is factored through its transpose (a view: no copy).
+        return _Input(a.T, transposed=True, keep=a)
+    return _Input(a, keep=a)
+
+
+def _genotype_input(source) -> tuple:
+    """(source, sample_ids) for `_rankwise.run`'s PCA."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source), None
+    if hasattr(source, "data_vars") and "call_genotype" in getattr(source, "variables", {}):
+        ds = source
+        path = ds.encoding.get("source") if hasattr(ds, "encoding") else None
+        if isinstance(path, str) and os.path.isdir(os.path.join(path, "call_genotype")):
+            return path, None
+        g = np.asarray(ds["call_genotype"].values)
+        if g.ndim != 3:
+            raise ValueError("`source`: call_genotype must be variants × samples × ploidy")
+        missing = (g < 0).any(axis=2)
+        if "call_genotype_mask" in ds:
+            missing |= np.asarray(ds["call_genotype_mask"].values).any(axis=2)
+        dosages = np.where(missing, -1, np.clip(g, 0, None).sum(axis=2, dtype=np.int16))
+        ids = None
+        if "sample_id" in ds:
+            ids = [str(v) for v in np.asarray(ds["sample_id"].values)]
+        return np.ascontiguousarray(dosages.astype(np.int8)), ids
+    if _is_zarr_array(source):
+        spec = _zarr_spec(source)
+        if spec is not None:
+            return spec, None
+        source = np.asarray(source[...])
+    if isinstance(source, np.ndarray):
+        if source.ndim != 2:
+            raise ValueError(f"`source`: {source.ndim} dimensions, not 2 (variants × samples)")
+        if source.dtype != np.int8:
+            if not np.issubdtype(source.dtype, np.integer):
+                raise ValueError(
+                    f"`source`: dtype {source.dtype}: dosages are integers 0-2, -1 missing"
+                )
+            source = source.astype(np.int8)
+        return source, None
+    raise TypeError(
+        "source must be a path (PLINK prefix, VCF Zarr store, Zarr array), an xarray "
+        f"Dataset with call_genotype, or an int8 array of dosages, not {type(source).__name__}"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Settings
+
+
+def _bytes(v) -> Optional[int]:
+    if v is None or isinstance(v, int):
+        return v
+    s = str(v).strip()
+    units = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+             "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+             "kb": 1000, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+    unit = s[len(num):].strip().lower()
+    if unit not in units:
+        raise ValueError(f"`memory_per_actor`: {v!r} is not a size (e.g. 4GiB)")
+    return int(float(num) * units[unit])
+
+
+def _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
+           io_concurrency, io_retries) -> dict:
+    w = {
+        "actors": actors,
+        "threads_per_actor": threads_per_actor,
+        "memory_per_actor": _bytes(memory_per_actor),
+        "pin": pin,
+        "endpoint_url": endpoint_url,
+        "io_concurrency": io_concurrency,
+        "io_retries": io_retries,
+    }
+    if comm is not None:
+        if not hasattr(comm, "py2f"):
+            raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
+        w["comm"] = comm.py2f()
+    return w
+
+
+def _progress(progress) -> Optional[Callable[[dict], None]]:
+    """The callback the native call makes every half second on this thread."""
+    if progress is None or progress is False:
+        if not log.isEnabledFor(logging.INFO):
+            return None
+
+        def to_log(p):
+            log.info(_progress_text(p))
+
+        return to_log
+    if callable(progress):
+        return progress
+    if progress is True or progress == "tqdm":
+        try:
+            from tqdm import tqdm
+        except ImportError:  # no tqdm: the log
+            def to_log(p):
+                log.warning(_progress_text(p))
+            return to_log
+        bar = tqdm(total=None, unit="pass", dynamic_ncols=True)
+
+        def to_bar(p):
+            if p.get("max_passes"):
+                bar.total = p["max_passes"]
+            bar.n = p["pass"]
+            bar.set_postfix_str(_progress_text(p), refresh=True)
+
+        return to_bar
+    raise ValueError(f"`progress`: {progress!r} is not a callable, True or 'tqdm'")
+
+
+def _progress_text(p: dict) -> str:
+    text = f"pass {p['pass']}"
+    if p.get("max_passes"):
+        text += f"/{p['max_passes']}"
+    if p.get("jobs"):
+        text += f", panels {p['jobs_done']}/{p['jobs']}"
+    if p.get("residual") is not None:
+        text += f", residual {p['residual']:.1e} (tol {p['tol']:.0e})"
+    return text
+
+
+def _unpack_svd(out: dict, transposed: bool) -> SVDResult:
+    # The library factors a short-and-fat matrix through its transpose: U and V swap.
+    factor, wt = out["factor"], out["wt"]
+    swap = transposed != out["transposed"]
+    if swap:
+        u, vt = wt.T, factor.T
+    else:
+        u, vt = factor, wt
+    conv = out.get("convergence")
+    report = {k: v for k, v in out.items() if k not in ("s", "wt", "factor", "factor_rows")}
+    return SVDResult(
+        u=np.ascontiguousarray(u),
+        s=out["s"],
+        vt=np.ascontiguousarray(vt),
+        u_rows=np.arange(u.shape[0]) if swap else out["factor_rows"],
+        residuals=None if conv is None else np.asarray(conv["residuals"]),
+        converged=True if conv is None else bool(conv["converged"]),
+        report=report,
+    )
+
+
+_WORLD_DOC = """
+        comm: an mpi4py communicator: every rank of it calls, and with a numpy matrix
+            each passes its own row block (blocks stack in rank order).
+        actors, threads_per_actor: actors on this rank (default: one per NUMA domain)
+            and worker threads of each.
+        memory_per_actor: the budget of each actor, bytes or a size ("4GiB"); a plan
+            that needs more is refused before any work.
+        pin: pin actor threads to their cores (default True).
+        endpoint_url, io_concurrency, io_retries: object-store settings for URLs.
+        progress: a callable given a dict every half second, True (a tqdm bar), or
+            None (log lines on the "rankwise" logger at INFO)."""
+
+
+def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
+        actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
+        memory_per_actor=None, pin: Optional[bool] = None, endpoint_url: Optional[str] = None,
+        io_concurrency: Optional[int] = None, io_retries: Optional[int] = None,
+        progress=None) -> SVDResult:
+    """The exact SVD of ``a`` by TSQR: every singular value, ``U`` and ``Vᵀ``.
+
+    Args:
+        a: a 2-D numpy array (read in place when float64), a zarr-python Array, a dask
+            array, or a path or URL of a Zarr array (``PATH[:ARRAY]``).
+        check: also measure ``‖A − UΣVᵀ‖/‖A‖`` and the factors' orthogonality (one more
+            pass), in ``report``.
+        panel_rows: rows per panel (default: the stored chunks; 8 MiB panels in memory).
+    """
+    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
+                   io_concurrency, io_retries)
+    with _matrix_input(a, comm) as inp:
+        out = _rankwise.run("svd", inp.source, {"check": check, "panel_rows": panel_rows},
+                            world, None, _progress(progress))
+        return _unpack_svd(out, inp.transposed)
+
+
+def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = None,
+         method: Optional[str] = None, tol: float = 1e-6, max_passes: int = 100,
+         precision: str = "auto", seed: int = 0, probes: int = 4,
+         require_converged: bool = False, panel_rows: Optional[int] = None, comm=None,
+         actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
+         memory_per_actor=None, pin: Optional[bool] = None, endpoint_url: Optional[str] = None,
+         io_concurrency: Optional[int] = None, io_retries: Optional[int] = None,
+         progress=None) -> SVDResult:
+    """The rank-``k`` randomized SVD of ``a``, with each component's residual.
+
+    By default LOBPCG iterates until every component's residual
+    ``‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁`` is at most ``tol`` (as ``rankwise rsvd``); with
+    ``power_iters`` a fixed number of subspace iterations runs instead (Dask's
+    ``svd_compressed``), and the residuals are still measured. ``converged`` says
+    whether every component met ``tol``; ``require_converged=True`` raises
+    :class:`RankwiseError` instead of returning unconverged components.
+
+    Args:
+        a: as for :func:`svd`.
+        k: components.
+        oversample: extra sketch columns.
+        power_iters: a fixed iteration count instead of iterating to ``tol``.
+        method: "lobpcg", "subspace" or "block-krylov" (default: lobpcg, or subspace
+            with ``power_iters``).
+        tol, max_passes: the tolerance and the most passes over the matrix.
+        precision: "auto" (f32 passes while they improve, then f64), "f32" or "f64".
+        seed: seed of the random test matrix (``rankwise rsvd --sketch-seed``).
+        probes: Gaussian probes of the error estimate (0: none).
+    """
+    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
+                   io_concurrency, io_retries)
+    options = {
+        "k": k, "oversample": oversample, "power_iters": power_iters, "method": method,
+        "tol": tol, "max_passes": max_passes, "precision": precision, "seed": seed,
+        "probes": probes, "require_converged": require_converged, "panel_rows": panel_rows,
+    }
+    with _matrix_input(a, comm) as inp:
+        out = _rankwise.run("rsvd", inp.source, options, world, None, _progress(progress))
+        return _unpack_svd(out, inp.transposed)
+
+
+def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[float] = None,
+        hwe: Optional[float] = None, hwe_midp: bool = False,
+        keep: Optional[Sequence[str]] = None, remove: Optional[Sequence[str]] = None,
+        extract: Optional[Sequence[str]] = None, exclude: Optional[Sequence[str]] = None,
+        chromosomes: Optional[str] = None, not_chromosomes: Optional[str] = None,
+        autosome: bool = False, non_autosomes: bool = False,
+        oversample: int = 10, power_iters: Optional[int] = None, method: Optional[str] = None,
+        tol: float = 1e-6, max_passes: int = 100, precision: str = "auto", seed: int = 0,
+        require_converged: bool = False, panel_rows: Optional[int] = None,
+        sample_ids: Optional[Sequence[str]] = None, comm=None,
+        actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
+        memory_per_actor=None, pin: Optional[bool] = None, endpoint_url: Optional[str] = None,
+        io_concurrency: Optional[int] = None, io_retries: Optional[int] = None,
+        progress=None) -> PCAResult:
+    """The genotype PCA of ``source``, as ``plink2 --pca`` computes it: each variant
+    standardized by its allele frequency, missing calls mean-imputed, eigenvalues of
+    the genetic relationship matrix on PLINK 2's scale.
+
+    Args:
+        source: a PLINK prefix, a VCF Zarr store (path or URL), a Zarr array of dosages
+            (``PATH[:ARRAY]``), an sgkit/xarray Dataset with ``call_genotype``, or an
+            int8 numpy array of dosages (variants × samples, -1 missing).
+        k: components.
+        maf, geno, hwe, hwe_midp: PLINK's QC filters (``--maf``, ``--geno``, ``--hwe``).
+        keep, remove: sample IIDs to keep or drop; extract, exclude: variant IDs.
+        chromosomes, not_chromosomes: PLINK's ``--chr``/``--not-chr`` lists ("1-22,X").
+        autosome: autosomes only; non_autosomes: keep X, Y and MT, which PLINK 2's PCA
+            leaves out.
+        sample_ids: the samples' IDs, for a numpy array of dosages.
+        oversample, power_iters, method, tol, max_passes, precision, seed: the solver,
+            as for :func:`rsvd`.
+    """
+    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
+                   io_concurrency, io_retries)
+    src, ids = _genotype_input(source)
+    if sample_ids is not None:
+        ids = [str(s) for s in sample_ids]
+    options = {
+        "k": k, "maf": maf, "geno": geno, "hwe": hwe, "hwe_midp": hwe_midp,
+        "keep": None if keep is None else [str(s) for s in keep],
+        "remove": None if remove is None else [str(s) for s in remove],
+        "extract": None if extract is None else [str(s) for s in extract],
+        "exclude": None if exclude is None else [str(s) for s in exclude],
+        "chromosomes": chromosomes, "not_chromosomes": not_chromosomes,
+        "autosome": autosome, "non_autosomes": non_autosomes,
+        "oversample": oversample, "power_iters": power_iters, "method": method, "tol": tol,
+        "max_passes": max_passes, "precision": precision, "seed": seed,
+        "require_converged": require_converged, "panel_rows": panel_rows,
+    }
+    out = _rankwise.run("pca", src, options, world, ids, _progress(progress))
+    conv = out["convergence"]
+    return PCAResult(
+        pcs=out["pcs"],
+        eigenvalues=out["eigenvalues"],
+        explained_variance_ratio=out["explained_variance_ratio"],
+        singular_values=out["singular_values"],
+        sample_ids=list(out["sample_ids"]),
+        family_ids=out["family_ids"],
+        residuals=np.asarray(conv["residuals"]),
+        converged=bool(conv["converged"]),
+        variants_used=int(out["variants_used"]),
+        report={"convergence": conv},
+    )
+
+
+for _f in (svd, rsvd, pca):
+    _f.__doc__ = (_f.__doc__ or "").rstrip() + "\n" + _WORLD_DOC
+del _f

@@ -1,0 +1,114 @@
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, Union
+
+import numpy as np
+
+__version__: str
+
+class RankwiseError(RuntimeError):
+    rank: int
+    cause: str
+    def __init__(self, message: str, rank: int = ..., cause: str = ...) -> None: ...
+
+@dataclass
+class SVDResult:
+    u: np.ndarray
+    s: np.ndarray
+    vt: np.ndarray
+    u_rows: np.ndarray
+    residuals: Optional[np.ndarray]
+    converged: bool
+    report: dict[str, Any]
+    def __iter__(self) -> Any: ...
+
+@dataclass
+class PCAResult:
+    pcs: np.ndarray
+    eigenvalues: np.ndarray
+    explained_variance_ratio: np.ndarray
+    singular_values: np.ndarray
+    sample_ids: list[str]
+    family_ids: Optional[list[str]]
+    residuals: np.ndarray
+    converged: bool
+    variants_used: int
+    report: dict[str, Any]
+    def to_xarray(self) -> Any: ...
+
+Progress = Union[None, bool, str, Callable[[dict[str, Any]], None]]
+
+def svd(
+    a: Any,
+    *,
+    check: bool = ...,
+    panel_rows: Optional[int] = ...,
+    comm: Any = ...,
+    actors: Optional[int] = ...,
+    threads_per_actor: Optional[int] = ...,
+    memory_per_actor: Union[None, int, str] = ...,
+    pin: Optional[bool] = ...,
+    endpoint_url: Optional[str] = ...,
+    io_concurrency: Optional[int] = ...,
+    io_retries: Optional[int] = ...,
+    progress: Progress = ...,
+) -> SVDResult: ...
+def rsvd(
+    a: Any,
+    k: int = ...,
+    *,
+    oversample: int = ...,
+    power_iters: Optional[int] = ...,
+    method: Optional[str] = ...,
+    tol: float = ...,
+    max_passes: int = ...,
+    precision: str = ...,
+    seed: int = ...,
+    probes: int = ...,
+    require_converged: bool = ...,
+    panel_rows: Optional[int] = ...,
+    comm: Any = ...,
+    actors: Optional[int] = ...,
+    threads_per_actor: Optional[int] = ...,
+    memory_per_actor: Union[None, int, str] = ...,
+    pin: Optional[bool] = ...,
+    endpoint_url: Optional[str] = ...,
+    io_concurrency: Optional[int] = ...,
+    io_retries: Optional[int] = ...,
+    progress: Progress = ...,
+) -> SVDResult: ...
+def pca(
+    source: Any,
+    k: int = ...,
+    *,
+    maf: Optional[float] = ...,
+    geno: Optional[float] = ...,
+    hwe: Optional[float] = ...,
+    hwe_midp: bool = ...,
+    keep: Optional[Sequence[str]] = ...,
+    remove: Optional[Sequence[str]] = ...,
+    extract: Optional[Sequence[str]] = ...,
+    exclude: Optional[Sequence[str]] = ...,
+    chromosomes: Optional[str] = ...,
+    not_chromosomes: Optional[str] = ...,
+    autosome: bool = ...,
+    non_autosomes: bool = ...,
+    oversample: int = ...,
+    power_iters: Optional[int] = ...,
+    method: Optional[str] = ...,
+    tol: float = ...,
+    max_passes: int = ...,
+    precision: str = ...,
+    seed: int = ...,
+    require_converged: bool = ...,
+    panel_rows: Optional[int] = ...,
+    sample_ids: Optional[Sequence[str]] = ...,
+    comm: Any = ...,
+    actors: Optional[int] = ...,
+    threads_per_actor: Optional[int] = ...,
+    memory_per_actor: Union[None, int, str] = ...,
+    pin: Optional[bool] = ...,
+    endpoint_url: Optional[str] = ...,
+    io_concurrency: Optional[int] = ...,
+    io_retries: Optional[int] = ...,
+    progress: Progress = ...,
+) -> PCAResult: ...

@@ -1,0 +1,15 @@
+"""The native module: `run` does the work of rankwise.svd, rsvd and pca."""
+
+from typing import Any, Callable, Optional, Sequence, Union
+
+import numpy as np
+
+def run(
+    command: str,
+    source: Union[str, np.ndarray],
+    options: dict[str, Any],
+    world: dict[str, Any],
+    sample_ids: Optional[Sequence[str]] = None,
+    progress: Optional[Callable[[dict[str, Any]], None]] = None,
+) -> dict[str, Any]: ...
+def version() -> str: ...

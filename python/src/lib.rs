@@ -1,0 +1,678 @@
+//! `rankwise._rankwise`: the Python package's native module, a thin client of the `rankwise`
+//! library. The package (`rankwise/__init__.py`) turns numpy arrays, Zarr arrays, dask
+//! arrays and xarray Datasets into one of three inputs and calls [`run`]:
+//!
+//! * a specification string (a Zarr array or store path or URL, a VCF Zarr store, a PLINK
+//!   prefix), opened by [`rankwise::open`];
+//! * a float64 numpy array, read in place ([`rankwise::memory::rows_in_place`]);
+//! * an int8 numpy array of dosages ([`rankwise::memory::dosages_in_place`]).
+//!
+//! The work runs on a thread of its own while the interpreter waits without the GIL: other
+//! Python threads keep running, Ctrl-C interrupts the run ([`rankwise::exec::Interrupter`])
+//! and raises `KeyboardInterrupt` once the actors stop, and a progress callback is called
+//! on the interpreter's thread.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, RecvTimeoutError};
+use numpy::{IntoPyArray, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyFileNotFoundError, PyKeyboardInterrupt, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use rankwise::exec::{Interrupter, Progress, RuntimeError};
+use rankwise::genomics::{IdList, PcaParams, Selection};
+use rankwise::linalg::{HweP, LinalgError, SvdOptions, VariantFilter};
+use rankwise::sources::RemoteOptions;
+use rankwise::{Error, Input, Method, Precision, Runtime, SolverChoice};
+
+/// How often the waiting interpreter looks for a signal and calls the progress callback.
+const POLL: Duration = Duration::from_millis(50);
+/// The progress callback's period.
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+
+/// What the call reads: a specification, or a numpy buffer lent for the call.
+enum Source {
+    Spec(String),
+    Matrix(Buffer),
+    Dosages(Buffer, Option<Vec<String>>),
+}
+
+/// A numpy array's address, shape and element strides; the array stays borrowed (and
+/// alive) on the interpreter's thread until the work has finished.
+#[derive(Clone, Copy)]
+struct Buffer {
+    ptr: usize,
+    rows: usize,
+    cols: usize,
+    strides: (isize, isize),
+}
+
+/// The options of a call, read from the keyword dictionary.
+struct Job {
+    command: Command,
+    solver: SolverChoice,
+    require_converged: bool,
+    check: bool,
+    filter: VariantFilter,
+    selection: Selection,
+    panel_rows: u64,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Command {
+    Svd,
+    Rsvd,
+    Pca,
+}
+
+/// The results of a call, as plain values (sent from the work thread).
+enum Outcome {
+    Svd {
+        s: Vec<f64>,
+        wt: ndarray::Array2<f64>,
+        local: rankwise::LocalRows,
+        transposed: bool,
+    },
+    Rsvd {
+        result: Box<rankwise::RsvdResult>,
+        local: rankwise::LocalRows,
+    },
+    Pca(Box<rankwise::genomics::Pca>),
+}
+
+/// A failure of the work, with what Python needs to pick its exception.
+struct Failure {
+    error: Error,
+    rank: usize,
+}
+
+fn value_error(parameter: &str, message: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(format!("`{parameter}`: {message}"))
+}
+
+fn get<'py, T: FromPyObjectOwned<'py>>(
+    d: &Bound<'py, PyDict>,
+    key: &str,
+    used: &mut Vec<String>,
+) -> PyResult<Option<T>> {
+    used.push(key.to_string());
+    match d.get_item(key)? {
+        Some(v) if !v.is_none() => v
+            .extract::<T>()
+            .map(Some)
+            .map_err(|e| value_error(key, e.into())),
+        _ => Ok(None),
+    }
+}
+
+fn id_list(ids: Option<Vec<String>>, what: &str) -> Option<IdList> {
+    ids.map(|ids| {
+        let mut l = IdList::new(ids);
+        l.origin = format!("`{what}` ({} IDs)", l.ids.len());
+        l
+    })
+}
+
+fn parse_job(command: &str, o: &Bound<'_, PyDict>) -> PyResult<Job> {
+    let command = match command {
+        "svd" => Command::Svd,
+        "rsvd" => Command::Rsvd,
+        "pca" => Command::Pca,
+        other => return Err(value_error("command", format!("unknown command {other:?}"))),
+    };
+    let mut used = Vec::new();
+    let d = SolverChoice::default();
+    let method = match get::<String>(o, "method", &mut used)?.as_deref() {
+        None | Some("auto") => None,
+        Some("lobpcg") => Some(Method::Lobpcg),
+        Some("subspace") => Some(Method::SubspaceIteration),
+        Some("block-krylov") | Some("block_krylov") => Some(Method::BlockKrylov),
+        Some(other) => {
+            return Err(value_error(
+                "method",
+                format!("{other:?} is none of \"lobpcg\", \"subspace\", \"block-krylov\""),
+            ))
+        }
+    };
+    let precision = match get::<String>(o, "precision", &mut used)?.as_deref() {
+        None | Some("auto") => None,
+        Some("f64") | Some("float64") => Some(Precision::F64),
+        Some("f32") | Some("float32") => Some(Precision::F32),
+        Some(other) => {
+            return Err(value_error(
+                "precision",
+                format!("{other:?} is none of \"auto\", \"f32\", \"f64\""),
+            ))
+        }
+    };
+    let solver = SolverChoice {
+        k: get(o, "k", &mut used)?.unwrap_or(d.k),
+        oversample: get(o, "oversample", &mut used)?.unwrap_or(d.oversample),
+        power_iters: get(o, "power_iters", &mut used)?,
+        method,
+        tol: get(o, "tol", &mut used)?.unwrap_or(d.tol),
+        max_passes: get(o, "max_passes", &mut used)?.unwrap_or(d.max_passes),
+        precision,
+        seed: get(o, "seed", &mut used)?.unwrap_or(d.seed),
+        probes: get(o, "probes", &mut used)?.unwrap_or(d.probes),
+    };
+    let mut filter = VariantFilter::NONE;
+    if let Some(maf) = get::<f64>(o, "maf", &mut used)? {
+        filter.min_maf = maf;
+    }
+    if let Some(geno) = get::<f64>(o, "geno", &mut used)? {
+        filter.max_missing = geno;
+    }
+    if let Some(hwe) = get::<f64>(o, "hwe", &mut used)? {
+        filter.min_hwe_p = hwe;
+    }
+    if get::<bool>(o, "hwe_midp", &mut used)?.unwrap_or(false) {
+        filter.hwe = HweP::MidP;
+    }
+    let selection = Selection {
+        keep: id_list(get(o, "keep", &mut used)?, "keep"),
+        remove: id_list(get(o, "remove", &mut used)?, "remove"),
+        extract: id_list(get(o, "extract", &mut used)?, "extract"),
+        exclude: id_list(get(o, "exclude", &mut used)?, "exclude"),
+        chromosomes: get(o, "chromosomes", &mut used)?,
+        not_chromosomes: get(o, "not_chromosomes", &mut used)?,
+        autosomes_only: get(o, "autosome", &mut used)?.unwrap_or(false),
+        non_autosomes: get(o, "non_autosomes", &mut used)?.unwrap_or(false),
+    };
+    let job = Job {
+        command,
+        solver,
+        require_converged: get(o, "require_converged", &mut used)?.unwrap_or(false),
+        check: get(o, "check", &mut used)?.unwrap_or(false),
+        filter,
+        selection,
+        panel_rows: get(o, "panel_rows", &mut used)?.unwrap_or(0),
+    };
+    for key in o.keys() {
+        let key: String = key.extract()?;
+        if !used.contains(&key) {
+            return Err(PyTypeError::new_err(format!(
+                "unexpected keyword argument {key:?}"
+            )));
+        }
+    }
+    Ok(job)
+}
+
+/// The world of the call: actors, budget, and the host's communicator (a Fortran handle).
+struct WorldArgs {
+    world: rankwise::World,
+    comm: Option<i32>,
+}
+
+fn parse_world(w: &Bound<'_, PyDict>) -> PyResult<WorldArgs> {
+    let mut used = Vec::new();
+    let mut world = rankwise::World::embedded();
+    if let Some(n) = get::<usize>(w, "actors", &mut used)? {
+        world = world.actors(n);
+    }
+    if let Some(n) = get::<usize>(w, "threads_per_actor", &mut used)? {
+        world = world.threads_per_actor(n);
+    }
+    if let Some(b) = get::<u64>(w, "memory_per_actor", &mut used)? {
+        world = world.memory_per_actor(b);
+    }
+    if let Some(p) = get::<bool>(w, "pin", &mut used)? {
+        world = world.pin(p);
+    }
+    let comm = get::<i32>(w, "comm", &mut used)?;
+    let mut remote = RemoteOptions::current();
+    if let Some(url) = get::<String>(w, "endpoint_url", &mut used)? {
+        remote.endpoint_url = Some(url);
+    }
+    if let Some(n) = get::<usize>(w, "io_concurrency", &mut used)? {
+        remote.concurrency = n.max(1);
+    }
+    if let Some(n) = get::<usize>(w, "io_retries", &mut used)? {
+        remote.retries = n;
+    }
+    RemoteOptions::set_default(remote);
+    for key in w.keys() {
+        let key: String = key.extract()?;
+        if !used.contains(&key) {
+            return Err(PyTypeError::new_err(format!(
+                "unexpected keyword argument {key:?}"
+            )));
+        }
+    }
+    Ok(WorldArgs { world, comm })
+}
+
+/// Reads a 2-D numpy array's buffer: its element strides must be non-negative multiples of
+/// the element size (numpy's own arrays and their transposes are).
+fn buffer(a: &Bound<'_, PyUntypedArray>, elem: usize) -> PyResult<Buffer> {
+    if a.ndim() != 2 {
+        return Err(value_error("a", format!("{} dimensions, not 2", a.ndim())));
+    }
+    let shape = a.shape();
+    let strides = a.strides();
+    let mut el = [0isize; 2];
+    for i in 0..2 {
+        if strides[i] < 0 || strides[i] % elem as isize != 0 {
+            return Err(value_error(
+                "a",
+                format!("byte strides {strides:?} cannot be read in place: pass a copy"),
+            ));
+        }
+        el[i] = strides[i] / elem as isize;
+    }
+    // SAFETY: reading the array object's data pointer field.
+    let ptr = unsafe { (*a.as_array_ptr()).fields.data } as usize;
+    Ok(Buffer {
+        ptr,
+        rows: shape[0],
+        cols: shape[1],
+        strides: (el[0], el[1]),
+    })
+}
+
+/// What the interpreter's thread and the work thread share while the work runs.
+#[derive(Default)]
+struct Shared {
+    interrupter: Mutex<Option<Interrupter>>,
+    progress: Mutex<Option<Arc<Progress>>>,
+    interrupted: std::sync::atomic::AtomicBool,
+}
+
+fn build_runtime(world: &WorldArgs) -> Result<Runtime, Error> {
+    match world.comm {
+        None => world.world.build(),
+        Some(fint) => {
+            rankwise::host_mpi::mpi_ready().map_err(host_error)?;
+            let dup = rankwise::host_mpi::duplicate(fint).map_err(host_error)?;
+            world.world.build_on(dup)
+        }
+    }
+}
+
+fn host_error(e: rankwise::host_mpi::HostMpiError) -> Error {
+    Error::Parameter {
+        parameter: "comm",
+        message: e.to_string(),
+    }
+}
+
+fn work(
+    source: Source,
+    job: Job,
+    world: WorldArgs,
+    shared: Arc<Shared>,
+) -> Result<Outcome, Failure> {
+    let rt = build_runtime(&world).map_err(|error| Failure { error, rank: 0 })?;
+    let rank = rt.rank();
+    *shared.interrupter.lock().unwrap_or_else(|e| e.into_inner()) = Some(rt.interrupter());
+    *shared.progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(rt.progress()));
+    if shared
+        .interrupted
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        rt.interrupter().interrupt();
+    }
+    let fail = |error: Error| Failure { error, rank };
+    // The lease ends when this function returns, before the interpreter gets its arrays
+    // back: no read can outlive the call.
+    let (input, _lease) = match source {
+        Source::Spec(spec) => (rankwise::open(&spec).map_err(fail)?, None),
+        Source::Matrix(b) => {
+            // SAFETY: the interpreter's thread holds the array (borrowed read-only) until
+            // this thread has ended; `buffer` checked its shape and strides.
+            let (input, lease) = unsafe {
+                rankwise::memory::rows_in_place(
+                    &rt,
+                    b.ptr as *const f64,
+                    b.rows,
+                    b.cols,
+                    b.strides,
+                    job.panel_rows,
+                )
+            }
+            .map_err(fail)?;
+            (input, Some(lease))
+        }
+        Source::Dosages(b, ids) => {
+            // SAFETY: as for a matrix.
+            let (input, lease) = unsafe {
+                rankwise::memory::dosages_in_place(
+                    b.ptr as *const i8,
+                    b.rows,
+                    b.cols,
+                    b.strides,
+                    ids,
+                )
+            }
+            .map_err(fail)?;
+            (input, Some(lease))
+        }
+    };
+    let outcome = match job.command {
+        Command::Svd => {
+            let (r, local) =
+                rankwise::svd(&rt, &input, &SvdOptions { check: job.check }).map_err(fail)?;
+            Outcome::Svd {
+                s: r.s,
+                wt: r.wt,
+                local,
+                transposed: r.transposed,
+            }
+        }
+        Command::Rsvd => {
+            let stored_f32 = matches!(&input, Input::Zarr(_))
+                && input.matrix().ok().is_some_and(|(s, _)| {
+                    s.stored()
+                        .is_some_and(|s| s.element_type() == rankwise::sources::ElementType::F32)
+                });
+            let options = job.solver.options(stored_f32).map_err(fail)?;
+            let (result, local) =
+                rankwise::rsvd_with_factor(&rt, &input, &options).map_err(fail)?;
+            if job.require_converged && !result.convergence.converged {
+                return Err(fail(Error::NotConverged(not_converged(
+                    &result.convergence,
+                ))));
+            }
+            Outcome::Rsvd {
+                result: Box::new(result),
+                local,
+            }
+        }
+        Command::Pca => {
+            let params = PcaParams {
+                solver: job.solver.options(false).map_err(fail)?,
+                filter: job.filter,
+                selection: job.selection,
+                panel_rows: (job.panel_rows > 0).then_some(job.panel_rows),
+                require_converged: job.require_converged,
+            };
+            Outcome::Pca(Box::new(rankwise::pca(&rt, &input, &params).map_err(fail)?))
+        }
+    };
+    Ok(outcome)
+}
+
+fn not_converged(c: &rankwise::Convergence) -> String {
+    let missed: Vec<String> = c
+        .met
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| !**m)
+        .map(|(i, _)| format!("{} ({:.1e})", i + 1, c.residuals[i]))
+        .collect();
+    format!(
+        "components {} did not reach the tolerance {:.1e}",
+        missed.join(", "),
+        c.tol
+    )
+}
+
+/// Python's exception for a failure: `ValueError` for a bad argument, `FileNotFoundError`
+/// for a missing input, `KeyboardInterrupt` for an interrupted run, else
+/// `rankwise.RankwiseError(message, rank, cause)`.
+fn to_py(py: Python<'_>, f: Failure) -> PyErr {
+    let message = f.error.to_string();
+    if f.error.parameter().is_some() {
+        return PyValueError::new_err(message);
+    }
+    match &f.error {
+        Error::Runtime(RuntimeError::Interrupted { .. }) => {
+            return PyKeyboardInterrupt::new_err(message)
+        }
+        Error::Linalg(LinalgError::Runtime(RuntimeError::Interrupted { .. })) => {
+            return PyKeyboardInterrupt::new_err(message)
+        }
+        _ => {}
+    }
+    if f.error.is_not_found() {
+        return PyFileNotFoundError::new_err(message);
+    }
+    let kind = match &f.error {
+        Error::NotConverged(_) => "not-converged",
+        // A panel that could not be read or holds values that cannot be used.
+        Error::Source(_)
+        | Error::Linalg(LinalgError::Source(_))
+        | Error::Linalg(LinalgError::Panel { .. })
+        | Error::Linalg(LinalgError::NonFinite { .. }) => "input",
+        Error::Transport(_) | Error::Linalg(LinalgError::Transport(_)) => "transport",
+        Error::Runtime(_) | Error::Linalg(LinalgError::Runtime(_)) => "runtime",
+        _ => "compute",
+    };
+    match py
+        .import("rankwise")
+        .and_then(|m| m.getattr("RankwiseError"))
+        .and_then(|cls| cls.call1((message.clone(), f.rank, kind)))
+    {
+        Ok(e) => PyErr::from_value(e),
+        Err(e) => e,
+    }
+}
+
+fn progress_dict<'py>(py: Python<'py>, p: &Progress) -> PyResult<Bound<'py, PyDict>> {
+    let s = p.snapshot();
+    let d = PyDict::new(py);
+    d.set_item("title", s.title)?;
+    d.set_item("subject", s.subject)?;
+    d.set_item("seconds", s.seconds)?;
+    d.set_item("pass", s.pass)?;
+    d.set_item("max_passes", s.max_passes)?;
+    d.set_item("jobs_done", s.jobs.0)?;
+    d.set_item("jobs", s.jobs.1)?;
+    d.set_item("residual", s.residual.map(|r| r.0))?;
+    d.set_item("tol", s.residual.map(|r| r.1))?;
+    d.set_item("passes_left", s.passes_left)?;
+    Ok(d)
+}
+
+fn convergence_dict<'py>(
+    py: Python<'py>,
+    c: &rankwise::Convergence,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("converged", c.converged)?;
+    d.set_item("tol", c.tol)?;
+    d.set_item("residuals", c.residuals.clone())?;
+    d.set_item("met", c.met.clone())?;
+    d.set_item("measure", c.measure)?;
+    d.set_item("history", c.history.clone())?;
+    d.set_item(
+        "pass_precisions",
+        c.pass_precisions
+            .iter()
+            .map(|p| match p {
+                Precision::F32 => "f32",
+                Precision::F64 => "f64",
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    d.set_item("stopped", c.stopped.clone())?;
+    Ok(d)
+}
+
+fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    match o {
+        Outcome::Svd {
+            s,
+            wt,
+            local,
+            transposed,
+        } => {
+            d.set_item("s", s.into_pyarray(py))?;
+            d.set_item("wt", wt.into_pyarray(py))?;
+            d.set_item("factor", local.values.into_pyarray(py))?;
+            d.set_item("factor_rows", local.rows.into_pyarray(py))?;
+            d.set_item("transposed", transposed)?;
+        }
+        Outcome::Rsvd { result, local } => {
+            let r = *result;
+            d.set_item("s", r.s.into_pyarray(py))?;
+            d.set_item("wt", r.wt.into_pyarray(py))?;
+            d.set_item("factor", local.values.into_pyarray(py))?;
+            d.set_item("factor_rows", local.rows.into_pyarray(py))?;
+            d.set_item("transposed", r.transposed)?;
+            d.set_item("convergence", convergence_dict(py, &r.convergence)?)?;
+            d.set_item("passes", r.passes)?;
+            d.set_item("total_sum_squares", r.total_sum_squares)?;
+            d.set_item("estimate", r.estimate.map(|e| e.relative_frobenius))?;
+            d.set_item("bytes_read", r.read.stored_bytes)?;
+        }
+        Outcome::Pca(p) => {
+            let p = *p;
+            d.set_item("pcs", p.pcs.into_pyarray(py))?;
+            d.set_item("eigenvalues", p.eigenvalues.into_pyarray(py))?;
+            d.set_item(
+                "explained_variance_ratio",
+                p.explained_variance_ratio.into_pyarray(py),
+            )?;
+            d.set_item("singular_values", p.singular_values.into_pyarray(py))?;
+            d.set_item("sample_ids", PyList::new(py, p.sample_ids)?)?;
+            d.set_item("family_ids", p.family_ids)?;
+            d.set_item("convergence", convergence_dict(py, &p.convergence)?)?;
+            d.set_item("variants_used", p.variants_used)?;
+        }
+    }
+    Ok(d)
+}
+
+/// Runs `command` (`"svd"`, `"rsvd"` or `"pca"`) on `source` (a specification string, a
+/// 2-D float64 array, or a 2-D int8 array of dosages with `sample_ids`) with `options`
+/// and the `world` settings, and returns the results as a dictionary. The package's
+/// functions (`rankwise.svd`, `rsvd`, `pca`) document the options.
+#[pyfunction]
+#[pyo3(signature = (command, source, options, world, sample_ids=None, progress=None))]
+fn run<'py>(
+    py: Python<'py>,
+    command: &str,
+    source: &Bound<'py, PyAny>,
+    options: &Bound<'py, PyDict>,
+    world: &Bound<'py, PyDict>,
+    sample_ids: Option<Vec<String>>,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let job = parse_job(command, options)?;
+    let world = parse_world(world)?;
+    // The array stays borrowed for the whole call: numpy refuses a writable borrow of it
+    // from Rust meanwhile, and the object lives at least as long.
+    let mut _held = None;
+    let source = if let Ok(spec) = source.extract::<String>() {
+        Source::Spec(spec)
+    } else if let Ok(a) = source.cast::<PyUntypedArray>() {
+        let kind = a.dtype().kind();
+        let size = a.dtype().itemsize();
+        let s = match (kind, size) {
+            (b'f', 8) => Source::Matrix(buffer(a, 8)?),
+            (b'i', 1) => Source::Dosages(buffer(a, 1)?, sample_ids),
+            _ => {
+                return Err(value_error(
+                    "a",
+                    format!(
+                        "dtype {} is neither float64 (a matrix) nor int8 (dosages)",
+                        a.dtype()
+                    ),
+                ))
+            }
+        };
+        _held = Some(a.clone());
+        s
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "source must be a str or a numpy array, not {}",
+            source.get_type().name()?
+        )));
+    };
+    let shared = Arc::new(Shared::default());
+    let (tx, rx) = bounded(1);
+    let theirs = Arc::clone(&shared);
+    let handle = std::thread::Builder::new()
+        .name("rankwise-call".into())
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                work(source, job, world, theirs)
+            }));
+            let _ = tx.send(r);
+        })
+        .map_err(|e| PyErr::new::<pyo3::exceptions::PyOSError, _>(e.to_string()))?;
+    let mut last_progress = Instant::now();
+    let mut signal: Option<PyErr> = None;
+    let result = loop {
+        match py.detach(|| rx.recv_timeout(POLL)) {
+            Ok(r) => break r,
+            Err(RecvTimeoutError::Disconnected) => {
+                break Err(Box::new("the work thread ended without a result") as _)
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if signal.is_none() {
+            if let Err(e) = py.check_signals() {
+                // Stop the actors, then wait for them: the buffers are lent until then.
+                shared
+                    .interrupted
+                    .store(true, std::sync::atomic::Ordering::Release);
+                if let Some(i) = &*shared.interrupter.lock().unwrap_or_else(|e| e.into_inner()) {
+                    i.interrupt();
+                }
+                signal = Some(e);
+            }
+        }
+        if let Some(cb) = &progress {
+            if last_progress.elapsed() >= PROGRESS_EVERY {
+                last_progress = Instant::now();
+                let p = shared
+                    .progress
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                if let Some(p) = p {
+                    if let Err(e) = progress_dict(py, &p).and_then(|d| cb.call1((d,))) {
+                        shared
+                            .interrupted
+                            .store(true, std::sync::atomic::Ordering::Release);
+                        if let Some(i) =
+                            &*shared.interrupter.lock().unwrap_or_else(|e| e.into_inner())
+                        {
+                            i.interrupt();
+                        }
+                        signal.get_or_insert(e);
+                    }
+                }
+            }
+        }
+    };
+    let _ = py.detach(|| handle.join());
+    if let Some(e) = signal {
+        return Err(e);
+    }
+    match result {
+        Ok(Ok(outcome)) => outcome_dict(py, outcome),
+        Ok(Err(f)) => Err(to_py(py, f)),
+        Err(panic) => Err(to_py(
+            py,
+            Failure {
+                error: Error::Runtime(RuntimeError::Panic {
+                    rank: 0,
+                    actor: 0,
+                    message: rankwise::exec::panic_message(panic.as_ref()),
+                }),
+                rank: 0,
+            },
+        )),
+    }
+}
+
+/// The library's version.
+#[pyfunction]
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+/// The native module.
+#[pymodule]
+fn _rankwise(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,438 @@
+"""The Python package against numpy, scikit-learn, dask, xarray, the command line and
+mpi4py, and its behaviour as an extension (GIL, Ctrl-C, exceptions, the wheel).
+
+Run by `make test` (tests/python.rs) in the environment scripts/python-venv.sh builds;
+RANKWISE_BIN names the release binary, RANKWISE_WHEEL the wheel under test."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import rankwise
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("RANKWISE_BIN", os.path.join(ROOT, "target", "release", "rankwise"))
+# Fresh shapes and seeds on every run, printed so that a failure can be replayed.
+SEED = int(os.environ.get("RANKWISE_TEST_SEED", time.time_ns() % 2**32))
+print(f"RANKWISE_TEST_SEED={SEED}", file=sys.stderr)
+
+
+def rng(i=0):
+    return np.random.default_rng([SEED, i])
+
+
+def low_rank(r, m, n, k=8, decay=0.5, noise=1e-3):
+    """m × n with k leading singular values decaying by `decay`, then noise."""
+    u, _ = np.linalg.qr(r.standard_normal((m, k)))
+    v, _ = np.linalg.qr(r.standard_normal((n, k)))
+    s = 10.0 * decay ** np.arange(k)
+    return (u * s) @ v.T + noise * r.standard_normal((m, n))
+
+
+def same_subspace(a, b):
+    """max over columns of 1 − |cos| between matching singular vectors."""
+    a = a / np.linalg.norm(a, axis=0)
+    b = b / np.linalg.norm(b, axis=0)
+    return float(np.max(1 - np.abs(np.sum(a * b, axis=0))))
+
+
+def run_cli(*args, cwd):
+    p = subprocess.run([BIN, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def read_group(path, name):
+    import zarr
+
+    return np.asarray(zarr.open_array(os.path.join(path, name), mode="r")[...])
+
+
+# ---------------------------------------------------------------------------------------
+# Accuracy
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_svd_matches_lapack_on_fresh_shapes(case):
+    r = rng(case)
+    m = int(r.integers(300, 20000))
+    n = int(r.integers(2, 60))
+    order = "F" if case % 2 else "C"
+    a = np.asarray(r.standard_normal((m, n)), order=order)
+    res = rankwise.svd(a)
+    u, s, vt = np.linalg.svd(a, full_matrices=False)
+    assert res.converged
+    np.testing.assert_allclose(res.s, s, rtol=0, atol=1e-12 * s[0])
+    assert res.u.shape == (m, n) and res.vt.shape == (n, n)
+    assert same_subspace(res.u, u) < 1e-9
+    assert same_subspace(res.vt.T, vt.T) < 1e-9
+    np.testing.assert_allclose((res.u * res.s) @ res.vt, a, atol=1e-10 * s[0])
+
+
+def test_short_and_fat_matrices_are_factored_through_their_transpose():
+    r = rng(10)
+    a = r.standard_normal((int(r.integers(5, 40)), int(r.integers(500, 3000))))
+    res = rankwise.svd(a)
+    u, s, vt = np.linalg.svd(a, full_matrices=False)
+    np.testing.assert_allclose(res.s, s, atol=1e-12 * s[0])
+    assert res.u.shape == u.shape and res.vt.shape == vt.shape
+    np.testing.assert_allclose((res.u * res.s) @ res.vt, a, atol=1e-10 * s[0])
+    k = min(a.shape) // 2
+    rr = rankwise.rsvd(a, k, seed=3, oversample=min(a.shape) - k)
+    assert rr.converged, rr.residuals
+    np.testing.assert_allclose(rr.s, s[:k], rtol=1e-6)
+    assert rr.u.shape == (a.shape[0], k) and rr.vt.shape == (k, a.shape[1])
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_rsvd_converges_to_lapack_and_says_so(case):
+    r = rng(20 + case)
+    m, n = int(r.integers(2000, 15000)), int(r.integers(40, 150))
+    k = int(r.integers(2, 8))
+    a = low_rank(r, m, n, k=12)
+    res = rankwise.rsvd(a, k, seed=int(r.integers(1 << 30)))
+    u, s, vt = np.linalg.svd(a, full_matrices=False)
+    assert res.converged and np.all(res.residuals <= 1e-6)
+    np.testing.assert_allclose(res.s, s[:k], rtol=1e-8)
+    assert same_subspace(res.u, u[:, :k]) < 1e-8
+    assert same_subspace(res.vt.T, vt[:k].T) < 1e-8
+    # float32 input: read as float64 (one conversion), the same answer.
+    res32 = rankwise.rsvd(a.astype(np.float32), k, seed=1)
+    s32 = np.linalg.svd(a.astype(np.float32).astype(np.float64), compute_uv=False)
+    np.testing.assert_allclose(res32.s, s32[:k], rtol=1e-6)
+
+
+def test_a_fixed_iteration_count_reports_unconverged_components():
+    r = rng(30)
+    # A flat spectrum: two power iterations cannot separate the components.
+    a = r.standard_normal((4000, 200))
+    res = rankwise.rsvd(a, 10, power_iters=0, oversample=2, seed=1)
+    assert not res.converged
+    assert res.report["convergence"]["met"].count(False) > 0
+    with pytest.raises(rankwise.RankwiseError) as e:
+        rankwise.rsvd(a, 10, power_iters=0, oversample=2, seed=1, require_converged=True)
+    assert e.value.cause == "not-converged" and e.value.rank == 0
+
+
+def test_pca_matches_scikit_learn_on_standardized_dosages():
+    from sklearn.decomposition import PCA
+
+    r = rng(40)
+    variants, samples = int(r.integers(800, 3000)), int(r.integers(60, 200))
+    # Two populations: allele frequencies differ between them.
+    p = r.uniform(0.05, 0.95, size=(variants, 1))
+    shift = r.normal(0, 0.15, size=(variants, 1))
+    group = np.arange(samples) < samples // 2
+    freq = np.clip(np.where(group, p + shift, p - shift), 0.01, 0.99)
+    dosages = r.binomial(2, freq).astype(np.int8)
+    k = 4
+    res = rankwise.pca(dosages, k, sample_ids=[f"s{i}" for i in range(samples)], seed=2)
+    assert res.converged
+    # PLINK's standardization: centre by 2p, scale by sqrt(2p(1-p)), per variant.
+    x = dosages.astype(np.float64)
+    f = x.mean(axis=1, keepdims=True) / 2
+    keep = (f[:, 0] > 0) & (f[:, 0] < 1)
+    z = ((x - 2 * f) / np.sqrt(2 * f * (1 - f)))[keep].T  # samples × variants
+    sk = PCA(n_components=k, svd_solver="full").fit(z)
+    scores = sk.transform(z)
+    assert same_subspace(res.pcs, scores) < 1e-8
+    np.testing.assert_allclose(res.singular_values, sk.singular_values_, rtol=1e-8)
+    # Eigenvalues on PLINK 2's scale: σ² / variants.
+    np.testing.assert_allclose(res.eigenvalues, sk.singular_values_**2 / keep.sum(), rtol=1e-8)
+    assert res.sample_ids[:2] == ["s0", "s1"] and res.variants_used == keep.sum()
+
+
+# ---------------------------------------------------------------------------------------
+# The same bits as the command line
+
+
+def test_rsvd_and_svd_of_a_zarr_array_have_the_command_lines_bits(tmp_path):
+    import zarr
+
+    r = rng(50)
+    m, n = int(r.integers(2000, 6000)), int(r.integers(20, 60))
+    a = low_rank(r, m, n, k=10)
+    store = str(tmp_path / "a.zarr")
+    z = zarr.create_array(store, shape=a.shape, chunks=(500, n), dtype="f8")
+    z[...] = a
+    seed = int(r.integers(1 << 30))
+    run_cli("rsvd", "--zarr", store, "-k", "5", "--sketch-seed", str(seed), "--out", "o",
+            cwd=tmp_path)
+    out = str(tmp_path / "o")
+    for source in (store, z, __import__("dask.array").array.from_zarr(store)):
+        res = rankwise.rsvd(source, 5, seed=seed)
+        assert np.array_equal(res.s, read_group(out, "S")), type(source)
+        assert np.array_equal(res.vt, read_group(out, "Vt"))
+        assert np.array_equal(res.u, read_group(out, "U"))
+        assert np.array_equal(res.residuals, read_group(out, "residuals"))
+    run_cli("svd", "--zarr", store, "--out", "e", cwd=tmp_path)
+    res = rankwise.svd(store)
+    assert np.array_equal(res.s, read_group(str(tmp_path / "e"), "S"))
+    assert np.array_equal(res.vt, read_group(str(tmp_path / "e"), "Vt"))
+
+
+def test_pca_of_stores_and_datasets_has_the_command_lines_bits(tmp_path):
+    import xarray as xr
+
+    run_cli("gen", "--out", "g.zarr", "--rows", "3000", "--cols", "150", "--chunk-rows", "500",
+            "--dist", "genotype", "--seed", str(SEED % 1000), cwd=tmp_path)
+    spec = str(tmp_path / "g.zarr") + ":call_dosage"
+    run_cli("pca", "--zarr", spec, "-k", "4", "--sketch-seed", "9", "--out", "o", cwd=tmp_path)
+    res = rankwise.pca(spec, 4, seed=9)
+    out = str(tmp_path / "o")
+    assert np.array_equal(res.eigenvalues, read_group(out, "eigenvalues"))
+    assert np.array_equal(res.singular_values, read_group(out, "S"))
+    assert res.converged
+    # The same genotypes as an xarray Dataset in memory (sgkit's variables).
+    dos = np.asarray(xr.open_zarr(str(tmp_path / "g.zarr"), consolidated=False)["call_dosage"].values)
+    ids = np.asarray(xr.open_zarr(str(tmp_path / "g.zarr"), consolidated=False)["sample_id"].values)
+    gt = np.stack([(dos >= 1), (dos >= 2)], axis=2).astype(np.int8)
+    gt[dos < 0] = -1
+    ds = xr.Dataset(
+        {"call_genotype": (("variants", "samples", "ploidy"), gt),
+         "sample_id": (("samples",), ids)}
+    )
+    # The store's panels (its chunks of 500 variants): the same panels give the same bits.
+    from_ds = rankwise.pca(ds, 4, seed=9, panel_rows=500)
+    assert np.array_equal(from_ds.eigenvalues, res.eigenvalues)
+    assert np.array_equal(from_ds.pcs, res.pcs)
+    assert from_ds.sample_ids == [str(i) for i in ids]
+    x = from_ds.to_xarray()
+    assert x["sample_pca_projection"].dims == ("samples", "components")
+    assert x["sample_pca_projection"].shape == (150, 4)
+    np.testing.assert_allclose(x["sample_pca_explained_variance_ratio"],
+                               from_ds.explained_variance_ratio)
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs read where they lie
+
+
+def test_a_numpy_matrix_is_read_in_place_neither_copied_nor_modified():
+    r = rng(60)
+    a = r.standard_normal((200_000, 16))  # 25.6 MB
+    before = a.copy()
+    a.flags.writeable = False  # read-only arrays are accepted
+    tracemalloc.start()
+    try:
+        res = rankwise.rsvd(a, 3, seed=1, actors=1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert res.converged
+    # numpy's allocations are traced: a copy of `a` would show up (the results are small).
+    assert peak < a.nbytes / 4, peak
+    assert np.array_equal(a, before)
+
+
+def test_a_dask_array_without_a_zarr_origin_is_read_through_a_temporary_store():
+    import dask.array as da
+
+    r = rng(70)
+    a = low_rank(r, 5000, 30, k=6)
+    # from_array of a numpy array: that array, read in place.
+    inplace = rankwise.rsvd(da.from_array(a, chunks=(700, 10)), 4, seed=5)
+    assert np.array_equal(inplace.s, rankwise.rsvd(a, 4, seed=5).s)
+    # A computed one: written to a temporary store first, removed after.
+    x = da.from_array(a, chunks=(700, 10)) * 2.0
+    before = set(os.listdir(os.environ.get("TMPDIR", "/tmp")))
+    res = rankwise.rsvd(x, 4, seed=5)
+    s = np.linalg.svd(2.0 * a, compute_uv=False)
+    np.testing.assert_allclose(res.s, s[:4], rtol=1e-8)
+    after = set(os.listdir(os.environ.get("TMPDIR", "/tmp")))
+    assert not [d for d in after - before if d.startswith("rankwise-dask-")]
+
+
+def test_dask_svd_compressed_is_a_drop_in(tmp_path):
+    import dask.array as da
+    import rankwise.dask as rd
+
+    r = rng(80)
+    a = low_rank(r, 6000, 50, k=10)
+    x = da.from_array(a, chunks=(1000, 50))
+    u, s, v = rd.svd_compressed(x, 5, n_power_iter=2, seed=3)
+    du, ds, dv = da.linalg.svd_compressed(x, 5, n_power_iter=2, seed=3)
+    assert isinstance(u, da.Array) and u.shape == du.shape and v.shape == dv.shape
+    np.testing.assert_allclose(s.compute(), ds.compute(), rtol=1e-6)
+    exact = np.linalg.svd(a, compute_uv=False)[:5]
+    # The same iterations: about the same accuracy.
+    dask_err = np.max(np.abs(ds.compute() - exact) / exact)
+    assert np.max(np.abs(s.compute() - exact) / exact) <= 10 * dask_err + 1e-12
+
+
+# ---------------------------------------------------------------------------------------
+# Errors
+
+
+def test_each_exception_type(tmp_path):
+    a = np.ones((100, 5))
+    with pytest.raises(ValueError, match="k"):
+        rankwise.rsvd(a, 0)
+    with pytest.raises(ValueError, match="method"):
+        rankwise.rsvd(a, 2, method="magic")
+    with pytest.raises(ValueError):
+        rankwise.svd(np.ones((3, 4, 5)))
+    with pytest.raises(TypeError):
+        rankwise.svd([[1.0, 2.0]])
+    with pytest.raises(FileNotFoundError):
+        rankwise.rsvd(str(tmp_path / "missing.zarr"), 2)
+    with pytest.raises(FileNotFoundError):
+        rankwise.pca(str(tmp_path / "missing"), 2)
+    # A store with a corrupt chunk: RankwiseError naming it.
+    import zarr
+
+    store = str(tmp_path / "bad.zarr")
+    z = zarr.create_array(store, shape=(1000, 10), chunks=(250, 10), dtype="f8",
+                          compressors=zarr.codecs.ZstdCodec())
+    z[...] = 1.0
+    with open(os.path.join(store, "c", "1", "0"), "wb") as f:
+        f.write(b"not zstd")
+    with pytest.raises(rankwise.RankwiseError, match="c/1/0") as e:
+        rankwise.rsvd(store, 2, oversample=2)
+    assert e.value.cause == "input"
+
+
+# ---------------------------------------------------------------------------------------
+# A good extension: the GIL, Ctrl-C, the wheel
+
+
+def test_other_python_threads_run_during_a_call():
+    r = rng(90)
+    a = r.standard_normal((400_000, 40))
+    ticks = []
+    done = threading.Event()
+
+    def count():
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.005)
+
+    t = threading.Thread(target=count)
+    t.start()
+    start = time.perf_counter()
+    rankwise.rsvd(a, 8, seed=1)
+    end = time.perf_counter()
+    done.set()
+    t.join()
+    during = [x for x in ticks if start < x < end]
+    # The counter ticks through the call: the GIL was released.
+    assert len(during) >= 0.5 * (end - start) / 0.005 * 0.5, (len(during), end - start)
+
+
+def test_ctrl_c_raises_keyboard_interrupt_and_leaves_nothing_behind(tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys, time, numpy as np, rankwise
+        a = np.random.default_rng(1).standard_normal((1_500_000, 40))
+        print("ready", flush=True)
+        t = time.time()
+        try:
+            rankwise.rsvd(a, 20, tol=1e-14, max_passes=400, seed=1)
+        except KeyboardInterrupt:
+            print(f"interrupted after {time.time() - t:.2f}", flush=True)
+            sys.exit(3)
+        print("finished", flush=True)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                         cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 3, out
+    assert "interrupted after" in out
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_wheel_installs_into_a_fresh_venv(tmp_path):
+    wheel = os.environ.get("RANKWISE_WHEEL")
+    if not wheel:
+        pytest.fail("RANKWISE_WHEEL names the wheel under test (scripts/python-venv.sh)")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    p = subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        wheel], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run(
+        [py, "-c", "import numpy as np, rankwise; "
+         "r = rankwise.svd(np.arange(12.0).reshape(4, 3) ** 2); print(r.s.shape, rankwise.__version__)"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[0] == "(3,)"
+    help_text = subprocess.run([py, "-c", "import rankwise; help(rankwise.pca)"],
+                               capture_output=True, text=True, cwd=tmp_path,
+                               env={**os.environ, "PAGER": "cat"}).stdout
+    assert "plink2 --pca" in help_text and "comm:" in help_text
+
+
+# ---------------------------------------------------------------------------------------
+# MPI through mpi4py
+
+
+MPI_SCRIPT = """
+import sys, numpy as np
+from mpi4py import MPI
+import rankwise
+comm = MPI.COMM_WORLD
+a = np.load(sys.argv[1])
+store = sys.argv[2]
+# Each rank holds its own row block: 1000 rows each, the rest on the last.
+rows = 1000
+lo = comm.rank * rows
+hi = a.shape[0] if comm.rank == comm.size - 1 else lo + rows
+mine = np.ascontiguousarray(a[lo:hi])
+r = rankwise.rsvd(mine, 4, seed=11, comm=comm, actors=1, pin=False)
+assert np.array_equal(r.u_rows, np.arange(lo, hi)), r.u_rows[:3]
+us = comm.gather(r.u, root=0)
+z = rankwise.rsvd(store, 4, seed=11, comm=comm, actors=1, pin=False)
+if comm.rank == 0:
+    np.save(sys.argv[3], np.concatenate(us))
+    np.save(sys.argv[3].replace(".npy", "-s.npy"), r.s)
+    np.save(sys.argv[3].replace(".npy", "-vt.npy"), r.vt)
+    np.save(sys.argv[3].replace(".npy", "-zs.npy"), z.s)
+# A bad argument on one rank is every rank's error, and no rank hangs.
+try:
+    rankwise.rsvd(mine if comm.rank != 1 else mine[:, :3], 2, comm=comm, actors=1, pin=False)
+except ValueError as e:
+    print(f"rank {comm.rank}: ValueError: {e}", flush=True)
+"""
+
+
+def test_mpi4py_under_mpirun_gives_the_embedded_bits(tmp_path):
+    import zarr
+
+    if shutil.which("mpirun") is None:
+        pytest.fail("mpirun is missing: scripts/install-deps.sh installs Open MPI")
+    r = rng(100)
+    a = low_rank(r, 3500, 24, k=8)
+    np.save(tmp_path / "a.npy", a)
+    store = str(tmp_path / "a.zarr")
+    z = zarr.create_array(store, shape=a.shape, chunks=(500, 24), dtype="f8")
+    z[...] = a
+    (tmp_path / "job.py").write_text(MPI_SCRIPT)
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    p = subprocess.run(
+        ["mpirun", "-np", "3", "--oversubscribe", sys.executable, str(tmp_path / "job.py"),
+         str(tmp_path / "a.npy"), store, str(tmp_path / "u.npy")],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    embedded = rankwise.rsvd(a, 4, seed=11, panel_rows=1000)
+    assert np.array_equal(np.load(tmp_path / "u-s.npy"), embedded.s)
+    assert np.array_equal(np.load(tmp_path / "u-vt.npy"), embedded.vt)
+    assert np.array_equal(np.load(tmp_path / "u.npy"), embedded.u)
+    assert np.array_equal(np.load(tmp_path / "u-zs.npy"), rankwise.rsvd(store, 4, seed=11).s)
+    for rank in range(3):
+        assert f"rank {rank}: ValueError" in p.stdout, p.stdout + p.stderr

@@ -1,0 +1,462 @@
+//! Matrices a caller already holds in memory, read in place: the rows of a float matrix
+//! (the C library's and the Python package's arrays), and a genotype dosage matrix.
+//!
+//! The values are never copied into a second matrix: the actors read the caller's buffer
+//! panel by panel, as they read a store. A [`Lease`] marks the time the buffer is lent;
+//! once it is dropped, any late read fails instead of touching memory that is the caller's
+//! again.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use ndarray::{s, ArrayView2, ArrayViewMut2, ShapeBuilder};
+use rankwise_exec::Runtime;
+use rankwise_sources::{GenotypeSource, PanelSource, SourceError};
+
+use crate::{Error, Input};
+
+/// Default panels of an in-memory matrix hold at most this many bytes: several panels per
+/// rank keep every actor busy, and the panel tree's messages stay `n × n` whatever the
+/// panel size.
+pub const DEFAULT_PANEL_BYTES: u64 = 8 << 20;
+
+/// While alive, the caller's buffer is lent to the sources made with it; dropping it ends
+/// the loan, and any later read fails with an error instead of reading the buffer.
+#[derive(Debug)]
+pub struct Lease {
+    live: Arc<AtomicBool>,
+}
+
+impl Lease {
+    fn new() -> (Lease, Arc<AtomicBool>) {
+        let live = Arc::new(AtomicBool::new(true));
+        (
+            Lease {
+                live: Arc::clone(&live),
+            },
+            live,
+        )
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.live.store(false, Ordering::Release);
+    }
+}
+
+/// A strided view of a caller's buffer of `T`: `rows × cols`, element strides (both
+/// non-negative), the address as an integer so that the sources are `Send + Sync` (they
+/// only read).
+#[derive(Clone, Copy, Debug)]
+struct Strided {
+    ptr: usize,
+    rows: usize,
+    cols: usize,
+    strides: (usize, usize),
+}
+
+impl Strided {
+    /// # Safety
+    /// The buffer holds `rows × cols` values of `T` at these strides and is readable.
+    unsafe fn view<'a, T>(&self) -> ArrayView2<'a, T> {
+        if self.rows == 0 || self.cols == 0 {
+            return ArrayView2::from_shape((self.rows, self.cols), &[]).expect("empty view");
+        }
+        // SAFETY: the caller's promise; strides are non-negative, the extent fits isize.
+        unsafe {
+            ArrayView2::from_shape_ptr(
+                (self.rows, self.cols).strides(self.strides),
+                self.ptr as *const T,
+            )
+        }
+    }
+}
+
+/// Checks a caller's strides: non-negative, and the last element within `isize`.
+fn check_strides(
+    parameter: &'static str,
+    rows: usize,
+    cols: usize,
+    strides: (isize, isize),
+    elem: usize,
+) -> Result<(usize, usize), Error> {
+    let bad = |message: String| Error::Parameter { parameter, message };
+    if strides.0 < 0 || strides.1 < 0 {
+        return Err(bad(format!(
+            "negative strides {strides:?} are not read in place: pass a copy"
+        )));
+    }
+    let (rs, cs) = (strides.0 as usize, strides.1 as usize);
+    let last = (rows.saturating_sub(1))
+        .checked_mul(rs)
+        .and_then(|r| cols.saturating_sub(1).checked_mul(cs).map(|c| (r, c)))
+        .and_then(|(r, c)| r.checked_add(c))
+        .and_then(|e| e.checked_mul(elem));
+    match last {
+        Some(b) if b <= isize::MAX as usize => Ok((rs, cs)),
+        _ => Err(bad(format!(
+            "{rows} × {cols} values at strides {strides:?} do not fit in memory"
+        ))),
+    }
+}
+
+/// This rank's rows of a float matrix, read in place from the caller's buffer: global rows
+/// `row0 .. row0 + rows` of an `m × cols` matrix. Other rows are never asked for, because
+/// the placement keeps every panel on the rank that holds it.
+#[derive(Debug)]
+pub struct RowsInPlace {
+    buf: Strided,
+    row0: u64,
+    m: u64,
+    live: Arc<AtomicBool>,
+}
+
+impl PanelSource for RowsInPlace {
+    fn shape(&self) -> (u64, u64) {
+        (self.m, self.buf.cols as u64)
+    }
+
+    fn fill(&self, rows: Range<u64>, out: ArrayViewMut2<'_, f64>) -> Result<(), SourceError> {
+        self.fill_cols(rows, 0..self.buf.cols as u64, out)
+    }
+
+    fn fill_cols(
+        &self,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        mut out: ArrayViewMut2<'_, f64>,
+    ) -> Result<(), SourceError> {
+        let mine = self.row0..self.row0 + self.buf.rows as u64;
+        if !self.live.load(Ordering::Acquire)
+            || rows.start < mine.start
+            || rows.end > mine.end
+            || rows.start > rows.end
+            || cols.start > cols.end
+            || cols.end > self.buf.cols as u64
+            || out.dim()
+                != (
+                    (rows.end - rows.start) as usize,
+                    (cols.end - cols.start) as usize,
+                )
+        {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: out.ncols(),
+                shape: self.shape(),
+                what: self.describe(),
+            });
+        }
+        // SAFETY: the buffer holds this rank's rows (in_place) and is lent (live).
+        let all = unsafe { self.buf.view::<f64>() };
+        let (r0, r1) = (
+            (rows.start - self.row0) as usize,
+            (rows.end - self.row0) as usize,
+        );
+        out.assign(&all.slice(s![r0..r1, cols.start as usize..cols.end as usize]));
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "the caller's rows {}..{} of {} × {}",
+            self.row0,
+            self.row0 + self.buf.rows as u64,
+            self.m,
+            self.buf.cols
+        )
+    }
+}
+
+/// The rows of a panel, by the rule of the C library's header: the greatest common divisor
+/// of the row counts of every rank but the last (so that no panel spans two ranks), or its
+/// largest divisor whose panel fits [`DEFAULT_PANEL_BYTES`] but is not shorter than the
+/// matrix is wide. `requested` > 0 is taken as it is.
+pub fn panel_rows(requested: u64, rows_per_rank: &[u64], cols: u64) -> u64 {
+    if requested > 0 {
+        return requested;
+    }
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let Some((last, rest)) = rows_per_rank.split_last() else {
+        return 1;
+    };
+    let g = rest.iter().fold(0, |g, &r| gcd(g, r));
+    let g = if g == 0 { (*last).max(1) } else { g };
+    let fits = |d: u64| d.saturating_mul(cols.saturating_mul(8)) <= DEFAULT_PANEL_BYTES;
+    if fits(g) {
+        return g;
+    }
+    let mut best = g;
+    let mut d = 1;
+    while d * d <= g {
+        if g % d == 0 {
+            for c in [d, g / d] {
+                if c >= cols && fits(c) && (best == g || c > best) {
+                    best = c;
+                }
+            }
+        }
+        d += 1;
+    }
+    best
+}
+
+/// The matrix whose row blocks the ranks of `rt` hold, each rank passing its own block
+/// (`rows × cols` f64 values at element `strides`): a collective call. The ranks' blocks
+/// stack in rank order; panels of `panel_rows` rows (0: [`panel_rows`]'s default) stay on
+/// the rank that holds them. Returns the input and the [`Lease`] of the buffer: keep it
+/// alive for every call on the input.
+///
+/// # Safety
+/// `ptr` must point to `rows × cols` f64 values at `strides` (in elements), readable and
+/// not written until the lease is dropped.
+pub unsafe fn rows_in_place(
+    rt: &Runtime,
+    ptr: *const f64,
+    rows: usize,
+    cols: usize,
+    strides: (isize, isize),
+    panel_rows_requested: u64,
+) -> Result<(Input, Lease), Error> {
+    let local = check_strides("a", rows, cols, strides, 8);
+    // Every rank takes part in the exchange, a rank with bad arguments too, so that no
+    // rank is left waiting for it.
+    let mut mine = Vec::with_capacity(24);
+    mine.extend_from_slice(&(local.is_ok() as u64).to_le_bytes());
+    mine.extend_from_slice(&(rows as u64).to_le_bytes());
+    mine.extend_from_slice(&(cols as u64).to_le_bytes());
+    let all = rt.comm().allgather_bytes(&mine)?;
+    let strides = local?;
+    let word = |b: &[u8], i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
+    let mut counts = Vec::with_capacity(all.len());
+    for (rank, b) in all.iter().enumerate() {
+        if b.len() != 24 {
+            return Err(Error::Parameter {
+                parameter: "a",
+                message: format!("rank {rank} sent a malformed shape"),
+            });
+        }
+        if word(b, 0) == 0 {
+            return Err(Error::Parameter {
+                parameter: "a",
+                message: format!("rank {rank} passed an array that cannot be read in place"),
+            });
+        }
+        if word(b, 2) != cols as u64 {
+            return Err(Error::Parameter {
+                parameter: "a",
+                message: format!(
+                    "this rank's block has {cols} columns but rank {rank}'s has {}: every \
+                     rank holds whole rows of one matrix",
+                    word(b, 2)
+                ),
+            });
+        }
+        counts.push(word(b, 1));
+    }
+    let m: u64 = counts.iter().sum();
+    if m < cols as u64 || cols == 0 {
+        return Err(Error::Parameter {
+            parameter: "a",
+            message: format!(
+                "the ranks hold {m} rows of {cols} columns: the matrix must be tall (rows ≥ \
+                 columns ≥ 1); pass the transpose"
+            ),
+        });
+    }
+    let p = panel_rows(panel_rows_requested, &counts, cols as u64);
+    if let Some((rank, r)) = counts[..counts.len() - 1]
+        .iter()
+        .enumerate()
+        .find(|(_, &r)| r % p != 0)
+    {
+        return Err(Error::Parameter {
+            parameter: "panel_rows",
+            message: format!(
+                "rank {rank} holds {r} rows, not a multiple of the panel rows {p}: a panel \
+                 never spans two ranks"
+            ),
+        });
+    }
+    let me = rt.rank();
+    let row0: u64 = counts[..me].iter().sum();
+    let rank_panels = counts.iter().map(|&r| r.div_ceil(p) as usize).collect();
+    let (lease, live) = Lease::new();
+    let source = RowsInPlace {
+        buf: Strided {
+            ptr: ptr as usize,
+            rows,
+            cols,
+            strides,
+        },
+        row0,
+        m,
+        live,
+    };
+    Ok((
+        Input::Rows {
+            source: Arc::new(source),
+            panel_rows: p,
+            rank_panels: Some(rank_panels),
+        },
+        lease,
+    ))
+}
+
+/// A genotype matrix in the caller's memory: dosages (0, 1, 2 copies of the alternate
+/// allele, −1 for a missing call), variants × samples, as `i8`. Every rank holds all of it.
+#[derive(Debug)]
+pub struct DosagesInPlace {
+    buf: Strided,
+    sample_ids: Option<Vec<String>>,
+    live: Arc<AtomicBool>,
+}
+
+impl GenotypeSource for DosagesInPlace {
+    fn shape(&self) -> (u64, u64) {
+        (self.buf.rows as u64, self.buf.cols as u64)
+    }
+
+    fn fill_dosages(
+        &self,
+        rows: Range<u64>,
+        mut out: ArrayViewMut2<'_, i8>,
+    ) -> Result<(), SourceError> {
+        if !self.live.load(Ordering::Acquire)
+            || rows.start > rows.end
+            || rows.end > self.buf.rows as u64
+            || out.dim() != ((rows.end - rows.start) as usize, self.buf.cols)
+        {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: out.ncols(),
+                shape: GenotypeSource::shape(self),
+                what: self.describe(),
+            });
+        }
+        // SAFETY: the buffer holds the matrix (dosages_in_place) and is lent (live).
+        let all = unsafe { self.buf.view::<i8>() };
+        out.assign(&all.slice(s![rows.start as usize..rows.end as usize, ..]));
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("the caller's {} × {} dosages", self.buf.rows, self.buf.cols)
+    }
+
+    fn sample_ids(&self) -> Option<Vec<String>> {
+        self.sample_ids.clone()
+    }
+
+    /// As a PLINK fileset's: panels of at most 128 MiB of dosages, and at least 64 panels
+    /// where there are enough variants, so that every actor gets some.
+    fn preferred_panel_rows(&self) -> u64 {
+        ((128u64 << 20) / self.buf.cols.max(1) as u64)
+            .min((self.buf.rows as u64).div_ceil(64))
+            .max(1)
+    }
+}
+
+/// A genotype matrix the caller holds (`variants × samples` dosages as `i8` at element
+/// `strides`; −1 for a missing call), with the samples' IDs where known. Every rank that
+/// calls a PCA on it must hold the same matrix. Returns the input and the [`Lease`] of the
+/// buffer: keep it alive for every call on the input.
+///
+/// # Safety
+/// `ptr` must point to `variants × samples` i8 values at `strides`, readable and not
+/// written until the lease is dropped.
+pub unsafe fn dosages_in_place(
+    ptr: *const i8,
+    variants: usize,
+    samples: usize,
+    strides: (isize, isize),
+    sample_ids: Option<Vec<String>>,
+) -> Result<(Input, Lease), Error> {
+    let strides = check_strides("dosages", variants, samples, strides, 1)?;
+    if variants == 0 || samples == 0 {
+        return Err(Error::Parameter {
+            parameter: "dosages",
+            message: format!("{variants} variants × {samples} samples: nothing to analyse"),
+        });
+    }
+    if let Some(ids) = &sample_ids {
+        if ids.len() != samples {
+            return Err(Error::Parameter {
+                parameter: "sample_ids",
+                message: format!("{} IDs for {samples} samples", ids.len()),
+            });
+        }
+    }
+    let (lease, live) = Lease::new();
+    let source = DosagesInPlace {
+        buf: Strided {
+            ptr: ptr as usize,
+            rows: variants,
+            cols: samples,
+            strides,
+        },
+        sample_ids,
+        live,
+    };
+    Ok((Input::Genotypes(Arc::new(source)), lease))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_panel_rows_divide_every_rank_but_the_last() {
+        // Asked for: kept.
+        assert_eq!(panel_rows(7, &[14, 3], 2), 7);
+        // Equal blocks and a ragged last one: one panel per rank while it is small.
+        assert_eq!(panel_rows(0, &[1000, 1000, 1000, 11], 12), 1000);
+        assert_eq!(panel_rows(0, &[600, 400, 77], 4), 200);
+        // One rank, or only the last holding rows: its own row count.
+        assert_eq!(panel_rows(0, &[5000], 10), 5000);
+        assert_eq!(panel_rows(0, &[0, 0, 300], 10), 300);
+        // Large blocks are split into panels of at most 8 MiB, no shorter than wide.
+        let p = panel_rows(0, &[1_000_000, 1_000_000, 5], 20);
+        assert!(
+            1_000_000 % p == 0 && p * 20 * 8 <= 8 << 20 && p >= 20,
+            "{p}"
+        );
+        assert_eq!(p, 50_000);
+        // A block with no divisor that fits stays whole (a prime row count).
+        assert_eq!(panel_rows(0, &[1_000_003, 1], 20), 1_000_003);
+    }
+
+    #[test]
+    fn a_dropped_lease_stops_every_read() {
+        let values: Vec<f64> = (0..12).map(f64::from).collect();
+        let rt = crate::World::embedded().actors(1).build().unwrap();
+        // SAFETY: `values` is 4 × 3 row-major and outlives the lease.
+        let (input, lease) =
+            unsafe { rows_in_place(&rt, values.as_ptr(), 4, 3, (3, 1), 0).unwrap() };
+        let (source, transposed) = input.matrix().unwrap();
+        assert!(!transposed);
+        let mut out = ndarray::Array2::zeros((2, 3));
+        source.fill(1..3, out.view_mut()).unwrap();
+        assert_eq!(out[[1, 2]], 8.0);
+        drop(lease);
+        assert!(source.fill(1..3, out.view_mut()).is_err());
+        // Column-major strides read the same matrix.
+        let t: Vec<f64> = (0..3)
+            .flat_map(|c| (0..4).map(move |r| (3 * r + c) as f64))
+            .collect();
+        // SAFETY: `t` is 4 × 3 column-major and outlives the lease.
+        let (input, _lease) = unsafe { rows_in_place(&rt, t.as_ptr(), 4, 3, (1, 4), 0).unwrap() };
+        let (source, _) = input.matrix().unwrap();
+        source.fill(1..3, out.view_mut()).unwrap();
+        assert_eq!(out[[1, 2]], 8.0);
+        // SAFETY: not read: the strides are refused.
+        let bad = unsafe { rows_in_place(&rt, t.as_ptr(), 4, 3, (-1, 4), 0) };
+        assert_eq!(bad.unwrap_err().parameter(), Some("a"));
+    }
+}
