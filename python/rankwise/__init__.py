@@ -177,28 +177,44 @@ def _is_dask_array(a) -> bool:
 
 
 def _dask_origin(x):
-    """What a dask array reads unchanged, or None: a single-layer graph (``da.from_zarr``,
-    ``da.from_array``) holding one zarr Array or one numpy array of the same shape."""
-    graph = x.__dask_graph__()
-    layers = getattr(graph, "layers", None)
-    if layers is None or len(layers) != 1:
+    """What a dask array reads unchanged, or None: the zarr Array of ``da.from_zarr``
+    (one zarr Array of the same shape in a ``from-zarr`` graph), or the numpy array of
+    ``da.from_array`` (every chunk of the graph a view of one array, at its place)."""
+    hlg = x.__dask_graph__()
+    layers = getattr(hlg, "layers", {})
+    graph = dict(hlg)
+    if x.name.startswith("from-zarr") and len(layers) <= 2:
+        arrays = {id(v): v for v in graph.values() if _is_zarr_array(v)}
+        if len(arrays) == 1:
+            z = next(iter(arrays.values()))
+            if tuple(z.shape) == tuple(x.shape):
+                return z
         return None
-    found = {}
-
-    def look(v):
-        if _is_zarr_array(v) or isinstance(v, np.ndarray):
-            found[id(v)] = v
-
-    for v in graph.values():
-        look(v)
-        for arg in getattr(v, "args", ()) or ():  # a dask Task wrapping the array
-            look(getattr(arg, "value", arg))
-    if len(found) != 1:
+    if len(layers) != 1 or x.ndim != 2:
         return None
-    origin = next(iter(found.values()))
-    if tuple(origin.shape) != tuple(x.shape) or origin.ndim != 2:
-        return None
-    return origin
+    starts = [np.concatenate([[0], np.cumsum(c)[:-1]]) for c in x.chunks]
+    base = None
+    for key, v in graph.items():
+        if not (isinstance(key, tuple) and len(key) == 3 and isinstance(v, np.ndarray)):
+            return None
+        # The chunk's nearest ancestor of the array's shape.
+        b = v.base
+        while isinstance(b, np.ndarray) and b.shape != tuple(x.shape):
+            b = b.base
+        if not isinstance(b, np.ndarray):
+            return None
+        if base is None:
+            base = b
+        if b is not base or base.shape != tuple(x.shape) or base.dtype != v.dtype:
+            return None
+        i, j = key[1], key[2]
+        at = (base.__array_interface__["data"][0] + int(starts[0][i]) * base.strides[0]
+              + int(starts[1][j]) * base.strides[1])
+        if (v.__array_interface__["data"][0] != at or v.strides != base.strides
+                or v.shape != (x.chunks[0][i], x.chunks[1][j])):
+            return None
+    n_chunks = len(x.chunks[0]) * len(x.chunks[1])
+    return base if base is not None and len(graph) == n_chunks else None
 
 
 class _Spilled:
