@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use ndarray::{s, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_exec::Runtime;
-use rankwise_sources::{GenotypeSource, PanelSource, SourceError};
+use rankwise_sources::{dosage_of_call, GenotypeSource, PanelSource, SourceError};
 
 use crate::{Error, Input};
 
@@ -401,6 +401,159 @@ pub unsafe fn dosages_in_place(
             cols: samples,
             strides,
         },
+        sample_ids,
+        live,
+    };
+    Ok((Input::Genotypes(Arc::new(source)), lease))
+}
+
+/// VCF Zarr's `call_genotype` in the caller's memory (variants × samples × ploidy allele
+/// indices as `i8`, an sgkit Dataset's), with its `call_genotype_mask` where there is
+/// one: each call's dosage is counted as it is read ([`rankwise_sources::dosage_of_call`],
+/// the rule of a VCF Zarr store), so no dosage matrix is made first.
+#[derive(Debug)]
+pub struct CallsInPlace {
+    ptr: usize,
+    shape: (usize, usize, usize),
+    strides: [usize; 3],
+    /// The mask's address and strides (bytes, one per allele).
+    mask: Option<(usize, [usize; 3])>,
+    sample_ids: Option<Vec<String>>,
+    live: Arc<AtomicBool>,
+}
+
+impl GenotypeSource for CallsInPlace {
+    fn shape(&self) -> (u64, u64) {
+        (self.shape.0 as u64, self.shape.1 as u64)
+    }
+
+    fn fill_dosages(
+        &self,
+        rows: Range<u64>,
+        mut out: ArrayViewMut2<'_, i8>,
+    ) -> Result<(), SourceError> {
+        let (variants, samples, ploidy) = self.shape;
+        if !self.live.load(Ordering::Acquire)
+            || rows.start > rows.end
+            || rows.end > variants as u64
+            || out.dim() != ((rows.end - rows.start) as usize, samples)
+        {
+            return Err(SourceError::OutOfBounds {
+                rows,
+                cols: out.ncols(),
+                shape: GenotypeSource::shape(self),
+                what: self.describe(),
+            });
+        }
+        let [sv, ss, sp] = self.strides;
+        let mut alleles = vec![0i8; ploidy];
+        for (r, v) in (rows.start as usize..rows.end as usize).enumerate() {
+            for j in 0..samples {
+                for (i, a) in alleles.iter_mut().enumerate() {
+                    // SAFETY: v < variants, j < samples, i < ploidy: inside the buffer
+                    // (calls_in_place checked its extent), which is lent (live).
+                    *a = unsafe { *(self.ptr as *const i8).add(v * sv + j * ss + i * sp) };
+                }
+                out[[r, j]] = dosage_of_call(&alleles, |i| {
+                    self.mask.is_some_and(|(m, [mv, ms, mp])| {
+                        // SAFETY: as above, in the mask of the same shape.
+                        unsafe { *(m as *const u8).add(v * mv + j * ms + i * mp) != 0 }
+                    })
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "the caller's call_genotype ({} variants × {} samples, ploidy {}{})",
+            self.shape.0,
+            self.shape.1,
+            self.shape.2,
+            if self.mask.is_some() { ", masked" } else { "" }
+        )
+    }
+
+    fn sample_ids(&self) -> Option<Vec<String>> {
+        self.sample_ids.clone()
+    }
+
+    /// As [`DosagesInPlace`]'s.
+    fn preferred_panel_rows(&self) -> u64 {
+        ((128u64 << 20) / self.shape.1.max(1) as u64)
+            .min((self.shape.0 as u64).div_ceil(64))
+            .max(1)
+    }
+}
+
+/// Checks the strides of a 3-D buffer of one-byte values.
+fn check_strides3(
+    parameter: &'static str,
+    shape: (usize, usize, usize),
+    strides: [isize; 3],
+) -> Result<[usize; 3], Error> {
+    let bad = |message: String| Error::Parameter { parameter, message };
+    if strides.iter().any(|&s| s < 0) {
+        return Err(bad(format!(
+            "negative strides {strides:?} are not read in place: pass a copy"
+        )));
+    }
+    let s = strides.map(|s| s as usize);
+    let dims = [shape.0, shape.1, shape.2];
+    let last = dims.iter().zip(s).try_fold(0usize, |acc, (&d, st)| {
+        d.saturating_sub(1)
+            .checked_mul(st)
+            .and_then(|x| acc.checked_add(x))
+    });
+    match last {
+        Some(b) if b <= isize::MAX as usize => Ok(s),
+        _ => Err(bad(format!(
+            "{shape:?} values at strides {strides:?} do not fit in memory"
+        ))),
+    }
+}
+
+/// A VCF Zarr `call_genotype` the caller holds (`variants × samples × ploidy` allele
+/// indices, `i8`, at byte `strides`), with its `call_genotype_mask` (`u8`/bool, the same
+/// shape) where there is one, and the samples' IDs. Every rank that calls a PCA on it must
+/// hold the same calls. Returns the input and the [`Lease`] of the buffers.
+///
+/// # Safety
+/// `calls` (and `mask`) must point to buffers of that shape and those strides, readable and
+/// not written until the lease is dropped.
+pub unsafe fn calls_in_place(
+    calls: *const i8,
+    shape: (usize, usize, usize),
+    strides: [isize; 3],
+    mask: Option<(*const u8, [isize; 3])>,
+    sample_ids: Option<Vec<String>>,
+) -> Result<(Input, Lease), Error> {
+    let strides = check_strides3("call_genotype", shape, strides)?;
+    let mask = match mask {
+        Some((m, ms)) => Some((m as usize, check_strides3("call_genotype_mask", shape, ms)?)),
+        None => None,
+    };
+    if shape.0 == 0 || shape.1 == 0 || shape.2 == 0 {
+        return Err(Error::Parameter {
+            parameter: "call_genotype",
+            message: format!("shape {shape:?}: nothing to analyse"),
+        });
+    }
+    if let Some(ids) = &sample_ids {
+        if ids.len() != shape.1 {
+            return Err(Error::Parameter {
+                parameter: "sample_ids",
+                message: format!("{} IDs for {} samples", ids.len(), shape.1),
+            });
+        }
+    }
+    let (lease, live) = Lease::new();
+    let source = CallsInPlace {
+        ptr: calls as usize,
+        shape,
+        strides,
+        mask,
         sample_ids,
         live,
     };

@@ -153,13 +153,26 @@ class PCAResult:
 
 
 def _zarr_spec(a) -> Optional[str]:
-    """The ``PATH[:ARRAY]`` of a zarr-python Array in a local or object store, or None."""
+    """The ``PATH[:ARRAY]`` of a zarr-python Array in a local, fsspec or object store, or
+    None when rankwise cannot open its store itself."""
     store = getattr(a, "store", None)
     if store is None:
         return None
     root = getattr(store, "root", None)  # LocalStore
+    if root is None and hasattr(store, "fs"):  # FsspecStore (dask's from_zarr opens one)
+        fs = getattr(store.fs, "sync_fs", store.fs)
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        path = str(store.path)
+        if protocol in ("file", "local"):
+            root = path
+        elif protocol in ("s3", "s3a"):
+            root = "s3://" + path
+        elif protocol in ("gs", "gcs"):
+            root = "gs://" + path
+        elif protocol in ("http", "https"):
+            root = path
     if root is None:
-        url = getattr(store, "url", None) or getattr(store, "path", None)
+        url = getattr(store, "url", None)
         if not isinstance(url, str) or "://" not in url:
             return None
         root = url
@@ -301,20 +314,22 @@ def _genotype_input(source) -> tuple:
         return os.fspath(source), None
     if hasattr(source, "data_vars") and "call_genotype" in getattr(source, "variables", {}):
         ds = source
-        path = ds.encoding.get("source") if hasattr(ds, "encoding") else None
-        if isinstance(path, str) and os.path.isdir(os.path.join(path, "call_genotype")):
-            return path, None
+        # Its calls as they are now (a Dataset keeps its store's encoding through `isel`
+        # and the like, so the store is not read in its place). A store too large for
+        # memory is better named by its path.
         g = np.asarray(ds["call_genotype"].values)
-        if g.ndim != 3:
-            raise ValueError("`source`: call_genotype must be variants × samples × ploidy")
-        missing = (g < 0).any(axis=2)
+        if g.ndim != 3 or g.dtype != np.int8:
+            raise ValueError("`source`: call_genotype must be variants × samples × ploidy int8")
+        mask = None
         if "call_genotype_mask" in ds:
-            missing |= np.asarray(ds["call_genotype_mask"].values).any(axis=2)
-        dosages = np.where(missing, -1, np.clip(g, 0, None).sum(axis=2, dtype=np.int16))
+            mask = np.asarray(ds["call_genotype_mask"].values)
+            if mask.dtype != np.bool_:
+                mask = mask.astype(np.bool_)
         ids = None
         if "sample_id" in ds:
             ids = [str(v) for v in np.asarray(ds["sample_id"].values)]
-        return np.ascontiguousarray(dosages.astype(np.int8)), ids
+        # Read in place: each call's dosage is counted as rankwise reads it.
+        return (g, mask), ids
     if _is_zarr_array(source):
         spec = _zarr_spec(source)
         if spec is not None:
@@ -560,7 +575,10 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         "max_passes": max_passes, "precision": precision, "seed": seed,
         "require_converged": require_converged, "panel_rows": panel_rows,
     }
-    out = _rankwise.run("pca", src, options, world, ids, _progress(progress))
+    mask = None
+    if isinstance(src, tuple):
+        src, mask = src
+    out = _rankwise.run("pca", src, options, world, ids, _progress(progress), mask)
     conv = out["convergence"]
     return PCAResult(
         pcs=out["pcs"],

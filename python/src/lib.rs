@@ -37,6 +37,37 @@ enum Source {
     Spec(String),
     Matrix(Buffer),
     Dosages(Buffer, Option<Vec<String>>),
+    Calls(Buffer3, Option<Buffer3>, Option<Vec<String>>),
+}
+
+/// A 3-D numpy array of bytes (VCF Zarr's `call_genotype` or its mask): address, shape
+/// and byte strides.
+#[derive(Clone, Copy)]
+struct Buffer3 {
+    ptr: usize,
+    shape: (usize, usize, usize),
+    strides: [isize; 3],
+}
+
+fn buffer3(a: &Bound<'_, PyUntypedArray>, what: &str) -> PyResult<Buffer3> {
+    if a.ndim() != 3 || a.dtype().itemsize() != 1 {
+        return Err(value_error(
+            what,
+            format!(
+                "{} dimensions of {}: variants × samples × ploidy of int8 (bool for the mask)",
+                a.ndim(),
+                a.dtype()
+            ),
+        ));
+    }
+    let (shape, strides) = (a.shape(), a.strides());
+    // SAFETY: reading the array object's data pointer field.
+    let ptr = unsafe { (*a.as_array_ptr()).fields.data } as usize;
+    Ok(Buffer3 {
+        ptr,
+        shape: (shape[0], shape[1], shape[2]),
+        strides: [strides[0], strides[1], strides[2]],
+    })
 }
 
 /// A numpy array's address, shape and element strides; the array stays borrowed (and
@@ -336,6 +367,20 @@ fn work(
             .map_err(fail)?;
             (input, Some(lease))
         }
+        Source::Calls(c, mask, ids) => {
+            // SAFETY: as for a matrix; `buffer3` read the shapes and strides.
+            let (input, lease) = unsafe {
+                rankwise::memory::calls_in_place(
+                    c.ptr as *const i8,
+                    c.shape,
+                    c.strides,
+                    mask.map(|m| (m.ptr as *const u8, m.strides)),
+                    ids,
+                )
+            }
+            .map_err(fail)?;
+            (input, Some(lease))
+        }
         Source::Dosages(b, ids) => {
             // SAFETY: as for a matrix.
             let (input, lease) = unsafe {
@@ -539,11 +584,12 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
 }
 
 /// Runs `command` (`"svd"`, `"rsvd"` or `"pca"`) on `source` (a specification string, a
-/// 2-D float64 array, or a 2-D int8 array of dosages with `sample_ids`) with `options`
+/// 2-D float64 array, a 2-D int8 array of dosages, or a 3-D int8 `call_genotype` with its
+/// `mask`; with `sample_ids`) with `options`
 /// and the `world` settings, and returns the results as a dictionary. The package's
 /// functions (`rankwise.svd`, `rsvd`, `pca`) document the options.
 #[pyfunction]
-#[pyo3(signature = (command, source, options, world, sample_ids=None, progress=None))]
+#[pyo3(signature = (command, source, options, world, sample_ids=None, progress=None, mask=None))]
 fn run<'py>(
     py: Python<'py>,
     command: &str,
@@ -552,6 +598,7 @@ fn run<'py>(
     world: &Bound<'py, PyDict>,
     sample_ids: Option<Vec<String>>,
     progress: Option<Bound<'py, PyAny>>,
+    mask: Option<Bound<'py, PyUntypedArray>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let job = parse_job(command, options)?;
     let world = parse_world(world)?;
@@ -564,6 +611,19 @@ fn run<'py>(
         let kind = a.dtype().kind();
         let size = a.dtype().itemsize();
         let s = match (kind, size) {
+            (b'i', 1) if a.ndim() == 3 => {
+                let m = match &mask {
+                    Some(m) if m.shape() != a.shape() => {
+                        return Err(value_error(
+                            "call_genotype_mask",
+                            format!("shape {:?}, not call_genotype's {:?}", m.shape(), a.shape()),
+                        ))
+                    }
+                    Some(m) => Some(buffer3(m, "call_genotype_mask")?),
+                    None => None,
+                };
+                Source::Calls(buffer3(a, "call_genotype")?, m, sample_ids)
+            }
             (b'f', 8) => Source::Matrix(buffer(a, 8)?),
             (b'i', 1) => Source::Dosages(buffer(a, 1)?, sample_ids),
             _ => {
@@ -576,7 +636,7 @@ fn run<'py>(
                 ))
             }
         };
-        _held = Some(a.clone());
+        _held = Some((a.clone(), mask.clone()));
         s
     } else {
         return Err(PyTypeError::new_err(format!(

@@ -168,7 +168,11 @@ def test_rsvd_and_svd_of_a_zarr_array_have_the_command_lines_bits(tmp_path):
     run_cli("rsvd", "--zarr", store, "-k", "5", "--sketch-seed", str(seed), "--out", "o",
             cwd=tmp_path)
     out = str(tmp_path / "o")
-    for source in (store, z, __import__("dask.array").array.from_zarr(store)):
+    # A dask array from the store is read from the store, not copied to a temporary one.
+    import dask.array as da
+
+    assert rankwise._matrix_input(da.from_zarr(store), None).source == store
+    for source in (store, z, da.from_zarr(store)):
         res = rankwise.rsvd(source, 5, seed=seed)
         assert np.array_equal(res.s, read_group(out, "S")), type(source)
         assert np.array_equal(res.vt, read_group(out, "Vt"))
@@ -206,6 +210,17 @@ def test_pca_of_stores_and_datasets_has_the_command_lines_bits(tmp_path):
     assert np.array_equal(from_ds.eigenvalues, res.eigenvalues)
     assert np.array_equal(from_ds.pcs, res.pcs)
     assert from_ds.sample_ids == [str(i) for i in ids]
+    # Written as a VCF Zarr store (xarray's to_zarr), read from its path: the same bits;
+    # a call_genotype_mask marks calls missing alike in memory and in the store.
+    mask = np.zeros(gt.shape, dtype=bool)
+    mask[::7, ::5, 0] = True
+    masked = ds.assign(call_genotype_mask=(("variants", "samples", "ploidy"), mask))
+    vcz = str(tmp_path / "c.vcz")
+    masked.chunk({"variants": 500}).to_zarr(vcz, zarr_format=3, consolidated=False)
+    from_store = rankwise.pca(vcz, 4, seed=9)
+    from_memory = rankwise.pca(masked, 4, seed=9, panel_rows=500)
+    assert np.array_equal(from_store.eigenvalues, from_memory.eigenvalues)
+    assert not np.array_equal(from_store.eigenvalues, res.eigenvalues)
     x = from_ds.to_xarray()
     assert x["sample_pca_projection"].dims == ("samples", "components")
     assert x["sample_pca_projection"].shape == (150, 4)
@@ -326,6 +341,22 @@ def test_other_python_threads_run_during_a_call():
     during = [x for x in ticks if start < x < end]
     # The counter ticks through the call: the GIL was released.
     assert len(during) >= 0.5 * (end - start) / 0.005 * 0.5, (len(during), end - start)
+
+
+def test_progress_reaches_a_callback_and_the_log(caplog):
+    import logging
+
+    r = rng(95)
+    a = r.standard_normal((600_000, 40))
+    seen = []
+    # Forty power iterations: a few seconds, several progress reports.
+    rankwise.rsvd(a, 10, power_iters=40, seed=1, progress=seen.append)
+    assert len(seen) >= 2, seen
+    assert {"pass", "max_passes", "jobs", "jobs_done", "residual", "tol"} <= set(seen[-1])
+    assert 1 <= seen[0]["pass"] <= seen[-1]["pass"]
+    with caplog.at_level(logging.INFO, logger="rankwise"):
+        rankwise.rsvd(a, 10, power_iters=40, seed=1)
+    assert any(rec.getMessage().startswith("pass ") for rec in caplog.records)
 
 
 def test_ctrl_c_raises_keyboard_interrupt_and_leaves_nothing_behind(tmp_path):

@@ -40,4 +40,7 @@ pub use source::{
 };
 pub use stream::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 pub use subset::SampleSubset;
-pub use zarr::{node_exists, split_spec, SumLanes, VcfZarr, ZarrArray, ZarrGenotypes, ZarrMatrix};
+pub use zarr::{
+    dosage_of_call, node_exists, split_spec, SumLanes, VcfZarr, ZarrArray, ZarrGenotypes,
+    ZarrMatrix,
+};

@@ -2389,30 +2389,40 @@ impl StoredPanels for VcfZarr {
             unreachable!("resized to i8")
         };
         for (c, d) in dst.iter_mut().enumerate() {
-            let a = &alleles[c * p..(c + 1) * p];
-            let mut count = 0i8;
-            let mut present = 0;
-            let mut missing = false;
-            for (i, &x) in a.iter().enumerate() {
-                // bio2zarr writes the mask as `call_genotype < 0`, so it is also set on
-                // the −2 padding of lower-ploidy calls: padding is skipped, masked alleles
-                // are missing.
-                let masked = !mask.is_empty() && mask[c * p + i] != 0;
-                match x {
-                    -2 => {}
-                    x if x < 0 || masked => missing = true,
-                    0 => present += 1,
-                    _ => {
-                        present += 1;
-                        count = count.saturating_add(1);
-                    }
-                }
-            }
-            // Dosages above 2 (polyploid calls) cannot be standardized as biallelic
-            // diploid counts; the kernels reject them, naming variant and sample.
-            *d = if missing || present == 0 { -1 } else { count };
+            *d = dosage_of_call(&alleles[c * p..(c + 1) * p], |i| {
+                !mask.is_empty() && mask[c * p + i] != 0
+            });
         }
         Ok(stats)
+    }
+}
+
+/// The dosage of one call of VCF Zarr's `call_genotype` (its allele indices; `masked(i)`
+/// for an allele `call_genotype_mask` marks): the number of non-reference alleles, or −1
+/// for a missing call. −2 is the padding of a lower-ploidy call and is skipped (bio2zarr
+/// writes the mask as `call_genotype < 0`, so the mask is also set on padding); a negative
+/// or masked allele makes the call missing. Dosages above 2 (polyploid calls) cannot be
+/// standardized as biallelic diploid counts; the kernels reject them, naming variant and
+/// sample.
+pub fn dosage_of_call(alleles: &[i8], masked: impl Fn(usize) -> bool) -> i8 {
+    let mut count = 0i8;
+    let mut present = 0;
+    let mut missing = false;
+    for (i, &x) in alleles.iter().enumerate() {
+        match x {
+            -2 => {}
+            x if x < 0 || masked(i) => missing = true,
+            0 => present += 1,
+            _ => {
+                present += 1;
+                count = count.saturating_add(1);
+            }
+        }
+    }
+    if missing || present == 0 {
+        -1
+    } else {
+        count
     }
 }
 
