@@ -113,6 +113,41 @@ pub struct RowsInPlace {
     live: Arc<AtomicBool>,
 }
 
+impl RowsInPlace {
+    /// Global rows `row0 .. row0 + rows` of an `m × cols` matrix, this rank's block, in the
+    /// caller's buffer (`rows × cols` f64 values at element `strides`), for a caller that
+    /// has agreed on `row0` and `m` with the other ranks itself (the C library);
+    /// [`rows_in_place`] does that agreement. Returns the source and its [`Lease`].
+    ///
+    /// # Safety
+    /// As [`rows_in_place`].
+    pub unsafe fn new(
+        ptr: *const f64,
+        rows: usize,
+        cols: usize,
+        strides: (isize, isize),
+        row0: u64,
+        m: u64,
+    ) -> Result<(RowsInPlace, Lease), Error> {
+        let strides = check_strides("a", rows, cols, strides, 8)?;
+        let (lease, live) = Lease::new();
+        Ok((
+            RowsInPlace {
+                buf: Strided {
+                    ptr: ptr as usize,
+                    rows,
+                    cols,
+                    strides,
+                },
+                row0,
+                m,
+                live,
+            },
+            lease,
+        ))
+    }
+}
+
 impl PanelSource for RowsInPlace {
     fn shape(&self) -> (u64, u64) {
         (self.m, self.buf.cols as u64)
@@ -224,7 +259,7 @@ pub unsafe fn rows_in_place(
     strides: (isize, isize),
     panel_rows_requested: u64,
 ) -> Result<(Input, Lease), Error> {
-    let local = check_strides("a", rows, cols, strides, 8);
+    let local = check_strides("a", rows, cols, strides, 8).map(|_| strides);
     // Every rank takes part in the exchange, a rank with bad arguments too, so that no
     // rank is left waiting for it.
     let mut mine = Vec::with_capacity(24);
@@ -287,18 +322,8 @@ pub unsafe fn rows_in_place(
     let me = rt.rank();
     let row0: u64 = counts[..me].iter().sum();
     let rank_panels = counts.iter().map(|&r| r.div_ceil(p) as usize).collect();
-    let (lease, live) = Lease::new();
-    let source = RowsInPlace {
-        buf: Strided {
-            ptr: ptr as usize,
-            rows,
-            cols,
-            strides,
-        },
-        row0,
-        m,
-        live,
-    };
+    // SAFETY: the caller's promise, passed on.
+    let (source, lease) = unsafe { RowsInPlace::new(ptr, rows, cols, strides, row0, m)? };
     Ok((
         Input::Rows {
             source: Arc::new(source),

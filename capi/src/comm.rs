@@ -13,9 +13,10 @@ use rankwise::linalg::{
 };
 
 use crate::args::{check_local, Call, CapiError, Layout, Method};
-use crate::matrix::{view_mut, BorrowedRows};
+use crate::matrix::view_mut;
 use crate::*;
 use rankwise::host_mpi::HostMpiError;
+use rankwise::memory::RowsInPlace;
 use rankwise::transports::announce_failure;
 
 /// The library's checks of MPI and of the caller's communicator, as this library's errors.
@@ -252,20 +253,21 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
         .map_err(|e| CapiError::Compute(e.to_string()))?;
 
     let live = Arc::new(AtomicBool::new(true));
+    let (rs, cs) = layout.strides(c.lda as usize);
     // SAFETY: check_local checked a, lda and layout for rows_local × cols; the buffer is
-    // the caller's until this call returns, and `live` is cleared before that.
-    let source = Arc::new(unsafe {
-        BorrowedRows::new(
+    // the caller's until this call returns, and the lease ends before that.
+    let (source, _lease) = unsafe {
+        RowsInPlace::new(
             c.a,
+            c.rows_local as usize,
+            cols as usize,
+            (rs as isize, cs as isize),
             row0 as u64,
-            c.rows_local as u64,
             m as u64,
-            cols as u64,
-            c.lda as usize,
-            layout,
-            Arc::clone(&live),
         )
-    });
+    }
+    .map_err(|e| CapiError::Internal(e.to_string()))?;
+    let source = Arc::new(source);
     let u_out = Out {
         ptr: c.u_local as usize,
         ld: c.ldu as usize,

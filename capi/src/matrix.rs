@@ -1,40 +1,18 @@
-//! The caller's buffers as ndarray views, and this rank's rows as a panel source.
+//! The caller's buffers as ndarray views (this rank's rows are read as a panel source by
+//! the library's [`rankwise::memory::RowsInPlace`]).
 
-use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use ndarray::{s, ArrayView2, ArrayViewMut2, ShapeBuilder};
-use rankwise::sources::{Dist, Generated, PanelSource, SourceError};
+use ndarray::{ArrayViewMut2, ShapeBuilder};
+use rankwise::sources::{Dist, Generated, PanelSource};
 use rankwise::sources::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 
 use crate::args::{check_ld, check_size, invalid, CapiError, Layout};
 use crate::*;
 
-/// A view of a caller's `rows × cols` buffer.
-///
-/// # Safety
-/// `ptr` must point to a buffer of that shape, leading dimension and layout (checked by
-/// [`check_ld`]), valid for reads for the view's lifetime.
-pub(crate) unsafe fn view<'a>(
-    ptr: *const f64,
-    rows: usize,
-    cols: usize,
-    ld: usize,
-    layout: Layout,
-) -> ArrayView2<'a, f64> {
-    let (rs, cs) = layout.strides(ld);
-    if rows == 0 || cols == 0 {
-        return ArrayView2::from_shape((rows, cols), &[]).expect("empty view");
-    }
-    // SAFETY: the caller's promise; strides are non-negative and the extent fits isize.
-    unsafe { ArrayView2::from_shape_ptr((rows, cols).strides((rs, cs)), ptr) }
-}
-
 /// A mutable view of a caller's `rows × cols` buffer.
 ///
 /// # Safety
-/// As [`view`], valid for writes, and not aliased for the view's lifetime.
+/// `ptr` must point to a buffer of that shape, leading dimension and layout (checked by
+/// [`check_ld`]), valid for writes and not aliased for the view's lifetime.
 pub(crate) unsafe fn view_mut<'a>(
     ptr: *mut f64,
     rows: usize,
@@ -48,114 +26,6 @@ pub(crate) unsafe fn view_mut<'a>(
     }
     // SAFETY: the caller's promise; strides are non-negative and the extent fits isize.
     unsafe { ArrayViewMut2::from_shape_ptr((rows, cols).strides((rs, cs)), ptr) }
-}
-
-/// This rank's rows of the matrix, read in place from the caller's buffer: global rows
-/// `row0 .. row0 + rows` of an `m × cols` matrix. Other rows are never asked for, because
-/// the placement keeps every panel on the rank that holds it.
-pub(crate) struct BorrowedRows {
-    /// The buffer's address (an integer, so the source is `Send + Sync`: it is only read).
-    ptr: usize,
-    row0: u64,
-    rows: u64,
-    m: u64,
-    cols: u64,
-    ld: usize,
-    layout: Layout,
-    /// Cleared when the call returns: the buffer is the caller's again, and any late read
-    /// fails instead of touching it.
-    live: Arc<AtomicBool>,
-}
-
-impl BorrowedRows {
-    /// # Safety
-    /// `ptr` must hold `rows × cols` values with `ld` and `layout` (checked), readable
-    /// until `live` is cleared.
-    pub(crate) unsafe fn new(
-        ptr: *const f64,
-        row0: u64,
-        rows: u64,
-        m: u64,
-        cols: u64,
-        ld: usize,
-        layout: Layout,
-        live: Arc<AtomicBool>,
-    ) -> Self {
-        BorrowedRows {
-            ptr: ptr as usize,
-            row0,
-            rows,
-            m,
-            cols,
-            ld,
-            layout,
-            live,
-        }
-    }
-}
-
-impl PanelSource for BorrowedRows {
-    fn shape(&self) -> (u64, u64) {
-        (self.m, self.cols)
-    }
-
-    fn fill(&self, rows: Range<u64>, out: ArrayViewMut2<'_, f64>) -> Result<(), SourceError> {
-        self.fill_cols(rows, 0..self.cols, out)
-    }
-
-    fn fill_cols(
-        &self,
-        rows: Range<u64>,
-        cols: Range<u64>,
-        mut out: ArrayViewMut2<'_, f64>,
-    ) -> Result<(), SourceError> {
-        let mine = self.row0..self.row0 + self.rows;
-        if !self.live.load(Ordering::Acquire)
-            || rows.start < mine.start
-            || rows.end > mine.end
-            || rows.start > rows.end
-            || cols.start > cols.end
-            || cols.end > self.cols
-            || out.dim()
-                != (
-                    (rows.end - rows.start) as usize,
-                    (cols.end - cols.start) as usize,
-                )
-        {
-            return Err(SourceError::OutOfBounds {
-                rows,
-                cols: out.ncols(),
-                shape: (self.m, self.cols),
-                what: self.describe(),
-            });
-        }
-        // SAFETY: the buffer holds this rank's rows (BorrowedRows::new) and is live.
-        let all = unsafe {
-            view(
-                self.ptr as *const f64,
-                self.rows as usize,
-                self.cols as usize,
-                self.ld,
-                self.layout,
-            )
-        };
-        let (r0, r1) = (
-            (rows.start - self.row0) as usize,
-            (rows.end - self.row0) as usize,
-        );
-        out.assign(&all.slice(s![r0..r1, cols.start as usize..cols.end as usize]));
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "the caller's rows {}..{} of {} × {}",
-            self.row0,
-            self.row0 + self.rows,
-            self.m,
-            self.cols
-        )
-    }
 }
 
 /// `rankwise_generate`.

@@ -330,6 +330,12 @@ def _genotype_input(source) -> tuple:
             ids = [str(v) for v in np.asarray(ds["sample_id"].values)]
         # Read in place: each call's dosage is counted as rankwise reads it.
         return (g, mask), ids
+    if _is_dask_array(source):
+        origin = _dask_origin(source)
+        if origin is not None and _is_zarr_array(origin) and _zarr_spec(origin) is not None:
+            return _zarr_spec(origin), None
+        # Dosages are int8: one byte per call, computed once.
+        source = origin if isinstance(origin, np.ndarray) else np.asarray(source.compute())
     if _is_zarr_array(source):
         spec = _zarr_spec(source)
         if spec is not None:

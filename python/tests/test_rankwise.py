@@ -192,6 +192,16 @@ def test_pca_of_stores_and_datasets_has_the_command_lines_bits(tmp_path):
     spec = str(tmp_path / "g.zarr") + ":call_dosage"
     run_cli("pca", "--zarr", spec, "-k", "4", "--sketch-seed", "9", "--out", "o", cwd=tmp_path)
     res = rankwise.pca(spec, 4, seed=9)
+    import dask.array as da
+    import zarr
+
+    by_dask = rankwise.pca(da.from_zarr(str(tmp_path / "g.zarr"), component="call_dosage"), 4,
+                           seed=9)
+    assert np.array_equal(by_dask.eigenvalues, res.eigenvalues)
+    dosages = zarr.open_array(str(tmp_path / "g.zarr"), path="call_dosage", mode="r")[...]
+    in_memory = rankwise.pca(da.from_array(dosages, chunks=(500, 150)) + 0, 4, seed=9,
+                             panel_rows=500)
+    assert np.array_equal(in_memory.eigenvalues, res.eigenvalues)
     out = str(tmp_path / "o")
     assert np.array_equal(res.eigenvalues, read_group(out, "eigenvalues"))
     assert np.array_equal(res.singular_values, read_group(out, "S"))
