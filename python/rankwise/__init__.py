@@ -393,7 +393,18 @@ def _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
     return w
 
 
-def _progress(progress) -> Optional[Callable[[dict], None]]:
+def _call(command, source, options, world, ids, progress, mask=None) -> dict:
+    """`_rankwise.run` with the progress display set up and closed."""
+    bars: list = []
+    try:
+        return _rankwise.run(command, source, options, world, ids, _progress(progress, bars),
+                             mask)
+    finally:
+        for bar in bars:
+            bar.close()
+
+
+def _progress(progress, bar_ref: list) -> Optional[Callable[[dict], None]]:
     """The callback the native call makes every half second on this thread."""
     if progress is None or progress is False:
         if not log.isEnabledFor(logging.INFO):
@@ -413,6 +424,8 @@ def _progress(progress) -> Optional[Callable[[dict], None]]:
                 log.warning(_progress_text(p))
             return to_log
         bar = tqdm(total=None, unit="pass", dynamic_ncols=True)
+        # Closed by _call when the call returns.
+        bar_ref.append(bar)
 
         def to_bar(p):
             if p.get("max_passes"):
@@ -486,8 +499,8 @@ def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
     world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
                    io_concurrency, io_retries)
     with _matrix_input(a, comm) as inp:
-        out = _rankwise.run("svd", inp.source, {"check": check, "panel_rows": panel_rows},
-                            world, None, _progress(progress))
+        out = _call("svd", inp.source, {"check": check, "panel_rows": panel_rows}, world, None,
+                    progress)
         return _unpack_svd(out, inp.transposed)
 
 
@@ -528,7 +541,7 @@ def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = N
         "probes": probes, "require_converged": require_converged, "panel_rows": panel_rows,
     }
     with _matrix_input(a, comm) as inp:
-        out = _rankwise.run("rsvd", inp.source, options, world, None, _progress(progress))
+        out = _call("rsvd", inp.source, options, world, None, progress)
         return _unpack_svd(out, inp.transposed)
 
 
@@ -584,7 +597,7 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
     mask = None
     if isinstance(src, tuple):
         src, mask = src
-    out = _rankwise.run("pca", src, options, world, ids, _progress(progress), mask)
+    out = _call("pca", src, options, world, ids, progress, mask)
     conv = out["convergence"]
     return PCAResult(
         pcs=out["pcs"],

@@ -254,7 +254,10 @@ fn parse_world(w: &Bound<'_, PyDict>) -> PyResult<WorldArgs> {
         world = world.pin(p);
     }
     let comm = get::<i32>(w, "comm", &mut used)?;
-    let mut remote = RemoteOptions::current();
+    // Each call's settings start from the process's defaults (the environment's), not
+    // from the last call's: an `endpoint_url` given once does not stay.
+    static BASELINE: std::sync::OnceLock<RemoteOptions> = std::sync::OnceLock::new();
+    let mut remote = BASELINE.get_or_init(RemoteOptions::current).clone();
     if let Some(url) = get::<String>(w, "endpoint_url", &mut used)? {
         remote.endpoint_url = Some(url);
     }

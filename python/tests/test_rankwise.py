@@ -367,6 +367,14 @@ def test_progress_reaches_a_callback_and_the_log(caplog):
     with caplog.at_level(logging.INFO, logger="rankwise"):
         rankwise.rsvd(a, 10, power_iters=40, seed=1)
     assert any(rec.getMessage().startswith("pass ") for rec in caplog.records)
+    # A tqdm bar, drawn on stderr and closed when the call returns.
+    import io
+    import contextlib
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rankwise.rsvd(a, 10, power_iters=40, seed=1, progress=True)
+    assert "pass" in err.getvalue()
 
 
 def test_ctrl_c_raises_keyboard_interrupt_and_leaves_nothing_behind(tmp_path):
