@@ -17,13 +17,14 @@ deps:
 # One build of the whole workspace (libraries, the C library, rankwise, the failure tests'
 # rankwise-fault, the examples), with the features `make test` uses: a build with other
 # features, or of one package alone, resolves its dependencies' features anew and compiles
-# the whole stack again. The Python extension is maturin's to build (`make python`): it
-# must not link libpython, which a plain cargo build of it does.
+# the whole stack again. The build includes the Python extension's crate, so that the
+# wheel's build by maturin (`make python`, with the same features: python/Cargo.toml)
+# reuses these artifacts; like maturin, it tells PyO3 not to link libpython.
 TEST_FEATURES := rankwise/system-tests,rankwise-transports/system-tests
-NOT_CARGO := --exclude rankwise-python
+export PYO3_BUILD_EXTENSION_MODULE := 1
 
 build: deps
-	$(CARGO) build --release --workspace $(NOT_CARGO) --lib --bins --examples --features $(TEST_FEATURES)
+	$(CARGO) build --release --workspace --lib --bins --examples --features $(TEST_FEATURES)
 
 # The Python package's wheel (target/wheels/), built by maturin and installed into the
 # test environment target/python-venv; `pip install target/wheels/rankwise-*.whl` installs
@@ -59,7 +60,7 @@ demo: build
 # in launch/src/cli.rs), so that their bits can be compared with the binary's.
 test: export OPENBLAS_CORETYPE ?= Haswell
 test: build
-	$(CARGO) test --release --workspace $(NOT_CARGO) --features $(TEST_FEATURES)
+	$(CARGO) test --release --workspace --features $(TEST_FEATURES)
 
 # On a machine with an NVIDIA GPU: the GPU tests, where a missing GPU fails instead of
 # skipping, and the units of the device crate (probe, kernels compiled by NVRTC) with the

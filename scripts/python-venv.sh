@@ -52,9 +52,11 @@ if ! [[ -f $stamp && -x $VENV/bin/python && "$(cat "$stamp")" == "$want" ]]; the
     mv "$stamp.tmp" "$stamp"
 fi
 
-# The wheel: one abi3 wheel for every CPython >= 3.10.
+# The wheel: one abi3 wheel for every CPython >= 3.10. With the features of `make build`
+# (see python/Cargo.toml), so that its artifacts are reused.
 rm -f "$WHEELS"/rankwise-*.whl
 "$VENV/bin/maturin" build --release --quiet -m "$ROOT/python/Cargo.toml" -o "$WHEELS" \
+    --features rankwise/system-tests,rankwise-transports/system-tests \
     >"$log" 2>&1 || {
     cat "$log" >&2
     die "maturin could not build the wheel"

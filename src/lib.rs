@@ -40,7 +40,7 @@
 //! # The crates, and the direction of their dependencies
 //!
 //! ```text
-//! transports → device → exec → sources → linalg → genomics → output → rankwise (this facade) → { rankwise-launch (CLI), rankwise-capi }
+//! transports → device → exec → sources → linalg → genomics → output → rankwise (this facade) → { rankwise-launch (CLI), rankwise-capi, rankwise-python }
 //! ```
 //!
 //! `tests/architecture.rs` holds the code to this map: no crate depends on one above it,
@@ -65,11 +65,14 @@
 //!   (its eigenvalues on PLINK 2's scale) and its `.eigenvec` and `.eigenval` files.
 //! * [`output`]: the Zarr result group committed by one rename, generated Zarr stores,
 //!   and the registry of temporaries a signal removes.
-//! * this crate: [`World`], [`open`], [`rsvd`] and [`pca`], with one [`Error`]. It has no
-//!   command line and no plotting.
+//! * this crate: [`World`], [`open`], [`svd`], [`rsvd`] and [`pca`], with one [`Error`];
+//!   [`memory`] reads a matrix or genotypes the caller holds in place, and `host_mpi` takes
+//!   a host program's communicator. It has no command line and no plotting.
 //! * `rankwise-launch`: the `rankwise` command: flags mapped to these parameters, the
 //!   launcher (mpirun, srun) detected, reports printed, plots drawn.
 //! * `rankwise-capi`: the C and Fortran library over the same calls.
+//! * `rankwise-python`: the Python package's native module (`python/`, built by maturin),
+//!   over the same calls.
 //!
 //! `rankwise-testkit` holds what every crate's tests share (mpirun under a time limit,
 //! seeded draws, scratch directories); it is a dev-dependency only.

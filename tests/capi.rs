@@ -46,8 +46,6 @@ fn built() -> &'static Built {
                 "build",
                 "--release",
                 "--workspace",
-                "--exclude",
-                "rankwise-python",
                 "--lib",
                 "--bins",
                 "--examples",

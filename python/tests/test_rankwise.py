@@ -294,6 +294,38 @@ def test_dask_svd_compressed_is_a_drop_in(tmp_path):
     assert np.max(np.abs(s.compute() - exact) / exact) <= 10 * dask_err + 1e-12
 
 
+def test_a_store_in_an_s3_server_reads_as_it_does_from_disk(tmp_path, monkeypatch):
+    import boto3
+    import zarr
+
+    # moto's S3 server on 127.0.0.1, stopped when its stdin closes (scripts/s3_server.py).
+    server = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "s3_server.py")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        endpoint = f"http://127.0.0.1:{int(server.stdout.readline())}"
+        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                     "AWS_REGION": "us-east-1"}.items():
+            monkeypatch.setenv(k, v)
+        r = rng(55)
+        a = low_rank(r, int(r.integers(2000, 5000)), 30, k=8)
+        store = tmp_path / "a.zarr"
+        z = zarr.create_array(str(store), shape=a.shape, chunks=(400, 30), dtype="f8")
+        z[...] = a
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        s3.create_bucket(Bucket="data")
+        for path in store.rglob("*"):
+            if path.is_file():
+                s3.upload_file(str(path), "data", "a.zarr/" + str(path.relative_to(store)))
+        local = rankwise.rsvd(str(store), 4, seed=3)
+        remote = rankwise.rsvd("s3://data/a.zarr", 4, seed=3, endpoint_url=endpoint)
+        assert np.array_equal(local.s, remote.s) and np.array_equal(local.u, remote.u)
+        with pytest.raises(FileNotFoundError):
+            rankwise.rsvd("s3://data/missing.zarr", 4, endpoint_url=endpoint)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+
+
 # ---------------------------------------------------------------------------------------
 # Errors
 
