@@ -49,11 +49,14 @@ pub enum SourceError {
 /// when one chunk is at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ZarrError {
-    /// Nothing exists at the path.
-    #[error("{path}: no such file or directory")]
+    /// Nothing exists at the path (a local path, or an object-store prefix with no Zarr
+    /// metadata under it).
+    #[error("{path}: {message}")]
     NotFound {
         /// The path as given.
         path: String,
+        /// What was looked for.
+        message: String,
     },
     /// The path is not a Zarr array (or group) that can be opened.
     #[error("{path}: {message}")]

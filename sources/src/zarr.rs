@@ -513,7 +513,10 @@ impl ZarrArray {
         let shown = location.shown();
         if let Location::Local(path) = location {
             if !path.exists() {
-                return Err(ZarrError::NotFound { path: shown });
+                return Err(ZarrError::NotFound {
+                    path: shown,
+                    message: "no such file or directory".into(),
+                });
             }
             if !path.is_dir() {
                 return Err(ZarrError::Open {
@@ -589,14 +592,16 @@ impl ZarrArray {
             });
         }
         if !has_array {
-            return Err(ZarrError::Open {
-                path: label,
-                message: match location {
-                    Location::Local(_) => {
-                        "not a Zarr array (neither zarr.json nor .zarray found)".into()
-                    }
-                    // An object store answers a missing bucket as it does a missing key.
-                    Location::Remote(_) => format!(
+            return Err(match location {
+                Location::Local(_) => ZarrError::Open {
+                    path: label,
+                    message: "not a Zarr array (neither zarr.json nor .zarray found)".into(),
+                },
+                // An object store has no directories: no metadata under the prefix is a
+                // store that is not there. A missing bucket answers as a missing key.
+                Location::Remote(_) => ZarrError::NotFound {
+                    path: label,
+                    message: format!(
                         "not a Zarr array: neither {shown}/{} nor {shown}/{} exists (or the \
                          bucket does not)",
                         key("zarr.json"),
