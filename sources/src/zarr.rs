@@ -495,6 +495,19 @@ impl std::fmt::Debug for ZarrArray {
     }
 }
 
+/// `.zarray` metadata of a fixed-width string array (`<U…`, `>U…`, `|S…`) whose fill value
+/// is `null`, with the fill value made the empty string; `None` for any other metadata.
+fn v2_string_fill(text: &[u8]) -> Option<serde_json::Value> {
+    let mut meta: serde_json::Value = serde_json::from_slice(text).ok()?;
+    let dtype = meta.get("dtype")?.as_str()?;
+    let string = dtype.len() > 1 && matches!(&dtype[1..2], "U" | "S");
+    if !string || !meta.get("fill_value")?.is_null() {
+        return None;
+    }
+    meta["fill_value"] = serde_json::Value::String(String::new());
+    Some(meta)
+}
+
 impl ZarrArray {
     /// Opens `PATH[:ARRAY]`.
     pub fn open(spec: &str) -> Result<ZarrArray, ZarrError> {
@@ -559,6 +572,7 @@ impl ZarrArray {
             },
             None => None,
         };
+        let is_v3 = v3_json.is_some();
         let v3_type = v3_json.and_then(|v| {
             v.get("node_type")
                 .and_then(|t| t.as_str())
@@ -619,11 +633,29 @@ impl ZarrArray {
             }
             Location::Remote(r) => r.zarrs_store(),
         };
-        let array =
-            Array::open(storage, &format!("/{name}")).map_err(|e| ZarrError::Unsupported {
-                array: label.clone(),
-                message: e.to_string(),
-            })?;
+        let unsupported = |e: &dyn std::fmt::Display| ZarrError::Unsupported {
+            array: label.clone(),
+            message: e.to_string(),
+        };
+        let array = match (!is_v3).then(|| read(".zarray")).transpose()?.flatten() {
+            // zarr-python (and xarray through it) writes fixed-width strings of format 2
+            // with `"fill_value": null`, which zarrs refuses for `<U…`: read as the empty
+            // string, zarr-python's own fill for them.
+            Some(text) => match v2_string_fill(&text) {
+                Some(meta) => {
+                    let meta: zarrs::metadata::v2::ArrayMetadataV2 =
+                        serde_json::from_value(meta).map_err(|e| unsupported(&e))?;
+                    Array::new_with_metadata(
+                        storage,
+                        &format!("/{name}"),
+                        zarrs::metadata::ArrayMetadata::V2(meta),
+                    )
+                    .map_err(|e| unsupported(&e))?
+                }
+                None => Array::open(storage, &format!("/{name}")).map_err(|e| unsupported(&e))?,
+            },
+            None => Array::open(storage, &format!("/{name}")).map_err(|e| unsupported(&e))?,
+        };
         let meta = serde_json::to_value(array.metadata()).unwrap_or_default();
         let format = meta
             .get("zarr_format")
@@ -2511,6 +2543,32 @@ impl GenotypeSource for VcfZarr {
         }
         alleles
             .for_each_string_row(&mut |row| each(row.iter().filter(|a| !a.is_empty()).count()))?;
+        Ok(true)
+    }
+
+    /// `variant_allele[v][1]` (ALT, whose copies the dosages count) and
+    /// `variant_allele[v][0]` (REF), where the store has it. A site of one allele has an
+    /// empty ALT.
+    fn variant_alleles(&self, each: &mut dyn FnMut(&str, &str)) -> Result<bool, SourceError> {
+        if !self.location.has("variant_allele")? {
+            return Ok(false);
+        }
+        let alleles = ZarrArray::open_in(&self.location, "variant_allele")?;
+        let shape = alleles.shape();
+        if shape.first() != Some(&self.shape.0) {
+            return Err(ZarrError::Unsupported {
+                array: format!("{}:variant_allele", self.path.display()),
+                message: format!(
+                    "has shape {shape:?} but call_genotype has {} variants",
+                    self.shape.0
+                ),
+            }
+            .into());
+        }
+        alleles.for_each_string_row(&mut |row| {
+            let at = |i: usize| row.get(i).map_or("", String::as_str);
+            each(at(1), at(0))
+        })?;
         Ok(true)
     }
 
