@@ -100,6 +100,14 @@ if [[ -z ${REPORT_ONLY:-} ]]; then
     timed plink2-qc plink2 --bfile "$DATA/g" "${qc[@]}" --pca approx 10 \
         --threads "$THREADS" --out "$OUT/plink2-qc"
     timed rw-qc "${pca[@]}" -k 10 "${qc[@]}" --json
+    # Projection through the reference PCA's weights (`ref.eigenvec.var`, `ref.afreq`), of
+    # the same samples: both tools should give back the reference's own PCs.
+    timed plink2-score plink2 --bfile "$DATA/g" --read-freq "$OUT/ref.afreq" \
+        --score "$OUT/ref.eigenvec.var" 2 4 header-read variance-standardize \
+        no-mean-imputation cols=+scoresums --score-col-nums 5-24 --threads "$THREADS" \
+        --out "$OUT/score"
+    timed rw-project "$BIN" project --bed "$DATA/g" --pca "$OUT/ref" --out "$OUT/proj.{i}" \
+        --json
 fi
 
 "$PY" benches/plink_report.py "$OUT" "$RESULTS" "$QUICK" "$M" "$N" "$THREADS" "$DATA"

@@ -154,6 +154,37 @@ if runs("plink2-qc"):
     lines.append(f"| rankwise | `rankwise pca --bed g -k 10 …` (defaults) | {med:.2f} s ({lo:.2f}–{hi:.2f}) | "
                  f"{q_med / med:.1f}× | {gib(rss)} | {kept:,} | {ev[0]:.5g}, {ev[1]:.5g}, {ev[9]:.5g} | "
                  f"{'yes' if r['converged'] else 'no'} ({r['passes']} passes) |")
+if runs("rw-project"):
+    # Both sides against the reference's own PCs: plink2's score sums over ‖Wⱼ‖²·√λⱼ.
+    var = [line.split() for line in open(f"{out}/ref.eigenvec.var").read().splitlines()[1:]]
+    k = len(var[0]) - 4
+    norm2 = [sum(float(r[4 + j]) ** 2 for r in var) for j in range(k)]
+    lam = [float(x) for x in open(f"{out}/ref.eigenval").read().split()]
+    rows = [line.split() for line in open(f"{out}/score.sscore").read().splitlines()]
+    cols = [rows[0].index(f"PC{j + 1}_SUM") for j in range(k)]
+    theirs = [[float(r[cols[j]]) / (norm2[j] * lam[j] ** 0.5) for r in rows[1:]] for j in range(k)]
+    ours = pcs(f"{out}/proj.1.eigenvec")
+    scale = max(abs(x) for col in ref_pcs[:k] for x in col)
+
+    def worst(p):
+        return max(abs(a - b) for j in range(k) for a, b in zip(p[j], ref_pcs[j])) / scale
+
+    matched = report(f"{out}/rw-project.1.log")["matched"]
+    s_med, s_lo, s_hi, s_rss, _ = stats("plink2-score")
+    med, lo, hi, rss, _ = stats("rw-project")
+    lines.append("")
+    lines.append(f"Projection of the fileset's own samples through the reference PCA's weights "
+                 f"(`ref.eigenvec.var`, `ref.afreq`: k = {k}, {matched:,} variants matched on both sides): "
+                 "each tool should give back the reference's PCs. Accuracy: the largest difference "
+                 "from them, relative to the largest |PC| (plink2's `PCj_SUM` divided by ‖Wⱼ‖²·√λⱼ; it "
+                 "prints 6 significant digits).\n")
+    lines.append("| tool | command | time | ratio (PLINK 2 / this) | peak RSS | max \\|Δ\\| / max \\|PC\\| |")
+    lines.append("|---|---|---|---|---|---|")
+    lines.append(f"| PLINK 2 | `plink2 --bfile g --read-freq ref.afreq --score ref.eigenvec.var 2 4 header-read "
+                 f"variance-standardize no-mean-imputation cols=+scoresums` | {s_med:.2f} s ({s_lo:.2f}–{s_hi:.2f}) | "
+                 f"1.0× | {gib(s_rss)} | {worst(theirs):.1e} |")
+    lines.append(f"| rankwise | `rankwise project --bed g --pca ref` | {med:.2f} s ({lo:.2f}–{hi:.2f}) | "
+                 f"{s_med / med:.1f}× | {gib(rss)} | {worst(ours):.1e} |")
 text = "\n".join(lines) + "\n"
 print(text)
 replace_section(results, "plink", text)

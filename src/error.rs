@@ -24,6 +24,21 @@ pub enum Error {
     /// least one did not (every rank finds it).
     #[error("{0}")]
     NotConverged(String),
+    /// A file that cannot be read or written, or that does not say what it must (a
+    /// projection's `.eigenvec.var`, `.afreq` or `.eigenval`).
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file at fault.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A file that is not there (a projection's weights).
+    #[error("{}: no such file", path.display())]
+    NotFound {
+        /// The file looked for.
+        path: std::path::PathBuf,
+    },
     /// From the linear algebra.
     #[error(transparent)]
     Linalg(#[from] LinalgError),
@@ -58,6 +73,7 @@ impl Error {
         };
         match self {
             Error::Source(e) | Error::Linalg(LinalgError::Source(e)) => source(e),
+            Error::NotFound { .. } => true,
             _ => false,
         }
     }
@@ -105,6 +121,8 @@ impl From<rankwise_genomics::GenomicsError> for Error {
             G::NotConverged(what) => Error::NotConverged(what),
             G::Linalg(e) => Error::Linalg(e),
             G::Source(e) => Error::Source(e),
+            G::File { path, message } => Error::File { path, message },
+            G::NotFound { path } => Error::NotFound { path },
         }
     }
 }

@@ -232,6 +232,45 @@ pub fn pca(
     Ok(genomics::pca(rt, input.genotypes()?, params)?)
 }
 
+/// The PCs of the samples of `input` (genotypes) on the axes of an earlier PCA, whose
+/// `PREFIX.eigenvec.var`, `PREFIX.afreq` and `PREFIX.eigenval` are at `pca` (written by
+/// [`genomics::PcaParams::weights`], by `rankwise pca --out`, or by `plink2 --pca var-wts`
+/// and `--freq`): every rank calls it and gets the result. Variants match by ID and
+/// allele, as `plink2 --score` matches them; see [`genomics::projection`].
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("rankwise-doc-project-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// # let prefix = dir.join("cohort");
+/// # rankwise::genomics::write_example_fileset(&prefix, 400, 60, 7).unwrap();
+/// use rankwise::genomics::PcaParams;
+///
+/// let rt = rankwise::World::embedded().build()?;
+/// let cohort = rankwise::open(prefix.to_str().unwrap())?;
+/// let run = dir.join("run");
+/// let params = PcaParams { weights: Some(run.clone()), ..Default::default() };
+/// let pca = rankwise::pca(&rt, &cohort, &params)?;
+/// // The PCA's own samples land where the PCA put them.
+/// let projected = rankwise::project(&rt, &cohort, &run, None)?;
+/// assert!((&projected.pcs - &pca.pcs).iter().all(|d| d.abs() < 1e-6));
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn project(
+    rt: &Runtime,
+    input: &Input,
+    pca: &std::path::Path,
+    panel_rows: Option<u64>,
+) -> Result<genomics::projection::Projection, Error> {
+    let weights = std::sync::Arc::new(genomics::projection::Weights::read(pca)?);
+    Ok(genomics::projection::project(
+        rt,
+        input.genotypes()?,
+        &weights,
+        panel_rows,
+    )?)
+}
+
 /// The randomized SVD of `input` (a Zarr array of numbers, or a matrix in memory) on the
 /// ranks of `rt`: every rank calls it and gets `s`, `Vᵀ` (`wt`, rows of the right singular
 /// vectors) and the [`Convergence`] report. `options.seed` seeds the test matrix.

@@ -480,7 +480,7 @@ fn too_few_passes_warn_and_require_converged_fails_every_rank() {
         let named = run.stderr.matches("--require-converged: ").count();
         assert!(named >= np, "{np} rank(s): {}", run.describe());
         assert!(!out.exists(), "{np} rank(s): the output was left");
-        for f in ["eigenvec", "eigenval", "png"] {
+        for f in ["eigenvec", "eigenval", "png", "eigenvec.var", "afreq"] {
             assert!(!out.with_extension(f).exists(), "{np}: .{f} left");
         }
         let leftovers: Vec<_> = std::fs::read_dir(&dir)

@@ -599,7 +599,14 @@ fn keep_and_remove_restrict_the_samples_as_plink2_does() {
             .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
             .collect();
         assert_eq!(named, want, "{what}");
-        for f in ["k.zarr", "k.eigenvec", "k.eigenval", "k.png"] {
+        for f in [
+            "k.zarr",
+            "k.eigenvec",
+            "k.eigenval",
+            "k.png",
+            "k.eigenvec.var",
+            "k.afreq",
+        ] {
             let p = dir.join(f);
             let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
         }
@@ -872,5 +879,273 @@ fn a_store_turned_into_a_fileset_gives_the_stores_bits() {
         "{variants} × {samples}, chunks of {chunk}"
     );
     assert_eq!(from_zarr["genotypes"], from_bed["genotypes"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `PREFIX.eigenvec`'s PCs (samples × k), with each line's IDs.
+fn eigenvec(path: &Path) -> (Vec<String>, Array2<f64>) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut ids = Vec::new();
+    let mut rows = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        ids.push(format!("{} {}", f[0], f[1]));
+        rows.push(floats(&f[2..].join(" ")));
+    }
+    let k = rows[0].len();
+    let flat: Vec<f64> = rows.concat();
+    (
+        ids,
+        Array2::from_shape_vec((flat.len() / k, k), flat).unwrap(),
+    )
+}
+
+/// `pca --out RUN` writes the variant weights and frequencies `plink2 --score` reads:
+/// projecting the PCA's own samples gives back their PCs; projecting another fileset (whose
+/// `.bim` lists the alleles in another order for about half the variants, renames one ID,
+/// gives one variant other alleles and one no ID) matches the variants plink2 matches and
+/// gives plink2's score sums on the `.eigenvec`'s scale, on one process and under `mpirun`
+/// alike, bit for bit.
+#[test]
+fn projection_gives_back_the_pcas_samples_and_plink2s_scores() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-project");
+    let (train_dir, new_dir) = (dir.join("train"), dir.join("new"));
+    for d in [&train_dir, &new_dir] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let variants = rng.range(1500, 4000);
+    let samples = rng.range(60, 150);
+    let missing = [0.0, 0.02][rng.range(0, 1) as usize];
+    let k = rng.range(2, 4);
+    let train = plink_fileset(&train_dir, samples, variants, missing, rng.next());
+    let new_samples = rng.range(20, 60);
+    let new = plink_fileset(&new_dir, new_samples, variants, missing, rng.next());
+    // Three variants of the new fileset that must not match, at drawn rows.
+    let bim = new.with_extension("bim");
+    let (renamed, other_alleles, unnamed) = (
+        rng.range(0, variants / 3 - 1),
+        rng.range(variants / 3, 2 * variants / 3 - 1),
+        rng.range(2 * variants / 3, variants - 1),
+    );
+    let text: String = std::fs::read_to_string(&bim)
+        .unwrap()
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut f: Vec<String> = l.split_whitespace().map(str::to_owned).collect();
+            match i as u64 {
+                v if v == renamed => f[1] = "renamed".into(),
+                v if v == other_alleles => {
+                    f[4] = "C".into();
+                    f[5] = "T".into();
+                }
+                v if v == unnamed => f[1] = ".".into(),
+                _ => {}
+            }
+            f.join("\t") + "\n"
+        })
+        .collect();
+    std::fs::write(&bim, text).unwrap();
+
+    // The PCA, exact, with monomorphic variants filtered out (plink2's variance-standardize
+    // refuses a reference frequency of 0 where the new data has the allele).
+    let run = dir.join("run");
+    let run_s = run.to_str().unwrap();
+    let args = rankwise_pca(&train, samples, k, &["--maf", "0.02", "--out", run_s]);
+    embedded(&args).assert_success();
+    for ext in ["eigenvec.var", "afreq"] {
+        assert!(run.with_extension(ext).is_file(), "{ext} missing");
+    }
+
+    let chunk = rng.range(50, variants).to_string();
+    let project = |input: &Path, out: &Path, np: usize| {
+        let args = strings(&[
+            "project",
+            "--bed",
+            input.to_str().unwrap(),
+            "--pca",
+            run_s,
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+            "--chunk-rows",
+            &chunk,
+        ]);
+        let r = if np == 1 {
+            embedded(&args)
+        } else {
+            under_mpirun(np, &args)
+        };
+        report(&r)
+    };
+    // The PCA's own samples.
+    let back = dir.join("back");
+    let r = project(&train, &back, 1);
+    assert_eq!(r["absent"].as_u64(), Some(0), "{r}");
+    let (ids, pcs) = eigenvec(&back.with_extension("eigenvec"));
+    let (want_ids, want) = eigenvec(&run.with_extension("eigenvec"));
+    assert_eq!(ids, want_ids);
+    let worst = (&pcs - &want).iter().fold(0.0f64, |a, x| a.max(x.abs()));
+    assert!(worst < 1e-6, "projected training PCs differ by {worst:e}");
+
+    // Another fileset: one process and three ranks, bit for bit.
+    let one = dir.join("one");
+    let three = dir.join("three");
+    let r1 = project(&new, &one, 1);
+    let r3 = project(&new, &three, 3);
+    assert_eq!(r3["ranks"].as_u64(), Some(3), "{r3}");
+    let text = |p: &Path| std::fs::read_to_string(p.with_extension("eigenvec")).unwrap();
+    assert!(
+        text(&one) == text(&three),
+        "1 and 3 ranks differ, panels of {chunk}"
+    );
+    assert_eq!(r1["absent"].as_u64(), Some(2), "{r1}");
+    assert_eq!(r1["allele_mismatches"].as_u64(), Some(1), "{r1}");
+    assert_eq!(r1["unnamed"].as_u64(), Some(1), "{r1}");
+
+    // plink2 --score on the same files.
+    let cols = format!("5-{}", 4 + k);
+    let scored = plink(
+        &new,
+        "scored",
+        &[
+            "--read-freq",
+            &format!("{run_s}.afreq"),
+            "--score",
+            &format!("{run_s}.eigenvec.var"),
+            "2",
+            "4",
+            "header-read",
+            "variance-standardize",
+            "no-mean-imputation",
+            "cols=+scoresums",
+            "--score-col-nums",
+            &cols,
+        ],
+    );
+    let log = std::fs::read_to_string(scored.with_extension("log")).unwrap();
+    let processed: u64 = log
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("--score: ")?
+                .strip_suffix(" variants processed.")
+        })
+        .unwrap_or_else(|| panic!("no count in plink2's log:\n{log}"))
+        .parse()
+        .unwrap();
+    assert_eq!(r1["matched"].as_u64(), Some(processed), "{r1}\n{log}");
+    let sscore = std::fs::read_to_string(scored.with_extension("sscore")).unwrap();
+    let mut lines = sscore.lines();
+    let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let sums: Vec<usize> = (1..=k)
+        .map(|j| {
+            head.iter()
+                .position(|h| *h == format!("PC{j}_SUM"))
+                .unwrap()
+        })
+        .collect();
+    // Weights and eigenvalues as written: PC = sum / (‖W‖²·√λ).
+    let var = std::fs::read_to_string(run.with_extension("eigenvec.var")).unwrap();
+    let mut norm2 = vec![0.0; k as usize];
+    for line in var.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        for (j, w) in floats(&f[4..].join(" ")).iter().enumerate() {
+            norm2[j] += w * w;
+        }
+    }
+    let lambda = floats(&std::fs::read_to_string(run.with_extension("eigenval")).unwrap());
+    let (_, ours) = eigenvec(&one.with_extension("eigenvec"));
+    let scale = ours.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+    for (i, line) in lines.enumerate() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        for j in 0..k as usize {
+            let theirs = f[sums[j]].parse::<f64>().unwrap() / (norm2[j] * lambda[j].sqrt());
+            // plink2 prints 6 significant digits.
+            assert!(
+                (theirs - ours[[i, j]]).abs() <= 1e-5 * scale,
+                "sample {i}, PC{}: plink2 {theirs}, rankwise {}",
+                j + 1,
+                ours[[i, j]]
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Projection onto weights that are not there, or that a fileset cannot use, fails on both
+/// ranks naming the file or the option, and leaves no output.
+#[test]
+fn projection_onto_missing_or_broken_weights_fails_on_both_ranks() {
+    let mut rng = Draw(test_seed());
+    let dir = scratch("plink-project-bad");
+    let prefix = plink_fileset(
+        &dir,
+        rng.range(20, 40),
+        rng.range(200, 500),
+        0.0,
+        rng.next(),
+    );
+    let run = dir.join("run");
+    let run_s = run.to_str().unwrap();
+    embedded(&strings(&[
+        "pca",
+        "--bed",
+        prefix.to_str().unwrap(),
+        "-k",
+        "2",
+        "--maf",
+        "0.05",
+        "--out",
+        run_s,
+    ]))
+    .assert_success();
+    let out = dir.join("proj");
+    let args = |pca: &str| {
+        strings(&[
+            "project",
+            "--bed",
+            prefix.to_str().unwrap(),
+            "--pca",
+            pca,
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    // No such run.
+    let missing = dir.join("nothing");
+    let r = under_mpirun(2, &args(missing.to_str().unwrap()));
+    assert_both_ranks_name(
+        &r,
+        &args("nothing"),
+        &format!("{}.eigenvec.var", missing.display()),
+    );
+    // A weights file that names one variant twice.
+    let var = run.with_extension("eigenvec.var");
+    let text = std::fs::read_to_string(&var).unwrap();
+    let second = text.lines().nth(1).unwrap().to_owned();
+    std::fs::write(&var, format!("{text}{second}\n")).unwrap();
+    let r = under_mpirun(2, &args(run_s));
+    assert_both_ranks_name(&r, &args(run_s), &var.display().to_string());
+    assert!(r.stderr.contains("appears twice"), "{}", r.stderr);
+    // Weights of no variant of the fileset.
+    let renamed: String = text
+        .lines()
+        .map(|l| l.replacen("snp", "other", 1) + "\n")
+        .collect();
+    std::fs::write(&var, renamed).unwrap();
+    let afreq = run.with_extension("afreq");
+    let freqs = std::fs::read_to_string(&afreq).unwrap();
+    std::fs::write(&afreq, freqs.replace("snp", "other")).unwrap();
+    let r = under_mpirun(2, &args(run_s));
+    assert_both_ranks_name(&r, &args(run_s), "--pca");
+    assert!(r.stderr.contains("no variant of"), "{}", r.stderr);
+    assert!(!out.with_extension("eigenvec").exists());
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("proj"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,6 +22,21 @@ pub enum GenomicsError {
     /// it).
     #[error("{0}")]
     NotConverged(String),
+    /// A file of a projection (`.eigenvec.var`, `.afreq`, `.eigenval`) that cannot be read
+    /// or written, or that does not say what it must; the message names the line.
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file at fault.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A file that is not there (a projection's weights).
+    #[error("{}: no such file", path.display())]
+    NotFound {
+        /// The file looked for.
+        path: std::path::PathBuf,
+    },
     /// From the linear algebra.
     #[error(transparent)]
     Linalg(#[from] LinalgError),

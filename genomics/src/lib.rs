@@ -9,6 +9,7 @@
 mod chromosomes;
 mod error;
 pub mod plink_files;
+pub mod projection;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -449,6 +450,10 @@ pub struct PcaParams {
     /// Fail with [`GenomicsError::NotConverged`] when a component misses the tolerance, instead
     /// of returning it with [`Convergence::converged`] false.
     pub require_converged: bool,
+    /// Write what [`projection::project`] (and `plink2 --score`) reads at this prefix:
+    /// `PREFIX.eigenvec.var`, `PREFIX.afreq` and `PREFIX.eigenval` (the names
+    /// [`Path::with_extension`] gives). The ranks must share the file system it is on.
+    pub weights: Option<std::path::PathBuf>,
 }
 
 impl Default for PcaParams {
@@ -463,6 +468,7 @@ impl Default for PcaParams {
             selection: Selection::default(),
             panel_rows: None,
             require_converged: false,
+            weights: None,
         }
     }
 }
@@ -604,12 +610,54 @@ pub fn pca(
     params: &PcaParams,
 ) -> Result<Pca, Error> {
     let problem = pca_problem(genotypes, params, same_name)?;
-    let result = rsvd(rt, &problem, &params.solver, None)?;
+    let parts = match (&params.weights, &problem.operand) {
+        (Some(prefix), rankwise_linalg::Operand::Genotypes(..)) if !problem.transposed => {
+            Some(projection::Parts::new(rt, prefix)?)
+        }
+        (Some(_), _) => {
+            return Err(Error::Parameter {
+                parameter: "weights",
+                message: "variant weights need a genotype source".into(),
+            })
+        }
+        (None, _) => None,
+    };
+    let sink = match (&parts, &problem.operand) {
+        (Some(parts), rankwise_linalg::Operand::Genotypes(g, filter)) => {
+            Some(parts.sink(Arc::clone(g), filter.clone()))
+        }
+        _ => None,
+    };
+    let result = rsvd(rt, &problem, &params.solver, sink);
+    let result = match (result, &parts) {
+        (Err(e), Some(parts)) => {
+            parts.abandon();
+            return Err(e.into());
+        }
+        (r, _) => r?,
+    };
     let c = &result.convergence;
     if params.require_converged && !c.converged {
+        if let Some(parts) = &parts {
+            parts.abandon();
+        }
         return Err(Error::NotConverged(c.describe("PC")));
     }
     let (eigenvalues, explained_variance_ratio) = pca_scales(&result);
+    if let (Some(parts), rankwise_linalg::Operand::Genotypes(g, _)) = (&parts, &problem.operand) {
+        let used = result
+            .genotypes
+            .as_ref()
+            .map_or(0, |s| s.variants - s.variants_filtered);
+        parts.finish(
+            rt,
+            g.as_ref(),
+            params.solver.k,
+            problem.grid.chunk_rows,
+            used,
+            &eigenvalues,
+        )?;
+    }
     let samples = problem.operand.shape().1;
     let sample_ids = match &problem.operand {
         rankwise_linalg::Operand::Genotypes(g, _) => g.sample_ids(),

@@ -31,6 +31,7 @@ use rankwise::output::report::{
 
 // Compiled for the unit tests too, so that `make test` checks the parser.
 mod gen_cmd;
+mod project_cmd;
 mod read_cmd;
 mod reduce_cmd;
 mod rsvd_cmd;
@@ -58,6 +59,9 @@ enum Command {
     Rsvd(rsvd_cmd::RsvdArgs),
     /// PCA of a genotype matrix (variants × samples), standardized per variant.
     Pca(Box<rsvd_cmd::PcaArgs>),
+    /// New samples' PCs on the axes of an earlier PCA (`plink2 --score` with the PCA's
+    /// variant weights), matched by variant ID and allele.
+    Project(Box<project_cmd::ProjectArgs>),
     /// Write a generated matrix (uniform, normal, or genotypes with population structure)
     /// as a Zarr store, each rank writing the panels it owns.
     Gen(gen_cmd::GenArgs),
@@ -249,6 +253,14 @@ pub enum CliError {
     /// From the output writer (its parameters named by their flags).
     #[error("{}", with_flags(.0))]
     Output(#[from] OutputError),
+    /// A file that cannot be read or written, or that does not say what it must.
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file at fault.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// `--require-converged` and a component over the tolerance (every rank finds it).
     #[error("--require-converged: {0}")]
     NotConverged(String),
@@ -397,6 +409,12 @@ fn run_command_line() -> i32 {
             let a = Arc::new(a);
             run_ranks(&a.run().clone(), move |rt, launch| {
                 rsvd_cmd::pca_command(rt, launch, &a)
+            })
+        }
+        Command::Project(a) => {
+            let a = Arc::new(a);
+            run_ranks(&a.run().clone(), move |rt, _| {
+                project_cmd::project_command(rt, &a)
             })
         }
         Command::Reduce(a) => {
@@ -917,6 +935,7 @@ pub(crate) fn run_info(rt: &Runtime, launch: &LaunchInfo, start: Instant) -> Run
 /// parameters in backticks (`` `chunk_rows` ``), the command line's name the flags.
 const FLAGS: &[(&str, &str)] = &[
     ("k", "-k"),
+    ("weights", "--pca"),
     ("actors", "--actors"),
     ("threads_per_actor", "--threads-per-actor"),
     ("memory_per_actor", "--memory-per-actor"),
@@ -991,6 +1010,11 @@ pub(crate) fn cli_error(e: impl Into<rankwise::Error>) -> CliError {
         rankwise::Error::Runtime(e) => CliError::Runtime(e),
         rankwise::Error::Source(e) => CliError::Source(e),
         rankwise::Error::Transport(e) => CliError::Transport(e),
+        rankwise::Error::File { path, message } => CliError::File { path, message },
+        rankwise::Error::NotFound { path } => CliError::File {
+            path,
+            message: "no such file".into(),
+        },
     }
 }
 
@@ -1179,6 +1203,7 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
 
 fn layout_for(p: &SvdProblem, m: u64, n: u64, k: u64) -> OutputLayout {
     OutputLayout {
+        row_vectors: Vec::new(),
         m,
         n,
         k,

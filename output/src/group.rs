@@ -178,6 +178,9 @@ pub struct OutputLayout {
     pub vt_chunk_cols: u64,
     /// Attributes of the group (run metadata), stored in its `zarr.json`.
     pub attributes: serde_json::Map<String, serde_json::Value>,
+    /// Names of 1-D f64 arrays of m values beside U, chunked as U (a PCA's per-variant
+    /// allele frequencies), written with [`SvdOutput::write_row_vector`].
+    pub row_vectors: Vec<String>,
 }
 
 impl OutputLayout {
@@ -208,6 +211,27 @@ impl OutputLayout {
     }
 }
 
+/// Whether `name` may name an extra array: ASCII letters, digits, `_`, `-` or `.`, not
+/// starting with `.` or `__`, and not a main array's or the report's name.
+fn check_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && !name.starts_with('.')
+        && !name.starts_with("__")
+        && name != REPORT_FILE
+        && !RESERVED.contains(&name)
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(
+            "is not a valid name for an extra array (ASCII letters, digits, _ - .; not U, S, Vt)"
+                .to_string(),
+        )
+    }
+}
+
 /// File name of the run report inside the group.
 pub const REPORT_FILE: &str = "report.json";
 /// Names reserved for the main arrays.
@@ -232,6 +256,8 @@ pub struct SvdOutput {
     s: Array<FilesystemStore>,
     /// Vt, k × n.
     vt: Array<FilesystemStore>,
+    /// The layout's `row_vectors`.
+    row_vectors: Vec<(String, Array<FilesystemStore>)>,
     /// Set by [`SvdOutput::commit`]; later writes are refused.
     committed: AtomicBool,
 }
@@ -431,6 +457,11 @@ impl SvdOutput {
             vec![k, layout.vt_chunk_cols_stored()],
             &["component", "column"],
         )?;
+        for name in &layout.row_vectors {
+            check_name(name)
+                .map_err(|message| OutputError::Layout(format!("{name:?} {message}")))?;
+            new_array(name, vec![m], vec![layout.u_chunk_rows_stored()], &["row"])?;
+        }
         Self::open_existing(out, tmp, layout, store)
     }
 
@@ -495,6 +526,16 @@ impl SvdOutput {
         let s = open("S", [k, 0], [k, 0], 1)?;
         let u = open("U", [m, k], [layout.u_chunk_rows_stored(), k], 2)?;
         let vt = open("Vt", [k, n], [k, layout.vt_chunk_cols_stored()], 2)?;
+        let row_vectors = layout
+            .row_vectors
+            .iter()
+            .map(|name| {
+                Ok((
+                    name.clone(),
+                    open(name, [m, 0], [layout.u_chunk_rows_stored(), 0], 1)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, OutputError>>()?;
         Ok(SvdOutput {
             out: out.to_path_buf(),
             tmp: tmp.to_path_buf(),
@@ -503,6 +544,7 @@ impl SvdOutput {
             u,
             s,
             vt,
+            row_vectors,
             committed: AtomicBool::new(false),
         })
     }
@@ -613,6 +655,37 @@ impl SvdOutput {
         self.write_vt_cols(0, vt)
     }
 
+    /// Writes rows `[row0, row0 + values.len())` of the layout's row vector `name`, with
+    /// the alignment [`SvdOutput::write_u_rows`] asks for. Callable concurrently for
+    /// disjoint blocks.
+    pub fn write_row_vector(
+        &self,
+        name: &str,
+        row0: u64,
+        values: &[f64],
+    ) -> Result<(), OutputError> {
+        let _writing = self.ensure_open()?;
+        let Some((_, array)) = self.row_vectors.iter().find(|(n, _)| n == name) else {
+            return Err(self.block_err(name, "is not a row vector of this layout".to_string()));
+        };
+        let chunk = self.layout.u_chunk_rows_stored();
+        let rows = values.len() as u64;
+        self.check_aligned(name, "row", row0, rows, chunk, self.layout.m)?;
+        let mut r = 0u64;
+        while r < rows {
+            let ci = (row0 + r) / chunk;
+            let h = chunk.min(rows - r);
+            // One range per dimension, and this array has one.
+            #[allow(clippy::single_range_in_vec_init)]
+            let rows = [0..h];
+            array
+                .store_chunk_subset(&[ci], &rows, &values[r as usize..(r + h) as usize])
+                .map_err(|e| self.zarr_err(name, Some([ci, 0]), e.into()))?;
+            r += h;
+        }
+        Ok(())
+    }
+
     /// Writes the k singular values.
     pub fn write_s(&self, s: &[f64]) -> Result<(), OutputError> {
         let _writing = self.ensure_open()?;
@@ -633,21 +706,7 @@ impl SvdOutput {
     /// be U, S or Vt.
     pub fn write_vector(&self, name: &str, values: &[f64]) -> Result<(), OutputError> {
         let _writing = self.ensure_open()?;
-        let valid = !name.is_empty()
-            && !name.starts_with('.')
-            && !name.starts_with("__")
-            && name != REPORT_FILE
-            && !RESERVED.contains(&name)
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-        if !valid {
-            return Err(self.block_err(
-                name,
-                "is not a valid name for an extra array (ASCII letters, digits, _ - .; not U, S, Vt)"
-                    .to_string(),
-            ));
-        }
+        check_name(name).map_err(|message| self.block_err(name, message))?;
         let len = values.len() as u64;
         let array = ArrayBuilder::new(vec![len], vec![len.max(1)], data_type::float64(), f64::NAN)
             .dimension_names(Some(["component"]))
@@ -978,6 +1037,33 @@ fn rename_no_replace(from: &Path, to: &Path) -> Result<(), OutputError> {
     fs::rename(from, to).map_err(rename_err)
 }
 
+/// Reads rows `rows` of an f64 array of a rankwise output group (1-D or 2-D, all its
+/// columns): the values in C (row-major) order. Where the group is large, callers read it a
+/// chunk of rows at a time.
+pub fn read_f64_rows(
+    group: &Path,
+    name: &str,
+    rows: std::ops::Range<u64>,
+) -> Result<Vec<f64>, OutputError> {
+    let store = Arc::new(FilesystemStore::new(group).map_err(|e| OutputError::Io {
+        path: group.to_path_buf(),
+        op: "opening",
+        source: std::io::Error::other(e.to_string()),
+    })?);
+    let zerr = |e: ZarrsError| OutputError::Zarr {
+        path: group.to_path_buf(),
+        array: name.to_string(),
+        chunk: String::new(),
+        source: e,
+    };
+    let a = Array::open(store, &format!("/{name}")).map_err(|e| zerr(Box::new(e)))?;
+    let mut ranges = vec![rows];
+    ranges.extend(a.shape().iter().skip(1).map(|&d| 0..d));
+    let subset = zarrs::array::ArraySubset::new_with_ranges(&ranges);
+    a.retrieve_array_subset(&subset)
+        .map_err(|e| zerr(Box::new(e)))
+}
+
 /// Reads a whole f64 array of a rankwise output group: its shape and its values in C
 /// (row-major) order. For tests and tools that check results.
 pub fn read_f64_array(group: &Path, name: &str) -> Result<(Vec<u64>, Vec<f64>), OutputError> {
@@ -1035,6 +1121,7 @@ mod tests {
         attributes.insert("algorithm".into(), "tsqr".into());
         attributes.insert("seed".into(), 42.into());
         OutputLayout {
+            row_vectors: Vec::new(),
             m,
             n,
             k,

@@ -37,8 +37,10 @@ __all__ = [
     "svd",
     "rsvd",
     "pca",
+    "project",
     "SVDResult",
     "PCAResult",
+    "ProjectionResult",
     "RankwiseError",
     "__version__",
 ]
@@ -146,6 +148,32 @@ class PCAResult:
             },
             attrs={"converged": int(self.converged), "variants_used": self.variants_used},
         )
+
+
+@dataclass
+class ProjectionResult:
+    """New samples' PCs on the axes of an earlier PCA (``plink2 --score`` with its
+    variant weights), on the scale of that PCA's ``pcs``.
+
+    Attributes:
+        pcs: samples × k.
+        sample_ids: the samples, in row order of ``pcs``.
+        family_ids: their family IDs (a PLINK fileset's FIDs), else None.
+        matched: weighted variants found with a matching allele; flipped: of those,
+            matched through the other allele; absent: weighted variants the data lacks;
+            allele_mismatches: weighted variants with neither allele; unnamed: variants
+            of the data without an ID; weighted: weighted variants in all.
+    """
+
+    pcs: np.ndarray
+    sample_ids: list
+    family_ids: Optional[list]
+    matched: int
+    flipped: int
+    absent: int
+    allele_mismatches: int
+    unnamed: int
+    weighted: int
 
 
 # ---------------------------------------------------------------------------------------
@@ -554,7 +582,7 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         oversample: int = 10, power_iters: Optional[int] = None, method: Optional[str] = None,
         tol: float = 1e-6, max_passes: int = 100, precision: str = "auto", seed: int = 0,
         require_converged: bool = False, panel_rows: Optional[int] = None,
-        sample_ids: Optional[Sequence[str]] = None, comm=None,
+        sample_ids: Optional[Sequence[str]] = None, weights=None, comm=None,
         actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
         memory_per_actor=None, pin: Optional[bool] = None, endpoint_url: Optional[str] = None,
         io_concurrency: Optional[int] = None, io_retries: Optional[int] = None,
@@ -576,6 +604,9 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         sample_ids: the samples' IDs, for a numpy array of dosages.
         oversample, power_iters, method, tol, max_passes, precision, seed: the solver,
             as for :func:`rsvd`.
+        weights: a path prefix: write ``PREFIX.eigenvec.var`` (variant weights, as
+            ``plink2 --pca var-wts``), ``PREFIX.afreq`` and ``PREFIX.eigenval`` there, what
+            :func:`project` and ``plink2 --score`` read to project new samples.
     """
     world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
                    io_concurrency, io_retries)
@@ -593,6 +624,7 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         "oversample": oversample, "power_iters": power_iters, "method": method, "tol": tol,
         "max_passes": max_passes, "precision": precision, "seed": seed,
         "require_converged": require_converged, "panel_rows": panel_rows,
+        "weights": None if weights is None else os.fspath(weights),
     }
     mask = None
     if isinstance(src, tuple):
@@ -613,6 +645,43 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
     )
 
 
-for _f in (svd, rsvd, pca):
+def project(source, pca, *, panel_rows: Optional[int] = None,
+            sample_ids: Optional[Sequence[str]] = None, comm=None,
+            actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
+            memory_per_actor=None, pin: Optional[bool] = None,
+            endpoint_url: Optional[str] = None, io_concurrency: Optional[int] = None,
+            io_retries: Optional[int] = None, progress=None) -> ProjectionResult:
+    """The PCs of the samples of ``source`` on the axes of an earlier PCA, as
+    ``plink2 --score`` projects them with that PCA's variant weights: variants match by
+    ID and allele, each standardized by the PCA's allele frequency, a missing call adding
+    nothing.
+
+    Args:
+        source: genotypes, as for :func:`pca`.
+        pca: the prefix the PCA wrote its weights at (``pca(..., weights=PREFIX)``,
+            ``rankwise pca --out PREFIX``, or ``plink2 --pca var-wts --freq --out PREFIX``).
+        panel_rows: variants per panel.
+        sample_ids: the samples' IDs, for a numpy array of dosages.
+    """
+    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
+                   io_concurrency, io_retries)
+    src, ids = _genotype_input(source)
+    if sample_ids is not None:
+        ids = [str(s) for s in sample_ids]
+    mask = None
+    if isinstance(src, tuple):
+        src, mask = src
+    options = {"weights": os.fspath(pca), "panel_rows": panel_rows}
+    out = _call("project", src, options, world, ids, progress, mask)
+    return ProjectionResult(
+        pcs=out["pcs"],
+        sample_ids=list(out["sample_ids"]),
+        family_ids=out["family_ids"],
+        **{key: int(out[key]) for key in ("matched", "flipped", "absent",
+                                          "allele_mismatches", "unnamed", "weighted")},
+    )
+
+
+for _f in (svd, rsvd, pca, project):
     _f.__doc__ = (_f.__doc__ or "").rstrip() + "\n" + _WORLD_DOC
 del _f

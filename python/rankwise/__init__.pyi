@@ -1,3 +1,4 @@
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -34,6 +35,17 @@ class PCAResult:
     variants_used: int
     report: dict[str, Any]
     def to_xarray(self) -> Any: ...
+
+class ProjectionResult:
+    pcs: np.ndarray
+    sample_ids: list[str]
+    family_ids: Optional[list[str]]
+    matched: int
+    flipped: int
+    absent: int
+    allele_mismatches: int
+    unnamed: int
+    weighted: int
 
 Progress = Union[None, bool, str, Callable[[dict[str, Any]], None]]
 
@@ -102,6 +114,7 @@ def pca(
     require_converged: bool = ...,
     panel_rows: Optional[int] = ...,
     sample_ids: Optional[Sequence[str]] = ...,
+    weights: Union[None, str, os.PathLike[str]] = ...,
     comm: Any = ...,
     actors: Optional[int] = ...,
     threads_per_actor: Optional[int] = ...,
@@ -112,3 +125,19 @@ def pca(
     io_retries: Optional[int] = ...,
     progress: Progress = ...,
 ) -> PCAResult: ...
+def project(
+    source: Any,
+    pca: Union[str, os.PathLike[str]],
+    *,
+    panel_rows: Optional[int] = ...,
+    sample_ids: Optional[Sequence[str]] = ...,
+    comm: Any = ...,
+    actors: Optional[int] = ...,
+    threads_per_actor: Optional[int] = ...,
+    memory_per_actor: Union[None, int, str] = ...,
+    pin: Optional[bool] = ...,
+    endpoint_url: Optional[str] = ...,
+    io_concurrency: Optional[int] = ...,
+    io_retries: Optional[int] = ...,
+    progress: Progress = ...,
+) -> ProjectionResult: ...

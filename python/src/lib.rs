@@ -89,6 +89,8 @@ struct Job {
     filter: VariantFilter,
     selection: Selection,
     panel_rows: u64,
+    /// `pca`: where to write the projection files; `project`: where to read them.
+    weights: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -96,6 +98,7 @@ enum Command {
     Svd,
     Rsvd,
     Pca,
+    Project,
 }
 
 /// The results of a call, as plain values (sent from the work thread).
@@ -111,6 +114,7 @@ enum Outcome {
         local: rankwise::LocalRows,
     },
     Pca(Box<rankwise::genomics::Pca>),
+    Project(Box<rankwise::genomics::projection::Projection>),
 }
 
 /// A failure of the work, with what Python needs to pick its exception.
@@ -151,6 +155,7 @@ fn parse_job(command: &str, o: &Bound<'_, PyDict>) -> PyResult<Job> {
         "svd" => Command::Svd,
         "rsvd" => Command::Rsvd,
         "pca" => Command::Pca,
+        "project" => Command::Project,
         other => return Err(value_error("command", format!("unknown command {other:?}"))),
     };
     let mut used = Vec::new();
@@ -220,6 +225,7 @@ fn parse_job(command: &str, o: &Bound<'_, PyDict>) -> PyResult<Job> {
         filter,
         selection,
         panel_rows: get(o, "panel_rows", &mut used)?.unwrap_or(0),
+        weights: get(o, "weights", &mut used)?,
     };
     for key in o.keys() {
         let key: String = key.extract()?;
@@ -436,8 +442,21 @@ fn work(
                 selection: job.selection,
                 panel_rows: (job.panel_rows > 0).then_some(job.panel_rows),
                 require_converged: job.require_converged,
+                weights: job.weights.map(std::path::PathBuf::from),
             };
             Outcome::Pca(Box::new(rankwise::pca(&rt, &input, &params).map_err(fail)?))
+        }
+        Command::Project => {
+            let Some(pca) = job.weights else {
+                return Err(fail(Error::Parameter {
+                    parameter: "pca",
+                    message: "the PCA's prefix is required".into(),
+                }));
+            };
+            let panels = (job.panel_rows > 0).then_some(job.panel_rows);
+            Outcome::Project(Box::new(
+                rankwise::project(&rt, &input, std::path::Path::new(&pca), panels).map_err(fail)?,
+            ))
         }
     };
     Ok(outcome)
@@ -582,11 +601,27 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             d.set_item("convergence", convergence_dict(py, &p.convergence)?)?;
             d.set_item("variants_used", p.variants_used)?;
         }
+        Outcome::Project(p) => {
+            let p = *p;
+            d.set_item("pcs", p.pcs.into_pyarray(py))?;
+            d.set_item("sample_ids", PyList::new(py, p.sample_ids)?)?;
+            d.set_item("family_ids", p.family_ids)?;
+            for (key, v) in [
+                ("matched", p.matched),
+                ("flipped", p.flipped),
+                ("absent", p.absent),
+                ("allele_mismatches", p.allele_mismatches),
+                ("unnamed", p.unnamed),
+                ("weighted", p.weighted),
+            ] {
+                d.set_item(key, v)?;
+            }
+        }
     }
     Ok(d)
 }
 
-/// Runs `command` (`"svd"`, `"rsvd"` or `"pca"`) on `source` (a specification string, a
+/// Runs `command` (`"svd"`, `"rsvd"`, `"pca"` or `"project"`) on `source` (a specification string, a
 /// 2-D float64 array, a 2-D int8 array of dosages, or a 3-D int8 `call_genotype` with its
 /// `mask`; with `sample_ids`) with `options`
 /// and the `world` settings, and returns the results as a dictionary. The package's

@@ -238,6 +238,42 @@ def test_pca_of_stores_and_datasets_has_the_command_lines_bits(tmp_path):
                                from_ds.explained_variance_ratio)
 
 
+def test_projection_reproduces_the_pca_and_the_command_line(tmp_path):
+    seed = str(SEED % 1000)
+    for name, s in (("g.zarr", seed), ("new.zarr", str(SEED % 1000 + 1))):
+        run_cli("gen", "--out", name, "--rows", "2000", "--cols", "120", "--chunk-rows", "400",
+                "--dist", "genotype", "--populations", "2", "--missing", "0.01",
+                "--seed", s, cwd=tmp_path)
+    spec = str(tmp_path / "g.zarr") + ":call_dosage"
+    new = str(tmp_path / "new.zarr") + ":call_dosage"
+    res = rankwise.pca(spec, 3, seed=9, maf=0.01, weights=tmp_path / "w")
+    run_cli("pca", "--zarr", spec, "-k", "3", "--sketch-seed", "9", "--maf", "0.01",
+            "--out", "o", cwd=tmp_path)
+    # The library writes the files the command line writes, to the bit.
+    for ext in ("eigenvec.var", "afreq"):
+        with open(tmp_path / f"w.{ext}") as a, open(tmp_path / f"o.{ext}") as b:
+            assert a.read() == b.read(), ext
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "w.eigenval"), res.eigenvalues)
+    # The PCA's own samples land where the PCA put them.
+    back = rankwise.project(spec, tmp_path / "w")
+    assert back.matched == back.weighted and back.absent == 0
+    assert np.max(np.abs(back.pcs - res.pcs)) < 1e-6
+    # New samples: the command line's numbers, from a path and from a numpy array.
+    run_cli("project", "--zarr", new, "--pca", "o", "--out", "pr", cwd=tmp_path)
+    with open(tmp_path / "pr.eigenvec") as f:
+        cli = np.array([[float(x) for x in line.split()[-3:]] for line in f.readlines()[1:]])
+    p = rankwise.project(new, tmp_path / "o")
+    np.testing.assert_array_equal(p.pcs, cli)
+    import zarr
+
+    dosages = zarr.open_array(str(tmp_path / "new.zarr"), path="call_dosage", mode="r")[...]
+    from_numpy = rankwise.project(np.asarray(dosages, dtype=np.int8), tmp_path / "o",
+                                  panel_rows=400)
+    np.testing.assert_array_equal(from_numpy.pcs, p.pcs)
+    with pytest.raises(FileNotFoundError, match="nothing.eigenvec.var"):
+        rankwise.project(new, tmp_path / "nothing")
+
+
 # ---------------------------------------------------------------------------------------
 # Inputs read where they lie
 

@@ -410,6 +410,34 @@ impl GenotypeSource for BedGenotypes {
         self.bim_column(1, "variant ID (second column)", each)
     }
 
+    /// A1 (the fifth column, whose copies the dosages count) and A2 (the sixth).
+    fn variant_alleles(&self, each: &mut dyn FnMut(&str, &str)) -> Result<bool, SourceError> {
+        let bim = &fileset(&self.bed)[1];
+        let mut bad = None;
+        let count = lines(bim, |no, line| {
+            let mut f = line.split_whitespace().skip(4);
+            match (f.next(), f.next()) {
+                (Some(a1), Some(a2)) => each(a1, a2),
+                _ => {
+                    bad.get_or_insert(no);
+                }
+            }
+        })?;
+        let message = match bad {
+            Some(no) => format!("line {no} has no alleles (fifth and sixth columns)"),
+            None if count != self.variants => format!(
+                "{count} variants now, {} when the fileset was opened",
+                self.variants
+            ),
+            None => return Ok(true),
+        };
+        Err(BedError::Format {
+            path: bim.clone(),
+            message,
+        }
+        .into())
+    }
+
     fn variant_chromosomes(&self, each: &mut dyn FnMut(&str)) -> Result<bool, SourceError> {
         self.bim_column(0, "chromosome (first column)", &mut |c| {
             each(c.unwrap_or(""))

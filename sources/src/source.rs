@@ -193,6 +193,15 @@ pub trait GenotypeSource: Send + Sync {
         let _ = each;
         Ok(false)
     }
+    /// Passes each variant's alleles to `each`, in row order, as `(counted, other)`: the
+    /// allele whose copies the dosages count (a `.bim`'s fifth column, A1; a VCF's ALT),
+    /// then the other (A2; REF). Returns `Ok(false)`, calling nothing, when the source
+    /// does not say. Projection matches variants by ID and allele through them, as
+    /// `plink2 --score` does.
+    fn variant_alleles(&self, each: &mut dyn FnMut(&str, &str)) -> Result<bool, SourceError> {
+        let _ = each;
+        Ok(false)
+    }
     /// Passes each variant's chromosome (contig) name to `each`, in row order, as the
     /// source names it (`1`, `chr1`, `X`, …), and returns `Ok(true)`; `Ok(false)`, calling
     /// nothing, when the source does not say. `--chr`, `--not-chr` and `--autosome` select

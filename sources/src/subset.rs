@@ -141,6 +141,10 @@ impl GenotypeSource for SampleSubset {
         self.inner.variant_allele_counts(each)
     }
 
+    fn variant_alleles(&self, each: &mut dyn FnMut(&str, &str)) -> Result<bool, SourceError> {
+        self.inner.variant_alleles(each)
+    }
+
     // Selecting samples keeps every variant: `keep` with `chromosomes` selects by both.
     fn variant_chromosomes(&self, each: &mut dyn FnMut(&str)) -> Result<bool, SourceError> {
         self.inner.variant_chromosomes(each)

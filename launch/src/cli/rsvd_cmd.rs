@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
-use ndarray::Array2;
+use ndarray::{Array2, ArrayView2};
 use rankwise::genomics::{pca_problem, pca_scales, IdList, PcaParams, Selection};
 use rankwise::Input;
 use rankwise_exec::format_bytes;
 use rankwise_exec::Runtime;
 use rankwise_linalg::{
-    rsvd, HweP, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem,
-    RsvdResult, VariantFilter,
+    rsvd, FactorSink, HweP, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan,
+    RsvdProblem, RsvdResult, VariantFilter,
 };
 use rankwise_sources::{Dist, ElementType, Generated, GenotypeSource};
 use serde_json::json;
@@ -25,7 +25,11 @@ use crate::launcher::LaunchInfo;
 use crate::plot::{plot_pcs, Groups};
 use crate::report::seconds;
 use rankwise::genomics::plink_files::{write_eigenval, write_eigenvec};
-use rankwise::output::group::{OutputLayout, SvdOutput};
+use rankwise::genomics::projection::{
+    variant_frequencies, write_weight_files, VariantInfo, WeightRows,
+};
+use rankwise::genomics::GenomicsError;
+use rankwise::output::group::{read_f64_rows, OutputLayout, SvdOutput};
 use rankwise::output::report::{peak_rss_bytes, RankReport, RsvdBody, RsvdWork, RunReport};
 
 /// How the range is refined.
@@ -277,8 +281,10 @@ pub(super) struct PcaArgs {
     #[command(flatten)]
     run: RunArgs,
     /// Write loadings (U), singular values, sample PCs (Vt), eigenvalues, explained
-    /// variance and the report as a Zarr v3 group here, with PLINK 2 `.eigenvec` and
-    /// `.eigenval` files and a PC1/PC2 scatter plot (`.png`) beside it.
+    /// variance, each variant's allele frequency and calls, and the report as a Zarr v3
+    /// group here, with PLINK 2 `.eigenvec` and `.eigenval` files, a PC1/PC2 scatter plot
+    /// (`.png`), and what `rankwise project` (or `plink2 --score`) reads to project new
+    /// samples: `.eigenvec.var` (variant weights, as `plink2 --pca var-wts`) and `.afreq`.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Print the run report as JSON on stdout instead of the text summary.
@@ -292,13 +298,35 @@ impl PcaArgs {
     }
 }
 
-/// The files written beside a PCA's Zarr group.
-fn side_files(out: &Path) -> [PathBuf; 3] {
-    [
-        out.with_extension("eigenvec"),
-        out.with_extension("eigenval"),
-        out.with_extension("png"),
-    ]
+/// The extensions of a PCA's side files: PLINK 2's `.eigenvec` and `.eigenval`, the plot,
+/// and what projection reads (`.eigenvec.var`, `.afreq`).
+const SIDE_EXTENSIONS: [&str; 5] = ["eigenvec", "eigenval", "png", "eigenvec.var", "afreq"];
+
+fn side_files(out: &Path) -> [PathBuf; 5] {
+    SIDE_EXTENSIONS.map(|e| out.with_extension(e))
+}
+
+/// The per-variant arrays of a PCA's output group: the frequency of the counted allele
+/// (NaN for a variant that did not enter) and the number of calls.
+const FREQUENCY: &str = "variant_counted_allele_frequency";
+const CALLS: &str = "variant_call_count";
+
+/// The factor sink of a PCA: `U`'s rows, and each variant's frequency and calls, read
+/// again from the panel's rows by the actor that owns them.
+fn pca_sink(o: Arc<SvdOutput>, g: Arc<dyn GenotypeSource>, filter: VariantFilter) -> FactorSink {
+    Arc::new(
+        move |_panel: usize,
+              rows: std::ops::Range<u64>,
+              f: ArrayView2<'_, f64>|
+              -> Result<(), String> {
+            o.write_u_rows(rows.start, f).map_err(|e| e.to_string())?;
+            let (freq, calls) = variant_frequencies(g.as_ref(), &filter, rows.clone())
+                .map_err(|e| e.to_string())?;
+            o.write_row_vector(FREQUENCY, rows.start, &freq)
+                .and_then(|()| o.write_row_vector(CALLS, rows.start, &calls))
+                .map_err(|e| e.to_string())
+        },
+    )
 }
 
 pub(super) fn rsvd_command(
@@ -477,6 +505,15 @@ impl Job {
     }
 }
 
+/// Whether the run writes what projection needs: a PCA with an output, of genotypes whose
+/// `U` rows are variants.
+fn weighs(job: &Job, problem: &RsvdProblem) -> bool {
+    job.is_pca()
+        && job.out.is_some()
+        && !problem.transposed
+        && matches!(problem.operand, Operand::Genotypes(..))
+}
+
 fn run_job(
     rt: &Runtime,
     launch: &LaunchInfo,
@@ -553,6 +590,11 @@ fn run_job(
                 } else {
                     n.max(1)
                 },
+                row_vectors: if weighs(job, problem) {
+                    vec![FREQUENCY.to_string(), CALLS.to_string()]
+                } else {
+                    Vec::new()
+                },
                 attributes: serde_json::Map::from_iter([
                     ("source".to_string(), json!(problem.operand.describe())),
                     ("command".to_string(), json!(job.command)),
@@ -596,6 +638,9 @@ struct SamplePcs {
     sample_ids: Vec<String>,
     /// The `.fam`'s family IDs, for a PLINK fileset.
     family_ids: Option<Vec<String>>,
+    /// For the projection files: the genotypes (their variants' IDs and alleles), the
+    /// variants that entered, k, and the rows per chunk of the group's `U`.
+    weights: Option<(Arc<dyn GenotypeSource>, u64, usize, u64)>,
 }
 
 fn finish_side_files(
@@ -617,6 +662,7 @@ fn finish_side_files(
         groups,
         sample_ids,
         family_ids,
+        weights,
     }) = &done.pcs
     {
         let token =
@@ -625,17 +671,22 @@ fn finish_side_files(
                 .and_then(|n| n.rsplit(".tmp-").next())
                 .unwrap_or("tmp")
                 .to_string();
-        let [vec_path, val_path, png_path] = side_files(out);
-        // The extension stays last: the plot's encoder is chosen by it.
+        let [vec_path, val_path, png_path, var_path, afreq_path] = side_files(out);
+        // The extension stays last: the plot's encoder is chosen by it. `OUT.tmp-…` is the
+        // prefix a later run recognizes as a temporary (`SvdOutput::stale_temporaries`).
         let tmp = |p: &Path| {
-            let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("out");
-            p.with_extension(format!("tmp-{token}.{ext}"))
+            let ext = SIDE_EXTENSIONS
+                .iter()
+                .find(|e| out.with_extension(e) == p)
+                .copied()
+                .unwrap_or("out");
+            out.with_extension(format!("tmp-{token}.{ext}"))
         };
         let io = |e: rankwise::genomics::plink_files::PcaFileError| CliError::Option {
             option: "--out",
             message: e.to_string(),
         };
-        for p in [&vec_path, &val_path, &png_path] {
+        for p in [&vec_path, &val_path, &png_path, &var_path, &afreq_path] {
             rankwise::output::temporaries::register(&tmp(p));
         }
         result = (|| -> Result<(), CliError> {
@@ -661,6 +712,44 @@ fn finish_side_files(
             )
             .map_err(io)?;
             renames.push((tmp(&png_path), png_path.clone()));
+            if let Some((g, used, k, chunk)) = weights {
+                let genomics = |e: GenomicsError| CliError::Option {
+                    option: "--out",
+                    message: e.to_string(),
+                };
+                let info = VariantInfo::of(g.as_ref()).map_err(genomics)?;
+                let group = o.0.temp_dir();
+                let read = |name: &str, rows: std::ops::Range<u64>| {
+                    read_f64_rows(group, name, rows).map_err(|e| GenomicsError::File {
+                        path: group.to_path_buf(),
+                        message: e.to_string(),
+                    })
+                };
+                write_weight_files(
+                    &tmp(&var_path),
+                    &tmp(&afreq_path),
+                    &info,
+                    *k,
+                    *chunk,
+                    *used,
+                    |rows| {
+                        let u = read("U", rows.clone())?;
+                        let u = Array2::from_shape_vec(((rows.end - rows.start) as usize, *k), u)
+                            .map_err(|e| GenomicsError::File {
+                            path: group.to_path_buf(),
+                            message: e.to_string(),
+                        })?;
+                        Ok(WeightRows {
+                            u,
+                            freq: read(FREQUENCY, rows.clone())?,
+                            calls: read(CALLS, rows)?,
+                        })
+                    },
+                )
+                .map_err(genomics)?;
+                renames.push((tmp(&var_path), var_path.clone()));
+                renames.push((tmp(&afreq_path), afreq_path.clone()));
+            }
             // The group is committed last: its name is the mark of a complete run. Until
             // it is, a signal removes the side files already renamed, as it removes the
             // temporaries.
@@ -702,7 +791,12 @@ fn compute(
     output: Option<Arc<SvdOutput>>,
     start: Instant,
 ) -> Result<Done, CliError> {
-    let sink = output.clone().map(|o| factor_sink(o, problem.transposed));
+    let sink = match (&output, &problem.operand) {
+        (Some(o), Operand::Genotypes(g, filter)) if weighs(job, problem) => {
+            Some(pca_sink(Arc::clone(o), Arc::clone(g), filter.clone()))
+        }
+        _ => output.clone().map(|o| factor_sink(o, problem.transposed)),
+    };
     injected_fault(rt, "before-svd")?;
     let mut result = rsvd(rt, problem, options, sink)?;
     // Why the solver stopped names its parameters; the warning and the report name flags.
@@ -777,7 +871,20 @@ fn compute(
                     .or_else(|| family_ids.clone().filter(|f| fids_are_groups(f)))
                     .map(|names| indexed(&names)),
             };
+            let weights = match (&output, &problem.operand) {
+                (Some(o), Operand::Genotypes(g, _)) if weighs(job, problem) => Some((
+                    Arc::clone(g),
+                    result
+                        .genotypes
+                        .as_ref()
+                        .map_or(0, |s| s.variants - s.variants_filtered),
+                    options.k,
+                    o.layout().u_chunk_rows_stored(),
+                )),
+                _ => None,
+            };
             Some(SamplePcs {
+                weights,
                 pcs: result.wt.t().to_owned(),
                 eigenvalues: p.eigenvalues,
                 explained: p.explained,
