@@ -40,7 +40,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ndarray::Array2;
+use ndarray::{s, Array2};
 use rankwise_exec::Runtime;
 use rankwise_linalg::tiles::row_counts;
 use rankwise_linalg::tree::PartialSums;
@@ -647,22 +647,42 @@ pub fn project(
     let owners: Vec<usize> = (0..panels).map(|p| p * ranks / panels).collect();
     let me = rt.rank();
     let sums = PartialSums::new(owners.clone(), me);
-    // This rank's panels, dealt to its actors in turn; each job sums one panel.
-    let actors = rt.actors().len().max(1);
-    let mut jobs: Vec<Vec<usize>> = vec![Vec::new(); actors];
-    for (i, p) in (0..panels).filter(|&p| owners[p] == me).enumerate() {
-        jobs[i % actors].push(p);
+    // This rank's panels, dealt to its actors' threads in turn as contiguous runs: each
+    // job sums its run of panels with one set of buffers (a buffer per panel is mapped and
+    // faulted in afresh every time: allocations of 4 MiB or more are never reused).
+    let mine: Vec<usize> = (0..panels).filter(|&p| owners[p] == me).collect();
+    let threads: Vec<usize> = rt.actors().iter().map(|a| a.threads().max(1)).collect();
+    let runs = threads.iter().sum::<usize>().max(1);
+    let mut jobs: Vec<Vec<Vec<usize>>> = vec![Vec::new(); threads.len().max(1)];
+    let (mut actor, mut left) = (0, threads.first().copied().unwrap_or(1));
+    for run in 0..runs {
+        let part = mine[run * mine.len() / runs..(run + 1) * mine.len() / runs].to_vec();
+        if !part.is_empty() {
+            jobs[actor].push(part);
+        }
+        left -= 1;
+        if left == 0 && actor + 1 < threads.len() {
+            actor += 1;
+            left = threads[actor];
+        }
     }
     let entry = Arc::new(entry);
     let shared = Arc::clone(weights);
+    let sums = Arc::new(sums);
+    let into = Arc::clone(&sums);
     let results = rt
-        .map(jobs, move |_, p| {
-            let panel = (p as u64 * rows)..((p as u64 + 1) * rows).min(m);
-            (p, panel_sums(source.as_ref(), &shared, &entry, panel))
+        .map(jobs, move |_, run: Vec<usize>| -> Result<(), Error> {
+            let mut buffers = Buffers::default();
+            for p in run {
+                let panel = (p as u64 * rows)..((p as u64 + 1) * rows).min(m);
+                let total = panel_sums(source.as_ref(), &shared, &entry, panel, &mut buffers)?;
+                into.insert(p, total);
+            }
+            Ok(())
         })
         .map_err(rankwise_linalg::LinalgError::from)?;
-    for (p, r) in results.into_iter().flatten() {
-        sums.insert(p, r?);
+    for r in results.into_iter().flatten() {
+        r?;
     }
     let tree = Tree::new(&owners);
     let total = tree.sum_all_partial(rt.comm(), sums.take(), (n as usize, k))?;
@@ -676,17 +696,50 @@ pub fn project(
     Ok(projection)
 }
 
+/// The buffers of [`panel_sums`], kept across the panels of one job.
+#[derive(Default)]
+struct Buffers {
+    d: Array2<i8>,
+    x: Array2<f64>,
+    a: Array2<f64>,
+    b: Array2<f64>,
+}
+
 /// `Σᵥ xᵥᵀ·wᵥ` over the variants of `panel` that `entry` uses (samples × k).
+///
+/// With `aᵥ = wᵥ/√(2p(1−p))` and `x = (g − 2p)/√(2p(1−p))` (0 for a missing call), the
+/// sum is `Σᵥ gᵥ·aᵥ − Σᵥ cᵥ·2p·aᵥ` with `g` a missing call's 0 and `c` 1 where there is a
+/// call: one GEMM of the dosages converted as they are (a loop that vectorizes), and a
+/// second one only for a block with missing calls. Measured on 20,000 × 20,000 genotypes,
+/// k = 20, 2 cores: standardizing through a per-variant table first took 2.0 s, this 1.4 s.
+/// Blocks hold at most 16 MiB of converted values: larger buffers are mapped afresh by
+/// the allocator for every panel, and their page faults cost more than the arithmetic
+/// (3.7 s with 50 MiB blocks).
 fn panel_sums(
     source: &dyn GenotypeSource,
     weights: &Weights,
     entry: &[Option<(usize, f64)>],
     panel: Range<u64>,
+    buffers: &mut Buffers,
 ) -> Result<Array2<f64>, Error> {
-    let n = source.shape().1;
+    let n = source.shape().1 as usize;
     let k = weights.k();
-    let block = (BLOCK_BYTES / n.max(1)).max(1);
-    let mut total = Array2::<f64>::zeros((n as usize, k));
+    let block = ((16 << 20) / (8 * n.max(1) as u64)).max(1);
+    let rows = block.min(panel.end - panel.start) as usize;
+    let mut total = Array2::<f64>::zeros((k, n));
+    let Buffers { d, x, a, b } = buffers;
+    for (buf, shape) in [
+        (&mut *x, (rows, n)),
+        (&mut *a, (rows, k)),
+        (&mut *b, (rows, k)),
+    ] {
+        if buf.nrows() < shape.0 || buf.ncols() != shape.1 {
+            *buf = Array2::zeros(shape);
+        }
+    }
+    if d.nrows() < rows || d.ncols() != n {
+        *d = Array2::zeros((rows, n));
+    }
     let mut at = panel.start;
     while at < panel.end {
         let end = (at + block).min(panel.end);
@@ -694,11 +747,36 @@ fn panel_sums(
             .filter_map(|v| entry[v as usize].map(|(e, s)| (v, e, s)))
             .collect();
         if !used.is_empty() {
-            let mut d = Array2::<i8>::zeros(((end - at) as usize, n as usize));
-            source.fill_dosages(at..end, d.view_mut())?;
-            let mut x = Array2::<f64>::zeros((used.len(), n as usize));
-            let mut wb = Array2::<f64>::zeros((used.len(), k));
+            let h = (end - at) as usize;
+            source.fill_dosages(at..end, d.slice_mut(s![..h, ..]))?;
+            let mut missing = false;
             for (r, &(v, e, sign)) in used.iter().enumerate() {
+                let row = d.row((v - at) as usize);
+                let row = row.as_slice().expect("standard layout");
+                // Folds over slices, not `find`/`any` over iterators: these vectorize.
+                let (bad, absent) = row.iter().fold((false, false), |(bad, absent), &g| {
+                    (bad | !(-1..=2).contains(&g), absent | (g < 0))
+                });
+                if bad {
+                    let (j, g) = row
+                        .iter()
+                        .enumerate()
+                        .find(|(_, g)| !(-1..=2).contains(*g))
+                        .map_or((0, 0), |(j, &g)| (j, g));
+                    return Err(Error::Parameter {
+                        parameter: "source",
+                        message: format!(
+                            "{}: variant {v}, sample {j} has dosage {g}, not 0, 1, 2 or missing",
+                            source.describe()
+                        ),
+                    });
+                }
+                missing |= absent;
+                let mut out = x.row_mut(r);
+                let out = out.as_slice_mut().expect("standard layout");
+                for (o, &g) in out.iter_mut().zip(row) {
+                    *o = g.max(0) as f64;
+                }
                 // The frequency of the allele the dosages count.
                 let pc = if sign > 0.0 {
                     weights.freq[e]
@@ -707,32 +785,46 @@ fn panel_sums(
                 };
                 let var = 2.0 * pc * (1.0 - pc);
                 let scale = if var > 0.0 { 1.0 / var.sqrt() } else { 0.0 };
-                let mean = 2.0 * pc;
-                for (j, &g) in d.row((v - at) as usize).iter().enumerate() {
-                    x[[r, j]] = match g {
-                        -1 => 0.0,
-                        0..=2 => (g as f64 - mean) * scale,
-                        _ => {
-                            return Err(Error::Parameter {
-                                parameter: "source",
-                                message: format!(
-                                    "{}: variant {v}, sample {j} has dosage {g}, not 0, 1, 2 or \
-                                     missing",
-                                    source.describe()
-                                ),
-                            })
-                        }
-                    };
-                }
                 for j in 0..k {
-                    wb[[r, j]] = sign * weights.w[[e, j]];
+                    a[[r, j]] = sign * weights.w[[e, j]] * scale;
+                    b[[r, j]] = a[[r, j]] * 2.0 * pc;
                 }
             }
-            total += &x.t().dot(&wb);
+            let u = used.len();
+            ndarray::linalg::general_mat_mul(
+                1.0,
+                &a.slice(s![..u, ..]).t(),
+                &x.slice(s![..u, ..]),
+                1.0,
+                &mut total,
+            );
+            if missing {
+                // `c`: 1 where there is a call.
+                for (r, &(v, _, _)) in used.iter().enumerate() {
+                    let row = d.row((v - at) as usize);
+                    let mut out = x.row_mut(r);
+                    let out = out.as_slice_mut().expect("standard layout");
+                    for (o, &g) in out.iter_mut().zip(row.as_slice().expect("standard layout")) {
+                        *o = (g >= 0) as u8 as f64;
+                    }
+                }
+                ndarray::linalg::general_mat_mul(
+                    -1.0,
+                    &b.slice(s![..u, ..]).t(),
+                    &x.slice(s![..u, ..]),
+                    1.0,
+                    &mut total,
+                );
+            } else {
+                for j in 0..k {
+                    let c: f64 = b.slice(s![..u, j]).sum();
+                    total.row_mut(j).mapv_inplace(|t| t - c);
+                }
+            }
         }
         at = end;
     }
-    Ok(total)
+    Ok(total.t().as_standard_layout().into_owned())
 }
 
 /// Where a distributed PCA's actors leave each panel's rows of `U`, frequencies and calls

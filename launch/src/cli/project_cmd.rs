@@ -32,7 +32,7 @@ pub(super) struct ProjectArgs {
     /// ID and allele, as `plink2 --score` matches them.
     #[arg(long, value_name = "RUN")]
     pca: PathBuf,
-    /// Write the new samples' PCs here, as PLINK 2's `.eigenvec` (`OUT.eigenvec`), on the
+    /// Write the new samples' PCs to `OUT.eigenvec`, as PLINK 2's `.eigenvec`, on the
     /// scale of the PCA's own `.eigenvec`.
     #[arg(long)]
     out: PathBuf,
@@ -55,7 +55,13 @@ impl ProjectArgs {
 
 pub(super) fn project_command(rt: &Runtime, a: &ProjectArgs) -> Result<Option<String>, CliError> {
     let start = Instant::now();
-    let path = a.out.with_extension("eigenvec");
+    // `OUT.eigenvec`, as plink2 names its outputs after `--out`.
+    let with = |suffix: &str| {
+        let mut p = a.out.as_os_str().to_owned();
+        p.push(suffix);
+        PathBuf::from(p)
+    };
+    let path = with(".eigenvec");
     if path.exists() {
         return Err(CliError::Option {
             option: "--out",
@@ -85,9 +91,7 @@ pub(super) fn project_command(rt: &Runtime, a: &ProjectArgs) -> Result<Option<St
         return Ok(None);
     }
     // Written under a temporary name and renamed when whole.
-    let tmp = a
-        .out
-        .with_extension(format!("tmp-{}.eigenvec", std::process::id()));
+    let tmp = with(&format!(".tmp-{}.eigenvec", std::process::id()));
     rankwise::output::temporaries::register(&tmp);
     let written = write_eigenvec(&tmp, p.family_ids.as_deref(), &p.sample_ids, p.pcs.view())
         .map_err(|e| CliError::Option {
