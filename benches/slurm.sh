@@ -99,8 +99,14 @@ export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_mpi_yield_when_idle=1
 ARGS=(svd --rows "$ROWS" --cols "$COLS" --chunk-rows "$CHUNK" --seed 1)
 
 # The `seconds` of a rankwise JSON report.
+# The run's own seconds from a printed report, or from a result group's (the `report`
+# attribute of its zarr.json).
 own_seconds() {
-    python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["seconds"])' "$1"
+    python3 -c '
+import json, os, sys
+p = sys.argv[1]
+r = json.load(open(os.path.join(p, "zarr.json")))["attributes"]["report"] if os.path.isdir(p) else json.load(open(p))
+print(r["seconds"])' "$1"
 }
 
 # Runs rankwise (under a launcher or not), which writes its output group like the batch job
@@ -130,7 +136,7 @@ timed_sbatch() { # rep
     # job's ranks would miss on a small machine. Then the state every 20 ms.
     local polls=0
     while [[ -z "$t_end" ]]; do
-        if [[ -z "$t_results" && -f "$group/report.json" ]]; then
+        if [[ -z "$t_results" && -f "$group/zarr.json" ]]; then
             t_results=$EPOCHREALTIME
         fi
         if [[ -n "$t_results" ]] || ((polls % 50 == 0)); then
@@ -158,7 +164,7 @@ timed_sbatch() { # rep
     done
     t_results=${t_results:-$t_end}
     local own
-    own=$(own_seconds "$group/report.json")
+    own=$(own_seconds "$group")
     rm -rf "$group"
     printf 'sbatch results\t%s\t%s\t%s\t%s\n' "$rep" "$t0" "$t_results" "$own" >>"$OUT/times.tsv"
     printf 'sbatch end\t%s\t%s\t%s\t%s\n' "$rep" "$t0" "$t_end" "$own" >>"$OUT/times.tsv"

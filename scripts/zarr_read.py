@@ -16,7 +16,7 @@ checks that zarr-python sees what rankwise meant to write. It prints one JSON ob
 `f64_bits` carries the exact values (a JSON float parser need not round correctly);
 `values` is for reading by eye. Arrays in subgroups are listed under their path (a/b).
 Warnings zarr-python gives while reading (e.g. about files in the group that are not Zarr
-nodes, such as rankwise's report.json) are listed under "warnings", not printed.
+nodes) are listed under "warnings", not printed.
 Exits non-zero with a message on stderr when GROUP is not a Zarr group.
 """
 

@@ -88,7 +88,14 @@ fn svd_writes_a_complete_zarr_group() {
             res < 1e-13,
             "{m}×{n}: residual of the written factors {res:e}"
         );
-        assert!(out.join("report.json").exists());
+        let meta: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("zarr.json")).unwrap()).unwrap();
+        assert_eq!(meta["attributes"]["report"]["command"], "svd", "{meta}");
+        // Consolidated, as xarray opens it.
+        assert_eq!(
+            meta["consolidated_metadata"]["metadata"]["U"]["node_type"],
+            "array"
+        );
     }
     let names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()

@@ -115,9 +115,10 @@ fn the_report_says_which_build_ran_how_and_on_what() {
     let run = mpirun(3, &rankwise_bin(), &args, Duration::from_secs(120));
     run.assert_success();
     let printed: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
-    let stored: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
-    assert_eq!(printed, stored, "--json and report.json differ");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("zarr.json")).unwrap()).unwrap();
+    let stored = meta["attributes"]["report"].clone();
+    assert_eq!(printed, stored, "--json and the group's report differ");
     let r = stored;
     assert_eq!(r["command"], "rsvd");
     assert_eq!(r["transport"], "mpi");

@@ -290,10 +290,12 @@ fn assert_same_arrays(got: &Path, reference: &Path, names: &[&str], what: &str) 
     }
 }
 
+/// The run report a result group holds (its `report` attribute).
 fn report_json(group: &Path) -> Value {
-    let text = std::fs::read_to_string(group.join("report.json"))
-        .unwrap_or_else(|e| panic!("{}/report.json: {e}", group.display()));
-    serde_json::from_str(&text).unwrap()
+    let text = std::fs::read_to_string(group.join("zarr.json"))
+        .unwrap_or_else(|e| panic!("{}/zarr.json: {e}", group.display()));
+    let mut meta: Value = serde_json::from_str(&text).unwrap();
+    meta["attributes"]["report"].take()
 }
 
 /// `rankwise args…` in one process; returns its output group.

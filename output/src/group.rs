@@ -30,7 +30,6 @@
 //! Nothing appears under the `--out` name before everything has been written.
 
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -181,6 +180,35 @@ pub struct OutputLayout {
     /// Names of 1-D f64 arrays of m values beside U, chunked as U (a PCA's per-variant
     /// allele frequencies), written with [`SvdOutput::write_row_vector`].
     pub row_vectors: Vec<String>,
+    /// The arrays' dimension names.
+    pub dims: Dims,
+}
+
+/// The dimension names of a group's arrays: of A's rows, of its columns, and of the
+/// components.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dims {
+    /// Of the rows (`row`; a PCA's `variants`).
+    pub rows: &'static str,
+    /// Of the columns (`column`; a PCA's `samples`).
+    pub cols: &'static str,
+    /// Of the components (`component`; a PCA's `components`).
+    pub components: &'static str,
+}
+
+impl Dims {
+    /// `row`, `column`, `component`.
+    pub const MATRIX: Dims = Dims {
+        rows: "row",
+        cols: "column",
+        components: "component",
+    };
+    /// sgkit's: `variants`, `samples`, `components`.
+    pub const GENOTYPES: Dims = Dims {
+        rows: "variants",
+        cols: "samples",
+        components: "components",
+    };
 }
 
 impl OutputLayout {
@@ -211,13 +239,18 @@ impl OutputLayout {
     }
 }
 
+/// The first `len` elements of a chunk of a 1-D array, as a subset.
+#[allow(clippy::single_range_in_vec_init)] // one range per dimension, and there is one
+fn first(len: u64) -> [std::ops::Range<u64>; 1] {
+    [0..len]
+}
+
 /// Whether `name` may name an extra array: ASCII letters, digits, `_`, `-` or `.`, not
 /// starting with `.` or `__`, and not a main array's or the report's name.
 fn check_name(name: &str) -> Result<(), String> {
     let valid = !name.is_empty()
         && !name.starts_with('.')
         && !name.starts_with("__")
-        && name != REPORT_FILE
         && !RESERVED.contains(&name)
         && name
             .chars()
@@ -232,8 +265,8 @@ fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// File name of the run report inside the group.
-pub const REPORT_FILE: &str = "report.json";
+/// The group attribute that holds the run report.
+pub const REPORT_ATTRIBUTE: &str = "report";
 /// Names reserved for the main arrays.
 const RESERVED: [&str; 3] = ["U", "S", "Vt"];
 
@@ -444,23 +477,24 @@ impl SvdOutput {
                 .map_err(|e| zerr(name, e.into()))?;
             array.store_metadata().map_err(|e| zerr(name, e.into()))
         };
-        new_array("S", vec![k], vec![k], &["component"])?;
+        let d = &layout.dims;
+        new_array("S", vec![k], vec![k], &[d.components])?;
         new_array(
             "U",
             vec![m, k],
             vec![layout.u_chunk_rows_stored(), k],
-            &["row", "component"],
+            &[d.rows, d.components],
         )?;
         new_array(
             "Vt",
             vec![k, n],
             vec![k, layout.vt_chunk_cols_stored()],
-            &["component", "column"],
+            &[d.components, d.cols],
         )?;
         for name in &layout.row_vectors {
             check_name(name)
                 .map_err(|message| OutputError::Layout(format!("{name:?} {message}")))?;
-            new_array(name, vec![m], vec![layout.u_chunk_rows_stored()], &["row"])?;
+            new_array(name, vec![m], vec![layout.u_chunk_rows_stored()], &[d.rows])?;
         }
         Self::open_existing(out, tmp, layout, store)
     }
@@ -675,11 +709,8 @@ impl SvdOutput {
         while r < rows {
             let ci = (row0 + r) / chunk;
             let h = chunk.min(rows - r);
-            // One range per dimension, and this array has one.
-            #[allow(clippy::single_range_in_vec_init)]
-            let rows = [0..h];
             array
-                .store_chunk_subset(&[ci], &rows, &values[r as usize..(r + h) as usize])
+                .store_chunk_subset(&[ci], &first(h), &values[r as usize..(r + h) as usize])
                 .map_err(|e| self.zarr_err(name, Some([ci, 0]), e.into()))?;
             r += h;
         }
@@ -709,7 +740,7 @@ impl SvdOutput {
         check_name(name).map_err(|message| self.block_err(name, message))?;
         let len = values.len() as u64;
         let array = ArrayBuilder::new(vec![len], vec![len.max(1)], data_type::float64(), f64::NAN)
-            .dimension_names(Some(["component"]))
+            .dimension_names(Some([self.layout.dims.components]))
             .build(self.store.clone(), &format!("/{name}"))
             .map_err(|e| self.zarr_err(name, None, e.into()))?;
         array
@@ -718,6 +749,95 @@ impl SvdOutput {
         if len > 0 {
             array
                 .store_chunk(&[0], values)
+                .map_err(|e| self.zarr_err(name, Some([0, 0]), e.into()))?;
+        }
+        Ok(())
+    }
+
+    /// Adds a 1-D array of UTF-8 strings `name` along dimension `dim` (Zarr v3 `string`,
+    /// empty fill) and writes `values` in chunks of `chunk`. Call on one rank only.
+    pub fn write_strings(
+        &self,
+        name: &str,
+        dim: &str,
+        values: &[String],
+        chunk: u64,
+    ) -> Result<(), OutputError> {
+        let _writing = self.ensure_open()?;
+        check_name(name).map_err(|message| self.block_err(name, message))?;
+        let len = values.len() as u64;
+        let chunk = chunk.clamp(1, len.max(1));
+        let array = ArrayBuilder::new(vec![len], vec![chunk], data_type::string(), "")
+            .dimension_names(Some([dim]))
+            .build(self.store.clone(), &format!("/{name}"))
+            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        array
+            .store_metadata()
+            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        for (i, part) in values.chunks(chunk as usize).enumerate() {
+            let part: Vec<&str> = part.iter().map(String::as_str).collect();
+            array
+                .store_chunk_subset(&[i as u64], &first(part.len() as u64), &part[..])
+                .map_err(|e| self.zarr_err(name, Some([i as u64, 0]), e.into()))?;
+        }
+        Ok(())
+    }
+
+    /// Adds a 1-D array of i64 `name` along dimension `dim` and writes `values` in chunks
+    /// of `chunk`. Call on one rank only.
+    pub fn write_integers(
+        &self,
+        name: &str,
+        dim: &str,
+        values: &[i64],
+        chunk: u64,
+    ) -> Result<(), OutputError> {
+        let _writing = self.ensure_open()?;
+        check_name(name).map_err(|message| self.block_err(name, message))?;
+        let len = values.len() as u64;
+        let chunk = chunk.clamp(1, len.max(1));
+        let array = ArrayBuilder::new(vec![len], vec![chunk], data_type::int64(), 0i64)
+            .dimension_names(Some([dim]))
+            .build(self.store.clone(), &format!("/{name}"))
+            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        array
+            .store_metadata()
+            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        for (i, part) in values.chunks(chunk as usize).enumerate() {
+            array
+                .store_chunk_subset(&[i as u64], &first(part.len() as u64), part)
+                .map_err(|e| self.zarr_err(name, Some([i as u64, 0]), e.into()))?;
+        }
+        Ok(())
+    }
+
+    /// Adds a small 2-D f64 array `name` with dimensions `dims` and writes `a` into it (one
+    /// chunk). Call on one rank only.
+    pub fn write_matrix(
+        &self,
+        name: &str,
+        dims: [&str; 2],
+        a: ArrayView2<'_, f64>,
+    ) -> Result<(), OutputError> {
+        let _writing = self.ensure_open()?;
+        check_name(name).map_err(|message| self.block_err(name, message))?;
+        let (r, c) = (a.nrows() as u64, a.ncols() as u64);
+        let array = ArrayBuilder::new(
+            vec![r, c],
+            vec![r.max(1), c.max(1)],
+            data_type::float64(),
+            f64::NAN,
+        )
+        .dimension_names(Some(dims))
+        .build(self.store.clone(), &format!("/{name}"))
+        .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        array
+            .store_metadata()
+            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        if r > 0 && c > 0 {
+            let data = a.as_standard_layout();
+            array
+                .store_chunk(&[0, 0], &to_c_vec(&data)[..])
                 .map_err(|e| self.zarr_err(name, Some([0, 0]), e.into()))?;
         }
         Ok(())
@@ -738,25 +858,64 @@ impl SvdOutput {
             .map_err(|e| self.zarr_err("(group)", None, e.into()))
     }
 
-    /// Writes `report.json` (pretty-printed) as a plain file in the group
-    /// directory and returns its final path (valid after [`SvdOutput::commit`]).
-    pub fn write_report(&self, json: &impl serde::Serialize) -> Result<PathBuf, OutputError> {
-        let _writing = self.ensure_open()?;
-        let path = self.tmp.join(REPORT_FILE);
-        let mut text = serde_json::to_vec_pretty(json).map_err(|source| OutputError::Json {
-            path: path.clone(),
+    /// Stores the run report as the group attribute `report` (in its `zarr.json`), where
+    /// zarr-python and xarray read it as metadata: a plain file inside the group is a node
+    /// they warn about. Call on one rank only.
+    pub fn write_report(&self, json: &impl serde::Serialize) -> Result<(), OutputError> {
+        let value = serde_json::to_value(json).map_err(|source| OutputError::Json {
+            path: self.tmp.join("zarr.json"),
             source,
         })?;
-        text.push(b'\n');
-        let io = |op, source| OutputError::Io {
-            path: path.clone(),
-            op,
-            source,
+        self.update_attributes(serde_json::Map::from_iter([(
+            REPORT_ATTRIBUTE.to_string(),
+            value,
+        )]))
+    }
+
+    /// Writes the group's consolidated metadata (every array's `zarr.json` inline in the
+    /// root's, as zarr-python's `consolidate_metadata` writes it), so that xarray and
+    /// zarr-python open the group in one read and without a warning. The last write before
+    /// [`SvdOutput::commit`]. The arrays' own files are copied, not zarrs'
+    /// `consolidate_metadata`, which writes a codec without configuration as a bare name
+    /// (`"vlen-utf8"`) that zarr-python 3.1 refuses.
+    fn consolidate(&self) -> Result<(), OutputError> {
+        let _writing = self.ensure_open()?;
+        let root_path = self.tmp.join("zarr.json");
+        let io = |path: &Path, op: &'static str| {
+            let path = path.to_path_buf();
+            move |source| OutputError::Io { path, op, source }
         };
-        let mut file = fs::File::create(&path).map_err(|e| io("creating", e))?;
-        file.write_all(&text).map_err(|e| io("writing", e))?;
-        file.sync_all().map_err(|e| io("syncing", e))?;
-        Ok(self.out.join(REPORT_FILE))
+        let json = |path: &Path| -> Result<serde_json::Value, OutputError> {
+            let bytes = fs::read(path).map_err(io(path, "reading"))?;
+            serde_json::from_slice(&bytes).map_err(|source| OutputError::Json {
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        let mut children = serde_json::Map::new();
+        let mut entries: Vec<_> = fs::read_dir(&self.tmp)
+            .map_err(io(&self.tmp, "listing"))?
+            .flatten()
+            .filter(|e| e.path().join("zarr.json").is_file())
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name().to_string_lossy().into_owned();
+            children.insert(name, json(&e.path().join("zarr.json"))?);
+        }
+        let mut root = json(&root_path)?;
+        root["consolidated_metadata"] = serde_json::json!({
+            "kind": "inline",
+            "must_understand": false,
+            "metadata": children,
+        });
+        let text = serde_json::to_vec_pretty(&root).map_err(|source| OutputError::Json {
+            path: root_path.clone(),
+            source,
+        })?;
+        let tmp = self.tmp.join("zarr.json.tmp");
+        fs::write(&tmp, text).map_err(io(&tmp, "writing"))?;
+        fs::rename(&tmp, &root_path).map_err(io(&root_path, "renaming"))
     }
 
     /// Renames the temporary directory to `out` atomically (call on one rank, after
@@ -765,6 +924,7 @@ impl SvdOutput {
     /// successful commit fails with [`OutputError::Committed`]. Fails, leaving
     /// the temporary directory in place, if `out` has appeared meanwhile.
     pub fn commit(&self) -> Result<PathBuf, OutputError> {
+        self.consolidate()?;
         commit_once(&self.committed, &self.tmp, &self.out)
     }
 
@@ -1122,6 +1282,7 @@ mod tests {
         attributes.insert("seed".into(), 42.into());
         OutputLayout {
             row_vectors: Vec::new(),
+            dims: Dims::MATRIX,
             m,
             n,
             k,
@@ -1214,8 +1375,7 @@ mod tests {
         extra.insert("sigma_max".into(), sv[0].into());
         writer.update_attributes(extra).expect("attributes");
         let report = serde_json::json!({"phases": {"tsqr": 1.5}, "ranks": 2});
-        let report_path = writer.write_report(&report).expect("report");
-        assert_eq!(report_path, out.join(REPORT_FILE));
+        writer.write_report(&report).expect("report");
         assert!(!out.exists(), "nothing visible under `out` before commit");
 
         drop(other);
@@ -1248,9 +1408,14 @@ mod tests {
         assert_eq!(attrs["algorithm"], "tsqr");
         assert_eq!(attrs["seed"], 42);
         assert_eq!(attrs["sigma_max"], 10.0);
-        let text = fs::read_to_string(out.join(REPORT_FILE)).expect("report.json");
-        let parsed: serde_json::Value = serde_json::from_str(&text).expect("json");
-        assert_eq!(parsed, report);
+        assert_eq!(attrs[REPORT_ATTRIBUTE], report);
+        // Every array's metadata inline in the root's: xarray opens it consolidated.
+        let root: serde_json::Value =
+            serde_json::from_slice(&fs::read(out.join("zarr.json")).unwrap()).unwrap();
+        let inline = &root["consolidated_metadata"]["metadata"];
+        for name in ["U", "S", "Vt", "explained_variance_ratio"] {
+            assert_eq!(inline[name]["node_type"], "array", "{name}: {root}");
+        }
 
         // zarr-python must read the same values.
         python_check(&out, &u_c, &sv, &vt_c, m, n, k);

@@ -2,7 +2,7 @@
 //!
 //! * [`group`]: the Zarr v3 result group (`U`, `S`, `Vt`, the report), written under a
 //!   temporary name by every rank and committed by one rename;
-//! * [`report`]: the run report (`--json`, `report.json`), one typed definition for every
+//! * [`report`]: the run report (`--json`, the group's `report` attribute), one typed definition for every
 //!   command;
 //! * [`gen_store`]: Zarr stores of generated matrices, written by every rank in parallel;
 //! * [`temporaries`]: the registry of temporary outputs, removed when a signal ends the
@@ -13,4 +13,4 @@ pub mod group;
 pub mod report;
 pub mod temporaries;
 
-pub use group::{read_f64_array, OutputError, OutputLayout, SvdOutput};
+pub use group::{read_f64_array, Dims, OutputError, OutputLayout, SvdOutput};

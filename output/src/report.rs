@@ -1,4 +1,4 @@
-//! The run report: what `--json` prints and the result group's `report.json` holds.
+//! The run report: what `--json` prints and the result group's `report` attribute holds.
 //!
 //! One definition serves every command. [`RunReport`] carries the fields every report has:
 //! the command, where and how it ran ([`RunInfo`], with the [`Provenance`] of the build and

@@ -274,6 +274,31 @@ def test_projection_reproduces_the_pca_and_the_command_line(tmp_path):
         rankwise.project(new, tmp_path / "nothing")
 
 
+def test_the_pca_group_opens_in_xarray_without_a_warning(tmp_path):
+    import warnings
+
+    import xarray as xr
+
+    run_cli("gen", "--out", "g.zarr", "--rows", "1500", "--cols", "90", "--chunk-rows", "500",
+            "--dist", "genotype", "--populations", "3", "--seed", str(SEED % 1000), cwd=tmp_path)
+    spec = str(tmp_path / "g.zarr") + ":call_dosage"
+    run_cli("pca", "--zarr", spec, "-k", "3", "--out", "o.zarr", cwd=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = xr.open_zarr(str(tmp_path / "o.zarr"))
+    assert ds["U"].dims == ("variants", "components")
+    assert ds["Vt"].dims == ("components", "samples")
+    assert ds["sample_pca_projection"].dims == ("samples", "components")
+    ids = xr.open_zarr(str(tmp_path / "g.zarr"), consolidated=False)["sample_id"].values
+    assert [str(x) for x in ds["sample_id"].values] == [str(x) for x in ids]
+    assert [str(x) for x in ds["variant_id"].values[:3]] == ["v0", "v1", "v2"]
+    s = ds["S"].values
+    np.testing.assert_allclose(ds["sample_pca_projection"].values, ds["Vt"].values.T * s)
+    np.testing.assert_allclose(ds["sample_pca_explained_variance"].values, s**2 / (90 - 1))
+    assert ds.attrs["report"]["command"] == "pca"
+    assert ds.attrs["report"]["converged"] in (True, False)
+
+
 # ---------------------------------------------------------------------------------------
 # Inputs read where they lie
 

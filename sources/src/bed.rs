@@ -410,6 +410,33 @@ impl GenotypeSource for BedGenotypes {
         self.bim_column(1, "variant ID (second column)", each)
     }
 
+    /// The fourth column (base-pair coordinate).
+    fn variant_positions(&self, each: &mut dyn FnMut(i64)) -> Result<bool, SourceError> {
+        let bim = &fileset(&self.bed)[1];
+        let mut bad = None;
+        let count = lines(bim, |no, line| {
+            match line.split_whitespace().nth(3).map(str::parse::<i64>) {
+                Some(Ok(p)) => each(p),
+                _ => {
+                    bad.get_or_insert(no);
+                }
+            }
+        })?;
+        let message = match bad {
+            Some(no) => format!("line {no} has no base-pair position (fourth column)"),
+            None if count != self.variants => format!(
+                "{count} variants now, {} when the fileset was opened",
+                self.variants
+            ),
+            None => return Ok(true),
+        };
+        Err(BedError::Format {
+            path: bim.clone(),
+            message,
+        }
+        .into())
+    }
+
     /// A1 (the fifth column, whose copies the dosages count) and A2 (the sixth).
     fn variant_alleles(&self, each: &mut dyn FnMut(&str, &str)) -> Result<bool, SourceError> {
         let bim = &fileset(&self.bed)[1];

@@ -193,6 +193,12 @@ pub trait GenotypeSource: Send + Sync {
         let _ = each;
         Ok(false)
     }
+    /// Passes each variant's position on its chromosome to `each`, in row order, and
+    /// returns `Ok(true)`; `Ok(false)`, calling nothing, when the source does not say.
+    fn variant_positions(&self, each: &mut dyn FnMut(i64)) -> Result<bool, SourceError> {
+        let _ = each;
+        Ok(false)
+    }
     /// Passes each variant's alleles to `each`, in row order, as `(counted, other)`: the
     /// allele whose copies the dosages count (a `.bim`'s fifth column, A1; a VCF's ALT),
     /// then the other (A2; REF). Returns `Ok(false)`, calling nothing, when the source

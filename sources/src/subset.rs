@@ -145,6 +145,10 @@ impl GenotypeSource for SampleSubset {
         self.inner.variant_alleles(each)
     }
 
+    fn variant_positions(&self, each: &mut dyn FnMut(i64)) -> Result<bool, SourceError> {
+        self.inner.variant_positions(each)
+    }
+
     // Selecting samples keeps every variant: `keep` with `chromosomes` selects by both.
     fn variant_chromosomes(&self, each: &mut dyn FnMut(&str)) -> Result<bool, SourceError> {
         self.inner.variant_chromosomes(each)

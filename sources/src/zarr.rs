@@ -2546,6 +2546,27 @@ impl GenotypeSource for VcfZarr {
         Ok(true)
     }
 
+    /// `variant_position`, where the store has it.
+    fn variant_positions(&self, each: &mut dyn FnMut(i64)) -> Result<bool, SourceError> {
+        if !self.location.has("variant_position")? {
+            return Ok(false);
+        }
+        let pos = ZarrArray::open_in(&self.location, "variant_position")?.read_integers()?;
+        if pos.len() as u64 != self.shape.0 {
+            return Err(ZarrError::Unsupported {
+                array: format!("{}:variant_position", self.path.display()),
+                message: format!(
+                    "has {} entries but call_genotype has {} variants",
+                    pos.len(),
+                    self.shape.0
+                ),
+            }
+            .into());
+        }
+        pos.into_iter().for_each(each);
+        Ok(true)
+    }
+
     /// `variant_allele[v][1]` (ALT, whose copies the dosages count) and
     /// `variant_allele[v][0]` (REF), where the store has it. A site of one allele has an
     /// empty ALT.

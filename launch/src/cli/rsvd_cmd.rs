@@ -29,7 +29,7 @@ use rankwise::genomics::projection::{
     variant_frequencies, write_weight_files, VariantInfo, WeightRows,
 };
 use rankwise::genomics::GenomicsError;
-use rankwise::output::group::{read_f64_rows, OutputLayout, SvdOutput};
+use rankwise::output::group::{read_f64_rows, Dims, OutputLayout, SvdOutput};
 use rankwise::output::report::{peak_rss_bytes, RankReport, RsvdBody, RsvdWork, RunReport};
 
 /// How the range is refined.
@@ -595,6 +595,11 @@ fn run_job(
                 } else {
                     Vec::new()
                 },
+                dims: if weighs(job, problem) {
+                    Dims::GENOTYPES
+                } else {
+                    Dims::MATRIX
+                },
                 attributes: serde_json::Map::from_iter([
                     ("source".to_string(), json!(problem.operand.describe())),
                     ("command".to_string(), json!(job.command)),
@@ -844,6 +849,11 @@ fn compute(
         if let Some(p) = &pca {
             o.write_vector("eigenvalues", &p.eigenvalues)?;
             o.write_vector("explained_variance_ratio", &p.explained)?;
+            if let Operand::Genotypes(g, _) = &problem.operand {
+                if weighs(job, problem) {
+                    write_identity(o, g.as_ref(), &result, p)?;
+                }
+            }
         }
         o.write_report(&report)?;
         if !job.is_pca() {
@@ -1035,6 +1045,64 @@ struct PcaFigures {
     eigenvalues: Vec<f64>,
     /// σᵢ² / ‖X‖_F².
     explained: Vec<f64>,
+}
+
+/// What names the rows and columns of a PCA's group, with sgkit's names: `sample_id`,
+/// `variant_id`, `variant_contig` (into `contig_id`) and `variant_position`, and the
+/// samples' scores `sample_pca_projection` (`V·Σ`), `sample_pca_explained_variance`
+/// (`σ²/(n − 1)`) and `sample_pca_explained_variance_ratio`.
+fn write_identity(
+    o: &SvdOutput,
+    g: &dyn GenotypeSource,
+    result: &RsvdResult,
+    p: &PcaFigures,
+) -> Result<(), CliError> {
+    let d = Dims::GENOTYPES;
+    let (m, n) = g.shape();
+    let chunk = o.layout().u_chunk_rows_stored();
+    let ids = g
+        .sample_ids()
+        .unwrap_or_else(|| (0..n).map(|j| format!("sample_{j}")).collect());
+    o.write_strings("sample_id", d.cols, &ids, n)?;
+    let info = VariantInfo::of(g).map_err(|e| CliError::Option {
+        option: "--out",
+        message: e.to_string(),
+    })?;
+    o.write_strings("variant_id", d.rows, &info.ids, chunk)?;
+    let mut contigs: Vec<String> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    let contig: Vec<i64> = info
+        .chromosomes
+        .iter()
+        .map(|c| {
+            *index.entry(c.clone()).or_insert_with(|| {
+                contigs.push(c.clone());
+                contigs.len() as i64 - 1
+            })
+        })
+        .collect();
+    o.write_strings("contig_id", "contigs", &contigs, contigs.len() as u64)?;
+    o.write_integers("variant_contig", d.rows, &contig, chunk)?;
+    let mut positions = Vec::with_capacity(m as usize);
+    if g.variant_positions(&mut |x| positions.push(x))? {
+        o.write_integers("variant_position", d.rows, &positions, chunk)?;
+    }
+    let scores = Array2::from_shape_fn((n as usize, result.s.len()), |(i, j)| {
+        result.wt[[j, i]] * result.s[j]
+    });
+    o.write_matrix(
+        "sample_pca_projection",
+        [d.cols, d.components],
+        scores.view(),
+    )?;
+    let explained: Vec<f64> = result
+        .s
+        .iter()
+        .map(|s| s * s / (n.max(2) - 1) as f64)
+        .collect();
+    o.write_vector("sample_pca_explained_variance", &explained)?;
+    o.write_vector("sample_pca_explained_variance_ratio", &p.explained)?;
+    Ok(())
 }
 
 fn pca_figures(r: &RsvdResult) -> PcaFigures {
