@@ -302,14 +302,7 @@ pub fn svd(
 ) -> Result<(linalg::SvdResult, LocalRows), Error> {
     let (source, transposed) = input.matrix()?;
     let (m, n) = source.shape();
-    let (panel_rows, rank_panels) = match input {
-        Input::Rows {
-            panel_rows,
-            rank_panels,
-            ..
-        } => (*panel_rows, rank_panels.clone()),
-        _ => (source.preferred_panel_rows(), None),
-    };
+    let (panel_rows, rank_panels) = panels_of(input, source.as_ref());
     let problem = linalg::SvdProblem {
         grid: exec::ChunkGrid::new(m, n, panel_rows)?,
         source,
@@ -321,16 +314,22 @@ pub fn svd(
     Ok((result, rows.finish()?))
 }
 
-fn rsvd_problem(input: &Input) -> Result<rankwise_linalg::RsvdProblem, Error> {
-    let (source, transposed) = input.matrix()?;
-    let (band, rank_panels) = match input {
+/// The panel rows of `input`, and how many panels each rank holds: what a matrix in memory
+/// was given (its rows stay on the rank that holds them), else the source's own panels.
+fn panels_of(input: &Input, source: &dyn sources::PanelSource) -> (u64, Option<Vec<usize>>) {
+    match input {
         Input::Rows {
             panel_rows,
             rank_panels,
             ..
         } => (*panel_rows, rank_panels.clone()),
         _ => (source.preferred_panel_rows(), None),
-    };
+    }
+}
+
+fn rsvd_problem(input: &Input) -> Result<rankwise_linalg::RsvdProblem, Error> {
+    let (source, transposed) = input.matrix()?;
+    let (band, rank_panels) = panels_of(input, source.as_ref());
     let mut problem = rankwise_linalg::RsvdProblem::dense(source, band)?;
     problem.transposed = transposed;
     problem.rank_panels = rank_panels;

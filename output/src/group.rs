@@ -754,6 +754,27 @@ impl SvdOutput {
         Ok(())
     }
 
+    /// Creates the 1-D array `name` of `len` values along `dim`, in chunks of `chunk`.
+    fn new_1d(
+        &self,
+        name: &str,
+        dim: &str,
+        len: usize,
+        chunk: u64,
+        data_type: impl Into<zarrs::array::builder::ArrayBuilderDataType>,
+        fill: impl Into<zarrs::array::builder::ArrayBuilderFillValue>,
+    ) -> Result<Array<FilesystemStore>, OutputError> {
+        check_name(name).map_err(|message| self.block_err(name, message))?;
+        let array = ArrayBuilder::new(vec![len as u64], vec![chunk], data_type, fill)
+            .dimension_names(Some([dim]))
+            .build(self.store.clone(), &format!("/{name}"))
+            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        array
+            .store_metadata()
+            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        Ok(array)
+    }
+
     /// Adds a 1-D array of UTF-8 strings `name` along dimension `dim` (Zarr v3 `string`,
     /// empty fill) and writes `values` in chunks of `chunk`. Call on one rank only.
     pub fn write_strings(
@@ -764,16 +785,8 @@ impl SvdOutput {
         chunk: u64,
     ) -> Result<(), OutputError> {
         let _writing = self.ensure_open()?;
-        check_name(name).map_err(|message| self.block_err(name, message))?;
-        let len = values.len() as u64;
-        let chunk = chunk.clamp(1, len.max(1));
-        let array = ArrayBuilder::new(vec![len], vec![chunk], data_type::string(), "")
-            .dimension_names(Some([dim]))
-            .build(self.store.clone(), &format!("/{name}"))
-            .map_err(|e| self.zarr_err(name, None, e.into()))?;
-        array
-            .store_metadata()
-            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        let chunk = chunk.clamp(1, values.len().max(1) as u64);
+        let array = self.new_1d(name, dim, values.len(), chunk, data_type::string(), "")?;
         for (i, part) in values.chunks(chunk as usize).enumerate() {
             let part: Vec<&str> = part.iter().map(String::as_str).collect();
             array
@@ -793,16 +806,8 @@ impl SvdOutput {
         chunk: u64,
     ) -> Result<(), OutputError> {
         let _writing = self.ensure_open()?;
-        check_name(name).map_err(|message| self.block_err(name, message))?;
-        let len = values.len() as u64;
-        let chunk = chunk.clamp(1, len.max(1));
-        let array = ArrayBuilder::new(vec![len], vec![chunk], data_type::int64(), 0i64)
-            .dimension_names(Some([dim]))
-            .build(self.store.clone(), &format!("/{name}"))
-            .map_err(|e| self.zarr_err(name, None, e.into()))?;
-        array
-            .store_metadata()
-            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        let chunk = chunk.clamp(1, values.len().max(1) as u64);
+        let array = self.new_1d(name, dim, values.len(), chunk, data_type::int64(), 0i64)?;
         for (i, part) in values.chunks(chunk as usize).enumerate() {
             array
                 .store_chunk_subset(&[i as u64], &first(part.len() as u64), part)
@@ -1197,6 +1202,28 @@ fn rename_no_replace(from: &Path, to: &Path) -> Result<(), OutputError> {
     fs::rename(from, to).map_err(rename_err)
 }
 
+/// Opens array `name` of the group at `group`, for reading; the error it gives for a
+/// later read names the group and the array too.
+fn open_for_reading(
+    group: &Path,
+    name: &str,
+) -> Result<(Array<FilesystemStore>, impl Fn(ZarrsError) -> OutputError), OutputError> {
+    let store = Arc::new(FilesystemStore::new(group).map_err(|e| OutputError::Io {
+        path: group.to_path_buf(),
+        op: "opening",
+        source: std::io::Error::other(e.to_string()),
+    })?);
+    let (path, array) = (group.to_path_buf(), name.to_string());
+    let zerr = move |e: ZarrsError| OutputError::Zarr {
+        path: path.clone(),
+        array: array.clone(),
+        chunk: String::new(),
+        source: e,
+    };
+    let a = Array::open(store, &format!("/{name}")).map_err(|e| zerr(Box::new(e)))?;
+    Ok((a, zerr))
+}
+
 /// Reads rows `rows` of an f64 array of a rankwise output group (1-D or 2-D, all its
 /// columns): the values in C (row-major) order. Where the group is large, callers read it a
 /// chunk of rows at a time.
@@ -1205,18 +1232,7 @@ pub fn read_f64_rows(
     name: &str,
     rows: std::ops::Range<u64>,
 ) -> Result<Vec<f64>, OutputError> {
-    let store = Arc::new(FilesystemStore::new(group).map_err(|e| OutputError::Io {
-        path: group.to_path_buf(),
-        op: "opening",
-        source: std::io::Error::other(e.to_string()),
-    })?);
-    let zerr = |e: ZarrsError| OutputError::Zarr {
-        path: group.to_path_buf(),
-        array: name.to_string(),
-        chunk: String::new(),
-        source: e,
-    };
-    let a = Array::open(store, &format!("/{name}")).map_err(|e| zerr(Box::new(e)))?;
+    let (a, zerr) = open_for_reading(group, name)?;
     let mut ranges = vec![rows];
     ranges.extend(a.shape().iter().skip(1).map(|&d| 0..d));
     let subset = zarrs::array::ArraySubset::new_with_ranges(&ranges);
@@ -1227,18 +1243,7 @@ pub fn read_f64_rows(
 /// Reads a whole f64 array of a rankwise output group: its shape and its values in C
 /// (row-major) order. For tests and tools that check results.
 pub fn read_f64_array(group: &Path, name: &str) -> Result<(Vec<u64>, Vec<f64>), OutputError> {
-    let store = Arc::new(FilesystemStore::new(group).map_err(|e| OutputError::Io {
-        path: group.to_path_buf(),
-        op: "open store",
-        source: std::io::Error::other(e.to_string()),
-    })?);
-    let zerr = |e: ZarrsError| OutputError::Zarr {
-        path: group.to_path_buf(),
-        array: name.to_string(),
-        chunk: String::new(),
-        source: e,
-    };
-    let a = Array::open(store, &format!("/{name}")).map_err(|e| zerr(Box::new(e)))?;
+    let (a, zerr) = open_for_reading(group, name)?;
     let v: Vec<f64> = a
         .retrieve_array_subset(&a.subset_all())
         .map_err(|e| zerr(Box::new(e)))?;

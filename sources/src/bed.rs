@@ -412,57 +412,29 @@ impl GenotypeSource for BedGenotypes {
 
     /// The fourth column (base-pair coordinate).
     fn variant_positions(&self, each: &mut dyn FnMut(i64)) -> Result<bool, SourceError> {
-        let bim = &fileset(&self.bed)[1];
-        let mut bad = None;
-        let count = lines(bim, |no, line| {
+        self.bim_lines("base-pair position (fourth column)", |line| {
             match line.split_whitespace().nth(3).map(str::parse::<i64>) {
-                Some(Ok(p)) => each(p),
-                _ => {
-                    bad.get_or_insert(no);
+                Some(Ok(p)) => {
+                    each(p);
+                    true
                 }
+                _ => false,
             }
-        })?;
-        let message = match bad {
-            Some(no) => format!("line {no} has no base-pair position (fourth column)"),
-            None if count != self.variants => format!(
-                "{count} variants now, {} when the fileset was opened",
-                self.variants
-            ),
-            None => return Ok(true),
-        };
-        Err(BedError::Format {
-            path: bim.clone(),
-            message,
-        }
-        .into())
+        })
     }
 
     /// A1 (the fifth column, whose copies the dosages count) and A2 (the sixth).
     fn variant_alleles(&self, each: &mut dyn FnMut(&str, &str)) -> Result<bool, SourceError> {
-        let bim = &fileset(&self.bed)[1];
-        let mut bad = None;
-        let count = lines(bim, |no, line| {
+        self.bim_lines("alleles (fifth and sixth columns)", |line| {
             let mut f = line.split_whitespace().skip(4);
             match (f.next(), f.next()) {
-                (Some(a1), Some(a2)) => each(a1, a2),
-                _ => {
-                    bad.get_or_insert(no);
+                (Some(a1), Some(a2)) => {
+                    each(a1, a2);
+                    true
                 }
+                _ => false,
             }
-        })?;
-        let message = match bad {
-            Some(no) => format!("line {no} has no alleles (fifth and sixth columns)"),
-            None if count != self.variants => format!(
-                "{count} variants now, {} when the fileset was opened",
-                self.variants
-            ),
-            None => return Ok(true),
-        };
-        Err(BedError::Format {
-            path: bim.clone(),
-            message,
-        }
-        .into())
+        })
     }
 
     fn variant_chromosomes(&self, each: &mut dyn FnMut(&str)) -> Result<bool, SourceError> {
@@ -485,13 +457,26 @@ impl BedGenotypes {
         what: &str,
         each: &mut dyn FnMut(Option<&str>),
     ) -> Result<bool, SourceError> {
+        self.bim_lines(what, |line| {
+            let field = line.split_whitespace().nth(column);
+            each(field);
+            field.is_some()
+        })
+    }
+
+    /// Passes every `.bim` line to `each`, which says whether the line has what it reads
+    /// (`what`): the first that does not is an error naming its line, as is a `.bim` whose
+    /// count of variants changed since the fileset was opened.
+    fn bim_lines(
+        &self,
+        what: &str,
+        mut each: impl FnMut(&str) -> bool,
+    ) -> Result<bool, SourceError> {
         let bim = &fileset(&self.bed)[1];
         let mut bad = None;
-        let count = lines(bim, |no, line| match line.split_whitespace().nth(column) {
-            Some(id) => each(Some(id)),
-            None => {
+        let count = lines(bim, |no, line| {
+            if !each(line) {
                 bad.get_or_insert(no);
-                each(None)
             }
         })?;
         let message = match bad {

@@ -2276,6 +2276,26 @@ pub struct VcfZarr {
 }
 
 impl VcfZarr {
+    /// `variant_allele`, where the store has it, checked to have a row per variant.
+    fn variant_allele_array(&self) -> Result<Option<ZarrArray>, SourceError> {
+        if !self.location.has("variant_allele")? {
+            return Ok(None);
+        }
+        let alleles = ZarrArray::open_in(&self.location, "variant_allele")?;
+        let shape = alleles.shape();
+        if shape.first() != Some(&self.shape.0) {
+            return Err(ZarrError::Unsupported {
+                array: format!("{}:variant_allele", self.path.display()),
+                message: format!(
+                    "has shape {shape:?} but call_genotype has {} variants",
+                    self.shape.0
+                ),
+            }
+            .into());
+        }
+        Ok(Some(alleles))
+    }
+
     /// Opens the VCF Zarr store at `path`.
     pub fn open(path: &Path) -> Result<VcfZarr, ZarrError> {
         let location = Location::of(path)?;
@@ -2526,21 +2546,9 @@ impl GenotypeSource for VcfZarr {
     /// The non-empty entries of each row of `variant_allele`, where the store has it
     /// (bio2zarr pads a variant's alleles with empty strings to the widest site's).
     fn variant_allele_counts(&self, each: &mut dyn FnMut(usize)) -> Result<bool, SourceError> {
-        if !self.location.has("variant_allele")? {
+        let Some(alleles) = self.variant_allele_array()? else {
             return Ok(false);
-        }
-        let alleles = ZarrArray::open_in(&self.location, "variant_allele")?;
-        let shape = alleles.shape();
-        if shape.first() != Some(&self.shape.0) {
-            return Err(ZarrError::Unsupported {
-                array: format!("{}:variant_allele", self.path.display()),
-                message: format!(
-                    "has shape {shape:?} but call_genotype has {} variants",
-                    self.shape.0
-                ),
-            }
-            .into());
-        }
+        };
         alleles
             .for_each_string_row(&mut |row| each(row.iter().filter(|a| !a.is_empty()).count()))?;
         Ok(true)
@@ -2571,21 +2579,9 @@ impl GenotypeSource for VcfZarr {
     /// `variant_allele[v][0]` (REF), where the store has it. A site of one allele has an
     /// empty ALT.
     fn variant_alleles(&self, each: &mut dyn FnMut(&str, &str)) -> Result<bool, SourceError> {
-        if !self.location.has("variant_allele")? {
+        let Some(alleles) = self.variant_allele_array()? else {
             return Ok(false);
-        }
-        let alleles = ZarrArray::open_in(&self.location, "variant_allele")?;
-        let shape = alleles.shape();
-        if shape.first() != Some(&self.shape.0) {
-            return Err(ZarrError::Unsupported {
-                array: format!("{}:variant_allele", self.path.display()),
-                message: format!(
-                    "has shape {shape:?} but call_genotype has {} variants",
-                    self.shape.0
-                ),
-            }
-            .into());
-        }
+        };
         alleles.for_each_string_row(&mut |row| {
             let at = |i: usize| row.get(i).map_or("", String::as_str);
             each(at(1), at(0))
