@@ -54,6 +54,7 @@ fn built() -> &'static Built {
                 "--target-dir",
             ])
             .arg(&target);
+        mpirun::without_cargo_test_env(&mut build);
         run(build);
         let mut install = Command::new("bash");
         install

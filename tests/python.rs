@@ -8,13 +8,16 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use rankwise_testkit::process::run_with_timeout;
+use rankwise_testkit::process::{run_with_timeout, without_cargo_test_env};
 
 #[test]
 fn the_python_package_passes_its_tests() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = root.join("target").join("python-venv");
-    let built = Command::new(root.join("scripts").join("python-venv.sh"))
+    let mut build = Command::new(root.join("scripts").join("python-venv.sh"));
+    // maturin runs cargo: without cargo's test variables, it reuses `make build`'s work.
+    without_cargo_test_env(&mut build);
+    let built = build
         .arg(&venv)
         .output()
         .expect("scripts/python-venv.sh runs");

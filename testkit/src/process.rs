@@ -344,3 +344,31 @@ pub fn mem_available() -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
+
+/// Removes from `cmd`'s environment what cargo sets for a test process (`CARGO_PKG_*`,
+/// `CARGO_MANIFEST_DIR`, `CARGO_CRATE_NAME`, …), for a test that runs a nested cargo build
+/// (or maturin). Build scripts watch some of them (ring's watches `CARGO_PKG_NAME` and
+/// `CARGO_MANIFEST_DIR`): inherited, they rerun it and recompile everything above it, once
+/// in the nested build and once more in the next plain one, about 3 minutes each on 2 cores.
+pub fn without_cargo_test_env(cmd: &mut Command) -> &mut Command {
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let set_for_tests = key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_BIN_")
+            || matches!(
+                key,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_MANIFEST_LINKS"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+                    | "OUT_DIR"
+            );
+        if set_for_tests {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
