@@ -645,7 +645,7 @@ struct SamplePcs {
     family_ids: Option<Vec<String>>,
     /// For the projection files: the genotypes (their variants' IDs and alleles), the
     /// variants that entered, k, and the rows per chunk of the group's `U`.
-    weights: Option<(Arc<dyn GenotypeSource>, u64, usize, u64)>,
+    weights: Option<(VariantInfo, u64, usize, u64)>,
 }
 
 fn finish_side_files(
@@ -717,12 +717,11 @@ fn finish_side_files(
             )
             .map_err(io)?;
             renames.push((tmp(&png_path), png_path.clone()));
-            if let Some((g, used, k, chunk)) = weights {
+            if let Some((info, used, k, chunk)) = weights {
                 let genomics = |e: GenomicsError| CliError::Option {
                     option: "--out",
                     message: e.to_string(),
                 };
-                let info = VariantInfo::of(g.as_ref()).map_err(genomics)?;
                 let group = o.0.temp_dir();
                 let read = |name: &str, rows: std::ops::Range<u64>| {
                     read_f64_rows(group, name, rows).map_err(|e| GenomicsError::File {
@@ -733,7 +732,7 @@ fn finish_side_files(
                 write_weight_files(
                     &tmp(&var_path),
                     &tmp(&afreq_path),
-                    &info,
+                    info,
                     *k,
                     *chunk,
                     *used,
@@ -838,6 +837,7 @@ fn compute(
         ranks,
         (start, elapsed),
     );
+    let mut variants = None;
     if let Some(o) = &output {
         if result.transposed {
             o.write_u_rows(0, result.wt.t())?;
@@ -851,7 +851,7 @@ fn compute(
             o.write_vector("explained_variance_ratio", &p.explained)?;
             if let Operand::Genotypes(g, _) = &problem.operand {
                 if weighs(job, problem) {
-                    write_identity(o, g.as_ref(), &result, p)?;
+                    variants = Some(write_identity(o, g.as_ref(), &result, p)?);
                 }
             }
         }
@@ -881,9 +881,10 @@ fn compute(
                     .or_else(|| family_ids.clone().filter(|f| fids_are_groups(f)))
                     .map(|names| indexed(&names)),
             };
-            let weights = match (&output, &problem.operand) {
-                (Some(o), Operand::Genotypes(g, _)) if weighs(job, problem) => Some((
-                    Arc::clone(g),
+            // The variants' IDs and alleles, read once for the group (on rank 0).
+            let weights = match (&output, variants) {
+                (Some(o), Some(info)) => Some((
+                    info,
                     result
                         .genotypes
                         .as_ref()
@@ -1050,13 +1051,14 @@ struct PcaFigures {
 /// What names the rows and columns of a PCA's group, with sgkit's names: `sample_id`,
 /// `variant_id`, `variant_contig` (into `contig_id`) and `variant_position`, and the
 /// samples' scores `sample_pca_projection` (`V·Σ`), `sample_pca_explained_variance`
-/// (`σ²/(n − 1)`) and `sample_pca_explained_variance_ratio`.
+/// (`σ²/(n − 1)`) and `sample_pca_explained_variance_ratio`. Returns the variants' IDs and
+/// alleles it read, for the weight files.
 fn write_identity(
     o: &SvdOutput,
     g: &dyn GenotypeSource,
     result: &RsvdResult,
     p: &PcaFigures,
-) -> Result<(), CliError> {
+) -> Result<VariantInfo, CliError> {
     let d = Dims::GENOTYPES;
     let (m, n) = g.shape();
     let chunk = o.layout().u_chunk_rows_stored();
@@ -1102,7 +1104,7 @@ fn write_identity(
         .collect();
     o.write_vector("sample_pca_explained_variance", &explained)?;
     o.write_vector("sample_pca_explained_variance_ratio", &p.explained)?;
-    Ok(())
+    Ok(info)
 }
 
 fn pca_figures(r: &RsvdResult) -> PcaFigures {
