@@ -161,7 +161,13 @@ pub fn install(rank: usize) -> std::io::Result<()> {
                             "rankwise: rank {rank} stopped by {name}{status}; {removed} \
                              temporary output(s) removed"
                         );
-                        std::process::exit(128 + sig);
+                        // `_exit`, not `exit`: the other threads are still running (an
+                        // actor may be inside a GEMM), and `exit`'s atexit handlers
+                        // (OpenBLAS's shutdown frees the buffers its threads use) could
+                        // crash one, so the run would end by SIGSEGV instead of 128 + sig.
+                        // stderr is unbuffered; nothing else is left to flush.
+                        // SAFETY: `_exit` is async-signal-safe and ends the process at once.
+                        unsafe { libc::_exit(128 + sig) };
                     }
                 })?;
             Ok(())
