@@ -1204,6 +1204,7 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
 fn layout_for(p: &SvdProblem, m: u64, n: u64, k: u64) -> OutputLayout {
     OutputLayout {
         row_vectors: Vec::new(),
+        row_matrices: Vec::new(),
         dims: rankwise::output::Dims::MATRIX,
         m,
         n,

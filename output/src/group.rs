@@ -180,6 +180,9 @@ pub struct OutputLayout {
     /// Names of 1-D f64 arrays of m values beside U, chunked as U (a PCA's per-variant
     /// allele frequencies), written with [`SvdOutput::write_row_vector`].
     pub row_vectors: Vec<String>,
+    /// Names of m × k f64 arrays beside U, chunked and named as U (a PCA's loadings),
+    /// written with [`SvdOutput::write_row_matrix`].
+    pub row_matrices: Vec<String>,
     /// The arrays' dimension names.
     pub dims: Dims,
 }
@@ -291,6 +294,8 @@ pub struct SvdOutput {
     vt: Array<FilesystemStore>,
     /// The layout's `row_vectors`.
     row_vectors: Vec<(String, Array<FilesystemStore>)>,
+    /// The layout's `row_matrices`.
+    row_matrices: Vec<(String, Array<FilesystemStore>)>,
     /// Set by [`SvdOutput::commit`]; later writes are refused.
     committed: AtomicBool,
 }
@@ -496,6 +501,16 @@ impl SvdOutput {
                 .map_err(|message| OutputError::Layout(format!("{name:?} {message}")))?;
             new_array(name, vec![m], vec![layout.u_chunk_rows_stored()], &[d.rows])?;
         }
+        for name in &layout.row_matrices {
+            check_name(name)
+                .map_err(|message| OutputError::Layout(format!("{name:?} {message}")))?;
+            new_array(
+                name,
+                vec![m, k],
+                vec![layout.u_chunk_rows_stored(), k],
+                &[d.rows, d.components],
+            )?;
+        }
         Self::open_existing(out, tmp, layout, store)
     }
 
@@ -570,6 +585,16 @@ impl SvdOutput {
                 ))
             })
             .collect::<Result<Vec<_>, OutputError>>()?;
+        let row_matrices = layout
+            .row_matrices
+            .iter()
+            .map(|name| {
+                Ok((
+                    name.clone(),
+                    open(name, [m, k], [layout.u_chunk_rows_stored(), k], 2)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, OutputError>>()?;
         Ok(SvdOutput {
             out: out.to_path_buf(),
             tmp: tmp.to_path_buf(),
@@ -579,6 +604,7 @@ impl SvdOutput {
             s,
             vt,
             row_vectors,
+            row_matrices,
             committed: AtomicBool::new(false),
         })
     }
@@ -604,19 +630,45 @@ impl SvdOutput {
     /// row m, so that every chunk is written whole by exactly one caller. May be
     /// called concurrently from several threads and ranks for disjoint blocks.
     pub fn write_u_rows(&self, row0: u64, block: ArrayView2<'_, f64>) -> Result<(), OutputError> {
+        self.write_rows(&self.u, "U", row0, block)
+    }
+
+    /// Writes rows `[row0, row0 + block.nrows())` of the layout's row matrix `name` (k
+    /// columns), with the alignment [`SvdOutput::write_u_rows`] asks for. Callable
+    /// concurrently for disjoint blocks.
+    pub fn write_row_matrix(
+        &self,
+        name: &str,
+        row0: u64,
+        block: ArrayView2<'_, f64>,
+    ) -> Result<(), OutputError> {
+        let Some((_, array)) = self.row_matrices.iter().find(|(n, _)| n == name) else {
+            return Err(self.block_err(name, "is not a row matrix of this layout".to_string()));
+        };
+        self.write_rows(array, name, row0, block)
+    }
+
+    /// Writes rows of an m × k array chunked as U.
+    fn write_rows(
+        &self,
+        array: &Array<FilesystemStore>,
+        name: &str,
+        row0: u64,
+        block: ArrayView2<'_, f64>,
+    ) -> Result<(), OutputError> {
         let _writing = self.ensure_open()?;
         let chunk = self.layout.u_chunk_rows_stored();
         let (rows, cols) = (block.nrows() as u64, block.ncols() as u64);
         if cols != self.layout.k {
             return Err(self.block_err(
-                "U",
+                name,
                 format!(
                     "block at row {row0} has {cols} columns, expected k = {}",
                     self.layout.k
                 ),
             ));
         }
-        self.check_aligned("U", "row", row0, rows, chunk, self.layout.m)?;
+        self.check_aligned(name, "row", row0, rows, chunk, self.layout.m)?;
         let mut r = 0u64;
         while r < rows {
             let global = row0 + r;
@@ -625,9 +677,9 @@ impl SvdOutput {
             let sub = block.slice(s![r as usize..(r + h) as usize, ..]);
             let data = sub.as_standard_layout();
             let values = to_c_vec(&data);
-            self.u
+            array
                 .store_chunk_subset(&[ci, 0], &[0..h, 0..cols], &values[..])
-                .map_err(|e| self.zarr_err("U", Some([ci, 0]), e.into()))?;
+                .map_err(|e| self.zarr_err(name, Some([ci, 0]), e.into()))?;
             r += h;
         }
         Ok(())
@@ -1287,6 +1339,7 @@ mod tests {
         attributes.insert("seed".into(), 42.into());
         OutputLayout {
             row_vectors: Vec::new(),
+            row_matrices: Vec::new(),
             dims: Dims::MATRIX,
             m,
             n,
@@ -1324,6 +1377,63 @@ mod tests {
     fn output_is_send_and_sync() {
         fn check<T: Send + Sync>() {}
         check::<SvdOutput>();
+    }
+
+    #[test]
+    fn row_vectors_and_matrices_sit_beside_u_with_its_chunks_and_dimensions() {
+        let scratch = Scratch::new("rowmatrices");
+        let out = scratch.0.join("pca.zarr");
+        let tmp = SvdOutput::temp_path(&out, "t");
+        let (m, n, k, cr) = (57u64, 11u64, 3u64, 20u64);
+        let mut l = layout(m, n, k, cr, n);
+        l.dims = Dims::GENOTYPES;
+        l.row_vectors = vec!["freq".into()];
+        l.row_matrices = vec!["loading".into()];
+        let o = SvdOutput::create(&out, &tmp, l.clone()).expect("create");
+        let second = SvdOutput::open(&out, &tmp, l).expect("a second rank opens it");
+        let a = Array2::from_shape_fn((m as usize, k as usize), |(i, j)| value(i as u64, j as u64));
+        o.write_row_matrix("loading", 0, a.slice(s![0..40, ..]))
+            .expect("first two chunks");
+        second
+            .write_row_matrix("loading", 40, a.slice(s![40.., ..]))
+            .expect("the ragged last chunk");
+        let f: Vec<f64> = (0..m).map(|i| i as f64 / 7.0).collect();
+        o.write_row_vector("freq", 0, &f).expect("vector");
+        // Names outside the layout, misaligned blocks and a wrong width are refused.
+        let e = o
+            .write_row_matrix("U2", 0, a.view())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("U2") && e.contains("not a row matrix"), "{e}");
+        let e = o
+            .write_row_matrix("loading", 5, a.slice(s![5..20, ..]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("loading") && e.contains("row 5"), "{e}");
+        let e = o
+            .write_row_matrix("loading", 0, a.slice(s![0..20, 0..2]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected k = 3"), "{e}");
+        drop(second);
+        o.commit().expect("commit");
+        let (shape, read) = read_all(&out, "loading");
+        assert_eq!(shape, vec![m, k]);
+        assert_bits_eq(&read, a.as_slice().unwrap());
+        assert_eq!(
+            read_f64_rows(&out, "loading", 40..57).unwrap(),
+            a.slice(s![40.., ..]).iter().copied().collect::<Vec<_>>()
+        );
+        let meta: serde_json::Value =
+            serde_json::from_slice(&fs::read(out.join("loading/zarr.json")).unwrap()).unwrap();
+        assert_eq!(
+            meta["dimension_names"],
+            serde_json::json!(["variants", "components"])
+        );
+        assert_eq!(
+            meta["chunk_grid"]["configuration"]["chunk_shape"],
+            serde_json::json!([20, 3])
+        );
     }
 
     #[test]

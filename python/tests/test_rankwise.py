@@ -295,6 +295,12 @@ def test_the_pca_group_opens_in_xarray_without_a_warning(tmp_path):
     s = ds["S"].values
     np.testing.assert_allclose(ds["sample_pca_projection"].values, ds["Vt"].values.T * s)
     np.testing.assert_allclose(ds["sample_pca_explained_variance"].values, s**2 / (90 - 1))
+    # sgkit's loadings: U scaled so that each component's squares sum to its variance.
+    loading = ds["sample_pca_loading"]
+    assert loading.dims == ("variants", "components")
+    np.testing.assert_allclose(loading.values, ds["U"].values * np.sqrt(s**2 / (90 - 1)))
+    np.testing.assert_allclose((loading.values**2).sum(axis=0),
+                               ds["sample_pca_explained_variance"].values)
     assert ds.attrs["report"]["command"] == "pca"
     assert ds.attrs["report"]["converged"] in (True, False)
 

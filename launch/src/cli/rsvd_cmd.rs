@@ -310,6 +310,9 @@ fn side_files(out: &Path) -> [PathBuf; 5] {
 /// (NaN for a variant that did not enter) and the number of calls.
 const FREQUENCY: &str = "variant_counted_allele_frequency";
 const CALLS: &str = "variant_call_count";
+/// sgkit's loadings, variants × components: `U` scaled by the square root of each
+/// component's explained variance, so a column's squares sum to that variance.
+const LOADING: &str = "sample_pca_loading";
 
 /// The factor sink of a PCA: `U`'s rows, and each variant's frequency and calls, read
 /// again from the panel's rows by the actor that owns them.
@@ -595,6 +598,11 @@ fn run_job(
                 } else {
                     Vec::new()
                 },
+                row_matrices: if weighs(job, problem) {
+                    vec![LOADING.to_string()]
+                } else {
+                    Vec::new()
+                },
                 dims: if weighs(job, problem) {
                     Dims::GENOTYPES
                 } else {
@@ -643,9 +651,23 @@ struct SamplePcs {
     sample_ids: Vec<String>,
     /// The `.fam`'s family IDs, for a PLINK fileset.
     family_ids: Option<Vec<String>>,
-    /// For the projection files: the genotypes (their variants' IDs and alleles), the
-    /// variants that entered, k, and the rows per chunk of the group's `U`.
-    weights: Option<(VariantInfo, u64, usize, u64)>,
+    /// For the projection files and the loadings.
+    weights: Option<Weighing>,
+}
+
+/// What rank 0 needs to write the projection files and the group's loadings, from the
+/// group's `U` and per-variant arrays.
+struct Weighing {
+    /// The variants' IDs and alleles.
+    info: VariantInfo,
+    /// The variants that entered.
+    used: u64,
+    /// Components.
+    k: usize,
+    /// Rows per chunk of the group's `U`.
+    chunk: u64,
+    /// Each component's `√(explained variance)`, the loadings' scale.
+    loading_scale: Vec<f64>,
 }
 
 fn finish_side_files(
@@ -717,7 +739,14 @@ fn finish_side_files(
             )
             .map_err(io)?;
             renames.push((tmp(&png_path), png_path.clone()));
-            if let Some((info, used, k, chunk)) = weights {
+            if let Some(Weighing {
+                info,
+                used,
+                k,
+                chunk,
+                loading_scale,
+            }) = weights
+            {
                 let genomics = |e: GenomicsError| CliError::Option {
                     option: "--out",
                     message: e.to_string(),
@@ -743,6 +772,14 @@ fn finish_side_files(
                             path: group.to_path_buf(),
                             message: e.to_string(),
                         })?;
+                        // The loadings are written from the same read of `U` (they need
+                        // Σ, which the actors writing `U` did not have yet).
+                        let scale = ndarray::ArrayView1::from(&loading_scale[..]);
+                        o.0.write_row_matrix(LOADING, rows.start, (&u * &scale).view())
+                            .map_err(|e| GenomicsError::File {
+                                path: group.to_path_buf(),
+                                message: e.to_string(),
+                            })?;
                         Ok(WeightRows {
                             u,
                             freq: read(FREQUENCY, rows.clone())?,
@@ -883,15 +920,19 @@ fn compute(
             };
             // The variants' IDs and alleles, read once for the group (on rank 0).
             let weights = match (&output, variants) {
-                (Some(o), Some(info)) => Some((
+                (Some(o), Some(info)) => Some(Weighing {
                     info,
-                    result
+                    used: result
                         .genotypes
                         .as_ref()
                         .map_or(0, |s| s.variants - s.variants_filtered),
-                    options.k,
-                    o.layout().u_chunk_rows_stored(),
-                )),
+                    k: options.k,
+                    chunk: o.layout().u_chunk_rows_stored(),
+                    loading_scale: explained_variance(&result, job.shape.1)
+                        .iter()
+                        .map(|v| v.sqrt())
+                        .collect(),
+                }),
                 _ => None,
             };
             Some(SamplePcs {
@@ -1097,14 +1138,22 @@ fn write_identity(
         [d.cols, d.components],
         scores.view(),
     )?;
-    let explained: Vec<f64> = result
+    o.write_vector(
+        "sample_pca_explained_variance",
+        &explained_variance(result, n),
+    )?;
+    o.write_vector("sample_pca_explained_variance_ratio", &p.explained)?;
+    Ok(info)
+}
+
+/// sgkit's (and scikit-learn's) explained variance of each component of `n` samples:
+/// `σ²/(n − 1)`.
+fn explained_variance(result: &RsvdResult, n: u64) -> Vec<f64> {
+    result
         .s
         .iter()
         .map(|s| s * s / (n.max(2) - 1) as f64)
-        .collect();
-    o.write_vector("sample_pca_explained_variance", &explained)?;
-    o.write_vector("sample_pca_explained_variance_ratio", &p.explained)?;
-    Ok(info)
+        .collect()
 }
 
 fn pca_figures(r: &RsvdResult) -> PcaFigures {
