@@ -249,6 +249,14 @@ down() {
         sleep 0.2
       done
     fi
+    # A step's slurmstepd outlives its job's end in squeue by a few seconds (measured: 2-4 s
+    # after a job ended by --signal) until slurmd reaps it: wait for the steps before
+    # stopping slurmd, so none is orphaned. (Another Slurm's steps on this machine only make
+    # this wait its 10 s.)
+    for _ in $(seq 100); do
+      grep -qsx slurmstepd /proc/[0-9]*/comm || break
+      sleep 0.1
+    done
   fi
   local stopping=()
   for name in slurmd slurmctld munged; do

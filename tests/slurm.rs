@@ -479,6 +479,33 @@ fn job_scripts_under_a_local_slurm_give_the_embedded_bits() {
         &pca_env(&missing, &dir.join("bad-out")),
     );
 
+    // A time limit: cpu.sbatch's `--signal=TERM@120` with `--time=1` sends every rank
+    // SIGTERM at slurmctld's first check (within about 30 s), long before a run of a flat
+    // spectrum to tol 1e-15 could end; each rank says where it stopped and removes its
+    // temporaries, and the job ends FAILED with 128 + SIGTERM instead of being killed.
+    let limited_out = dir.join("limited.zarr");
+    let limited = cluster.sbatch(
+        &dir,
+        "limited",
+        &repo().join("slurm/cpu.sbatch"),
+        &["--nodes=1", "--ntasks-per-node=2", "--time=1"],
+        &[
+            ("RANKWISE_BIN", bin.clone()),
+            ("RANKWISE_COMMAND", "rsvd".into()),
+            ("RANKWISE_ROWS", "2000000".into()),
+            ("RANKWISE_COLS", "400".into()),
+            ("RANKWISE_CHUNK_ROWS", "20000".into()),
+            ("RANKWISE_DIST", "normal".into()),
+            ("RANKWISE_SEED", seed.to_string()),
+            (
+                "RANKWISE_ARGS",
+                "-k 20 --tol 1e-15 --max-passes 10000".into(),
+            ),
+            ("RANKWISE_INFO", "0".into()),
+            ("RANKWISE_OUT", limited_out.display().to_string()),
+        ],
+    );
+
     // srun directly, while the jobs run: 4 ranks, 3 panels (one rank owns none).
     let srun_matrix = strings(&[
         "svd",
@@ -650,6 +677,41 @@ fn job_scripts_under_a_local_slurm_give_the_embedded_bits() {
     // --mem-per-cpu=500M × --cpus-per-task=2.
     assert_eq!(r["launch"]["memory_limit_bytes"], 1000u64 << 20, "{r}");
     assert_eq!(r["launch"]["cpus_per_task"], 2);
+
+    // The time-limited job.
+    let ended = cluster.wait(&limited);
+    eprintln!(
+        "time-limited job: {} after {:.2} s",
+        ended.state,
+        ended.elapsed.as_secs_f64()
+    );
+    assert_eq!(ended.state, "FAILED", "{}", ended.output);
+    assert_eq!(ended.exit_code, "143:0", "{}", ended.output);
+    for rank in 0..2 {
+        let line = ended
+            .output
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "rankwise: rank {rank} stopped by SIGTERM in pass "
+                ))
+            })
+            .unwrap_or_else(|| {
+                panic!("rank {rank} did not say where it stopped\n{}", ended.output)
+            });
+        assert!(
+            line.contains(" (of at most 10000) of rsvd k = 20; ")
+                && line.ends_with("temporary output(s) removed"),
+            "{line}"
+        );
+    }
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("limited.zarr"))
+        .collect();
+    assert!(left.is_empty(), "the time-limited job left {left:?}");
 
     cluster.down();
     eprintln!("all in {:.1} s", start.elapsed().as_secs_f64());
