@@ -204,6 +204,76 @@ impl PanelSource for RowsInPlace {
     }
 }
 
+/// How a matrix whose row blocks the ranks hold in rank order (rank 0 the first rows)
+/// splits into panels that never span two ranks: what [`rows_in_place`] and the C
+/// library agree on from every rank's row count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowBlocks {
+    /// Rows of the whole matrix.
+    pub rows: u64,
+    /// Rows of a panel.
+    pub panel_rows: u64,
+    /// This rank's first row.
+    pub row0: u64,
+    /// Panels each rank holds, in rank order.
+    pub rank_panels: Vec<usize>,
+}
+
+impl RowBlocks {
+    /// From every rank's row count (`rows_per_rank`, in rank order) and the panel rows
+    /// requested (0: [`panel_rows`]' choice), for rank `me`. Refuses, naming `a`, a
+    /// matrix that is not tall (rows ≥ columns ≥ 1) or whose rows overflow, and, naming
+    /// `panel_rows`, a rank before the last whose rows are not a multiple of the panel
+    /// rows.
+    pub fn agree(
+        rows_per_rank: &[u64],
+        cols: u64,
+        panel_rows_requested: u64,
+        me: usize,
+    ) -> Result<RowBlocks, Error> {
+        let m = rows_per_rank
+            .iter()
+            .try_fold(0u64, |s, &r| s.checked_add(r))
+            .ok_or_else(|| Error::Parameter {
+                parameter: "a",
+                message: "the ranks' rows overflow a 64-bit count".into(),
+            })?;
+        if m < cols || cols == 0 {
+            return Err(Error::Parameter {
+                parameter: "a",
+                message: format!(
+                    "the ranks hold {m} rows of {cols} columns: the matrix must be tall \
+                     (rows ≥ columns ≥ 1); pass the transpose"
+                ),
+            });
+        }
+        let p = panel_rows(panel_rows_requested, rows_per_rank, cols);
+        if let Some((rank, r)) = rows_per_rank[..rows_per_rank.len() - 1]
+            .iter()
+            .enumerate()
+            .find(|(_, &r)| r % p != 0)
+        {
+            return Err(Error::Parameter {
+                parameter: "panel_rows",
+                message: format!(
+                    "rank {rank} holds {r} rows, not a multiple of the panel rows {p}: a \
+                     panel never spans two ranks, so every rank but the last holds a \
+                     multiple of the panel rows"
+                ),
+            });
+        }
+        Ok(RowBlocks {
+            rows: m,
+            panel_rows: p,
+            row0: rows_per_rank[..me.min(rows_per_rank.len())].iter().sum(),
+            rank_panels: rows_per_rank
+                .iter()
+                .map(|&r| r.div_ceil(p) as usize)
+                .collect(),
+        })
+    }
+}
+
 /// The rows of a panel, by the rule of the C library's header: the greatest common divisor
 /// of the row counts of every rank but the last (so that no panel spans two ranks), or its
 /// largest divisor whose panel fits [`DEFAULT_PANEL_BYTES`] but is not shorter than the
@@ -295,33 +365,12 @@ pub unsafe fn rows_in_place(
         }
         counts.push(word(b, 1));
     }
-    let m: u64 = counts.iter().sum();
-    if m < cols as u64 || cols == 0 {
-        return Err(Error::Parameter {
-            parameter: "a",
-            message: format!(
-                "the ranks hold {m} rows of {cols} columns: the matrix must be tall (rows ≥ \
-                 columns ≥ 1); pass the transpose"
-            ),
-        });
-    }
-    let p = panel_rows(panel_rows_requested, &counts, cols as u64);
-    if let Some((rank, r)) = counts[..counts.len() - 1]
-        .iter()
-        .enumerate()
-        .find(|(_, &r)| r % p != 0)
-    {
-        return Err(Error::Parameter {
-            parameter: "panel_rows",
-            message: format!(
-                "rank {rank} holds {r} rows, not a multiple of the panel rows {p}: a panel \
-                 never spans two ranks"
-            ),
-        });
-    }
-    let me = rt.rank();
-    let row0: u64 = counts[..me].iter().sum();
-    let rank_panels = counts.iter().map(|&r| r.div_ceil(p) as usize).collect();
+    let RowBlocks {
+        rows: m,
+        panel_rows: p,
+        row0,
+        rank_panels,
+    } = RowBlocks::agree(&counts, cols as u64, panel_rows_requested, rt.rank())?;
     // SAFETY: the caller's promise, passed on.
     let (source, lease) = unsafe { RowsInPlace::new(ptr, rows, cols, strides, row0, m)? };
     Ok((
@@ -587,6 +636,31 @@ pub unsafe fn calls_in_place(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn row_blocks_agree_on_panels_and_name_what_is_wrong() {
+        let b = RowBlocks::agree(&[40, 40, 17], 5, 0, 1).unwrap();
+        assert_eq!(
+            b,
+            RowBlocks {
+                rows: 97,
+                panel_rows: 40,
+                row0: 40,
+                rank_panels: vec![1, 1, 1],
+            }
+        );
+        let b = RowBlocks::agree(&[40, 40, 17], 5, 20, 2).unwrap();
+        assert_eq!((b.row0, b.rank_panels), (80, vec![2, 2, 1]));
+        let e = RowBlocks::agree(&[40, 30, 17], 5, 20, 0).unwrap_err();
+        assert_eq!(e.parameter(), Some("panel_rows"));
+        assert!(e.to_string().contains("rank 1 holds 30 rows"), "{e}");
+        let e = RowBlocks::agree(&[2, 1], 5, 0, 0).unwrap_err();
+        assert_eq!(e.parameter(), Some("a"));
+        assert!(e.to_string().contains("3 rows of 5 columns"), "{e}");
+        let e = RowBlocks::agree(&[u64::MAX, 2], 5, 0, 0).unwrap_err();
+        assert!(e.to_string().contains("overflow"), "{e}");
+        assert!(RowBlocks::agree(&[10], 0, 0, 0).is_err());
+    }
     use super::*;
 
     #[test]

@@ -16,7 +16,7 @@ use crate::args::{check_local, Call, CapiError, Layout, Method};
 use crate::matrix::view_mut;
 use crate::*;
 use rankwise::host_mpi::HostMpiError;
-use rankwise::memory::RowsInPlace;
+use rankwise::memory::{RowBlocks, RowsInPlace};
 use rankwise::transports::announce_failure;
 
 /// The library's checks of MPI and of the caller's communicator, as this library's errors.
@@ -94,13 +94,6 @@ fn agreement(status: rankwise_status, c: &Call) -> [i64; AGREE] {
         tol,
         max_passes,
     ]
-}
-
-/// The panel rows to use: `requested`, or the default described in the header (the
-/// library's rule, [`rankwise::memory::panel_rows`]).
-fn panel_rows(requested: i64, rows: &[i64], cols: i64) -> i64 {
-    let rows: Vec<u64> = rows.iter().map(|&r| r as u64).collect();
-    rankwise::memory::panel_rows(requested.max(0) as u64, &rows, cols as u64) as i64
 }
 
 /// A caller's output buffer, shared by the actors that write its disjoint rows.
@@ -197,44 +190,28 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
         }
     }
     let me = dup.rank() as usize;
-    let rows: Vec<i64> = all.iter().map(|a| a[1]).collect();
-    let m: i64 = rows
-        .iter()
-        .try_fold(0i64, |s, &r| s.checked_add(r))
-        .ok_or_else(|| CapiError::Inconsistent {
-            arg: "rows_local",
-            message: "the global row count overflows int64_t".into(),
-        })?;
+    // Every rank's row count was checked non-negative by check_local before it gave
+    // status 0, so the conversion is exact.
+    let rows: Vec<u64> = all.iter().map(|a| a[1] as u64).collect();
     let cols = c.cols;
-    if m < cols {
-        return Err(CapiError::Inconsistent {
-            arg: "rows_local",
-            message: format!(
-                "the ranks hold {m} rows of {cols} columns: rankwise decomposes tall \
-                 matrices (rows ≥ columns); pass the transpose"
-            ),
-        });
-    }
-    let p = panel_rows(c.panel_rows, &rows, cols);
-    if let Some((rank, r)) = rows[..size - 1]
-        .iter()
-        .enumerate()
-        .find(|(_, &r)| r % p != 0)
-    {
-        return Err(CapiError::Inconsistent {
-            arg: "panel_rows",
-            message: format!(
-                "rank {rank} holds {r} rows, not a multiple of the panel rows {p}: a panel \
-                 never spans two ranks, so every rank but the last must hold a multiple of \
-                 panel_rows rows"
-            ),
-        });
-    }
-    let row0: i64 = rows[..me].iter().sum();
-    let rank_panels: Vec<usize> = rows
-        .iter()
-        .map(|&r| (r as u64).div_ceil(p as u64) as usize)
-        .collect();
+    // The library's agreement on panels, its parameters named as the header names them.
+    let RowBlocks {
+        rows: m,
+        panel_rows: p,
+        row0,
+        rank_panels,
+    } = RowBlocks::agree(&rows, cols as u64, c.panel_rows.max(0) as u64, me).map_err(|e| {
+        let arg = match e.parameter() {
+            Some("panel_rows") => "panel_rows",
+            _ => "rows_local",
+        };
+        let message = match e {
+            rankwise::Error::Parameter { message, .. } => message,
+            other => other.to_string(),
+        };
+        CapiError::Inconsistent { arg, message }
+    })?;
+    let (m, p, row0) = (m as i64, p as i64, row0 as i64);
     let grid = ChunkGrid::new(m as u64, cols as u64, p as u64)
         .map_err(|e| CapiError::Internal(e.to_string()))?;
 
