@@ -2783,18 +2783,26 @@ mod tests {
         let n = 200_003usize;
         let u8s: Vec<u8> = (0..n).map(|i| ((i * 7919 + 13) % 256) as u8).collect();
         let i8s: Vec<i8> = u8s.iter().map(|&x| x as i8).collect();
-        let i16s: Vec<i16> = (0..n).map(|i| ((i * 104_729) % 65_536) as u16 as i16).collect();
+        let i16s: Vec<i16> = (0..n)
+            .map(|i| ((i * 104_729) % 65_536) as u16 as i16)
+            .collect();
         let cases: Vec<(Vec<PanelValues>, f64)> = vec![
             (
-                u8s.chunks(4099).map(|c| PanelValues::U8(c.to_vec())).collect(),
+                u8s.chunks(4099)
+                    .map(|c| PanelValues::U8(c.to_vec()))
+                    .collect(),
                 u8s.iter().map(|&x| x as i64).sum::<i64>() as f64,
             ),
             (
-                i8s.chunks(77).map(|c| PanelValues::I8(c.to_vec())).collect(),
+                i8s.chunks(77)
+                    .map(|c| PanelValues::I8(c.to_vec()))
+                    .collect(),
                 i8s.iter().map(|&x| x as i64).sum::<i64>() as f64,
             ),
             (
-                i16s.chunks(1 << 16).map(|c| PanelValues::I16(c.to_vec())).collect(),
+                i16s.chunks(1 << 16)
+                    .map(|c| PanelValues::I16(c.to_vec()))
+                    .collect(),
                 i16s.iter().map(|&x| x as i64).sum::<i64>() as f64,
             ),
         ];
