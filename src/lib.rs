@@ -94,6 +94,7 @@ pub use rankwise_exec::{Runtime, RuntimeConfig};
 pub use rankwise_linalg::{Convergence, Method, Precision, RsvdOptions, RsvdResult};
 
 pub use rankwise_device as device;
+pub use rankwise_device::DeviceChoice;
 pub use rankwise_exec as exec;
 pub use rankwise_genomics as genomics;
 pub use rankwise_linalg as linalg;
@@ -167,7 +168,8 @@ pub struct World {
 }
 
 impl World {
-    /// One rank in this process, with actors on this machine's NUMA domains (and GPUs).
+    /// One rank in this process, with actors on this machine's NUMA domains (GPU actors
+    /// with [`World::device`]).
     pub fn embedded() -> World {
         World {
             config: RuntimeConfig::default(),
@@ -196,6 +198,15 @@ impl World {
     /// Whether actor threads are pinned to their cores (default: yes).
     pub fn pin(mut self, pin: bool) -> World {
         self.config.pin = pin;
+        self
+    }
+
+    /// Where the actors compute (default [`DeviceChoice::Cpu`]): `Gpu` gives the rank one
+    /// actor per GPU it is given and is an error, naming what is missing, where CUDA,
+    /// cuBLAS, NVRTC or a device is; `Auto` uses GPUs where all are present, else the CPUs
+    /// (the command line's `--device auto`).
+    pub fn device(mut self, device: DeviceChoice) -> World {
+        self.config.device = device;
         self
     }
 

@@ -403,13 +403,14 @@ def _bytes(v) -> Optional[int]:
     return int(float(num) * units[unit])
 
 
-def _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
+def _world(comm, actors, threads_per_actor, memory_per_actor, pin, device, endpoint_url,
            io_concurrency, io_retries) -> dict:
     w = {
         "actors": actors,
         "threads_per_actor": threads_per_actor,
         "memory_per_actor": _bytes(memory_per_actor),
         "pin": pin,
+        "device": device,
         "endpoint_url": endpoint_url,
         "io_concurrency": io_concurrency,
         "io_retries": io_retries,
@@ -505,6 +506,9 @@ _WORLD_DOC = """
         memory_per_actor: the budget of each actor, bytes or a size ("4GiB"); a plan
             that needs more is refused before any work.
         pin: pin actor threads to their cores (default True).
+        device: "cpu" (the default), "gpu" (one actor per GPU; an error naming what is
+            missing where there is none) or "auto" (GPUs where CUDA, cuBLAS, NVRTC and a
+            device are all present, else the CPUs, as the command line's default).
         endpoint_url, io_concurrency, io_retries: object-store settings for URLs.
         progress: a callable given a dict every half second, True (a tqdm bar), or
             None (log lines on the "rankwise" logger at INFO)."""
@@ -512,7 +516,8 @@ _WORLD_DOC = """
 
 def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
         actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
-        memory_per_actor=None, pin: Optional[bool] = None, endpoint_url: Optional[str] = None,
+        memory_per_actor=None, pin: Optional[bool] = None, device: Optional[str] = None,
+        endpoint_url: Optional[str] = None,
         io_concurrency: Optional[int] = None, io_retries: Optional[int] = None,
         progress=None) -> SVDResult:
     """The exact SVD of ``a`` by TSQR: every singular value, ``U`` and ``Vᵀ``.
@@ -524,8 +529,8 @@ def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
             pass), in ``report``.
         panel_rows: rows per panel (default: the stored chunks; 8 MiB panels in memory).
     """
-    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
-                   io_concurrency, io_retries)
+    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
+                   endpoint_url, io_concurrency, io_retries)
     with _matrix_input(a, comm) as inp:
         out = _call("svd", inp.source, {"check": check, "panel_rows": panel_rows}, world, None,
                     progress)
@@ -537,7 +542,8 @@ def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = N
          precision: str = "auto", seed: int = 0, probes: int = 4,
          require_converged: bool = False, panel_rows: Optional[int] = None, comm=None,
          actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
-         memory_per_actor=None, pin: Optional[bool] = None, endpoint_url: Optional[str] = None,
+         memory_per_actor=None, pin: Optional[bool] = None, device: Optional[str] = None,
+        endpoint_url: Optional[str] = None,
          io_concurrency: Optional[int] = None, io_retries: Optional[int] = None,
          progress=None) -> SVDResult:
     """The rank-``k`` randomized SVD of ``a``, with each component's residual.
@@ -561,8 +567,8 @@ def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = N
         seed: seed of the random test matrix (``rankwise rsvd --sketch-seed``).
         probes: Gaussian probes of the error estimate (0: none).
     """
-    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
-                   io_concurrency, io_retries)
+    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
+                   endpoint_url, io_concurrency, io_retries)
     options = {
         "k": k, "oversample": oversample, "power_iters": power_iters, "method": method,
         "tol": tol, "max_passes": max_passes, "precision": precision, "seed": seed,
@@ -584,7 +590,8 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         require_converged: bool = False, panel_rows: Optional[int] = None,
         sample_ids: Optional[Sequence[str]] = None, weights=None, comm=None,
         actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
-        memory_per_actor=None, pin: Optional[bool] = None, endpoint_url: Optional[str] = None,
+        memory_per_actor=None, pin: Optional[bool] = None, device: Optional[str] = None,
+        endpoint_url: Optional[str] = None,
         io_concurrency: Optional[int] = None, io_retries: Optional[int] = None,
         progress=None) -> PCAResult:
     """The genotype PCA of ``source``, as ``plink2 --pca`` computes it: each variant
@@ -608,8 +615,8 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
             ``plink2 --pca var-wts``), ``PREFIX.afreq`` and ``PREFIX.eigenval`` there, what
             :func:`project` and ``plink2 --score`` read to project new samples.
     """
-    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
-                   io_concurrency, io_retries)
+    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
+                   endpoint_url, io_concurrency, io_retries)
     src, ids = _genotype_input(source)
     if sample_ids is not None:
         ids = [str(s) for s in sample_ids]
@@ -648,7 +655,7 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
 def project(source, pca, *, panel_rows: Optional[int] = None,
             sample_ids: Optional[Sequence[str]] = None, comm=None,
             actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
-            memory_per_actor=None, pin: Optional[bool] = None,
+            memory_per_actor=None, pin: Optional[bool] = None, device: Optional[str] = None,
             endpoint_url: Optional[str] = None, io_concurrency: Optional[int] = None,
             io_retries: Optional[int] = None, progress=None) -> ProjectionResult:
     """The PCs of the samples of ``source`` on the axes of an earlier PCA, as
@@ -663,8 +670,8 @@ def project(source, pca, *, panel_rows: Optional[int] = None,
         panel_rows: variants per panel.
         sample_ids: the samples' IDs, for a numpy array of dosages.
     """
-    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, endpoint_url,
-                   io_concurrency, io_retries)
+    world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
+                   endpoint_url, io_concurrency, io_retries)
     src, ids = _genotype_input(source)
     if sample_ids is not None:
         ids = [str(s) for s in sample_ids]

@@ -259,6 +259,12 @@ fn parse_world(w: &Bound<'_, PyDict>) -> PyResult<WorldArgs> {
     if let Some(p) = get::<bool>(w, "pin", &mut used)? {
         world = world.pin(p);
     }
+    if let Some(d) = get::<String>(w, "device", &mut used)? {
+        let choice = d
+            .parse::<rankwise::DeviceChoice>()
+            .map_err(|message| value_error("device", message))?;
+        world = world.device(choice);
+    }
     let comm = get::<i32>(w, "comm", &mut used)?;
     // Each call's settings start from the process's defaults (the environment's), not
     // from the last call's: an `endpoint_url` given once does not stay.

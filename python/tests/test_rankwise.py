@@ -425,6 +425,37 @@ def test_each_exception_type(tmp_path):
     assert e.value.cause == "input"
 
 
+def _has_gpu() -> bool:
+    return any(n.startswith("nvidia") and n[6:].isdigit() for n in os.listdir("/dev"))
+
+
+def test_device_picks_where_actors_compute():
+    r = rng(95)
+    a = r.standard_normal((20_000, 30)) @ np.diag(0.8 ** np.arange(30))
+    cpu = rankwise.rsvd(a, 4, seed=3)
+    same = rankwise.rsvd(a, 4, seed=3, device="cpu")
+    np.testing.assert_array_equal(same.s, cpu.s)
+    np.testing.assert_array_equal(same.u, cpu.u)
+    with pytest.raises(ValueError, match="`device`.*not one of cpu, gpu, auto"):
+        rankwise.rsvd(a, 4, device="tpu")
+    auto = rankwise.rsvd(a, 4, seed=3, device="auto")
+    if _has_gpu():
+        # GPU actors: the same components to the tolerance, not the same bits.
+        gpu = rankwise.rsvd(a, 4, seed=3, device="gpu")
+        for res in (auto, gpu):
+            np.testing.assert_allclose(res.s, cpu.s, rtol=1e-8)
+            assert res.converged
+    else:
+        # Without a GPU, auto falls back to the CPU actors, and gpu says what is missing.
+        np.testing.assert_array_equal(auto.s, cpu.s)
+        with pytest.raises(rankwise.RankwiseError, match="`device` gpu needs") as e:
+            rankwise.svd(a, device="gpu")
+        assert "`device` cpu" in str(e.value), str(e.value)
+    # pca and project take it too.
+    d = r.integers(0, 3, size=(600, 40)).astype(np.int8)
+    np.testing.assert_array_equal(rankwise.pca(d, 3, device="cpu").pcs, rankwise.pca(d, 3).pcs)
+
+
 # ---------------------------------------------------------------------------------------
 # A good extension: the GIL, Ctrl-C, the wheel
 
