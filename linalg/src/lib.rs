@@ -26,7 +26,7 @@ pub mod gpu;
 pub mod kernels;
 mod layout;
 pub mod reads;
-pub mod reduce;
+mod reduce;
 pub mod rsvd;
 mod skinny;
 pub mod svd;
@@ -34,7 +34,7 @@ pub mod svd;
 mod testing;
 pub mod tiles;
 pub mod tree;
-pub mod variants;
+mod variants;
 
 pub use kernels::{blas_library, init_blas_threads, PanelFactor};
 pub use reads::ReadTotals;
