@@ -24,6 +24,7 @@ packages=(
   libpmix-dev       # libpmix.so, which srun's pmix plugin loads to start Debian's OpenMPI ranks
   shellcheck        # lints slurm/ and scripts/ (tests/slurm.rs)
   plink2            # PLINK 2: writes the .bed filesets of tests/plink.rs and checks our PCA; benches/plink.sh
+  iproute2          # ip and tc: the namespace nodes of tools/netns-cluster.sh (tests/multinode.rs)
 )
 if [ "${RANKWISE_EXTRA_PACKAGES:-}" != "" ]; then
   read -r -a extra <<<"$RANKWISE_EXTRA_PACKAGES"

@@ -1,0 +1,352 @@
+//! Ranks on several nodes: two network namespaces of this machine, each with its own
+//! address and hostname, linked through a bridge (`tools/netns-cluster.sh`). `mpirun`
+//! starts its daemons in them through the script, so Open MPI and UCX see two hosts and
+//! talk over TCP between them: the results must have the bits of the embedded run, the
+//! report must name each rank's node, and losing a node (its ranks killed, or its link cut)
+//! must end every other rank with a message instead of a hang.
+//!
+//! Needs root (network and UTS namespaces), as the Slurm tests do.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::mpirun::{run_with_timeout, RunOutput};
+use common::{embedded, rankwise_bin, scratch, strings, test_seed};
+use rankwise::output::group::read_f64_array;
+use serde_json::Value;
+
+/// Node names (`rwt1`, `rwt2`) and subnet: not the script's defaults, so a cluster a user
+/// brought up by hand is left alone.
+const PREFIX: &str = "rwt";
+const NET: &str = "10.78.0";
+
+/// How long one run may take before the test gives up on it.
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/netns-cluster.sh")
+}
+
+fn cluster_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(script());
+    cmd.args(args)
+        .env("RANKWISE_NETNS_PREFIX", PREFIX)
+        .env("RANKWISE_NETNS_NET", NET);
+    cmd
+}
+
+/// The two nodes; dropping them (also while a failed check unwinds) removes them.
+struct Nodes;
+
+impl Nodes {
+    fn up() -> Nodes {
+        // Nodes left by a run of this test that was killed before its teardown.
+        let _ = run_with_timeout(cluster_command(&["down"]), Duration::from_secs(30));
+        let run = run_with_timeout(cluster_command(&["up", "2"]), Duration::from_secs(30));
+        assert!(
+            run.success(),
+            "tools/netns-cluster.sh up failed: network namespaces cannot be made here (this \
+             test needs root)\n{}",
+            run.describe()
+        );
+        Nodes
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        let run = run_with_timeout(cluster_command(&["down"]), Duration::from_secs(30));
+        if !run.success() {
+            eprintln!("tools/netns-cluster.sh down failed:\n{}", run.describe());
+        }
+    }
+}
+
+/// `mpirun` of 2 ranks on each node running `rankwise args…` (rank 0 and 1 on the first).
+fn on_nodes(args: &[String], env: &[(&str, &str)]) -> Command {
+    let setup = run_with_timeout(cluster_command(&["mpirun-args"]), Duration::from_secs(10));
+    setup.assert_success();
+    let mut cmd = Command::new("mpirun");
+    cmd.args(setup.stdout.split_whitespace()).args([
+        "--host",
+        &format!("{PREFIX}1:2,{PREFIX}2:2"),
+        "-np",
+        "4",
+        "--bind-to",
+        "none",
+    ]);
+    // The ranks' environment: daemons started through the agent pass on only what `-x`
+    // names (and Open MPI's own variables).
+    for (key, value) in env {
+        cmd.arg("-x").arg(format!("{key}={value}"));
+    }
+    cmd.arg(rankwise_bin()).args(args);
+    for (key, value) in [
+        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+        ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
+        ("OMPI_MCA_mpi_yield_when_idle", "1"),
+        ("OMPI_MCA_pml", "ob1"),
+        ("OMPI_MCA_btl_base_warn_component_unused", "0"),
+    ] {
+        cmd.env(key, value);
+    }
+    cmd
+}
+
+fn report(run: &RunOutput) -> Value {
+    // The report is the last thing on stdout, after any log lines of UCX.
+    let at = run
+        .stdout
+        .find("\n{")
+        .map(|i| i + 1)
+        .or_else(|| run.stdout.starts_with('{').then_some(0))
+        .unwrap_or_else(|| panic!("no JSON report\n{}", run.describe()));
+    serde_json::from_str(&run.stdout[at..]).unwrap_or_else(|e| panic!("{e}\n{}", run.describe()))
+}
+
+fn assert_same_arrays(got: &Path, reference: &Path, names: &[&str], what: &str) {
+    for name in names {
+        let (gs, gv) = read_f64_array(got, name).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (rs, rv) = read_f64_array(reference, name).unwrap();
+        assert_eq!(gs, rs, "{what}: shape of {name}");
+        let differ = gv
+            .iter()
+            .zip(&rv)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            differ, 0,
+            "{what}: {differ} values of {name} differ in their bits"
+        );
+    }
+}
+
+#[test]
+fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
+    let start = Instant::now();
+    let dir = scratch("multinode");
+    let seed = test_seed().to_string();
+    let nodes = Nodes::up();
+
+    let cases: Vec<(&str, Vec<String>, &[&str])> = vec![
+        (
+            "svd",
+            strings(&[
+                "svd",
+                "--rows",
+                "24000",
+                "--cols",
+                "40",
+                "--chunk-rows",
+                "1500",
+                "--seed",
+                &seed,
+            ]),
+            &["S", "U", "Vt"],
+        ),
+        (
+            "rsvd",
+            strings(&[
+                "rsvd",
+                "--rows",
+                "30000",
+                "--cols",
+                "60",
+                "--chunk-rows",
+                "2000",
+                "--dist",
+                "normal",
+                "-k",
+                "5",
+                "--seed",
+                &seed,
+            ]),
+            &["S", "U", "Vt", "residuals"],
+        ),
+        (
+            "pca",
+            strings(&[
+                "pca",
+                "--rows",
+                "6000",
+                "--cols",
+                "120",
+                "--chunk-rows",
+                "500",
+                "--populations",
+                "3",
+                "-k",
+                "4",
+                "--seed",
+                &seed,
+            ]),
+            &["S", "U", "Vt", "eigenvalues"],
+        ),
+    ];
+    for (name, args, arrays) in &cases {
+        let reference = dir.join(format!("{name}-embedded.zarr"));
+        let mut a = args.clone();
+        a.extend(strings(&["--out", reference.to_str().unwrap()]));
+        embedded(&a).assert_success();
+        for transport in ["mpi", "ucx"] {
+            let out = dir.join(format!("{name}-{transport}.zarr"));
+            let mut a = args.clone();
+            a.extend(strings(&[
+                "--transport",
+                transport,
+                "--json",
+                "--out",
+                out.to_str().unwrap(),
+            ]));
+            // UCX names the transport of each endpoint it configures.
+            let run = run_with_timeout(on_nodes(&a, &[("UCX_LOG_LEVEL", "info")]), LIMIT);
+            let what = format!("{name} over {transport} on 2 nodes × 2 ranks");
+            assert!(run.success(), "{what}\n{}", run.describe());
+            let r = report(&run);
+            assert_eq!(r["ranks"], 4, "{what}: {r}");
+            assert_eq!(r["transport"], transport, "{what}");
+            let hosts: Vec<&str> = r["per_rank"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{what}: no per_rank in {r}"))
+                .iter()
+                .map(|x| x["hostname"].as_str().unwrap_or(""))
+                .collect();
+            let (n1, n2) = (format!("{PREFIX}1"), format!("{PREFIX}2"));
+            assert_eq!(hosts, [&n1, &n1, &n2, &n2], "{what}: each rank's node");
+            if transport == "ucx" {
+                // Between the nodes, UCX goes over TCP on the node's own interface.
+                // (UCX logs on stdout.)
+                assert!(
+                    run.stdout.contains("tcp/eth0"),
+                    "{what}: no UCX endpoint over tcp/eth0\n{}",
+                    run.describe()
+                );
+            }
+            assert_same_arrays(&out, &reference, arrays, &what);
+            eprintln!("{what}: the embedded bits");
+        }
+    }
+
+    // Losing a node: a long run, then node 2's ranks killed, or node 2's link cut.
+    let long = strings(&[
+        "rsvd",
+        "--rows",
+        "400000",
+        "--cols",
+        "200",
+        "--chunk-rows",
+        "10000",
+        "--dist",
+        "normal",
+        "-k",
+        "10",
+        "--tol",
+        "1e-15",
+        "--max-passes",
+        "10000",
+        "--comm-timeout",
+        "20",
+    ]);
+    let node2 = format!("{PREFIX}2");
+    let ranks_on = |node: &str| -> Vec<i32> {
+        let out = Command::new("ip")
+            .args(["netns", "pids", node])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .filter(|p: &i32| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.trim() == "rankwise")
+            })
+            .collect()
+    };
+    let all_ranks = || [ranks_on(&format!("{PREFIX}1")), ranks_on(&node2)].concat();
+    for (fault, act) in [
+        ("node 2's ranks killed", "kill"),
+        ("node 2's link cut", "cut"),
+    ] {
+        let mut cmd = on_nodes(&long, &[]);
+        cmd.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        // mpirun's stderr, read as it comes (it also carries the ranks').
+        let pipe = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut text = String::new();
+            let mut pipe = pipe;
+            let _ = pipe.read_to_string(&mut text);
+            text
+        });
+        // Until node 2's ranks run and a few passes have gone by.
+        let waited = Instant::now();
+        while ranks_on(&node2).len() < 2 || waited.elapsed() < Duration::from_secs(3) {
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "{fault}: node 2's ranks never started"
+            );
+            if let Ok(Some(s)) = child.try_wait() {
+                panic!("{fault}: the run ended ({s}) before the fault");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let at = Instant::now();
+        if act == "kill" {
+            for p in ranks_on(&node2) {
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+        } else {
+            run_with_timeout(cluster_command(&["cut", &node2]), LIMIT).assert_success();
+        }
+        // Every rank ends: by the launcher's word, or by its own --comm-timeout (20 s) where
+        // the launcher cannot reach node 2 either.
+        while !all_ranks().is_empty() {
+            if at.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!(
+                    "{fault}: ranks still running 60 s after it: {:?}",
+                    all_ranks()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let ended = at.elapsed();
+        if act == "cut" {
+            // mpirun itself waits on its daemon of node 2 until it hears from it again.
+            run_with_timeout(cluster_command(&["mend", &node2]), LIMIT).assert_success();
+        }
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if at.elapsed() > Duration::from_secs(120) {
+                let _ = child.kill();
+                panic!("{fault}: mpirun did not end within 120 s of it");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let stderr = reader.join().unwrap();
+        eprintln!(
+            "{fault}: every rank ended {:.1} s after it, mpirun {:.1} s after it\n{stderr}",
+            ended.as_secs_f64(),
+            at.elapsed().as_secs_f64()
+        );
+        assert!(!status.success(), "{fault}: the run succeeded\n{stderr}");
+        // The message names what was lost: a rank of node 2, or node 2 itself.
+        assert!(
+            ["rank 2", "rank 3", &node2]
+                .iter()
+                .any(|w| stderr.contains(w)),
+            "{fault}: no message names rank 2, rank 3 or {node2}\n{stderr}"
+        );
+    }
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("all in {:.1} s", start.elapsed().as_secs_f64());
+}
