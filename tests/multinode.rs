@@ -217,6 +217,34 @@ fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
                 .collect();
             let (n1, n2) = (format!("{PREFIX}1"), format!("{PREFIX}2"));
             assert_eq!(hosts, [&n1, &n1, &n2, &n2], "{what}: each rank's node");
+            // Every rank's traffic, per phase and in all: what the ranks sent, they received.
+            let ranks = r["per_rank"].as_array().unwrap();
+            let total = |key: &str| -> u64 {
+                ranks
+                    .iter()
+                    .map(|x| {
+                        x["comm"][key]
+                            .as_u64()
+                            .unwrap_or_else(|| panic!("{what}: {x}"))
+                    })
+                    .sum()
+            };
+            assert_eq!(total("bytes_sent"), total("bytes_received"), "{what}: {r}");
+            assert_eq!(total("messages_sent"), total("messages_received"), "{what}");
+            for x in ranks {
+                assert!(x["comm"]["messages_sent"].as_u64() > Some(0), "{what}: {x}");
+                let phases = x["timings"]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{what}: {x}"));
+                let in_phases: u64 = phases
+                    .iter()
+                    .map(|p| p["comm"]["bytes_sent"].as_u64().unwrap())
+                    .sum();
+                assert!(
+                    in_phases > 0 && in_phases <= x["comm"]["bytes_sent"].as_u64().unwrap(),
+                    "{what}: the phases' traffic against the rank's: {x}"
+                );
+            }
             if transport == "ucx" {
                 // Between the nodes, UCX goes over TCP on the node's own interface.
                 // (UCX logs on stdout.)

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::unbounded;
-use rankwise_transports::Comm;
+use rankwise_transports::{Comm, CommCounts, Counted};
 
 use crate::actor::{Actor, ActorSpec};
 use crate::grid::{ActorKind, ActorShape, World};
@@ -223,7 +223,8 @@ pub(crate) fn available_memory() -> Option<u64> {
 
 /// One rank of a rankwise job.
 pub struct Runtime {
-    comm: Box<dyn Comm>,
+    /// The transport, counting what it carries ([`Runtime::comm_counts`]).
+    comm: Counted,
     actors: Vec<Actor>,
     world: World,
     progress: Arc<Progress>,
@@ -316,7 +317,7 @@ impl Runtime {
             }
         }
         Ok(Runtime {
-            comm,
+            comm: Counted::new(comm),
             actors,
             world,
             progress: Arc::default(),
@@ -329,7 +330,13 @@ impl Runtime {
     pub fn into_comm(self) -> Box<dyn Comm> {
         let Runtime { comm, actors, .. } = self;
         drop(actors);
-        comm
+        comm.into_inner()
+    }
+
+    /// What this rank's transport has carried since the runtime was made: messages and
+    /// bytes each way, and the seconds its receives waited.
+    pub fn comm_counts(&self) -> CommCounts {
+        self.comm.counts()
     }
 
     /// This rank's progress, for a display (the drivers and [`Runtime::map`] update it).
@@ -344,7 +351,7 @@ impl Runtime {
 
     /// The transport.
     pub fn comm(&self) -> &dyn Comm {
-        self.comm.as_ref()
+        &self.comm
     }
 
     /// This rank's number.

@@ -1468,7 +1468,7 @@ fn summary_text(rt: &Runtime, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, elapse
     }
     let _ = writeln!(s, "phases (rank 0):");
     for t in &r.timings {
-        let _ = writeln!(s, "  {:<40} {:>10}", t.phase, seconds(t.seconds));
+        let _ = writeln!(s, "{}", crate::report::phase_line(t));
     }
     if r.gpu_qrs + r.gpu_node_qrs > 0 {
         let _ = writeln!(

@@ -12,6 +12,25 @@ pub fn seconds(s: f64) -> String {
     }
 }
 
+/// One line of a summary's phases: the name, the time and, where the rank's transport
+/// carried anything in the phase, its messages and bytes each way and the time its
+/// receives waited.
+pub fn phase_line(t: &rankwise::linalg::PhaseTiming) -> String {
+    let mut line = format!("  {:<40} {:>10}", t.phase, seconds(t.seconds));
+    let c = &t.comm;
+    if !c.is_empty() {
+        line.push_str(&format!(
+            "   {} msg out ({}), {} in ({}), {} waiting",
+            c.messages_sent,
+            rankwise::exec::format_bytes(c.bytes_sent),
+            c.messages_received,
+            rankwise::exec::format_bytes(c.bytes_received),
+            seconds(c.wait_seconds)
+        ));
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -45,7 +45,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use cudarc::cublas::{CudaBlas, Gemm};
 
@@ -61,7 +60,7 @@ use crate::kernels::{qr, small_svd, stack_rows, Keep, PanelFactor};
 use crate::reads::{
     read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading, DEFAULT_SEGMENT_BYTES,
 };
-use crate::svd::{FactorSink, PhaseTiming};
+use crate::svd::{Clock, FactorSink, PhaseTiming};
 use crate::tiles::{
     Operand, Packing, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer, TILE_COLS,
     TILE_ROWS,
@@ -981,7 +980,7 @@ pub fn rsvd(
     let w_sums = || Arc::new(PartialSums::new(tree.owners().to_vec(), comm.rank()));
     let limit = fused_condition_limit(options.precision);
     let mut projections = Vec::new();
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let omega = Arc::new(gaussian(n, l + r, options.seed));
     let prec = options.precision;
     let mut fused_w = fuse.then(w_sums);
@@ -993,13 +992,13 @@ pub fn rsvd(
     variants_left(&problem.operand, &stats, m)?;
     let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
     timings.push(phase(&format!("pass 1: produce panels + A·Ω{also_w}"), t));
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let mut root_r = orthonormalize(rt, &ctx, &tree, &mut states, false)?;
     timings.push(phase("orthonormalize (TSQR)", t));
 
     let mut predicted = None;
     for it in 1..=q {
-        let t = Instant::now();
+        let t = Clock::start(rt);
         // `Z = orth(AᵀQ)`, and below it in one more row, cond(AᵀQ): the next `Y = A·Z` has
         // about the same condition number (`Z` spans the dominant right singular vectors
         // found so far, and `A` maps them to vectors of about those lengths).
@@ -1028,7 +1027,7 @@ pub fn rsvd(
         how.predicted = predicted;
         projections.push(how);
         predicted = fuse.then_some(next);
-        let t = Instant::now();
+        let t = Clock::start(rt);
         // Fused only when the next sketch promises to be well enough conditioned (a fused
         // projection that falls back has computed `AᵀY` for nothing), and not for block
         // Krylov's last projection, of the whole basis orthonormalized after this pass.
@@ -1049,7 +1048,7 @@ pub fn rsvd(
         timings.push(phase(&format!("iteration {it}: A·Z{also_w} + orth"), t));
     }
     if krylov && q > 0 {
-        let t = Instant::now();
+        let t = Clock::start(rt);
         for st in states.iter_mut().flatten() {
             let blocks: Vec<_> = st.basis.iter().map(|b| b.view()).collect();
             let cat = ndarray::concatenate(ndarray::Axis(1), &blocks)
@@ -1063,7 +1062,7 @@ pub fn rsvd(
 
     // Last pass: B = QᵀA (or R⁻ᵀ·YᵀA, summed in the last range pass), its SVD on the root,
     // broadcast.
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let basis = plan.basis;
     let w = gaussian(n, l + r, options.seed)
         .slice(s![.., l..])
@@ -1113,14 +1112,14 @@ pub fn rsvd(
     }
 
     // U = Q·U_B, kept for the residual check, and the probe residuals.
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let (leaves, states) = form_u(rt, states, ub, &s_k, vtw, r, None)?;
     let probe_sq = tree.sum_all(comm, leaves, (1, r))?;
     timings.push(phase("form U + error probes", t));
 
     // The residual check: one more pass, `A·V`, against `U·Σ`. `Aᵀuᵢ = σᵢvᵢ` holds by
     // construction (`U = Q·U_B` and `QᵀA = B`), so `‖Avᵢ − σᵢuᵢ‖` is the residual left.
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let v = Arc::new(wt.t().as_standard_layout().into_owned());
     let (states, _) = range_pass(rt, &ctx, states, v, k, false, prec, None)?;
     let (residuals, _) = residual_pass(rt, &tree, states, &s_k, sink)?;
@@ -1370,11 +1369,8 @@ fn relative(x: f64, s1: f64) -> f64 {
     }
 }
 
-fn phase(name: &str, t: Instant) -> PhaseTiming {
-    PhaseTiming {
-        phase: name.into(),
-        seconds: t.elapsed().as_secs_f64(),
-    }
+fn phase(name: &str, t: Clock<'_>) -> PhaseTiming {
+    t.phase(name.to_string())
 }
 
 /// The Gaussian test matrix `n × w` (row-major) of `seed`, the same on every rank.

@@ -223,13 +223,53 @@ pub struct CheckReport {
     pub v_orthogonality: f64,
 }
 
-/// Wall time of one phase on this rank.
+/// Wall time of one phase on this rank, and what its transport carried meanwhile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PhaseTiming {
     /// Phase name.
     pub phase: String,
     /// Seconds.
     pub seconds: f64,
+    /// Messages and bytes this rank sent and received in the phase, and the seconds its
+    /// receives waited.
+    #[serde(default)]
+    pub comm: rankwise_transports::CommCounts,
+}
+
+/// The start of a phase: its time and the transport's counts then.
+pub(crate) struct Clock<'a> {
+    rt: &'a Runtime,
+    t: Instant,
+    c: rankwise_transports::CommCounts,
+}
+
+impl<'a> Clock<'a> {
+    /// Starts timing a phase on `rt`.
+    pub(crate) fn start(rt: &'a Runtime) -> Clock<'a> {
+        Clock {
+            rt,
+            t: Instant::now(),
+            c: rt.comm_counts(),
+        }
+    }
+
+    /// Seconds and traffic since the start.
+    pub(crate) fn lap(&self) -> (f64, rankwise_transports::CommCounts) {
+        (
+            self.t.elapsed().as_secs_f64(),
+            self.rt.comm_counts().since(&self.c),
+        )
+    }
+
+    /// The phase `name`, from the start until now.
+    pub(crate) fn phase(&self, name: String) -> PhaseTiming {
+        let (seconds, comm) = self.lap();
+        PhaseTiming {
+            phase: name,
+            seconds,
+            comm,
+        }
+    }
 }
 
 /// The result on one rank.
@@ -417,7 +457,7 @@ pub fn svd(
     let on_device = DeviceSource::of(&crate::tiles::Operand::Dense(Arc::clone(&problem.source)));
 
     // Pass 1: panel factors.
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let inputs: Vec<Vec<usize>> = my_actors.iter().map(|a| a.1.clone().collect()).collect();
     let source = Arc::clone(&problem.source);
     let (gpus, work1, on_device1) = (gpus_all.clone(), Arc::clone(&work), on_device.clone());
@@ -479,13 +519,10 @@ pub fn svd(
             }
         }
     }
-    timings.push(PhaseTiming {
-        phase: "pass 1: produce panels + panel QR".into(),
-        seconds: t.elapsed().as_secs_f64(),
-    });
+    timings.push(t.phase("pass 1: produce panels + panel QR".into()));
 
     // The tree: R factors up, node Q factors kept where they were formed.
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let tree = Tree::new(&plan.placement.owner);
     let mut node_q: HashMap<(usize, usize), (usize, Array2<f64>)> = HashMap::new();
     // The rank's nodes go to its first GPU with cuSOLVER when they are wide enough.
@@ -515,13 +552,10 @@ pub fn svd(
         node_q.insert((level, j), (ka, q));
         Ok(r)
     })?;
-    timings.push(PhaseTiming {
-        phase: "tree: reduce R factors".into(),
-        seconds: t.elapsed().as_secs_f64(),
-    });
+    timings.push(t.phase("tree: reduce R factors".into()));
 
     // SVD of the root's R on its owner, broadcast to all.
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let root_owner = tree.root_owner();
     let mut packed = Vec::new();
     let mut u_r = None;
@@ -541,26 +575,20 @@ pub fn svd(
     }
     let s = packed[..k].to_vec();
     let wt = decode(root_owner, &packed[k..])?;
-    timings.push(PhaseTiming {
-        phase: "SVD of R + broadcast".into(),
-        seconds: t.elapsed().as_secs_f64(),
-    });
+    timings.push(t.phase("SVD of R + broadcast".into()));
 
     // Push U_R down the tree.
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let c = tree.down(comm, u_r, |level, j, c| {
         let (ka, q) = node_q
             .remove(&(level, j))
             .ok_or(LinalgError::Tree { level, node: j })?;
         Ok((q.slice(s![..ka, ..]).dot(&c), q.slice(s![ka.., ..]).dot(&c)))
     })?;
-    timings.push(PhaseTiming {
-        phase: "tree: push down U_R".into(),
-        seconds: t.elapsed().as_secs_f64(),
-    });
+    timings.push(t.phase("tree: push down U_R".into()));
 
     // Pass 2: rows of the distributed factor, and the checks.
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let mut c = c;
     let mut inputs2 = Vec::with_capacity(my_actors.len());
     for a in &my_actors {
@@ -653,18 +681,19 @@ pub fn svd(
             stats.insert(p, r?);
         }
     }
-    timings.push(PhaseTiming {
-        phase: if check {
-            "pass 2: form U + checks"
-        } else {
-            "pass 2: form U"
-        }
-        .into(),
-        seconds: t.elapsed().as_secs_f64(),
-    });
+    timings.push(
+        t.phase(
+            if check {
+                "pass 2: form U + checks"
+            } else {
+                "pass 2: form U"
+            }
+            .into(),
+        ),
+    );
 
     let check = if check {
-        let t = Instant::now();
+        let t = Clock::start(rt);
         let total = tree.sum_all(comm, stats, (1, 2 + k * k))?;
         let rel = if total[[0, 1]] > 0.0 {
             (total[[0, 0]] / total[[0, 1]]).sqrt()
@@ -683,10 +712,7 @@ pub fn svd(
         for ((i, j), v) in vtv.indexed_iter() {
             v_orth = v_orth.max((v - if i == j { 1.0 } else { 0.0 }).abs());
         }
-        timings.push(PhaseTiming {
-            phase: "checks: reduce".into(),
-            seconds: t.elapsed().as_secs_f64(),
-        });
+        timings.push(t.phase("checks: reduce".into()));
         Some(CheckReport {
             relative_residual: rel,
             u_orthogonality: u_orth,

@@ -107,6 +107,10 @@ pub struct RankReport<W> {
     pub actors: Vec<String>,
     /// Its peak resident set size, where the OS tells.
     pub peak_rss_bytes: Option<u64>,
+    /// What its transport carried until the report was gathered: messages and bytes each
+    /// way, and the seconds its receives waited (the phases give the same per phase).
+    #[serde(default)]
+    pub comm: rankwise_transports::CommCounts,
     /// The command's figures of this rank.
     #[serde(flatten)]
     pub work: W,
@@ -120,6 +124,7 @@ impl<W: Serialize + DeserializeOwned> RankReport<W> {
             hostname: hostname(),
             actors: rt.actors().iter().map(|a| a.spec().device()).collect(),
             peak_rss_bytes: peak_rss_bytes(),
+            comm: rt.comm_counts(),
             work,
         }
     }
@@ -369,6 +374,7 @@ mod tests {
                 hostname: "h".into(),
                 actors: vec!["cpu numa0 cores 0,1".into()],
                 peak_rss_bytes: Some(42),
+                comm: Default::default(),
                 work: work.clone(),
             }],
         };

@@ -16,12 +16,14 @@
 
 use std::time::Duration;
 
+mod counted;
 mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi_comm;
 #[cfg(feature = "ucx")]
 pub mod ucx_comm;
 
+pub use counted::{CommCounts, Counted};
 pub use local::{LocalComm, LocalWorld};
 #[cfg(feature = "mpi")]
 pub use mpi_comm::MpiComm;

@@ -176,6 +176,7 @@ pub(super) fn read_command(
             hostname: r.hostname,
             actors: r.actors,
             peak_rss_bytes: r.peak_rss_bytes,
+            comm: r.comm,
             work: ReadFigures {
                 read,
                 seconds: r.work.seconds,

@@ -1419,7 +1419,7 @@ fn summary_text(
     }
     let _ = writeln!(s, "phases (rank 0):");
     for t in &r.timings {
-        let _ = writeln!(s, "  {:<40} {:>10}", t.phase, seconds(t.seconds));
+        let _ = writeln!(s, "{}", crate::report::phase_line(t));
     }
     let (m, n) = problem.operand.shape();
     let flops = gemm_flops(m, n, options, r.passes);

@@ -65,6 +65,7 @@ use super::*;
 use crate::kernels::fix_signs;
 use ndarray::ArrayView2;
 use ndarray_linalg::Eigh;
+use rankwise_transports::CommCounts;
 
 /// Everything [`super::rsvd`] set up before the passes.
 pub(super) struct Run<'a, 't> {
@@ -496,6 +497,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
     let mut pass_precisions = Vec::new();
     let mut stats = None;
     let (mut gram_time, mut root_time) = (0.0, 0.0);
+    let (mut gram_comm, mut root_comm) = (CommCounts::default(), CommCounts::default());
     let mut gram_passes = 0;
     let bad = || LinalgError::Message { peer: root };
     let mut after_check = false;
@@ -527,7 +529,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         let operand = decode(root, &cmd[2..])?;
         pass_precisions.push(precision);
         let first = stats.is_none();
-        let t = Instant::now();
+        let t = Clock::start(rt);
         let sums = Arc::new(PartialSums::new(tree.owners().to_vec(), comm.rank()));
         let check = kind == CHECK;
         let width = operand.ncols();
@@ -569,9 +571,11 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
                 st.y = None;
                 st.probes = None;
             }
-            gram_time += t.elapsed().as_secs_f64();
+            let (dt, dc) = t.lap();
+            gram_time += dt;
+            gram_comm.add(&dc);
             gram_passes += 1;
-            let t = Instant::now();
+            let t = Clock::start(rt);
             cmd = match (&mut it, gs) {
                 // A float32 pass whose sums overflowed (values beyond about 1e18 square
                 // past float32's range): the same pass again in float64, and float64 from
@@ -599,7 +603,9 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
                 _ => Vec::new(),
             };
 
-            root_time += t.elapsed().as_secs_f64();
+            let (dt, dc) = t.lap();
+            root_time += dt;
+            root_comm.add(&dc);
             continue;
         }
         let root_r = orthonormalize(rt, &ctx, tree, &mut states, false)?;
@@ -614,12 +620,14 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             ),
             t,
         ));
-        let t = Instant::now();
+        let t = Clock::start(rt);
         cmd = match (&mut it, gs, root_r) {
             (Some(it), Some(gx), Some(r)) => it.checked(gx, r, &w)?,
             _ => Vec::new(),
         };
-        root_time += t.elapsed().as_secs_f64();
+        let (dt, dc) = t.lap();
+        root_time += dt;
+        root_comm.add(&dc);
         after_check = true;
     };
     timings.insert(
@@ -627,11 +635,13 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         PhaseTiming {
             phase: format!("LOBPCG: {gram_passes} passes of AᵀA·S"),
             seconds: gram_time,
+            comm: gram_comm,
         },
     );
     timings.push(PhaseTiming {
         phase: "Rayleigh–Ritz steps on the root".into(),
         seconds: root_time,
+        comm: root_comm,
     });
 
     // The result: σ, U_R, Vᵀ, VᵀW, the residuals, why it stopped, the history.
@@ -661,7 +671,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
     }
 
     // U = Q·U_R, the probe residuals, and U to the sink.
-    let t = Instant::now();
+    let t = Clock::start(rt);
     let (leaves, _) = form_u(rt, states, ur, &s_k, vtw, r, sink)?;
     let probe_sq = tree.sum_all(comm, leaves, (1, r))?;
     timings.push(phase("form U + error probes", t));
