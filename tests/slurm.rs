@@ -192,6 +192,18 @@ impl Cluster {
         }
     }
 
+    /// Waits for `job`, which must end FAILED, and says how long it took.
+    fn wait_failed(&self, job: &Job, what: &str) -> Ended {
+        let ended = self.wait(job);
+        eprintln!(
+            "{what}: {} after {:.2} s",
+            ended.state,
+            ended.elapsed.as_secs_f64()
+        );
+        assert_eq!(ended.state, "FAILED", "{what}\n{}", ended.output);
+        ended
+    }
+
     /// Stops the cluster and checks that none of its processes is left.
     fn down(mut self) {
         let daemons = self.daemons();
@@ -540,13 +552,7 @@ fn job_scripts_under_a_local_slurm_give_the_embedded_bits() {
 
     // The wrong input ends FAILED within seconds, rankwise's error in the output file, and
     // leaves no output directory.
-    let ended = cluster.wait(&bad);
-    eprintln!(
-        "failing job: {} after {:.2} s",
-        ended.state,
-        ended.elapsed.as_secs_f64()
-    );
-    assert_eq!(ended.state, "FAILED", "{}", ended.output);
+    let ended = cluster.wait_failed(&bad, "failing job");
     assert_ne!(ended.exit_code, "0:0");
     assert!(
         ended.elapsed < Duration::from_secs(20),
@@ -679,13 +685,7 @@ fn job_scripts_under_a_local_slurm_give_the_embedded_bits() {
     assert_eq!(r["launch"]["cpus_per_task"], 2);
 
     // The time-limited job.
-    let ended = cluster.wait(&limited);
-    eprintln!(
-        "time-limited job: {} after {:.2} s",
-        ended.state,
-        ended.elapsed.as_secs_f64()
-    );
-    assert_eq!(ended.state, "FAILED", "{}", ended.output);
+    let ended = cluster.wait_failed(&limited, "time-limited job");
     assert_eq!(ended.exit_code, "143:0", "{}", ended.output);
     for rank in 0..2 {
         let line = ended
