@@ -921,15 +921,44 @@ fn projection_gives_back_the_pcas_samples_and_plink2s_scores() {
     let train = plink_fileset(&train_dir, samples, variants, missing, rng.next());
     let new_samples = rng.range(20, 60);
     let new = plink_fileset(&new_dir, new_samples, variants, missing, rng.next());
-    // Three variants of the new fileset that must not match, at drawn rows.
+    // The PCA, exact, with monomorphic variants filtered out (plink2's variance-standardize
+    // refuses a reference frequency of 0 where the new data has the allele).
+    let run = dir.join("run");
+    let run_s = run.to_str().unwrap();
+    let args = rankwise_pca(&train, samples, k, &["--maf", "0.02", "--out", run_s]);
+    embedded(&args).assert_success();
+    for ext in ["eigenvec.var", "afreq"] {
+        assert!(run.with_extension(ext).is_file(), "{ext} missing");
+    }
+
+    // Three variants of the new fileset that must not match, at drawn rows among those the
+    // PCA weighted (one the filters dropped has no weight to mismatch).
+    let weighted: std::collections::HashSet<String> =
+        std::fs::read_to_string(run.with_extension("eigenvec.var"))
+            .unwrap()
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned))
+            .collect();
     let bim = new.with_extension("bim");
+    let bim_text = std::fs::read_to_string(&bim).unwrap();
+    let ids: Vec<&str> = bim_text
+        .lines()
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    let mut weighted_row = |from: u64, to: u64| -> u64 {
+        let start = rng.range(from, to);
+        (start..=to)
+            .chain(from..start)
+            .find(|&v| weighted.contains(ids[v as usize]))
+            .expect("a weighted variant in every third of the fileset")
+    };
     let (renamed, other_alleles, unnamed) = (
-        rng.range(0, variants / 3 - 1),
-        rng.range(variants / 3, 2 * variants / 3 - 1),
-        rng.range(2 * variants / 3, variants - 1),
+        weighted_row(0, variants / 3 - 1),
+        weighted_row(variants / 3, 2 * variants / 3 - 1),
+        weighted_row(2 * variants / 3, variants - 1),
     );
-    let text: String = std::fs::read_to_string(&bim)
-        .unwrap()
+    let text: String = bim_text
         .lines()
         .enumerate()
         .map(|(i, l)| {
@@ -947,16 +976,6 @@ fn projection_gives_back_the_pcas_samples_and_plink2s_scores() {
         })
         .collect();
     std::fs::write(&bim, text).unwrap();
-
-    // The PCA, exact, with monomorphic variants filtered out (plink2's variance-standardize
-    // refuses a reference frequency of 0 where the new data has the allele).
-    let run = dir.join("run");
-    let run_s = run.to_str().unwrap();
-    let args = rankwise_pca(&train, samples, k, &["--maf", "0.02", "--out", run_s]);
-    embedded(&args).assert_success();
-    for ext in ["eigenvec.var", "afreq"] {
-        assert!(run.with_extension(ext).is_file(), "{ext} missing");
-    }
 
     let chunk = rng.range(50, variants).to_string();
     let project = |input: &Path, out: &Path, np: usize| {
