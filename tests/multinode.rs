@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::mpirun::{run_with_timeout, RunOutput};
+use common::mpirun::{run_with_timeout, RunOutput, OMPI_ENV};
 use common::{embedded, rankwise_bin, scratch, strings, test_seed};
 use rankwise::output::group::read_f64_array;
 use serde_json::Value;
@@ -84,14 +84,9 @@ fn on_nodes(args: &[String], env: &[(&str, &str)]) -> Command {
         cmd.arg("-x").arg(format!("{key}={value}"));
     }
     cmd.arg(rankwise_bin()).args(args);
-    for (key, value) in [
-        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-        ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
-        ("OMPI_MCA_mpi_yield_when_idle", "1"),
-        ("OMPI_MCA_pml", "ob1"),
-        ("OMPI_MCA_btl_base_warn_component_unused", "0"),
-    ] {
+    // The one-node settings of the other MPI tests; the `--mca` options above win over
+    // their shared-memory-only BTLs and loopback-only daemons.
+    for (key, value) in OMPI_ENV {
         cmd.env(key, value);
     }
     cmd

@@ -211,7 +211,12 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
         };
         CapiError::Inconsistent { arg, message }
     })?;
-    let (m, p, row0) = (m as i64, p as i64, row0 as i64);
+    // The header's counts are int64_t: a sum of them may not be.
+    let m = i64::try_from(m).map_err(|_| CapiError::Inconsistent {
+        arg: "rows_local",
+        message: format!("the ranks hold {m} rows in all, more than int64_t counts"),
+    })?;
+    let (p, row0) = (p as i64, row0 as i64);
     let grid = ChunkGrid::new(m as u64, cols as u64, p as u64)
         .map_err(|e| CapiError::Internal(e.to_string()))?;
 

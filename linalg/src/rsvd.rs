@@ -991,10 +991,10 @@ pub fn rsvd(
     let total_sum_squares = stats[[0, 0]];
     variants_left(&problem.operand, &stats, m)?;
     let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
-    timings.push(phase(&format!("pass 1: produce panels + A·Ω{also_w}"), t));
+    timings.push(t.phase(&format!("pass 1: produce panels + A·Ω{also_w}")));
     let t = Clock::start(rt);
     let mut root_r = orthonormalize(rt, &ctx, &tree, &mut states, false)?;
-    timings.push(phase("orthonormalize (TSQR)", t));
+    timings.push(t.phase("orthonormalize (TSQR)"));
 
     let mut predicted = None;
     for it in 1..=q {
@@ -1023,7 +1023,7 @@ pub fn rsvd(
         } else {
             "Aᵀ·Q"
         };
-        timings.push(phase(&format!("iteration {it}: {what} + orth"), t));
+        timings.push(t.phase(&format!("iteration {it}: {what} + orth")));
         how.predicted = predicted;
         projections.push(how);
         predicted = fuse.then_some(next);
@@ -1045,7 +1045,7 @@ pub fn rsvd(
         states = st;
         root_r = orthonormalize(rt, &ctx, &tree, &mut states, krylov)?;
         let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
-        timings.push(phase(&format!("iteration {it}: A·Z{also_w} + orth"), t));
+        timings.push(t.phase(&format!("iteration {it}: A·Z{also_w} + orth")));
     }
     if krylov && q > 0 {
         let t = Clock::start(rt);
@@ -1057,7 +1057,7 @@ pub fn rsvd(
             st.y = Some(cat.as_standard_layout().into_owned());
         }
         orthonormalize(rt, &ctx, &tree, &mut states, false)?;
-        timings.push(phase("block Krylov: orthonormalize the basis", t));
+        timings.push(t.phase("block Krylov: orthonormalize the basis"));
     }
 
     // Last pass: B = QᵀA (or R⁻ᵀ·YᵀA, summed in the last range pass), its SVD on the root,
@@ -1093,7 +1093,7 @@ pub fn rsvd(
     } else {
         "last pass: Qᵀ·A + SVD of B"
     };
-    timings.push(phase(what, t));
+    timings.push(t.phase(what));
     projections.push(how);
     let flat: Vec<f64> = packed.iter().copied().collect();
     let root = tree.root_owner();
@@ -1115,7 +1115,7 @@ pub fn rsvd(
     let t = Clock::start(rt);
     let (leaves, states) = form_u(rt, states, ub, &s_k, vtw, r, None)?;
     let probe_sq = tree.sum_all(comm, leaves, (1, r))?;
-    timings.push(phase("form U + error probes", t));
+    timings.push(t.phase("form U + error probes"));
 
     // The residual check: one more pass, `A·V`, against `U·Σ`. `Aᵀuᵢ = σᵢvᵢ` holds by
     // construction (`U = Q·U_B` and `QᵀA = B`), so `‖Avᵢ − σᵢuᵢ‖` is the residual left.
@@ -1123,7 +1123,7 @@ pub fn rsvd(
     let v = Arc::new(wt.t().as_standard_layout().into_owned());
     let (states, _) = range_pass(rt, &ctx, states, v, k, false, prec, None)?;
     let (residuals, _) = residual_pass(rt, &tree, states, &s_k, sink)?;
-    timings.push(phase("residual check: A·V against U·Σ", t));
+    timings.push(t.phase("residual check: A·V against U·Σ"));
     let convergence = Convergence::measured(
         options.tol,
         residuals,
@@ -1367,10 +1367,6 @@ fn relative(x: f64, s1: f64) -> f64 {
     } else {
         f64::INFINITY
     }
-}
-
-fn phase(name: &str, t: Clock<'_>) -> PhaseTiming {
-    t.phase(name.to_string())
 }
 
 /// The Gaussian test matrix `n × w` (row-major) of `seed`, the same on every rank.

@@ -262,10 +262,10 @@ impl<'a> Clock<'a> {
     }
 
     /// The phase `name`, from the start until now.
-    pub(crate) fn phase(&self, name: String) -> PhaseTiming {
+    pub(crate) fn phase(&self, name: &str) -> PhaseTiming {
         let (seconds, comm) = self.lap();
         PhaseTiming {
-            phase: name,
+            phase: name.to_string(),
             seconds,
             comm,
         }
@@ -519,7 +519,7 @@ pub fn svd(
             }
         }
     }
-    timings.push(t.phase("pass 1: produce panels + panel QR".into()));
+    timings.push(t.phase("pass 1: produce panels + panel QR"));
 
     // The tree: R factors up, node Q factors kept where they were formed.
     let t = Clock::start(rt);
@@ -552,7 +552,7 @@ pub fn svd(
         node_q.insert((level, j), (ka, q));
         Ok(r)
     })?;
-    timings.push(t.phase("tree: reduce R factors".into()));
+    timings.push(t.phase("tree: reduce R factors"));
 
     // SVD of the root's R on its owner, broadcast to all.
     let t = Clock::start(rt);
@@ -575,7 +575,7 @@ pub fn svd(
     }
     let s = packed[..k].to_vec();
     let wt = decode(root_owner, &packed[k..])?;
-    timings.push(t.phase("SVD of R + broadcast".into()));
+    timings.push(t.phase("SVD of R + broadcast"));
 
     // Push U_R down the tree.
     let t = Clock::start(rt);
@@ -585,7 +585,7 @@ pub fn svd(
             .ok_or(LinalgError::Tree { level, node: j })?;
         Ok((q.slice(s![..ka, ..]).dot(&c), q.slice(s![ka.., ..]).dot(&c)))
     })?;
-    timings.push(t.phase("tree: push down U_R".into()));
+    timings.push(t.phase("tree: push down U_R"));
 
     // Pass 2: rows of the distributed factor, and the checks.
     let t = Clock::start(rt);
@@ -681,16 +681,11 @@ pub fn svd(
             stats.insert(p, r?);
         }
     }
-    timings.push(
-        t.phase(
-            if check {
-                "pass 2: form U + checks"
-            } else {
-                "pass 2: form U"
-            }
-            .into(),
-        ),
-    );
+    timings.push(t.phase(if check {
+        "pass 2: form U + checks"
+    } else {
+        "pass 2: form U"
+    }));
 
     let check = if check {
         let t = Clock::start(rt);
@@ -712,7 +707,7 @@ pub fn svd(
         for ((i, j), v) in vtv.indexed_iter() {
             v_orth = v_orth.max((v - if i == j { 1.0 } else { 0.0 }).abs());
         }
-        timings.push(t.phase("checks: reduce".into()));
+        timings.push(t.phase("checks: reduce"));
         Some(CheckReport {
             relative_residual: rel,
             u_orthogonality: u_orth,

@@ -579,6 +579,7 @@ fn run_job(
                 }
             }
             let (m, n) = job.shape;
+            let weighing = weighs(job, problem);
             let layout = OutputLayout {
                 m,
                 n,
@@ -593,17 +594,17 @@ fn run_job(
                 } else {
                     n.max(1)
                 },
-                row_vectors: if weighs(job, problem) {
+                row_vectors: if weighing {
                     vec![FREQUENCY.to_string(), CALLS.to_string()]
                 } else {
                     Vec::new()
                 },
-                row_matrices: if weighs(job, problem) {
+                row_matrices: if weighing {
                     vec![LOADING.to_string()]
                 } else {
                     Vec::new()
                 },
-                dims: if weighs(job, problem) {
+                dims: if weighing {
                     Dims::GENOTYPES
                 } else {
                     Dims::MATRIX

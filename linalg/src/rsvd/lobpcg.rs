@@ -609,17 +609,14 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             continue;
         }
         let root_r = orthonormalize(rt, &ctx, tree, &mut states, false)?;
-        timings.push(phase(
-            &format!(
-                "check pass: A·X, AᵀA·X ({}) + TSQR",
-                if precision == Precision::F32 {
-                    "f32"
-                } else {
-                    "f64"
-                }
-            ),
-            t,
-        ));
+        timings.push(t.phase(&format!(
+            "check pass: A·X, AᵀA·X ({}) + TSQR",
+            if precision == Precision::F32 {
+                "f32"
+            } else {
+                "f64"
+            }
+        )));
         let t = Clock::start(rt);
         cmd = match (&mut it, gs, root_r) {
             (Some(it), Some(gx), Some(r)) => it.checked(gx, r, &w)?,
@@ -674,7 +671,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
     let t = Clock::start(rt);
     let (leaves, _) = form_u(rt, states, ur, &s_k, vtw, r, sink)?;
     let probe_sq = tree.sum_all(comm, leaves, (1, r))?;
-    timings.push(phase("form U + error probes", t));
+    timings.push(t.phase("form U + error probes"));
 
     let stats = stats.ok_or_else(bad)?;
     let total_sum_squares = stats[[0, 0]];
