@@ -57,8 +57,14 @@ fn mat_bits(a: &Array2<f64>) -> Vec<u64> {
 #[test]
 fn bit_identical_for_1_to_4_ranks_and_actors() {
     let mut draw = Draw(test_seed());
-    // A ragged tall case with 15 panels, and a short-and-fat one through the transpose.
-    for (m, n, chunk) in [(10_007u64, 13u64, 700u64), (9, 2_001, 130)] {
+    // A ragged tall case with 15 panels, one whose panels are factored in several cache
+    // blocks (the stacked block factors, and Cholesky QR's last factor folded into them),
+    // and a short-and-fat one through the transpose.
+    for (m, n, chunk) in [
+        (10_007u64, 13u64, 700u64),
+        (30_011, 9, 7_000),
+        (9, 2_001, 130),
+    ] {
         let seed = draw.next();
         let (s0, u0, vt0) = run(1, 1, m, n, chunk, seed);
         for ranks in 1..=4 {

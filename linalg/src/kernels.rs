@@ -6,9 +6,11 @@
 //! code: it runs level-2 updates that stream the whole panel from memory once per column.
 //! A panel is therefore factored as a small TSQR of its own: row blocks sized to stay in
 //! cache ([`block_rows`]) are factored one after the other, straight after they are
-//! generated (or decoded), and their R factors are stacked and factored once more. The
-//! block boundaries depend only on the panel's height and `n`, so the result depends only
-//! on the panel, never on placement.
+//! generated (or decoded), and their R factors are stacked and factored once more. Each
+//! block is factored by Cholesky QR at BLAS-3 speed where that reaches full accuracy, and
+//! by Householder QR otherwise (`crate::cholqr`). The block boundaries depend only on the
+//! panel's height and `n`, and the choice of method only on the block's values, so the
+//! result depends only on the panel, never on placement.
 
 use std::ops::Range;
 
@@ -99,15 +101,47 @@ pub fn openblas_layout_dependent() -> bool {
         .any(|c| core.contains(c))
 }
 
-/// A factored panel: `panel = Q · R` with `Q = diag(Q_blocks) · Q_stack`.
+/// The kernels OpenBLAS should run here, when they differ from those it chose: `Haswell`
+/// (AVX2 and FMA) when it chose its layout-dependent AVX-512 kernels (see
+/// [`openblas_layout_dependent`]), and also when it fell back to its generic SSE3 kernels
+/// (`Prescott`) on a CPU with AVX2 and FMA that this OpenBLAS does not know by model.
+/// Measured on a 2-core Intel Xeon KVM guest (AVX-512, family 6 model unknown to OpenBLAS
+/// 0.3.21): `rankwise svd` of 10,000,000 × 20 took 3.0 s with `Prescott`, its choice, and
+/// 1.9 s with `Haswell` (before the panels' Cholesky QR); see `benches/RESULTS.md`.
+pub fn openblas_preferred_core() -> Option<&'static str> {
+    if openblas_layout_dependent() {
+        return Some("Haswell");
+    }
+    let core = openblas_core().to_ascii_lowercase();
+    let generic = [
+        "prescott",
+        "core2",
+        "katmai",
+        "coppermine",
+        "northwood",
+        "banias",
+    ]
+    .iter()
+    .any(|c| core == *c);
+    #[cfg(target_arch = "x86_64")]
+    let avx2 =
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx2 = false;
+    (generic && avx2).then_some("Haswell")
+}
+
+/// A factored panel: `panel = Q · R` with `Q = diag(Q̃_blocks) · Q_stack`.
 #[derive(Debug)]
 pub struct PanelFactor {
-    /// Explicit Q of every row block, one after the other: block `j` is `b_j × k_j`,
-    /// column-major, at `blocks[j].2`.
+    /// `Q̃` of every row block, one after the other: block `j` is `b_j × k_j`, column-major,
+    /// at `blocks[j].2`. A block factored by Cholesky QR keeps its last triangular factor
+    /// out of `Q̃`: it is folded into the block's rows of `stack_q` instead.
     q: Vec<f64>,
     /// `(rows b_j, columns k_j, offset)` of each block in `q`.
     blocks: Vec<(usize, usize, usize)>,
-    /// Q of the stacked block R factors, `Σ k_j × k` (absent with a single block).
+    /// `Σ k_j × k`: the Q of the stacked block R factors, with each block's rows multiplied
+    /// by its triangular factor (absent with a single block that has none).
     stack_q: Option<Array2<f64>>,
     /// The panel's R factor, `k × n` with `k = min(rows, n)`.
     pub r: Array2<f64>,
@@ -167,18 +201,70 @@ fn alloc_zeroed(len: usize) -> Vec<f64> {
     vec![0.0f64; len]
 }
 
+/// [`alloc_zeroed`] with its pages populated at once (`MADV_POPULATE_WRITE`, Linux 5.14)
+/// rather than faulted in one by one as the panel is produced into them: a panel's kept
+/// factor is written once, whole, straight away.
+fn alloc_populated(len: usize) -> Vec<f64> {
+    let v = alloc_zeroed(len);
+    #[cfg(target_os = "linux")]
+    {
+        let page = 4096usize;
+        let start = (v.as_ptr() as usize).next_multiple_of(page);
+        let end = (v.as_ptr() as usize + len * 8) / page * page;
+        if end > start {
+            // SAFETY: the range lies inside `v`'s allocation, page-aligned; populating
+            // pages changes no values (they read as zero either way). A kernel without
+            // MADV_POPULATE_WRITE returns EINVAL, and the pages fault in as before.
+            unsafe {
+                libc::madvise(
+                    start as *mut libc::c_void,
+                    end - start,
+                    libc::MADV_POPULATE_WRITE,
+                );
+            }
+        }
+    }
+    v
+}
+
+/// A buffer of `len` values from this thread's pool, whose values are unspecified: for
+/// callers that write every value before reading it (skips zeroing a reused buffer).
+fn take_scratch_for_overwrite(len: usize) -> Vec<f64> {
+    let reused = POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let i = p.iter().position(|v| v.capacity() >= len)?;
+        Some(p.swap_remove(i))
+    });
+    match reused {
+        Some(mut v) => {
+            if v.len() >= len {
+                v.truncate(len);
+            } else {
+                v.resize(len, 0.0);
+            }
+            v
+        }
+        None => alloc_zeroed(len),
+    }
+}
+
 fn lapack_error(what: &str, info: i32) -> LinalgError {
     LinalgError::Lapack(format!("{what} returned info = {info}"))
 }
 
-/// `dgeqrf` then `dorgqr` in place on the column-major `m × n` matrix at `a` (lda = m):
-/// returns R (`k × n`) and leaves the explicit Q (`m × k`) in the first `m·k` values.
+/// Thin QR in place of the column-major `m × n` matrix at `a` (lda = m): returns R
+/// (`k × n`) and leaves `Q̃` (`m × k`) in the first `m·k` values, with `Q = Q̃·T` for the
+/// returned `T` (`k × k`), or `Q = Q̃` without one. Cholesky QR ([`crate::cholqr`]) where it
+/// reaches full accuracy, else `dgeqrf` then `dorgqr`.
 fn qr_in_place(
     a: &mut [f64],
     m: usize,
     n: usize,
     work: &mut Vec<f64>,
-) -> Result<Array2<f64>, LinalgError> {
+) -> Result<(Array2<f64>, Option<Array2<f64>>), LinalgError> {
+    if let Some(f) = crate::cholqr::cholesky_qr(a, m, n, work) {
+        return Ok((f.r, Some(f.t)));
+    }
     let k = m.min(n);
     let mut tau = vec![0.0f64; k.max(1)];
     let (mi, ni, ki) = (m as i32, n as i32, k as i32);
@@ -229,7 +315,7 @@ fn qr_in_place(
     if info != 0 {
         return Err(lapack_error("dorgqr", info));
     }
-    Ok(r)
+    Ok((r, None))
 }
 
 impl PanelFactor {
@@ -250,12 +336,15 @@ impl PanelFactor {
         };
         // Block j's values start where block j−1's Q ends; the last block may need n·n more.
         let len = rows * n + n * n;
+        // Every block's values are written by `fill` before they are read (a source fills
+        // all the rows it is asked for), and the slack past the blocks is never read.
         let mut q = match keep {
-            Keep::Kept => alloc_zeroed(len),
-            Keep::Scratch => take_scratch(len),
+            Keep::Kept => alloc_populated(len),
+            Keep::Scratch => take_scratch_for_overwrite(len),
         };
         let mut blocks = Vec::with_capacity(rows.div_ceil(b));
         let mut rs = Vec::with_capacity(blocks.capacity());
+        let mut ts = Vec::with_capacity(blocks.capacity());
         let mut work = Vec::new();
         let mut start = 0;
         let mut off = 0;
@@ -271,7 +360,9 @@ impl PanelFactor {
                 }
                 return Err(e);
             }
-            rs.push(qr_in_place(&mut q[off..off + h * n], h, n, &mut work)?);
+            let (r, t) = qr_in_place(&mut q[off..off + h * n], h, n, &mut work)?;
+            rs.push(r);
+            ts.push(t);
             let kj = h.min(n);
             blocks.push((h, kj, off));
             off += h * kj;
@@ -282,12 +373,21 @@ impl PanelFactor {
             return Ok(PanelFactor {
                 q,
                 blocks,
-                stack_q: None,
+                stack_q: ts.pop().flatten(),
                 r,
             });
         }
         let stacked = stack_rows(&rs.iter().map(|r| r.view()).collect::<Vec<_>>());
-        let (sq, r) = qr(stacked)?;
+        let (mut sq, r) = qr(stacked)?;
+        let mut soff = 0;
+        for (&(_, kj, _), t) in blocks.iter().zip(&ts) {
+            if let Some(t) = t {
+                let rows = s![soff..soff + kj, ..];
+                let folded = t.dot(&sq.slice(rows));
+                sq.slice_mut(rows).assign(&folded);
+            }
+            soff += kj;
+        }
         Ok(PanelFactor {
             q,
             blocks,
@@ -322,6 +422,7 @@ impl PanelFactor {
 
     /// `Q · c` for `c` of shape `k × l`, written block by block into `out` (`rows × l`).
     pub fn apply_into(&self, c: ArrayView2<'_, f64>, mut out: ArrayViewMut2<'_, f64>) {
+        let c = c.as_standard_layout();
         let mut row = 0;
         let mut soff = 0;
         for &(h, kj, off) in &self.blocks {
@@ -489,7 +590,7 @@ mod tests {
             assert!(err < 1e-13, "{m}x{n}: {err}");
             let qtq = q.t().dot(&q) - Array2::<f64>::eye(q.ncols());
             assert!(qtq.iter().all(|x| x.abs() < 1e-13), "{m}x{n}");
-            let whole = f.blocks.len() == 1 && f.stack_q.is_none();
+            let whole = f.blocks.len() == 1;
             assert!(
                 whole || n < WHOLE_PANEL_COLS,
                 "{m}x{n}: {} blocks",

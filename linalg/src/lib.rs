@@ -20,6 +20,7 @@ macro_rules! by_const {
     };
 }
 
+mod cholqr;
 mod finite;
 pub mod fused;
 pub mod gpu;

@@ -1,0 +1,407 @@
+//! Cholesky QR of a row block: the local panel factorization at BLAS-3 speed.
+//!
+//! A row block `A` (`m × n`, column-major, `m ≥ n`) is factored as `A = Q·R` by Cholesky QR
+//! steps: `G = AᵀA` (`dsyrk`), `R₁ = chol(G)` (`dpotrf`), `Q₁ = A·R₁⁻¹` (`dtrsm`). One step
+//! loses orthogonality as `κ(A)²·u`; a second step on `Q₁` restores it to the unit roundoff
+//! (CholeskyQR2; Yamamoto et al., ETNA 44, 2015). When `A` is too ill-conditioned for that,
+//! the first step factors `G + sI` with the shift `s = 11·(mn + n(n+1))·u·‖A‖_F²`, which
+//! leaves `Q₁` conditioned well enough for CholeskyQR2 to finish (shifted CholeskyQR3;
+//! Fukaya et al., SIAM J. Sci. Comput. 42, 2020). What decides is `dtrcon`'s estimate of
+//! `κ₁(R)` after each Cholesky factorization, read before `A` is touched. A block that is
+//! rank deficient, zero or not finite is left to LAPACK's Householder QR, as before.
+//!
+//! Which steps run depends on the block's values only, so the result depends only on the
+//! panel, never on placement or rank count.
+//!
+//! # Why
+//! Householder QR of a block with few columns (`dgeqr2` and `dorg2r`: LAPACK's blocked code
+//! starts at 32 columns) is a sequence of level-2 updates, `daxpy` and `dgemv`; they took
+//! 60 % of `rankwise svd` of 10,000,000 × 20. Two Cholesky QR steps cost twice the flops in
+//! four level-3 calls. Measured with `rankwise svd --rows 10000000 --cols 20 --chunk-rows
+//! 625000` on the 2-core Intel Xeon KVM guest (AVX-512; OpenBLAS 0.3.21): see
+//! `benches/RESULTS.md` (issue 38 notes) for the before and after.
+
+use cblas_sys::{
+    cblas_dsyrk, cblas_dtrmm, cblas_dtrsm, CBLAS_DIAG, CBLAS_LAYOUT, CBLAS_SIDE, CBLAS_TRANSPOSE,
+    CBLAS_UPLO,
+};
+use ndarray::{Array2, ShapeBuilder};
+
+/// Largest `κ₁(R)` estimate with which the block's own Gram matrix is trusted (the
+/// unshifted first step). CholeskyQR2 needs `κ(A)² · u · c(m, n) < 1`; at `κ = 10⁵` the
+/// first step's loss of orthogonality is about `10⁻⁶`, far inside that, and `κ₂` may exceed
+/// `dtrcon`'s estimate of `κ₁` by a factor up to about `3n`.
+const KAPPA_FIRST: f64 = 1e5;
+
+/// Largest `κ₁(R)` estimate in the step after a shifted one. The shift leaves
+/// `κ(Q₁) ≈ √s · κ(A) / ‖A‖`, about `10⁷` at `κ(A) = 10¹²` (measured: `dtrcon` estimates of
+/// 4·10⁴ to 6·10⁷ for 20-column blocks); that step then loses orthogonality to `κ²u < 1` and
+/// the last step removes what is left. A larger estimate means that the block is
+/// numerically rank deficient, which Householder QR handles.
+const KAPPA_MIDDLE: f64 = 1e9;
+
+/// Largest `κ₁(R)` estimate in the last step, whose input is orthonormal to a few digits
+/// when the steps before it did their work; the last step then leaves `Q` orthonormal to
+/// `κ² · u`, within the contract of 10⁻¹³.
+const KAPPA_LAST: f64 = 4.0;
+
+/// Row blocks shorter than this many times their width go straight to Householder QR:
+/// their Gram matrix costs nearly as much as the QR itself.
+const MIN_ASPECT: usize = 4;
+
+/// One Cholesky QR step's Cholesky factor, or why it was refused.
+enum Step {
+    /// `R` (`n × n`, upper, column-major, lower triangle zero) with `κ₁(R)` within bounds.
+    Good(Vec<f64>),
+    /// `dpotrf` failed or `R` is too ill-conditioned; `A` is untouched.
+    Refused,
+}
+
+/// `G = AᵀA + shift·I`, upper triangle, into a fresh `n × n` column-major buffer.
+fn gram(a: &[f64], m: usize, n: usize, shift: f64) -> Vec<f64> {
+    let mut g = vec![0.0f64; n * n];
+    // SAFETY: `a` holds m·n values with leading dimension m; `g` holds n·n with ld n.
+    unsafe {
+        cblas_dsyrk(
+            CBLAS_LAYOUT::CblasColMajor,
+            CBLAS_UPLO::CblasUpper,
+            CBLAS_TRANSPOSE::CblasTrans,
+            n as i32,
+            m as i32,
+            1.0,
+            a.as_ptr(),
+            m as i32,
+            0.0,
+            g.as_mut_ptr(),
+            n as i32,
+        );
+    }
+    if shift != 0.0 {
+        for i in 0..n {
+            g[i + i * n] += shift;
+        }
+    }
+    g
+}
+
+/// Cholesky factor of `g` (upper, in place) if it exists and its `κ₁` estimate is at most
+/// `kappa_max`.
+fn cholesky(mut g: Vec<f64>, n: usize, kappa_max: f64) -> Step {
+    let ni = n as i32;
+    let mut info = 0i32;
+    // SAFETY: `g` holds n·n values, ld n; only the upper triangle is read and written.
+    unsafe { lapack_sys::dpotrf_(&(b'U' as _), &ni, g.as_mut_ptr(), &ni, &mut info) };
+    if info != 0 {
+        return Step::Refused;
+    }
+    let mut rcond = 0.0f64;
+    let mut work = vec![0.0f64; 3 * n];
+    let mut iwork = vec![0i32; n];
+    // SAFETY: as above; `work` holds 3n values and `iwork` n, as dtrcon requires.
+    unsafe {
+        lapack_sys::dtrcon_(
+            &(b'1' as _),
+            &(b'U' as _),
+            &(b'N' as _),
+            &ni,
+            g.as_ptr(),
+            &ni,
+            &mut rcond,
+            work.as_mut_ptr(),
+            iwork.as_mut_ptr(),
+            &mut info,
+        );
+    }
+    // False for a NaN estimate too.
+    let bounded = rcond * kappa_max >= 1.0;
+    if info != 0 || !bounded {
+        return Step::Refused;
+    }
+    for c in 0..n {
+        for r in c + 1..n {
+            g[r + c * n] = 0.0;
+        }
+    }
+    Step::Good(g)
+}
+
+/// `A := A·R⁻¹` for the upper triangular `r` (`n × n`).
+fn solve_right(a: &mut [f64], m: usize, n: usize, r: &[f64]) {
+    // SAFETY: `a` holds m·n values with ld m, `r` n·n with ld n.
+    unsafe {
+        cblas_dtrsm(
+            CBLAS_LAYOUT::CblasColMajor,
+            CBLAS_SIDE::CblasRight,
+            CBLAS_UPLO::CblasUpper,
+            CBLAS_TRANSPOSE::CblasNoTrans,
+            CBLAS_DIAG::CblasNonUnit,
+            m as i32,
+            n as i32,
+            1.0,
+            r.as_ptr(),
+            n as i32,
+            a.as_mut_ptr(),
+            m as i32,
+        );
+    }
+}
+
+/// `B := L·B` for the upper triangular `l` and the general `b` (both `rows × n`, ld given).
+fn multiply_left(l: &[f64], b: &mut [f64], rows: usize, n: usize, ld: usize) {
+    // SAFETY: `l` holds rows·rows values (ld rows) and `b` ld·n.
+    unsafe {
+        cblas_dtrmm(
+            CBLAS_LAYOUT::CblasColMajor,
+            CBLAS_SIDE::CblasLeft,
+            CBLAS_UPLO::CblasUpper,
+            CBLAS_TRANSPOSE::CblasNoTrans,
+            CBLAS_DIAG::CblasNonUnit,
+            rows as i32,
+            n as i32,
+            1.0,
+            l.as_ptr(),
+            rows as i32,
+            b.as_mut_ptr(),
+            ld as i32,
+        );
+    }
+}
+
+/// `A := A·R` for the upper triangular `r` (`n × n`): undoes [`solve_right`].
+fn multiply_right(a: &mut [f64], m: usize, n: usize, r: &[f64]) {
+    // SAFETY: `a` holds m·n values with ld m, `r` n·n with ld n.
+    unsafe {
+        cblas_dtrmm(
+            CBLAS_LAYOUT::CblasColMajor,
+            CBLAS_SIDE::CblasRight,
+            CBLAS_UPLO::CblasUpper,
+            CBLAS_TRANSPOSE::CblasNoTrans,
+            CBLAS_DIAG::CblasNonUnit,
+            m as i32,
+            n as i32,
+            1.0,
+            r.as_ptr(),
+            n as i32,
+            a.as_mut_ptr(),
+            m as i32,
+        );
+    }
+}
+
+/// One unshifted step after the first on `a`: `R` and `a := a·R⁻¹`, or `None` with `a`
+/// untouched when `κ₁(R)` exceeds `kappa_max`.
+fn step(a: &mut [f64], m: usize, n: usize, kappa_max: f64) -> Option<Vec<f64>> {
+    match cholesky(gram(a, m, n, 0.0), n, kappa_max) {
+        Step::Good(r) => {
+            solve_right(a, m, n, &r);
+            Some(r)
+        }
+        Step::Refused => None,
+    }
+}
+
+/// A block's Cholesky QR: `A = Q̃ · T · R`, where `Q̃` is left in the block's values and
+/// `Q = Q̃ · T` is orthonormal.
+pub(crate) struct CholeskyQr {
+    /// `R`, `n × n`, upper triangular.
+    pub(crate) r: Array2<f64>,
+    /// `T = R_last⁻¹`, `n × n`, upper triangular and nearly orthogonal: the last step's
+    /// triangular solve, left to be applied to the small matrices `Q` later multiplies
+    /// (`Q·c = Q̃·(T·c)`) instead of to the block, which saves a quarter of the block work.
+    pub(crate) t: Array2<f64>,
+}
+
+/// `T := T⁻¹` for the upper triangular `t` (`n × n`) in place.
+fn invert_upper(t: &mut [f64], n: usize) -> bool {
+    let ni = n as i32;
+    let mut info = 0i32;
+    // SAFETY: `t` holds n·n values, ld n; only the upper triangle is read and written.
+    unsafe {
+        lapack_sys::dtrtri_(
+            &(b'U' as _),
+            &(b'N' as _),
+            &ni,
+            t.as_mut_ptr(),
+            &ni,
+            &mut info,
+        )
+    };
+    info == 0
+}
+
+/// The Cholesky QR of the column-major `m × n` block at `a` (see [`CholeskyQr`]), or `None`
+/// with `a` as it was, for Householder QR. `copy` is scratch for the shifted path.
+pub(crate) fn cholesky_qr(
+    a: &mut [f64],
+    m: usize,
+    n: usize,
+    copy: &mut Vec<f64>,
+) -> Option<CholeskyQr> {
+    if n == 0 || m < MIN_ASPECT * n || m > i32::MAX as usize {
+        return None;
+    }
+    let a = &mut a[..m * n];
+    let g = gram(a, m, n, 0.0);
+    let trace: f64 = (0..n).map(|i| g[i + i * n]).sum();
+    if !trace.is_finite() || trace <= 0.0 {
+        return None;
+    }
+    let (mut r, shifted) = match cholesky(g, n, KAPPA_FIRST) {
+        Step::Good(r1) => {
+            solve_right(a, m, n, &r1);
+            (r1, false)
+        }
+        Step::Refused => {
+            let shift = 11.0 * ((m * n + n * (n + 1)) as f64) * f64::EPSILON * trace;
+            let Step::Good(r0) = cholesky(gram(a, m, n, shift), n, KAPPA_MIDDLE) else {
+                return None;
+            };
+            copy.clear();
+            copy.extend_from_slice(a);
+            solve_right(a, m, n, &r0);
+            match step(a, m, n, KAPPA_MIDDLE) {
+                Some(r1) => {
+                    let mut r = r0;
+                    multiply_left(&r1, &mut r, n, n, n);
+                    (r, true)
+                }
+                None => {
+                    a.copy_from_slice(copy);
+                    return None;
+                }
+            }
+        }
+    };
+    // The last step: its factor, but not its solve.
+    let last = match cholesky(gram(a, m, n, 0.0), n, KAPPA_LAST) {
+        Step::Good(last) => {
+            let mut t = last.clone();
+            invert_upper(&mut t, n).then(|| {
+                multiply_left(&last, &mut r, n, n, n);
+                t
+            })
+        }
+        Step::Refused => None,
+    };
+    let Some(t) = last else {
+        // The steps before did not make the block orthonormal to a few digits (it is
+        // numerically rank deficient): give LAPACK the block as it was.
+        if shifted {
+            a.copy_from_slice(copy);
+        } else {
+            multiply_right(a, m, n, &r);
+        }
+        return None;
+    };
+    Some(CholeskyQr {
+        r: Array2::from_shape_vec((n, n).f(), r).expect("n × n"),
+        t: Array2::from_shape_vec((n, n).f(), t).expect("n × n"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{Array1, ArrayView2};
+    use ndarray_linalg::QR;
+
+    /// A column-major `m × n` matrix with singular values spread geometrically from 1 to
+    /// `1/kappa`: random orthonormal factors from the QR of normal draws.
+    fn conditioned(m: usize, n: usize, kappa: f64, rng: &mut crate::testing::Rng) -> Vec<f64> {
+        let g = |r: usize, c: usize, seed: u64| {
+            let src = rankwise_sources::Generated::new(
+                r as u64,
+                c as u64,
+                seed,
+                rankwise_sources::Dist::Normal,
+            );
+            Array2::from_shape_fn((r, c), |(i, j)| src.value(i as u64, j as u64))
+        };
+        let (u, _) = g(m, n, rng.next()).qr().unwrap();
+        let (v, _) = g(n, n, rng.next()).qr().unwrap();
+        let s = Array1::from_shape_fn(n, |i| kappa.powf(-(i as f64) / ((n - 1).max(1) as f64)));
+        let a = (&u * &s).dot(&v.t());
+        a.t().iter().copied().collect()
+    }
+
+    fn view(a: &[f64], m: usize, n: usize) -> ArrayView2<'_, f64> {
+        ArrayView2::from_shape((m, n).f(), &a[..m * n]).unwrap()
+    }
+
+    /// The factorization's contract for any conditioning up to 10¹²: `‖A − QR‖/‖A‖` and
+    /// `‖QᵀQ − I‖` at most 10⁻¹³ (the SVD's), `R` upper triangular; well-conditioned blocks
+    /// take the unshifted path and ill-conditioned ones the shifted one, on fresh shapes.
+    #[test]
+    fn factors_blocks_of_any_conditioning() {
+        let mut rng = crate::testing::Rng::fresh();
+        for kappa in [1.0, 1e3, 1e6, 1e9, 1e12] {
+            for _ in 0..3 {
+                let n = 1 + rng.below(40);
+                let m = MIN_ASPECT * n + rng.below(3000);
+                let a = conditioned(m, n, kappa, &mut rng);
+                let mut q = a.clone();
+                let mut copy = Vec::new();
+                let CholeskyQr { r, t } = cholesky_qr(&mut q, m, n, &mut copy)
+                    .unwrap_or_else(|| panic!("{m} × {n}, κ {kappa:e}: refused"));
+                let qv = view(&q, m, n).dot(&t);
+                let av = view(&a, m, n);
+                let back = qv.dot(&r);
+                let norm = av.iter().map(|x| x * x).sum::<f64>().sqrt();
+                let res = (&back - &av).iter().map(|x| x * x).sum::<f64>().sqrt() / norm;
+                let orth = (qv.t().dot(&qv) - Array2::<f64>::eye(n))
+                    .iter()
+                    .fold(0f64, |a, x| a.max(x.abs()));
+                assert!(res <= 1e-13, "{m} × {n}, κ {kappa:e}: residual {res:e}");
+                assert!(
+                    orth <= 1e-13,
+                    "{m} × {n}, κ {kappa:e}: orthogonality {orth:e}"
+                );
+                for c in 0..n {
+                    for i in c + 1..n {
+                        assert_eq!(r[[i, c]], 0.0, "{m} × {n}: R not upper triangular");
+                    }
+                }
+                // The shifted path copied the block; the unshifted one never does.
+                let shifted = !copy.is_empty();
+                if kappa <= 1e3 {
+                    assert!(!shifted, "{m} × {n}, κ {kappa:e}: shifted");
+                }
+                if kappa >= 1e9 && n > 1 {
+                    assert!(shifted, "{m} × {n}, κ {kappa:e}: not shifted");
+                }
+            }
+        }
+    }
+
+    /// Blocks no Cholesky QR can factor are refused with their values untouched: a zero
+    /// column (rank deficient), all zeros, a NaN, too few rows.
+    #[test]
+    fn refuses_what_it_cannot_factor_and_leaves_it() {
+        let mut rng = crate::testing::Rng::fresh();
+        let (m, n) = (400 + rng.below(400), 2 + rng.below(20));
+        let base = conditioned(m, n, 10.0, &mut rng);
+        let mut zero_col = base.clone();
+        let c = rng.below(n);
+        zero_col[c * m..(c + 1) * m].fill(0.0);
+        let mut nan = base.clone();
+        nan[rng.below(m * n)] = f64::NAN;
+        for (what, a, rows) in [
+            ("zero column", zero_col, m),
+            ("zeros", vec![0.0; m * n], m),
+            ("NaN", nan, m),
+            ("short", base.clone(), MIN_ASPECT * n - 1),
+        ] {
+            let mut b = a.clone();
+            let mut copy = Vec::new();
+            assert!(
+                cholesky_qr(&mut b, rows, n, &mut copy).is_none(),
+                "{what}: factored"
+            );
+            let same = a
+                .iter()
+                .zip(&b)
+                .all(|(x, y)| x == y || (x.is_nan() && y.is_nan()));
+            assert!(same, "{what}: values changed");
+        }
+    }
+}
