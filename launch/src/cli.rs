@@ -316,24 +316,29 @@ fn hold_large_blocks_in_mmap() {
 /// 36-column basis, tests/rsvd_cli.rs). OpenBLAS picks its kernels when it is loaded, from
 /// `OPENBLAS_CORETYPE`, before `main` runs: so the process starts itself again with the
 /// Haswell (AVX2) kernels, which are layout-independent, unless the variable was set by the
-/// user (then it is respected). The skinny tile kernels keep AVX-512 either way.
+/// user (then it is respected). The skinny tile kernels keep AVX-512 either way. The same
+/// restart gives the AVX2 kernels to a CPU this OpenBLAS does not know by model, where it
+/// would run its generic SSE3 ones ([`rankwise_linalg::kernels::openblas_preferred_core`]).
 fn keep_results_independent_of_layout() {
     const VAR: &str = "OPENBLAS_CORETYPE";
-    if std::env::var_os(VAR).is_some() || !rankwise_linalg::kernels::openblas_layout_dependent() {
+    if std::env::var_os(VAR).is_some() {
         return;
     }
+    let Some(core) = rankwise_linalg::kernels::openblas_preferred_core() else {
+        return;
+    };
     use std::os::unix::process::CommandExt;
     let mut args = std::env::args_os();
     let argv0 = args.next().unwrap_or_else(|| "rankwise".into());
     let err = std::process::Command::new("/proc/self/exe")
         .arg0(argv0)
         .args(args)
-        .env(VAR, "Haswell")
+        .env(VAR, core)
         .exec();
-    // exec returns only when it failed: carry on with the AVX-512 kernels.
+    // exec returns only when it failed: carry on with the kernels OpenBLAS chose.
     eprintln!(
-        "rankwise: could not restart with {VAR}=Haswell ({err}); results may differ in the \
-         last bits between rank counts"
+        "rankwise: could not restart with {VAR}={core} ({err}); results may differ in the \
+         last bits between rank counts, or run on slower kernels"
     );
 }
 
