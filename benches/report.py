@@ -343,7 +343,7 @@ def exact_svd(args):
             f"copy {membw1['copy_gbs']} GB/s, triad {membw1['triad_gbs']} GB/s with 1 thread. The "
             f"\"of copy bandwidth\" column divides by the better copy figure, {copy_bw:.2f} GB/s. "
             f"DGEMM {dgemm['n']}³ (best of {args.dgemm_reps}): {dgemm['gflops']} GFLOP/s with the system "
-            f"OpenBLAS (`tools/dgemm.c`, {dgemm['threads']} threads), {dgemm_np['gflops']:.1f} GFLOP/s "
+            f"OpenBLAS (`tools/dgemm.c`, {dgemm['threads']} threads, {dgemm.get('core', 'its own')} kernels as rankwise runs them), {dgemm_np['gflops']:.1f} GFLOP/s "
             f"with NumPy's bundled OpenBLAS (`np.dot`, OPENBLAS_NUM_THREADS={args.threads})."
         ),
         para(

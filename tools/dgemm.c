@@ -3,7 +3,8 @@
  *   cc -O2 tools/dgemm.c -o dgemm -lopenblas && ./dgemm [n] [threads] [reps]
  *
  * C = A * B for n x n float64 matrices (default n = 4000, 2 threads, best of 3 after one
- * warm-up call). Output: `name=value` lines; GFLOP/s counts 2 n^3 flops per call.
+ * warm-up call). Output: `name=value` lines; GFLOP/s counts 2 n^3 flops per call; `core` is
+ * the kernels OpenBLAS chose (OPENBLAS_CORETYPE sets them).
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <time.h>
 
 void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
 
 static double now(void) {
     struct timespec t;
@@ -54,6 +56,7 @@ int main(int argc, char **argv) {
     }
     printf("n=%d\n", n);
     printf("threads=%d\n", threads);
+    printf("core=%s\n", openblas_get_corename());
     printf("seconds=%.4f\n", best);
     printf("gflops=%.1f\n", 2.0 * (double)n * (double)n * (double)n / best / 1e9);
     fprintf(stderr, "dgemm: checksum %g\n", c[len / 2]);
