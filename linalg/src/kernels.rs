@@ -262,7 +262,7 @@ fn qr_in_place(
     n: usize,
     work: &mut Vec<f64>,
 ) -> Result<(Array2<f64>, Option<Array2<f64>>), LinalgError> {
-    if let Some(f) = crate::cholqr::cholesky_qr(a, m, n, work) {
+    if let Some(f) = crate::cholqr::cholesky_qr(a, m, n) {
         return Ok((f.r, Some(f.t)));
     }
     let k = m.min(n);

@@ -149,10 +149,12 @@ impl SvdPlan {
         let n = grid.cols as usize;
         let k = grid.rows.min(grid.cols) as usize;
         let chunk = grid.chunk_rows.min(grid.rows) as usize;
-        // Per thread: the panel's Q blocks and its rows of U (pass 2), one row block, and
-        // the stacked block R factors.
+        // Per thread: the panel's Q blocks and its rows of U (pass 2), one row block, the
+        // stacked block R factors and their Q, each block's last Cholesky QR factor, and
+        // one Cholesky QR's workspace (its Gram matrix, factor, inverse, condition work).
         let blocks = chunk.div_ceil(block_rows(n));
-        let per_thread = (2 * chunk * n + block_rows(n) * n + 2 * blocks * n * n) as u64 * 8;
+        let per_thread =
+            (2 * chunk * n + block_rows(n) * n + 3 * blocks * n * n + 4 * n * n) as u64 * 8;
         let tree = Tree::new(&placement.owner);
         let mut memory = Vec::new();
         for a in &placement.assignments {
