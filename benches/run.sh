@@ -162,7 +162,7 @@ cat "$OUT/membw.txt" >&2
 load_mark "DGEMM"
 # The system OpenBLAS with the kernels rankwise runs on it (the binary may restart itself
 # with OPENBLAS_CORETYPE set: the last `Core:` line is the one it computes with).
-CORE=$(OPENBLAS_VERBOSE=2 "$BIN" svd --rows 1000 --cols 2 2>&1 | sed -n 's/^Core: //p' | tail -1)
+CORE=$({ OPENBLAS_VERBOSE=2 "$BIN" svd --rows 1000 --cols 2 --chunk-rows 500 2>&1 || true; } | sed -n 's/^Core: //p' | tail -1)
 run env ${CORE:+OPENBLAS_CORETYPE="$CORE"} "$TOOLS/dgemm" "$DGEMM_N" "$THREADS" "$DGEMM_REPS" \
     >"$OUT/dgemm.txt" 2>>"$OUT/stderr.log"
 run env OPENBLAS_NUM_THREADS="$THREADS" "$PY" benches/reference.py dgemm --n "$DGEMM_N" \
