@@ -135,9 +135,15 @@ PY="$VENV/bin/python"
 export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ under benches/
 "$PY" -m pip freeze --disable-pip-version-check >"$OUT/pip-freeze.txt"
 
+# The system OpenBLAS with the kernels rankwise runs on it (the binary may restart itself
+# with OPENBLAS_CORETYPE set: the last `Core:` line is the one it computes with).
+CORE=$({ OPENBLAS_VERBOSE=2 "$BIN" svd --rows 1000 --cols 2 --chunk-rows 500 2>&1 || true; } | sed -n 's/^Core: //p' | tail -1)
+
 criterion_kernels() {
     load_mark "criterion kernels"
-    run cargo bench --bench kernels 2>&1 | tee "$OUT/criterion.txt" >&2
+    # The kernels OpenBLAS runs in rankwise (its restart), not those it picks here.
+    run env ${CORE:+OPENBLAS_CORETYPE="$CORE"} cargo bench --bench kernels 2>&1 \
+        | tee "$OUT/criterion.txt" >&2
     "$PY" benches/report.py kernels --dir "$OUT" --results "$RESULTS" --mode "$MODE" \
         --bin "$BIN" --threads "$THREADS"
 }
@@ -160,9 +166,6 @@ run env OMP_NUM_THREADS=1 "$TOOLS/membw" "$MEMBW_MIB" "$MEMBW_REPS" \
 cat "$OUT/membw.txt" >&2
 
 load_mark "DGEMM"
-# The system OpenBLAS with the kernels rankwise runs on it (the binary may restart itself
-# with OPENBLAS_CORETYPE set: the last `Core:` line is the one it computes with).
-CORE=$({ OPENBLAS_VERBOSE=2 "$BIN" svd --rows 1000 --cols 2 --chunk-rows 500 2>&1 || true; } | sed -n 's/^Core: //p' | tail -1)
 run env ${CORE:+OPENBLAS_CORETYPE="$CORE"} "$TOOLS/dgemm" "$DGEMM_N" "$THREADS" "$DGEMM_REPS" \
     >"$OUT/dgemm.txt" 2>>"$OUT/stderr.log"
 run env OPENBLAS_NUM_THREADS="$THREADS" "$PY" benches/reference.py dgemm --n "$DGEMM_N" \

@@ -423,6 +423,7 @@ impl PanelFactor {
     /// `Q · c` for `c` of shape `k × l`, written block by block into `out` (`rows × l`).
     pub fn apply_into(&self, c: ArrayView2<'_, f64>, mut out: ArrayViewMut2<'_, f64>) {
         let c = c.as_standard_layout();
+        let l = c.ncols();
         let mut row = 0;
         let mut soff = 0;
         for &(h, kj, off) in &self.blocks {
@@ -430,15 +431,41 @@ impl PanelFactor {
                 Some(sq) => sq.slice(s![soff..soff + kj, ..]).dot(&c),
                 None => c.to_owned(),
             };
-            let qj = ArrayView2::from_shape((h, kj).f(), &self.q[off..off + h * kj])
-                .expect("block shape");
-            ndarray::linalg::general_mat_mul(
-                1.0,
-                &qj,
-                &cj,
-                0.0,
-                &mut out.slice_mut(s![row..row + h, ..]),
-            );
+            let cj = cj.as_standard_layout();
+            let qj = &self.q[off..off + h * kj];
+            let mut uj = out.slice_mut(s![row..row + h, ..]);
+            // `U_j = Q̃_j·c_j` read as `U_jᵀ = c_jᵀ·Q̃_jᵀ`: both `Q̃_j` and a column-major `U`
+            // are the row-major transposes the skinny kernel takes, so it reads `Q̃_j` where
+            // it lies, once per 12 columns of `U`, without BLAS's packing and its zeroing of
+            // `U` (`dgemm_beta`). Measured on the 2-core Intel Xeon VM (AVX-512), `svd` of
+            // 10,000,000 × 20: see `benches/RESULTS.md`, issue 38 notes.
+            let ld = uj.strides()[1];
+            let done = h > 0
+                && l > 0
+                && uj.strides()[0] == 1
+                && ld >= h as isize
+                // SAFETY: `cj` is `kj × l` row-major (standard layout, ld l); `qj` holds the
+                // `h × kj` column-major block, i.e. `kj × h` row-major with ld h; `uj` is
+                // `h × l` column-major with ld `ld` ≥ h, i.e. `l × h` row-major, exclusive
+                // and apart from both.
+                && unsafe {
+                    crate::skinny::atb(
+                        l,
+                        h,
+                        kj,
+                        cj.as_ptr(),
+                        l,
+                        qj.as_ptr(),
+                        h,
+                        0.0,
+                        uj.as_mut_ptr(),
+                        ld as usize,
+                    )
+                };
+            if !done {
+                let qj = ArrayView2::from_shape((h, kj).f(), qj).expect("block shape");
+                ndarray::linalg::general_mat_mul(1.0, &qj, &cj, 0.0, &mut uj);
+            }
             row += h;
             soff += kj;
         }
