@@ -59,10 +59,12 @@ fn bit_identical_for_1_to_4_ranks_and_actors() {
     let mut draw = Draw(test_seed());
     // A ragged tall case with 15 panels, one whose panels are factored in several cache
     // blocks (the stacked block factors, and Cholesky QR's last factor folded into them),
-    // and a short-and-fat one through the transpose.
+    // one wide enough that its panels are factored whole, and a short-and-fat one through
+    // the transpose.
     for (m, n, chunk) in [
         (10_007u64, 13u64, 700u64),
         (30_011, 9, 7_000),
+        (3_001, 70, 430),
         (9, 2_001, 130),
     ] {
         let seed = draw.next();

@@ -22,21 +22,23 @@ use crate::LinalgError;
 /// Bytes of one row block, chosen to sit in a core's L2 cache with room for LAPACK's work.
 const BLOCK_BYTES: usize = 256 * 1024;
 
-/// Rows per cache block of a panel with `n` columns (at least `2n`, so stacking the
-/// block R factors shrinks the problem).
+/// Rows per cache block of a panel with `n` columns (at least `4n`: stacking the block R
+/// factors shrinks the problem, and Cholesky QR takes blocks at least that tall).
 pub fn block_rows(n: usize) -> usize {
-    (BLOCK_BYTES / (8 * n.max(1))).max(2 * n).max(64)
+    (BLOCK_BYTES / (8 * n.max(1))).max(4 * n).max(64)
 }
 
-/// Columns from which [`PanelFactor::compute`] factors a panel whole, by LAPACK's blocked
-/// Householder QR, instead of in row blocks of [`block_rows`] whose R factors are stacked
-/// and factored again. Row blocks keep narrow panels in cache; from about this width the
-/// stacked factors (`2n` rows per block) cost more than the cache saves. Measured with
-/// `rankwise svd` of 102,400,000 values in two panels on the 2-core AMD EPYC VM: row blocks
-/// took 2.17 s at 64 columns against 5.33 s whole, 6.89 s against 7.86 s at 256, 9.88 s
-/// against 10.66 s at 512; whole panels took 9.94 s against 15.89 s at 768, 11.63 s against
-/// 17.07 s at 1,024 and 28.42 s against 37.03 s at 2,048.
-pub const WHOLE_PANEL_COLS: usize = 640;
+/// Columns from which [`PanelFactor::compute`] factors a panel whole (by Cholesky QR, or
+/// LAPACK's blocked Householder QR where that refuses) instead of in row blocks of
+/// [`block_rows`] whose R factors are stacked and factored again. Row blocks keep narrow
+/// panels in cache; from about this width a whole panel's Cholesky QR runs at BLAS-3 speed
+/// on its own and the stacked factors only add work. Measured with `rankwise svd` of
+/// 102,400,000 values in two panels on the 2-core Intel Xeon (model 207) VM, 2026-11-28,
+/// row blocks against whole panels: 2.08 s against 1.25 s at 64 columns, 4.41 s against
+/// 2.00 s at 128, 6.75 s against 2.98 s at 256, 8.33 s against 5.72 s at 512; at 20
+/// columns (10,000,000 × 20 in 16 panels) both took 1.3–1.6 s. (With Householder QR of
+/// the blocks, before Cholesky QR, the break-even was about 640 columns.)
+pub const WHOLE_PANEL_COLS: usize = 64;
 
 /// Makes OpenBLAS single-threaded: rankwise's actors supply the parallelism, and a
 /// single-threaded BLAS makes every kernel's result independent of the machine's load.
