@@ -125,67 +125,57 @@ fn cholesky(mut g: Vec<f64>, n: usize, kappa_max: f64) -> Step {
     Step::Good(g)
 }
 
-/// `A := A·R⁻¹` for the upper triangular `r` (`n × n`).
-fn solve_right(a: &mut [f64], m: usize, n: usize, r: &[f64]) {
-    // SAFETY: `a` holds m·n values with ld m, `r` n·n with ld n.
+/// `B := op(T)·B` or `B := B·op(T)` for the upper triangular `t` (`tn × tn`, ld `tn`) and
+/// the column-major `rows × cols` matrix `b` (ld `rows`): `op` is `T⁻¹` when `solve`,
+/// else `T`.
+fn triangular(
+    left: bool,
+    solve: bool,
+    t: &[f64],
+    tn: usize,
+    b: &mut [f64],
+    rows: usize,
+    cols: usize,
+) {
+    let side = if left {
+        CBLAS_SIDE::CblasLeft
+    } else {
+        CBLAS_SIDE::CblasRight
+    };
+    let call = if solve { cblas_dtrsm } else { cblas_dtrmm };
+    // SAFETY: `t` holds tn·tn values with ld tn, `b` rows·cols with ld rows, and tn is
+    // rows (left) or cols (right), as the callers below pass them.
     unsafe {
-        cblas_dtrsm(
+        call(
             CBLAS_LAYOUT::CblasColMajor,
-            CBLAS_SIDE::CblasRight,
+            side,
             CBLAS_UPLO::CblasUpper,
             CBLAS_TRANSPOSE::CblasNoTrans,
             CBLAS_DIAG::CblasNonUnit,
-            m as i32,
-            n as i32,
+            rows as i32,
+            cols as i32,
             1.0,
-            r.as_ptr(),
-            n as i32,
-            a.as_mut_ptr(),
-            m as i32,
+            t.as_ptr(),
+            tn as i32,
+            b.as_mut_ptr(),
+            rows as i32,
         );
     }
 }
 
-/// `B := L·B` for the upper triangular `l` and the general `b` (both `rows × n`, ld given).
-fn multiply_left(l: &[f64], b: &mut [f64], rows: usize, n: usize, ld: usize) {
-    // SAFETY: `l` holds rows·rows values (ld rows) and `b` ld·n.
-    unsafe {
-        cblas_dtrmm(
-            CBLAS_LAYOUT::CblasColMajor,
-            CBLAS_SIDE::CblasLeft,
-            CBLAS_UPLO::CblasUpper,
-            CBLAS_TRANSPOSE::CblasNoTrans,
-            CBLAS_DIAG::CblasNonUnit,
-            rows as i32,
-            n as i32,
-            1.0,
-            l.as_ptr(),
-            rows as i32,
-            b.as_mut_ptr(),
-            ld as i32,
-        );
-    }
+/// `A := A·R⁻¹` for the upper triangular `r` (`n × n`).
+fn solve_right(a: &mut [f64], m: usize, n: usize, r: &[f64]) {
+    triangular(false, true, r, n, a, m, n);
+}
+
+/// `B := L·B` for the upper triangular `l` and `b`, both `n × n`.
+fn multiply_left(l: &[f64], b: &mut [f64], n: usize) {
+    triangular(true, false, l, n, b, n, n);
 }
 
 /// `A := A·R` for the upper triangular `r` (`n × n`): undoes [`solve_right`].
 fn multiply_right(a: &mut [f64], m: usize, n: usize, r: &[f64]) {
-    // SAFETY: `a` holds m·n values with ld m, `r` n·n with ld n.
-    unsafe {
-        cblas_dtrmm(
-            CBLAS_LAYOUT::CblasColMajor,
-            CBLAS_SIDE::CblasRight,
-            CBLAS_UPLO::CblasUpper,
-            CBLAS_TRANSPOSE::CblasNoTrans,
-            CBLAS_DIAG::CblasNonUnit,
-            m as i32,
-            n as i32,
-            1.0,
-            r.as_ptr(),
-            n as i32,
-            a.as_mut_ptr(),
-            m as i32,
-        );
-    }
+    triangular(false, false, r, n, a, m, n);
 }
 
 /// One unshifted step after the first on `a`: `R` and `a := a·R⁻¹`, or `None` with `a`
@@ -262,7 +252,7 @@ pub(crate) fn cholesky_qr(a: &mut [f64], m: usize, n: usize) -> Option<CholeskyQ
             match step(a, m, n, KAPPA_MIDDLE) {
                 Some(r1) => {
                     let mut r = r0;
-                    multiply_left(&r1, &mut r, n, n, n);
+                    multiply_left(&r1, &mut r, n);
                     (r, true)
                 }
                 None => {
@@ -277,7 +267,7 @@ pub(crate) fn cholesky_qr(a: &mut [f64], m: usize, n: usize) -> Option<CholeskyQ
         Step::Good(last) => {
             let mut t = last.clone();
             invert_upper(&mut t, n).then(|| {
-                multiply_left(&last, &mut r, n, n, n);
+                multiply_left(&last, &mut r, n);
                 t
             })
         }
@@ -305,15 +295,7 @@ mod tests {
     /// A column-major `m × n` matrix with singular values spread geometrically from 1 to
     /// `1/kappa`: random orthonormal factors from the QR of normal draws.
     fn conditioned(m: usize, n: usize, kappa: f64, rng: &mut crate::testing::Rng) -> Vec<f64> {
-        let g = |r: usize, c: usize, seed: u64| {
-            let src = rankwise_sources::Generated::new(
-                r as u64,
-                c as u64,
-                seed,
-                rankwise_sources::Dist::Normal,
-            );
-            Array2::from_shape_fn((r, c), |(i, j)| src.value(i as u64, j as u64))
-        };
+        let g = crate::testing::normal;
         let (u, _) = g(m, n, rng.next()).qr().unwrap();
         let (v, _) = g(n, n, rng.next()).qr().unwrap();
         let s = Array1::from_shape_fn(n, |i| kappa.powf(-(i as f64) / ((n - 1).max(1) as f64)));

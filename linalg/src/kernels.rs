@@ -164,14 +164,18 @@ thread_local! {
     static POOL: std::cell::RefCell<Vec<Vec<f64>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A zeroed buffer of `len` values from this thread's pool.
-pub fn take_scratch(len: usize) -> Vec<f64> {
-    let reused = POOL.with(|p| {
+/// A buffer of this thread's pool that holds at least `len` values, with what it held.
+fn pooled(len: usize) -> Option<Vec<f64>> {
+    POOL.with(|p| {
         let mut p = p.borrow_mut();
         let i = p.iter().position(|v| v.capacity() >= len)?;
         Some(p.swap_remove(i))
-    });
-    match reused {
+    })
+}
+
+/// A zeroed buffer of `len` values from this thread's pool.
+pub fn take_scratch(len: usize) -> Vec<f64> {
+    match pooled(len) {
         Some(mut v) => {
             v.clear();
             v.resize(len, 0.0);
@@ -232,12 +236,7 @@ fn alloc_populated(len: usize) -> Vec<f64> {
 /// A buffer of `len` values from this thread's pool, whose values are unspecified: for
 /// callers that write every value before reading it (skips zeroing a reused buffer).
 fn take_scratch_for_overwrite(len: usize) -> Vec<f64> {
-    let reused = POOL.with(|p| {
-        let mut p = p.borrow_mut();
-        let i = p.iter().position(|v| v.capacity() >= len)?;
-        Some(p.swap_remove(i))
-    });
-    match reused {
+    match pooled(len) {
         Some(mut v) => {
             if v.len() >= len {
                 v.truncate(len);
@@ -558,15 +557,7 @@ pub fn fix_signs(u: &mut Array2<f64>, vt: &mut Array2<f64>) {
 mod tests {
     use super::*;
 
-    fn random(m: usize, n: usize, seed: u64) -> Array2<f64> {
-        let g = rankwise_sources::Generated::new(
-            m as u64,
-            n as u64,
-            seed,
-            rankwise_sources::Dist::Normal,
-        );
-        Array2::from_shape_fn((m, n), |(i, j)| g.value(i as u64, j as u64))
-    }
+    use crate::testing::normal as random;
 
     /// A factor made from an explicit column-major `Q` (as a GPU actor's cuSOLVER QR gives
     /// it) applies that `Q`, on fresh shapes, tall and wide.

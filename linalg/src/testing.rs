@@ -27,3 +27,10 @@ impl Rng {
         (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 }
+
+/// The generator's `m × n` normal draws of `seed`, whole.
+pub(crate) fn normal(m: usize, n: usize, seed: u64) -> ndarray::Array2<f64> {
+    let g =
+        rankwise_sources::Generated::new(m as u64, n as u64, seed, rankwise_sources::Dist::Normal);
+    ndarray::Array2::from_shape_fn((m, n), |(i, j)| g.value(i as u64, j as u64))
+}
