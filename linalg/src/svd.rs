@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::gpu::{factor_panel, generated_factor, panel_qr, DeviceSource, GpuDevice};
 use crate::kernels::{
     block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch, Keep, PanelFactor,
+    WHOLE_PANEL_COLS,
 };
 use crate::reads::{read_buffers, PassReads, ReadTotals, Reading};
 use crate::tree::{decode, encode, Tree};
@@ -152,9 +153,14 @@ impl SvdPlan {
         // Per thread: the panel's Q blocks and its rows of U (pass 2), one row block, the
         // stacked block R factors and their Q, each block's last Cholesky QR factor, and
         // one Cholesky QR's workspace (its Gram matrix, factor, inverse, condition work).
-        let blocks = chunk.div_ceil(block_rows(n));
-        let per_thread =
-            (2 * chunk * n + block_rows(n) * n + 3 * blocks * n * n + 4 * n * n) as u64 * 8;
+        // A panel factored whole is one block.
+        let blocks = if n >= WHOLE_PANEL_COLS {
+            1
+        } else {
+            chunk.div_ceil(block_rows(n))
+        };
+        let block = block_rows(n).min(chunk.max(1));
+        let per_thread = (2 * chunk * n + block * n + 3 * blocks * n * n + 4 * n * n) as u64 * 8;
         let tree = Tree::new(&placement.owner);
         let mut memory = Vec::new();
         for a in &placement.assignments {
