@@ -500,7 +500,9 @@ impl std::fmt::Debug for ZarrArray {
 fn v2_string_fill(text: &[u8]) -> Option<serde_json::Value> {
     let mut meta: serde_json::Value = serde_json::from_slice(text).ok()?;
     let dtype = meta.get("dtype")?.as_str()?;
-    let string = dtype.len() > 1 && matches!(&dtype[1..2], "U" | "S");
+    // Bytes, not a string slice: a dtype whose second character is multi-byte (hostile
+    // metadata, found by tests/fuzz.rs) must not split a character.
+    let string = matches!(dtype.as_bytes().get(1), Some(b'U' | b'S'));
     if !string || !meta.get("fill_value")?.is_null() {
         return None;
     }
@@ -2709,6 +2711,18 @@ impl SumLanes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (tests/fuzz.rs, seed 1795831116106979906): a `.zarray` dtype whose second
+    /// character takes several bytes (`"<é8"`) panicked on a string slice inside it.
+    #[test]
+    fn a_multibyte_dtype_is_no_string_and_no_panic() {
+        for dtype in ["<é8", "é", "<\u{FFFD}8", "<U4", "|S2"] {
+            let text = format!(r#"{{"dtype":"{dtype}","fill_value":null}}"#);
+            let fixed = v2_string_fill(text.as_bytes());
+            let string = matches!(dtype.as_bytes().get(1), Some(b'U' | b'S'));
+            assert_eq!(fixed.is_some(), string, "{dtype}");
+        }
+    }
 
     /// Which sharded chains are decoded here, checked before zarrs decodes them, or
     /// refused because nothing could bound what they expand to.
