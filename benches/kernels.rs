@@ -176,7 +176,7 @@ fn config() -> Criterion {
 fn rsvd_tiles(c: &mut Criterion) {
     use rankwise::linalg::fused;
     use rankwise::linalg::tiles::{
-        gemm, pack_row, row_scale, PackedTile, Real, Tile, TILE_COLS, TILE_ROWS,
+        gemm, pack_row, row_scale, PackedTile, Tile, TileReal, TILE_COLS, TILE_ROWS,
     };
     let (b, w, n, l) = (TILE_ROWS, TILE_COLS, 20_000usize, 25usize);
     let mut group = c.benchmark_group("rsvd_tiles");

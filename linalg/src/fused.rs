@@ -777,7 +777,7 @@ mod tests {
 
     use super::*;
     use crate::testing::Rng;
-    use crate::tiles::{Real, RowScale, Tile};
+    use crate::tiles::{RowScale, Tile, TileReal};
 
     /// A random packed panel (`rows × stride` bytes, missing calls included) with random
     /// standardizations, none to most of them dropped (or filtered) rows: tiles multiplied
@@ -1004,7 +1004,7 @@ mod tests {
             "{whole} whole, {gathered} gathered"
         );
 
-        fn check<T: Real>(
+        fn check<T: TileReal>(
             t: &PackedTile<'_>,
             omega: &Array2<f32>,
             c0: usize,

@@ -52,7 +52,9 @@ use rankwise_sources::stream::{BLOCK_COLS, LANES};
 use rankwise_sources::{Dist, Generated};
 
 use crate::kernels::{block_rows, Keep, PanelFactor};
-use crate::tiles::{Operand, PackedTile, PanelFacts, Precision, Real, RowCounts, Tile, TILE_ROWS};
+use crate::tiles::{
+    Operand, PackedTile, PanelFacts, Precision, Real, RowCounts, Tile, TileReal, TILE_ROWS,
+};
 use crate::variants::VariantFilter;
 use crate::LinalgError;
 
@@ -134,7 +136,7 @@ impl DeviceSource {
 }
 
 /// Tile element types the device computes in.
-pub trait GpuReal: Real + DeviceRepr + ValidAsZeroBits + bytemuck::Pod
+pub trait GpuReal: TileReal + DeviceRepr + ValidAsZeroBits + bytemuck::Pod
 where
     CudaBlas: Gemm<Self>,
 {
@@ -1778,7 +1780,7 @@ mod tests {
     /// What the device would receive, block by block: a panel's tiles as [`Staging`]
     /// places them in its host buffers, each block rebuilt as the standardized values the
     /// device computes from it (codes through the tables, or the values themselves).
-    fn staged_blocks<T: Real + bytemuck::Pod>(
+    fn staged_blocks<T: TileReal + bytemuck::Pod>(
         op: &Operand,
         h: usize,
         capacity: usize,
@@ -1853,12 +1855,12 @@ mod tests {
     }
 
     /// The panel's values as the CPU actors multiply them.
-    fn host_values<T: Real>(op: &Operand, h: usize) -> Array2<T> {
+    fn host_values<T: TileReal>(op: &Operand, h: usize) -> Array2<T> {
         cpu_rows(op, 0..h as u64).0
     }
 
     /// Rows `rows` of the operand as the CPU actors multiply them, and their facts.
-    fn cpu_rows<T: Real>(op: &Operand, rows: Range<u64>) -> (Array2<T>, PanelFacts) {
+    fn cpu_rows<T: TileReal>(op: &Operand, rows: Range<u64>) -> (Array2<T>, PanelFacts) {
         let n = op.shape().1 as usize;
         let mut out = Array2::<T>::default(((rows.end - rows.start) as usize, n));
         let (facts, _) = TileProducer::new(op, 0, rows)
@@ -2102,7 +2104,7 @@ mod tests {
         }
     }
 
-    fn check<T: Real + bytemuck::Pod>(op: &Operand, h: usize, capacity: usize, what: &str) {
+    fn check<T: TileReal + bytemuck::Pod>(op: &Operand, h: usize, capacity: usize, what: &str) {
         let blocks = staged_blocks::<T>(op, h, capacity);
         let want = host_values::<T>(op, h);
         let mut next = 0;

@@ -20,6 +20,7 @@ macro_rules! by_const {
     };
 }
 
+mod blas;
 mod cholqr;
 mod finite;
 pub mod fused;
@@ -27,6 +28,7 @@ pub mod gpu;
 pub mod kernels;
 mod layout;
 pub mod reads;
+mod real;
 mod reduce;
 pub mod rsvd;
 mod skinny;

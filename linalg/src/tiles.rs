@@ -28,16 +28,18 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis, ShapeBuilder};
 use rankwise_sources::ReadFn;
 use rankwise_sources::{
     Dist, GenotypeSource, PanelBuffer, PanelLease, PanelSource, PanelValues, StoredPanels,
 };
 
+pub use crate::blas::{gemm, Blas};
 pub use crate::layout::{PackedTile, RowCounts, RowScale, TILE_COLS, TILE_ROWS};
 use crate::reads::PanelRead;
 pub use crate::reads::PanelSegments;
+use crate::real::sum_squares_view;
+pub use crate::real::{sum_squares, sum_squares_f32, Real};
 use crate::variants::VariantFilter;
 use crate::LinalgError;
 
@@ -141,33 +143,11 @@ impl Precision {
     }
 }
 
-/// The element type of tiles: f64 or f32.
-pub trait Real:
-    Copy + Default + Send + Sync + std::fmt::Debug + PartialEq + 'static + ndarray::LinalgScalar
-{
-    /// Converts from f64 (rounding to nearest for f32).
-    fn from_f64(x: f64) -> Self;
-    /// Converts to f64 (exact).
-    fn to_f64(self) -> f64;
-    /// `c = op(a)·b + beta·c` by BLAS, all row-major with the given leading dimensions.
-    ///
-    /// # Safety
-    /// The pointers and leading dimensions must describe valid row-major matrices of the
-    /// given shapes, `c` exclusively.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm(
-        trans_a: bool,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: *const Self,
-        lda: usize,
-        b: *const Self,
-        ldb: usize,
-        beta: Self,
-        c: *mut Self,
-        ldc: usize,
-    );
+/// What tiles of an element type (f64 or f32) need beyond its numbers and BLAS: how they
+/// are filled from sources and decoded panels, how genotype codes are standardized into
+/// them, how they are multiplied (by the fused kernels where those run), and how a
+/// resident panel of them is kept.
+pub trait TileReal: Blas {
     /// Tile of a float source.
     fn fill(
         src: &dyn PanelSource,
@@ -188,13 +168,13 @@ pub trait Real:
     /// Standardizes `out.len()` packed dosages starting at the first code of `bytes`.
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [Self]);
     /// The fused kernels' layout of `Ω` (`n × w`), where they run for this type; made once
-    /// per pass for [`Real::ab_tile`].
+    /// per pass for [`TileReal::ab_tile`].
     fn omega_layout(omega: ArrayView2<'_, Self>) -> Option<crate::fused::OmegaLayout> {
         let _ = omega;
         None
     }
     /// `y += T·Ω[c0.., ..]` for a tile whose first column is column `c0`, with `y`
-    /// `rows × w`: by the fused kernels with `layout` ([`Real::omega_layout`] of `omega`)
+    /// `rows × w`: by the fused kernels with `layout` ([`TileReal::omega_layout`] of `omega`)
     /// where they run, else by [`gemm`] (a packed tile standardized into `scratch` first)
     /// and an f64 addition.
     fn ab_tile(
@@ -219,68 +199,13 @@ pub trait Real:
     ) {
         atb_tile_by_gemm(t, q, b, scratch);
     }
-    /// Σ x² in f64.
-    fn sum_squares(x: &[Self]) -> f64;
-    /// `sums[i] += x[i]` in f64.
-    fn add_to(sums: &mut [f64], x: &[Self]);
     /// Wraps a resident panel.
     fn store(a: Array2<Self>) -> Stored;
     /// The resident panel, if it has this precision.
     fn stored(s: &Stored) -> Option<ArrayView2<'_, Self>>;
 }
 
-impl Real for f64 {
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-    unsafe fn gemm(
-        trans_a: bool,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: *const f64,
-        lda: usize,
-        b: *const f64,
-        ldb: usize,
-        beta: f64,
-        c: *mut f64,
-        ldc: usize,
-    ) {
-        // A narrow operand goes to the skinny kernels where they run (see
-        // `crate::skinny` for why).
-        // SAFETY (all calls): the caller's contract.
-        let done = unsafe {
-            if trans_a {
-                crate::skinny::atb(m, n, k, a, lda, b, ldb, beta, c, ldc)
-            } else {
-                crate::skinny::ab(m, n, k, a, lda, b, ldb, beta, c, ldc)
-            }
-        };
-        if done {
-            return;
-        }
-        unsafe {
-            cblas_dgemm(
-                CBLAS_LAYOUT::CblasRowMajor,
-                trans(trans_a),
-                CBLAS_TRANSPOSE::CblasNoTrans,
-                m as i32,
-                n as i32,
-                k as i32,
-                1.0,
-                a,
-                lda as i32,
-                b,
-                ldb as i32,
-                beta,
-                c,
-                ldc as i32,
-            )
-        }
-    }
+impl TileReal for f64 {
     fn fill(
         src: &dyn PanelSource,
         rows: Range<u64>,
@@ -317,14 +242,6 @@ impl Real for f64 {
         }
         packed_scalar(bytes, lut, out)
     }
-    fn add_to(sums: &mut [f64], x: &[f64]) {
-        for (s, v) in sums.iter_mut().zip(x) {
-            *s += v;
-        }
-    }
-    fn sum_squares(x: &[f64]) -> f64 {
-        sum_squares(x)
-    }
     fn store(a: Array2<f64>) -> Stored {
         Stored::Dense(a)
     }
@@ -336,58 +253,7 @@ impl Real for f64 {
     }
 }
 
-impl Real for f32 {
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    unsafe fn gemm(
-        trans_a: bool,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        beta: f32,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        // A narrow operand goes to the skinny kernels where they run (see
-        // `crate::skinny` for why).
-        // SAFETY (all calls): the caller's contract.
-        let done = unsafe {
-            if trans_a {
-                crate::skinny::atb(m, n, k, a, lda, b, ldb, beta, c, ldc)
-            } else {
-                crate::skinny::ab(m, n, k, a, lda, b, ldb, beta, c, ldc)
-            }
-        };
-        if done {
-            return;
-        }
-        unsafe {
-            cblas_sgemm(
-                CBLAS_LAYOUT::CblasRowMajor,
-                trans(trans_a),
-                CBLAS_TRANSPOSE::CblasNoTrans,
-                m as i32,
-                n as i32,
-                k as i32,
-                1.0,
-                a,
-                lda as i32,
-                b,
-                ldb as i32,
-                beta,
-                c,
-                ldc as i32,
-            )
-        }
-    }
+impl TileReal for f32 {
     fn fill(
         src: &dyn PanelSource,
         rows: Range<u64>,
@@ -424,12 +290,6 @@ impl Real for f32 {
             return unsafe { simd::packed_f32_avx2(bytes, lut, out) };
         }
         packed_scalar(bytes, lut, out)
-    }
-    fn add_to(sums: &mut [f64], x: &[f32]) {
-        add_f32_to(sums, x)
-    }
-    fn sum_squares(x: &[f32]) -> f64 {
-        sum_squares_f32(x)
     }
     fn omega_layout(omega: ArrayView2<'_, f32>) -> Option<crate::fused::OmegaLayout> {
         crate::fused::available().then(|| crate::fused::OmegaLayout::new(omega))
@@ -469,14 +329,6 @@ impl Real for f32 {
             Stored::Dense32(a) => Some(a.view()),
             _ => None,
         }
-    }
-}
-
-fn trans(t: bool) -> CBLAS_TRANSPOSE {
-    if t {
-        CBLAS_TRANSPOSE::CblasTrans
-    } else {
-        CBLAS_TRANSPOSE::CblasNoTrans
     }
 }
 
@@ -613,13 +465,13 @@ pub enum Stored {
 
 impl PackedTile<'_> {
     /// The standardized values (`rows × cols`, row-major), written into `out`.
-    pub fn standardize<'o, T: Real>(&self, out: &'o mut Vec<T>) -> ArrayView2<'o, T> {
+    pub fn standardize<'o, T: TileReal>(&self, out: &'o mut Vec<T>) -> ArrayView2<'o, T> {
         self.standardize_into(0..self.rows, aligned_tile(out, self.rows * self.cols))
     }
 
     /// The standardized values of rows `rows` of the tile (`rows.len() × cols`), written
     /// into `out` (that many values).
-    fn standardize_into<'o, T: Real>(
+    fn standardize_into<'o, T: TileReal>(
         &self,
         rows: impl ExactSizeIterator<Item = usize>,
         out: &'o mut [T],
@@ -654,7 +506,7 @@ pub enum Packing {
     Never,
     /// Packed, for every tile type. The consumer multiplies them packed (the fused f32
     /// kernels), standardizes the rows that add anything and multiplies those
-    /// ([`Real::ab_tile`] and [`Real::atb_tile`] otherwise, so that excluded variants cost
+    /// ([`TileReal::ab_tile`] and [`TileReal::atb_tile`] otherwise, so that excluded variants cost
     /// no multiplications), or copies the codes elsewhere (GPU actors stage them to the
     /// device 2-bit packed) and standardizes them there.
     Always,
@@ -702,7 +554,11 @@ impl<T> Tile<'_, T> {
 /// `scratch` as two buffers: `len` values starting on a cache line (where the producer's
 /// tiles start too: BLAS's AVX-512 kernels round differently by where their operands lie),
 /// and `part` values after them.
-fn tile_and_part<T: Real>(scratch: &mut Vec<T>, len: usize, part: usize) -> (&mut [T], &mut [T]) {
+fn tile_and_part<T: TileReal>(
+    scratch: &mut Vec<T>,
+    len: usize,
+    part: usize,
+) -> (&mut [T], &mut [T]) {
     let pad = 64 / std::mem::size_of::<T>().max(1);
     if scratch.len() < len + pad + part {
         scratch.resize(len + pad + part, T::zero());
@@ -712,8 +568,8 @@ fn tile_and_part<T: Real>(scratch: &mut Vec<T>, len: usize, part: usize) -> (&mu
     (&mut a[off..off + len], &mut b[..part])
 }
 
-/// [`Real::ab_tile`] by [`gemm`].
-fn ab_tile_by_gemm<T: Real>(
+/// [`TileReal::ab_tile`] by [`gemm`].
+fn ab_tile_by_gemm<T: TileReal>(
     t: Tile<'_, T>,
     omega: ArrayView2<'_, T>,
     c0: usize,
@@ -744,8 +600,8 @@ fn ab_tile_by_gemm<T: Real>(
     }
 }
 
-/// [`Real::atb_tile`] by [`gemm`].
-fn atb_tile_by_gemm<T: Real>(
+/// [`TileReal::atb_tile`] by [`gemm`].
+fn atb_tile_by_gemm<T: TileReal>(
     t: Tile<'_, T>,
     q: ArrayView2<'_, T>,
     b: ArrayViewMut2<'_, f64>,
@@ -771,7 +627,7 @@ fn atb_tile_by_gemm<T: Real>(
 
 /// `c += op(a)·b` in f64, `op(a) = aᵀ` with `trans_a`, through an f32/f64 product in
 /// `scratch` (grown as needed, reused across tiles).
-fn add_product<T: Real>(
+fn add_product<T: TileReal>(
     trans_a: bool,
     a: ArrayView2<'_, T>,
     b: ArrayView2<'_, T>,
@@ -786,7 +642,7 @@ fn add_product<T: Real>(
 }
 
 /// [`add_product`] with the product in `part` (`c.len()` values).
-fn add_product_in<T: Real>(
+fn add_product_in<T: TileReal>(
     trans_a: bool,
     a: ArrayView2<'_, T>,
     b: ArrayView2<'_, T>,
@@ -801,15 +657,6 @@ fn add_product_in<T: Real>(
             (Some(sums), Some(p)) => T::add_to(sums, p),
             (_, _) => sums.zip_mut_with(&p, |x, &v| *x += v.to_f64()),
         }
-    }
-}
-
-/// `sums[i] += x[i]`, converting to f64 (an ndarray `zip_mut_with` of the same took 3 % of
-/// the CPU time of `rsvd --zarr`, converting a value at a time).
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn add_f32_to(sums: &mut [f64], x: &[f32]) {
-    for (s, v) in sums.iter_mut().zip(x) {
-        *s += *v as f64;
     }
 }
 
@@ -1000,7 +847,7 @@ impl<'a> TileProducer<'a> {
     /// (a fixed order: the GEMM accumulations depend on it). `stored` is the resident
     /// copy from an earlier pass, if any; with `keep` the values produced now are returned
     /// for the next passes. `tile_buf` is the caller's scratch, reused across panels.
-    pub fn for_each<T: Real>(
+    pub fn for_each<T: TileReal>(
         &self,
         stored: Option<&Stored>,
         keep: bool,
@@ -1016,7 +863,7 @@ impl<'a> TileProducer<'a> {
     /// `f(sweep, row0, col0, tile)`. A second sweep reads decoded and resident rows where
     /// they are and produces other tiles again (generating or converting them), so it
     /// costs no memory beyond one tile. Only the first sweep is measured and kept.
-    pub fn sweep<T: Real>(
+    pub fn sweep<T: TileReal>(
         &self,
         stored: Option<&Stored>,
         keep: bool,
@@ -1154,7 +1001,7 @@ impl<'a> TileProducer<'a> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn genotype_tiles<T: Real>(
+    fn genotype_tiles<T: TileReal>(
         &self,
         src: &dyn GenotypeSource,
         filter: &VariantFilter,
@@ -1475,148 +1322,6 @@ pub fn unpack_row(bytes: &[u8], out: &mut [i8]) {
     let rest = out.len() - full * 4;
     if rest > 0 {
         out[full * 4..].copy_from_slice(&UNPACK[bytes[full] as usize][..rest]);
-    }
-}
-
-/// Σ x², in eight interleaved partial sums (a fixed order, so the result is reproducible;
-/// the compiler turns the lanes into one SIMD register).
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
-    "x86_64+avx2+fma"
-))]
-pub fn sum_squares(x: &[f64]) -> f64 {
-    fold_lanes(lane_squares::<f64, LANES>(x))
-}
-
-/// Σ x² of `x` in `N` lanes, value `i` in lane `i mod N`; inlined into the callers, whose
-/// target features then vectorize it.
-#[inline(always)]
-fn lane_squares<T, const N: usize>(x: &[T]) -> [T; N]
-where
-    T: Copy + Default + std::ops::Mul<Output = T> + std::ops::AddAssign,
-{
-    let mut acc = [T::default(); N];
-    let mut chunks = x.chunks_exact(N);
-    for c in &mut chunks {
-        for k in 0..N {
-            acc[k] += c[k] * c[k];
-        }
-    }
-    for (k, &v) in chunks.remainder().iter().enumerate() {
-        acc[k] += v * v;
-    }
-    acc
-}
-
-/// Lanes of the sums of squares: four AVX-512 registers of f64, so that four additions
-/// are in flight (one register's chain of dependent additions held a tile's Σx² to a
-/// quarter of what a core reads from cache).
-const LANES: usize = 32;
-
-/// The lanes summed pairwise, in a fixed order.
-fn fold_lanes(mut acc: [f64; LANES]) -> f64 {
-    let mut w = LANES;
-    while w > 1 {
-        w /= 2;
-        for k in 0..w {
-            acc[k] += acc[k + w];
-        }
-    }
-    acc[0]
-}
-
-/// Σ x² of f32 values: squares summed in f32 over blocks of `F32_BLOCK` values, eight
-/// per lane of `F32_LANES` (four registers), each block's lanes then added in f64.
-///
-/// Converting every value to f64 first (as this did) made Σx² 5–7 % of the CPU time of
-/// `rsvd --zarr` at q = 0: two conversions and two f64 multiply-adds per 16 values where
-/// this takes an f32 multiplication and addition. Each lane's eight squares carry a
-/// relative error of at most 9u (u = 2⁻²⁴, about 5.4e-7) and the f64 sums add next to
-/// none, so the result is within 5.4e-7 of the exact Σx² of the values, whatever their
-/// number; the float32 passes' own products sum 512 terms per tile in f32.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
-    "x86_64+avx2+fma"
-))]
-pub fn sum_squares_f32(x: &[f32]) -> f64 {
-    let mut total = [0.0f64; LANES];
-    for block in x.chunks(F32_BLOCK) {
-        let acc = lane_squares::<f32, F32_LANES>(block);
-        for k in 0..LANES {
-            total[k] += acc[k] as f64 + acc[k + LANES] as f64;
-        }
-    }
-    fold_lanes(total)
-}
-
-/// Lanes of [`sum_squares_f32`]'s f32 sums (four AVX-512 registers).
-const F32_LANES: usize = 2 * LANES;
-
-/// Values per block of [`sum_squares_f32`]: eight squares per lane, a tile's row.
-const F32_BLOCK: usize = 8 * F32_LANES;
-
-fn sum_squares_view<T: Real>(t: ArrayView2<'_, T>) -> f64 {
-    t.rows()
-        .into_iter()
-        .map(|r| match r.as_slice() {
-            Some(s) => T::sum_squares(s),
-            None => r.iter().map(|v| v.to_f64() * v.to_f64()).sum(),
-        })
-        .sum()
-}
-
-/// Row stride of a row-major view (its rows contiguous).
-fn row_major<T>(a: &ArrayView2<'_, T>) -> Option<usize> {
-    let st = a.strides();
-    (st[1] == 1 || a.ncols() <= 1).then(|| (st[0].max(1) as usize).max(a.ncols()))
-}
-
-/// `c = op(a)·b + beta·c` for row-major views (`op(a) = aᵀ` with `trans_a`).
-pub fn gemm<T: Real>(
-    trans_a: bool,
-    a: ArrayView2<'_, T>,
-    b: ArrayView2<'_, T>,
-    beta: T,
-    mut c: ArrayViewMut2<'_, T>,
-) {
-    let (m, k) = if trans_a {
-        (a.ncols(), a.nrows())
-    } else {
-        (a.nrows(), a.ncols())
-    };
-    let n = b.ncols();
-    assert_eq!(b.nrows(), k, "GEMM inner dimensions");
-    assert_eq!(c.dim(), (m, n), "GEMM output shape");
-    if m == 0 || n == 0 {
-        return;
-    }
-    let c_row_major = c.strides()[1] == 1 || n == 1;
-    match (row_major(&a), row_major(&b), c_row_major) {
-        (Some(lda), Some(ldb), true) if k > 0 => {
-            let ldc = (c.strides()[0].max(1) as usize).max(n);
-            // SAFETY: the shapes and leading dimensions describe the three row-major views
-            // exactly (checked above), and the output view is exclusively borrowed.
-            unsafe {
-                T::gemm(
-                    trans_a,
-                    m,
-                    n,
-                    k,
-                    a.as_ptr(),
-                    lda,
-                    b.as_ptr(),
-                    ldb,
-                    beta,
-                    c.as_mut_ptr(),
-                    ldc,
-                )
-            }
-        }
-        _ => {
-            // Not reached by the passes (their operands are row-major); kept correct anyway.
-            let prod = if trans_a { a.t().dot(&b) } else { a.dot(&b) };
-            c.zip_mut_with(&prod, |x, &p| *x = *x * beta + p);
-        }
     }
 }
 
