@@ -58,9 +58,16 @@ demo: build
 # The test processes that link OpenBLAS themselves (the library tests, the C and Fortran
 # examples) use the kernels the rankwise binary uses (see keep_results_independent_of_layout
 # in launch/src/cli.rs), so that their bits can be compared with the binary's.
+# The pinned Python environments that tests use (zarr-python 3; sgkit 0.10 with zarr-python
+# 2) are made while the build runs, the first time: the tests make them too, waiting on the
+# scripts' locks, and report a failure with its reason.
 test: export OPENBLAS_CORETYPE ?= Haswell
-test: build
-	$(CARGO) test --release --workspace --features $(TEST_FEATURES)
+test: deps
+	@mkdir -p target
+	(scripts/zarr-venv.sh && scripts/sgkit-venv.sh) >target/test-venvs.log 2>&1 & \
+	$(MAKE) --no-print-directory build && \
+	$(CARGO) test --release --workspace --features $(TEST_FEATURES); \
+	rc=$$?; wait; exit $$rc
 
 # On a machine with an NVIDIA GPU: the GPU tests, where a missing GPU fails instead of
 # skipping, and the units of the device crate (probe, kernels compiled by NVRTC) with the

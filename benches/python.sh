@@ -28,13 +28,7 @@ BIN=target/release/rankwise
 wheel=$(scripts/python-venv.sh)
 # sgkit's environment: made once from the pinned versions, the wheel installed anew.
 SGKIT=target/sgkit-venv
-want=$(cat tools/sgkit-requirements.txt)
-if ! [[ -x $SGKIT/bin/python && "$(cat "$SGKIT/.stamp" 2>/dev/null)" == "$want" ]]; then
-    rm -rf "$SGKIT"
-    python3 -m venv "$SGKIT"
-    "$SGKIT/bin/pip" install --quiet --disable-pip-version-check -r tools/sgkit-requirements.txt
-    printf '%s' "$want" >"$SGKIT/.stamp"
-fi
+scripts/sgkit-venv.sh "$SGKIT"
 "$SGKIT/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 
 OUT=target/bench-results/python-$(date -u +%Y%m%dT%H%M%SZ)

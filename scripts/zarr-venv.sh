@@ -4,9 +4,11 @@
 #
 #   scripts/zarr-venv.sh [DIR]      (default: target/zarr-venv under the repository)
 #
-# The versions are pinned in scripts/zarr-requirements.txt. Idempotent: a stamp file in DIR
-# records the requirements and the interpreter it was built from, so a second call returns
-# at once. Prints nothing unless it fails; then it says why on stderr and exits non-zero.
+# or, with REQUIREMENTS and IMPORTS set, another pinned environment (scripts/sgkit-venv.sh).
+#
+# The versions are pinned in scripts/zarr-requirements.txt (or REQUIREMENTS). Idempotent: a
+# stamp file in DIR records the requirements and the interpreter it was built from, so a
+# second call returns at once. Prints nothing unless it fails; then it says why on stderr and exits non-zero.
 # Concurrent calls on the same DIR wait for each other (flock on DIR.lock).
 #
 # Environment: PYTHON (the interpreter to build the venv from, default python3; zarr 3
@@ -15,7 +17,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-REQUIREMENTS="$ROOT/scripts/zarr-requirements.txt"
+REQUIREMENTS=${REQUIREMENTS:-$ROOT/scripts/zarr-requirements.txt}
+# The modules the environment must import once installed.
+IMPORTS=${IMPORTS:-zarr numcodecs numpy}
 DIR=${1:-$ROOT/target/zarr-venv}
 PYTHON=${PYTHON:-python3}
 
@@ -57,10 +61,10 @@ if ! "$DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-i
     rm -rf "$DIR"
     die "pip could not install $REQUIREMENTS into $DIR (is PyPI reachable?)"
 fi
-"$DIR/bin/python" -c 'import zarr, numcodecs, numpy' >"$log" 2>&1 || {
+"$DIR/bin/python" -c "import ${IMPORTS// /, }" >"$log" 2>&1 || {
     cat "$log" >&2
     rm -rf "$DIR"
-    die "$DIR does not import zarr, numcodecs and numpy after installing them"
+    die "$DIR does not import $IMPORTS after installing them"
 }
 printf '%s\n' "$want" >"$stamp.tmp"
 # $want has no trailing newline; the stamp must compare equal through $(cat).

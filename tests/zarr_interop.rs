@@ -1228,3 +1228,87 @@ for fmt in (2, 3):
     }
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// sgkit both ways (sgkit 0.10, which reads and writes Zarr v2 only): rankwise reads a
+/// genotype Dataset that `sgkit.save_dataset` wrote (byte-string alleles, fixed-width
+/// sample IDs), writes its PCA with `--zarr-format 2`, and `sgkit.load_dataset` opens that
+/// without a warning, as a Dataset that passes sgkit's variable specs and agrees with
+/// `sgkit.pca` of the same Dataset (`scripts/sgkit_check.py`).
+#[test]
+fn sgkit_reads_the_pca_of_its_own_dataset_as_it_computes_it() {
+    let python = common::sgkit_python();
+    let dir = scratch("zarr-interop-sgkit");
+    let mut draw = common::Draw::fresh();
+    let (variants, samples, k) = (
+        draw.range(1500, 5000),
+        draw.range(120, 400),
+        draw.range(2, 6),
+    );
+    let seed = draw.next() % 1_000_000;
+    let script = repo().join("scripts/sgkit_check.py");
+    let sgkit = |args: &[String]| {
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script).args(args).current_dir(&dir);
+        let run = run_with_timeout(cmd, LIMIT);
+        assert!(run.success(), "sgkit_check.py {args:?}: {}", run.describe());
+        run
+    };
+    let shape = format!("{variants} × {samples}, k = {k}, seed {seed}");
+    sgkit(
+        &[
+            "write",
+            "in.zarr",
+            &seed.to_string(),
+            &variants.to_string(),
+            &samples.to_string(),
+        ]
+        .map(String::from),
+    );
+    let args = [
+        "pca",
+        "--vcf-zarr",
+        "in.zarr",
+        "-k",
+        &k.to_string(),
+        "--out",
+        "o.zarr",
+    ];
+    let run = rankwise(
+        &[&args[..], &["--zarr-format", "2"]]
+            .concat()
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>(),
+        &dir,
+    );
+    assert!(run.success(), "{shape}: {}", run.describe());
+    for file in [".zgroup", ".zmetadata", "sample_pca_loading/.zarray"] {
+        assert!(
+            dir.join("o.zarr").join(file).is_file(),
+            "{shape}: no {file}"
+        );
+    }
+    assert!(!dir.join("o.zarr/zarr.json").exists());
+    let check = sgkit(&["check", "in.zarr", "o.zarr", &k.to_string()].map(String::from));
+    println!("{shape}: {}", check.stdout.trim());
+    // The option is the output's: without `--out` it is refused, naming both.
+    let run = rankwise(
+        &[
+            "pca",
+            "--vcf-zarr",
+            "in.zarr",
+            "-k",
+            "2",
+            "--zarr-format",
+            "2",
+        ]
+        .map(String::from),
+        &dir,
+    );
+    assert!(
+        !run.success() && run.stderr.contains("--out"),
+        "{}",
+        run.describe()
+    );
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -116,6 +116,27 @@ enum TransportChoice {
     Ucx,
 }
 
+/// The Zarr format of an output group (`--zarr-format`).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ZarrFormatArg {
+    /// Zarr v2 (`.zgroup`, `.zarray`, consolidated `.zmetadata`), for readers that only
+    /// know v2: sgkit 0.10 and zarr-python 2.
+    #[value(name = "2")]
+    V2,
+    /// Zarr v3.
+    #[value(name = "3")]
+    V3,
+}
+
+impl From<ZarrFormatArg> for rankwise::output::ZarrFormat {
+    fn from(f: ZarrFormatArg) -> Self {
+        match f {
+            ZarrFormatArg::V2 => rankwise::output::ZarrFormat::V2,
+            ZarrFormatArg::V3 => rankwise::output::ZarrFormat::V3,
+        }
+    }
+}
+
 /// How ranks and actors are set up.
 #[derive(Args, Debug, Clone)]
 struct RunArgs {
@@ -195,9 +216,13 @@ struct SvdArgs {
     matrix: MatrixArgs,
     #[command(flatten)]
     run: RunArgs,
-    /// Write U, S, Vᵀ and the run report as a Zarr v3 group here (must not exist).
+    /// Write U, S, Vᵀ and the run report as a Zarr group here (must not exist).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// The Zarr format of the `--out` group: 3, or 2 for readers that only know Zarr v2
+    /// (sgkit 0.10, zarr-python 2).
+    #[arg(long, value_enum, default_value = "3", requires = "out")]
+    zarr_format: ZarrFormatArg,
     /// Check ‖A − UΣVᵀ‖/‖A‖ and the orthogonality of U and V (one more pass).
     #[arg(long)]
     check: bool,
@@ -1191,7 +1216,11 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
     SvdPlan::for_problem(&p, rt.world())?;
 
     let output = match &a.out {
-        Some(out) => Some(open_output(rt, out, layout_for(&p, m, n, k))?),
+        Some(out) => Some(open_output(
+            rt,
+            out,
+            layout_for(&p, m, n, k, a.zarr_format.into()),
+        )?),
         None => None,
     };
     rt.progress().set_title("svd", p.source.describe());
@@ -1206,8 +1235,15 @@ fn svd_command(rt: &Runtime, launch: &LaunchInfo, a: &SvdArgs) -> Result<Option<
     finish_output(rt, result, output)
 }
 
-fn layout_for(p: &SvdProblem, m: u64, n: u64, k: u64) -> OutputLayout {
+fn layout_for(
+    p: &SvdProblem,
+    m: u64,
+    n: u64,
+    k: u64,
+    format: rankwise::output::ZarrFormat,
+) -> OutputLayout {
     OutputLayout {
+        format,
         row_vectors: Vec::new(),
         row_matrices: Vec::new(),
         dims: rankwise::output::Dims::MATRIX,

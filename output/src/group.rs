@@ -1,18 +1,23 @@
-//! The Zarr v3 output group of an SVD run.
+//! The Zarr output group of an SVD run: Zarr v3 by default, or Zarr v2 for readers that
+//! only know v2 (sgkit 0.10 pins zarr-python 2).
 //!
 //! Layout of the group (`--out result.zarr`):
 //!
 //! ```text
 //! result.zarr/
-//!   zarr.json      group metadata; attributes = OutputLayout::attributes (+ updates)
+//!   zarr.json      group metadata; attributes = OutputLayout::attributes (+ updates,
+//!                  the run report as `report`), every array's metadata consolidated
 //!   S/             (k)      f64, one chunk
 //!   U/             (m, k)   f64, chunks of u_chunk_rows rows × k
 //!   Vt/            (k, n)   f64, chunks of k × vt_chunk_cols columns
 //!   <vectors>/     optional small 1-D f64 arrays (explained variance, ...)
-//!   report.json    the run report, a plain JSON file
 //! ```
 //!
-//! Arrays are uncompressed little-endian f64 (readable by any Zarr v3 implementation)
+//! In Zarr v2 ([`ZarrFormat::V2`]) the group's metadata is `.zgroup` and `.zattrs`, each
+//! array's `.zarray` and `.zattrs` (its dimension names as xarray's `_ARRAY_DIMENSIONS`),
+//! and the consolidated metadata `.zmetadata`, as zarr-python 2 writes them.
+//!
+//! Arrays are uncompressed little-endian f64 (readable by any Zarr implementation)
 //! with fill value NaN, so a chunk that was never written reads as NaN, never as
 //! plausible zeros.
 //!
@@ -185,6 +190,96 @@ pub struct OutputLayout {
     pub row_matrices: Vec<String>,
     /// The arrays' dimension names.
     pub dims: Dims,
+    /// The Zarr format of the group.
+    pub format: ZarrFormat,
+}
+
+/// The Zarr format an output group is written in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ZarrFormat {
+    /// Zarr v3 (`zarr.json`), the default.
+    #[default]
+    V3,
+    /// Zarr v2 (`.zgroup`, `.zarray`, `.zattrs`, consolidated `.zmetadata`), for readers that
+    /// only know v2, such as sgkit 0.10 (zarr-python < 3).
+    V2,
+}
+
+/// The element types of a group's arrays.
+#[derive(Clone, Copy, Debug)]
+enum Element {
+    /// f64, fill value NaN.
+    F64,
+    /// i64, fill value 0 (in Zarr v2 none, which zarrs reads as 0).
+    I64,
+    /// Variable-length UTF-8 strings, fill value empty.
+    Str,
+}
+
+/// Creates the array `name` of the group in `store` and stores its metadata, in `format`.
+///
+/// Zarr v2 arrays are made from their `.zarray` document, which zarrs writes as given; the
+/// dimension names become the `_ARRAY_DIMENSIONS` attribute, as xarray writes and reads
+/// them in v2.
+fn new_array(
+    store: &Arc<FilesystemStore>,
+    format: ZarrFormat,
+    name: &str,
+    shape: Vec<u64>,
+    chunks: Vec<u64>,
+    element: Element,
+    dims: &[&str],
+) -> Result<Array<FilesystemStore>, ZarrsError> {
+    let path = format!("/{name}");
+    let array = match format {
+        ZarrFormat::V3 => {
+            let mut builder = match element {
+                Element::F64 => ArrayBuilder::new(shape, chunks, data_type::float64(), f64::NAN),
+                Element::I64 => ArrayBuilder::new(shape, chunks, data_type::int64(), 0i64),
+                Element::Str => ArrayBuilder::new(shape, chunks, data_type::string(), ""),
+            };
+            builder
+                .dimension_names(Some(dims.to_vec()))
+                .build(store.clone(), &path)?
+        }
+        ZarrFormat::V2 => {
+            let (dtype, fill, filters) = match element {
+                Element::F64 => ("<f8", serde_json::json!("NaN"), serde_json::Value::Null),
+                // A null fill, as zarr-python 2 writes integers by default: xarray reads the
+                // fill value of a v2 array as its `_FillValue`, and would make integers with
+                // one floats.
+                Element::I64 => ("<i8", serde_json::Value::Null, serde_json::Value::Null),
+                // zarr-python 2's object strings: a null fill, the numcodecs VLenUTF8 filter
+                // (whose encoding is the v3 `vlen-utf8` codec's).
+                Element::Str => (
+                    "|O",
+                    serde_json::Value::Null,
+                    serde_json::json!([{ "id": "vlen-utf8" }]),
+                ),
+            };
+            let zarray = serde_json::json!({
+                "zarr_format": 2,
+                "shape": shape,
+                "chunks": chunks,
+                "dtype": dtype,
+                "compressor": null,
+                "fill_value": fill,
+                "order": "C",
+                "filters": filters,
+                "dimension_separator": ".",
+            });
+            let metadata: zarrs::metadata::v2::ArrayMetadataV2 = serde_json::from_value(zarray)?;
+            let attributes =
+                serde_json::Map::from_iter([("_ARRAY_DIMENSIONS".to_string(), dims.into())]);
+            Array::new_with_metadata(
+                store.clone(),
+                &path,
+                zarrs::metadata::ArrayMetadata::V2(metadata.with_attributes(attributes)),
+            )?
+        }
+    };
+    array.store_metadata()?;
+    Ok(array)
 }
 
 /// The dimension names of a group's arrays: of A's rows, of its columns, and of the
@@ -466,21 +561,38 @@ impl SvdOutput {
             chunk: String::new(),
             source: e,
         };
-        let group = GroupBuilder::new()
-            .attributes(layout.attributes.clone())
-            .build(store.clone(), "/")
-            .map_err(|e| zerr("(group)", e.into()))?;
+        let group = match layout.format {
+            ZarrFormat::V3 => GroupBuilder::new()
+                .attributes(layout.attributes.clone())
+                .build(store.clone(), "/")
+                .map_err(|e| zerr("(group)", e.into()))?,
+            ZarrFormat::V2 => Group::new_with_metadata(
+                store.clone(),
+                "/",
+                zarrs::metadata::GroupMetadata::V2(
+                    zarrs::metadata::v2::GroupMetadataV2::new()
+                        .with_attributes(layout.attributes.clone()),
+                ),
+            )
+            .map_err(|e| zerr("(group)", e.into()))?,
+        };
         group
             .store_metadata()
             .map_err(|e| zerr("(group)", e.into()))?;
 
         let (m, n, k) = (layout.m, layout.n, layout.k);
         let new_array = |name: &str, shape: Vec<u64>, chunks: Vec<u64>, dims: &[&str]| {
-            let array = ArrayBuilder::new(shape, chunks, data_type::float64(), f64::NAN)
-                .dimension_names(Some(dims.to_vec()))
-                .build(store.clone(), &format!("/{name}"))
-                .map_err(|e| zerr(name, e.into()))?;
-            array.store_metadata().map_err(|e| zerr(name, e.into()))
+            new_array(
+                &store,
+                layout.format,
+                name,
+                shape,
+                chunks,
+                Element::F64,
+                dims,
+            )
+            .map(drop)
+            .map_err(|e| zerr(name, e))
         };
         let d = &layout.dims;
         new_array("S", vec![k], vec![k], &[d.components])?;
@@ -791,13 +903,16 @@ impl SvdOutput {
         let _writing = self.ensure_open()?;
         check_name(name).map_err(|message| self.block_err(name, message))?;
         let len = values.len() as u64;
-        let array = ArrayBuilder::new(vec![len], vec![len.max(1)], data_type::float64(), f64::NAN)
-            .dimension_names(Some([self.layout.dims.components]))
-            .build(self.store.clone(), &format!("/{name}"))
-            .map_err(|e| self.zarr_err(name, None, e.into()))?;
-        array
-            .store_metadata()
-            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        let array = new_array(
+            &self.store,
+            self.layout.format,
+            name,
+            vec![len],
+            vec![len.max(1)],
+            Element::F64,
+            &[self.layout.dims.components],
+        )
+        .map_err(|e| self.zarr_err(name, None, e))?;
         if len > 0 {
             array
                 .store_chunk(&[0], values)
@@ -813,22 +928,23 @@ impl SvdOutput {
         dim: &str,
         len: usize,
         chunk: u64,
-        data_type: impl Into<zarrs::array::builder::ArrayBuilderDataType>,
-        fill: impl Into<zarrs::array::builder::ArrayBuilderFillValue>,
+        element: Element,
     ) -> Result<Array<FilesystemStore>, OutputError> {
         check_name(name).map_err(|message| self.block_err(name, message))?;
-        let array = ArrayBuilder::new(vec![len as u64], vec![chunk], data_type, fill)
-            .dimension_names(Some([dim]))
-            .build(self.store.clone(), &format!("/{name}"))
-            .map_err(|e| self.zarr_err(name, None, e.into()))?;
-        array
-            .store_metadata()
-            .map_err(|e| self.zarr_err(name, None, e.into()))?;
-        Ok(array)
+        new_array(
+            &self.store,
+            self.layout.format,
+            name,
+            vec![len as u64],
+            vec![chunk],
+            element,
+            &[dim],
+        )
+        .map_err(|e| self.zarr_err(name, None, e))
     }
 
     /// Adds a 1-D array of UTF-8 strings `name` along dimension `dim` (Zarr v3 `string`,
-    /// empty fill) and writes `values` in chunks of `chunk`. Call on one rank only.
+    /// empty fill; in Zarr v2 object strings with the `vlen-utf8` filter) and writes `values` in chunks of `chunk`. Call on one rank only.
     pub fn write_strings(
         &self,
         name: &str,
@@ -838,7 +954,7 @@ impl SvdOutput {
     ) -> Result<(), OutputError> {
         let _writing = self.ensure_open()?;
         let chunk = chunk.clamp(1, values.len().max(1) as u64);
-        let array = self.new_1d(name, dim, values.len(), chunk, data_type::string(), "")?;
+        let array = self.new_1d(name, dim, values.len(), chunk, Element::Str)?;
         for (i, part) in values.chunks(chunk as usize).enumerate() {
             let part: Vec<&str> = part.iter().map(String::as_str).collect();
             array
@@ -859,7 +975,7 @@ impl SvdOutput {
     ) -> Result<(), OutputError> {
         let _writing = self.ensure_open()?;
         let chunk = chunk.clamp(1, values.len().max(1) as u64);
-        let array = self.new_1d(name, dim, values.len(), chunk, data_type::int64(), 0i64)?;
+        let array = self.new_1d(name, dim, values.len(), chunk, Element::I64)?;
         for (i, part) in values.chunks(chunk as usize).enumerate() {
             array
                 .store_chunk_subset(&[i as u64], &first(part.len() as u64), part)
@@ -879,18 +995,16 @@ impl SvdOutput {
         let _writing = self.ensure_open()?;
         check_name(name).map_err(|message| self.block_err(name, message))?;
         let (r, c) = (a.nrows() as u64, a.ncols() as u64);
-        let array = ArrayBuilder::new(
+        let array = new_array(
+            &self.store,
+            self.layout.format,
+            name,
             vec![r, c],
             vec![r.max(1), c.max(1)],
-            data_type::float64(),
-            f64::NAN,
+            Element::F64,
+            &dims,
         )
-        .dimension_names(Some(dims))
-        .build(self.store.clone(), &format!("/{name}"))
-        .map_err(|e| self.zarr_err(name, None, e.into()))?;
-        array
-            .store_metadata()
-            .map_err(|e| self.zarr_err(name, None, e.into()))?;
+        .map_err(|e| self.zarr_err(name, None, e))?;
         if r > 0 && c > 0 {
             let data = a.as_standard_layout();
             array
@@ -915,12 +1029,15 @@ impl SvdOutput {
             .map_err(|e| self.zarr_err("(group)", None, e.into()))
     }
 
-    /// Stores the run report as the group attribute `report` (in its `zarr.json`), where
-    /// zarr-python and xarray read it as metadata: a plain file inside the group is a node
-    /// they warn about. Call on one rank only.
+    /// Stores the run report as the group attribute `report` (in its `zarr.json`, or in v2
+    /// its `.zattrs`), where zarr-python and xarray read it as metadata: a plain file inside
+    /// the group is a node they warn about. Call on one rank only.
     pub fn write_report(&self, json: &impl serde::Serialize) -> Result<(), OutputError> {
         let value = serde_json::to_value(json).map_err(|source| OutputError::Json {
-            path: self.tmp.join("zarr.json"),
+            path: self.tmp.join(match self.layout.format {
+                ZarrFormat::V3 => "zarr.json",
+                ZarrFormat::V2 => ".zattrs",
+            }),
             source,
         })?;
         self.update_attributes(serde_json::Map::from_iter([(
@@ -929,15 +1046,18 @@ impl SvdOutput {
         )]))
     }
 
-    /// Writes the group's consolidated metadata (every array's `zarr.json` inline in the
-    /// root's, as zarr-python's `consolidate_metadata` writes it), so that xarray and
-    /// zarr-python open the group in one read and without a warning. The last write before
-    /// [`SvdOutput::commit`]. The arrays' own files are copied, not zarrs'
+    /// Writes the group's consolidated metadata, so that xarray and zarr-python open the
+    /// group in one read and without a warning. The last write before
+    /// [`SvdOutput::commit`].
+    ///
+    /// In Zarr v3 every array's `zarr.json` goes inline in the root's, as zarr-python's
+    /// `consolidate_metadata` writes it. The arrays' own files are copied, not zarrs'
     /// `consolidate_metadata`, which writes a codec without configuration as a bare name
-    /// (`"vlen-utf8"`) that zarr-python 3.1 refuses.
+    /// (`"vlen-utf8"`) that zarr-python 3.1 refuses. In Zarr v2 (which zarrs does not
+    /// consolidate) the group's and arrays' documents go into `.zmetadata` under their keys,
+    /// `zarr_consolidated_format` 1, as zarr-python 2 writes it.
     fn consolidate(&self) -> Result<(), OutputError> {
         let _writing = self.ensure_open()?;
-        let root_path = self.tmp.join("zarr.json");
         let io = |path: &Path, op: &'static str| {
             let path = path.to_path_buf();
             move |source| OutputError::Io { path, op, source }
@@ -949,28 +1069,55 @@ impl SvdOutput {
                 source,
             })
         };
-        let mut children = serde_json::Map::new();
+        let (root_path, array_file) = match self.layout.format {
+            ZarrFormat::V3 => (self.tmp.join("zarr.json"), "zarr.json"),
+            ZarrFormat::V2 => (self.tmp.join(".zmetadata"), ".zarray"),
+        };
         let mut entries: Vec<_> = fs::read_dir(&self.tmp)
             .map_err(io(&self.tmp, "listing"))?
             .flatten()
-            .filter(|e| e.path().join("zarr.json").is_file())
+            .filter(|e| e.path().join(array_file).is_file())
             .collect();
         entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let name = e.file_name().to_string_lossy().into_owned();
-            children.insert(name, json(&e.path().join("zarr.json"))?);
-        }
-        let mut root = json(&root_path)?;
-        root["consolidated_metadata"] = serde_json::json!({
-            "kind": "inline",
-            "must_understand": false,
-            "metadata": children,
-        });
+        let mut metadata = serde_json::Map::new();
+        let root = match self.layout.format {
+            ZarrFormat::V3 => {
+                for e in entries {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    metadata.insert(name, json(&e.path().join("zarr.json"))?);
+                }
+                let mut root = json(&root_path)?;
+                root["consolidated_metadata"] = serde_json::json!({
+                    "kind": "inline",
+                    "must_understand": false,
+                    "metadata": metadata,
+                });
+                root
+            }
+            ZarrFormat::V2 => {
+                let mut documents = vec![(".zgroup".to_string(), self.tmp.join(".zgroup"))];
+                documents.push((".zattrs".to_string(), self.tmp.join(".zattrs")));
+                for e in entries {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    for file in [".zarray", ".zattrs"] {
+                        documents.push((format!("{name}/{file}"), e.path().join(file)));
+                    }
+                }
+                for (key, path) in documents {
+                    if path.is_file() {
+                        metadata.insert(key, json(&path)?);
+                    }
+                }
+                serde_json::json!({ "metadata": metadata, "zarr_consolidated_format": 1 })
+            }
+        };
         let text = serde_json::to_vec_pretty(&root).map_err(|source| OutputError::Json {
             path: root_path.clone(),
             source,
         })?;
-        let tmp = self.tmp.join("zarr.json.tmp");
+        let mut tmp = root_path.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
         fs::write(&tmp, text).map_err(io(&tmp, "writing"))?;
         fs::rename(&tmp, &root_path).map_err(io(&root_path, "renaming"))
     }
@@ -1347,6 +1494,7 @@ mod tests {
             u_chunk_rows: cr,
             vt_chunk_cols: cc,
             attributes,
+            format: ZarrFormat::V3,
         }
     }
 
@@ -1438,12 +1586,25 @@ mod tests {
 
     #[test]
     fn output_round_trip_two_threads() {
+        round_trip(ZarrFormat::V3);
+    }
+
+    #[test]
+    fn output_round_trip_two_threads_zarr_v2() {
+        round_trip(ZarrFormat::V2);
+    }
+
+    fn round_trip(format: ZarrFormat) {
         let scratch = Scratch::new("roundtrip");
         let out = scratch.0.join("result.zarr");
         let (m, n, k, cr, cc) = (103u64, 29u64, 5u64, 10u64, 8u64);
         let tmp = SvdOutput::temp_path(&out, "job 17/step.0");
         assert_eq!(tmp, scratch.0.join("result.zarr.tmp-job_17_step_0"));
         SvdOutput::check_target(&out).expect("target ok");
+        let layout = |m, n, k, cr, cc| OutputLayout {
+            format,
+            ..layout(m, n, k, cr, cc)
+        };
         let writer = SvdOutput::create(&out, &tmp, layout(m, n, k, cr, cc)).expect("create");
         // A second rank opens the same group.
         let other = SvdOutput::open(&out, &tmp, layout(m, n, k, cr, cc)).expect("open");
@@ -1486,6 +1647,16 @@ mod tests {
                 &[0.5, 0.25, 0.125, 0.0625, 0.03125],
             )
             .expect("vector");
+        // Strings (one not ASCII, one empty) and integers in chunks with a ragged last one.
+        let names: Vec<String> = (0..n).map(|j| format!("s{j}")).collect();
+        let names = [vec!["Ångström".to_string(), String::new()], names].concat();
+        writer
+            .write_strings("names", "column", &names, 8)
+            .expect("strings");
+        let ints: Vec<i64> = (0..n as i64).map(|j| j * 1_000_003 - 7).collect();
+        writer
+            .write_integers("ints", "column", &ints, 8)
+            .expect("integers");
         let mut extra = serde_json::Map::new();
         extra.insert("sigma_max".into(), sv[0].into());
         writer.update_attributes(extra).expect("attributes");
@@ -1524,16 +1695,47 @@ mod tests {
         assert_eq!(attrs["seed"], 42);
         assert_eq!(attrs["sigma_max"], 10.0);
         assert_eq!(attrs[REPORT_ATTRIBUTE], report);
-        // Every array's metadata inline in the root's: xarray opens it consolidated.
-        let root: serde_json::Value =
-            serde_json::from_slice(&fs::read(out.join("zarr.json")).unwrap()).unwrap();
-        let inline = &root["consolidated_metadata"]["metadata"];
-        for name in ["U", "S", "Vt", "explained_variance_ratio"] {
-            assert_eq!(inline[name]["node_type"], "array", "{name}: {root}");
+        let arrays = ["S", "U", "Vt", "explained_variance_ratio", "ints", "names"];
+        let read_json = |file: &str| -> serde_json::Value {
+            serde_json::from_slice(&fs::read(out.join(file)).unwrap()).unwrap()
+        };
+        match format {
+            ZarrFormat::V3 => {
+                // Every array's metadata inline in the root's: xarray opens it consolidated.
+                let root = read_json("zarr.json");
+                let inline = &root["consolidated_metadata"]["metadata"];
+                for name in arrays {
+                    assert_eq!(inline[name]["node_type"], "array", "{name}: {root}");
+                }
+                assert!(!out.join(".zgroup").exists());
+            }
+            ZarrFormat::V2 => {
+                // zarr-python 2's layout: no v3 document anywhere, every document under its
+                // key in `.zmetadata`, and the dimension names where xarray reads them in v2.
+                assert!(!out.join("zarr.json").exists());
+                let consolidated = read_json(".zmetadata");
+                assert_eq!(consolidated["zarr_consolidated_format"], 1);
+                let documents = &consolidated["metadata"];
+                assert_eq!(documents[".zgroup"]["zarr_format"], 2);
+                assert_eq!(documents[".zattrs"][REPORT_ATTRIBUTE], report);
+                for name in arrays {
+                    assert_eq!(
+                        documents[format!("{name}/.zarray")],
+                        read_json(&format!("{name}/.zarray"))
+                    );
+                    assert!(!out.join(name).join("zarr.json").exists());
+                }
+                assert_eq!(
+                    documents["U/.zattrs"]["_ARRAY_DIMENSIONS"],
+                    serde_json::json!(["row", "component"])
+                );
+                assert_eq!(documents["names/.zarray"]["dtype"], "|O");
+                assert!(out.join("U/0.0").is_file(), "v2 chunk keys");
+            }
         }
 
         // zarr-python must read the same values.
-        python_check(&out, &u_c, &sv, &vt_c, m, n, k);
+        python_check(&out, &u_c, &sv, &vt_c, m, n, k, &names, &ints);
     }
 
     /// The Python of the pinned zarr-python virtualenv the integration tests use
@@ -1563,7 +1765,18 @@ mod tests {
     }
 
     /// Reads the committed group with the pinned zarr-python.
-    fn python_check(out: &Path, u: &[f64], s: &[f64], vt: &[f64], m: u64, n: u64, k: u64) {
+    #[allow(clippy::too_many_arguments)]
+    fn python_check(
+        out: &Path,
+        u: &[f64],
+        s: &[f64],
+        vt: &[f64],
+        m: u64,
+        n: u64,
+        k: u64,
+        names: &[String],
+        ints: &[i64],
+    ) {
         let python = zarr_python();
         let dump = |name: &str, v: &[f64]| {
             let p = out.with_extension(format!("{name}.bin"));
@@ -1572,6 +1785,7 @@ mod tests {
             p
         };
         let (pu, ps, pvt) = (dump("u", u), dump("s", s), dump("vt", vt));
+        let expected = serde_json::json!({ "names": names, "ints": ints }).to_string();
         let script = format!(
             r#"
 import sys, json, numpy as np, zarr
@@ -1583,8 +1797,11 @@ for name, path, shape in [("U", sys.argv[2], ({m}, {k})), ("S", sys.argv[3], ({k
     assert a.shape == shape, (name, a.shape)
     assert a.dtype == np.float64, (name, a.dtype)
     assert np.array_equal(a.view(np.uint64), want.view(np.uint64)), name
-assert sorted(g.array_keys()) == ["S", "U", "Vt", "explained_variance_ratio"], sorted(g.array_keys())
-print("zarr-python", zarr.__version__, "read the group bit for bit")
+assert sorted(g.array_keys()) == ["S", "U", "Vt", "explained_variance_ratio", "ints", "names"], sorted(g.array_keys())
+want = json.loads(sys.argv[5])
+assert [str(x) for x in g["names"][...]] == want["names"], g["names"][...]
+assert g["ints"].dtype == np.int64 and g["ints"][...].tolist() == want["ints"]
+print("zarr-python", zarr.__version__, "read the group (zarr_format", g.metadata.zarr_format, ") bit for bit")
 "#
         );
         let o = std::process::Command::new(&python)
@@ -1592,6 +1809,7 @@ print("zarr-python", zarr.__version__, "read the group bit for bit")
             .arg(script)
             .arg(out)
             .args([&pu, &ps, &pvt])
+            .arg(expected)
             .output()
             .expect("run python");
         println!("{}", String::from_utf8_lossy(&o.stdout));

@@ -1,6 +1,6 @@
 //! rankwise outputs: what a run leaves on disk, and nothing half-written.
 //!
-//! * [`group`]: the Zarr v3 result group (`U`, `S`, `Vt`, the report), written under a
+//! * [`group`]: the Zarr result group (v3, or v2 on request) (`U`, `S`, `Vt`, the report), written under a
 //!   temporary name by every rank and committed by one rename;
 //! * [`report`]: the run report (`--json`, the group's `report` attribute), one typed definition for every
 //!   command;
@@ -13,4 +13,4 @@ pub mod group;
 pub mod report;
 pub mod temporaries;
 
-pub use group::{read_f64_array, Dims, OutputError, OutputLayout, SvdOutput};
+pub use group::{read_f64_array, Dims, OutputError, OutputLayout, SvdOutput, ZarrFormat};

@@ -274,7 +274,8 @@ def test_projection_reproduces_the_pca_and_the_command_line(tmp_path):
         rankwise.project(new, tmp_path / "nothing")
 
 
-def test_the_pca_group_opens_in_xarray_without_a_warning(tmp_path):
+@pytest.mark.parametrize("zarr_format", ["3", "2"])
+def test_the_pca_group_opens_in_xarray_without_a_warning(tmp_path, zarr_format):
     import warnings
 
     import xarray as xr
@@ -282,7 +283,8 @@ def test_the_pca_group_opens_in_xarray_without_a_warning(tmp_path):
     run_cli("gen", "--out", "g.zarr", "--rows", "1500", "--cols", "90", "--chunk-rows", "500",
             "--dist", "genotype", "--populations", "3", "--seed", str(SEED % 1000), cwd=tmp_path)
     spec = str(tmp_path / "g.zarr") + ":call_dosage"
-    run_cli("pca", "--zarr", spec, "-k", "3", "--out", "o.zarr", cwd=tmp_path)
+    run_cli("pca", "--zarr", spec, "-k", "3", "--out", "o.zarr", "--zarr-format", zarr_format,
+            cwd=tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ds = xr.open_zarr(str(tmp_path / "o.zarr"))

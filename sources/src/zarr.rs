@@ -182,6 +182,9 @@ pub struct ZarrArray {
     stages: Option<Vec<crate::direct::Stage>>,
     /// A sharded array zarrs decodes whose inner chunks are checked before it does.
     zarrs_shard: Option<ZarrsShard>,
+    /// Whether its values are numpy's fixed-width byte strings (`|S…`, which sgkit writes
+    /// for `variant_allele`), read by zarrs as raw bytes of that width.
+    byte_strings: bool,
 }
 
 /// The layout of a sharded array's shards: the inner chunk shape, and where and how the
@@ -495,19 +498,37 @@ impl std::fmt::Debug for ZarrArray {
     }
 }
 
-/// `.zarray` metadata of a fixed-width string array (`<U…`, `>U…`, `|S…`) whose fill value
-/// is `null`, with the fill value made the empty string; `None` for any other metadata.
-fn v2_string_fill(text: &[u8]) -> Option<serde_json::Value> {
+/// `.zarray` metadata that zarrs cannot read as given, made readable; `None` for any other
+/// metadata. Two cases, both written by zarr-python 2 (and xarray and sgkit through it):
+/// - fixed-width strings (`<U…`, `>U…`) with `"fill_value": null`, which zarrs refuses: the
+///   fill value becomes the empty string, zarr-python's own fill for them;
+/// - numpy byte strings (`|S…`, sgkit's `variant_allele`), a data type zarrs does not have:
+///   they become raw bytes of the same width (`|V…`, filled with zero bytes where the fill is
+///   `null` or empty), and [`ZarrArray::read_strings`] strips the trailing zero bytes as
+///   numpy does.
+fn v2_string_meta(text: &[u8]) -> Option<serde_json::Value> {
     let mut meta: serde_json::Value = serde_json::from_slice(text).ok()?;
-    let dtype = meta.get("dtype")?.as_str()?;
+    let dtype = meta.get("dtype")?.as_str()?.to_string();
     // Bytes, not a string slice: a dtype whose second character is multi-byte (hostile
     // metadata, found by tests/fuzz.rs) must not split a character.
-    let string = matches!(dtype.as_bytes().get(1), Some(b'U' | b'S'));
-    if !string || !meta.get("fill_value")?.is_null() {
-        return None;
+    match dtype.as_bytes().get(1) {
+        Some(b'S') => {
+            let width: u64 = dtype.get(2..)?.parse().ok().filter(|&w| w > 0)?;
+            let fill = meta.get("fill_value")?;
+            if !(fill.is_null() || fill.as_str() == Some("")) {
+                return None;
+            }
+            meta["dtype"] = format!("|V{width}").into();
+            // zarrs reads a raw-bits fill as the list of its bytes.
+            meta["fill_value"] = vec![0u8; width as usize].into();
+            Some(meta)
+        }
+        Some(b'U') if meta.get("fill_value")?.is_null() => {
+            meta["fill_value"] = serde_json::Value::String(String::new());
+            Some(meta)
+        }
+        _ => None,
     }
-    meta["fill_value"] = serde_json::Value::String(String::new());
-    Some(meta)
 }
 
 impl ZarrArray {
@@ -639,12 +660,12 @@ impl ZarrArray {
             array: label.clone(),
             message: e.to_string(),
         };
+        let mut byte_strings = false;
         let array = match (!is_v3).then(|| read(".zarray")).transpose()?.flatten() {
-            // zarr-python (and xarray through it) writes fixed-width strings of format 2
-            // with `"fill_value": null`, which zarrs refuses for `<U…`: read as the empty
-            // string, zarr-python's own fill for them.
-            Some(text) => match v2_string_fill(&text) {
+            // Strings of format 2 that zarrs does not read as written (`v2_string_meta`).
+            Some(text) => match v2_string_meta(&text) {
                 Some(meta) => {
+                    byte_strings = meta["dtype"].as_str().is_some_and(|d| d.starts_with("|V"));
                     let meta: zarrs::metadata::v2::ArrayMetadataV2 =
                         serde_json::from_value(meta).map_err(|e| unsupported(&e))?;
                     Array::new_with_metadata(
@@ -697,6 +718,7 @@ impl ZarrArray {
             shard,
             stages,
             zarrs_shard,
+            byte_strings,
         })
     }
 
@@ -1598,10 +1620,31 @@ impl ZarrArray {
         self.strings_of(&ArraySubset::new_with_shape(vec![shape[0]]))
     }
 
-    /// The strings of `subset`: variable-length UTF-8 (`string`, zarr-python's `str`), or
+    /// The strings of `subset`: variable-length UTF-8 (`string`, zarr-python's `str`),
     /// fixed-width UTF-32 (`fixed_length_utf32`, numpy's `<U…`, zarr-python's default for
-    /// numpy strings), without its padding.
+    /// numpy strings), or numpy's fixed-width byte strings (`|S…`), without their padding.
     fn strings_of(&self, subset: &ArraySubset) -> Result<Vec<String>, ZarrError> {
+        if self.byte_strings {
+            let width = self.array.data_type().fixed_size().unwrap_or(1).max(1);
+            let bytes = self
+                .array
+                .retrieve_array_subset::<zarrs::array::ArrayBytes<'static>>(subset)
+                .map_err(|e| self.unsupported(format!("reading its byte strings: {e}")))?
+                .into_fixed()
+                .map_err(|e| self.unsupported(format!("reading its byte strings: {e}")))?;
+            return bytes
+                .chunks(width)
+                .map(|b| {
+                    let len = b.iter().rposition(|&c| c != 0).map_or(0, |i| i + 1);
+                    String::from_utf8(b[..len].to_vec()).map_err(|_| {
+                        self.unsupported(format!(
+                            "a byte string of {width} bytes is not UTF-8: {:?}",
+                            &b[..len]
+                        ))
+                    })
+                })
+                .collect();
+        }
         match self.array.retrieve_array_subset::<Vec<String>>(subset) {
             Ok(v) => Ok(v),
             Err(utf8) => match self.array.retrieve_array_subset::<Vec<Vec<char>>>(subset) {
@@ -2716,12 +2759,31 @@ mod tests {
     /// character takes several bytes (`"<é8"`) panicked on a string slice inside it.
     #[test]
     fn a_multibyte_dtype_is_no_string_and_no_panic() {
-        for dtype in ["<é8", "é", "<\u{FFFD}8", "<U4", "|S2"] {
+        for dtype in ["<é8", "é", "<\u{FFFD}8", "<U4", "|S2", "|Sé", "|S0", "|S"] {
             let text = format!(r#"{{"dtype":"{dtype}","fill_value":null}}"#);
-            let fixed = v2_string_fill(text.as_bytes());
-            let string = matches!(dtype.as_bytes().get(1), Some(b'U' | b'S'));
+            let fixed = v2_string_meta(text.as_bytes());
+            let string = ["<U4", "|S2"].contains(&dtype);
             assert_eq!(fixed.is_some(), string, "{dtype}");
         }
+    }
+
+    /// numpy's byte strings become raw bytes of their width, the fill zero bytes; a fill
+    /// that is not empty is left to zarrs (which refuses `|S`), not guessed.
+    #[test]
+    fn byte_strings_become_raw_bytes_of_their_width() {
+        let meta = |fill: &str| format!(r#"{{"dtype":"|S12","fill_value":{fill}}}"#);
+        for fill in ["null", r#""""#] {
+            let fixed = v2_string_meta(meta(fill).as_bytes()).expect(fill);
+            assert_eq!(fixed["dtype"], "|V12");
+            assert_eq!(fixed["fill_value"], serde_json::json!(vec![0; 12]));
+        }
+        assert!(v2_string_meta(meta(r#""QQ==""#).as_bytes()).is_none());
+        // Fixed-width unicode keeps its dtype, with the empty string as its fill.
+        let fixed = v2_string_meta(br#"{"dtype":"<U3","fill_value":null}"#).unwrap();
+        assert_eq!(
+            (fixed["dtype"].as_str(), fixed["fill_value"].as_str()),
+            (Some("<U3"), Some(""))
+        );
     }
 
     /// Which sharded chains are decoded here, checked before zarrs decodes them, or

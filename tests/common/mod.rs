@@ -98,26 +98,38 @@ pub(crate) fn rankwise_fault_bin() -> PathBuf {
 pub(crate) fn zarr_python() -> PathBuf {
     static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PYTHON
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let target = exe.ancestors().nth(3).unwrap().to_path_buf();
-            let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-            let venv = target.join("zarr-venv");
-            let out = std::process::Command::new("bash")
-                .arg(repo.join("scripts/zarr-venv.sh"))
-                .arg(&venv)
-                .output()
-                .expect("running bash");
-            assert!(
-                out.status.success(),
-                "scripts/zarr-venv.sh {} failed ({}):\n{}",
-                venv.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            venv.join("bin/python")
-        })
+        .get_or_init(|| pinned_python("zarr-venv.sh", "zarr-venv"))
         .clone()
+}
+
+/// The Python interpreter of sgkit 0.10's virtualenv (`scripts/sgkit-venv.sh`: zarr-python
+/// 2, pinned versions), made as [`zarr_python`]'s.
+pub(crate) fn sgkit_python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| pinned_python("sgkit-venv.sh", "sgkit-venv"))
+        .clone()
+}
+
+/// `bash scripts/SCRIPT target/DIR`, which makes a pinned virtualenv there: its Python.
+fn pinned_python(script: &str, dir: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.ancestors().nth(3).unwrap().to_path_buf();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = target.join(dir);
+    let out = std::process::Command::new("bash")
+        .arg(repo.join("scripts").join(script))
+        .arg(&venv)
+        .output()
+        .expect("running bash");
+    assert!(
+        out.status.success(),
+        "scripts/{script} {} failed ({}):\n{}",
+        venv.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    venv.join("bin/python")
 }
 
 /// `bash scripts/NAME args…` of this repository: its stdout, or the test fails with its

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::{
     cli_error, factor_sink, finish_output, injected_fault, open_output, CliError, MatrixArgs,
-    OpenOutput, RunArgs,
+    OpenOutput, RunArgs, ZarrFormatArg,
 };
 use crate::launcher::LaunchInfo;
 use crate::plot::{plot_pcs, Groups};
@@ -29,7 +29,7 @@ use rankwise::genomics::projection::{
     variant_frequencies, write_weight_files, VariantInfo, WeightRows,
 };
 use rankwise::genomics::GenomicsError;
-use rankwise::output::group::{read_f64_rows, Dims, OutputLayout, SvdOutput};
+use rankwise::output::group::{read_f64_rows, Dims, OutputLayout, SvdOutput, ZarrFormat};
 use rankwise::output::report::{peak_rss_bytes, RankReport, RsvdBody, RsvdWork, RunReport};
 
 /// How the range is refined.
@@ -169,9 +169,13 @@ pub(super) struct RsvdArgs {
     sketch: SketchArgs,
     #[command(flatten)]
     run: RunArgs,
-    /// Write U, S, Vᵀ and the run report as a Zarr v3 group here (must not exist).
+    /// Write U, S, Vᵀ and the run report as a Zarr group here (must not exist).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// The Zarr format of the `--out` group: 3, or 2 for readers that only know Zarr v2
+    /// (sgkit 0.10, zarr-python 2).
+    #[arg(long, value_enum, default_value = "3", requires = "out")]
+    zarr_format: ZarrFormatArg,
     /// Print the run report as JSON on stdout instead of the text summary.
     #[arg(long)]
     json: bool,
@@ -281,12 +285,16 @@ pub(super) struct PcaArgs {
     #[command(flatten)]
     run: RunArgs,
     /// Write loadings (U), singular values, sample PCs (Vt), eigenvalues, explained
-    /// variance, each variant's allele frequency and calls, and the report as a Zarr v3
-    /// group here, with PLINK 2 `.eigenvec` and `.eigenval` files, a PC1/PC2 scatter plot
+    /// variance, each variant's allele frequency and calls, and the report as a Zarr group
+    /// here (sgkit's variable and dimension names), with PLINK 2 `.eigenvec` and `.eigenval` files, a PC1/PC2 scatter plot
     /// (`.png`), and what `rankwise project` (or `plink2 --score`) reads to project new
     /// samples: `.eigenvec.var` (variant weights, as `plink2 --pca var-wts`) and `.afreq`.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// The Zarr format of the `--out` group: 3, or 2 for sgkit 0.10 (`sgkit.load_dataset`),
+    /// which reads Zarr v2 only.
+    #[arg(long, value_enum, default_value = "3", requires = "out")]
+    zarr_format: ZarrFormatArg,
     /// Print the run report as JSON on stdout instead of the text summary.
     #[arg(long)]
     json: bool,
@@ -359,6 +367,7 @@ pub(super) fn rsvd_command(
         chunk_rows: problem.grid.chunk_rows,
         describe,
         out: a.out.clone(),
+        zarr_format: a.zarr_format.into(),
         json: a.json,
         require_converged: a.sketch.require_converged,
         plan_only: a.sketch.plan,
@@ -480,6 +489,7 @@ pub(super) fn pca_command(
         chunk_rows: problem.grid.chunk_rows,
         describe,
         out: a.out.clone(),
+        zarr_format: a.zarr_format.into(),
         json: a.json,
         require_converged: a.sketch.require_converged,
         plan_only: a.sketch.plan,
@@ -494,6 +504,8 @@ struct Job {
     chunk_rows: u64,
     describe: serde_json::Value,
     out: Option<PathBuf>,
+    /// `--zarr-format`.
+    zarr_format: ZarrFormat,
     json: bool,
     require_converged: bool,
     /// `--plan`: print the plan and stop.
@@ -581,6 +593,7 @@ fn run_job(
             let (m, n) = job.shape;
             let weighing = weighs(job, problem);
             let layout = OutputLayout {
+                format: job.zarr_format,
                 m,
                 n,
                 k: options.k as u64,
