@@ -55,22 +55,22 @@ use rankwise_sources::{Dist, Generated, GenotypeSource, PanelSource};
 use rankwise_transports::Comm;
 use serde::Serialize;
 
-use crate::gpu::{self, staging_host_bytes, DeviceSource, GpuReal};
-use crate::kernels::{qr, small_svd, stack_rows, Keep, PanelFactor};
+use crate::gpu::{staging_host_bytes, DeviceSource, GpuReal};
+use crate::kernels::{qr, small_svd, stack_rows, PanelFactor};
 use crate::reads::{
-    read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading, DEFAULT_SEGMENT_BYTES,
+    read_buffers, segment_rows, PassReads, ReadTotals, Reading, DEFAULT_SEGMENT_BYTES,
 };
 use crate::svd::{Clock, FactorSink, PhaseTiming};
-use crate::tiles::{
-    Operand, Packing, PanelFacts, Precision, Stored, Sweep, Sweeps, Tile, TileProducer, TILE_COLS,
-    TILE_ROWS,
-};
+use crate::tiles::{Operand, PanelFacts, Precision, Stored, TILE_COLS, TILE_ROWS};
 use crate::tree::{decode, encode, PartialSums, Tree};
 use crate::variants::VariantFilter;
 use crate::LinalgError;
 use ndarray_linalg::{Diag, SolveTriangular, UPLO};
 
+mod backend;
 mod lobpcg;
+
+use backend::RangeJob;
 
 /// How the range is refined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -770,81 +770,6 @@ struct Ctx {
     f32_overflow_to_root: bool,
 }
 
-/// How a GPU actor's device gets a panel's values.
-enum OnDevice<'a> {
-    /// The device produces them itself (generated operands).
-    Produced(&'a gpu::GpuDevice, &'a DeviceSource),
-    /// The actor's threads decode them on the host and stage them to the device.
-    Staged(&'a gpu::GpuDevice),
-}
-
-impl Ctx {
-    /// How `actor` computes its panels on a GPU, when it does.
-    fn on_gpu(&self, actor: usize) -> Option<OnDevice<'_>> {
-        let dev = self.gpus.get(actor)?.as_deref()?;
-        let how = match &self.device_source {
-            Some(src) => OnDevice::Produced(dev, src),
-            None if self.operand.stored().is_some() => OnDevice::Staged(dev),
-            None => return None,
-        };
-        self.gpu_panels.fetch_add(1, Ordering::Relaxed);
-        Some(how)
-    }
-
-    /// A panel's products for `job` on a GPU actor's device, produced there or staged.
-    fn device_panel<T: GpuReal>(
-        &self,
-        how: OnDevice<'_>,
-        reads: &PassReads,
-        actor: usize,
-        st: &PanelState,
-        job: gpu::PanelJob<'_, T>,
-        measure: bool,
-    ) -> Result<gpu::PanelOut, LinalgError>
-    where
-        CudaBlas: Gemm<T>,
-    {
-        match how {
-            OnDevice::Produced(dev, src) => {
-                gpu::generated_panel::<T>(dev, src, st.rows.clone(), self.n, job, measure)
-            }
-            OnDevice::Staged(dev) => {
-                let read = reads.panel(actor, st.p)?;
-                self.staged(dev, st, &read, job, measure)
-            }
-        }
-    }
-
-    /// A staged panel's products on `dev`: its tiles as the read-ahead decodes them,
-    /// packed where they are genotypes, copied to the device block by block. Returns the
-    /// device's products and the facts the host measured.
-    fn staged<T: GpuReal>(
-        &self,
-        dev: &gpu::GpuDevice,
-        st: &PanelState,
-        read: &PanelRead<'_>,
-        job: gpu::PanelJob<'_, T>,
-        measure: bool,
-    ) -> Result<gpu::PanelOut, LinalgError>
-    where
-        CudaBlas: Gemm<T>,
-    {
-        let h = (st.rows.end - st.rows.start) as usize;
-        let mut stage = gpu::Staging::<T>::new(dev, &self.operand, st.p, h, job)?;
-        let (facts, _) = TileProducer::new(&self.operand, st.p, st.rows.clone())
-            .read_from(read)
-            .measuring(measure)
-            .packing(Packing::Always)
-            .for_each(None, false, &mut Vec::new(), |r0, c0, t: Tile<'_, T>| {
-                stage.push(r0, c0, t)
-            })?;
-        let (mut out, bytes) = stage.finish()?;
-        self.gpu_staged_bytes.fetch_add(bytes, Ordering::Relaxed);
-        out.facts = facts;
-        Ok(out)
-    }
-}
-
 impl Ctx {
     /// Starts this pass's read-aheads over the panels that are not resident.
     fn reads(&self, rt: &Runtime, states: &States) -> Result<Arc<PassReads>, LinalgError> {
@@ -870,111 +795,179 @@ impl Ctx {
 
 /// Computes the rank-k randomized SVD. A collective call: every rank of the runtime makes
 /// it with the same problem and options. `sink` receives this rank's rows of `U`.
+///
+/// Three stages: the plan (every rank refuses the same bad options or budget before any
+/// pass), the passes ([`Method::Lobpcg`]'s iteration to the tolerance, or the fixed passes
+/// of [`Method::Subspace`] and [`Method::BlockKrylov`]), and the result they assemble.
 pub fn rsvd(
     rt: &Runtime,
     problem: &RsvdProblem,
     options: &RsvdOptions,
     sink: Option<FactorSink>,
 ) -> Result<RsvdResult, LinalgError> {
-    let comm = rt.comm();
-    let me = comm.rank();
     let plan = RsvdPlan::new(problem, options, rt.world())?;
-    rt.progress().set_max_passes(plan.passes as u64);
-    let grid = plan.grid;
-    let (m, n) = problem.operand.shape();
-    let n = n as usize;
-    let (k, l, r) = (options.k, options.sketch(), options.probes);
     let owners = plan.placement.owner.clone();
     let tree = Tree::new(&owners);
-    let mut timings = Vec::new();
-
-    let mut resident = Vec::new();
-    let mut read_buffers = Vec::new();
-    let mut states = Vec::new();
-    let mut regenerated_rows = 0u64;
-    let mut my_rows = 0u64;
-    for (a, mp) in plan.placement.assignments.iter().zip(&plan.memory) {
-        if a.rank != me {
-            continue;
-        }
-        resident.push(mp.residency == Residency::Resident);
-        read_buffers.push(mp.read_buffers);
-        states.push(
-            a.panels
-                .clone()
-                .map(|p| {
-                    let rows = grid.panel_rows(p);
-                    my_rows += rows.end - rows.start;
-                    if mp.residency == Residency::Regenerated {
-                        regenerated_rows += rows.end - rows.start;
-                    }
-                    PanelState {
-                        p,
-                        rows,
-                        stored: None,
-                        basis: Vec::new(),
-                        y: None,
-                        probes: None,
-                        factor: None,
-                        u: None,
-                    }
-                })
-                .collect::<Vec<_>>(),
-        );
-    }
-    let value_bytes = match problem.operand {
-        Operand::Dense(_) => 8,
-        Operand::Genotypes(..) => 1,
-    };
-    let gpus: Vec<_> = rt.actors().iter().map(|a| a.gpu().cloned()).collect();
-    let first_gpu = gpus.iter().flatten().next();
-    let (nccl, collectives) = match NcclComm::join(comm, first_gpu)? {
-        NcclJoin::Joined(c) => (Some(c), "nccl".to_string()),
-        NcclJoin::Declined(why) => (None, format!("{} (NCCL not used: {why})", comm.name())),
-    };
-    let ctx = Arc::new(Ctx {
-        operand: problem.operand.clone(),
-        resident,
-        n,
-        read_buffers,
-        read: Arc::default(),
-        segment_rows: problem
-            .operand
-            .stored()
-            .and_then(|s| segment_rows(s, &problem.grid, options.segment_bytes)),
-        gpus,
-        device_source: DeviceSource::of(&problem.operand),
-        gpu_panels: AtomicU64::new(0),
-        gpu_staged_bytes: AtomicU64::new(0),
-        nccl,
-        gpu_qrs: AtomicU64::new(0),
-        f32_overflow_to_root: options.method == Method::Lobpcg && options.mixed_precision,
-    });
-    let gpu_note = (ctx.gpus.iter().any(Option::is_some)
-        && ctx.device_source.is_none()
-        && problem.operand.stored().is_none())
-    .then(|| DeviceSource::why_not(&problem.operand));
-
+    let mut run = Run::start(rt, problem, options, sink, plan, &tree)?;
     if options.method == Method::Lobpcg {
-        return lobpcg::solve(lobpcg::Run {
+        return lobpcg::solve(run);
+    }
+    let mut timings = Vec::new();
+    let sketched = sketch_passes(&mut run, &mut timings)?;
+    let projected = last_projection(&run, sketched, &mut timings)?;
+    fixed_result(run, projected, timings)
+}
+
+/// Everything [`rsvd`] sets up before the passes: this rank's panels and their states, the
+/// context the actors share, and what the result reports of them.
+struct Run<'a, 't> {
+    rt: &'a Runtime,
+    problem: &'a RsvdProblem,
+    options: &'a RsvdOptions,
+    sink: Option<FactorSink>,
+    plan: RsvdPlan,
+    ctx: Arc<Ctx>,
+    tree: &'a Tree<'t>,
+    states: States,
+    /// Rows of this rank's panels.
+    my_rows: u64,
+    /// Of those, the rows of panels produced again in every pass (not resident).
+    regenerated_rows: u64,
+    /// Bytes of one value as the operand holds it.
+    value_bytes: u64,
+    /// What carries the collectives (NCCL, or the transport, and why not NCCL).
+    collectives: String,
+    /// Why GPU actors could not compute the passes, when they could not.
+    gpu_note: Option<String>,
+}
+
+impl<'a, 't> Run<'a, 't> {
+    /// This rank's panel states and the actors' context for `plan`.
+    fn start(
+        rt: &'a Runtime,
+        problem: &'a RsvdProblem,
+        options: &'a RsvdOptions,
+        sink: Option<FactorSink>,
+        plan: RsvdPlan,
+        tree: &'a Tree<'t>,
+    ) -> Result<Self, LinalgError> {
+        let comm = rt.comm();
+        let me = comm.rank();
+        rt.progress().set_max_passes(plan.passes as u64);
+        let grid = plan.grid;
+        let n = problem.operand.shape().1 as usize;
+        let mut resident = Vec::new();
+        let mut read_buffers = Vec::new();
+        let mut states = Vec::new();
+        let mut regenerated_rows = 0u64;
+        let mut my_rows = 0u64;
+        for (a, mp) in plan.placement.assignments.iter().zip(&plan.memory) {
+            if a.rank != me {
+                continue;
+            }
+            resident.push(mp.residency == Residency::Resident);
+            read_buffers.push(mp.read_buffers);
+            states.push(
+                a.panels
+                    .clone()
+                    .map(|p| {
+                        let rows = grid.panel_rows(p);
+                        my_rows += rows.end - rows.start;
+                        if mp.residency == Residency::Regenerated {
+                            regenerated_rows += rows.end - rows.start;
+                        }
+                        PanelState {
+                            p,
+                            rows,
+                            stored: None,
+                            basis: Vec::new(),
+                            y: None,
+                            probes: None,
+                            factor: None,
+                            u: None,
+                        }
+                    })
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let value_bytes = match problem.operand {
+            Operand::Dense(_) => 8,
+            Operand::Genotypes(..) => 1,
+        };
+        let gpus: Vec<_> = rt.actors().iter().map(|a| a.gpu().cloned()).collect();
+        let first_gpu = gpus.iter().flatten().next();
+        let (nccl, collectives) = match NcclComm::join(comm, first_gpu)? {
+            NcclJoin::Joined(c) => (Some(c), "nccl".to_string()),
+            NcclJoin::Declined(why) => (None, format!("{} (NCCL not used: {why})", comm.name())),
+        };
+        let ctx = Arc::new(Ctx {
+            operand: problem.operand.clone(),
+            resident,
+            n,
+            read_buffers,
+            read: Arc::default(),
+            segment_rows: problem
+                .operand
+                .stored()
+                .and_then(|s| segment_rows(s, &problem.grid, options.segment_bytes)),
+            gpus,
+            device_source: DeviceSource::of(&problem.operand),
+            gpu_panels: AtomicU64::new(0),
+            gpu_staged_bytes: AtomicU64::new(0),
+            nccl,
+            gpu_qrs: AtomicU64::new(0),
+            f32_overflow_to_root: options.method == Method::Lobpcg && options.mixed_precision,
+        });
+        let gpu_note = (ctx.gpus.iter().any(Option::is_some)
+            && ctx.device_source.is_none()
+            && problem.operand.stored().is_none())
+        .then(|| DeviceSource::why_not(&problem.operand));
+        Ok(Run {
             rt,
             problem,
             options,
             sink,
             plan,
             ctx,
-            tree: &tree,
+            tree,
             states,
             my_rows,
             regenerated_rows,
             value_bytes,
             collectives,
             gpu_note,
-        });
+        })
     }
+}
 
-    // Pass 1: the sketch and the probe products, and with fused projections `W = YᵀA`.
-    let fuse = plan.fused;
+/// What the range passes of the fixed methods leave: the basis `Q` in the panel states,
+/// pass 1's facts, and what the last projection takes from the last range pass.
+struct Sketched {
+    states: States,
+    stats: PassFacts,
+    /// `W = YᵀA` summed in the last range pass, when its projection is fused.
+    fused_w: Option<Arc<PartialSums>>,
+    /// `R` of the last TSQR, on the root.
+    root_r: Option<Array2<f64>>,
+    projections: Vec<ProjectionReport>,
+    /// The condition number the last iteration predicted for the last sketch.
+    predicted: Option<f64>,
+}
+
+/// Pass 1 (the sketch `A·Ω` and the probe products, and with fused projections
+/// `W = YᵀA`), its TSQR, and `q` power iterations (block Krylov: the whole basis
+/// orthonormalized after them).
+fn sketch_passes(
+    run: &mut Run<'_, '_>,
+    timings: &mut Vec<PhaseTiming>,
+) -> Result<Sketched, LinalgError> {
+    let states = std::mem::take(&mut run.states);
+    let (rt, ctx, tree, options) = (run.rt, &run.ctx, run.tree, run.options);
+    let comm = rt.comm();
+    let (m, n) = run.problem.operand.shape();
+    let n = n as usize;
+    let (l, r) = (options.sketch(), options.probes);
+    let fuse = run.plan.fused;
     let q = options.power_iters;
     let krylov = options.method == Method::BlockKrylov;
     let w_sums = || Arc::new(PartialSums::new(tree.owners().to_vec(), comm.rank()));
@@ -984,16 +977,15 @@ pub fn rsvd(
     let omega = Arc::new(gaussian(n, l + r, options.seed));
     let prec = options.precision;
     let mut fused_w = fuse.then(w_sums);
-    let (st, facts) = range_pass(rt, &ctx, states, omega, l, true, prec, fused_w.as_ref())?;
+    let (st, facts) = range_pass(rt, ctx, states, omega, l, true, prec, fused_w.as_ref())?;
     let mut states = st;
-    let stats = tree.sum_all(comm, facts, (1, FACTS))?;
+    let stats = PassFacts::sum_all(tree, comm, facts)?;
     check_scale(&stats, options.precision)?;
-    let total_sum_squares = stats[[0, 0]];
-    variants_left(&problem.operand, &stats, m)?;
+    variants_left(&run.problem.operand, &stats, m)?;
     let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
     timings.push(t.phase(&format!("pass 1: produce panels + A·Ω{also_w}")));
     let t = Clock::start(rt);
-    let mut root_r = orthonormalize(rt, &ctx, &tree, &mut states, false)?;
+    let mut root_r = orthonormalize(rt, ctx, tree, &mut states, false)?;
     timings.push(t.phase("orthonormalize (TSQR)"));
 
     let mut predicted = None;
@@ -1004,8 +996,8 @@ pub fn rsvd(
         // found so far, and `A` maps them to vectors of about those lengths).
         let (zc, mut how) = project(
             rt,
-            &ctx,
-            &tree,
+            ctx,
+            tree,
             &mut states,
             prec,
             (fused_w.take(), root_r.take(), limit),
@@ -1034,7 +1026,7 @@ pub fn rsvd(
         fused_w = (fuse && next <= limit && !(krylov && it == q)).then(w_sums);
         let (st, _) = range_pass(
             rt,
-            &ctx,
+            ctx,
             states,
             Arc::new(z),
             l,
@@ -1043,7 +1035,7 @@ pub fn rsvd(
             fused_w.as_ref(),
         )?;
         states = st;
-        root_r = orthonormalize(rt, &ctx, &tree, &mut states, krylov)?;
+        root_r = orthonormalize(rt, ctx, tree, &mut states, krylov)?;
         let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
         timings.push(t.phase(&format!("iteration {it}: A·Z{also_w} + orth")));
     }
@@ -1056,14 +1048,52 @@ pub fn rsvd(
             st.basis.clear();
             st.y = Some(cat.as_standard_layout().into_owned());
         }
-        orthonormalize(rt, &ctx, &tree, &mut states, false)?;
+        orthonormalize(rt, ctx, tree, &mut states, false)?;
         timings.push(t.phase("block Krylov: orthonormalize the basis"));
     }
+    Ok(Sketched {
+        states,
+        stats,
+        fused_w,
+        root_r,
+        projections,
+        predicted,
+    })
+}
 
-    // Last pass: B = QᵀA (or R⁻ᵀ·YᵀA, summed in the last range pass), its SVD on the root,
-    // broadcast.
+/// What the last projection gives every rank: the singular values, `U_B` (basis × k), `Vᵀ`
+/// and `Vᵀ·W` of the probes, with the panel states and the projections' reports.
+struct Projected {
+    states: States,
+    stats: PassFacts,
+    projections: Vec<ProjectionReport>,
+    s: Vec<f64>,
+    ub: Array2<f64>,
+    wt: Array2<f64>,
+    vtw: Array2<f64>,
+}
+
+/// The last pass: `B = QᵀA` (or `R⁻ᵀ·YᵀA`, summed in the last range pass), its SVD on the
+/// root, broadcast.
+fn last_projection(
+    run: &Run<'_, '_>,
+    sketched: Sketched,
+    timings: &mut Vec<PhaseTiming>,
+) -> Result<Projected, LinalgError> {
+    let (rt, options, tree) = (run.rt, run.options, run.tree);
+    let n = run.ctx.n;
+    let (k, l, r) = (options.k, options.sketch(), options.probes);
+    let Sketched {
+        mut states,
+        stats,
+        fused_w,
+        root_r,
+        mut projections,
+        predicted,
+    } = sketched;
     let t = Clock::start(rt);
-    let basis = plan.basis;
+    let basis = run.plan.basis;
+    let limit = fused_condition_limit(options.precision);
     let w = gaussian(n, l + r, options.seed)
         .slice(s![.., l..])
         .to_owned();
@@ -1080,11 +1110,11 @@ pub fn rsvd(
     };
     let (packed, mut how) = project(
         rt,
-        &ctx,
-        &tree,
+        &run.ctx,
+        tree,
         &mut states,
-        prec,
-        (fused_w.take(), root_r.take(), limit),
+        options.precision,
+        (fused_w, root_r, limit),
         finish,
     )?;
     how.predicted = predicted;
@@ -1110,8 +1140,39 @@ pub fn rsvd(
     if ub.dim() != (basis, k) || wt.dim() != (k, n) {
         return Err(bad());
     }
+    Ok(Projected {
+        states,
+        stats,
+        projections,
+        s: s_k,
+        ub,
+        wt,
+        vtw,
+    })
+}
 
-    // U = Q·U_B, kept for the residual check, and the probe residuals.
+/// `U = Q·U_B` (kept for the residual check), the probe residuals, the residual check, and
+/// the result of the fixed passes.
+fn fixed_result(
+    run: Run<'_, '_>,
+    projected: Projected,
+    mut timings: Vec<PhaseTiming>,
+) -> Result<RsvdResult, LinalgError> {
+    let (rt, options, tree, ctx) = (run.rt, run.options, run.tree, &run.ctx);
+    let comm = rt.comm();
+    let (m, n) = run.problem.operand.shape();
+    let n = n as usize;
+    let (k, r, q) = (options.k, options.probes, options.power_iters);
+    let prec = options.precision;
+    let Projected {
+        states,
+        stats,
+        projections,
+        s: s_k,
+        ub,
+        wt,
+        vtw,
+    } = projected;
     let t = Clock::start(rt);
     let (leaves, states) = form_u(rt, states, ub, &s_k, vtw, r, None)?;
     let probe_sq = tree.sum_all(comm, leaves, (1, r))?;
@@ -1121,8 +1182,8 @@ pub fn rsvd(
     // construction (`U = Q·U_B` and `QᵀA = B`), so `‖Avᵢ − σᵢuᵢ‖` is the residual left.
     let t = Clock::start(rt);
     let v = Arc::new(wt.t().as_standard_layout().into_owned());
-    let (states, _) = range_pass(rt, &ctx, states, v, k, false, prec, None)?;
-    let (residuals, _) = residual_pass(rt, &tree, states, &s_k, sink)?;
+    let (states, _) = range_pass(rt, ctx, states, v, k, false, prec, None)?;
+    let (residuals, _) = residual_pass(rt, tree, states, &s_k, run.sink)?;
     timings.push(t.phase("residual check: A·V against U·Σ"));
     let convergence = Convergence::measured(
         options.tol,
@@ -1133,32 +1194,32 @@ pub fn rsvd(
         None,
     );
 
+    let total_sum_squares = stats.sum_squares;
     let estimate = error_estimate(&probe_sq, r, total_sum_squares);
-    let genotypes = genotype_summary(&problem.operand, &stats, m, n);
+    let genotypes = genotype_summary(&run.problem.operand, &stats, m, n);
     let fused_projections = projections.iter().filter(|p| p.fused).count();
     // The range and projection passes, and the residual check.
     let passes = (3 + 2 * q - fused_projections) as u64;
-    let bytes_produced = (my_rows + (passes - 1) * regenerated_rows) * n as u64 * value_bytes;
-    let read = ctx.read.totals();
-    let gpu_panels = ctx.gpu_panels.load(Ordering::Relaxed);
+    let bytes_produced =
+        (run.my_rows + (passes - 1) * run.regenerated_rows) * n as u64 * run.value_bytes;
     Ok(RsvdResult {
-        gpu_panels,
+        gpu_panels: ctx.gpu_panels.load(Ordering::Relaxed),
         gpu_staged_bytes: ctx.gpu_staged_bytes.load(Ordering::Relaxed),
         gpu_qrs: ctx.gpu_qrs.load(Ordering::Relaxed),
-        collectives,
-        gpu_note,
+        collectives: run.collectives,
+        gpu_note: run.gpu_note,
         s: s_k,
         wt,
-        transposed: problem.transposed,
+        transposed: run.problem.transposed,
         total_sum_squares,
         estimate,
         genotypes,
         timings,
-        plan,
+        plan: run.plan,
         bytes_produced,
-        read,
+        read: ctx.read.totals(),
         projections,
-        condition_limit: limit,
+        condition_limit: fused_condition_limit(prec),
         passes: passes as usize,
         convergence: Convergence {
             pass_precisions: vec![prec; passes as usize],
@@ -1231,10 +1292,10 @@ fn form_u(
 }
 
 /// Fails alike on every rank (the sums are the same everywhere) when pass 1's facts
-/// (`1 × 4`) leave no variant of a genotype operand.
-fn variants_left(operand: &Operand, stats: &Array2<f64>, m: u64) -> Result<(), LinalgError> {
+/// leave no variant of a genotype operand.
+fn variants_left(operand: &Operand, stats: &PassFacts, m: u64) -> Result<(), LinalgError> {
     if let Operand::Genotypes(_, filter) = operand {
-        let (dropped, filtered) = (stats[[0, 1]] as u64, stats[[0, 3]] as u64);
+        let (dropped, filtered) = (stats.dropped, stats.filtered);
         if dropped + filtered >= m {
             return Err(LinalgError::NoVariants {
                 variants: m,
@@ -1269,22 +1330,21 @@ fn error_estimate(
     })
 }
 
-/// A genotype operand's counts from pass 1's facts (`1 × 4`: Σx², dropped, missing,
-/// filtered).
+/// A genotype operand's counts from pass 1's facts.
 fn genotype_summary(
     operand: &Operand,
-    stats: &Array2<f64>,
+    stats: &PassFacts,
     m: u64,
     n: usize,
 ) -> Option<GenotypeSummary> {
     match operand {
         Operand::Genotypes(_, filter) => Some(GenotypeSummary {
             variants: m,
-            variants_used: m - stats[[0, 1]] as u64 - stats[[0, 3]] as u64,
-            variants_dropped: stats[[0, 1]] as u64,
-            variants_filtered: stats[[0, 3]] as u64,
+            variants_used: m - stats.dropped - stats.filtered,
+            variants_dropped: stats.dropped,
+            variants_filtered: stats.filtered,
             filter: filter.clone(),
-            missing_calls: stats[[0, 2]] as u64,
+            missing_calls: stats.missing,
             calls: m * n as u64,
         }),
         Operand::Dense(_) => None,
@@ -1396,7 +1456,7 @@ fn range_pass(
     first: bool,
     precision: Precision,
     w_sums: Option<&Arc<PartialSums>>,
-) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError> {
+) -> Result<(States, BTreeMap<usize, PassFacts>), LinalgError> {
     let w_sums = w_sums.cloned();
     rt.progress().start_pass();
     match precision {
@@ -1408,9 +1468,66 @@ fn range_pass(
     }
 }
 
-/// Columns of a first pass's facts, summed over panels: Σx², variants dropped, missing
-/// calls, variants filtered, and the largest |y| of each panel's sketch `A·Ω`.
-const FACTS: usize = 5;
+/// What a first pass measures of a panel, and its sum over every panel of every rank (the
+/// tree sums the encodings, which add field by field).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct PassFacts {
+    /// Σ x² (after standardization for genotypes).
+    pub(crate) sum_squares: f64,
+    /// Variants dropped (monomorphic, no calls).
+    pub(crate) dropped: u64,
+    /// Missing calls.
+    pub(crate) missing: u64,
+    /// Variants the filter excluded.
+    pub(crate) filtered: u64,
+    /// The largest |y| of the panel's sketch `A·Ω` (summed: a scale of the whole sketch).
+    pub(crate) y_scale: f64,
+}
+
+impl PassFacts {
+    /// Values in an encoding.
+    const WIDTH: usize = 5;
+
+    /// A panel's facts.
+    fn of_panel(f: &PanelFacts, y_max: f64) -> Self {
+        PassFacts {
+            sum_squares: f.sum_squares,
+            dropped: f.dropped,
+            missing: f.missing,
+            filtered: f.filtered,
+            y_scale: y_max,
+        }
+    }
+
+    /// The `1 × WIDTH` row the tree sums (counts below 2⁵³ are exact in f64).
+    fn encode(&self) -> Array2<f64> {
+        let row = vec![
+            self.sum_squares,
+            self.dropped as f64,
+            self.missing as f64,
+            self.filtered as f64,
+            self.y_scale,
+        ];
+        Array2::from_shape_vec((1, Self::WIDTH), row).expect("1 × WIDTH")
+    }
+
+    /// The facts summed over every panel: the tree's sum of the encodings.
+    pub(crate) fn sum_all(
+        tree: &Tree,
+        comm: &dyn Comm,
+        facts: BTreeMap<usize, PassFacts>,
+    ) -> Result<PassFacts, LinalgError> {
+        let rows = facts.into_iter().map(|(p, f)| (p, f.encode())).collect();
+        let t = tree.sum_all(comm, rows, (1, Self::WIDTH))?;
+        Ok(PassFacts {
+            sum_squares: t[[0, 0]],
+            dropped: t[[0, 1]] as u64,
+            missing: t[[0, 2]] as u64,
+            filtered: t[[0, 3]] as u64,
+            y_scale: t[[0, 4]],
+        })
+    }
+}
 
 /// The least scale of `A·Ω` (summed over panels of their largest |y|) whose squares
 /// float64 holds with its full precision: the passes square the data's scale (`YᵀA`,
@@ -1423,8 +1540,8 @@ pub(super) const LEAST_F32_SCALE: f64 = 1e-15;
 /// Refuses a matrix too small in scale for the passes (its products square to zero or
 /// to subnormals, and σ would come out as 0 with every residual 0), from a first pass's
 /// summed facts.
-fn check_scale(stats: &Array2<f64>, precision: Precision) -> Result<(), LinalgError> {
-    let scale = stats[[0, 4]];
+fn check_scale(stats: &PassFacts, precision: Precision) -> Result<(), LinalgError> {
+    let scale = stats.y_scale;
     let (least, name, floor) = match precision {
         Precision::F64 => (LEAST_F64_SCALE, "float64", "1e-154"),
         Precision::F32 => (LEAST_F32_SCALE, "float32", "1e-19"),
@@ -1458,7 +1575,7 @@ fn range_pass_t<T: GpuReal>(
     l: usize,
     first: bool,
     w_sums: Option<Arc<PartialSums>>,
-) -> Result<(States, BTreeMap<usize, Array2<f64>>), LinalgError>
+) -> Result<(States, BTreeMap<usize, PassFacts>), LinalgError>
 where
     CudaBlas: Gemm<T>,
 {
@@ -1467,93 +1584,28 @@ where
     // Ω as the fused products take it, laid out once per pass.
     let layout = T::omega_layout(omega.view()).map(Arc::new);
     let out = rt.map(states, move |actor, mut st: PanelState| {
-        if let Some(how) = c.on_gpu(actor) {
-            let job = gpu::PanelJob::Range {
-                omega: omega.view(),
-                fused: w_sums.as_ref().map(|_| l),
-            };
-            let out = c.device_panel(how, &reads, actor, &st, job, first)?;
-            let single = std::mem::size_of::<T>() == 4;
-            if !(single && c.f32_overflow_to_root) {
-                let mut parts: Vec<_> = out.y.iter().map(|y| y.view()).collect();
-                parts.extend(out.b.as_ref().map(|b| b.view()));
-                crate::finite::check_products(&c.operand, st.p, st.rows.clone(), single, &parts)?;
-            }
-            if let (Some(sums), Some(b)) = (&w_sums, &out.b) {
-                sums.insert(st.p, b.t().as_standard_layout().into_owned());
-            }
-            let y = out.y.expect("range passes bring Y back");
-            let y_max = y.iter().fold(0.0f64, |a, &b| a.max(b.abs()));
-            st.set_sketch(y, l);
-            return Ok::<_, LinalgError>((st, out.facts, y_max));
-        }
-        let read = match st.stored {
-            None => reads.panel(actor, st.p)?,
-            Some(_) => PanelRead::NotRead,
+        let job = RangeJob {
+            omega: omega.view(),
+            layout: layout.as_deref(),
+            l,
+            fused: w_sums.is_some(),
+            first,
         };
-        let h = (st.rows.end - st.rows.start) as usize;
-        let w = omega.ncols();
-        let mut y = written_zeros((h, w));
-        let mut scratch = Vec::new();
-        // The fused `W = YᵀA` (`l × n`), a row block of `Y` in the tiles' type, and the
-        // tile products.
-        let mut wsum = w_sums.as_ref().map(|_| written_zeros((l, c.n)));
-        let mut yt = Array2::<T>::zeros((if wsum.is_some() { TILE_ROWS } else { 0 }, l));
-        let mut wscratch = Vec::new();
-        let sweeps = if wsum.is_some() {
-            Sweeps::Twice
-        } else {
-            Sweeps::Once
-        };
-        let keep = first && c.resident[actor];
-        // A float panel decoded whole is kept as the read-ahead decoded it, without a copy.
-        let keep_lease =
-            keep && matches!(read, PanelRead::Whole(_)) && matches!(c.operand, Operand::Dense(_));
-        let (facts, kept) = TileProducer::new(&c.operand, st.p, st.rows.clone())
-            .read_from(&read)
-            .measuring(first)
-            .packing(Packing::Always)
-            .sweep(
-                st.stored.as_ref(),
-                keep && !keep_lease,
-                &mut Vec::new(),
-                sweeps,
-                |sweep, r0, c0, t: Tile<'_, T>| {
-                    if let (Sweep::Second, Some(ws)) = (sweep, wsum.as_mut()) {
-                        let rows = t.dim().0;
-                        if c0 == 0 {
-                            yt.slice_mut(s![..rows, ..])
-                                .zip_mut_with(&y.slice(s![r0..r0 + rows, ..l]), |a, &v| {
-                                    *a = T::from_f64(v)
-                                });
-                        }
-                        let ys = yt.slice(s![..rows, ..]);
-                        let bs = ws.slice_mut(s![.., c0..c0 + t.dim().1]);
-                        return T::atb_tile(t, ys, bs, &mut wscratch);
-                    }
-                    let ys = y.slice_mut(s![r0..r0 + t.dim().0, ..]);
-                    let l = layout.as_deref();
-                    T::ab_tile(t, omega.view(), l, c0, ys, &mut scratch);
-                },
-            )?;
+        let out = c
+            .backend::<T>(actor)
+            .range(&c, &reads, actor, &mut st, &job)?;
         let single = std::mem::size_of::<T>() == 4;
-        let y_max = y.iter().fold(0.0f64, |a, &b| a.max(b.abs()));
+        let y_max = out.y.iter().fold(0.0f64, |a, &b| a.max(b.abs()));
         if !(single && c.f32_overflow_to_root) {
-            let mut parts = vec![y.view()];
-            parts.extend(wsum.as_ref().map(|w| w.view()));
+            let mut parts = vec![out.y.view()];
+            parts.extend(out.w.as_ref().map(|w| w.view()));
             crate::finite::check_products(&c.operand, st.p, st.rows.clone(), single, &parts)?;
         }
-        if kept.is_some() {
-            st.stored = kept;
+        if let (Some(sums), Some(w)) = (&w_sums, &out.w) {
+            sums.insert(st.p, w.t().as_standard_layout().into_owned());
         }
-        if let (PanelRead::Whole(lease), true) = (read, keep_lease) {
-            st.stored = Some(Stored::Decoded(lease.take_values()));
-        }
-        if let (Some(sums), Some(ws)) = (&w_sums, wsum) {
-            sums.insert(st.p, ws.t().as_standard_layout().into_owned());
-        }
-        st.set_sketch(y, l);
-        Ok::<_, LinalgError>((st, facts, y_max))
+        st.set_sketch(out.y, l);
+        Ok::<_, LinalgError>((st, out.facts, y_max))
     })?;
     let mut states = Vec::with_capacity(out.len());
     let mut facts = BTreeMap::new();
@@ -1561,20 +1613,7 @@ where
         let mut mine = Vec::with_capacity(list.len());
         for x in list {
             let (st, f, y_max): (PanelState, PanelFacts, f64) = x?;
-            facts.insert(
-                st.p,
-                Array2::from_shape_vec(
-                    (1, FACTS),
-                    vec![
-                        f.sum_squares,
-                        f.dropped as f64,
-                        f.missing as f64,
-                        f.filtered as f64,
-                        y_max,
-                    ],
-                )
-                .expect("1 × FACTS"),
-            );
+            facts.insert(st.p, PassFacts::of_panel(&f, y_max));
             mine.push(st);
         }
         states.push(mine);
@@ -1598,27 +1637,7 @@ fn orthonormalize(
             level: 0,
             node: st.p,
         })?;
-        let (h, w) = y.dim();
-        // GPU actors factor their panels with cuSOLVER where it was found, when they are
-        // wide enough. `y` is in host memory: a narrow panel's copies to the device and
-        // back, and cuSOLVER's column-by-column launches, cost more than the host's LAPACK
-        // (on an H200, 40 panels of 250,000 × 20 took 3.6 s there, a third of the
-        // benchmark's 9.8 s).
-        let device = ctx.gpus.get(actor).and_then(Option::as_deref);
-        let on_device = match device.filter(|_| w >= crate::svd::DEVICE_NODE_COLS) {
-            Some(dev) => gpu::panel_qr(dev, y.view())?,
-            None => None,
-        };
-        let f = match on_device {
-            Some((q, r)) => {
-                ctx.gpu_qrs.fetch_add(1, Ordering::Relaxed);
-                PanelFactor::from_explicit(q, h, r)
-            }
-            None => PanelFactor::compute(h, w, Keep::Kept, |rows, mut out| {
-                out.assign(&y.slice(s![rows, ..]));
-                Ok(())
-            })?,
-        };
+        let f = backend::factor_sketch(&ctx, actor, y.view())?;
         let r = f.r.clone();
         st.factor = Some(f);
         Ok::<_, LinalgError>((st, r))
@@ -1853,37 +1872,9 @@ where
             level: 0,
             node: st.p,
         })?;
-        if let Some(how) = c.on_gpu(actor) {
-            let job = gpu::PanelJob::Project { q: q.view() };
-            let out = c.device_panel(how, &reads, actor, &st, job, false)?;
-            let b = out.b.expect("projection passes bring B back");
-            s2.insert(st.p, b.t().as_standard_layout().into_owned());
-            return Ok::<_, LinalgError>(st);
-        }
-        let read = match st.stored {
-            None => reads.panel(actor, st.p)?,
-            Some(_) => PanelRead::NotRead,
-        };
-        let qt = q.mapv(T::from_f64);
-        // Sums kept as `B` (basis × n), the tile products as `Qᵀ·T`: the narrow operand
-        // on the left is what the skinny kernels take.
-        let mut b = written_zeros((q.ncols(), c.n));
-        let mut scratch = Vec::new();
-        TileProducer::new(&c.operand, st.p, st.rows.clone())
-            .read_from(&read)
-            .measuring(false)
-            .packing(Packing::Always)
-            .for_each(
-                st.stored.as_ref(),
-                false,
-                &mut Vec::new(),
-                |r0, c0, t: Tile<'_, T>| {
-                    let (rows, cols) = t.dim();
-                    let qs = qt.slice(s![r0..r0 + rows, ..]);
-                    let bs = b.slice_mut(s![.., c0..c0 + cols]);
-                    T::atb_tile(t, qs, bs, &mut scratch);
-                },
-            )?;
+        let b = c
+            .backend::<T>(actor)
+            .project(&c, &reads, actor, &st, q.view())?;
         s2.insert(st.p, b.t().as_standard_layout().into_owned());
         Ok::<_, LinalgError>(st)
     })?)

@@ -67,23 +67,6 @@ use ndarray::ArrayView2;
 use ndarray_linalg::Eigh;
 use rankwise_transports::CommCounts;
 
-/// Everything [`super::rsvd`] set up before the passes.
-pub(super) struct Run<'a, 't> {
-    pub(super) rt: &'a Runtime,
-    pub(super) problem: &'a RsvdProblem,
-    pub(super) options: &'a RsvdOptions,
-    pub(super) sink: Option<FactorSink>,
-    pub(super) plan: RsvdPlan,
-    pub(super) ctx: Arc<Ctx>,
-    pub(super) tree: &'a Tree<'t>,
-    pub(super) states: States,
-    pub(super) my_rows: u64,
-    pub(super) regenerated_rows: u64,
-    pub(super) value_bytes: u64,
-    pub(super) collectives: String,
-    pub(super) gpu_note: Option<String>,
-}
-
 /// What the root tells every rank to do next.
 const GRAM: f64 = 0.0;
 const CHECK: f64 = 1.0;
@@ -550,7 +533,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         )?;
         states = st;
         if first {
-            let s = tree.sum_all(comm, facts, (1, super::FACTS))?;
+            let s = super::PassFacts::sum_all(tree, comm, facts)?;
             if precision == Precision::F64 || !options.mixed_precision {
                 super::check_scale(&s, precision)?;
             }
@@ -565,7 +548,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             // (Zero too: values below 1e-45 are zero as float32.)
             && stats
                 .as_ref()
-                .is_some_and(|s: &Array2<f64>| s[[0, 4]] < super::LEAST_F32_SCALE);
+                .is_some_and(|s: &super::PassFacts| s.y_scale < super::LEAST_F32_SCALE);
         if !check {
             for st in states.iter_mut().flatten() {
                 st.y = None;
@@ -674,7 +657,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
     timings.push(t.phase("form U + error probes"));
 
     let stats = stats.ok_or_else(bad)?;
-    let total_sum_squares = stats[[0, 0]];
+    let total_sum_squares = stats.sum_squares;
     let passes = pass_precisions.len();
     let bytes_produced =
         (my_rows + (passes as u64 - 1) * regenerated_rows) * n as u64 * value_bytes;
