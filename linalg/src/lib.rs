@@ -1,6 +1,24 @@
 //! rankwise linear algebra: panel kernels, the distributed TSQR over a fixed tree of global
 //! panel order, the exact tall-and-skinny SVD built on it, the randomized SVD, and a strided
 //! sum over the same tree.
+//!
+//! # Layers
+//!
+//! * The element types: [`tiles::Real`] is f64 and f32 as numbers (conversions, sums in
+//!   f64); `Blas` adds their GEMM; [`tiles::TileReal`] adds what tiles of them need (filled
+//!   from sources, genotype codes standardized into them, multiplied by the fused kernels
+//!   where those run, kept resident); [`gpu::GpuReal`] adds the device's.
+//! * The kernels: [`tiles`] (a panel produced tile by tile into cache), [`fused`], the
+//!   panel factorizations ([`kernels`], Cholesky QR), and [`tree`] (the reduction tree and
+//!   its typed sums).
+//! * The drivers, each plan → passes → result: [`svd()`] (two passes over the panels and a
+//!   TSQR) and [`rsvd()`] (a plan every rank checks alike, then LOBPCG's passes or the fixed
+//!   passes of subspace iteration and block Krylov, then the result). Ranks exchange typed
+//!   messages (a first pass's facts, the checks' sums) whose encodings the tree adds.
+//! * The per-actor seam: the randomized passes ask each actor's backend (its CPU cores or
+//!   its GPU) for a panel's range products and projections, and for its sketch's QR; the
+//!   exact SVD's panel factorization is chosen per actor the same way. The drivers hold no
+//!   device branch.
 
 /// `f::<n>(args)` for the run-time `n` among the literals given (`f` a function in
 /// scope; `f::<P>` gives `f::<P, n>`): the kernels' register-blocked widths are const

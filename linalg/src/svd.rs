@@ -21,6 +21,7 @@ use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, ReadBuffers, Residency, Runtime};
 use rankwise_sources::ReadFn;
 use rankwise_sources::{PanelBuffer, PanelSource};
+use rankwise_transports::Comm;
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::{factor_panel, generated_factor, panel_qr, DeviceSource, GpuDevice};
@@ -401,344 +402,509 @@ fn read_fn(source: &Arc<dyn PanelSource>) -> Option<Arc<ReadFn>> {
 
 /// Computes the SVD. A collective call: every rank of the runtime makes it with the same
 /// problem and options. `sink` receives this rank's panels of the distributed factor.
+///
+/// The plan (every rank refuses the same bad grid or budget), then the passes: pass 1
+/// factors every panel, the tree reduces their R factors, the root's R is decomposed and
+/// its `U_R` pushed down, and pass 2 forms the rows of `U` (and the checks'); then the
+/// result.
 pub fn svd(
     rt: &Runtime,
     problem: &SvdProblem,
     options: &SvdOptions,
     sink: Option<FactorSink>,
 ) -> Result<SvdResult, LinalgError> {
-    let comm = rt.comm();
-    let me = comm.rank();
-    let grid = problem.grid;
-    let (m, n) = problem.source.shape();
-    if (m, n) != (grid.rows, grid.cols) {
-        return Err(LinalgError::Option {
-            parameter: "grid",
-            message: format!(
-                "grid {}×{} does not match the source's {m}×{n}",
-                grid.rows, grid.cols
-            ),
-        });
-    }
-    let plan = SvdPlan::for_problem(problem, rt.world())?;
-    let n = n as usize;
-    let k = (m as usize).min(n);
-    let my_actors: Vec<(usize, Range<usize>, Residency)> = plan
-        .placement
-        .assignments
-        .iter()
-        .zip(&plan.memory)
-        .filter(|(a, _)| a.rank == me)
-        .map(|(a, mp)| (a.actor, a.panels.clone(), mp.residency))
-        .collect();
-    let residency: Vec<Residency> = my_actors.iter().map(|a| a.2).collect();
-    let read_buffers: Vec<usize> = plan
-        .placement
-        .assignments
-        .iter()
-        .zip(&plan.memory)
-        .filter(|(a, _)| a.rank == me)
-        .map(|(_, mp)| mp.read_buffers)
-        .collect();
-    let reading = Arc::new(Reading::default());
-    let reader = read_fn(&problem.source);
+    let run = SvdRun::start(rt, problem)?;
+    let tree = Tree::new(&run.plan.placement.owner);
     let mut timings = Vec::new();
-    let mut bytes_generated = 0u64;
-    // Bytes of this rank's panels: of all its actors, or of those that regenerate.
-    let panel_bytes = |only_regenerated: bool| -> u64 {
-        my_actors
+    let (leaves, kept) = run.factor_panels(&mut timings)?;
+    let root = run.reduce_and_decompose(&tree, leaves, &mut timings)?;
+    let sums = run.form_u(
+        root.u_r,
+        kept,
+        &root.s,
+        &root.wt,
+        options.check,
+        sink,
+        &mut timings,
+    )?;
+    let check = match sums {
+        Some(sums) => {
+            let t = Clock::start(rt);
+            let report = check_report(&tree, rt.comm(), sums, &root.wt, run.k)?;
+            timings.push(t.phase("checks: reduce"));
+            Some(report)
+        }
+        None => None,
+    };
+    Ok(SvdResult {
+        s: root.s,
+        wt: root.wt,
+        transposed: problem.transposed,
+        check,
+        timings,
+        bytes_generated: run.bytes_generated(options.check),
+        read: run.reading.totals(),
+        gpu_qrs: run.work.qrs.load(Ordering::Relaxed),
+        gpu_generated: run.work.generated.load(Ordering::Relaxed),
+        gpu_node_qrs: root.gpu_node_qrs,
+        plan: run.plan,
+    })
+}
+
+/// This rank's part of an exact SVD, as planned: its actors and their panels, and what
+/// their passes share.
+struct SvdRun<'a> {
+    rt: &'a Runtime,
+    problem: &'a SvdProblem,
+    plan: SvdPlan,
+    /// This rank's actors: index, panels, residency.
+    my_actors: Vec<(usize, Range<usize>, Residency)>,
+    /// Each actor's read-ahead buffers.
+    read_buffers: Vec<usize>,
+    reading: Arc<Reading>,
+    reader: Option<Arc<ReadFn>>,
+    /// Each actor's GPU, if it is a GPU actor.
+    gpus: Vec<Option<Arc<GpuDevice>>>,
+    work: Arc<GpuWork>,
+    /// The source as a device produces it, when one can.
+    on_device: Option<DeviceSource>,
+    n: usize,
+    k: usize,
+}
+
+/// The root's decomposition, broadcast: every singular value, `Wᵀ`, and each of this
+/// rank's panels' block of `U_R`.
+struct Decomposed {
+    s: Vec<f64>,
+    wt: Array2<f64>,
+    u_r: BTreeMap<usize, Array2<f64>>,
+    gpu_node_qrs: u64,
+}
+
+impl<'a> SvdRun<'a> {
+    /// The plan, and this rank's part of it.
+    fn start(rt: &'a Runtime, problem: &'a SvdProblem) -> Result<Self, LinalgError> {
+        let me = rt.comm().rank();
+        let grid = problem.grid;
+        let (m, n) = problem.source.shape();
+        if (m, n) != (grid.rows, grid.cols) {
+            return Err(LinalgError::Option {
+                parameter: "grid",
+                message: format!(
+                    "grid {}×{} does not match the source's {m}×{n}",
+                    grid.rows, grid.cols
+                ),
+            });
+        }
+        let plan = SvdPlan::for_problem(problem, rt.world())?;
+        let n = n as usize;
+        let mine = || {
+            plan.placement
+                .assignments
+                .iter()
+                .zip(&plan.memory)
+                .filter(|(a, _)| a.rank == me)
+        };
+        let my_actors = mine()
+            .map(|(a, mp)| (a.actor, a.panels.clone(), mp.residency))
+            .collect();
+        let read_buffers = mine().map(|(_, mp)| mp.read_buffers).collect();
+        // GPU actors factor their panels on their devices where cuSOLVER was found, and
+        // generate them there when the device can.
+        let source = crate::tiles::Operand::Dense(Arc::clone(&problem.source));
+        Ok(SvdRun {
+            rt,
+            problem,
+            my_actors,
+            read_buffers,
+            reading: Arc::new(Reading::default()),
+            reader: read_fn(&problem.source),
+            gpus: rt.actors().iter().map(|a| a.gpu().cloned()).collect(),
+            work: Arc::new(GpuWork::default()),
+            on_device: DeviceSource::of(&source),
+            n,
+            k: (m as usize).min(n),
+            plan,
+        })
+    }
+
+    /// Bytes of this rank's panels: of all its actors, or of those that regenerate.
+    fn panel_bytes(&self, only_regenerated: bool) -> u64 {
+        let grid = self.problem.grid;
+        self.my_actors
             .iter()
             .filter(|a| !only_regenerated || a.2 == Residency::Regenerated)
             .flat_map(|a| a.1.clone())
             .map(|p| {
                 let r = grid.panel_rows(p);
-                (r.end - r.start) * n as u64 * 8
+                (r.end - r.start) * self.n as u64 * 8
             })
             .sum()
-    };
-    let my_panel_bytes = panel_bytes(false);
-
-    // GPU actors factor their panels on their devices where cuSOLVER was found, and
-    // generate them there when the device can.
-    let gpus_all: Vec<_> = rt.actors().iter().map(|a| a.gpu().cloned()).collect();
-    let work = Arc::new(GpuWork::default());
-    let on_device = DeviceSource::of(&crate::tiles::Operand::Dense(Arc::clone(&problem.source)));
-
-    // Pass 1: panel factors.
-    let t = Clock::start(rt);
-    let inputs: Vec<Vec<usize>> = my_actors.iter().map(|a| a.1.clone().collect()).collect();
-    let source = Arc::clone(&problem.source);
-    let (gpus, work1, on_device1) = (gpus_all.clone(), Arc::clone(&work), on_device.clone());
-    let res = residency.clone();
-    let order = inputs
-        .iter()
-        .map(|ps| ps.iter().map(|&p| (p, grid.panel_rows(p))).collect())
-        .collect();
-    let reads = PassReads::start(
-        rt,
-        reader.clone(),
-        order,
-        &read_buffers,
-        Arc::clone(&reading),
-        None,
-    )?;
-    rt.progress().set_max_passes(2);
-    rt.progress().start_pass();
-    let pass1 = rt.map(
-        inputs.clone(),
-        move |actor, p| -> Result<Pass1, LinalgError> {
-            let rows = grid.panel_rows(p);
-            let lease = reads.take(actor, p, &rows)?;
-            let keep = if res[actor] == Residency::Resident {
-                Keep::Kept
-            } else {
-                Keep::Scratch
-            };
-            let f = factor_on_actor(
-                gpus.get(actor).and_then(Option::as_deref),
-                on_device1.as_ref(),
-                source.as_ref(),
-                p,
-                rows,
-                lease.as_deref(),
-                keep,
-                &work1,
-            )?;
-            let r = f.r.clone();
-            let kept = match keep {
-                Keep::Kept => Some(f),
-                Keep::Scratch => {
-                    f.recycle();
-                    None
-                }
-            };
-            Ok(Pass1 { r, kept })
-        },
-    )?;
-    bytes_generated += my_panel_bytes;
-    let mut leaves = BTreeMap::new();
-    let mut kept: HashMap<usize, PanelFactor> = HashMap::new();
-    for (panels, results) in inputs.iter().zip(pass1) {
-        for (&p, r) in panels.iter().zip(results) {
-            let r = r?;
-            leaves.insert(p, r.r);
-            if let Some(f) = r.kept {
-                kept.insert(p, f);
-            }
-        }
     }
-    timings.push(t.phase("pass 1: produce panels + panel QR"));
 
-    // The tree: R factors up, node Q factors kept where they were formed.
-    let t = Clock::start(rt);
-    let tree = Tree::new(&plan.placement.owner);
-    let mut node_q: HashMap<(usize, usize), (usize, Array2<f64>)> = HashMap::new();
-    // The rank's nodes go to its first GPU with cuSOLVER when they are wide enough.
-    let node_gpu = gpus_all
-        .iter()
-        .flatten()
-        .find(|d| d.solver().is_some())
-        .filter(|_| n >= DEVICE_NODE_COLS);
-    let mut gpu_node_qrs = 0u64;
-    let root = tree.up(comm, leaves, |level, j, a, b| {
-        let ka = a.nrows();
-        let stacked = stack_rows(&[a.view(), b.view()]);
-        let device = match node_gpu {
-            Some(d) => panel_qr(d, stacked.view())?,
-            None => None,
-        };
-        let (q, r) = match device {
-            Some((q, r)) => {
-                gpu_node_qrs += 1;
-                let shape = (stacked.nrows(), r.nrows()).f();
-                let q = Array2::from_shape_vec(shape, q)
-                    .map_err(|e| LinalgError::Lapack(format!("node Q: {e}")))?;
-                (q, r)
-            }
-            None => qr(stacked)?,
-        };
-        node_q.insert((level, j), (ka, q));
-        Ok(r)
-    })?;
-    timings.push(t.phase("tree: reduce R factors"));
-
-    // SVD of the root's R on its owner, broadcast to all.
-    let t = Clock::start(rt);
-    let root_owner = tree.root_owner();
-    let mut packed = Vec::new();
-    let mut u_r = None;
-    if me == root_owner {
-        let r = root.ok_or(LinalgError::Tree {
-            level: tree.height(),
-            node: 0,
-        })?;
-        let (u, s, vt) = small_svd(r.view())?;
-        packed.extend(s.iter());
-        packed.extend(encode(&vt));
-        u_r = Some(u);
+    /// Bytes of matrix values produced: every panel in pass 1; in pass 2 the panels that
+    /// were not kept, and every panel once more for the checks.
+    fn bytes_generated(&self, check: bool) -> u64 {
+        let all = self.panel_bytes(false);
+        all + self.panel_bytes(true) + if check { all } else { 0 }
     }
-    comm.broadcast_f64(root_owner, &mut packed)?;
-    if packed.len() < k {
-        return Err(LinalgError::Message { peer: root_owner });
-    }
-    let s = packed[..k].to_vec();
-    let wt = decode(root_owner, &packed[k..])?;
-    timings.push(t.phase("SVD of R + broadcast"));
 
-    // Push U_R down the tree.
-    let t = Clock::start(rt);
-    let c = tree.down(comm, u_r, |level, j, c| {
-        let (ka, q) = node_q
-            .remove(&(level, j))
-            .ok_or(LinalgError::Tree { level, node: j })?;
-        Ok((q.slice(s![..ka, ..]).dot(&c), q.slice(s![ka.., ..]).dot(&c)))
-    })?;
-    timings.push(t.phase("tree: push down U_R"));
-
-    // Pass 2: rows of the distributed factor, and the checks.
-    let t = Clock::start(rt);
-    let mut c = c;
-    let mut inputs2 = Vec::with_capacity(my_actors.len());
-    for a in &my_actors {
-        let mut items = Vec::new();
-        for p in a.1.clone() {
-            let ci = c
-                .remove(&p)
-                .ok_or(LinalgError::Tree { level: 0, node: p })?;
-            items.push((p, ci, kept.remove(&p)));
-        }
-        inputs2.push(items);
-    }
-    let source = Arc::clone(&problem.source);
-    let (gpus2, work2, on_device2) = (gpus_all, Arc::clone(&work), on_device);
-    let check = options.check;
-    let s_arc = Arc::new(s.clone());
-    let wt_arc = Arc::new(wt.clone());
-    // Pass 2 reads the panels it must factor again, and every panel for the checks.
-    let order = inputs2
-        .iter()
-        .map(|items| {
-            items
-                .iter()
-                .filter(|(_, _, kept)| check || kept.is_none())
-                .map(|(p, _, _)| (*p, grid.panel_rows(*p)))
-                .collect()
-        })
-        .collect();
-    let reads = PassReads::start(rt, reader, order, &read_buffers, Arc::clone(&reading), None)?;
-    rt.progress().start_pass();
-    let pass2 = rt.map(
-        inputs2,
-        move |actor,
-              (p, ci, kept): (usize, Array2<f64>, Option<PanelFactor>)|
-              -> Result<Array2<f64>, LinalgError> {
-            let rows = grid.panel_rows(p);
-            let lease = if check || kept.is_none() {
-                reads.take(actor, p, &rows)?
-            } else {
-                None
-            };
-            let h = (rows.end - rows.start) as usize;
-            let factor = match kept {
-                Some(f) => f,
-                None => factor_on_actor(
-                    gpus2.get(actor).and_then(Option::as_deref),
-                    on_device2.as_ref(),
-                    source.as_ref(),
-                    p,
-                    rows.clone(),
-                    lease.as_deref(),
-                    Keep::Scratch,
-                    &work2,
-                )?,
-            };
-            let mut ubuf = take_scratch(h * k);
-            let mut u =
-                ArrayViewMut2::from_shape((h, k).f(), &mut ubuf[..]).expect("U block shape");
-            factor.apply_into(ci.view(), u.view_mut());
-            factor.recycle();
-            let u = u.view();
-            if let Some(sink) = &sink {
-                if let Err(message) = sink(p, rows.clone(), u.view()) {
-                    give_scratch(ubuf);
-                    return Err(LinalgError::Sink { panel: p, message });
-                }
-            }
-            let stats = if check {
-                panel_checks(
+    /// Pass 1: every panel factored where its actor computes (kept where it is resident);
+    /// the panels' R factors.
+    #[allow(clippy::type_complexity)]
+    fn factor_panels(
+        &self,
+        timings: &mut Vec<PhaseTiming>,
+    ) -> Result<(BTreeMap<usize, Array2<f64>>, HashMap<usize, PanelFactor>), LinalgError> {
+        let (rt, grid) = (self.rt, self.problem.grid);
+        let t = Clock::start(rt);
+        let inputs: Vec<Vec<usize>> = self
+            .my_actors
+            .iter()
+            .map(|a| a.1.clone().collect())
+            .collect();
+        let source = Arc::clone(&self.problem.source);
+        let (gpus, work, on_device) = (
+            self.gpus.clone(),
+            Arc::clone(&self.work),
+            self.on_device.clone(),
+        );
+        let res: Vec<Residency> = self.my_actors.iter().map(|a| a.2).collect();
+        let order = inputs
+            .iter()
+            .map(|ps| ps.iter().map(|&p| (p, grid.panel_rows(p))).collect())
+            .collect();
+        let reads = PassReads::start(
+            rt,
+            self.reader.clone(),
+            order,
+            &self.read_buffers,
+            Arc::clone(&self.reading),
+            None,
+        )?;
+        rt.progress().set_max_passes(2);
+        rt.progress().start_pass();
+        let pass1 = rt.map(
+            inputs.clone(),
+            move |actor, p| -> Result<Pass1, LinalgError> {
+                let rows = grid.panel_rows(p);
+                let lease = reads.take(actor, p, &rows)?;
+                let keep = if res[actor] == Residency::Resident {
+                    Keep::Kept
+                } else {
+                    Keep::Scratch
+                };
+                let f = factor_on_actor(
+                    gpus.get(actor).and_then(Option::as_deref),
+                    on_device.as_ref(),
                     source.as_ref(),
                     p,
                     rows,
                     lease.as_deref(),
-                    u,
-                    &s_arc,
-                    &wt_arc,
-                )?
-            } else {
-                Array2::zeros((0, 0))
-            };
-            give_scratch(ubuf);
-            Ok(stats)
-        },
-    )?;
-    // Pass 2 produces the panels again where they were not kept, and once more for checks.
-    bytes_generated += panel_bytes(true) + if options.check { my_panel_bytes } else { 0 };
-    let mut stats = BTreeMap::new();
-    for (a, results) in my_actors.iter().zip(pass2) {
-        for (p, r) in a.1.clone().zip(results) {
-            stats.insert(p, r?);
-        }
-    }
-    timings.push(t.phase(if check {
-        "pass 2: form U + checks"
-    } else {
-        "pass 2: form U"
-    }));
-
-    let check = if check {
-        let t = Clock::start(rt);
-        let total = tree.sum_all(comm, stats, (1, 2 + k * k))?;
-        let rel = if total[[0, 1]] > 0.0 {
-            (total[[0, 0]] / total[[0, 1]]).sqrt()
-        } else {
-            total[[0, 0]].sqrt()
-        };
-        let mut u_orth = 0.0f64;
-        for i in 0..k {
-            for j in 0..k {
-                let v = total[[0, 2 + j * k + i]] - if i == j { 1.0 } else { 0.0 };
-                u_orth = u_orth.max(v.abs());
+                    keep,
+                    &work,
+                )?;
+                let r = f.r.clone();
+                let kept = match keep {
+                    Keep::Kept => Some(f),
+                    Keep::Scratch => {
+                        f.recycle();
+                        None
+                    }
+                };
+                Ok(Pass1 { r, kept })
+            },
+        )?;
+        let mut leaves = BTreeMap::new();
+        let mut kept: HashMap<usize, PanelFactor> = HashMap::new();
+        for (panels, results) in inputs.iter().zip(pass1) {
+            for (&p, r) in panels.iter().zip(results) {
+                let r = r?;
+                leaves.insert(p, r.r);
+                if let Some(f) = r.kept {
+                    kept.insert(p, f);
+                }
             }
         }
-        let vtv = wt.dot(&wt.t());
-        let mut v_orth = 0.0f64;
-        for ((i, j), v) in vtv.indexed_iter() {
-            v_orth = v_orth.max((v - if i == j { 1.0 } else { 0.0 }).abs());
-        }
-        timings.push(t.phase("checks: reduce"));
-        Some(CheckReport {
-            relative_residual: rel,
-            u_orthogonality: u_orth,
-            v_orthogonality: v_orth,
-        })
-    } else {
-        None
-    };
+        timings.push(t.phase("pass 1: produce panels + panel QR"));
+        Ok((leaves, kept))
+    }
 
-    let read = reading.totals();
-    Ok(SvdResult {
-        s,
-        wt,
-        transposed: problem.transposed,
-        check,
-        timings,
-        plan,
-        bytes_generated,
-        read,
-        gpu_qrs: work.qrs.load(Ordering::Relaxed),
-        gpu_generated: work.generated.load(Ordering::Relaxed),
-        gpu_node_qrs,
+    /// The tree: R factors up (node Q factors kept where they were formed), the SVD of the
+    /// root's R on its owner, broadcast, and `U_R` pushed down to the panels.
+    fn reduce_and_decompose(
+        &self,
+        tree: &Tree<'_>,
+        leaves: BTreeMap<usize, Array2<f64>>,
+        timings: &mut Vec<PhaseTiming>,
+    ) -> Result<Decomposed, LinalgError> {
+        let (rt, comm, n, k) = (self.rt, self.rt.comm(), self.n, self.k);
+        let t = Clock::start(rt);
+        let mut node_q: HashMap<(usize, usize), (usize, Array2<f64>)> = HashMap::new();
+        // The rank's nodes go to its first GPU with cuSOLVER when they are wide enough.
+        let node_gpu = self
+            .gpus
+            .iter()
+            .flatten()
+            .find(|d| d.solver().is_some())
+            .filter(|_| n >= DEVICE_NODE_COLS);
+        let mut gpu_node_qrs = 0u64;
+        let root = tree.up(comm, leaves, |level, j, a, b| {
+            let ka = a.nrows();
+            let stacked = stack_rows(&[a.view(), b.view()]);
+            let device = match node_gpu {
+                Some(d) => panel_qr(d, stacked.view())?,
+                None => None,
+            };
+            let (q, r) = match device {
+                Some((q, r)) => {
+                    gpu_node_qrs += 1;
+                    let shape = (stacked.nrows(), r.nrows()).f();
+                    let q = Array2::from_shape_vec(shape, q)
+                        .map_err(|e| LinalgError::Lapack(format!("node Q: {e}")))?;
+                    (q, r)
+                }
+                None => qr(stacked)?,
+            };
+            node_q.insert((level, j), (ka, q));
+            Ok(r)
+        })?;
+        timings.push(t.phase("tree: reduce R factors"));
+
+        // SVD of the root's R on its owner, broadcast to all.
+        let t = Clock::start(rt);
+        let root_owner = tree.root_owner();
+        let mut packed = Vec::new();
+        let mut u_r = None;
+        if comm.rank() == root_owner {
+            let r = root.ok_or(LinalgError::Tree {
+                level: tree.height(),
+                node: 0,
+            })?;
+            let (u, s, vt) = small_svd(r.view())?;
+            packed.extend(s.iter());
+            packed.extend(encode(&vt));
+            u_r = Some(u);
+        }
+        comm.broadcast_f64(root_owner, &mut packed)?;
+        if packed.len() < k {
+            return Err(LinalgError::Message { peer: root_owner });
+        }
+        let s = packed[..k].to_vec();
+        let wt = decode(root_owner, &packed[k..])?;
+        timings.push(t.phase("SVD of R + broadcast"));
+
+        // Push U_R down the tree.
+        let t = Clock::start(rt);
+        let u_r = tree.down(comm, u_r, |level, j, c| {
+            let (ka, q) = node_q
+                .remove(&(level, j))
+                .ok_or(LinalgError::Tree { level, node: j })?;
+            Ok((q.slice(s![..ka, ..]).dot(&c), q.slice(s![ka.., ..]).dot(&c)))
+        })?;
+        timings.push(t.phase("tree: push down U_R"));
+        Ok(Decomposed {
+            s,
+            wt,
+            u_r,
+            gpu_node_qrs,
+        })
+    }
+
+    /// Pass 2: each panel's rows of `U` (its factor, kept or made again, applied to its
+    /// block of `U_R`) to `sink`, and with `check` the panel's check sums.
+    #[allow(clippy::too_many_arguments)]
+    fn form_u(
+        &self,
+        mut u_r: BTreeMap<usize, Array2<f64>>,
+        mut kept: HashMap<usize, PanelFactor>,
+        s: &[f64],
+        wt: &Array2<f64>,
+        check: bool,
+        sink: Option<FactorSink>,
+        timings: &mut Vec<PhaseTiming>,
+    ) -> Result<Option<BTreeMap<usize, PanelChecks>>, LinalgError> {
+        let (rt, grid, k) = (self.rt, self.problem.grid, self.k);
+        let t = Clock::start(rt);
+        let mut inputs = Vec::with_capacity(self.my_actors.len());
+        for a in &self.my_actors {
+            let mut items = Vec::new();
+            for p in a.1.clone() {
+                let ci = u_r
+                    .remove(&p)
+                    .ok_or(LinalgError::Tree { level: 0, node: p })?;
+                items.push((p, ci, kept.remove(&p)));
+            }
+            inputs.push(items);
+        }
+        let source = Arc::clone(&self.problem.source);
+        let (gpus, work, on_device) = (
+            self.gpus.clone(),
+            Arc::clone(&self.work),
+            self.on_device.clone(),
+        );
+        let s_arc = Arc::new(s.to_vec());
+        let wt_arc = Arc::new(wt.clone());
+        // Pass 2 reads the panels it must factor again, and every panel for the checks.
+        let order = inputs
+            .iter()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter(|(_, _, kept)| check || kept.is_none())
+                    .map(|(p, _, _)| (*p, grid.panel_rows(*p)))
+                    .collect()
+            })
+            .collect();
+        let reads = PassReads::start(
+            rt,
+            self.reader.clone(),
+            order,
+            &self.read_buffers,
+            Arc::clone(&self.reading),
+            None,
+        )?;
+        rt.progress().start_pass();
+        let pass2 = rt.map(
+            inputs,
+            move |actor,
+                  (p, ci, kept): (usize, Array2<f64>, Option<PanelFactor>)|
+                  -> Result<PanelChecks, LinalgError> {
+                let rows = grid.panel_rows(p);
+                let lease = if check || kept.is_none() {
+                    reads.take(actor, p, &rows)?
+                } else {
+                    None
+                };
+                let h = (rows.end - rows.start) as usize;
+                let factor = match kept {
+                    Some(f) => f,
+                    None => factor_on_actor(
+                        gpus.get(actor).and_then(Option::as_deref),
+                        on_device.as_ref(),
+                        source.as_ref(),
+                        p,
+                        rows.clone(),
+                        lease.as_deref(),
+                        Keep::Scratch,
+                        &work,
+                    )?,
+                };
+                let mut ubuf = take_scratch(h * k);
+                let mut u =
+                    ArrayViewMut2::from_shape((h, k).f(), &mut ubuf[..]).expect("U block shape");
+                factor.apply_into(ci.view(), u.view_mut());
+                factor.recycle();
+                let u = u.view();
+                if let Some(sink) = &sink {
+                    if let Err(message) = sink(p, rows.clone(), u.view()) {
+                        give_scratch(ubuf);
+                        return Err(LinalgError::Sink { panel: p, message });
+                    }
+                }
+                let sums = if check {
+                    panel_checks(
+                        source.as_ref(),
+                        p,
+                        rows,
+                        lease.as_deref(),
+                        u,
+                        &s_arc,
+                        &wt_arc,
+                    )?
+                } else {
+                    PanelChecks::default()
+                };
+                give_scratch(ubuf);
+                Ok(sums)
+            },
+        )?;
+        let mut sums = BTreeMap::new();
+        for (a, results) in self.my_actors.iter().zip(pass2) {
+            for (p, r) in a.1.clone().zip(results) {
+                sums.insert(p, r?);
+            }
+        }
+        timings.push(t.phase(if check {
+            "pass 2: form U + checks"
+        } else {
+            "pass 2: form U"
+        }));
+        Ok(check.then_some(sums))
+    }
+}
+
+/// The checks' report from every panel's sums: ‖A − UΣVᵀ‖_F/‖A‖_F and how far `UᵀU` and
+/// `VᵀV` are from the identity.
+fn check_report(
+    tree: &Tree<'_>,
+    comm: &dyn Comm,
+    sums: BTreeMap<usize, PanelChecks>,
+    wt: &Array2<f64>,
+    k: usize,
+) -> Result<CheckReport, LinalgError> {
+    let total = PanelChecks::sum_all(tree, comm, sums, k)?;
+    let rel = if total.norm > 0.0 {
+        (total.residual / total.norm).sqrt()
+    } else {
+        total.residual.sqrt()
+    };
+    let mut u_orth = 0.0f64;
+    for ((i, j), v) in total.utu.indexed_iter() {
+        u_orth = u_orth.max((v - if i == j { 1.0 } else { 0.0 }).abs());
+    }
+    let vtv = wt.dot(&wt.t());
+    let mut v_orth = 0.0f64;
+    for ((i, j), v) in vtv.indexed_iter() {
+        v_orth = v_orth.max((v - if i == j { 1.0 } else { 0.0 }).abs());
+    }
+    Ok(CheckReport {
+        relative_residual: rel,
+        u_orthogonality: u_orth,
+        v_orthogonality: v_orth,
     })
+}
+
+/// What the checks measure of a panel, and their sum over every panel of every rank (the
+/// tree sums the encodings, which add field by field).
+#[derive(Debug, Default)]
+struct PanelChecks {
+    /// ‖A_i − U_i Σ Wᵀ‖²_F.
+    residual: f64,
+    /// ‖A_i‖²_F.
+    norm: f64,
+    /// U_iᵀU_i (`k × k`).
+    utu: Array2<f64>,
+}
+
+impl PanelChecks {
+    /// The `1 × (2 + k²)` row the tree sums.
+    fn encode(&self, k: usize) -> Array2<f64> {
+        let mut row = Array2::zeros((1, 2 + k * k));
+        row[[0, 0]] = self.residual;
+        row[[0, 1]] = self.norm;
+        for (i, v) in self.utu.iter().enumerate() {
+            row[[0, 2 + i]] = *v;
+        }
+        row
+    }
+
+    /// The checks summed over every panel.
+    fn sum_all(
+        tree: &Tree,
+        comm: &dyn Comm,
+        checks: BTreeMap<usize, PanelChecks>,
+        k: usize,
+    ) -> Result<PanelChecks, LinalgError> {
+        let rows = checks.into_iter().map(|(p, c)| (p, c.encode(k))).collect();
+        let t = tree.sum_all(comm, rows, (1, 2 + k * k))?;
+        let utu = Array2::from_shape_vec((k, k), t.row(0).slice(s![2..]).to_vec()).expect("k × k");
+        Ok(PanelChecks {
+            residual: t[[0, 0]],
+            norm: t[[0, 1]],
+            utu,
+        })
+    }
 }
 
 /// ‖A_i − U_i Σ Wᵀ‖², ‖A_i‖² and U_iᵀU_i of one panel, one cache block of A at a time.
@@ -750,7 +916,7 @@ fn panel_checks(
     u: ArrayView2<'_, f64>,
     s: &[f64],
     wt: &Array2<f64>,
-) -> Result<Array2<f64>, LinalgError> {
+) -> Result<PanelChecks, LinalgError> {
     let (h, k) = u.dim();
     let n = wt.ncols();
     let sw = Array2::from_shape_fn((k, n), |(i, j)| s[i] * wt[[i, j]]);
@@ -768,12 +934,9 @@ fn panel_checks(
         res += blk.iter().map(|x| x * x).sum::<f64>();
         start = end;
     }
-    let utu = u.t().dot(&u);
-    let mut out = Array2::zeros((1, 2 + k * k));
-    out[[0, 0]] = res;
-    out[[0, 1]] = norm;
-    for (i, v) in utu.t().iter().enumerate() {
-        out[[0, 2 + i]] = *v;
-    }
-    Ok(out)
+    Ok(PanelChecks {
+        residual: res,
+        norm,
+        utu: u.t().dot(&u).as_standard_layout().into_owned(),
+    })
 }
