@@ -798,7 +798,7 @@ impl Ctx {
 ///
 /// Three stages: the plan (every rank refuses the same bad options or budget before any
 /// pass), the passes ([`Method::Lobpcg`]'s iteration to the tolerance, or the fixed passes
-/// of [`Method::Subspace`] and [`Method::BlockKrylov`]), and the result they assemble.
+/// of [`Method::SubspaceIteration`] and [`Method::BlockKrylov`]), and the result they assemble.
 pub fn rsvd(
     rt: &Runtime,
     problem: &RsvdProblem,
