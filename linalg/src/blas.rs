@@ -30,101 +30,62 @@ pub trait Blas: Real {
     );
 }
 
-impl Blas for f64 {
-    unsafe fn gemm(
-        trans_a: bool,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: *const f64,
-        lda: usize,
-        b: *const f64,
-        ldb: usize,
-        beta: f64,
-        c: *mut f64,
-        ldc: usize,
-    ) {
-        // A narrow operand goes to the skinny kernels where they run (see
-        // `crate::skinny` for why).
-        // SAFETY (all calls): the caller's contract.
-        let done = unsafe {
-            if trans_a {
-                crate::skinny::atb(m, n, k, a, lda, b, ldb, beta, c, ldc)
-            } else {
-                crate::skinny::ab(m, n, k, a, lda, b, ldb, beta, c, ldc)
+/// `Blas` for an element type whose BLAS GEMM is `$cblas`: the two impls differ in that
+/// call only.
+macro_rules! impl_blas {
+    ($t:ty, $cblas:ident) => {
+        impl Blas for $t {
+            unsafe fn gemm(
+                trans_a: bool,
+                m: usize,
+                n: usize,
+                k: usize,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                beta: $t,
+                c: *mut $t,
+                ldc: usize,
+            ) {
+                // A narrow operand goes to the skinny kernels where they run (see
+                // `crate::skinny` for why).
+                // SAFETY (all calls): the caller's contract.
+                let done = unsafe {
+                    if trans_a {
+                        crate::skinny::atb(m, n, k, a, lda, b, ldb, beta, c, ldc)
+                    } else {
+                        crate::skinny::ab(m, n, k, a, lda, b, ldb, beta, c, ldc)
+                    }
+                };
+                if done {
+                    return;
+                }
+                unsafe {
+                    $cblas(
+                        CBLAS_LAYOUT::CblasRowMajor,
+                        trans(trans_a),
+                        CBLAS_TRANSPOSE::CblasNoTrans,
+                        m as i32,
+                        n as i32,
+                        k as i32,
+                        1.0,
+                        a,
+                        lda as i32,
+                        b,
+                        ldb as i32,
+                        beta,
+                        c,
+                        ldc as i32,
+                    )
+                }
             }
-        };
-        if done {
-            return;
         }
-        unsafe {
-            cblas_dgemm(
-                CBLAS_LAYOUT::CblasRowMajor,
-                trans(trans_a),
-                CBLAS_TRANSPOSE::CblasNoTrans,
-                m as i32,
-                n as i32,
-                k as i32,
-                1.0,
-                a,
-                lda as i32,
-                b,
-                ldb as i32,
-                beta,
-                c,
-                ldc as i32,
-            )
-        }
-    }
+    };
 }
 
-impl Blas for f32 {
-    unsafe fn gemm(
-        trans_a: bool,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        beta: f32,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        // A narrow operand goes to the skinny kernels where they run (see
-        // `crate::skinny` for why).
-        // SAFETY (all calls): the caller's contract.
-        let done = unsafe {
-            if trans_a {
-                crate::skinny::atb(m, n, k, a, lda, b, ldb, beta, c, ldc)
-            } else {
-                crate::skinny::ab(m, n, k, a, lda, b, ldb, beta, c, ldc)
-            }
-        };
-        if done {
-            return;
-        }
-        unsafe {
-            cblas_sgemm(
-                CBLAS_LAYOUT::CblasRowMajor,
-                trans(trans_a),
-                CBLAS_TRANSPOSE::CblasNoTrans,
-                m as i32,
-                n as i32,
-                k as i32,
-                1.0,
-                a,
-                lda as i32,
-                b,
-                ldb as i32,
-                beta,
-                c,
-                ldc as i32,
-            )
-        }
-    }
-}
+impl_blas!(f64, cblas_dgemm);
+impl_blas!(f32, cblas_sgemm);
 
 fn trans(t: bool) -> CBLAS_TRANSPOSE {
     if t {

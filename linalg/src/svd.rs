@@ -528,6 +528,18 @@ impl<'a> SvdRun<'a> {
         })
     }
 
+    /// A pass's read-aheads of the panels in `order` (each actor's, in its order).
+    fn reads(&self, order: Vec<Vec<(usize, Range<u64>)>>) -> Result<PassReads, LinalgError> {
+        PassReads::start(
+            self.rt,
+            self.reader.clone(),
+            order,
+            &self.read_buffers,
+            Arc::clone(&self.reading),
+            None,
+        )
+    }
+
     /// Bytes of this rank's panels: of all its actors, or of those that regenerate.
     fn panel_bytes(&self, only_regenerated: bool) -> u64 {
         let grid = self.problem.grid;
@@ -574,14 +586,7 @@ impl<'a> SvdRun<'a> {
             .iter()
             .map(|ps| ps.iter().map(|&p| (p, grid.panel_rows(p))).collect())
             .collect();
-        let reads = PassReads::start(
-            rt,
-            self.reader.clone(),
-            order,
-            &self.read_buffers,
-            Arc::clone(&self.reading),
-            None,
-        )?;
+        let reads = self.reads(order)?;
         rt.progress().set_max_passes(2);
         rt.progress().start_pass();
         let pass1 = rt.map(
@@ -756,14 +761,7 @@ impl<'a> SvdRun<'a> {
                     .collect()
             })
             .collect();
-        let reads = PassReads::start(
-            rt,
-            self.reader.clone(),
-            order,
-            &self.read_buffers,
-            Arc::clone(&self.reading),
-            None,
-        )?;
+        let reads = self.reads(order)?;
         rt.progress().start_pass();
         let pass2 = rt.map(
             inputs,
