@@ -39,6 +39,7 @@
 
 use std::ops::Range;
 
+use cudarc::cublas::result::CublasError;
 use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
@@ -136,10 +137,19 @@ impl DeviceSource {
 }
 
 /// Tile element types the device computes in.
-pub trait GpuReal: TileReal + DeviceRepr + ValidAsZeroBits + bytemuck::Pod
-where
-    CudaBlas: Gemm<Self>,
-{
+pub trait GpuReal: TileReal + DeviceRepr + ValidAsZeroBits + bytemuck::Pod {
+    /// `c = op(a)·op(b)·alpha + beta·c` by cuBLAS: `Gemm::gemm` of this type, here so that
+    /// code generic over the element type needs no `CudaBlas: Gemm<T>` bound.
+    ///
+    /// # Safety
+    /// As `Gemm::gemm`: `cfg` must describe matrices inside the three buffers.
+    unsafe fn cublas_gemm<A: DevicePtr<Self>, B: DevicePtr<Self>, C: DevicePtrMut<Self>>(
+        blas: &CudaBlas,
+        cfg: GemmConfig<Self>,
+        a: &A,
+        b: &B,
+        c: &mut C,
+    ) -> Result<(), CublasError>;
     /// The generator kernel of uniform values.
     fn uniform(k: &GpuKernels) -> &CudaFunction;
     /// The packed-codes standardization kernel.
@@ -153,6 +163,16 @@ where
 }
 
 impl GpuReal for f64 {
+    unsafe fn cublas_gemm<A: DevicePtr<f64>, B: DevicePtr<f64>, C: DevicePtrMut<f64>>(
+        blas: &CudaBlas,
+        cfg: GemmConfig<f64>,
+        a: &A,
+        b: &B,
+        c: &mut C,
+    ) -> Result<(), CublasError> {
+        // SAFETY: the caller's contract.
+        unsafe { <CudaBlas as Gemm<f64>>::gemm(blas, cfg, a, b, c) }
+    }
     fn uniform(k: &GpuKernels) -> &CudaFunction {
         &k.uniform_f64
     }
@@ -171,6 +191,16 @@ impl GpuReal for f64 {
 }
 
 impl GpuReal for f32 {
+    unsafe fn cublas_gemm<A: DevicePtr<f32>, B: DevicePtr<f32>, C: DevicePtrMut<f32>>(
+        blas: &CudaBlas,
+        cfg: GemmConfig<f32>,
+        a: &A,
+        b: &B,
+        c: &mut C,
+    ) -> Result<(), CublasError> {
+        // SAFETY: the caller's contract.
+        unsafe { <CudaBlas as Gemm<f32>>::gemm(blas, cfg, a, b, c) }
+    }
     fn uniform(k: &GpuKernels) -> &CudaFunction {
         &k.uniform_f32
     }
@@ -238,10 +268,7 @@ fn blas_err(dev: &GpuDevice, what: &str, e: cudarc::cublas::result::CublasError)
 }
 
 /// Produces a panel's row tiles on the device.
-struct Producer<'d, T: GpuReal>
-where
-    CudaBlas: Gemm<T>,
-{
+struct Producer<'d, T: GpuReal> {
     dev: &'d GpuDevice,
     src: &'d DeviceSource,
     n: usize,
@@ -256,10 +283,7 @@ where
     thresholds: Vec<u64>,
 }
 
-impl<'d, T: GpuReal> Producer<'d, T>
-where
-    CudaBlas: Gemm<T>,
-{
+impl<'d, T: GpuReal> Producer<'d, T> {
     fn new(
         dev: &'d GpuDevice,
         src: &'d DeviceSource,
@@ -474,10 +498,7 @@ fn add_into<T: GpuReal>(
     acc: &mut CudaViewMut<'_, f64>,
     part: &CudaView<'_, T>,
     len: usize,
-) -> Result<(), LinalgError>
-where
-    CudaBlas: Gemm<T>,
-{
+) -> Result<(), LinalgError> {
     let k = dev.kernels();
     let f = if std::mem::size_of::<T>() == 4 {
         &k.add_f32_to_f64
@@ -543,10 +564,7 @@ impl GemmStep {
         b: &B,
         c: &mut C,
         what: &str,
-    ) -> Result<(), LinalgError>
-    where
-        CudaBlas: Gemm<T>,
-    {
+    ) -> Result<(), LinalgError> {
         let lens = (a.len(), b.len(), c.len());
         if !self.in_bounds() || lens != (self.a.len(), self.b.len(), self.c.len()) {
             return Err(LinalgError::Gpu(dev.error(
@@ -571,7 +589,7 @@ impl GemmStep {
             ldc: self.ldc as i32,
         };
         // SAFETY: `in_bounds` checked that each operand lies within its buffer.
-        unsafe { dev.blas().gemm(cfg, a, b, c) }.map_err(|e| blas_err(dev, what, e))
+        unsafe { T::cublas_gemm(dev.blas(), cfg, a, b, c) }.map_err(|e| blas_err(dev, what, e))
     }
 }
 
@@ -661,10 +679,7 @@ pub struct PanelOut {
 }
 
 /// The device buffers of one panel's products, fed a block of the panel's rows at a time.
-struct Products<'d, T: GpuReal>
-where
-    CudaBlas: Gemm<T>,
-{
+struct Products<'d, T: GpuReal> {
     dev: &'d GpuDevice,
     n: usize,
     h: usize,
@@ -686,10 +701,7 @@ where
     part: Option<CudaSlice<T>>,
 }
 
-impl<'d, T: GpuReal> Products<'d, T>
-where
-    CudaBlas: Gemm<T>,
-{
+impl<'d, T: GpuReal> Products<'d, T> {
     /// Buffers for a panel of `h × n` fed at most `block` rows at a time.
     fn new(
         dev: &'d GpuDevice,
@@ -860,10 +872,7 @@ pub fn generated_panel<T: GpuReal>(
     n: usize,
     job: PanelJob<'_, T>,
     measure: bool,
-) -> Result<PanelOut, LinalgError>
-where
-    CudaBlas: Gemm<T>,
-{
+) -> Result<PanelOut, LinalgError> {
     let _lane = dev.lock();
     let h = (rows.end - rows.start) as usize;
     let mut facts = PanelFacts::default();
@@ -1042,10 +1051,7 @@ enum Slots<T> {
 /// streams, each with buffers of its own (`STAGE_BYTES` of device values, two
 /// page-locked blocks of codes or values on the host, which the plans count per worker
 /// thread: [`staging_host_bytes`]).
-pub struct Staging<'d, T: GpuReal>
-where
-    CudaBlas: Gemm<T>,
-{
+pub struct Staging<'d, T: GpuReal> {
     dev: &'d GpuDevice,
     products: Products<'d, T>,
     panel: usize,
@@ -1062,10 +1068,7 @@ where
     error: Option<LinalgError>,
 }
 
-impl<'d, T: GpuReal> Staging<'d, T>
-where
-    CudaBlas: Gemm<T>,
-{
+impl<'d, T: GpuReal> Staging<'d, T> {
     /// Staging for panel `panel` (`h` rows) of the stored `operand`, multiplied for `job`.
     pub fn new(
         dev: &'d GpuDevice,
@@ -1508,10 +1511,7 @@ pub fn produce_rows<T: GpuReal>(
     src: &DeviceSource,
     rows: Range<u64>,
     n: usize,
-) -> Result<(Array2<T>, PanelFacts), LinalgError>
-where
-    CudaBlas: Gemm<T>,
-{
+) -> Result<(Array2<T>, PanelFacts), LinalgError> {
     let _lane = dev.lock();
     let h = (rows.end - rows.start) as usize;
     let mut out = Array2::<T>::zeros((h, n));
@@ -1590,10 +1590,7 @@ mod tests {
 
     /// A step on host buffers through OpenBLAS's column-major GEMM with cuBLAS's
     /// parameters, after the bounds check `GemmStep::run` makes.
-    fn host_gemm<T: GpuReal>(step: &GemmStep, beta: T, a: &[T], b: &[T], c: &mut [T])
-    where
-        CudaBlas: Gemm<T>,
-    {
+    fn host_gemm<T: GpuReal>(step: &GemmStep, beta: T, a: &[T], b: &[T], c: &mut [T]) {
         use cblas_sys::{cblas_dgemm, cblas_sgemm, CBLAS_LAYOUT, CBLAS_TRANSPOSE};
         assert!(step.in_bounds(), "{step:?}");
         let (a, b, c) = (
@@ -1663,10 +1660,7 @@ mod tests {
         q: Option<&Array2<f64>>,
         l: usize,
         block: usize,
-    ) -> (Vec<f64>, Vec<f64>)
-    where
-        CudaBlas: Gemm<T>,
-    {
+    ) -> (Vec<f64>, Vec<f64>) {
         let (h, n) = a.dim();
         let w = if q.is_some() { 0 } else { omega.ncols() };
         let direct = std::mem::size_of::<T>() == 8;
@@ -1750,9 +1744,7 @@ mod tests {
             block: usize,
             tol: f64,
             what: &str,
-        ) where
-            CudaBlas: Gemm<T>,
-        {
+        ) {
             let at = a.mapv(T::from_f64);
             let ot = omega.mapv(T::from_f64);
             let (a, omega) = (at.mapv(|v| v.to_f64()), ot.mapv(|v| v.to_f64()));
@@ -1900,10 +1892,7 @@ mod tests {
         n: usize,
         measure: bool,
         facts: &mut PanelFacts,
-    ) -> Vec<T>
-    where
-        CudaBlas: Gemm<T>,
-    {
+    ) -> Vec<T> {
         let b = (g.end - g.start) as usize;
         let (n32, b32) = (n as u32, b as u32);
         let gen = src.generated();
@@ -2032,10 +2021,7 @@ mod tests {
             }
         }
 
-        fn compare<T: GpuReal>(op: &Operand, src: &DeviceSource, rows: Range<u64>, what: &str)
-        where
-            CudaBlas: Gemm<T>,
-        {
+        fn compare<T: GpuReal>(op: &Operand, src: &DeviceSource, rows: Range<u64>, what: &str) {
             let n = op.shape().1 as usize;
             let h = (rows.end - rows.start) as usize;
             let mut facts = PanelFacts::default();

@@ -46,8 +46,6 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use cudarc::cublas::{CudaBlas, Gemm};
-
 use ndarray::{s, Array2};
 use rankwise_device::{NcclComm, NcclJoin};
 use rankwise_exec::{ActorKind, ChunkGrid, MemoryPlan, Placement, Residency, Runtime, World};
@@ -1575,10 +1573,7 @@ fn range_pass_t<T: GpuReal>(
     l: usize,
     first: bool,
     w_sums: Option<Arc<PartialSums>>,
-) -> Result<(States, BTreeMap<usize, PassFacts>), LinalgError>
-where
-    CudaBlas: Gemm<T>,
-{
+) -> Result<(States, BTreeMap<usize, PassFacts>), LinalgError> {
     let c = Arc::clone(ctx);
     let reads = ctx.reads(rt, &states)?;
     // Ω as the fused products take it, laid out once per pass.
@@ -1859,10 +1854,7 @@ fn project_map<T: GpuReal>(
     ctx: &Arc<Ctx>,
     sums: &Arc<PartialSums>,
     states: States,
-) -> Result<Mapped, LinalgError>
-where
-    CudaBlas: Gemm<T>,
-{
+) -> Result<Mapped, LinalgError> {
     let c = Arc::clone(ctx);
     let s2 = Arc::clone(sums);
     let reads = ctx.reads(rt, &states)?;

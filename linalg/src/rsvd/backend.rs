@@ -8,7 +8,6 @@
 
 use std::sync::atomic::Ordering;
 
-use cudarc::cublas::{CudaBlas, Gemm};
 use ndarray::{s, Array2, ArrayView2};
 
 use super::{written_zeros, Ctx, PanelState};
@@ -74,10 +73,7 @@ pub(super) trait PanelBackend<T> {
 impl Ctx {
     /// The backend of `actor` for this operand: its GPU where it has one that can produce
     /// or stage the panels, else its CPU cores.
-    pub(super) fn backend<T: GpuReal>(&self, actor: usize) -> Box<dyn PanelBackend<T> + '_>
-    where
-        CudaBlas: Gemm<T>,
-    {
+    pub(super) fn backend<T: GpuReal>(&self, actor: usize) -> Box<dyn PanelBackend<T> + '_> {
         match self.on_gpu(actor) {
             Some(how) => Box::new(Gpu(how)),
             None => Box::new(Cpu),
@@ -216,10 +212,7 @@ enum OnDevice<'a> {
 /// staged; only the thin products come back.
 struct Gpu<'a>(OnDevice<'a>);
 
-impl<T: GpuReal> PanelBackend<T> for Gpu<'_>
-where
-    CudaBlas: Gemm<T>,
-{
+impl<T: GpuReal> PanelBackend<T> for Gpu<'_> {
     fn range(
         &self,
         c: &Ctx,
@@ -248,7 +241,7 @@ where
         st: &PanelState,
         q: ArrayView2<'_, f64>,
     ) -> Result<Array2<f64>, LinalgError> {
-        let out = self.panel(c, reads, actor, st, gpu::PanelJob::Project { q }, false)?;
+        let out = self.panel::<T>(c, reads, actor, st, gpu::PanelJob::Project { q }, false)?;
         Ok(out.b.expect("projection passes bring B back"))
     }
 }
@@ -263,10 +256,7 @@ impl Gpu<'_> {
         st: &PanelState,
         job: gpu::PanelJob<'_, T>,
         measure: bool,
-    ) -> Result<gpu::PanelOut, LinalgError>
-    where
-        CudaBlas: Gemm<T>,
-    {
+    ) -> Result<gpu::PanelOut, LinalgError> {
         match self.0 {
             OnDevice::Produced(dev, src) => {
                 gpu::generated_panel::<T>(dev, src, st.rows.clone(), c.n, job, measure)
@@ -289,10 +279,7 @@ fn staged<T: GpuReal>(
     read: &PanelRead<'_>,
     job: gpu::PanelJob<'_, T>,
     measure: bool,
-) -> Result<gpu::PanelOut, LinalgError>
-where
-    CudaBlas: Gemm<T>,
-{
+) -> Result<gpu::PanelOut, LinalgError> {
     let h = (st.rows.end - st.rows.start) as usize;
     let mut stage = gpu::Staging::<T>::new(dev, &c.operand, st.p, h, job)?;
     let (facts, _) = TileProducer::new(&c.operand, st.p, st.rows.clone())
