@@ -8,8 +8,9 @@
 #
 # The versions are pinned in scripts/zarr-requirements.txt (or REQUIREMENTS). Idempotent: a
 # stamp file in DIR records the requirements and the interpreter it was built from, so a
-# second call returns at once. Prints nothing unless it fails; then it says why on stderr and exits non-zero.
-# Concurrent calls on the same DIR wait for each other (flock on DIR.lock).
+# second call returns at once. Prints nothing unless it fails; then it says why on stderr
+# and exits non-zero. Concurrent calls on the same DIR wait for each other (flock on
+# DIR.lock).
 #
 # Environment: PYTHON (the interpreter to build the venv from, default python3; zarr 3
 # needs Python 3.11 or newer; on Debian `python3 -m venv` needs the python3-venv package,

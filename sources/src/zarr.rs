@@ -498,6 +498,9 @@ impl std::fmt::Debug for ZarrArray {
     }
 }
 
+/// The widest numpy byte string (`|S…`) read: 64 KiB, far beyond any sample ID or allele.
+const MAX_BYTE_STRING: u64 = 1 << 16;
+
 /// `.zarray` metadata that zarrs cannot read as given, made readable; `None` for any other
 /// metadata. Two cases, both written by zarr-python 2 (and xarray and sgkit through it):
 /// - fixed-width strings (`<U…`, `>U…`) with `"fill_value": null`, which zarrs refuses: the
@@ -513,7 +516,13 @@ fn v2_string_meta(text: &[u8]) -> Option<serde_json::Value> {
     // metadata, found by tests/fuzz.rs) must not split a character.
     match dtype.as_bytes().get(1) {
         Some(b'S') => {
-            let width: u64 = dtype.get(2..)?.parse().ok().filter(|&w| w > 0)?;
+            // A width beyond any ID or allele (hostile metadata) is left to zarrs, which
+            // refuses `|S`: the fill below is as wide as one value.
+            let width: u64 = dtype
+                .get(2..)?
+                .parse()
+                .ok()
+                .filter(|&w| w > 0 && w <= MAX_BYTE_STRING)?;
             let fill = meta.get("fill_value")?;
             if !(fill.is_null() || fill.as_str() == Some("")) {
                 return None;
@@ -2759,7 +2768,17 @@ mod tests {
     /// character takes several bytes (`"<é8"`) panicked on a string slice inside it.
     #[test]
     fn a_multibyte_dtype_is_no_string_and_no_panic() {
-        for dtype in ["<é8", "é", "<\u{FFFD}8", "<U4", "|S2", "|Sé", "|S0", "|S"] {
+        for dtype in [
+            "<é8",
+            "é",
+            "<\u{FFFD}8",
+            "<U4",
+            "|S2",
+            "|Sé",
+            "|S0",
+            "|S",
+            "|S99999999999999",
+        ] {
             let text = format!(r#"{{"dtype":"{dtype}","fill_value":null}}"#);
             let fixed = v2_string_meta(text.as_bytes());
             let string = ["<U4", "|S2"].contains(&dtype);

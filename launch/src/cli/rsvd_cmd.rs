@@ -286,9 +286,10 @@ pub(super) struct PcaArgs {
     run: RunArgs,
     /// Write loadings (U), singular values, sample PCs (Vt), eigenvalues, explained
     /// variance, each variant's allele frequency and calls, and the report as a Zarr group
-    /// here (sgkit's variable and dimension names), with PLINK 2 `.eigenvec` and `.eigenval` files, a PC1/PC2 scatter plot
-    /// (`.png`), and what `rankwise project` (or `plink2 --score`) reads to project new
-    /// samples: `.eigenvec.var` (variant weights, as `plink2 --pca var-wts`) and `.afreq`.
+    /// here (sgkit's variable and dimension names), with PLINK 2 `.eigenvec` and
+    /// `.eigenval` files, a PC1/PC2 scatter plot (`.png`), and what `rankwise project` (or
+    /// `plink2 --score`) reads to project new samples: `.eigenvec.var` (variant weights, as
+    /// `plink2 --pca var-wts`) and `.afreq`.
     #[arg(long)]
     out: Option<PathBuf>,
     /// The Zarr format of the `--out` group: 3, or 2 for sgkit 0.10 (`sgkit.load_dataset`),
