@@ -944,7 +944,8 @@ impl SvdOutput {
     }
 
     /// Adds a 1-D array of UTF-8 strings `name` along dimension `dim` (Zarr v3 `string`,
-    /// empty fill; in Zarr v2 object strings with the `vlen-utf8` filter) and writes `values` in chunks of `chunk`. Call on one rank only.
+    /// empty fill; in Zarr v2 object strings with the `vlen-utf8` filter) and writes
+    /// `values` in chunks of `chunk`. Call on one rank only.
     pub fn write_strings(
         &self,
         name: &str,

@@ -1,7 +1,7 @@
 //! rankwise outputs: what a run leaves on disk, and nothing half-written.
 //!
-//! * [`group`]: the Zarr result group (v3, or v2 on request) (`U`, `S`, `Vt`, the report), written under a
-//!   temporary name by every rank and committed by one rename;
+//! * [`group`]: the Zarr result group (`U`, `S`, `Vt`, the report; Zarr v3, or v2 on
+//!   request), written under a temporary name by every rank and committed by one rename;
 //! * [`report`]: the run report (`--json`, the group's `report` attribute), one typed definition for every
 //!   command;
 //! * [`gen_store`]: Zarr stores of generated matrices, written by every rank in parallel;

@@ -107,10 +107,7 @@ impl<T: TileReal> PanelBackend<T> for Cpu {
         job: &RangeJob<'_, T>,
     ) -> Result<RangeProducts, LinalgError> {
         let (omega, l) = (job.omega, job.l);
-        let read = match st.stored {
-            None => reads.panel(actor, st.p)?,
-            Some(_) => PanelRead::NotRead,
-        };
+        let read = panel_read(reads, actor, st)?;
         let h = (st.rows.end - st.rows.start) as usize;
         let w = omega.ncols();
         let mut y = written_zeros((h, w));
@@ -172,10 +169,7 @@ impl<T: TileReal> PanelBackend<T> for Cpu {
         st: &PanelState,
         q: ArrayView2<'_, f64>,
     ) -> Result<Array2<f64>, LinalgError> {
-        let read = match st.stored {
-            None => reads.panel(actor, st.p)?,
-            Some(_) => PanelRead::NotRead,
-        };
+        let read = panel_read(reads, actor, st)?;
         let qt = q.mapv(T::from_f64);
         // Sums kept as `B` (basis × n), the tile products as `Qᵀ·T`: the narrow operand
         // on the left is what the skinny kernels take.
@@ -198,6 +192,19 @@ impl<T: TileReal> PanelBackend<T> for Cpu {
             )?;
         Ok(b)
     }
+}
+
+/// The panel of `st` as this pass's read-ahead delivers it; nothing to read when the panel
+/// is resident.
+fn panel_read<'r>(
+    reads: &'r PassReads,
+    actor: usize,
+    st: &PanelState,
+) -> Result<PanelRead<'r>, LinalgError> {
+    Ok(match st.stored {
+        None => reads.panel(actor, st.p)?,
+        Some(_) => PanelRead::NotRead,
+    })
 }
 
 /// How a GPU actor's device gets a panel's values.
