@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use ndarray::{Array2, ArrayViewMut2, ShapeBuilder};
-use rankwise::linalg::kernels::Keep;
+use rankwise::linalg::internals::kernels::Keep;
 use rankwise::linalg::{LinalgError, PanelFactor};
 use rankwise::sources::{Dist, Generated, PanelSource};
 use rankwise::transports::{Comm, LocalWorld};
@@ -174,8 +174,8 @@ fn config() -> Criterion {
 // What `criterion_group!` and `criterion_main!` expand to, written out so that the crate's
 // `missing_docs` lint has no undocumented generated `pub fn` to complain about.
 fn rsvd_tiles(c: &mut Criterion) {
-    use rankwise::linalg::fused;
-    use rankwise::linalg::tiles::{
+    use rankwise::linalg::internals::fused;
+    use rankwise::linalg::internals::tiles::{
         gemm, pack_row, row_scale, PackedTile, Tile, TileReal, TILE_COLS, TILE_ROWS,
     };
     let (b, w, n, l) = (TILE_ROWS, TILE_COLS, 20_000usize, 25usize);

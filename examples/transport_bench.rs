@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use ndarray::Array2;
-use rankwise::linalg::kernels::{qr, stack_rows};
+use rankwise::linalg::internals::kernels::{qr, stack_rows};
 use rankwise::linalg::Tree;
 use rankwise::transports::Comm;
 

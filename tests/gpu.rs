@@ -36,7 +36,7 @@ use common::mpirun::run_with_timeout;
 use common::*;
 use ndarray::Array2;
 use rankwise::device::{probed, GpuDevice};
-use rankwise::linalg::gpu::{produce_rows, DeviceSource};
+use rankwise::linalg::internals::gpu::{produce_rows, DeviceSource};
 use rankwise::linalg::{Operand, VariantFilter};
 use rankwise::sources::{Dist, Generated, GenotypeSource, PanelSource};
 
@@ -279,8 +279,9 @@ fn device_generator_gives_the_host_values() {
         g.fill_dosages(r0..r1, dosages.view_mut()).unwrap();
         let mut missing = 0;
         for (i, row) in dosages.rows().into_iter().enumerate() {
-            let (scale, counts) = rankwise::linalg::tiles::row_scale(row.as_slice().unwrap())
-                .expect("generated dosages are valid");
+            let (scale, counts) =
+                rankwise::linalg::internals::tiles::row_scale(row.as_slice().unwrap())
+                    .expect("generated dosages are valid");
             missing += counts.missing;
             let t = scale.table();
             for (j, &d) in row.iter().enumerate() {
@@ -752,7 +753,7 @@ fn panel_qr_on_the_device_matches_lapack() {
         let m = rng.log_range(1, 300_000) as usize;
         let n = rng.range(1, 64) as usize;
         let y = dense(m as u64, n as u64, rng.next(), Dist::Normal);
-        let (q, r) = rankwise::linalg::gpu::panel_qr(&dev, y.view())
+        let (q, r) = rankwise::linalg::internals::gpu::panel_qr(&dev, y.view())
             .unwrap()
             .expect("cuSOLVER was found");
         let k = m.min(n);

@@ -42,9 +42,7 @@ use std::sync::Arc;
 
 use ndarray::{s, Array2};
 use rankwise_exec::Runtime;
-use rankwise_linalg::tiles::row_counts;
-use rankwise_linalg::tree::PartialSums;
-use rankwise_linalg::{Tree, VariantFilter};
+use rankwise_linalg::{row_counts, PartialSums, Tree, VariantFilter};
 use rankwise_sources::GenotypeSource;
 
 use crate::GenomicsError as Error;

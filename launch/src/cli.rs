@@ -343,13 +343,13 @@ fn hold_large_blocks_in_mmap() {
 /// Haswell (AVX2) kernels, which are layout-independent, unless the variable was set by the
 /// user (then it is respected). The skinny tile kernels keep AVX-512 either way. The same
 /// restart gives the AVX2 kernels to a CPU this OpenBLAS does not know by model, where it
-/// would run its generic SSE3 ones ([`rankwise_linalg::kernels::openblas_preferred_core`]).
+/// would run its generic SSE3 ones ([`rankwise_linalg::openblas_preferred_core`]).
 fn keep_results_independent_of_layout() {
     const VAR: &str = "OPENBLAS_CORETYPE";
     if std::env::var_os(VAR).is_some() {
         return;
     }
-    let Some(core) = rankwise_linalg::kernels::openblas_preferred_core() else {
+    let Some(core) = rankwise_linalg::openblas_preferred_core() else {
         return;
     };
     use std::os::unix::process::CommandExt;

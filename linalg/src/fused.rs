@@ -212,7 +212,7 @@ impl Live {
 /// [`ab`] for a float32 tile (`rows × cols`, rows contiguous, its first column column
 /// `c0` of the matrix): the same dot-product form and order of sums, 16 values loaded at
 /// a time where they lie.
-pub fn ab_values(
+pub(crate) fn ab_values(
     t: ArrayView2<'_, f32>,
     omega: &OmegaLayout,
     c0: usize,

@@ -47,7 +47,7 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2};
-pub use rankwise_device::GpuDevice;
+pub(crate) use rankwise_device::GpuDevice;
 use rankwise_device::{GpuError, GpuKernels, PinnedLease};
 use rankwise_sources::stream::{BLOCK_COLS, LANES};
 use rankwise_sources::{Dist, Generated};
@@ -60,7 +60,7 @@ use crate::variants::VariantFilter;
 use crate::LinalgError;
 
 /// Columns per f32 GEMM whose product is added to the f64 sums.
-pub const F32_CHUNK: usize = 2048;
+pub(crate) const F32_CHUNK: usize = 2048;
 
 /// Bytes of one device tile of the panel's values (its rows are chosen to fit).
 const TILE_BYTES: usize = 512 << 20;
@@ -220,7 +220,7 @@ impl GpuReal for f32 {
 
 /// Rows of a device tile of `n` columns of `bytes_per_value` bytes: as many as fit in
 /// `TILE_BYTES`, at least one, at most `h` and at most 65,535 (one grid row each).
-pub fn tile_rows(n: usize, bytes_per_value: usize, h: usize) -> usize {
+pub(crate) fn tile_rows(n: usize, bytes_per_value: usize, h: usize) -> usize {
     (TILE_BYTES / (n.max(1) * bytes_per_value))
         .clamp(1, 65_535)
         .min(h.max(1))
@@ -649,7 +649,7 @@ fn project_step(n: usize, l: usize, rows: usize, ldx: usize) -> GemmStep {
 
 /// What one panel's tiles are multiplied for on the device.
 #[derive(Clone, Copy, Debug)]
-pub enum PanelJob<'a, T> {
+pub(crate) enum PanelJob<'a, T> {
     /// The range pass: `Y = A·Ω` (`h × w`), and with `fused: Some(l)` also
     /// `W = Y[:, ..l]ᵀ·A` (`l × n`) from the same tiles, each row block of `Y` as soon as
     /// its rows are complete (they depend on the block's rows of `A` only).
@@ -668,7 +668,7 @@ pub enum PanelJob<'a, T> {
 
 /// What a panel's device products bring back to the host.
 #[derive(Debug, Default)]
-pub struct PanelOut {
+pub(crate) struct PanelOut {
     /// `Y` (`h × w`), in range passes.
     pub y: Option<Array2<f64>>,
     /// `W` (fused range passes) or `B` (projection passes), `l × n`.
@@ -865,7 +865,7 @@ impl<'d, T: GpuReal> Products<'d, T> {
 /// One panel of a matrix the device produces itself ([`DeviceSource`]), global rows
 /// `rows` with `n` columns: its tiles are produced and multiplied for `job` on the device;
 /// with `measure`, the panel's facts are computed too.
-pub fn generated_panel<T: GpuReal>(
+pub(crate) fn generated_panel<T: GpuReal>(
     dev: &GpuDevice,
     src: &DeviceSource,
     rows: Range<u64>,
@@ -908,7 +908,7 @@ const STAGE_BYTES: usize = 64 << 20;
 /// Rows per staged block of a panel of `h` rows and `n` columns of `bytes_per_value`
 /// bytes on the device: whole row blocks of [`TILE_ROWS`] that fit in `STAGE_BYTES`, at
 /// least one, and no more than the panel needs.
-pub fn stage_rows(n: usize, bytes_per_value: usize, h: usize) -> usize {
+pub(crate) fn stage_rows(n: usize, bytes_per_value: usize, h: usize) -> usize {
     let fit = STAGE_BYTES / (n.max(1) * bytes_per_value.max(1)) / TILE_ROWS * TILE_ROWS;
     fit.max(TILE_ROWS).min(h.max(1).next_multiple_of(TILE_ROWS))
 }
@@ -928,7 +928,7 @@ fn stage_layout(operand: &Operand, size: usize, h: usize) -> (usize, usize, usiz
 /// Page-locked host bytes one [`Staging`] of a panel of `h` rows holds while it runs: two
 /// blocks of codes and tables, or of values. A GPU actor's workers stage one panel each,
 /// so the plans count this per worker thread.
-pub fn staging_host_bytes(operand: &Operand, precision: Precision, h: usize) -> u64 {
+pub(crate) fn staging_host_bytes(operand: &Operand, precision: Precision, h: usize) -> u64 {
     let (_, block, tables) = stage_layout(operand, precision.bytes(), h);
     2 * (block + tables) as u64
 }
@@ -1051,7 +1051,7 @@ enum Slots<T> {
 /// streams, each with buffers of its own (`STAGE_BYTES` of device values, two
 /// page-locked blocks of codes or values on the host, which the plans count per worker
 /// thread: [`staging_host_bytes`]).
-pub struct Staging<'d, T: GpuReal> {
+pub(crate) struct Staging<'d, T: GpuReal> {
     dev: &'d GpuDevice,
     products: Products<'d, T>,
     panel: usize,
@@ -1070,7 +1070,7 @@ pub struct Staging<'d, T: GpuReal> {
 
 impl<'d, T: GpuReal> Staging<'d, T> {
     /// Staging for panel `panel` (`h` rows) of the stored `operand`, multiplied for `job`.
-    pub fn new(
+    pub(crate) fn new(
         dev: &'d GpuDevice,
         operand: &Operand,
         panel: usize,
@@ -1137,7 +1137,7 @@ impl<'d, T: GpuReal> Staging<'d, T> {
 
     /// Takes tile `(r0, c0)` of the panel. An error is kept and returned by
     /// [`Staging::finish`]; the tiles after it are ignored.
-    pub fn push(&mut self, r0: usize, c0: usize, tile: Tile<'_, T>) {
+    pub(crate) fn push(&mut self, r0: usize, c0: usize, tile: Tile<'_, T>) {
         if self.error.is_none() {
             if let Err(e) = self.take(r0, c0, tile) {
                 self.error = Some(e);
@@ -1250,7 +1250,7 @@ impl<'d, T: GpuReal> Staging<'d, T> {
 
     /// Multiplies the last block and brings the products back, with the bytes staged to
     /// the device.
-    pub fn finish(mut self) -> Result<(PanelOut, u64), LinalgError> {
+    pub(crate) fn finish(mut self) -> Result<(PanelOut, u64), LinalgError> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -1261,7 +1261,7 @@ impl<'d, T: GpuReal> Staging<'d, T> {
 }
 
 /// A thin QR: `Q` (`h × k`, column-major) and `R` (`k × w`).
-pub type ThinQr = (Vec<f64>, Array2<f64>);
+pub(crate) type ThinQr = (Vec<f64>, Array2<f64>);
 
 /// Thin QR of a panel's `y` (`h × w`) on the device by cuSOLVER (`geqrf`, then `orgqr`):
 /// `Q` (`h × k`, column-major, `k = min(h, w)`) and `R` (`k × w`), as the host's
@@ -1426,7 +1426,7 @@ fn device_qr(
 /// the device produces the rows tile by tile (the host generator's values), gathers them
 /// into a column-major panel and factors it by cuSOLVER; only `Q` and `R` come back, as
 /// from [`panel_qr`]. `None` when the device has no cuSOLVER.
-pub fn generated_factor(
+pub(crate) fn generated_factor(
     dev: &GpuDevice,
     src: &DeviceSource,
     rows: Range<u64>,
@@ -1474,7 +1474,7 @@ pub fn generated_factor(
 /// first), else on the host by [`PanelFactor::compute`]. Also says whether the device
 /// factored it. cuSOLVER's default mode is deterministic, so a panel factored again in a
 /// later pass gets the same `Q`.
-pub fn factor_panel<F>(
+pub(crate) fn factor_panel<F>(
     dev: Option<&GpuDevice>,
     rows: usize,
     n: usize,

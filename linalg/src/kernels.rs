@@ -24,7 +24,7 @@ const BLOCK_BYTES: usize = 256 * 1024;
 
 /// Rows per cache block of a panel with `n` columns (at least `4n`: stacking the block R
 /// factors shrinks the problem, and Cholesky QR takes blocks at least that tall).
-pub fn block_rows(n: usize) -> usize {
+pub(crate) fn block_rows(n: usize) -> usize {
     (BLOCK_BYTES / (8 * n.max(1))).max(4 * n).max(64)
 }
 
@@ -38,7 +38,7 @@ pub fn block_rows(n: usize) -> usize {
 /// 2.00 s at 128, 6.75 s against 2.98 s at 256, 8.33 s against 5.72 s at 512; at 20
 /// columns (10,000,000 × 20 in 16 panels) both took 1.3–1.6 s. (With Householder QR of
 /// the blocks, before Cholesky QR, the break-even was about 640 columns.)
-pub const WHOLE_PANEL_COLS: usize = 64;
+pub(crate) const WHOLE_PANEL_COLS: usize = 64;
 
 /// Makes OpenBLAS single-threaded: rankwise's actors supply the parallelism, and a
 /// single-threaded BLAS makes every kernel's result independent of the machine's load.
@@ -52,7 +52,7 @@ pub fn init_blas_threads() {
 
 /// The name of the kernels OpenBLAS chose for this CPU at load time (e.g. `Haswell`,
 /// `SkylakeX`).
-pub fn openblas_core() -> String {
+pub(crate) fn openblas_core() -> String {
     extern "C" {
         fn openblas_get_corename() -> *const std::os::raw::c_char;
     }
@@ -96,7 +96,7 @@ pub fn blas_library() -> String {
 /// where the operands lie in memory: with them, the same small QR or SVD computed by
 /// another rank, at other addresses, can differ in the last bits, and runs with different
 /// rank counts stop being bit-identical (see `launch::cli::keep_results_independent_of_layout`).
-pub fn openblas_layout_dependent() -> bool {
+pub(crate) fn openblas_layout_dependent() -> bool {
     let core = openblas_core().to_ascii_lowercase();
     ["skylakex", "cooperlake", "sapphirerapids"]
         .iter()
@@ -104,8 +104,8 @@ pub fn openblas_layout_dependent() -> bool {
 }
 
 /// The kernels OpenBLAS should run here, when they differ from those it chose: `Haswell`
-/// (AVX2 and FMA) when it chose its layout-dependent AVX-512 kernels (see
-/// [`openblas_layout_dependent`]), and also when it fell back to its generic SSE3 kernels
+/// (AVX2 and FMA) when it chose its layout-dependent AVX-512 kernels (their results
+/// depend on the operands' memory layout), and also when it fell back to its generic SSE3 kernels
 /// (`Prescott`) on a CPU with AVX2 and FMA that this OpenBLAS does not know by model.
 /// Measured on a 2-core Intel Xeon KVM guest (AVX-512, family 6 model unknown to OpenBLAS
 /// 0.3.21): `rankwise svd` of 10,000,000 × 20 took 3.0 s with `Prescott`, its choice, and
@@ -174,7 +174,7 @@ fn pooled(len: usize) -> Option<Vec<f64>> {
 }
 
 /// A zeroed buffer of `len` values from this thread's pool.
-pub fn take_scratch(len: usize) -> Vec<f64> {
+pub(crate) fn take_scratch(len: usize) -> Vec<f64> {
     match pooled(len) {
         Some(mut v) => {
             v.clear();
@@ -186,18 +186,13 @@ pub fn take_scratch(len: usize) -> Vec<f64> {
 }
 
 /// Returns a buffer to this thread's pool.
-pub fn give_scratch(v: Vec<f64>) {
+pub(crate) fn give_scratch(v: Vec<f64>) {
     POOL.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() < 4 {
             p.push(v);
         }
     });
-}
-
-/// Frees this thread's pool.
-pub fn clear_scratch() {
-    POOL.with(|p| p.borrow_mut().clear());
 }
 
 /// A zeroed allocation. (Transparent huge pages were tried for the kept factors: with the
@@ -508,11 +503,11 @@ pub fn stack_rows(parts: &[ArrayView2<'_, f64>]) -> Array2<f64> {
 }
 
 /// `(u, σ, vᵀ)` of a thin SVD.
-pub type Svd = (Array2<f64>, Array1<f64>, Array2<f64>);
+pub(crate) type Svd = (Array2<f64>, Array1<f64>, Array2<f64>);
 
 /// Thin SVD of a small replicated matrix (`k × n`, `k ≤ n` or not): `(u, σ, vᵀ)` with σ
 /// descending, signs fixed by [`fix_signs`].
-pub fn small_svd(a: ArrayView2<'_, f64>) -> Result<Svd, LinalgError> {
+pub(crate) fn small_svd(a: ArrayView2<'_, f64>) -> Result<Svd, LinalgError> {
     let (m, n) = a.dim();
     if m == 0 || n == 0 {
         let k = m.min(n);
@@ -535,7 +530,7 @@ pub fn small_svd(a: ArrayView2<'_, f64>) -> Result<Svd, LinalgError> {
 /// The sign convention: in each row of `vt`, the entry of largest magnitude (the first one
 /// on ties) is made positive, and the matching column of `u` flips with it. `vt` is the
 /// factor every rank holds whole, so every rank agrees without communication.
-pub fn fix_signs(u: &mut Array2<f64>, vt: &mut Array2<f64>) {
+pub(crate) fn fix_signs(u: &mut Array2<f64>, vt: &mut Array2<f64>) {
     for i in 0..vt.nrows() {
         let row = vt.row(i);
         let mut best = 0;

@@ -2,23 +2,28 @@
 //! panel order, the exact tall-and-skinny SVD built on it, the randomized SVD, and a strided
 //! sum over the same tree.
 //!
-//! # Layers
+//! The API is the drivers ([`svd()`], [`rsvd()`], [`strided_sum()`], [`read_stored()`]),
+//! their problems, options and results, and the pieces a layer above needs ([`Tree`] and
+//! [`PartialSums`], [`VariantFilter`], [`row_counts`]). The kernels are private; the
+//! `internals` feature lends a few of them to the kernel benchmarks and the device harness.
 //!
-//! * The element types: [`tiles::Real`] is f64 and f32 as numbers (conversions, sums in
-//!   f64); `Blas` adds their GEMM; [`tiles::TileReal`] adds what tiles of them need (filled
+//! # Layers (private modules)
+//!
+//! * The element types: `real::Real` is f64 and f32 as numbers (conversions, sums in f64);
+//!   `blas::Blas` adds their GEMM; `tiles::TileReal` adds what tiles of them need (filled
 //!   from sources, genotype codes standardized into them, multiplied by the fused kernels
-//!   where those run, kept resident); [`gpu::GpuReal`] adds the device's.
-//! * The kernels: [`tiles`] (a panel produced tile by tile into cache), [`fused`], the
-//!   panel factorizations ([`kernels`], Cholesky QR), and [`tree`] (the reduction tree and
-//!   its typed sums).
+//!   where those run, kept resident); `gpu::GpuReal` adds the device's.
+//! * The kernels: `tiles` (a panel produced tile by tile into cache), `fused`, the panel
+//!   factorizations (`kernels`, `cholqr`), and `tree` (the reduction tree and its typed
+//!   sums).
 //! * The drivers, each plan → passes → result: [`svd()`] (two passes over the panels and a
 //!   TSQR) and [`rsvd()`] (a plan every rank checks alike, then LOBPCG's passes or the fixed
 //!   passes of subspace iteration and block Krylov, then the result). Ranks exchange typed
 //!   messages (a first pass's facts, the checks' sums) whose encodings the tree adds.
-//! * The per-actor seam: the randomized passes ask each actor's backend (its CPU cores or
-//!   its GPU) for a panel's range products and projections, and for its sketch's QR; the
-//!   exact SVD's panel factorization is chosen per actor the same way. The drivers hold no
-//!   device branch.
+//! * The per-actor seam (`rsvd::backend`): the randomized passes ask each actor's backend
+//!   (its CPU cores or its GPU) for a panel's range products and projections, and for its
+//!   sketch's QR; the exact SVD's panel factorization is chosen per actor the same way. The
+//!   drivers hold no device branch.
 
 /// `f::<n>(args)` for the run-time `n` among the literals given (`f` a function in
 /// scope; `f::<P>` gives `f::<P, n>`): the kernels' register-blocked widths are const
@@ -38,27 +43,36 @@ macro_rules! by_const {
     };
 }
 
+// The modules below hold the items `internals` re-exports: without that feature those
+// items are unreachable (and a few unused), so the lints that say so are checked with the
+// feature on, as the workspace's `--all-targets` builds (which the benchmarks join) have it.
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
 mod blas;
 mod cholqr;
 mod finite;
-pub mod fused;
-pub mod gpu;
-pub mod kernels;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
+mod fused;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
+mod gpu;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
+mod kernels;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
 mod layout;
-pub mod reads;
+mod reads;
 mod real;
 mod reduce;
-pub mod rsvd;
+mod rsvd;
 mod skinny;
-pub mod svd;
+mod svd;
 #[cfg(test)]
 mod testing;
-pub mod tiles;
-pub mod tree;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
+mod tiles;
+mod tree;
 mod variants;
 
-pub use kernels::{blas_library, init_blas_threads, PanelFactor};
-pub use reads::ReadTotals;
+pub use kernels::{blas_library, init_blas_threads, openblas_preferred_core, PanelFactor};
+pub use reads::{read_stored, ReadTotals, StoredRead, DEFAULT_SEGMENT_BYTES};
 pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rsvd::{
     fused_condition_limit, rsvd, Convergence, ErrorEstimate, GenotypeSummary, Method, Projection,
@@ -68,9 +82,34 @@ pub use rsvd::{
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,
 };
-pub use tiles::{Operand, Precision};
-pub use tree::Tree;
+pub use tiles::{row_counts, Operand, Precision};
+pub use tree::{PartialSums, Tree};
 pub use variants::{hwe_p, HweP, RowSelection, VariantFilter};
+
+/// The kernels below the API, for the kernel benchmarks (`benches/kernels.rs`), the
+/// transport example and the device harness (`tests/gpu.rs`). Not a stable API: it is built
+/// only with the `internals` feature.
+#[cfg(feature = "internals")]
+pub mod internals {
+    /// The fused genotype-tile products.
+    pub mod fused {
+        pub use crate::fused::{ab, atb, available, OmegaLayout};
+    }
+    /// Tiles produced into cache, and their GEMM.
+    pub mod tiles {
+        pub use crate::blas::gemm;
+        pub use crate::layout::{PackedTile, TILE_COLS, TILE_ROWS};
+        pub use crate::tiles::{pack_row, row_scale, Tile, TileReal};
+    }
+    /// The panel factorizations.
+    pub mod kernels {
+        pub use crate::kernels::{qr, stack_rows, Keep};
+    }
+    /// The device passes' building blocks.
+    pub mod gpu {
+        pub use crate::gpu::{panel_qr, produce_rows, DeviceSource};
+    }
+}
 
 use rankwise_exec::RuntimeError;
 use rankwise_transports::TransportError;

@@ -46,7 +46,7 @@ pub const DEFAULT_SEGMENT_BYTES: u64 = 16 << 20;
 /// Rows per read-ahead segment when `stored` decodes row ranges without decoding whole
 /// chunks ([`StoredPanels::partial_reads`]) and panels are taller than one segment: a
 /// multiple of [`TILE_ROWS`] near `segment_bytes` of decoded values.
-pub fn segment_rows(
+pub(crate) fn segment_rows(
     stored: &dyn StoredPanels,
     grid: &ChunkGrid,
     segment_bytes: u64,
@@ -63,7 +63,7 @@ pub fn segment_rows(
 /// Checks that panels align to the stored chunk bands and describes one read buffer for
 /// the memory plan: a whole panel, or with `segment_bytes` (a pass that reads in segments
 /// where the source allows, [`segment_rows`]) one segment.
-pub fn read_buffers(
+pub(crate) fn read_buffers(
     stored: &dyn StoredPanels,
     grid: &ChunkGrid,
     what: &str,
@@ -97,14 +97,14 @@ pub fn read_buffers(
 /// What the passes of one run over a stored operand share: the totals read, and each
 /// actor's pool of buffers (reused from pass to pass).
 #[derive(Default)]
-pub struct Reading {
+pub(crate) struct Reading {
     totals: Mutex<ReadTotals>,
     pools: Mutex<Vec<Arc<BufferPool>>>,
 }
 
 impl Reading {
     /// What this rank has read so far.
-    pub fn totals(&self) -> ReadTotals {
+    pub(crate) fn totals(&self) -> ReadTotals {
         *self.totals.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -118,7 +118,7 @@ impl Reading {
 }
 
 /// The read-aheads of one pass, one per actor of this rank (none where nothing is read).
-pub struct PassReads {
+pub(crate) struct PassReads {
     reads: Vec<Option<ReadAhead>>,
     reading: Arc<Reading>,
     /// Per actor: panel → its read units.
@@ -187,7 +187,7 @@ fn read_units(
 }
 
 /// How a job gets its panel's decoded values in a pass.
-pub enum PanelRead<'r> {
+pub(crate) enum PanelRead<'r> {
     /// The panel is not read in this pass (resident, or not storage-backed).
     NotRead,
     /// Decoded whole.
@@ -199,7 +199,7 @@ pub enum PanelRead<'r> {
 /// A panel that the actor's read-ahead decodes in segments of rows: the tiles of a row
 /// block come from the segment holding it, and only a few segments are in memory at once
 /// (the read-ahead's pool), however large the stored chunks are.
-pub trait PanelSegments: Sync {
+pub(crate) trait PanelSegments: Sync {
     /// Rows per segment (the last may be shorter); a multiple of [`TILE_ROWS`].
     fn segment_rows(&self) -> usize;
     /// Waits for segment `s` and lends it.
@@ -207,7 +207,7 @@ pub trait PanelSegments: Sync {
 }
 
 /// The segments of one panel (see [`PanelSegments`]).
-pub struct Segments<'r> {
+pub(crate) struct Segments<'r> {
     reads: &'r PassReads,
     actor: usize,
     panel: usize,
@@ -238,7 +238,7 @@ impl PassReads {
     /// Starts the read-aheads: `order[a]` lists the panels actor `a` reads, in its job
     /// order; `buffers[a]` is the pool its plan allows. With `segment_rows`, panels are
     /// read in segments of that many rows ([`segment_rows`]).
-    pub fn start(
+    pub(crate) fn start(
         rt: &Runtime,
         stored: Option<Arc<ReadFn>>,
         order: Vec<Vec<(usize, Range<u64>)>>,
@@ -280,7 +280,7 @@ impl PassReads {
     }
 
     /// How actor `actor` gets panel `panel` in this pass.
-    pub fn panel(&self, actor: usize, panel: usize) -> Result<PanelRead<'_>, LinalgError> {
+    pub(crate) fn panel(&self, actor: usize, panel: usize) -> Result<PanelRead<'_>, LinalgError> {
         let Some((keys, rows)) = self.units.get(actor).and_then(|m| m.get(&panel)) else {
             return Ok(PanelRead::NotRead);
         };
@@ -305,7 +305,7 @@ impl PassReads {
     }
 
     /// Actor `actor`'s decoded panel `panel`, when this pass reads it whole.
-    pub fn take(
+    pub(crate) fn take(
         &self,
         actor: usize,
         panel: usize,
@@ -392,4 +392,109 @@ mod tests {
         let (_, list) = read_units(vec![(0, 0..7), (1, 7..9)], None, 1);
         assert_eq!(list, vec![(0, 0..7), (1, 7..9)]);
     }
+}
+
+/// One rank's part of [`read_stored`]: each of its panels' sums, what it read, and the
+/// seconds its pass took.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StoredRead {
+    /// `(panel, sum of its values)` for this rank's panels. The sum is taken in eight fixed
+    /// lanes ([`rankwise_sources::SumLanes`]), whatever the segments a panel was read in,
+    /// so the sum over panels in panel order is the same for any rank or actor count.
+    pub panel_sums: Vec<(usize, f64)>,
+    /// What this rank read.
+    pub read: ReadTotals,
+    /// Seconds from the pass's start (after a barrier) to this rank's last panel.
+    pub seconds: f64,
+    /// Panels of the whole matrix.
+    pub panels: usize,
+    /// Rows per panel.
+    pub chunk_rows: u64,
+}
+
+/// Decodes every stored chunk of `source` once, on the actors that own its panels, with
+/// the placement, read-ahead and buffers of a pass of the SVDs, and sums each panel's
+/// values: the read half of every pass over a stored matrix, measured alone.
+///
+/// `chunk_rows` (rows per panel) must be a multiple of the stored chunk rows (the stored
+/// chunks when `None`); `segment_bytes` is the decoded size a read-ahead segment aims at
+/// ([`DEFAULT_SEGMENT_BYTES`]). Collective: every rank calls it.
+pub fn read_stored<S>(
+    rt: &Runtime,
+    source: Arc<S>,
+    chunk_rows: Option<u64>,
+    segment_bytes: u64,
+) -> Result<StoredRead, LinalgError>
+where
+    S: rankwise_sources::PanelSource + StoredPanels + 'static,
+{
+    let (m, n) = rankwise_sources::PanelSource::shape(source.as_ref());
+    let band = StoredPanels::chunk_rows(source.as_ref());
+    let grid = ChunkGrid::new(m, n, chunk_rows.unwrap_or(band))?;
+    let world = rt.world();
+    let placement = rankwise_exec::Placement::compute(grid.panels(), world);
+    let what = rankwise_sources::PanelSource::describe(source.as_ref());
+    let reads = read_buffers(source.as_ref(), &grid, &what, Some(segment_bytes))?;
+    let segments = segment_rows(source.as_ref(), &grid, segment_bytes);
+    let me = rt.rank();
+    let mut order = Vec::new();
+    let mut buffers = Vec::new();
+    for a in placement.assignments.iter().filter(|a| a.rank == me) {
+        let shape = &world.ranks[a.rank][a.actor];
+        let plan =
+            rankwise_exec::MemoryPlan::decide_reading(shape.memory, 0, shape.threads, 0, &reads)?;
+        buffers.push(plan.read_buffers);
+        order.push(
+            a.panels
+                .clone()
+                .map(|p| (p, grid.panel_rows(p)))
+                .collect::<Vec<_>>(),
+        );
+    }
+    let inputs: Vec<Vec<usize>> = order
+        .iter()
+        .map(|o| o.iter().map(|(p, _)| *p).collect())
+        .collect();
+    let totals = Arc::new(Reading::default());
+    let reader: Arc<ReadFn> = Arc::new(move |rows, buf| source.read_panel(rows, buf));
+
+    rt.comm().barrier()?;
+    let t = std::time::Instant::now();
+    let pass = PassReads::start(
+        rt,
+        Some(reader),
+        order,
+        &buffers,
+        Arc::clone(&totals),
+        segments,
+    )?;
+    let sums = rt.map(inputs, move |actor, p| {
+        let mut sum = rankwise_sources::SumLanes::default();
+        match pass.panel(actor, p)? {
+            PanelRead::Whole(lease) => sum.add(&lease.values),
+            PanelRead::Segments(segs) => {
+                let rows = grid.panel_rows(p);
+                let count = (rows.end - rows.start).div_ceil(segs.segment_rows() as u64);
+                for s in 0..count as usize {
+                    sum.add(&segs.take(s)?.values);
+                }
+            }
+            PanelRead::NotRead => unreachable!("every panel of a stored source is read"),
+        }
+        Ok::<_, LinalgError>((p, sum.total()))
+    })?;
+    let seconds = t.elapsed().as_secs_f64();
+    let mut panel_sums = Vec::new();
+    for list in sums {
+        for r in list {
+            panel_sums.push(r?);
+        }
+    }
+    Ok(StoredRead {
+        panel_sums,
+        read: totals.totals(),
+        seconds,
+        panels: grid.panels(),
+        chunk_rows: grid.chunk_rows,
+    })
 }

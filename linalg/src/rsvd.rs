@@ -75,8 +75,8 @@ use backend::RangeJob;
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
     /// LOBPCG (Knyazev 2001) on `AᵀA`, iterated until every requested component meets
-    /// [`RsvdOptions::tol`] or [`RsvdOptions::max_passes`] is spent (see
-    /// [`crate::rsvd`](mod@crate::rsvd)'s "Convergence control"). `power_iters` does not apply.
+    /// [`RsvdOptions::tol`] or [`RsvdOptions::max_passes`] is spent; the result's
+    /// [`Convergence`] says which. `power_iters` does not apply.
     Lobpcg,
     /// Subspace (power) iteration, re-orthonormalized at every half-step.
     SubspaceIteration,
@@ -121,8 +121,8 @@ pub struct RsvdOptions {
     pub probes: usize,
     /// Precision of the tiles and their GEMMs.
     pub precision: Precision,
-    /// Decoded bytes per read-ahead segment, where a stored band is read in parts
-    /// ([`crate::reads::segment_rows`]).
+    /// Decoded bytes per read-ahead segment, where a stored band is read in parts (rows in
+    /// multiples of the tiles' near this size; [`DEFAULT_SEGMENT_BYTES`] by default).
     pub segment_bytes: u64,
     /// Where the projections `AᵀQ` are formed.
     pub projection: Projection,

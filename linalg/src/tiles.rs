@@ -34,12 +34,12 @@ use rankwise_sources::{
     Dist, GenotypeSource, PanelBuffer, PanelLease, PanelSource, PanelValues, StoredPanels,
 };
 
-pub use crate::blas::{gemm, Blas};
-pub use crate::layout::{PackedTile, RowCounts, RowScale, TILE_COLS, TILE_ROWS};
+pub(crate) use crate::blas::{gemm, Blas};
+pub(crate) use crate::layout::{PackedTile, RowCounts, RowScale, TILE_COLS, TILE_ROWS};
 use crate::reads::PanelRead;
-pub use crate::reads::PanelSegments;
+pub(crate) use crate::reads::PanelSegments;
 use crate::real::sum_squares_view;
-pub use crate::real::{sum_squares, sum_squares_f32, Real};
+pub(crate) use crate::real::Real;
 use crate::variants::VariantFilter;
 use crate::LinalgError;
 
@@ -501,7 +501,7 @@ impl PackedTile<'_> {
 /// resident rows that are measured again are standardized whatever this says: they are
 /// measured from their standardized values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Packing {
+pub(crate) enum Packing {
     /// Standardized values only.
     Never,
     /// Packed, for every tile type. The consumer multiplies them packed (the fused f32
@@ -514,7 +514,7 @@ pub enum Packing {
 
 /// How many times the tiles of each row block are handed out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sweeps {
+pub(crate) enum Sweeps {
     /// Once.
     Once,
     /// Twice: every tile of a row block once more after the whole block went out once, so
@@ -525,7 +525,7 @@ pub enum Sweeps {
 
 /// Which of a row block's sweeps a tile belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sweep {
+pub(crate) enum Sweep {
     /// The first (the only one with [`Sweeps::Once`]).
     First,
     /// The second, after every tile of the row block went out in the first.
@@ -707,7 +707,7 @@ impl PanelFacts {
 
 /// Produces the tiles of one panel. `store` keeps the values produced in this pass (the
 /// plan made the panel resident); `stored` supplies them in later passes.
-pub struct TileProducer<'a> {
+pub(crate) struct TileProducer<'a> {
     operand: &'a Operand,
     panel: usize,
     rows: Range<u64>,
@@ -768,7 +768,7 @@ thread_local! {
 
 impl<'a> TileProducer<'a> {
     /// Tiles of panel `panel` (global rows `rows`) of `operand`.
-    pub fn new(operand: &'a Operand, panel: usize, rows: Range<u64>) -> Self {
+    pub(crate) fn new(operand: &'a Operand, panel: usize, rows: Range<u64>) -> Self {
         TileProducer {
             operand,
             panel,
@@ -781,19 +781,12 @@ impl<'a> TileProducer<'a> {
     }
 
     /// The panel as this pass's read-ahead gives it: whole, in segments, or not at all.
-    pub fn read_from(mut self, read: &'a PanelRead<'_>) -> Self {
+    pub(crate) fn read_from(mut self, read: &'a PanelRead<'_>) -> Self {
         match read {
             PanelRead::NotRead => {}
             PanelRead::Whole(lease) => self.decoded = Some(lease),
             PanelRead::Segments(segs) => self.segments = Some(segs),
         }
-        self
-    }
-
-    /// The panel already decoded by the actor's read-ahead (storage-backed operands).
-    /// Without it, a storage-backed panel is read here, whole, before its tiles.
-    pub fn reading(mut self, decoded: Option<&'a PanelBuffer>) -> Self {
-        self.decoded = decoded;
         self
     }
 
@@ -823,14 +816,14 @@ impl<'a> TileProducer<'a> {
 
     /// Whether to compute Σ x² of the tiles ([`PanelFacts::sum_squares`]; on by default).
     /// Passes after the first skip it: it costs a read of every tile.
-    pub fn measuring(mut self, measure: bool) -> Self {
+    pub(crate) fn measuring(mut self, measure: bool) -> Self {
         self.measure = measure;
         self
     }
 
     /// When genotype tiles are handed out packed ([`Tile::Packed`]) rather than
     /// standardized; [`Packing::Never`] by default.
-    pub fn packing(mut self, packing: Packing) -> Self {
+    pub(crate) fn packing(mut self, packing: Packing) -> Self {
         self.packing = packing;
         self
     }
@@ -847,7 +840,7 @@ impl<'a> TileProducer<'a> {
     /// (a fixed order: the GEMM accumulations depend on it). `stored` is the resident
     /// copy from an earlier pass, if any; with `keep` the values produced now are returned
     /// for the next passes. `tile_buf` is the caller's scratch, reused across panels.
-    pub fn for_each<T: TileReal>(
+    pub(crate) fn for_each<T: TileReal>(
         &self,
         stored: Option<&Stored>,
         keep: bool,
@@ -863,7 +856,7 @@ impl<'a> TileProducer<'a> {
     /// `f(sweep, row0, col0, tile)`. A second sweep reads decoded and resident rows where
     /// they are and produces other tiles again (generating or converting them), so it
     /// costs no memory beyond one tile. Only the first sweep is measured and kept.
-    pub fn sweep<T: TileReal>(
+    pub(crate) fn sweep<T: TileReal>(
         &self,
         stored: Option<&Stored>,
         keep: bool,
@@ -1224,7 +1217,7 @@ pub fn row_scale(row: &[i8]) -> Result<(RowScale, RowCounts), (usize, i8)> {
 /// `2p` with `p` the allele frequency among the calls, scale `1/√(2p(1−p))`, or 0 (the
 /// variant is dropped) when it is monomorphic or has no calls. The CPU kernels and the
 /// GPU passes (which count codes on the device) both standardize through it.
-pub fn scale_of(counts: &RowCounts) -> RowScale {
+pub(crate) fn scale_of(counts: &RowCounts) -> RowScale {
     let [zeros, ones, twos] = counts.dosages;
     let calls = zeros + ones + twos;
     let sum = ones + 2 * twos;
@@ -1273,6 +1266,7 @@ fn count_row(row: &[i8]) -> (u64, u64, u64, bool) {
 }
 
 /// Byte → four codes, low bits first (code 3, a missing call, decodes to −1).
+#[cfg(test)]
 const UNPACK: [[i8; 4]; 256] = {
     let mut t = [[0i8; 4]; 256];
     let mut b = 0;
@@ -1313,8 +1307,10 @@ pub fn pack_row(row: &[i8], out: &mut [u8]) {
     }
 }
 
-/// Unpacks a packed row into `out` (its length is the row's column count).
-pub fn unpack_row(bytes: &[u8], out: &mut [i8]) {
+/// Unpacks a packed row into `out` (its length is the row's column count): the inverse of
+/// [`pack_row`], which the tests check it against.
+#[cfg(test)]
+fn unpack_row(bytes: &[u8], out: &mut [i8]) {
     let full = out.len() / 4;
     for (o, &b) in out[..full * 4].chunks_exact_mut(4).zip(bytes) {
         o.copy_from_slice(&UNPACK[b as usize]);
@@ -1653,7 +1649,7 @@ mod tests {
                 1 => vec![1.0 + rng.value().abs() * 1e-3; n],
                 _ => (0..n).map(|_| rng.value()).collect(),
             };
-            let (got, want) = (sum_squares_f32(&x), exact(&x));
+            let (got, want) = (crate::real::sum_squares_f32(&x), exact(&x));
             assert!(
                 (got - want).abs() <= SUM_SQUARES_F32_BOUND * want,
                 "{got} vs {want} ({n} values, case {case})"

@@ -296,7 +296,7 @@ impl PartialSums {
 }
 
 /// Flattens a matrix as `[rows, cols, column-major values…]`.
-pub fn encode(a: &Array2<f64>) -> Vec<f64> {
+pub(crate) fn encode(a: &Array2<f64>) -> Vec<f64> {
     let mut out = Vec::with_capacity(2 + a.len());
     out.push(a.nrows() as f64);
     out.push(a.ncols() as f64);
@@ -305,7 +305,7 @@ pub fn encode(a: &Array2<f64>) -> Vec<f64> {
 }
 
 /// Inverse of [`encode`]; `peer` names the sender in errors.
-pub fn decode(peer: usize, v: &[f64]) -> Result<Array2<f64>, LinalgError> {
+pub(crate) fn decode(peer: usize, v: &[f64]) -> Result<Array2<f64>, LinalgError> {
     let bad = || LinalgError::Message { peer };
     if v.len() < 2 {
         return Err(bad());

@@ -14,13 +14,9 @@ use std::time::Instant;
 
 use clap::Args;
 use rankwise_exec::format_bytes;
-use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, Runtime};
-use rankwise_linalg::reads::{
-    read_buffers, segment_rows, PanelRead, PassReads, ReadTotals, Reading,
-};
-use rankwise_linalg::tiles::PanelSegments;
-use rankwise_sources::{PanelSource, StoredPanels};
-use rankwise_sources::{SumLanes, ZarrMatrix};
+use rankwise_exec::Runtime;
+use rankwise_linalg::{read_stored, ReadTotals};
+use rankwise_sources::{PanelSource, ZarrMatrix};
 use serde_json::json;
 
 use super::{zarr_error, CliError, RunArgs};
@@ -80,83 +76,28 @@ pub(super) fn read_command(
     let started = Instant::now();
     let z = Arc::new(ZarrMatrix::open(&a.zarr).map_err(zarr_error)?);
     let (m, n) = PanelSource::shape(z.as_ref());
-    let band = StoredPanels::chunk_rows(z.as_ref());
-    let grid = ChunkGrid::new(m, n, a.chunk_rows.unwrap_or(band))?;
     let world = rt.world();
-    let placement = Placement::compute(grid.panels(), world);
     let segment_bytes = a.run.segment_bytes()?;
-    let reads = read_buffers(z.as_ref(), &grid, &z.describe(), Some(segment_bytes))?;
-    let segments = segment_rows(z.as_ref(), &grid, segment_bytes);
-    let me = rt.rank();
-    let mut order = Vec::new();
-    let mut buffers = Vec::new();
-    for a in placement.assignments.iter().filter(|a| a.rank == me) {
-        let shape = &world.ranks[a.rank][a.actor];
-        let plan = MemoryPlan::decide_reading(shape.memory, 0, shape.threads, 0, &reads)?;
-        buffers.push(plan.read_buffers);
-        order.push(
-            a.panels
-                .clone()
-                .map(|p| (p, grid.panel_rows(p)))
-                .collect::<Vec<_>>(),
-        );
-    }
-    let inputs: Vec<Vec<usize>> = order
-        .iter()
-        .map(|o| o.iter().map(|(p, _)| *p).collect())
-        .collect();
-    let totals = Arc::new(Reading::default());
-    let z2 = Arc::clone(&z);
-    let reader: Arc<rankwise_sources::ReadFn> = Arc::new(move |rows, buf| z2.read_panel(rows, buf));
-
-    rt.comm().barrier()?;
+    let mine = read_stored(rt, Arc::clone(&z), a.chunk_rows, segment_bytes)?;
     let t = Instant::now();
-    let pass = PassReads::start(
-        rt,
-        Some(reader),
-        order,
-        &buffers,
-        Arc::clone(&totals),
-        segments,
-    )?;
-    let sums = rt.map(inputs, move |actor, p| {
-        let sum = match pass.panel(actor, p)? {
-            PanelRead::Whole(lease) => {
-                let mut sum = SumLanes::default();
-                sum.add(&lease.values);
-                sum.total()
-            }
-            PanelRead::Segments(segs) => {
-                let rows = grid.panel_rows(p);
-                let count = (rows.end - rows.start).div_ceil(segs.segment_rows() as u64);
-                let mut sum = SumLanes::default();
-                for s in 0..count as usize {
-                    sum.add(&segs.take(s)?.values);
-                }
-                sum.total()
-            }
-            PanelRead::NotRead => unreachable!("every panel is read"),
-        };
-        // As bits: JSON has no NaN (serde writes null), and a panel whose sum is NaN must
-        // make the checksum NaN, not vanish from it.
-        Ok::<_, CliError>((p, sum.to_bits()))
-    })?;
-    let mine_seconds = t.elapsed().as_secs_f64();
-    let mut mine = Vec::new();
-    for list in sums {
-        for r in list {
-            mine.push(r?);
-        }
-    }
+    let (panels, chunk_rows) = (mine.panels, mine.chunk_rows);
     let gathered = super::gather_rank_figures(
         rt,
         ReadWork {
-            sums: mine,
-            read: totals.totals(),
-            seconds: mine_seconds,
+            // As bits: JSON has no NaN (serde writes null), and a panel whose sum is NaN
+            // must make the checksum NaN, not vanish from it.
+            sums: mine
+                .panel_sums
+                .iter()
+                .map(|&(p, s)| (p, s.to_bits()))
+                .collect(),
+            read: mine.read,
+            seconds: mine.seconds,
         },
     )?;
-    let elapsed = t.elapsed().as_secs_f64();
+    // From the pass's start (after its barrier) to the gathered figures, as before the
+    // pass moved into the library.
+    let elapsed = mine.seconds + t.elapsed().as_secs_f64();
     let Some(all) = gathered else {
         return Ok(None);
     };
@@ -193,8 +134,8 @@ pub(super) fn read_command(
             "source": z.describe(),
             "shape": [m, n],
             "element_type": z.element_type(),
-            "panels": grid.panels(),
-            "chunk_rows": grid.chunk_rows,
+            "panels": panels,
+            "chunk_rows": chunk_rows,
             "cores": cores,
             "chunks": total.chunks,
             "stored_bytes": total.stored_bytes,
@@ -221,7 +162,7 @@ pub(super) fn read_command(
          values {:.17e}; peak RSS rank 0 {}\n",
         z.describe(),
         total.chunks,
-        grid.panels(),
+        panels,
         world.actors(),
         rt.comm().size(),
         cores,
