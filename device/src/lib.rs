@@ -16,6 +16,7 @@
 //! `rankwise-linalg`.
 
 mod device;
+#[cfg(any(test, feature = "host-kernels"))]
 pub mod host;
 mod libs;
 mod nccl;
