@@ -2,11 +2,14 @@
 put into an S3 bucket through obstore:
 
     s3_stores.py ENDPOINT BUCKET DIR
+    s3_stores.py upload ENDPOINT BUCKET STORE...
 
-writes each store under DIR (zarr-python 3, as users write them), creates BUCKET on the S3
+The first form writes each store under DIR (zarr-python 3, as users write them), creates BUCKET on the S3
 server at ENDPOINT (moto, scripts/s3_server.py) and uploads every store's files under the
 same names; `direct.zarr` is also written by zarr-python straight into the bucket, through
 zarr.storage.ObjectStore, as `direct-s3.zarr`. Prints a JSON manifest of the stores.
+The second creates BUCKET and puts each STORE directory (written elsewhere, by
+`rankwise gen` say) into it under its base name.
 """
 
 import json
@@ -116,13 +119,25 @@ def upload(local, store):
                 obstore.put(store, os.path.relpath(path, base), fh.read())
 
 
-def main():
-    endpoint, bucket, root = sys.argv[1:4]
+def bucket_store(endpoint, bucket):
+    """Creates `bucket` on the server at `endpoint` and returns an obstore store of it."""
     creds = dict(aws_access_key_id="testing", aws_secret_access_key="testing",
                  region_name="us-east-1")
     boto3.client("s3", endpoint_url=endpoint, **creds).create_bucket(Bucket=bucket)
-    s3 = S3Store(bucket, endpoint=endpoint, access_key_id="testing",
-                 secret_access_key="testing", region="us-east-1", client_options={"allow_http": True})
+    return S3Store(bucket, endpoint=endpoint, access_key_id="testing",
+                   secret_access_key="testing", region="us-east-1",
+                   client_options={"allow_http": True})
+
+
+def main():
+    if sys.argv[1] == "upload":
+        endpoint, bucket = sys.argv[2:4]
+        s3 = bucket_store(endpoint, bucket)
+        for local in sys.argv[4:]:
+            upload(os.path.abspath(local), s3)
+        return
+    endpoint, bucket, root = sys.argv[1:4]
+    s3 = bucket_store(endpoint, bucket)
     os.makedirs(root, exist_ok=True)
     manifest = stores(root)
     for entry in manifest:

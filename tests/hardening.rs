@@ -880,11 +880,6 @@ fn replace_first_inner_chunk(shard: &Path, bytes: &[u8], entries: usize) {
     std::fs::write(shard, out).unwrap();
 }
 
-/// The process's fixed overhead, stated beside the budget (docs/memory.md): the binary
-/// and its libraries (OpenBLAS, MPI, UCX), their own buffers and the allocator's slack.
-/// A run of a few kilobytes peaks at about 15 MiB.
-const FIXED_OVERHEAD: u64 = 32 << 20;
-
 #[test]
 fn peak_rss_stays_within_the_least_budget_the_plan_accepts_across_commands_and_shapes() {
     let mut draw = Draw(test_seed() ^ 66);

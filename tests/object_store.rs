@@ -102,6 +102,13 @@ impl Stores {
     }
 }
 
+/// The test S3 server's credentials.
+const CREDENTIALS: &[(&str, &str)] = &[
+    ("AWS_ACCESS_KEY_ID", "testing"),
+    ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ("AWS_REGION", "us-east-1"),
+];
+
 /// `rankwise args…` (under `mpirun -np np` for np > 1) with the S3 server's credentials.
 fn rankwise(np: usize, args: &[String]) -> mpirun::RunOutput {
     let mut cmd = if np > 1 {
@@ -112,9 +119,7 @@ fn rankwise(np: usize, args: &[String]) -> mpirun::RunOutput {
         c.args(args);
         c
     };
-    cmd.env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_REGION", "us-east-1");
+    cmd.envs(CREDENTIALS.iter().copied());
     mpirun::run_with_timeout(cmd, CLI_LIMIT)
 }
 
@@ -422,4 +427,98 @@ fn an_output_url_is_refused_naming_out() {
             run.describe()
         );
     }
+}
+
+/// Reading from S3 holds no more memory than the plan accepted: each command's peak RSS
+/// stays within the least `--memory-per-actor` its plan accepts (the fetched encodings
+/// that requests in flight hold included), plus the process's fixed overhead, on matrices
+/// of 40–110 MB.
+#[test]
+fn reads_from_s3_stay_within_the_least_budget_the_plan_accepts() {
+    let python = zarr_python();
+    let mut draw = Draw(test_seed() ^ 36);
+    let dir = scratch("object-store-budget");
+    let rows = 1000 * draw.range(70, 100);
+    let cols = draw.range(100, 140);
+    let chunk = 500 * draw.range(4, 6);
+    let samples = draw.range(600, 900);
+    let seed = draw.next().to_string();
+    gen_store(
+        &dir.join("dense.zarr"),
+        (rows, cols, chunk),
+        "normal",
+        &seed,
+        &[],
+    );
+    let geno_array = gen_store(
+        &dir.join("geno.zarr"),
+        (rows, samples, chunk),
+        "genotype",
+        &seed,
+        &[],
+    );
+    let array = geno_array.rsplit(':').next().unwrap();
+    let s3 = Server::start(&python, "s3_server.py", &[]);
+    let up = Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/s3_stores.py"))
+        .args(["upload", &s3.url(), BUCKET])
+        .arg(dir.join("dense.zarr"))
+        .arg(dir.join("geno.zarr"))
+        .output()
+        .unwrap();
+    assert!(
+        up.status.success(),
+        "s3_stores.py upload: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let (dense, geno) = (
+        format!("s3://{BUCKET}/dense.zarr"),
+        format!("s3://{BUCKET}/geno.zarr:{array}"),
+    );
+    let endpoint = s3.url();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["read", "--zarr", &dense],
+        vec!["svd", "--zarr", &dense],
+        vec!["rsvd", "--zarr", &dense, "-k", "5", "--power-iters", "1"],
+        // Fixed passes: what is checked is the budget, which LOBPCG's many passes share.
+        vec![
+            "pca",
+            "--zarr",
+            &geno,
+            "-k",
+            "4",
+            "--method",
+            "subspace",
+            "--power-iters",
+            "1",
+        ],
+    ];
+    for case in cases {
+        let mut args = strings(&case);
+        args.extend(strings(&["--endpoint-url", &endpoint]));
+        let what = format!("{rows} × {cols} (genotypes × {samples}), chunks of {chunk}: {case:?}");
+        let budget = least_budget_env(&args, CREDENTIALS);
+        args.extend(strings(&[
+            "--memory-per-actor",
+            &format!("{}M", budget >> 20),
+        ]));
+        let (run, peak) = embedded_with_peak_env(&args, CREDENTIALS);
+        run.assert_success();
+        eprintln!(
+            "{what}: peak RSS {:.1} MiB, least budget {} MiB",
+            peak as f64 / (1 << 20) as f64,
+            budget >> 20
+        );
+        assert!(
+            peak <= budget + FIXED_OVERHEAD,
+            "{what}: peak RSS {:.1} MiB beyond the least budget the plan accepted, {} MiB, \
+             plus the fixed {} MiB\n{}",
+            peak as f64 / (1 << 20) as f64,
+            budget >> 20,
+            FIXED_OVERHEAD >> 20,
+            run.describe()
+        );
+    }
+    drop(s3);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -157,8 +157,13 @@ pub(crate) const CLI_LIMIT: std::time::Duration = std::time::Duration::from_secs
 
 /// `rankwise args…` in one process.
 pub(crate) fn embedded(args: &[String]) -> mpirun::RunOutput {
+    embedded_env(args, &[])
+}
+
+/// [`embedded`] with `env` added to the environment (an object store's credentials, say).
+pub(crate) fn embedded_env(args: &[String], env: &[(&str, &str)]) -> mpirun::RunOutput {
     let mut cmd = std::process::Command::new(rankwise_bin());
-    cmd.args(args);
+    cmd.args(args).envs(env.iter().copied());
     mpirun::run_with_timeout(cmd, CLI_LIMIT)
 }
 
@@ -346,6 +351,11 @@ pub(crate) fn runtime(actors: usize) -> Runtime {
     .unwrap()
 }
 
+/// The process's fixed overhead, stated beside the budget (docs/memory.md): the binary
+/// and its libraries (OpenBLAS, MPI, UCX), their own buffers and the allocator's slack.
+/// A run of a few kilobytes peaks at about 15 MiB.
+pub(crate) const FIXED_OVERHEAD: u64 = 32 << 20;
+
 /// `rankwise args…` in one process, with the peak resident memory (bytes) the kernel
 /// recorded for it: `wait4`'s `ru_maxrss`, which holds for runs that fail too (a failing
 /// run writes no report to read `peak_rss_bytes` from).
@@ -356,6 +366,14 @@ pub(crate) fn runtime(actors: usize) -> Runtime {
 /// the test harness's, which other tests had grown past 100 MiB), so the measure would be
 /// the harness's, not rankwise's. A fork of the waiter starts from the waiter's few MiB.
 pub(crate) fn embedded_with_peak(args: &[String]) -> (mpirun::RunOutput, u64) {
+    embedded_with_peak_env(args, &[])
+}
+
+/// [`embedded_with_peak`] with `env` added to the environment.
+pub(crate) fn embedded_with_peak_env(
+    args: &[String],
+    env: &[(&str, &str)],
+) -> (mpirun::RunOutput, u64) {
     const WAITER: &str = concat!(
         "import os, sys\n",
         "pid = os.fork()\n",
@@ -365,7 +383,11 @@ pub(crate) fn embedded_with_peak(args: &[String]) -> (mpirun::RunOutput, u64) {
         "sys.exit(os.waitstatus_to_exitcode(status) % 256)\n",
     );
     let mut cmd = std::process::Command::new("python3");
-    cmd.arg("-c").arg(WAITER).arg(rankwise_bin()).args(args);
+    cmd.arg("-c")
+        .arg(WAITER)
+        .arg(rankwise_bin())
+        .args(args)
+        .envs(env.iter().copied());
     let mut run = mpirun::run_with_timeout(cmd, CLI_LIMIT);
     let at = run
         .stderr
@@ -388,9 +410,14 @@ pub(crate) fn embedded_with_peak(args: &[String]) -> (mpirun::RunOutput, u64) {
 /// accepts, from the refusal of a budget too small ("raise --memory-per-actor to at least
 /// X MiB"), or 4 MiB when that is accepted.
 pub(crate) fn least_budget(args: &[String]) -> u64 {
+    least_budget_env(args, &[])
+}
+
+/// [`least_budget`] with `env` added to the environment.
+pub(crate) fn least_budget_env(args: &[String], env: &[(&str, &str)]) -> u64 {
     let mut tiny = args.to_vec();
     tiny.extend(strings(&["--memory-per-actor", "4M"]));
-    let run = embedded(&tiny);
+    let run = embedded_env(&tiny, env);
     run.assert_finished();
     if run.success() {
         return 4 << 20;
