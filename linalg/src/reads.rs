@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use rankwise_exec::{ChunkGrid, ReadBuffers, Runtime, RuntimeError};
-use rankwise_sources::{BufferPool, ReadFn};
+use rankwise_sources::{BufferPool, FetchAhead, ReadFn};
 use rankwise_sources::{PanelLease, ReadAhead, ReadStats, StoredPanels};
 use serde::{Deserialize, Serialize};
 
@@ -92,6 +92,14 @@ pub(crate) fn read_buffers(
             grid.cols
         ),
     })
+}
+
+/// How a pass reads a stored operand: its panels' reader, and what the read-aheads tell
+/// the source of the reads to come (so that a store with latency fetches across panels).
+#[derive(Clone)]
+pub(crate) struct StoredReads {
+    pub(crate) read: Arc<ReadFn>,
+    pub(crate) ahead: Arc<dyn FetchAhead>,
 }
 
 /// What the passes of one run over a stored operand share: the totals read, and each
@@ -240,7 +248,7 @@ impl PassReads {
     /// read in segments of that many rows ([`segment_rows`]).
     pub(crate) fn start(
         rt: &Runtime,
-        stored: Option<Arc<ReadFn>>,
+        stored: Option<StoredReads>,
         order: Vec<Vec<(usize, Range<u64>)>>,
         buffers: &[usize],
         reading: Arc<Reading>,
@@ -258,14 +266,14 @@ impl PassReads {
             };
             let spec = rt.actors()[a].spec();
             let cores = spec.pin.then(|| spec.cores.clone());
-            let read = Arc::clone(read);
             reads.push(Some(
                 ReadAhead::start(
                     panels,
                     buffers.get(a).copied().unwrap_or(1),
                     spec.cores.len(),
                     cores,
-                    read,
+                    Arc::clone(&read.read),
+                    Some(Arc::clone(&read.ahead)),
                     reading.pool(a),
                 )
                 .map_err(RuntimeError::Spawn)?,
@@ -456,7 +464,11 @@ where
         .map(|o| o.iter().map(|(p, _)| *p).collect())
         .collect();
     let totals = Arc::new(Reading::default());
-    let reader: Arc<ReadFn> = Arc::new(move |rows, buf| source.read_panel(rows, buf));
+    let ahead: Arc<dyn FetchAhead> = Arc::new(Arc::clone(&source));
+    let reader = StoredReads {
+        read: Arc::new(move |rows, buf| source.read_panel(rows, buf)),
+        ahead,
+    };
 
     rt.comm().barrier()?;
     let t = std::time::Instant::now();

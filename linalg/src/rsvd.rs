@@ -782,7 +782,7 @@ impl Ctx {
             .collect();
         Ok(Arc::new(PassReads::start(
             rt,
-            self.operand.read_fn(),
+            self.operand.stored_reads(),
             order,
             &self.read_buffers,
             Arc::clone(&self.read),

@@ -19,7 +19,6 @@ use std::time::Instant;
 
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_exec::{ChunkGrid, MemoryPlan, Placement, ReadBuffers, Residency, Runtime};
-use rankwise_sources::ReadFn;
 use rankwise_sources::{PanelBuffer, PanelSource};
 use rankwise_transports::Comm;
 use serde::{Deserialize, Serialize};
@@ -29,7 +28,7 @@ use crate::kernels::{
     block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch, Keep, PanelFactor,
     WHOLE_PANEL_COLS,
 };
-use crate::reads::{read_buffers, PassReads, ReadTotals, Reading};
+use crate::reads::{read_buffers, PassReads, ReadTotals, Reading, StoredReads};
 use crate::tree::{decode, encode, Tree};
 use crate::LinalgError;
 
@@ -396,8 +395,8 @@ fn fill_from<'a>(
 }
 
 /// A panel reader for the read-aheads, for sources read from storage.
-fn read_fn(source: &Arc<dyn PanelSource>) -> Option<Arc<ReadFn>> {
-    crate::tiles::Operand::Dense(Arc::clone(source)).read_fn()
+fn stored_reads(source: &Arc<dyn PanelSource>) -> Option<StoredReads> {
+    crate::tiles::Operand::Dense(Arc::clone(source)).stored_reads()
 }
 
 /// Computes the SVD. A collective call: every rank of the runtime makes it with the same
@@ -462,7 +461,7 @@ struct SvdRun<'a> {
     /// Each actor's read-ahead buffers.
     read_buffers: Vec<usize>,
     reading: Arc<Reading>,
-    reader: Option<Arc<ReadFn>>,
+    reader: Option<StoredReads>,
     /// Each actor's GPU, if it is a GPU actor.
     gpus: Vec<Option<Arc<GpuDevice>>>,
     work: Arc<GpuWork>,
@@ -518,7 +517,7 @@ impl<'a> SvdRun<'a> {
             my_actors,
             read_buffers,
             reading: Arc::new(Reading::default()),
-            reader: read_fn(&problem.source),
+            reader: stored_reads(&problem.source),
             gpus: rt.actors().iter().map(|a| a.gpu().cloned()).collect(),
             work: Arc::new(GpuWork::default()),
             on_device: DeviceSource::of(&source),

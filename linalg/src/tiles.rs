@@ -29,15 +29,15 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis, ShapeBuilder};
-use rankwise_sources::ReadFn;
+use rankwise_sources::FetchAhead;
 use rankwise_sources::{
     Dist, GenotypeSource, PanelBuffer, PanelLease, PanelSource, PanelValues, StoredPanels,
 };
 
 pub(crate) use crate::blas::{gemm, Blas};
 pub(crate) use crate::layout::{PackedTile, RowCounts, RowScale, TILE_COLS, TILE_ROWS};
-use crate::reads::PanelRead;
 pub(crate) use crate::reads::PanelSegments;
+use crate::reads::{PanelRead, StoredReads};
 use crate::real::sum_squares_view;
 pub(crate) use crate::real::Real;
 use crate::variants::VariantFilter;
@@ -51,6 +51,20 @@ pub enum Operand {
     /// Genotype dosages, standardized per variant on the fly, the variants the filter
     /// excludes zero.
     Genotypes(Arc<dyn GenotypeSource>, VariantFilter),
+}
+
+impl FetchAhead for Operand {
+    fn fetch_ahead(&self, owner: u64, buffers: usize, upcoming: &[Range<u64>]) {
+        if let Some(s) = self.stored() {
+            s.fetch_ahead(owner, buffers, upcoming);
+        }
+    }
+
+    fn drop_fetched(&self, owner: u64) {
+        if let Some(s) = self.stored() {
+            s.drop_fetched(owner);
+        }
+    }
 }
 
 impl Operand {
@@ -78,15 +92,18 @@ impl Operand {
         }
     }
 
-    /// A panel reader for the read-aheads, for operands read from storage.
-    pub fn read_fn(&self) -> Option<Arc<ReadFn>> {
+    /// How the read-aheads read this operand, for operands read from storage.
+    pub(crate) fn stored_reads(&self) -> Option<StoredReads> {
         self.stored()?;
         let op = self.clone();
-        Some(Arc::new(move |rows, buf: &mut PanelBuffer| {
-            op.stored()
-                .expect("the operand was checked to be stored")
-                .read_panel(rows, buf)
-        }))
+        Some(StoredReads {
+            read: Arc::new(move |rows, buf: &mut PanelBuffer| {
+                op.stored()
+                    .expect("the operand was checked to be stored")
+                    .read_panel(rows, buf)
+            }),
+            ahead: Arc::new(self.clone()),
+        })
     }
 
     /// Bytes a resident panel of `rows` rows keeps.

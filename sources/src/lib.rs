@@ -33,7 +33,7 @@ pub use error::{BedError, SourceError, ZarrError};
 pub use panel::{
     ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
 };
-pub use readahead::{BufferPool, PanelLease, ReadAhead, ReadFn};
+pub use readahead::{BufferPool, FetchAhead, PanelLease, ReadAhead, ReadFn};
 pub use remote::{is_url, RemoteOptions};
 pub use source::{
     Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix, PanelSource, DEFAULT_FST,

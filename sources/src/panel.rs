@@ -374,4 +374,16 @@ pub trait StoredPanels: Send + Sync {
     /// when [`StoredPanels::partial_reads`]) into `buf`, reusing its allocation.
     fn read_panel(&self, rows: Range<u64>, buf: &mut PanelBuffer)
         -> Result<ReadStats, SourceError>;
+    /// For storage with latency (an object store): starts fetching what reading the
+    /// panels `upcoming` (their rows, in the order they will be read) needs, for the
+    /// read-ahead `owner` with `buffers` read buffers, within the memory those buffers'
+    /// plan counts; [`StoredPanels::read_panel`] then takes what was fetched. By default
+    /// (local storage) nothing is done.
+    fn fetch_ahead(&self, owner: u64, buffers: usize, upcoming: &[Range<u64>]) {
+        let _ = (owner, buffers, upcoming);
+    }
+    /// Drops what [`StoredPanels::fetch_ahead`] fetched for `owner` and no read took.
+    fn drop_fetched(&self, owner: u64) {
+        let _ = owner;
+    }
 }

@@ -108,6 +108,14 @@ pub(crate) struct Remote {
     prefix: ObjectPath,
     /// Requests in flight per reader.
     concurrency: usize,
+    /// Whole objects fetched ahead of their reads, across panels ([`Remote::fetch_ahead`]).
+    ahead: Mutex<HashMap<String, Fetched>>,
+}
+
+/// An object fetched ahead: the read-ahead it was fetched for, and the request.
+struct Fetched {
+    owner: u64,
+    request: tokio::task::JoinHandle<Result<Option<Vec<u8>>, String>>,
 }
 
 impl std::fmt::Debug for Remote {
@@ -339,6 +347,7 @@ impl Remote {
             store,
             prefix: prefix_of(url),
             concurrency: options.concurrency.max(1),
+            ahead: Mutex::new(HashMap::new()),
         });
         open.push((url.to_string(), options, remote.clone()));
         Ok(remote)
@@ -527,6 +536,63 @@ impl Remote {
     }
 }
 
+impl Remote {
+    fn fetched(&self) -> std::sync::MutexGuard<'_, HashMap<String, Fetched>> {
+        // Every update is one insert or remove: a poisoned lock is still consistent.
+        self.ahead.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts requests for the whole objects `keys` (each at most `most` bytes), in order,
+    /// for the read-ahead `owner`, until it holds `cap` objects fetched ahead and not yet
+    /// taken; keys already fetched ahead are skipped.
+    ///
+    /// This is what hides a store's latency when a panel is one or a few chunk objects: the
+    /// requests of one panel's read ([`Remote::fetch_in_order`]) stop at its edge, so a
+    /// reader had as many requests in flight as the panel has chunks. The caller sizes
+    /// `cap` from the encodings its memory plan counts and its reads leave unused.
+    pub(crate) fn fetch_ahead(
+        self: &Arc<Self>,
+        owner: u64,
+        cap: usize,
+        keys: impl Iterator<Item = String>,
+        most: u64,
+    ) {
+        let mut table = self.fetched();
+        let mut held = table.values().filter(|f| f.owner == owner).count();
+        for key in keys {
+            if held >= cap {
+                break;
+            }
+            if table.contains_key(&key) {
+                continue;
+            }
+            let me = self.clone();
+            let k = key.clone();
+            let request = runtime().spawn(async move { me.get_bounded(&k, most).await });
+            table.insert(key, Fetched { owner, request });
+            held += 1;
+        }
+    }
+
+    /// The request for `key` fetched ahead, if there is one; the caller awaits it.
+    pub(crate) fn take_fetched(
+        &self,
+        key: &str,
+    ) -> Option<tokio::task::JoinHandle<Result<Option<Vec<u8>>, String>>> {
+        self.fetched().remove(key).map(|f| f.request)
+    }
+
+    /// Cancels and drops what was fetched ahead for `owner` and not taken (its pass ended).
+    pub(crate) fn drop_fetched(&self, owner: u64) {
+        self.fetched().retain(|_, f| {
+            if f.owner == owner {
+                f.request.abort();
+            }
+            f.owner != owner
+        });
+    }
+}
+
 /// Objects fetched ahead, in the order asked.
 pub(crate) struct InOrder {
     rx: tokio::sync::mpsc::Receiver<Result<Option<Vec<u8>>, String>>,
@@ -571,6 +637,62 @@ mod tests {
         assert_eq!(prefix_of("s3://bucket/a/b.zarr").as_ref(), "a/b.zarr");
         assert_eq!(prefix_of("s3://bucket").as_ref(), "");
         assert_eq!(prefix_of("http://h:1/srv/x.zarr").as_ref(), "srv/x.zarr");
+    }
+
+    /// A store in memory with objects `k0`..`k9` under `x.zarr/`, each its key's bytes.
+    fn in_memory() -> Arc<Remote> {
+        use object_store::{memory::InMemory, PutPayload};
+        let store = Arc::new(InMemory::new());
+        for i in 0..10 {
+            let path = ObjectPath::from(format!("x.zarr/k{i}"));
+            let body = PutPayload::from(format!("k{i}").into_bytes());
+            block_on(store.put(&path, body)).unwrap();
+        }
+        Arc::new(Remote {
+            url: "memory://b/x.zarr".into(),
+            store,
+            prefix: ObjectPath::from("x.zarr"),
+            concurrency: 2,
+            ahead: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn held(remote: &Remote, owner: u64) -> Vec<String> {
+        let mut keys: Vec<_> = (remote.fetched().iter())
+            .filter(|(_, f)| f.owner == owner)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn fetching_ahead_holds_at_most_its_cap_per_owner_and_drops_what_was_not_taken() {
+        let remote = in_memory();
+        let keys = |r: Range<usize>| r.map(|i| format!("k{i}"));
+        remote.fetch_ahead(1, 3, keys(0..10), 100);
+        assert_eq!(held(&remote, 1), ["k0", "k1", "k2"]);
+        // Another read-ahead has its own cap, and skips what is already being fetched.
+        remote.fetch_ahead(2, 2, keys(2..10), 100);
+        assert_eq!(held(&remote, 2), ["k3", "k4"]);
+        // A taken object is the object, and frees its place under the cap.
+        let got = remote.take_fetched("k0").expect("k0 was fetched ahead");
+        assert_eq!(block_on(got).unwrap(), Ok(Some(b"k0".to_vec())));
+        assert!(remote.take_fetched("k0").is_none(), "taken once");
+        remote.fetch_ahead(1, 3, keys(1..10), 100);
+        assert_eq!(held(&remote, 1), ["k1", "k2", "k5"]);
+        // The bound on an object's length holds for objects fetched ahead.
+        remote.fetch_ahead(3, 1, keys(9..10), 1);
+        let refused = block_on(remote.take_fetched("k9").unwrap()).unwrap();
+        assert!(refused
+            .unwrap_err()
+            .contains("more than any valid encoding"));
+        // The end of a pass drops its objects and no other's.
+        remote.drop_fetched(1);
+        assert!(held(&remote, 1).is_empty());
+        assert_eq!(held(&remote, 2), ["k3", "k4"]);
+        remote.drop_fetched(2);
+        assert!(remote.fetched().is_empty());
     }
 
     #[test]

@@ -1072,6 +1072,53 @@ impl ZarrArray {
         }
     }
 
+    /// From an object store, starts fetching the whole chunk objects that decoding
+    /// `regions` (in the order they will be read) needs, for the read-ahead `owner`, within
+    /// what `buffers` read buffers' plan counts and their own reads leave unused: each
+    /// buffer's plan counts `concurrency + 2` encodings ([`Self::scratch_bytes`]), and a read
+    /// of `k` chunk objects holds at most `k` of them. Sharded arrays and local stores are
+    /// left to their own reads.
+    pub(crate) fn fetch_ahead(
+        &self,
+        owner: u64,
+        buffers: usize,
+        regions: &mut dyn Iterator<Item = Vec<Range<u64>>>,
+    ) {
+        let Location::Remote(remote) = &self.location else {
+            return;
+        };
+        if self.shard.is_some() || self.zarrs_shard.is_some() {
+            return;
+        }
+        let (Ok(cs), Some(elem)) = (self.chunk_shape(), self.array.data_type().fixed_size()) else {
+            return;
+        };
+        let mut regions = regions.peekable();
+        let Some(per_read) = regions
+            .peek()
+            .and_then(|r| self.chunks_in(r).ok())
+            .map(|c| c.len())
+        else {
+            return;
+        };
+        let cap = buffers * (remote.concurrency() + 2).saturating_sub(per_read);
+        if cap == 0 {
+            return;
+        }
+        let whole = cs.iter().product::<u64>() * elem as u64;
+        let keys = regions
+            .flat_map(|r| self.chunks_in(&r).unwrap_or_default())
+            .map(|i| self.array.chunk_key(&i).to_string());
+        remote.fetch_ahead(owner, cap, keys, self.most_encoded(whole));
+    }
+
+    /// Drops what [`Self::fetch_ahead`] fetched for `owner` and no read took.
+    pub(crate) fn drop_fetched(&self, owner: u64) {
+        if let Location::Remote(remote) = &self.location {
+            remote.drop_fetched(owner);
+        }
+    }
+
     /// [`Self::decode_region`] from an object store: whole chunk objects are fetched
     /// `concurrency` at a time ahead of their decoding, in order; a shard's index and the
     /// inner chunks the region needs are fetched by byte ranges.
@@ -1090,17 +1137,31 @@ impl ZarrArray {
         let chunks = self.chunks_in(region)?;
         let mut stats = ReadStats::default();
         let sharded = self.shard.is_some() || self.zarrs_shard.is_some();
+        // The chunks fetched ahead by an earlier read's read-ahead are taken from there;
+        // the rest are fetched now, in order.
+        let mut fetched = Vec::new();
         let mut ahead = (!sharded).then(|| {
-            let keys = chunks
-                .iter()
-                .map(|i| self.array.chunk_key(i).to_string())
-                .collect();
+            let mut keys = Vec::new();
+            for i in &chunks {
+                let key = self.array.chunk_key(i).to_string();
+                let request = remote.take_fetched(&key);
+                if request.is_none() {
+                    keys.push(key);
+                }
+                fetched.push(request);
+            }
             remote.fetch_in_order(keys, self.most_encoded(whole))
         });
-        for idx in &chunks {
+        for (c, idx) in chunks.iter().enumerate() {
             let fail = |m: String| self.chunk_error(idx, m);
+            let mut next =
+                |ahead: &mut remote::InOrder| match fetched.get_mut(c).and_then(Option::take) {
+                    Some(request) => remote::block_on(request)
+                        .unwrap_or_else(|e| Err(format!("the request was cancelled: {e}"))),
+                    None => ahead.next(),
+                };
             let stored = match (&mut ahead, &self.shard, &self.zarrs_shard) {
-                (Some(ahead), _, _) => match ahead.next().map_err(fail)? {
+                (Some(ahead), _, _) => match next(ahead).map_err(fail)? {
                     None => None,
                     Some(encoded) => {
                         match self.direct {
@@ -1874,6 +1935,22 @@ impl StoredPanels for ZarrMatrix {
         self.elem
     }
 
+    fn fetch_ahead(&self, owner: u64, buffers: usize, upcoming: &[Range<u64>]) {
+        // Segments of a band share its chunks: each segment's read fetches what it needs.
+        if self.partial_reads() {
+            return;
+        }
+        self.array.fetch_ahead(
+            owner,
+            buffers,
+            &mut upcoming.iter().map(|rows| self.region(rows).to_vec()),
+        );
+    }
+
+    fn drop_fetched(&self, owner: u64) {
+        self.array.drop_fetched(owner);
+    }
+
     fn partial_reads(&self) -> bool {
         !self.transposed && self.array.decodes_row_ranges()
     }
@@ -2155,6 +2232,23 @@ impl ZarrGenotypes {
 impl StoredPanels for ZarrGenotypes {
     fn element_type(&self) -> ElementType {
         ElementType::I8
+    }
+
+    fn fetch_ahead(&self, owner: u64, buffers: usize, upcoming: &[Range<u64>]) {
+        // Segments of a band share its chunks: each segment's read fetches what it needs.
+        if self.partial_reads() {
+            return;
+        }
+        let n = self.shape.1;
+        self.array.fetch_ahead(
+            owner,
+            buffers,
+            &mut upcoming.iter().map(|rows| vec![rows.clone(), 0..n]),
+        );
+    }
+
+    fn drop_fetched(&self, owner: u64) {
+        self.array.drop_fetched(owner);
     }
 
     fn partial_reads(&self) -> bool {
