@@ -2,10 +2,12 @@
 latency benchmark: it adds a delay to every request, and answers chosen keys with errors.
 
     s3_proxy.py UPSTREAM_PORT [--delay-ms MS] [--deny SUBSTRING] [--fail-times N --fail SUBSTRING]
+                [--peak FILE]
 
 prints `PORT` once it listens, then serves until stdin closes. A request whose path contains
 the --deny substring gets 403 Access Denied; the first N requests whose path contains the
---fail substring get 503 Slow Down (a transient error that clients retry).
+--fail substring get 503 Slow Down (a transient error that clients retry). With --peak, FILE
+holds the most requests the proxy has had in flight at once.
 """
 
 import argparse
@@ -23,9 +25,20 @@ def main():
     p.add_argument("--deny", default=None)
     p.add_argument("--fail", default=None)
     p.add_argument("--fail-times", type=int, default=0)
+    p.add_argument("--peak", default=None)
     a = p.parse_args()
     lock = threading.Lock()
     failures = {"left": a.fail_times}
+    flight = {"now": 0, "peak": 0}
+
+    def in_flight(change):
+        with lock:
+            flight["now"] += change
+            if flight["now"] > flight["peak"]:
+                flight["peak"] = flight["now"]
+                if a.peak:
+                    with open(a.peak, "w") as f:
+                        f.write(str(flight["peak"]))
 
     class Proxy(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -46,6 +59,13 @@ def main():
                 self.wfile.write(body)
 
         def forward(self):
+            in_flight(1)
+            try:
+                self.relay()
+            finally:
+                in_flight(-1)
+
+        def relay(self):
             if a.delay_ms:
                 time.sleep(a.delay_ms / 1000)
             length = int(self.headers.get("Content-Length") or 0)

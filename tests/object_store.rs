@@ -341,6 +341,32 @@ fn faults_end_every_rank_naming_the_object_and_transient_ones_are_retried() {
         disk,
         "through a slow proxy"
     );
+    // One rank's reads run ahead of its panels' edges: a panel here is one chunk object,
+    // and a reader that fetched only its own panel's chunks would keep one request in
+    // flight (at most two readers on two cores). Each request waits 100 ms, so requests
+    // started together overlap.
+    let peak_file = st.dir.join("peak");
+    let peak_path = peak_file.display().to_string();
+    let counted = Server::start(
+        &st.python,
+        "s3_proxy.py",
+        &[&port, "--delay-ms", "100", "--peak", &peak_path],
+    );
+    assert_eq!(
+        sum_line(&read(1, &counted.url(), &[])),
+        disk,
+        "fetching ahead"
+    );
+    let peak: usize = std::fs::read_to_string(&peak_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        peak >= 4,
+        "one rank's read had at most {peak} requests in flight"
+    );
+    drop(counted);
     // A bucket that does not exist: named.
     let run = rankwise(
         1,
@@ -359,7 +385,9 @@ fn faults_end_every_rank_naming_the_object_and_transient_ones_are_retried() {
         run.describe()
     );
     // The server stopped in the middle of a run: every rank ends with a message, no hang.
-    let slow = Server::start(&st.python, "s3_proxy.py", &[&port, "--delay-ms", "300"]);
+    // Each request waits 1.5 s: the run reads the array's metadata before any chunk, so it
+    // cannot end before 3 s, whatever its reads fetch ahead, and the server stops at 2 s.
+    let slow = Server::start(&st.python, "s3_proxy.py", &[&port, "--delay-ms", "1500"]);
     let mut args = strings(&[
         "rsvd",
         "--zarr",
