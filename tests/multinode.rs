@@ -120,6 +120,41 @@ fn assert_same_arrays(got: &Path, reference: &Path, names: &[&str], what: &str) 
     }
 }
 
+/// From Open MPI's BTL reporting (`btl_base_verbose` 100: "[host:pid] mca: bml: Using vader
+/// btl for send to [[job,1],2] on node rwt2"): every rank sends to the ranks of its own
+/// node through shared memory (`vader`) and to the other node's through `tcp`.
+fn assert_shared_memory_inside_nodes_and_tcp_between(run: &RunOutput, what: &str) {
+    let mut seen = std::collections::BTreeSet::new();
+    for line in run.stdout.lines().chain(run.stderr.lines()) {
+        let Some(at) = line.find("mca: bml: Using ") else {
+            continue;
+        };
+        let host = line
+            .strip_prefix('[')
+            .and_then(|l| l.split(':').next())
+            .unwrap_or("");
+        let words: Vec<&str> = line[at..].split_whitespace().collect();
+        // mca: bml: Using BTL btl for send to PEER on node NODE
+        let (btl, peer_node) = (words[3], words[words.len() - 1]);
+        if btl == "self" {
+            continue;
+        }
+        let expected = if host == peer_node { "vader" } else { "tcp" };
+        assert_eq!(btl, expected, "{what}: {line}");
+        seen.insert((host.to_string(), btl.to_string()));
+    }
+    let want: std::collections::BTreeSet<(String, String)> = [1, 2]
+        .iter()
+        .flat_map(|n| ["tcp", "vader"].map(|b| (format!("{PREFIX}{n}"), b.to_string())))
+        .collect();
+    assert_eq!(
+        seen,
+        want,
+        "{what}: each node's BTLs, from Open MPI's report\n{}",
+        run.describe()
+    );
+}
+
 #[test]
 fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
     let start = Instant::now();
@@ -197,8 +232,11 @@ fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
                 "--out",
                 out.to_str().unwrap(),
             ]));
-            // UCX names the transport of each endpoint it configures.
-            let run = run_with_timeout(on_nodes(&a, &[("UCX_LOG_LEVEL", "info")]), LIMIT);
+            // UCX names the transport of each endpoint it configures, and Open MPI's
+            // BTL layer (at verbosity 100) the BTL it sends to each peer with.
+            let mut cmd = on_nodes(&a, &[("UCX_LOG_LEVEL", "info")]);
+            cmd.env("OMPI_MCA_btl_base_verbose", "100");
+            let run = run_with_timeout(cmd, LIMIT);
             let what = format!("{name} over {transport} on 2 nodes × 2 ranks");
             assert!(run.success(), "{what}\n{}", run.describe());
             let r = report(&run);
@@ -240,6 +278,9 @@ fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
                     "{what}: the phases' traffic against the rank's: {x}"
                 );
             }
+            if transport == "mpi" {
+                assert_shared_memory_inside_nodes_and_tcp_between(&run, &what);
+            }
             if transport == "ucx" {
                 // Between the nodes, UCX goes over TCP on the node's own interface.
                 // (UCX logs on stdout.)
@@ -253,6 +294,39 @@ fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
             eprintln!("{what}: the embedded bits");
         }
     }
+    // UCX 1.13 leaves shared memory aside when endpoints handle peer errors (the
+    // default, which notices a killed peer at once); without that, each node's ranks talk
+    // through shared memory.
+    let out = dir.join("rsvd-ucx-shm.zarr");
+    let mut a = cases[1].1.clone();
+    a.extend(strings(&[
+        "--transport",
+        "ucx",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    let run = run_with_timeout(
+        on_nodes(
+            &a,
+            &[
+                ("UCX_LOG_LEVEL", "info"),
+                (rankwise::transports::ucx_comm::ERR_HANDLING_VAR, "none"),
+            ],
+        ),
+        LIMIT,
+    );
+    let what = "rsvd over ucx without peer error handling";
+    assert!(run.success(), "{what}\n{}", run.describe());
+    for node in [format!("{PREFIX}1"), format!("{PREFIX}2")] {
+        assert!(
+            run.stdout.lines().any(|l| l.contains(&format!("[{node}:"))
+                && l.contains("ep_cfg")
+                && l.contains("/memory")),
+            "{what}: no UCX endpoint through shared memory on {node}\n{}",
+            run.describe()
+        );
+    }
+    assert_same_arrays(&out, &dir.join("rsvd-embedded.zarr"), cases[1].2, what);
 
     // Losing a node: a long run, then node 2's ranks killed, or node 2's link cut.
     let long = strings(&[
