@@ -63,8 +63,10 @@
 //!   the QC filters.
 //! * [`genomics`]: PLINK 2's sample, variant and chromosome selection, the genotype PCA
 //!   (its eigenvalues on PLINK 2's scale) and its `.eigenvec` and `.eigenval` files.
-//! * [`output`]: the Zarr result group committed by one rename, generated Zarr stores,
-//!   and the registry of temporaries a signal removes.
+//! * [`output`]: the Zarr result group committed by one rename, opened on every rank
+//!   under one temporary name and removed on every rank when a run fails
+//!   ([`output::publish`]), generated Zarr stores, and the registry of temporaries a signal
+//!   removes.
 //! * this crate: [`World`], [`open`], [`svd`], [`rsvd`] and [`pca`], with one [`Error`];
 //!   [`memory`] reads a matrix or genotypes the caller holds in place, and `host_mpi` takes
 //!   a host program's communicator. It has no command line and no plotting.

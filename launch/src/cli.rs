@@ -1277,7 +1277,7 @@ pub(crate) type Opened<O> = (Arc<O>, PathBuf);
 pub(crate) type OpenOutput = Opened<SvdOutput>;
 
 /// Creates the output group under a temporary name shared by all ranks (a collective
-/// call): rank 0 creates it, the others open it after a barrier. `out` must not exist.
+/// call): [`rankwise::output::publish::open_group`], its errors named by `--out`.
 pub(crate) fn open_output(
     rt: &Runtime,
     out: &std::path::Path,
@@ -1292,103 +1292,68 @@ pub(crate) fn open_output(
     )
 }
 
-/// Creates an output under a temporary name shared by all ranks (a collective call): rank
-/// 0 runs `create`, the others `open` after a barrier. `out` must not exist; an error of
-/// `create` is one of `--out`.
+/// Creates an output under a temporary name shared by all ranks (a collective call):
+/// [`rankwise::output::publish::open_collectively`], with a note on rank 0 about the
+/// temporaries an earlier run left.
 pub(crate) fn open_collectively<O>(
     rt: &Runtime,
     out: &std::path::Path,
     create: impl FnOnce(&std::path::Path) -> Result<O, OutputError>,
     open: impl FnOnce(&std::path::Path) -> Result<O, OutputError>,
 ) -> Result<Opened<O>, CliError> {
-    let comm = rt.comm();
-    let me = rt.rank();
-    SvdOutput::check_target(out)?;
-    if me == 0 {
-        let stale = SvdOutput::stale_temporaries(out);
-        if !stale.is_empty() {
-            let list: Vec<String> = stale.iter().map(|p| format!("'{}'", p.display())).collect();
-            eprintln!(
-                "rankwise: note: {} left by a run that was killed (SIGKILL) or is still \
-                 writing; when none is, remove {}: rm -r {}",
-                list.join(", "),
-                if stale.len() == 1 { "it" } else { "them" },
-                list.join(" ")
-            );
-        }
+    use rankwise::output::publish::{self, PublishError};
+    let opened = publish::open_collectively(rt, out, create, open).map_err(|e| match e {
+        PublishError::Create(e) => CliError::Option {
+            option: "--out",
+            message: with_flags(&e),
+        },
+        PublishError::Output(e) => CliError::Output(e),
+        PublishError::Transport(e) => CliError::Transport(e),
+    })?;
+    if !opened.stale.is_empty() {
+        let list: Vec<String> = (opened.stale.iter())
+            .map(|p| format!("'{}'", p.display()))
+            .collect();
+        eprintln!(
+            "rankwise: note: {} left by a run that was killed (SIGKILL) or is still writing; \
+             when none is, remove {}: rm -r {}",
+            list.join(", "),
+            if list.len() == 1 { "it" } else { "them" },
+            list.join(" ")
+        );
     }
-    let mut token = if me == 0 {
-        format!(
-            "{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        )
-        .into_bytes()
-    } else {
-        Vec::new()
-    };
-    comm.broadcast_bytes(0, &mut token)?;
-    let tmp = SvdOutput::temp_path(out, &String::from_utf8_lossy(&token));
-    // From here on the temporary directory may exist: any failure removes it, and so does
-    // a signal.
-    rankwise::output::temporaries::register(&tmp);
-    let opened = (|| -> Result<O, CliError> {
-        let created = if me == 0 {
-            Some(create(&tmp).map_err(|e| CliError::Option {
-                option: "--out",
-                message: with_flags(&e),
-            })?)
-        } else {
-            None
-        };
-        comm.barrier()?;
-        Ok(match created {
-            Some(o) => o,
-            None => open(&tmp)?,
-        })
-    })();
-    match opened {
-        Ok(o) => Ok((Arc::new(o), tmp)),
-        Err(e) => {
-            // Until every rank has opened it, only its creator may remove it: another
-            // rank's cleanup could race with the creation itself.
-            if me == 0 {
-                let _ = SvdOutput::abandon(&tmp);
-            }
-            Err(e)
-        }
-    }
+    Ok((opened.output, opened.tmp))
 }
 
 /// Ends a job that writes `output`: on error the peers are told first, then the temporary
-/// group is removed, so nothing half-written is left behind.
+/// group is removed ([`rankwise::output::publish::abandon_collectively`]), so nothing
+/// half-written is left behind.
 pub(crate) fn finish_output<T, O>(
     rt: &Runtime,
     result: Result<T, CliError>,
     output: Option<Opened<O>>,
 ) -> Result<T, CliError> {
-    let comm = rt.comm();
     match (result, output) {
         (Ok(v), _) => Ok(v),
-        (Err(e), Some((o, tmp))) => {
-            // Tell the peers before removing the output: a peer whose write then finds it
-            // gone already has the cause waiting. Every rank removes it after its own last
-            // write, so no late write leaves a partial directory behind. A peer's notice
-            // sent just before it removed the output may still be on its way when our write
-            // finds the directory gone: give it the time rank_main gives it.
-            let e = if e.peer_failure().is_none()
-                && announce_failure(comm, &|| e.to_string()).is_none()
-            {
+        (Err(e), Some((output, tmp))) => {
+            // A peer's failure was announced by that peer: this rank only cleans up.
+            let announce = e.peer_failure().is_none();
+            let own = || e.to_string();
+            let opened = rankwise::output::publish::Opened {
+                output,
+                tmp,
+                stale: Vec::new(),
+            };
+            let heard = rankwise::output::publish::abandon_collectively(
+                rt,
+                opened,
+                announce.then_some(&own as &dyn Fn() -> String),
+            );
+            Err(if announce && heard.is_none() {
                 CliError::Announced(Box::new(e))
             } else {
                 e
-            };
-            drop(o);
-            let _ = SvdOutput::abandon(&tmp);
-            Err(e)
+            })
         }
         (Err(e), None) => Err(e),
     }
