@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Zarr from object storage: rankwise against Dask + zarr-python (through obstore) on the same
-# store, in one run on this machine: from disk, from moto's S3 server on 127.0.0.1, and
-# through a proxy that adds DELAY_MS to every request (the latency of a cloud store). Reports
-# GB/s decoded for a read of every chunk and the randomized SVD's time and accuracy (the
+# Zarr from object storage: rankwise against Dask + zarr-python (through obstore, and through
+# s3fs) on the same store, in one run on this machine: from disk, from moto's S3 server on
+# 127.0.0.1, and through a proxy that adds DELAY_MS to every request (the latency of a
+# cloud store). Reports GB/s decoded for a read of every chunk and the randomized SVD's time and accuracy (the
 # largest relative error of the top K singular values against LAPACK's, both tools).
 #
 #   bash benches/object_store.sh [--quick]
@@ -29,9 +29,9 @@ rm -rf "$OUT/work"
 bench-venv/bin/python - "$OUT/rows.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"{'what':24} {'tool':20} {'source':28} {'seconds':>8} {'GB/s':>6} {'max rel err / sum':>22}")
+print(f"{'what':24} {'tool':26} {'source':28} {'seconds':>8} {'GB/s':>6} {'max rel err / sum':>22}")
 for r in rows:
     gbps = f"{r['gbps']:.3f}" if "gbps" in r else ""
     err = f"{r['max_rel_err']:.1e}" if "max_rel_err" in r else f"sum {r['sum']:.12e}"
-    print(f"{r['what']:24} {r['tool']:20} {r['source']:28} {r['seconds']:8.2f} {gbps:>6} {err:>22}")
+    print(f"{r['what']:24} {r['tool']:26} {r['source']:28} {r['seconds']:8.2f} {gbps:>6} {err:>22}")
 PY
