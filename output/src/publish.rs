@@ -143,6 +143,45 @@ pub fn abandon_collectively<O>(
     heard
 }
 
+/// Commits the group `output` together with files written beside it under temporary
+/// names: each `(written, final)` pair is renamed into place first, then the group is
+/// committed, because the group's name is the mark of a complete run. Until it is, a signal
+/// removes the files already renamed ([`crate::temporaries::register_uncommitted`]). On
+/// failure every one of the files is removed, under either name, and the group is left
+/// uncommitted for [`abandon_collectively`]. Called on one rank, after the barrier that
+/// follows every rank's last write.
+pub fn commit_with_files(
+    output: &SvdOutput,
+    files: &[(PathBuf, PathBuf)],
+) -> Result<PathBuf, OutputError> {
+    let mark = output.out_path();
+    for (_, to) in files {
+        crate::temporaries::register_uncommitted(to, mark);
+    }
+    let mut renamed = Vec::new();
+    let result = (|| {
+        for (from, to) in files {
+            std::fs::rename(from, to).map_err(|source| OutputError::Io {
+                path: to.clone(),
+                op: "moving into place",
+                source,
+            })?;
+            renamed.push(to);
+        }
+        output.commit()
+    })();
+    if result.is_err() {
+        for (from, _) in files {
+            let _ = std::fs::remove_file(from);
+        }
+        for to in renamed {
+            let _ = std::fs::remove_file(to);
+        }
+    }
+    crate::temporaries::committed();
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +257,44 @@ mod tests {
         assert!(tmps.windows(2).all(|w| w[0] == w[1]), "{tmps:?}");
         assert!(!tmps[0].exists() && !out.exists());
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing left");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn side_files_move_into_place_before_the_group_and_leave_with_it_on_failure() {
+        let dir = scratch("files");
+        let out = dir.join("r.zarr");
+        let at = out.clone();
+        let files: Vec<(PathBuf, PathBuf)> = ["a", "b"]
+            .iter()
+            .map(|e| (dir.join(format!("r.tmp-x.{e}")), dir.join(format!("r.{e}"))))
+            .collect();
+        let all = files.clone();
+        on_ranks(1, move |rt| {
+            let opened = open_group(rt, &at, layout()).unwrap();
+            for (from, _) in &all {
+                std::fs::write(from, b"x").unwrap();
+            }
+            // `out` appears meanwhile: the commit fails, and no side file stays.
+            std::fs::create_dir(&at).unwrap();
+            let e = commit_with_files(&opened.output, &all).unwrap_err();
+            assert!(e.to_string().contains("r.zarr"), "{e}");
+            for (from, to) in &all {
+                assert!(!from.exists() && !to.exists(), "{}", to.display());
+            }
+            abandon_collectively(rt, opened, None);
+            std::fs::remove_dir(&at).unwrap();
+            // Then the same, committed.
+            let opened = open_group(rt, &at, layout()).unwrap();
+            for (from, _) in &all {
+                std::fs::write(from, b"x").unwrap();
+            }
+            assert_eq!(commit_with_files(&opened.output, &all).unwrap(), at);
+        });
+        assert!(out.join("zarr.json").is_file());
+        for (from, to) in &files {
+            assert!(!from.exists() && to.is_file());
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -695,7 +695,6 @@ fn finish_side_files(
     // group and renames them: a failure leaves none of them looking complete.
     let out = job.out.as_deref().unwrap_or(Path::new("."));
     let mut renames = Vec::new();
-    let mut renamed = Vec::new();
     let mut result = Ok(());
     if let Some(SamplePcs {
         pcs,
@@ -806,31 +805,15 @@ fn finish_side_files(
                 renames.push((tmp(&var_path), var_path.clone()));
                 renames.push((tmp(&afreq_path), afreq_path.clone()));
             }
-            // The group is committed last: its name is the mark of a complete run. Until
-            // it is, a signal removes the side files already renamed, as it removes the
-            // temporaries.
-            for (_, to) in &renames {
-                rankwise::output::temporaries::register_uncommitted(to, out);
-            }
-            for (from, to) in &renames {
-                std::fs::rename(from, to).map_err(|e| CliError::Option {
-                    option: "--out",
-                    message: format!("renaming {} to {}: {e}", from.display(), to.display()),
-                })?;
-                renamed.push(to.clone());
-            }
-            o.0.commit()?;
-            rankwise::output::temporaries::committed();
+            // The group is committed last: its name is the mark of a complete run.
+            rankwise::output::publish::commit_with_files(&o.0, &renames)?;
             Ok(())
         })();
         if result.is_err() {
+            // What was written before the failure (a failed commit removes its own files).
             for (from, _) in &renames {
                 let _ = std::fs::remove_file(from);
             }
-            for to in &renamed {
-                let _ = std::fs::remove_file(to);
-            }
-            rankwise::output::temporaries::committed();
         }
     }
     // Every rank learns whether rank 0 succeeded: a failure there is announced to all.
