@@ -44,6 +44,21 @@ def rankwise(binary, args):
     return dt, out.stdout + out.stderr
 
 
+def dask_rows(x, tool, source, decoded, k, truth):
+    """Dask's read (`.sum()`) and `svd_compressed` of `x`, timed, with their accuracy."""
+    t = time.perf_counter()
+    total = float(x.sum().compute())
+    secs = time.perf_counter() - t
+    read = {"what": "read", "tool": tool, "source": source, "seconds": secs,
+            "gbps": decoded / secs / 1e9, "sum": total}
+    t = time.perf_counter()
+    _, sd, _ = da.compute(*da.linalg.svd_compressed(x, k, n_power_iter=2, seed=1))
+    secs = time.perf_counter() - t
+    svd = {"what": f"svd_compressed k={k}", "tool": tool, "source": source, "seconds": secs,
+           "max_rel_err": float(np.max(np.abs(sd[:k] - truth) / truth))}
+    return [read, svd]
+
+
 def main():
     binary, scripts, work, rows, cols, chunk, delay, k = sys.argv[1:9]
     rows, cols, chunk, delay, k = int(rows), int(cols), int(chunk), float(delay), int(k)
@@ -110,17 +125,7 @@ def main():
                             client_options={"allow_http": True})
             x = da.from_zarr(zarr.open_array(ObjectStore(store, read_only=True),
                                              path="bench.zarr", mode="r"))
-        t = time.perf_counter()
-        total = float(x.sum().compute())
-        secs = time.perf_counter() - t
-        rows_out.append({"what": "read", "tool": "Dask + zarr-python", "source": name,
-                         "seconds": secs, "gbps": decoded / secs / 1e9, "sum": total})
-        t = time.perf_counter()
-        _, sd, _ = da.compute(*da.linalg.svd_compressed(x, k, n_power_iter=2, seed=1))
-        secs = time.perf_counter() - t
-        rows_out.append({"what": f"svd_compressed k={k}", "tool": "Dask + zarr-python",
-                         "source": name, "seconds": secs,
-                         "max_rel_err": float(np.max(np.abs(sd[:k] - truth) / truth))})
+        rows_out += dask_rows(x, "Dask + zarr-python", name, decoded, k, truth)
         if url is None:
             continue
         # The same through s3fs (fsspec), the object-store path most Dask users take.
@@ -130,17 +135,7 @@ def main():
                              "client_kwargs": {"region_name": "us-east-1"},
                              "asynchronous": True})
         x = da.from_zarr(zarr.open_array(fs, mode="r"))
-        t = time.perf_counter()
-        total = float(x.sum().compute())
-        secs = time.perf_counter() - t
-        rows_out.append({"what": "read", "tool": "Dask + zarr-python + s3fs", "source": name,
-                         "seconds": secs, "gbps": decoded / secs / 1e9, "sum": total})
-        t = time.perf_counter()
-        _, sd, _ = da.compute(*da.linalg.svd_compressed(x, k, n_power_iter=2, seed=1))
-        secs = time.perf_counter() - t
-        rows_out.append({"what": f"svd_compressed k={k}", "tool": "Dask + zarr-python + s3fs",
-                         "source": name, "seconds": secs,
-                         "max_rel_err": float(np.max(np.abs(sd[:k] - truth) / truth))})
+        rows_out += dask_rows(x, "Dask + zarr-python + s3fs", name, decoded, k, truth)
     for p in (slow, direct, s3):
         p.stdin.close()
         p.wait()

@@ -1283,26 +1283,29 @@ pub(crate) fn open_output(
     out: &std::path::Path,
     layout: OutputLayout,
 ) -> Result<OpenOutput, CliError> {
-    let for_open = layout.clone();
-    open_collectively(
-        rt,
-        out,
-        |tmp| SvdOutput::create(out, tmp, layout),
-        |tmp| SvdOutput::open(out, tmp, for_open),
-    )
+    opened(rankwise::output::publish::open_group(rt, out, layout))
 }
 
 /// Creates an output under a temporary name shared by all ranks (a collective call):
-/// [`rankwise::output::publish::open_collectively`], with a note on rank 0 about the
-/// temporaries an earlier run left.
+/// [`rankwise::output::publish::open_collectively`], its errors named by `--out`.
 pub(crate) fn open_collectively<O>(
     rt: &Runtime,
     out: &std::path::Path,
     create: impl FnOnce(&std::path::Path) -> Result<O, OutputError>,
     open: impl FnOnce(&std::path::Path) -> Result<O, OutputError>,
 ) -> Result<Opened<O>, CliError> {
-    use rankwise::output::publish::{self, PublishError};
-    let opened = publish::open_collectively(rt, out, create, open).map_err(|e| match e {
+    opened(rankwise::output::publish::open_collectively(
+        rt, out, create, open,
+    ))
+}
+
+/// An output opened on every rank, its errors named by `--out`, with a note on rank 0
+/// about the temporaries an earlier run left.
+fn opened<O>(
+    opened: Result<rankwise::output::publish::Opened<O>, rankwise::output::publish::PublishError>,
+) -> Result<Opened<O>, CliError> {
+    use rankwise::output::publish::PublishError;
+    let opened = opened.map_err(|e| match e {
         PublishError::Create(e) => CliError::Option {
             option: "--out",
             message: with_flags(&e),

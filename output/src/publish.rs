@@ -220,16 +220,7 @@ mod tests {
             .into_iter()
             .map(|comm| {
                 let f = Arc::clone(&f);
-                std::thread::spawn(move || {
-                    let spec = rankwise_exec::ActorSpec {
-                        domain: 0,
-                        cores: vec![0],
-                        memory: 1 << 20,
-                        pin: false,
-                        gpu: None,
-                    };
-                    f(&Runtime::new(Box::new(comm), vec![spec]).unwrap())
-                })
+                std::thread::spawn(move || f(&crate::report::one_actor_runtime(comm)))
             })
             .collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()

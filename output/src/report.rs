@@ -327,6 +327,19 @@ pub fn hostname() -> String {
         .unwrap_or_default()
 }
 
+/// A runtime of one small actor on `comm`, for the crate's tests.
+#[cfg(test)]
+pub(crate) fn one_actor_runtime(comm: rankwise_transports::LocalComm) -> Runtime {
+    let spec = rankwise_exec::ActorSpec {
+        domain: 0,
+        cores: vec![0],
+        memory: 1 << 20,
+        pin: false,
+        gpu: None,
+    };
+    Runtime::new(Box::new(comm), vec![spec]).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,15 +422,7 @@ mod tests {
 
     #[test]
     fn ranks_gather_their_own_reports_on_rank_zero() {
-        let comm = rankwise_transports::LocalWorld::create(1).remove(0);
-        let spec = rankwise_exec::ActorSpec {
-            domain: 0,
-            cores: vec![0],
-            memory: 1 << 20,
-            pin: false,
-            gpu: None,
-        };
-        let rt = Runtime::new(Box::new(comm), vec![spec]).unwrap();
+        let rt = one_actor_runtime(rankwise_transports::LocalWorld::create(1).remove(0));
         let work = Work {
             passes: 3,
             timings: vec![],
