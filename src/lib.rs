@@ -93,7 +93,7 @@ mod open;
 pub use error::Error;
 pub use open::{open, Input};
 pub use rankwise_exec::{Runtime, RuntimeConfig};
-pub use rankwise_linalg::{Convergence, Method, Precision, RsvdOptions, RsvdResult};
+pub use rankwise_linalg::{Convergence, LocalRows, Method, Precision, RsvdOptions, RsvdResult};
 
 pub use rankwise_device as device;
 pub use rankwise_device::DeviceChoice;
@@ -300,9 +300,9 @@ pub fn rsvd_with_factor(
     options: &RsvdOptions,
 ) -> Result<(RsvdResult, LocalRows), Error> {
     let problem = rsvd_problem(input)?;
-    let (sink, rows) = LocalRows::sink(options.k);
+    let (sink, rows) = LocalRows::collect(options.k);
     let result = rankwise_linalg::rsvd(rt, &problem, options, Some(sink))?;
-    Ok((result, rows.finish()?))
+    Ok((result, rows.finish()))
 }
 
 /// The exact SVD (TSQR) of `input` (a Zarr array of numbers, or a matrix in memory) on
@@ -322,9 +322,9 @@ pub fn svd(
         transposed,
         rank_panels,
     };
-    let (sink, rows) = LocalRows::sink(n as usize);
+    let (sink, rows) = LocalRows::collect(n as usize);
     let result = linalg::svd(rt, &problem, options, Some(sink))?;
-    Ok((result, rows.finish()?))
+    Ok((result, rows.finish()))
 }
 
 /// The panel rows of `input`, and how many panels each rank holds: what a matrix in memory
@@ -347,68 +347,6 @@ fn rsvd_problem(input: &Input) -> Result<rankwise_linalg::RsvdProblem, Error> {
     problem.transposed = transposed;
     problem.rank_panels = rank_panels;
     Ok(problem)
-}
-
-/// The rows of a distributed factor that this rank holds, in global row order: `rows[i]`
-/// is the global row of `values`' row `i`. On one rank, every row, in order.
-#[derive(Clone, Debug)]
-pub struct LocalRows {
-    /// The global index of each row.
-    pub rows: Vec<u64>,
-    /// The rows, `rows.len() × k`.
-    pub values: ndarray::Array2<f64>,
-}
-
-type Collected = std::sync::Arc<std::sync::Mutex<Vec<(u64, ndarray::Array2<f64>)>>>;
-
-/// Collects the panels of a factor as the actors hand them over.
-struct Collector {
-    panels: Collected,
-    k: usize,
-}
-
-impl LocalRows {
-    fn sink(k: usize) -> (linalg::FactorSink, Collector) {
-        let panels: Collected = Default::default();
-        let to = std::sync::Arc::clone(&panels);
-        let sink: linalg::FactorSink = std::sync::Arc::new(move |_, rows, block| {
-            if block.nrows() as u64 != rows.end - rows.start {
-                return Err(format!(
-                    "{} rows handed over for rows {rows:?}",
-                    block.nrows()
-                ));
-            }
-            to.lock()
-                .map_err(|_| "a thread collecting the factor panicked".to_string())?
-                .push((rows.start, block.to_owned()));
-            Ok(())
-        });
-        (sink, Collector { panels, k })
-    }
-}
-
-impl Collector {
-    fn finish(self) -> Result<LocalRows, Error> {
-        let mut panels =
-            std::mem::take(&mut *self.panels.lock().map_err(|_| Error::Parameter {
-                parameter: "factor",
-                message: "a thread collecting the factor panicked".into(),
-            })?);
-        panels.sort_by_key(|(r, _)| *r);
-        let total: usize = panels.iter().map(|(_, b)| b.nrows()).sum();
-        let k = panels.first().map_or(self.k, |(_, b)| b.ncols());
-        let mut values = ndarray::Array2::zeros((total, k));
-        let mut rows = Vec::with_capacity(total);
-        let mut at = 0;
-        for (r0, b) in panels {
-            values
-                .slice_mut(ndarray::s![at..at + b.nrows(), ..])
-                .assign(&b);
-            rows.extend(r0..r0 + b.nrows() as u64);
-            at += b.nrows();
-        }
-        Ok(LocalRows { rows, values })
-    }
 }
 
 /// The solver a caller chooses, with the command line's defaults: LOBPCG to `tol` in mixed

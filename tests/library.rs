@@ -61,6 +61,7 @@ fn the_library_pca_gives_the_command_lines_bits_with_selection_and_filters() {
             chromosomes: Some("1-11".into()),
             ..Selection::default()
         },
+        loadings: true,
         ..PcaParams::default()
     };
     let rt = world();
@@ -83,6 +84,8 @@ fn the_library_pca_gives_the_command_lines_bits_with_selection_and_filters() {
         dir.join("extract.txt").to_str().unwrap(),
         "--chr",
         "1-11",
+        "--out",
+        dir.join("o.zarr").to_str().unwrap(),
     ]));
     let what = format!("{variants} × {samples}, k = {k}");
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -111,6 +114,17 @@ fn the_library_pca_gives_the_command_lines_bits_with_selection_and_filters() {
         ids,
         keep.iter().cloned().collect(),
         "{what}: the kept samples, by FID and IID"
+    );
+    // sgkit's loadings, as the command line writes them into its group.
+    let (shape, written) =
+        rankwise::output::read_f64_array(&dir.join("o.zarr"), "sample_pca_loading").unwrap();
+    let loadings = lib.loadings.as_ref().expect("loadings were asked for");
+    assert_eq!(shape, [loadings.rows.len() as u64, k as u64], "{what}");
+    assert!(loadings.rows.iter().copied().eq(0..shape[0]), "{what}");
+    assert_eq!(
+        bits(loadings.values.as_slice().unwrap()),
+        bits(&written),
+        "{what}: loadings"
     );
     // Chromosomes 1–11 are half the variants; the extract list and the filters take more.
     assert!(

@@ -454,6 +454,8 @@ pub struct PcaParams {
     /// `PREFIX.eigenvec.var`, `PREFIX.afreq` and `PREFIX.eigenval` (the names
     /// [`Path::with_extension`] gives). The ranks must share the file system it is on.
     pub weights: Option<std::path::PathBuf>,
+    /// Return [`Pca::loadings`], the variants' loadings (this rank's rows).
+    pub loadings: bool,
 }
 
 impl Default for PcaParams {
@@ -469,6 +471,7 @@ impl Default for PcaParams {
             panel_rows: None,
             require_converged: false,
             weights: None,
+            loadings: false,
         }
     }
 }
@@ -494,6 +497,12 @@ pub struct Pca {
     pub convergence: Convergence,
     /// Variants that entered (after selection and filters).
     pub variants_used: u64,
+    /// With [`PcaParams::loadings`]: sgkit's `sample_pca_loading`, the variants' rows of
+    /// `U` scaled by each component's `√(explained variance)` (`σ² / (samples − 1)`), so
+    /// that a column's squares sum to its explained variance. This rank's rows only, by
+    /// their global index among the variants given (after selection); a variant that a
+    /// filter excluded has a row of zeros.
+    pub loadings: Option<rankwise_linalg::LocalRows>,
 }
 
 impl Pca {
@@ -622,12 +631,29 @@ pub fn pca(
         }
         (None, _) => None,
     };
-    let sink = match (&parts, &problem.operand) {
+    if params.loadings && problem.transposed {
+        return Err(Error::Parameter {
+            parameter: "loadings",
+            message: "loadings need the variants as the rows of the problem".into(),
+        });
+    }
+    let parts_sink = match (&parts, &problem.operand) {
         (Some(parts), rankwise_linalg::Operand::Genotypes(g, filter)) => {
             Some(parts.sink(Arc::clone(g), filter.clone()))
         }
         _ => None,
     };
+    let loadings = params
+        .loadings
+        .then(|| rankwise_linalg::LocalRows::collect(params.solver.k));
+    let sink: Option<rankwise_linalg::FactorSink> =
+        match (parts_sink, loadings.as_ref().map(|(s, _)| Arc::clone(s))) {
+            (Some(a), Some(b)) => Some(Arc::new(move |panel, rows, f| {
+                a(panel, rows.clone(), f)?;
+                b(panel, rows, f)
+            })),
+            (a, b) => a.or(b),
+        };
     let result = rsvd(rt, &problem, &params.solver, sink);
     let result = match (result, &parts) {
         (Err(e), Some(parts)) => {
@@ -673,6 +699,15 @@ pub fn pca(
         .genotypes
         .as_ref()
         .map_or(0, |g| g.variants - g.variants_filtered);
+    let loadings = loadings.map(|(_, collector)| {
+        let mut rows = collector.finish();
+        // As the command line writes `sample_pca_loading`: the same products, the same bits.
+        let scale: Vec<f64> = (result.s.iter())
+            .map(|s| (s * s / (samples.max(2) - 1) as f64).sqrt())
+            .collect();
+        rows.values *= &ndarray::ArrayView1::from(&scale[..]);
+        rows
+    });
     Ok(Pca {
         sample_ids,
         family_ids,
@@ -682,6 +717,7 @@ pub fn pca(
         singular_values: result.s.clone(),
         convergence: result.convergence.clone(),
         variants_used,
+        loadings,
     })
 }
 
@@ -753,6 +789,7 @@ mod tests {
                 stopped: None,
             },
             variants_used: 10,
+            loadings: None,
         }
     }
 

@@ -61,6 +61,7 @@ mod layout;
 mod reads;
 mod real;
 mod reduce;
+mod rows;
 mod rsvd;
 mod skinny;
 mod svd;
@@ -74,6 +75,7 @@ mod variants;
 pub use kernels::{blas_library, init_blas_threads, openblas_preferred_core, PanelFactor};
 pub use reads::{read_stored, ReadTotals, StoredRead, DEFAULT_SEGMENT_BYTES};
 pub use reduce::{strided_sum, StridedSum, StridedSumResult};
+pub use rows::{LocalRows, RowCollector};
 pub use rsvd::{
     fused_condition_limit, rsvd, Convergence, ErrorEstimate, GenotypeSummary, Method, Projection,
     ProjectionReport, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult, DEFAULT_MAX_PASSES,

@@ -111,6 +111,9 @@ class PCAResult:
         converged: whether every component met it.
         variants_used: variants after selection and filters.
         report: the convergence report.
+        loadings: sgkit's ``sample_pca_loading`` rows that this rank holds (all of them
+            in one process): variants × k, ``U`` scaled by ``√(explained variance)``.
+        loading_rows: the variant index of each row of ``loadings``.
     """
 
     pcs: np.ndarray
@@ -123,19 +126,28 @@ class PCAResult:
     converged: bool
     variants_used: int
     report: dict = field(default_factory=dict)
+    loadings: Optional[np.ndarray] = None
+    loading_rows: Optional[np.ndarray] = None
 
     def to_xarray(self):
         """The result as an xarray Dataset with sgkit's names: ``sample_pca_projection``
         (samples × components: the scores, ``pcs · σ``), ``sample_pca_explained_variance``
         (``σ² / (samples − 1)``), ``sample_pca_explained_variance_ratio``, the
-        ``sample_id`` coordinate, and rankwise's ``sample_pca_eigenvalue`` (PLINK 2's
-        scale) and ``sample_pca_residual``."""
+        ``sample_id`` coordinate, ``sample_pca_loading`` (variants × components) when
+        this rank holds every variant's row (always in one process), and rankwise's
+        ``sample_pca_eigenvalue`` (PLINK 2's scale) and ``sample_pca_residual``."""
         import xarray as xr
 
         n = self.pcs.shape[0]
         s = np.asarray(self.singular_values)
+        loading = {}
+        rows = self.loading_rows
+        if self.loadings is not None and rows is not None and \
+                np.array_equal(rows, np.arange(len(rows))):
+            loading["sample_pca_loading"] = (("variants", "components"), self.loadings)
         return xr.Dataset(
             {
+                **loading,
                 "sample_pca_projection": (("samples", "components"), self.pcs * s),
                 "sample_pca_explained_variance": (("components",), s**2 / max(n - 1, 1)),
                 "sample_pca_explained_variance_ratio": (
@@ -649,6 +661,8 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         converged=bool(conv["converged"]),
         variants_used=int(out["variants_used"]),
         report={"convergence": conv},
+        loadings=out.get("loadings"),
+        loading_rows=out.get("loading_rows"),
     )
 
 

@@ -34,6 +34,8 @@ class PCAResult:
     converged: bool
     variants_used: int
     report: dict[str, Any]
+    loadings: Optional[np.ndarray]
+    loading_rows: Optional[np.ndarray]
     def to_xarray(self) -> Any: ...
 
 class ProjectionResult:

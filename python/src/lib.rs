@@ -449,6 +449,8 @@ fn work(
                 panel_rows: (job.panel_rows > 0).then_some(job.panel_rows),
                 require_converged: job.require_converged,
                 weights: job.weights.map(std::path::PathBuf::from),
+                // sgkit's `sample_pca_loading`, which `to_xarray` returns as sgkit does.
+                loadings: true,
             };
             Outcome::Pca(Box::new(rankwise::pca(&rt, &input, &params).map_err(fail)?))
         }
@@ -606,6 +608,10 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             d.set_item("family_ids", p.family_ids)?;
             d.set_item("convergence", convergence_dict(py, &p.convergence)?)?;
             d.set_item("variants_used", p.variants_used)?;
+            if let Some(l) = p.loadings {
+                d.set_item("loadings", l.values.into_pyarray(py))?;
+                d.set_item("loading_rows", l.rows.into_pyarray(py))?;
+            }
         }
         Outcome::Project(p) => {
             let p = *p;

@@ -283,8 +283,8 @@ def test_the_pca_group_opens_in_xarray_without_a_warning(tmp_path, zarr_format):
     run_cli("gen", "--out", "g.zarr", "--rows", "1500", "--cols", "90", "--chunk-rows", "500",
             "--dist", "genotype", "--populations", "3", "--seed", str(SEED % 1000), cwd=tmp_path)
     spec = str(tmp_path / "g.zarr") + ":call_dosage"
-    run_cli("pca", "--zarr", spec, "-k", "3", "--out", "o.zarr", "--zarr-format", zarr_format,
-            cwd=tmp_path)
+    run_cli("pca", "--zarr", spec, "-k", "3", "--sketch-seed", "9", "--out", "o.zarr",
+            "--zarr-format", zarr_format, cwd=tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ds = xr.open_zarr(str(tmp_path / "o.zarr"))
@@ -303,6 +303,12 @@ def test_the_pca_group_opens_in_xarray_without_a_warning(tmp_path, zarr_format):
     np.testing.assert_allclose(loading.values, ds["U"].values * np.sqrt(s**2 / (90 - 1)))
     np.testing.assert_allclose((loading.values**2).sum(axis=0),
                                ds["sample_pca_explained_variance"].values)
+    # The Python call returns the same loadings, to the bit, and so does its to_xarray.
+    lib = rankwise.pca(spec, 3, seed=9)
+    assert np.array_equal(lib.loading_rows, np.arange(1500))
+    np.testing.assert_array_equal(lib.loadings, loading.values)
+    np.testing.assert_array_equal(lib.to_xarray()["sample_pca_loading"].values, loading.values)
+    assert lib.to_xarray()["sample_pca_loading"].dims == ("variants", "components")
     assert ds.attrs["report"]["command"] == "pca"
     assert ds.attrs["report"]["converged"] in (True, False)
 
