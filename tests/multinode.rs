@@ -2,7 +2,8 @@
 //! address and hostname, linked through a bridge (`tools/netns-cluster.sh`). `mpirun`
 //! starts its daemons in them through the script, so Open MPI and UCX see two hosts and
 //! talk over TCP between them: the results must have the bits of the embedded run, the
-//! report must name each rank's node, and losing a node (its ranks killed, or its link cut)
+//! report must name each rank's node (under `mpirun`, and under `srun` of a Slurm with one
+//! slurmd per node: `tools/netns-slurm.sh`), and losing a node (its ranks killed, or its link cut)
 //! must end every other rank with a message instead of a hang.
 //!
 //! Needs root (network and UTS namespaces), as the Slurm tests do.
@@ -63,6 +64,49 @@ impl Drop for Nodes {
             eprintln!("tools/netns-cluster.sh down failed:\n{}", run.describe());
         }
     }
+}
+
+/// Slurm on the nodes (`tools/netns-slurm.sh`); dropping it stops the daemons.
+struct NodeSlurm {
+    conf: PathBuf,
+}
+
+impl NodeSlurm {
+    fn up() -> NodeSlurm {
+        let run = run_with_timeout(slurm_command(&["up"]), Duration::from_secs(60));
+        assert!(
+            run.success(),
+            "tools/netns-slurm.sh up failed\n{}",
+            run.describe()
+        );
+        let env = run_with_timeout(slurm_command(&["env"]), Duration::from_secs(10));
+        env.assert_success();
+        let conf = env
+            .stdout
+            .trim()
+            .strip_prefix("export SLURM_CONF=")
+            .unwrap_or_else(|| panic!("netns-slurm.sh env: {}", env.stdout))
+            .into();
+        NodeSlurm { conf }
+    }
+}
+
+impl Drop for NodeSlurm {
+    fn drop(&mut self) {
+        let run = run_with_timeout(slurm_command(&["down"]), Duration::from_secs(30));
+        if !run.success() {
+            eprintln!("tools/netns-slurm.sh down failed:\n{}", run.describe());
+        }
+    }
+}
+
+fn slurm_command(args: &[&str]) -> Command {
+    let mut cmd =
+        Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/netns-slurm.sh"));
+    cmd.args(args)
+        .env("RANKWISE_NETNS_PREFIX", PREFIX)
+        .env("RANKWISE_NETNS_NET", NET);
+    cmd
 }
 
 /// `mpirun` of 2 ranks on each node running `rankwise args…` (rank 0 and 1 on the first).
@@ -327,6 +371,46 @@ fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
         );
     }
     assert_same_arrays(&out, &dir.join("rsvd-embedded.zarr"), cases[1].2, what);
+
+    // Slurm on the same nodes (tools/netns-slurm.sh): one slurmd per node, in its
+    // namespace; srun places two ranks on each, and they give the embedded bits.
+    {
+        let slurm = NodeSlurm::up();
+        let (name, args, arrays) = &cases[0];
+        let out = dir.join(format!("{name}-srun.zarr"));
+        let mut cmd = Command::new("srun");
+        cmd.args(["-N", "2", "-n", "4", "--mpi=pmix"])
+            .arg(rankwise_bin())
+            .args(args)
+            .args(["--json", "--out", out.to_str().unwrap()])
+            .env("SLURM_CONF", &slurm.conf);
+        // The one-node settings, but TCP between the nodes, over their subnet.
+        for (key, value) in OMPI_ENV {
+            cmd.env(key, value);
+        }
+        cmd.env("OMPI_MCA_btl", "self,vader,tcp")
+            .env("OMPI_MCA_btl_tcp_if_include", format!("{NET}.0/24"))
+            .env("OMPI_MCA_oob_tcp_if_include", format!("{NET}.0/24"));
+        let run = run_with_timeout(cmd, LIMIT);
+        let what = format!("{name} under srun on 2 slurmd nodes × 2 ranks");
+        assert!(run.success(), "{what}\n{}", run.describe());
+        let r = report(&run);
+        let hosts: Vec<&str> = r["per_rank"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: {r}"))
+            .iter()
+            .map(|x| x["hostname"].as_str().unwrap_or(""))
+            .collect();
+        let (n1, n2) = (format!("{PREFIX}1"), format!("{PREFIX}2"));
+        assert_eq!(hosts, [&n1, &n1, &n2, &n2], "{what}: each rank's node");
+        assert_same_arrays(
+            &out,
+            &dir.join(format!("{name}-embedded.zarr")),
+            arrays,
+            &what,
+        );
+        eprintln!("{what}: the embedded bits");
+    }
 
     // Losing a node: a long run, then node 2's ranks killed, or node 2's link cut.
     let long = strings(&[
