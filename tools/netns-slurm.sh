@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Slurm on the nodes of tools/netns-cluster.sh: one slurmd per node, each in its node's
-# network namespace with the node's hostname, its own /tmp and the host's cgroups; munged
+# network namespace with the node's hostname, its own TmpFS and the host's cgroups; munged
 # and slurmctld on the host, on the bridge's address. Debian's packaged Slurm, no
 # multiple-slurmd build: each slurmd sees one host of its own.
 #
@@ -16,8 +16,8 @@
 #
 # Settings (environment): RANKWISE_NETNS_PREFIX and RANKWISE_NETNS_NET as for
 # tools/netns-cluster.sh; RANKWISE_NETNS_SLURM_DIR, the state directory (configuration,
-# munge key and socket, spools, logs, PID files) [/var/tmp/rankwise-netns-slurm-PREFIX: not
-# under /tmp, which each node gets its own of]; RANKWISE_NETNS_SLURM_PORT, slurmctld's port,
+# munge key and socket, spools, each node's TmpFS, logs, PID files)
+# [/var/tmp/rankwise-netns-slurm-PREFIX]; RANKWISE_NETNS_SLURM_PORT, slurmctld's port,
 # slurmd using the next [6917]. Needs root, as the nodes do.
 set -euo pipefail
 
@@ -67,6 +67,9 @@ SlurmctldPidFile=$state/run/slurmctld.pid
 SlurmdPidFile=$state/run/slurmd-%n.pid
 SlurmctldLogFile=$state/log/slurmctld.log
 SlurmdLogFile=$state/log/slurmd-%n.log
+# The nodes share the host's file system: PMIx's per-step directories, whose names are
+# fixed, go under each node's own TmpFS.
+TmpFS=$state/tmp/%n
 MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -94,9 +97,7 @@ EOF
 }
 
 # Run inside a node by `up`: `ip netns exec` gives the node a fresh /sys without cgroups,
-# which slurmd needs, and the nodes share /tmp, where PMIx keeps per-step directories of
-# fixed names. Mount the host's cgroup hierarchies and a /tmp of the node's own, then run
-# the command.
+# which slurmd needs: mount the host's cgroup hierarchies again, then run the command.
 node_mounts() {
   if [ "$(stat -f -c %T /proc/1/root/sys/fs/cgroup 2>/dev/null)" = cgroup2fs ]; then
     mount -t cgroup2 none /sys/fs/cgroup
@@ -111,7 +112,6 @@ node_mounts() {
       esac
     done
   fi
-  mount -t tmpfs "${prefix}tmp" /tmp
   exec "$@"
 }
 
@@ -134,7 +134,7 @@ up() {
   done
   mkdir -p "$state"/{munge,run,log,ctld}
   chmod 755 "$state" "$state/munge"
-  for n in $list; do mkdir -p "$state/spool/$n"; done
+  for n in $list; do mkdir -p "$state/spool/$n" "$state/tmp/$n"; done
   write_config "$list"
   if ! running "$state/run/munged.pid" munged >/dev/null; then
     [ -s "$state/munge/key" ] || { head -c 1024 /dev/urandom >"$state/munge/key" && chmod 400 "$state/munge/key"; }
@@ -193,7 +193,7 @@ down() {
     sleep 0.1
   done
   # Old step sockets and job state would clash with the next cluster's job IDs.
-  rm -rf "$state/spool" "$state/ctld" "$state/run"
+  rm -rf "$state/spool" "$state/tmp" "$state/ctld" "$state/run"
   say "down"
 }
 
