@@ -302,16 +302,19 @@ fn reader(shared: &Shared, read: &ReadFn, scratch: &mut ReadScratch) {
                 }
                 if let Some(b) = st.free.pop() {
                     st.next += 1;
+                    // Told while the claim is held: the panels after this one are all
+                    // unclaimed, so none of their objects has been taken by a read yet
+                    // (one taken would be fetched again and held to the pass's end).
+                    if let Some(a) = &shared.ahead {
+                        a.source
+                            .fetch_ahead(a.owner, a.buffers, &shared.rows[st.next..]);
+                    }
                     break (st.next - 1, b);
                 }
                 st = shared.changed.wait(st).unwrap_or_else(|p| p.into_inner());
             }
         };
         let (panel, rows) = shared.order[i].clone();
-        if let Some(a) = &shared.ahead {
-            a.source
-                .fetch_ahead(a.owner, a.buffers, &shared.rows[i + 1..]);
-        }
         let t = Instant::now();
         std::mem::swap(&mut buffer.scratch, scratch);
         // A panic in a decoder (zarrs panicked on a shard index whose offset overflows)
