@@ -147,6 +147,18 @@ fn report(run: &RunOutput) -> Value {
     serde_json::from_str(&run.stdout[at..]).unwrap_or_else(|e| panic!("{e}\n{}", run.describe()))
 }
 
+/// The report places ranks 0 and 1 on the first node and ranks 2 and 3 on the second.
+fn assert_two_ranks_per_node(r: &Value, what: &str) {
+    let hosts: Vec<&str> = r["per_rank"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: no per_rank in {r}"))
+        .iter()
+        .map(|x| x["hostname"].as_str().unwrap_or(""))
+        .collect();
+    let (n1, n2) = (format!("{PREFIX}1"), format!("{PREFIX}2"));
+    assert_eq!(hosts, [&n1, &n1, &n2, &n2], "{what}: each rank's node");
+}
+
 fn assert_same_arrays(got: &Path, reference: &Path, names: &[&str], what: &str) {
     for name in names {
         let (gs, gv) = read_f64_array(got, name).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -286,14 +298,7 @@ fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
             let r = report(&run);
             assert_eq!(r["ranks"], 4, "{what}: {r}");
             assert_eq!(r["transport"], transport, "{what}");
-            let hosts: Vec<&str> = r["per_rank"]
-                .as_array()
-                .unwrap_or_else(|| panic!("{what}: no per_rank in {r}"))
-                .iter()
-                .map(|x| x["hostname"].as_str().unwrap_or(""))
-                .collect();
-            let (n1, n2) = (format!("{PREFIX}1"), format!("{PREFIX}2"));
-            assert_eq!(hosts, [&n1, &n1, &n2, &n2], "{what}: each rank's node");
+            assert_two_ranks_per_node(&r, &what);
             // Every rank's traffic, per phase and in all: what the ranks sent, they received.
             let ranks = r["per_rank"].as_array().unwrap();
             let total = |key: &str| -> u64 {
@@ -395,14 +400,7 @@ fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
         let what = format!("{name} under srun on 2 slurmd nodes × 2 ranks");
         assert!(run.success(), "{what}\n{}", run.describe());
         let r = report(&run);
-        let hosts: Vec<&str> = r["per_rank"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{what}: {r}"))
-            .iter()
-            .map(|x| x["hostname"].as_str().unwrap_or(""))
-            .collect();
-        let (n1, n2) = (format!("{PREFIX}1"), format!("{PREFIX}2"));
-        assert_eq!(hosts, [&n1, &n1, &n2, &n2], "{what}: each rank's node");
+        assert_two_ranks_per_node(&r, &what);
         assert_same_arrays(
             &out,
             &dir.join(format!("{name}-embedded.zarr")),
