@@ -78,6 +78,22 @@ impl Error {
         }
     }
 
+    /// The rank and message of a peer's failure notice this error passes on, if it is
+    /// one: the rank that failed first, whose cause every rank reports.
+    pub fn peer_failure(&self) -> Option<(usize, &str)> {
+        let t = match self {
+            Error::Transport(t)
+            | Error::Linalg(LinalgError::Transport(t))
+            | Error::Linalg(LinalgError::Runtime(RuntimeError::Transport(t)))
+            | Error::Runtime(RuntimeError::Transport(t)) => t,
+            _ => return None,
+        };
+        match t {
+            TransportError::PeerFailed { rank, message } => Some((*rank, message)),
+            _ => None,
+        }
+    }
+
     /// The parameter a bad argument names: an [`Error::Parameter`], or the runtime's,
     /// the linear algebra's or a source's error about a parameter's value. `None` for
     /// every other failure (of the data, the transport or the computation).

@@ -105,7 +105,23 @@ pub use rankwise_sources as sources;
 pub use rankwise_transports as transports;
 
 use rankwise_exec::{actor_specs, CoreShare, RuntimeError, Topology};
-use rankwise_transports::{Comm, LocalWorld};
+use rankwise_transports::{Comm, LocalWorld, TransportError};
+
+/// What a client does when a call failed on this rank with `error` while other ranks may
+/// still wait for it in a collective: unless the error already passes on a peer's notice,
+/// it is announced to every rank, whose waits then fail naming this rank. If a peer's
+/// notice arrives first (within [`transports::PEER_NOTICE_WAIT`]), this rank's error is
+/// likely its consequence, and the peer's failure is returned instead: the cause every
+/// rank should report. On one rank, `error` is returned unchanged.
+pub fn fail_collectively(rt: &Runtime, error: Error) -> Error {
+    if rt.comm().size() < 2 || error.peer_failure().is_some() {
+        return error;
+    }
+    match transports::announce_failure(rt.comm(), &|| error.to_string()) {
+        Some((rank, message)) => Error::Transport(TransportError::PeerFailed { rank, message }),
+        None => error,
+    }
+}
 
 /// A one-rank runtime on the `Local` transport: the embedded default.
 pub fn embedded(config: &RuntimeConfig) -> Result<Runtime, RuntimeError> {

@@ -12,7 +12,10 @@ use std::sync::Arc;
 
 use ndarray::{s, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_exec::Runtime;
-use rankwise_sources::{dosage_of_call, GenotypeSource, PanelSource, SourceError};
+use rankwise_sources::{
+    dosage_of_call, ElementType, GenotypeSource, PanelBuffer, PanelSource, PanelValues, ReadStats,
+    SourceError, StoredPanels,
+};
 
 use crate::{Error, Input};
 
@@ -330,14 +333,51 @@ pub unsafe fn rows_in_place(
     panel_rows_requested: u64,
 ) -> Result<(Input, Lease), Error> {
     let local = check_strides("a", rows, cols, strides, 8).map(|_| strides);
-    // Every rank takes part in the exchange, a rank with bad arguments too, so that no
-    // rank is left waiting for it.
-    let mut mine = Vec::with_capacity(24);
-    mine.extend_from_slice(&(local.is_ok() as u64).to_le_bytes());
-    mine.extend_from_slice(&(rows as u64).to_le_bytes());
-    mine.extend_from_slice(&(cols as u64).to_le_bytes());
-    let all = rt.comm().allgather_bytes(&mine)?;
+    let blocks = agree_blocks(
+        rt,
+        local.is_ok(),
+        "passed an array that cannot be read in place",
+        rows as u64,
+        cols as u64,
+        panel_rows_requested,
+    );
     let strides = local?;
+    let RowBlocks {
+        rows: m,
+        panel_rows: p,
+        row0,
+        rank_panels,
+    } = blocks?;
+    // SAFETY: the caller's promise, passed on.
+    let (source, lease) = unsafe { RowsInPlace::new(ptr, rows, cols, strides, row0, m)? };
+    Ok((
+        Input::Rows {
+            source: Arc::new(source),
+            panel_rows: p,
+            rank_panels: Some(rank_panels),
+        },
+        lease,
+    ))
+}
+
+/// The collective agreement of [`rows_in_place`] and [`rows_pulled`]: every rank sends
+/// whether its own arguments are usable (`usable`; `unusable` says what a rank that is
+/// not did), its rows and its columns, and all get the same [`RowBlocks`] or the same
+/// refusal. Every rank takes part, a rank with bad arguments too, so that none is left
+/// waiting.
+fn agree_blocks(
+    rt: &Runtime,
+    usable: bool,
+    unusable: &str,
+    rows: u64,
+    cols: u64,
+    panel_rows_requested: u64,
+) -> Result<RowBlocks, Error> {
+    let mut mine = Vec::with_capacity(24);
+    mine.extend_from_slice(&(usable as u64).to_le_bytes());
+    mine.extend_from_slice(&rows.to_le_bytes());
+    mine.extend_from_slice(&cols.to_le_bytes());
+    let all = rt.comm().allgather_bytes(&mine)?;
     let word = |b: &[u8], i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
     let mut counts = Vec::with_capacity(all.len());
     for (rank, b) in all.iter().enumerate() {
@@ -350,10 +390,10 @@ pub unsafe fn rows_in_place(
         if word(b, 0) == 0 {
             return Err(Error::Parameter {
                 parameter: "a",
-                message: format!("rank {rank} passed an array that cannot be read in place"),
+                message: format!("rank {rank} {unusable}"),
             });
         }
-        if word(b, 2) != cols as u64 {
+        if word(b, 2) != cols {
             return Err(Error::Parameter {
                 parameter: "a",
                 message: format!(
@@ -365,22 +405,163 @@ pub unsafe fn rows_in_place(
         }
         counts.push(word(b, 1));
     }
+    RowBlocks::agree(&counts, cols, panel_rows_requested, rt.rank())
+}
+
+/// A caller's function that produces rows of its matrix on demand: a matrix that is
+/// nowhere in memory as a whole (a dask array computed chunk by chunk, a simulation's
+/// output). The actors ask for one panel at a time, within the memory budget, each
+/// panel once per pass unless the plan keeps it resident.
+pub trait RowPuller: Send + Sync {
+    /// Writes rows `rows` of this rank's block (local row numbers, from 0) into `out`,
+    /// row-major: `rows.len() × cols` values. An error is a message; the read fails with
+    /// it, naming the source and the rows.
+    fn pull(&self, rows: Range<u64>, out: &mut [f64]) -> Result<(), String>;
+    /// What the caller's matrix is, for errors and reports.
+    fn describe(&self) -> String;
+}
+
+/// This rank's rows of a matrix that a [`RowPuller`] produces, one panel at a time: a
+/// source read from "storage" whose bands are the panels, so that each panel is pulled
+/// whole, once per pass, into a read buffer that the memory plan counts.
+struct PulledRows {
+    puller: Arc<dyn RowPuller>,
+    row0: u64,
+    rows: u64,
+    m: u64,
+    cols: u64,
+    panel_rows: u64,
+}
+
+impl PulledRows {
+    fn out_of_bounds(&self, rows: Range<u64>) -> SourceError {
+        SourceError::OutOfBounds {
+            rows,
+            cols: self.cols as usize,
+            shape: (self.m, self.cols),
+            what: self.puller.describe(),
+        }
+    }
+
+    /// Pulls global rows `rows` (all on this rank) into `out`, row-major.
+    fn pull_into(&self, rows: Range<u64>, out: &mut [f64]) -> Result<(), SourceError> {
+        if rows.start < self.row0 || rows.end > self.row0 + self.rows || rows.start > rows.end {
+            return Err(self.out_of_bounds(rows));
+        }
+        let local = rows.start - self.row0..rows.end - self.row0;
+        self.puller
+            .pull(local, out)
+            .map_err(|message| SourceError::Caller {
+                what: self.puller.describe(),
+                rows,
+                message,
+            })
+    }
+}
+
+impl PanelSource for PulledRows {
+    fn shape(&self) -> (u64, u64) {
+        (self.m, self.cols)
+    }
+
+    fn fill(&self, rows: Range<u64>, mut out: ArrayViewMut2<'_, f64>) -> Result<(), SourceError> {
+        let h = rows.end.saturating_sub(rows.start) as usize;
+        if out.dim() != (h, self.cols as usize) {
+            return Err(self.out_of_bounds(rows));
+        }
+        match out.as_slice_mut() {
+            Some(dst) => self.pull_into(rows, dst),
+            None => {
+                let mut tmp = vec![0.0; h * self.cols as usize];
+                self.pull_into(rows, &mut tmp)?;
+                let view = ArrayView2::from_shape((h, self.cols as usize), &tmp)
+                    .expect("the shape of the buffer");
+                out.assign(&view);
+                Ok(())
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.puller.describe()
+    }
+
+    fn stored(&self) -> Option<&dyn StoredPanels> {
+        Some(self)
+    }
+}
+
+impl StoredPanels for PulledRows {
+    fn chunk_rows(&self) -> u64 {
+        self.panel_rows
+    }
+
+    fn element_type(&self) -> ElementType {
+        ElementType::F64
+    }
+
+    fn buffer_bytes(&self, rows: u64) -> u64 {
+        // The read buffer, and the array the caller's function returns before it is
+        // copied there.
+        2 * rows * self.cols * 8
+    }
+
+    fn stored_bytes(&self, rows: Range<u64>) -> u64 {
+        rows.end.saturating_sub(rows.start) * self.cols * 8
+    }
+
+    fn read_panel(
+        &self,
+        rows: Range<u64>,
+        buf: &mut PanelBuffer,
+    ) -> Result<ReadStats, SourceError> {
+        let h = rows.end.saturating_sub(rows.start) as usize;
+        let len = h * self.cols as usize;
+        buf.rows = h;
+        buf.cols = self.cols as usize;
+        buf.values.resize(ElementType::F64, len);
+        let PanelValues::F64(dst) = &mut buf.values else {
+            unreachable!("resized to f64")
+        };
+        self.pull_into(rows, dst)?;
+        Ok(ReadStats {
+            chunks: 1,
+            stored_bytes: 8 * len as u64,
+            decoded_bytes: 8 * len as u64,
+        })
+    }
+}
+
+/// The matrix whose row blocks the ranks of `rt` produce with their [`RowPuller`]s, each
+/// rank's `rows × cols` block in rank order: a collective call, as [`rows_in_place`]. Each
+/// panel (`panel_rows_requested` rows, 0: [`panel_rows`]' default) is pulled whole when a
+/// pass reads it, so a panel that matches the caller's own chunks of rows computes each
+/// of them once per pass.
+pub fn rows_pulled(
+    rt: &Runtime,
+    puller: Arc<dyn RowPuller>,
+    rows: u64,
+    cols: u64,
+    panel_rows_requested: u64,
+) -> Result<Input, Error> {
     let RowBlocks {
         rows: m,
-        panel_rows: p,
+        panel_rows,
         row0,
         rank_panels,
-    } = RowBlocks::agree(&counts, cols as u64, panel_rows_requested, rt.rank())?;
-    // SAFETY: the caller's promise, passed on.
-    let (source, lease) = unsafe { RowsInPlace::new(ptr, rows, cols, strides, row0, m)? };
-    Ok((
-        Input::Rows {
-            source: Arc::new(source),
-            panel_rows: p,
-            rank_panels: Some(rank_panels),
-        },
-        lease,
-    ))
+    } = agree_blocks(rt, true, "", rows, cols, panel_rows_requested)?;
+    Ok(Input::Rows {
+        source: Arc::new(PulledRows {
+            puller,
+            row0,
+            rows,
+            m,
+            cols,
+            panel_rows,
+        }),
+        panel_rows,
+        rank_panels: Some(rank_panels),
+    })
 }
 
 /// A genotype matrix in the caller's memory: dosages (0, 1, 2 copies of the alternate
@@ -710,5 +891,129 @@ mod tests {
         // SAFETY: not read: the strides are refused.
         let bad = unsafe { rows_in_place(&rt, t.as_ptr(), 4, 3, (-1, 4), 0) };
         assert_eq!(bad.unwrap_err().parameter(), Some("a"));
+    }
+
+    /// A block of rows made by a formula, counting each row it produces.
+    struct Formula {
+        row0: u64,
+        cols: u64,
+        pulled: std::sync::atomic::AtomicU64,
+        fail_at: Option<u64>,
+    }
+
+    impl Formula {
+        fn value(r: u64, c: u64) -> f64 {
+            // A matrix of full rank with a spread spectrum.
+            let x = (r * 2654435761 + c * 40503) % 10007;
+            x as f64 / 10007.0 - 0.5
+                + if r % 7 == c {
+                    3.0 / (c + 1) as f64
+                } else {
+                    0.0
+                }
+        }
+    }
+
+    impl RowPuller for Formula {
+        fn pull(&self, rows: Range<u64>, out: &mut [f64]) -> Result<(), String> {
+            if self.fail_at.is_some_and(|f| rows.contains(&f)) {
+                return Err("the dask graph raised ZeroDivisionError".into());
+            }
+            for (i, r) in rows.clone().enumerate() {
+                for c in 0..self.cols {
+                    out[i * self.cols as usize + c as usize] = Formula::value(self.row0 + r, c);
+                }
+            }
+            self.pulled
+                .fetch_add(rows.end - rows.start, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            format!("the formula's rows from {}", self.row0)
+        }
+    }
+
+    #[test]
+    fn pulled_rows_give_the_in_place_bits_on_every_rank_and_name_a_failing_panel() {
+        // Ranks' blocks, a ragged last one; panels of 30 rows.
+        let blocks = [90u64, 60, 47];
+        let cols = 12u64;
+        let config = crate::RuntimeConfig {
+            actors: Some(2),
+            ..Default::default()
+        };
+        let results = crate::local_world(3, &config, move |rt| {
+            let me = rt.rank();
+            let row0: u64 = blocks[..me].iter().sum();
+            let rows = blocks[me];
+            let values: Vec<f64> = (0..rows)
+                .flat_map(|r| (0..cols).map(move |c| Formula::value(row0 + r, c)))
+                .collect();
+            let puller = Arc::new(Formula {
+                row0,
+                cols,
+                pulled: Default::default(),
+                fail_at: None,
+            });
+            let pulled = rows_pulled(&rt, puller.clone(), rows, cols, 30).unwrap();
+            // SAFETY: `values` is this rank's block, row-major, alive until the end.
+            let (in_place, _lease) = unsafe {
+                rows_in_place(
+                    &rt,
+                    values.as_ptr(),
+                    rows as usize,
+                    cols as usize,
+                    (cols as isize, 1),
+                    30,
+                )
+            }
+            .unwrap();
+            let options = crate::linalg::SvdOptions { check: false };
+            let (a, ua) = crate::svd(&rt, &pulled, &options).unwrap();
+            let (b, ub) = crate::svd(&rt, &in_place, &options).unwrap();
+            let exact = (a.s == b.s, a.wt == b.wt, ua.values == ub.values);
+            let svd_pulls = puller.pulled.swap(0, std::sync::atomic::Ordering::Relaxed);
+            let choice = crate::SolverChoice {
+                k: 3,
+                oversample: 3,
+                power_iters: Some(2),
+                ..Default::default()
+            };
+            let opts = choice.options(false).unwrap();
+            let (c, uc) = crate::rsvd_with_factor(&rt, &pulled, &opts).unwrap();
+            let (d, ud) = crate::rsvd_with_factor(&rt, &in_place, &opts).unwrap();
+            let rsvd_exact = (c.s == d.s, c.wt == d.wt, uc.values == ud.values);
+            // A failing panel on rank 1 fails every rank; the error names the rows.
+            let failing = Arc::new(Formula {
+                row0,
+                cols,
+                pulled: Default::default(),
+                fail_at: (me == 1).then_some(35),
+            });
+            let bad = rows_pulled(&rt, failing, rows, cols, 30).unwrap();
+            let err = crate::svd(&rt, &bad, &options).unwrap_err();
+            let err = crate::fail_collectively(&rt, err).to_string();
+            (exact, svd_pulls, rsvd_exact, err)
+        });
+        for (rank, r) in results.into_iter().enumerate() {
+            let (exact, svd_pulls, rsvd_exact, err) = r.unwrap();
+            assert_eq!(exact, (true, true, true), "rank {rank}: svd");
+            assert_eq!(rsvd_exact, (true, true, true), "rank {rank}: rsvd");
+            // The exact SVD has two passes (R factors, then U; the second reads panels
+            // again unless the plan kept them): each row is pulled once per pass at most.
+            assert!(
+                svd_pulls == blocks[rank] || svd_pulls == 2 * blocks[rank],
+                "rank {rank}: {svd_pulls} rows pulled of {}",
+                blocks[rank]
+            );
+            // Every rank reports rank 1's cause, with its rows.
+            assert!(
+                err.contains("rows 120..150") && err.contains("ZeroDivisionError"),
+                "rank {rank}: {err}"
+            );
+            if rank != 1 {
+                assert!(err.contains("rank 1"), "rank {rank}: {err}");
+            }
+        }
     }
 }

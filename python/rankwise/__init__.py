@@ -55,7 +55,8 @@ class RankwiseError(RuntimeError):
     converge where convergence was required, another rank's failure.
 
     Attributes:
-        rank: the rank that reports it.
+        rank: the rank where the failure happened: this one, or, when another rank
+            failed first (``cause`` ``"transport"``), that rank.
         cause: what failed: ``"input"`` (a file, store, chunk or value that cannot be
             used), ``"not-converged"``, ``"transport"`` (another rank's failure, a lost
             connection), ``"runtime"`` or ``"compute"``.
@@ -270,32 +271,33 @@ def _dask_origin(x):
     return base if base is not None and len(graph) == n_chunks else None
 
 
-class _Spilled:
-    """A dask array without a Zarr origin, written chunk by chunk (dask's scheduler holds
-    a few chunks at a time) to a temporary Zarr store in row panels, then read there:
-    memory stays within dask's chunks and rankwise's budget. Removed on exit."""
+class _Pulled:
+    """A dask array with no Zarr origin, computed one panel of rows at a time as the
+    actors read it (``fetch``): memory stays within a few panels and dask's chunks, and
+    nothing is written anywhere. Panels follow the array's chunks of rows, so each chunk
+    is computed once per pass (or once, when the plan keeps panels in memory)."""
 
     def __init__(self, x):
+        if x.dtype != np.float64:
+            x = x.astype(np.float64)
         self.x = x
-        self.dir = None
+        self.shape = (int(x.shape[0]), int(x.shape[1]))
 
-    def __enter__(self) -> str:
-        self.dir = tempfile.mkdtemp(prefix="rankwise-dask-")
-        path = os.path.join(self.dir, "a.zarr")
-        try:
-            x = self.x.astype(np.float64)
-            # Whole rows per chunk: rankwise reads row panels.
-            x = x.rechunk({1: x.shape[1]})
-            x.to_zarr(path, overwrite=True)
-        except BaseException:  # Ctrl-C too: nothing half-written stays
-            self.__exit__()
-            raise
-        return path
+    def panel_rows(self) -> Optional[int]:
+        """Rows per panel that follow the chunks of rows (whole chunks, at least as many
+        rows as columns), or None when the chunks are ragged."""
+        chunks = self.x.chunks[0]
+        if len(chunks) == 0 or any(c != chunks[0] for c in chunks[:-1]) or chunks[0] == 0:
+            return None
+        c = int(chunks[0])
+        return c * -(-self.shape[1] // c)
 
-    def __exit__(self, *exc):
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
+    def fetch(self, start: int, stop: int) -> np.ndarray:
+        return np.ascontiguousarray(self.x[start:stop].compute(), dtype=np.float64)
+
+    def __str__(self) -> str:
+        return (f"the dask array {self.x.name} ({self.shape[0]} × {self.shape[1]}, "
+                f"chunks of {self.x.chunksize[0]} rows)")
 
 
 class _Input:
@@ -307,6 +309,21 @@ class _Input:
         self.transposed = transposed
         self.keep = keep  # an array the call reads: alive until it returns
         self.cleanup = cleanup
+
+    def panel_rows(self, requested: Optional[int], comm) -> Optional[int]:
+        """The panel rows to ask for: the caller's, else, for a dask array computed panel
+        by panel, its chunks of rows when every rank's agree and divide the rows of every
+        rank but the last (else the library's default)."""
+        if requested is not None or not isinstance(self.source, _Pulled):
+            return requested
+        p = self.source.panel_rows()
+        if comm is None:
+            return p
+        ps = comm.allgather(p)
+        rows = comm.allgather(self.source.shape[0])
+        if ps[0] is None or any(q != ps[0] for q in ps) or any(r % ps[0] for r in rows[:-1]):
+            return None
+        return ps[0]
 
     def __enter__(self):
         return self
@@ -331,8 +348,11 @@ def _matrix_input(a, comm) -> _Input:
         elif origin is not None and _zarr_spec(origin) is not None:
             return _Input(_zarr_spec(origin))
         else:
-            spilled = _Spilled(a)
-            return _Input(spilled.__enter__(), cleanup=spilled)
+            if a.ndim != 2:
+                raise ValueError(f"`a`: {a.ndim} dimensions, not 2")
+            # A short-and-fat matrix is factored through its transpose, as in memory.
+            transposed = comm is None and a.shape[0] < a.shape[1]
+            return _Input(_Pulled(a.T if transposed else a), transposed=transposed)
     if not isinstance(a, np.ndarray):
         raise TypeError(
             f"a must be a numpy array, a Zarr or dask array, or a path, not {type(a).__name__}"
@@ -544,8 +564,8 @@ def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
     world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
                    endpoint_url, io_concurrency, io_retries)
     with _matrix_input(a, comm) as inp:
-        out = _call("svd", inp.source, {"check": check, "panel_rows": panel_rows}, world, None,
-                    progress)
+        options = {"check": check, "panel_rows": inp.panel_rows(panel_rows, comm)}
+        out = _call("svd", inp.source, options, world, None, progress)
         return _unpack_svd(out, inp.transposed)
 
 
@@ -587,6 +607,7 @@ def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = N
         "probes": probes, "require_converged": require_converged, "panel_rows": panel_rows,
     }
     with _matrix_input(a, comm) as inp:
+        options["panel_rows"] = inp.panel_rows(panel_rows, comm)
         out = _call("rsvd", inp.source, options, world, None, progress)
         return _unpack_svd(out, inp.transposed)
 

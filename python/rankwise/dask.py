@@ -4,7 +4,8 @@
 ``dask.array.linalg.svd_compressed`` takes and returns what it returns: ``u`` (m × k),
 ``s`` (k) and ``v`` (k × n, the rows of Vᵀ) as dask arrays. The SVD itself runs in
 rankwise: a dask array read from Zarr is read from its store by rankwise's actors, any
-other is written chunk by chunk to a temporary store first (see :func:`rankwise.rsvd`).
+other is computed one panel of rows at a time as the actors read it (see
+:func:`rankwise.rsvd`).
 Unlike dask's, the result says how far each component is from converged:
 :func:`svd_compressed_result` returns the :class:`rankwise.SVDResult` with its
 residuals.

@@ -5,7 +5,9 @@
 //! * a specification string (a Zarr array or store path or URL, a VCF Zarr store, a PLINK
 //!   prefix), opened by [`rankwise::open`];
 //! * a float64 numpy array, read in place ([`rankwise::memory::rows_in_place`]);
-//! * an int8 numpy array of dosages ([`rankwise::memory::dosages_in_place`]).
+//! * an int8 numpy array of dosages ([`rankwise::memory::dosages_in_place`]);
+//! * a function that computes rows of a float matrix on demand, one panel at a time
+//!   ([`rankwise::memory::rows_pulled`]): a dask array with no Zarr origin.
 //!
 //! The work runs on a thread of its own while the interpreter waits without the GIL: other
 //! Python threads keep running, Ctrl-C interrupts the run ([`rankwise::exec::Interrupter`])
@@ -16,7 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, RecvTimeoutError};
-use numpy::{IntoPyArray, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    IntoPyArray, PyArray2, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray,
+    PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyboardInterrupt, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -38,6 +43,69 @@ enum Source {
     Matrix(Buffer),
     Dosages(Buffer, Option<Vec<String>>),
     Calls(Buffer3, Option<Buffer3>, Option<Vec<String>>),
+    Pulled(Arc<PyPuller>, u64, u64),
+}
+
+/// A Python function `fetch(start, stop)` that returns rows `start..stop` of this rank's
+/// block as a 2-D float64 array: called on the actors' read threads, each holding the GIL
+/// only while the function runs and its result is copied.
+struct PyPuller {
+    fetch: Py<PyAny>,
+    cols: usize,
+    what: String,
+    /// The first exception the function raised: the cause of the call's error.
+    raised: Mutex<Option<PyErr>>,
+}
+
+impl rankwise::memory::RowPuller for PyPuller {
+    fn pull(&self, rows: std::ops::Range<u64>, out: &mut [f64]) -> Result<(), String> {
+        let h = (rows.end - rows.start) as usize;
+        Python::attach(|py| {
+            let copied = (|| -> PyResult<()> {
+                let a = self.fetch.call1(py, (rows.start, rows.end))?;
+                let a = a.bind(py).cast::<PyArray2<f64>>().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "fetch({}, {}) returned {}, not a 2-D float64 array",
+                        rows.start,
+                        rows.end,
+                        a.bind(py)
+                            .get_type()
+                            .name()
+                            .map_or("?".to_string(), |n| n.to_string())
+                    ))
+                })?;
+                let ro = a.try_readonly()?;
+                let v = ro.as_array();
+                if v.dim() != (h, self.cols) {
+                    return Err(PyValueError::new_err(format!(
+                        "fetch({}, {}) returned {:?} values, not {h} × {}",
+                        rows.start,
+                        rows.end,
+                        v.dim(),
+                        self.cols
+                    )));
+                }
+                for (dst, src) in out.chunks_exact_mut(self.cols).zip(v.rows()) {
+                    for (d, s) in dst.iter_mut().zip(src) {
+                        *d = *s;
+                    }
+                }
+                Ok(())
+            })();
+            copied.map_err(|e| {
+                let message = e.to_string();
+                self.raised
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+                message
+            })
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.what.clone()
+    }
 }
 
 /// A 3-D numpy array of bytes (VCF Zarr's `call_genotype` or its mask): address, shape
@@ -361,7 +429,19 @@ fn work(
     {
         rt.interrupter().interrupt();
     }
-    let fail = |error: Error| Failure { error, rank };
+    // Other ranks may wait for this one in a collective: a failure is announced to them
+    // (a bad argument, which every rank refuses alike, stays this rank's own error).
+    let fail = |error: Error| {
+        if error.parameter().is_some() {
+            if rt.comm().size() > 1 {
+                let _ = rankwise::transports::announce_failure(rt.comm(), &|| error.to_string());
+            }
+            return Failure { error, rank };
+        }
+        let error = rankwise::fail_collectively(&rt, error);
+        let rank = error.peer_failure().map_or(rank, |(r, _)| r);
+        Failure { error, rank }
+    };
     // The lease ends when this function returns, before the interpreter gets its arrays
     // back: no read can outlive the call.
     let (input, _lease) = match source {
@@ -396,6 +476,10 @@ fn work(
             .map_err(fail)?;
             (input, Some(lease))
         }
+        Source::Pulled(puller, rows, cols) => (
+            rankwise::memory::rows_pulled(&rt, puller, rows, cols, job.panel_rows).map_err(fail)?,
+            None,
+        ),
         Source::Dosages(b, ids) => {
             // SAFETY: as for a matrix.
             let (input, lease) = unsafe {
@@ -655,8 +739,21 @@ fn run<'py>(
     // The array stays borrowed for the whole call: numpy refuses a writable borrow of it
     // from Rust meanwhile, and the object lives at least as long.
     let mut _held = None;
+    let mut puller = None;
     let source = if let Ok(spec) = source.extract::<String>() {
         Source::Spec(spec)
+    } else if source.hasattr("fetch")? && source.hasattr("shape")? {
+        // (rows, cols) of this rank's block, and `fetch(start, stop)`.
+        let (rows, cols): (u64, u64) = source.getattr("shape")?.extract()?;
+        let what: String = source.str()?.extract()?;
+        let p = Arc::new(PyPuller {
+            fetch: source.getattr("fetch")?.unbind(),
+            cols: cols as usize,
+            what,
+            raised: Mutex::new(None),
+        });
+        puller = Some(Arc::clone(&p));
+        Source::Pulled(p, rows, cols)
     } else if let Ok(a) = source.cast::<PyUntypedArray>() {
         let kind = a.dtype().kind();
         let size = a.dtype().itemsize();
@@ -758,7 +855,16 @@ fn run<'py>(
     }
     match result {
         Ok(Ok(outcome)) => outcome_dict(py, outcome),
-        Ok(Err(f)) => Err(to_py(py, f)),
+        Ok(Err(f)) => {
+            let e = to_py(py, f);
+            // The exception a dask computation raised is the cause.
+            if let Some(raised) =
+                puller.and_then(|p| p.raised.lock().unwrap_or_else(|p| p.into_inner()).take())
+            {
+                e.set_cause(py, Some(raised));
+            }
+            Err(e)
+        }
         Err(panic) => Err(to_py(
             py,
             Failure {

@@ -34,6 +34,17 @@ pub enum SourceError {
         /// What is wrong and what to do.
         message: String,
     },
+    /// A caller's function that produces rows on demand failed (a Python callback that
+    /// computes a dask array's rows, say): its message, with the rows asked for.
+    #[error("{what}, rows {rows:?}: {message}")]
+    Caller {
+        /// Which source.
+        what: String,
+        /// The rows asked for.
+        rows: Range<u64>,
+        /// The caller's message.
+        message: String,
+    },
     /// The decoder panicked reading these rows (a bug, or input a library did not
     /// expect): the read fails like any other, instead of taking its thread down.
     #[error("reading rows {rows:?}: the decoder panicked: {message}")]

@@ -52,6 +52,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::os::raw::c_int;
 use std::time::{Duration, Instant};
 
@@ -246,9 +247,9 @@ impl Backoff {
 /// needs_sync::<rankwise_transports::MpiComm>();
 /// ```
 pub struct MpiComm {
-    // Field order matters: the duplicated communicator must be freed before the universe
-    // (MPI_Finalize) goes.
-    comm: SimpleCommunicator,
+    // Freed by `drop`, before the universe (MPI_Finalize) goes, unless a failure was
+    // announced on it (see there).
+    comm: ManuallyDrop<SimpleCommunicator>,
     rank: usize,
     size: usize,
     tag_ub: c_int,
@@ -316,7 +317,7 @@ impl MpiComm {
         MpiComm {
             rank: dup.rank() as usize,
             size: dup.size() as usize,
-            comm: dup,
+            comm: ManuallyDrop::new(dup),
             tag_ub,
             timeout: DEFAULT_TIMEOUT,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
@@ -839,6 +840,15 @@ impl Drop for MpiComm {
     fn drop(&mut self) {
         if std::thread::panicking() && !matches!(*self.state.borrow(), State::Failed { .. }) {
             self.abort(&format!("rank {} panicked", self.rank));
+        }
+        // After a failure (or a broken stream), failure notices may still be in flight or unreceived on this
+        // communicator (every rank that failed alike announced its own). Freed, its context
+        // id would be reused by the next duplicate in this process (a library caller's next
+        // call), and that call would receive the old notices as a new failure. So a failed
+        // communicator is left to MPI, with whatever it still holds.
+        if matches!(*self.state.borrow(), State::Ok) {
+            // SAFETY: dropped once, here; no use of `comm` follows.
+            unsafe { ManuallyDrop::drop(&mut self.comm) };
         }
     }
 }
