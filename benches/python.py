@@ -1,8 +1,9 @@
 """rankwise from Python against its Python peers, in one run (benches/python.sh):
 
 1. `rankwise.dask.svd_compressed` against `dask.array.linalg.svd_compressed` on the same
-   dask array, in memory (`da.from_array`) and from a Zarr store (`da.from_zarr`), with
-   the same power iterations and oversampling;
+   dask array, in memory (`da.from_array`), from a Zarr store (`da.from_zarr`) and
+   computed (no origin: rankwise computes it one panel of rows at a time), with the same
+   power iterations and oversampling;
 2. the cost of the Python call against the command line on the same work (`rsvd` of the
    same Zarr store, same options and seed).
 
@@ -91,6 +92,8 @@ def seeds(run):
 for source, x in (
     ("memory (da.from_array)", da.from_array(a, chunks=(CHUNK, COLS))),
     ("Zarr (da.from_zarr)", da.from_zarr(store)),
+    # No origin to read: rankwise computes it one panel of rows at a time.
+    ("computed (from_array * 1.0)", da.from_array(a, chunks=(CHUNK, COLS)) * 1.0),
 ):
     t, err, res = seeds(lambda seed: dask.compute(*da.linalg.svd_compressed(
         x, K, n_power_iter=Q, n_oversamples=P, seed=seed)))
