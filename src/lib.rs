@@ -89,6 +89,7 @@ mod error;
 pub mod host_mpi;
 pub mod memory;
 mod open;
+pub mod sizing;
 
 pub use error::Error;
 pub use open::{open, Input};

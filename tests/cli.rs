@@ -440,3 +440,121 @@ fn plan_and_info_describe_the_run() {
     assert!(head[1].starts_with("BLAS: OpenBLAS"), "{stdout}");
     assert_eq!(head[2], "MPI: not used (local transport)", "{stdout}");
 }
+
+/// `rankwise calibrate` writes this machine's rates, and `rankwise plan --nodes` sizes a job
+/// with them for a described cluster: the code's own plan over that many ranks (panels,
+/// passes, memory per rank), the phases, and the options named when they are wrong.
+#[test]
+fn calibrate_then_plan_a_cluster_job() {
+    let dir = scratch("cli-sizing");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rates = dir.join("rates.json");
+    let rates_s = rates.to_str().unwrap();
+    let (code, _, err) = rankwise(&["calibrate", "--out", rates_s, "--values", "262144", "-q"]);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rates).unwrap())
+        .expect("the rates are JSON");
+    assert_eq!(r["svd"].as_array().unwrap().len(), 4);
+    for v in r["svd"].as_array().unwrap() {
+        assert!(v["pass1"].as_f64().unwrap() > 0.0, "{v}");
+    }
+    assert!(r["genotypes"]["produce"].as_f64().unwrap() > 0.0);
+    // Nothing half-written beside the rates.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+
+    let plan = |nodes: &str, extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "--rows",
+            "1000000",
+            "--cols",
+            "100",
+            "--chunk-rows",
+            "0",
+            "--nodes",
+            nodes,
+            "--ranks-per-node",
+            "2",
+            "--cores-per-node",
+            "16",
+            "--memory-per-node",
+            "8G",
+            "--network",
+            "25,5us",
+            "--calibration",
+            rates_s,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        rankwise(&args)
+    };
+    let (code, out, err) = plan("4", &["--job", "rsvd", "--passes", "5"]);
+    assert_eq!(code, 0, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(p["ranks"], 8);
+    assert_eq!(p["passes"], 5);
+    assert_eq!(p["phases"].as_array().unwrap().len(), 5);
+    assert!(p["seconds"].as_f64().unwrap() > 0.0);
+    assert_eq!(p["fits"], true);
+    // Twice the nodes: no more compute on the busiest rank.
+    let (_, out2, _) = plan("8", &["--job", "rsvd", "--passes", "5"]);
+    let p2: serde_json::Value = serde_json::from_str(&out2).unwrap();
+    let compute = |p: &serde_json::Value| -> f64 {
+        p["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["compute_seconds"].as_f64().unwrap())
+            .sum()
+    };
+    assert!(
+        compute(&p2) < compute(&p),
+        "{} vs {}",
+        compute(&p2),
+        compute(&p)
+    );
+    // The exact SVD: its two passes and the tree.
+    let (code, out, err) = plan("2", &[]);
+    assert_eq!(code, 0, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(p["phases"].as_array().unwrap().len(), 3);
+
+    // Wrong options are named.
+    let missing = dir.join("none.json");
+    let (code, _, err) = rankwise(&[
+        "plan",
+        "--rows",
+        "1000",
+        "--cols",
+        "10",
+        "--chunk-rows",
+        "0",
+        "--nodes",
+        "2",
+        "--network",
+        "10,1us",
+        "--calibration",
+        missing.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--calibration") && err.contains("rankwise calibrate"),
+        "{err}"
+    );
+    let (code, _, err) = plan("2", &["--network", "fast"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--network"), "{err}");
+    let (code, _, err) = rankwise(&[
+        "plan",
+        "--rows",
+        "1000",
+        "--cols",
+        "10",
+        "--chunk-rows",
+        "100",
+        "--ranks-per-node",
+        "2",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--nodes"), "{err}");
+}

@@ -35,6 +35,7 @@ mod project_cmd;
 mod read_cmd;
 mod reduce_cmd;
 mod rsvd_cmd;
+mod size_cmd;
 mod tasks_cmd;
 
 /// Distributed SVD and PCA of matrices too large for one machine.
@@ -65,8 +66,11 @@ enum Command {
     /// Write a generated matrix (uniform, normal, or genotypes with population structure)
     /// as a Zarr store, each rank writing the panels it owns.
     Gen(gen_cmd::GenArgs),
-    /// Print the placement and memory plan of an SVD without computing it.
+    /// Print the placement and memory plan of an SVD without computing it; with
+    /// `--nodes`, size an svd, rsvd or pca job for a cluster (time and memory per rank).
     Plan(PlanArgs),
+    /// Measure this machine's per-core rates for `plan --nodes` (writes a JSON file).
+    Calibrate(size_cmd::CalibrateArgs),
     /// Decode every chunk of a Zarr array once, on the actors that own it; report the
     /// throughput and a checksum.
     Read(read_cmd::ReadArgs),
@@ -240,6 +244,8 @@ struct PlanArgs {
     /// Print the plan as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    sizing: size_cmd::SizingArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -413,9 +419,28 @@ fn run_command_line() -> i32 {
             let check = a.check_kernels;
             run_ranks(&a.run, move |rt, launch| info(rt, launch, check))
         }
+        Command::Plan(a) if a.sizing.nodes.is_some() => {
+            // A cluster that is not this one: no ranks to start.
+            match sizing(&a) {
+                Ok(text) => {
+                    print!("{text}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("rankwise plan: {e}");
+                    2
+                }
+            }
+        }
         Command::Plan(a) => {
             let a = Arc::new(a);
             run_ranks(&a.run.clone(), move |rt, _| plan(rt, &a))
+        }
+        Command::Calibrate(a) => {
+            let a = Arc::new(a);
+            run_ranks(&a.run.clone(), move |rt, launch| {
+                size_cmd::calibrate_command(rt, launch, &a)
+            })
         }
         Command::Read(a) => {
             let a = Arc::new(a);
@@ -1068,6 +1093,21 @@ fn matrix_json(m: &MatrixArgs, describe: String) -> serde_json::Value {
         Some(spec) => json!({"zarr": spec, "source": describe}),
         None => json!({"dist": m.dist, "seed": m.seed, "source": describe}),
     }
+}
+
+/// `plan --nodes`: the matrix's shape (generated, or a Zarr array's) sized for a cluster.
+fn sizing(a: &PlanArgs) -> Result<String, CliError> {
+    let (shape, panel_rows) = match &a.matrix.zarr {
+        Some(_) => {
+            let p = problem(&a.matrix)?;
+            (p.source.shape(), p.grid.chunk_rows)
+        }
+        None => (
+            (a.matrix.rows.unwrap_or(0), a.matrix.cols.unwrap_or(0)),
+            a.matrix.chunk_rows.unwrap_or(0),
+        ),
+    };
+    Ok(size_cmd::size_command(&a.sizing, shape, panel_rows, a.json)?.unwrap_or_default())
 }
 
 fn plan(rt: &Runtime, a: &PlanArgs) -> Result<Option<String>, CliError> {

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The sizing model (`rankwise plan --nodes …`) against measured runs on this machine:
+# `rankwise calibrate` once, then each workload under `mpirun -np 1..4` (one node) and on
+# two namespace nodes of tools/netns-cluster.sh at several link rates and delays (root
+# only; skipped, and said so, otherwise). Each run's own time and passes (its --json
+# report) beside the model's prediction for the same shape, ranks, passes and network.
+#
+#   bash benches/sizing.sh [--quick]
+#
+# Results: target/bench-results/sizing-*/rows.jsonl and a table on stdout.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BIN=$ROOT/target/release/rankwise
+[[ -x "$BIN" ]] || make --no-print-directory build
+OUT=$ROOT/target/bench-results/sizing-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# One node: shared memory; oversubscribed ranks yield inside MPI (as in the tests). The
+# namespace nodes' mpirun options add TCP over their subnet.
+export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_oob_tcp_if_include=lo \
+    OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0
+CORES=$(nproc)
+
+"$BIN" calibrate --out "$OUT/rates.json" -q >/dev/null
+# name | command options (the model's --job and shape are derived from them)
+WORKLOADS=(
+    "svd|svd --rows 4000000 --cols 20 --chunk-rows 250000 --dist normal"
+    "svd|svd --rows 400000 --cols 128 --chunk-rows 25000 --dist normal"
+    "rsvd|rsvd --rows 200000 --cols 2000 --chunk-rows 25000 -k 10 --power-iters 2 --dist normal"
+    "pca|pca --rows 200000 --cols 2000 --chunk-rows 25000 -k 10 --power-iters 2"
+)
+if [[ ${1:-} == --quick ]]; then
+    WORKLOADS=("${WORKLOADS[0]}" "${WORKLOADS[2]}")
+fi
+
+# run LAUNCH-WORDS… -- JOB ARGS…: one measured run; prints its JSON report's seconds and
+# passes.
+measure() {
+    local launch=()
+    while [[ $1 != -- ]]; do
+        launch+=("$1")
+        shift
+    done
+    shift
+    "${launch[@]}" "$BIN" "$@" --json -q 2>>"$OUT/stderr.log" |
+        python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["seconds"], r.get("passes", 2))'
+}
+
+# predict JOB ARGS… -- NODES RANKS_PER_NODE CORES_PER_NODE NETWORK PASSES
+predict() {
+    local job=$1
+    shift
+    local shape=()
+    while [[ $1 != -- ]]; do
+        shape+=("$1")
+        shift
+    done
+    shift
+    "$BIN" plan "${shape[@]}" --nodes "$1" --ranks-per-node "$2" --cores-per-node "$3" \
+        --network "$4" --job "$job" --passes "$5" --calibration "$OUT/rates.json" --json |
+        python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["seconds"], r["dominant"])'
+}
+
+# The shape options of a workload (what `plan` takes).
+shape_of() {
+    local args keep=() i
+    read -r -a args <<<"$1"
+    for ((i = 1; i < ${#args[@]}; i++)); do
+        case ${args[i]} in
+        --rows | --cols | --chunk-rows | -k) keep+=("${args[i]}" "${args[i + 1]}") ;;
+        esac
+    done
+    echo "${keep[@]}"
+}
+
+row() { # where job options np nodes network measured passes predicted dominant
+    python3 -c 'import json,sys
+w,job,opts,np_,nodes,net,meas,passes,pred,dom=sys.argv[1:]
+print(json.dumps(dict(where=w,job=job,options=opts,ranks=int(np_),nodes=int(nodes),network=net,
+  measured=float(meas),passes=int(passes),predicted=float(pred),dominant=dom,
+  error=(float(pred)-float(meas))/float(meas))))' "$@" | tee -a "$OUT/rows.jsonl"
+}
+
+for w in "${WORKLOADS[@]}"; do
+    job=${w%%|*}
+    opts=${w#*|}
+    read -r -a args <<<"$opts"
+    read -r -a shape <<<"$(shape_of "$opts")"
+    for np in 1 2 3 4; do
+        read -r secs passes < <(measure mpirun -np "$np" --oversubscribe --bind-to none -- "${args[@]}" --transport mpi)
+        read -r pred dom < <(predict "$job" "${shape[@]}" -- 1 "$np" "$CORES" 100,1us "$passes")
+        row "one node, mpirun -np $np" "$job" "$opts" "$np" 1 "shared memory" "$secs" "$passes" "$pred" "$dom"
+    done
+done
+
+# Two namespace nodes, one rank each, sharing this machine's cores (one core a node, not
+# bound: each node's mpirun daemon would bind its rank to the same first core), at
+# several link rates (tc tbf; a delay needs the kernel's sch_netem, which not every kernel
+# has: the latency is then the veth pair's, about 50 µs with the TCP stacks).
+if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
+    export RANKWISE_NETNS_PREFIX=rwz RANKWISE_NETNS_NET=10.79.0
+    for link in "1gbit 1,50us" "100mbit 0.1,50us" "20mbit 0.02,50us"; do
+        read -r rate net <<<"$link"
+        RANKWISE_NETNS_RATE=$rate tools/netns-cluster.sh up 2 >/dev/null
+        read -r -a margs <<<"$(tools/netns-cluster.sh mpirun-args)"
+        for w in "${WORKLOADS[@]}"; do
+            job=${w%%|*}
+            opts=${w#*|}
+            read -r -a args <<<"$opts"
+            read -r -a shape <<<"$(shape_of "$opts")"
+            read -r secs passes < <(measure mpirun "${margs[@]}" --host rwz1:1,rwz2:1 -np 2 --bind-to none \
+                -- "${args[@]}" --transport mpi --threads-per-actor 1 --no-pin)
+            read -r pred dom < <(predict "$job" "${shape[@]}" -- 2 1 1 "$net" "$passes")
+            row "2 namespace nodes, $rate" "$job" "$opts" 2 2 "$net" "$secs" "$passes" "$pred" "$dom"
+        done
+        tools/netns-cluster.sh down >/dev/null
+    done
+else
+    echo "sizing.sh: not root (or no tc): the namespace-cluster rows are skipped" | tee -a "$OUT/rows.jsonl"
+fi
+
+python3 - "$OUT/rows.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print(f"{'where':34} {'job':5} {'options':62} {'passes':>6} {'measured':>9} {'predicted':>9} {'error':>7}")
+for r in rows:
+    print(f"{r['where']:34} {r['job']:5} {r['options'][:62]:62} {r['passes']:>6} "
+          f"{r['measured']:8.2f}s {r['predicted']:8.2f}s {100*r['error']:+6.0f}%")
+errs = [abs(r["error"]) for r in rows]
+print(f"median |error| {100*sorted(errs)[len(errs)//2]:.0f}%, largest {100*max(errs):.0f}%")
+PY
+echo "rows: $OUT/rows.jsonl"

@@ -1,0 +1,315 @@
+//! `rankwise plan --nodes N …` (a job sized for a cluster: [`rankwise::sizing::predict`])
+//! and `rankwise calibrate` (the per-core rates it uses: [`rankwise::sizing::calibrate`]).
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use rankwise::sizing::{predict, Cluster, Network, Prediction, Rates, Workload};
+use rankwise_exec::{parse_bytes, Runtime};
+
+use super::{CliError, LaunchInfo, RunArgs};
+
+/// The job `plan --nodes` sizes.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JobKind {
+    /// The exact SVD, `U` formed.
+    Svd,
+    /// A randomized SVD of a float64 matrix.
+    Rsvd,
+    /// A genotype PCA (variants × samples).
+    Pca,
+}
+
+/// Options of `plan` that size a job for a cluster instead of planning this one.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct SizingArgs {
+    /// Size the job for a cluster of this many nodes (with `--network`): predicted time
+    /// and memory per rank, from the rates of `--calibration`.
+    #[arg(long, requires = "network")]
+    pub(crate) nodes: Option<usize>,
+    /// MPI ranks per node.
+    #[arg(long, default_value_t = 1, requires = "nodes")]
+    ranks_per_node: usize,
+    /// Actors per rank.
+    #[arg(long, default_value_t = 1, requires = "nodes")]
+    actors_per_rank: usize,
+    /// CPU cores per node (default: this machine's).
+    #[arg(long, requires = "nodes")]
+    cores_per_node: Option<usize>,
+    /// Memory per node the job may plan with, e.g. 256G (default: this machine's).
+    #[arg(long, requires = "nodes")]
+    memory_per_node: Option<String>,
+    /// GPUs per node (the rates stay the CPU calibration's: the prediction says so).
+    #[arg(long, default_value_t = 0, requires = "nodes")]
+    gpus_per_node: usize,
+    /// The network between nodes: bandwidth in Gb/s and latency, e.g. `100,2us` or
+    /// `10,50us` (units: ns, us, ms, s).
+    #[arg(long, value_name = "GBPS,LATENCY", requires = "nodes")]
+    network: Option<String>,
+    /// Storage bandwidth per node in GB/s for a stored input (default: not counted).
+    #[arg(long, requires = "nodes")]
+    read_gbps: Option<f64>,
+    /// The rates `rankwise calibrate` wrote.
+    #[arg(long, default_value = "rankwise-rates.json", requires = "nodes")]
+    calibration: PathBuf,
+    /// The job to size.
+    #[arg(long, value_enum, default_value = "svd", requires = "nodes")]
+    job: JobKind,
+    /// Components (rsvd, pca).
+    #[arg(short = 'k', default_value_t = 10, requires = "nodes")]
+    k: usize,
+    /// Extra sketch columns (rsvd, pca).
+    #[arg(long, default_value_t = 10, requires = "nodes")]
+    oversample: usize,
+    /// Passes over the matrix (rsvd, pca): LOBPCG to a tolerance makes as many as the
+    /// spectrum needs (a run's report says how many); `--power-iters q` makes 2q + 3.
+    #[arg(long, default_value_t = 10, requires = "nodes")]
+    passes: usize,
+}
+
+fn option(option: &'static str, message: impl Into<String>) -> CliError {
+    CliError::Option {
+        option,
+        message: message.into(),
+    }
+}
+
+/// `100,2us` → a [`Network`].
+fn network(s: &str) -> Result<Network, CliError> {
+    let bad = || {
+        option(
+            "--network",
+            format!("{s:?} is not GBPS,LATENCY (e.g. 100,2us or 10,50us)"),
+        )
+    };
+    let (gbps, latency) = s.split_once(',').ok_or_else(bad)?;
+    let gbps: f64 = gbps.trim().parse().map_err(|_| bad())?;
+    let latency = latency.trim();
+    let (number, unit) = latency.split_at(
+        latency
+            .find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(latency.len()),
+    );
+    let scale = match unit {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" | "" => 1.0,
+        _ => return Err(bad()),
+    };
+    let latency = number.trim().parse::<f64>().map_err(|_| bad())? * scale;
+    if !(gbps > 0.0 && gbps.is_finite() && latency >= 0.0 && latency.is_finite()) {
+        return Err(bad());
+    }
+    Ok(Network { gbps, latency })
+}
+
+fn this_machine_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse::<u64>().ok())
+        })
+        .map_or(16 << 30, |kib| kib << 10)
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `plan --nodes …`: predicts the job on the cluster the options describe, for a matrix
+/// of `shape` (rows × cols as given) in panels of `panel_rows` (0: the default).
+pub(crate) fn size_command(
+    a: &SizingArgs,
+    shape: (u64, u64),
+    panel_rows: u64,
+    json: bool,
+) -> Result<Option<String>, CliError> {
+    let text = std::fs::read_to_string(&a.calibration).map_err(|e| {
+        option(
+            "--calibration",
+            format!(
+                "{}: {e}; run `rankwise calibrate --out {}` on a node of the cluster first",
+                a.calibration.display(),
+                a.calibration.display()
+            ),
+        )
+    })?;
+    let rates: Rates = serde_json::from_str(&text).map_err(|e| {
+        option(
+            "--calibration",
+            format!(
+                "{}: not the rates `rankwise calibrate` writes: {e}",
+                a.calibration.display()
+            ),
+        )
+    })?;
+    let memory_per_node = match &a.memory_per_node {
+        Some(s) => parse_bytes(s).map_err(|m| option("--memory-per-node", m))?,
+        None => this_machine_memory(),
+    };
+    let cluster = Cluster {
+        nodes: a.nodes.unwrap_or(1),
+        ranks_per_node: a.ranks_per_node,
+        actors_per_rank: a.actors_per_rank,
+        cores_per_node: a.cores_per_node.unwrap_or_else(cores),
+        memory_per_node,
+        gpus_per_node: a.gpus_per_node,
+        network: network(a.network.as_deref().unwrap_or_default())?,
+        read_gbps: a.read_gbps,
+    };
+    let workload = match a.job {
+        JobKind::Svd => Workload::Svd,
+        JobKind::Rsvd => Workload::Rsvd {
+            k: a.k,
+            oversample: a.oversample,
+            passes: a.passes,
+        },
+        JobKind::Pca => Workload::Pca {
+            k: a.k,
+            oversample: a.oversample,
+            passes: a.passes,
+        },
+    };
+    let p =
+        predict(shape.0, shape.1, panel_rows, &workload, &cluster, &rates).map_err(|e| match e
+            .parameter()
+        {
+            Some("network") => option("--network", e.to_string()),
+            Some("cluster") => option("--nodes", e.to_string()),
+            Some("panel_rows") => option("--chunk-rows", e.to_string()),
+            Some("oversample") | Some("k") => option("-k", e.to_string()),
+            _ => CliError::Option {
+                option: "--nodes",
+                message: e.to_string(),
+            },
+        })?;
+    if json {
+        return Ok(Some(
+            serde_json::to_string_pretty(&p).unwrap_or_default() + "\n",
+        ));
+    }
+    Ok(Some(text_of(&p, &cluster, &rates, a.job)))
+}
+
+fn text_of(p: &Prediction, c: &Cluster, rates: &Rates, job: JobKind) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:?} of {} × {} on {} node(s) × {} rank(s) ({} cores, {} per node; network {} Gb/s, {:.1} µs)",
+        job,
+        p.shape.0,
+        p.shape.1,
+        c.nodes,
+        c.ranks_per_node,
+        c.cores_per_node,
+        rankwise_exec::format_bytes(c.memory_per_node),
+        c.network.gbps,
+        c.network.latency * 1e6
+    );
+    let _ = writeln!(
+        s,
+        "{} panels of {} rows, {} pass(es); rates of {}",
+        p.panels, p.panel_rows, p.passes, rates.machine
+    );
+    let _ = writeln!(
+        s,
+        "{:<56} {:>11} {:>11} {:>11}",
+        "phase", "compute", "network", "bytes sent"
+    );
+    for ph in &p.phases {
+        let _ = writeln!(
+            s,
+            "{:<56} {:>10.3}s {:>10.4}s {:>11}",
+            ph.phase,
+            ph.compute_seconds,
+            ph.comm_seconds,
+            rankwise_exec::format_bytes(ph.bytes_sent)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "predicted: {:.2} s; memory per rank {} ({}); dominant cost: {}",
+        p.seconds,
+        rankwise_exec::format_bytes(p.memory_per_rank),
+        if p.resident {
+            "panels kept in memory"
+        } else {
+            "panels produced again each pass"
+        },
+        p.dominant
+    );
+    for n in &p.notes {
+        let _ = writeln!(s, "not counted: {n}");
+    }
+    s
+}
+
+/// `rankwise calibrate`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct CalibrateArgs {
+    /// Where to write the rates (JSON), for `rankwise plan --nodes … --calibration`.
+    #[arg(long, default_value = "rankwise-rates.json")]
+    out: PathBuf,
+    /// Matrix values per measurement (about a minute in all at the default on 2 cores).
+    #[arg(long, default_value_t = 1 << 26)]
+    values: u64,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+/// Measures the rates on one rank's actors and writes them (rank 0), whole or not at all.
+pub(crate) fn calibrate_command(
+    rt: &Runtime,
+    _launch: &LaunchInfo,
+    a: &CalibrateArgs,
+) -> Result<Option<String>, CliError> {
+    if rt.comm().size() > 1 {
+        return Err(option(
+            "--transport",
+            "calibrate measures one rank's actors: run it without mpirun",
+        ));
+    }
+    if a.values < 1 << 16 {
+        return Err(option("--values", "at least 65536 values per measurement"));
+    }
+    let rates = rankwise::sizing::calibrate(rt, a.values).map_err(super::cli_error)?;
+    let json = serde_json::to_string_pretty(&rates).unwrap_or_default() + "\n";
+    let tmp = a.out.with_extension("json.partial");
+    std::fs::write(&tmp, &json)
+        .and_then(|()| std::fs::rename(&tmp, &a.out))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            option("--out", format!("{}: {e}", a.out.display()))
+        })?;
+    Ok(Some(format!(
+        "rates of {} written to {}\n{json}",
+        rates.machine,
+        a.out.display()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_options_parse_with_units_and_refuse_nonsense() {
+        assert_eq!(
+            network("100,2us").unwrap(),
+            Network {
+                gbps: 100.0,
+                latency: 2e-6
+            }
+        );
+        assert_eq!(network("10, 0.5ms").unwrap().latency, 5e-4);
+        assert_eq!(network("25,1e-6").unwrap().latency, 1e-6);
+        for bad in ["100", "0,1us", "x,1us", "10,1 parsec", "10,-1us", ""] {
+            assert!(network(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,823 @@
+//! How many nodes, and how long: a model that sizes `svd`, `rsvd` and `pca` jobs on a
+//! cluster this process is not running on.
+//!
+//! The model has two halves.
+//!
+//! * **The code's own plan.** The same planners that every run uses ([`SvdPlan`],
+//!   [`RsvdPlan`]) are run over a described world of `nodes × ranks_per_node` ranks, each
+//!   with its actors, cores and memory. They decide the placement of panels, what each
+//!   actor keeps in memory, the passes over the matrix and the size of every message, so
+//!   the prediction's memory per rank is the plan's, and its messages are those the run
+//!   would send.
+//! * **Rates measured on a machine** ([`calibrate`], `rankwise calibrate`): the seconds
+//!   per matrix value of the exact SVD's two passes at several column counts, and of one
+//!   randomized pass (dense and genotype operands) as a function of the sketch's columns,
+//!   per core. A rank's compute time is the values its actors own times that rate, scaled
+//!   by the cores the rank has against the calibration's.
+//!
+//! Communication follows the reduction tree of [`rankwise_linalg`]: a node of the tree
+//! lives on the rank of its leftmost panel, so a rank receives from another rank once per
+//! tree level above its own panels, and the critical path is the tree's height over the
+//! ranks, `⌈log₂ P⌉` messages up and as many down. Levels inside a node (the first
+//! `⌈log₂ R⌉` with `R` ranks per node, ranks placed node by node as `mpirun` and `srun`
+//! place them) cost shared-memory time; the others cost the network's latency plus the
+//! message over its bandwidth. Compute and communication do not overlap in the model
+//! (the tree waits for every panel of a pass), which is what the drivers do.
+//!
+//! What the model leaves out, and says so in its output: storage reads (a pass over a
+//! stored matrix is at most as fast as the node's storage bandwidth, which
+//! [`Cluster::read_gbps`] adds when given), the variant QC pass of `pca`, and start-up.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rankwise_exec::{ActorKind, ActorShape, ChunkGrid, Runtime, World};
+use rankwise_linalg::{RsvdOptions, RsvdPlan, RsvdProblem, SvdOptions, SvdPlan, SvdProblem};
+use rankwise_sources::{Dist, Generated, GenotypeSource, PanelSource, SourceError};
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// A link between nodes: bandwidth and latency.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Network {
+    /// Gigabits per second one rank can use.
+    pub gbps: f64,
+    /// One-way latency of a message, seconds.
+    pub latency: f64,
+}
+
+impl Network {
+    /// Seconds to move `bytes` over the link.
+    fn seconds(&self, bytes: f64) -> f64 {
+        self.latency + bytes * 8.0 / (self.gbps * 1e9)
+    }
+}
+
+/// Shared memory between ranks of one node, as Open MPI's `vader` and UCX's `sysv`/`cma`
+/// carry a message of a few kilobytes to megabytes: about a microsecond and a memory copy.
+pub const SHARED_MEMORY: Network = Network {
+    gbps: 80.0,
+    latency: 1e-6,
+};
+
+/// The cluster a job would run on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cluster {
+    /// Nodes.
+    pub nodes: usize,
+    /// MPI ranks per node.
+    pub ranks_per_node: usize,
+    /// Actors per rank (one per NUMA domain the rank is given, by default).
+    pub actors_per_rank: usize,
+    /// CPU cores per node, shared out among its ranks.
+    pub cores_per_node: usize,
+    /// Memory per node that the ranks may plan with (bytes).
+    pub memory_per_node: u64,
+    /// GPUs per node (0: CPU actors). With GPUs the model has no rates to apply and says
+    /// so; the plan's memory is still given.
+    pub gpus_per_node: usize,
+    /// The network between nodes.
+    pub network: Network,
+    /// Storage bandwidth per node for a stored input, GB/s (`None`: not a bound).
+    pub read_gbps: Option<f64>,
+}
+
+impl Cluster {
+    fn ranks(&self) -> usize {
+        self.nodes * self.ranks_per_node
+    }
+
+    fn cores_per_rank(&self) -> f64 {
+        self.cores_per_node as f64 / self.ranks_per_node as f64
+    }
+
+    /// The world the planners see: every rank's actors, each with its share of the node's
+    /// cores and memory.
+    fn world(&self) -> World {
+        let actors = self.actors_per_rank.max(1);
+        let per_actor = self.ranks_per_node * actors;
+        let threads = (self.cores_per_node / per_actor).max(1);
+        let memory = self.memory_per_node / per_actor as u64;
+        let shape = ActorShape {
+            threads,
+            memory,
+            device: format!("{threads} cores"),
+            kind: ActorKind::Cpu,
+        };
+        World {
+            ranks: vec![vec![shape; actors]; self.ranks()],
+        }
+    }
+}
+
+/// Seconds per matrix value of the exact SVD's passes at one column count, per core.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SvdRate {
+    /// Columns of the calibration matrix.
+    pub cols: u64,
+    /// Pass 1 (produce the panels and factor them), core-seconds per value.
+    pub pass1: f64,
+    /// Pass 2 (form `U`), core-seconds per value.
+    pub pass2: f64,
+}
+
+/// Core-seconds per matrix value of a randomized pass as `a + b·l` for a sketch of `l`
+/// columns.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PassRate {
+    /// Core-seconds per value, whatever the sketch.
+    pub per_value: f64,
+    /// Core-seconds per value and sketch column (the products).
+    pub per_value_column: f64,
+}
+
+impl PassRate {
+    fn at(&self, l: usize) -> f64 {
+        self.per_value + self.per_value_column * l as f64
+    }
+}
+
+/// The randomized passes over one kind of operand: the first, which produces every panel
+/// (and keeps it when the plan makes panels resident), and a later pass over resident
+/// panels. A pass over panels that are not resident costs `produce` more than a later one.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PassRates {
+    /// Producing a value (generating or decoding it), core-seconds.
+    pub produce: f64,
+    /// The first pass.
+    pub first: PassRate,
+    /// A later pass over resident panels.
+    pub later: PassRate,
+}
+
+/// Rates measured on one machine by [`calibrate`]: what a core does per second, with the
+/// machine they were measured on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rates {
+    /// The machine: CPU model and cores used.
+    pub machine: String,
+    /// Cores of the actor the rates were measured on (each rate is per core).
+    pub cores: usize,
+    /// The exact SVD at several column counts, ascending (pass 2 over resident panels).
+    pub svd: Vec<SvdRate>,
+    /// Randomized passes over a generated float64 matrix.
+    pub dense: PassRates,
+    /// Randomized passes over generated genotypes (decoded and standardized per variant).
+    pub genotypes: PassRates,
+}
+
+impl Rates {
+    /// Pass 1 and pass 2 core-seconds per value at `n` columns: interpolated between the
+    /// calibrated column counts in log n (per value, the Gram and triangular work grows
+    /// with n), extrapolated linearly in n beyond the widest.
+    fn svd_at(&self, n: u64) -> (f64, f64) {
+        let r = &self.svd;
+        if r.is_empty() {
+            return (0.0, 0.0);
+        }
+        if n <= r[0].cols {
+            return (r[0].pass1, r[0].pass2);
+        }
+        for w in r.windows(2) {
+            if n <= w[1].cols {
+                let t = ((n as f64).ln() - (w[0].cols as f64).ln())
+                    / ((w[1].cols as f64).ln() - (w[0].cols as f64).ln());
+                return (
+                    w[0].pass1 + t * (w[1].pass1 - w[0].pass1),
+                    w[0].pass2 + t * (w[1].pass2 - w[0].pass2),
+                );
+            }
+        }
+        let last = r.last().expect("not empty");
+        let f = n as f64 / last.cols as f64;
+        (last.pass1 * f, last.pass2 * f)
+    }
+}
+
+/// The job to size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Workload {
+    /// The exact SVD (TSQR), `U` formed.
+    Svd,
+    /// A rank-`k` randomized SVD of a float64 matrix making `passes` passes.
+    Rsvd {
+        /// Components.
+        k: usize,
+        /// Extra sketch columns.
+        oversample: usize,
+        /// Passes over the matrix (LOBPCG to a tolerance makes as many as it needs: the
+        /// run reports them; `power_iters` q makes 2q + 2, plus one to measure residuals).
+        passes: usize,
+    },
+    /// A genotype PCA: as `Rsvd`, on standardized genotypes.
+    Pca {
+        /// Components.
+        k: usize,
+        /// Extra sketch columns.
+        oversample: usize,
+        /// Passes over the matrix.
+        passes: usize,
+    },
+}
+
+/// One phase of a predicted run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PredictedPhase {
+    /// What it is.
+    pub phase: String,
+    /// Seconds of compute on the busiest rank.
+    pub compute_seconds: f64,
+    /// Seconds of communication on the critical path.
+    pub comm_seconds: f64,
+    /// Bytes the busiest sender sends in the phase.
+    pub bytes_sent: u64,
+}
+
+/// What the model predicts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Ranks.
+    pub ranks: usize,
+    /// Rows and columns of the matrix the algorithm sees (tall).
+    pub shape: (u64, u64),
+    /// Rows per panel, and panels.
+    pub panel_rows: u64,
+    /// Panels.
+    pub panels: usize,
+    /// Passes over the matrix.
+    pub passes: usize,
+    /// The phases, in order.
+    pub phases: Vec<PredictedPhase>,
+    /// Seconds, all phases.
+    pub seconds: f64,
+    /// The plan's memory per rank (the sum of its actors' planned bytes), the largest.
+    pub memory_per_rank: u64,
+    /// Whether the plan keeps every panel in memory between passes.
+    pub resident: bool,
+    /// Whether that memory fits the node's share per rank (a run would refuse it else).
+    pub fits: bool,
+    /// The cost that dominates: `compute`, `network` or `storage`.
+    pub dominant: String,
+    /// What the model did not count.
+    pub notes: Vec<String>,
+}
+
+/// A matrix of a given shape that is never read: what the planners need to plan.
+struct Shaped(u64, u64);
+
+impl PanelSource for Shaped {
+    fn shape(&self) -> (u64, u64) {
+        (self.0, self.1)
+    }
+    fn fill(
+        &self,
+        rows: std::ops::Range<u64>,
+        _: ndarray::ArrayViewMut2<'_, f64>,
+    ) -> Result<(), SourceError> {
+        Err(self.unread(rows))
+    }
+    fn describe(&self) -> String {
+        format!("a {} × {} matrix (planned, not read)", self.0, self.1)
+    }
+}
+
+impl GenotypeSource for Shaped {
+    fn shape(&self) -> (u64, u64) {
+        (self.0, self.1)
+    }
+    fn fill_dosages(
+        &self,
+        rows: std::ops::Range<u64>,
+        _: ndarray::ArrayViewMut2<'_, i8>,
+    ) -> Result<(), SourceError> {
+        Err(self.unread(rows))
+    }
+    fn describe(&self) -> String {
+        PanelSource::describe(self)
+    }
+}
+
+impl Shaped {
+    fn unread(&self, rows: std::ops::Range<u64>) -> SourceError {
+        SourceError::OutOfBounds {
+            rows,
+            cols: self.1 as usize,
+            shape: (self.0, self.1),
+            what: PanelSource::describe(self),
+        }
+    }
+}
+
+/// Panel rows when none are given: enough panels for every actor a few times over, each
+/// at most 64 MiB of f64; the exact SVD's panels are at least as tall as the matrix is
+/// wide (its panel QR needs it), the randomized passes' at least 256 rows (their panel
+/// QR is of the sketch's few columns).
+fn default_panel_rows(rows: u64, cols: u64, actors: usize, svd: bool) -> u64 {
+    let least = if svd { cols } else { 256 };
+    let by_bytes = ((64u64 << 20) / (8 * cols.max(1))).max(least);
+    let by_actors = rows.div_ceil(4 * actors.max(1) as u64).max(least);
+    by_bytes.min(by_actors).min(rows).max(1)
+}
+
+/// Communication on the critical path of one tree sweep over `ranks` ranks placed
+/// `per_node` to a node, each message `bytes` long.
+fn tree_seconds(ranks: usize, per_node: usize, bytes: f64, network: &Network) -> f64 {
+    let levels = |p: usize| (p.max(1) as f64).log2().ceil() as usize;
+    let inside = levels(per_node.min(ranks));
+    let all = levels(ranks);
+    inside as f64 * SHARED_MEMORY.seconds(bytes) + (all - inside) as f64 * network.seconds(bytes)
+}
+
+/// Predicts the time and memory per rank of `workload` on a `rows × cols` matrix (tall, or
+/// its transpose is planned) in panels of `panel_rows` rows (0: the command line's default
+/// for a generated matrix) on `cluster`, with the per-core `rates` of a calibration.
+pub fn predict(
+    rows: u64,
+    cols: u64,
+    panel_rows: u64,
+    workload: &Workload,
+    cluster: &Cluster,
+    rates: &Rates,
+) -> Result<Prediction, Error> {
+    let bad = |parameter: &'static str, message: String| Error::Parameter { parameter, message };
+    if cluster.nodes == 0 || cluster.ranks_per_node == 0 || cluster.cores_per_node == 0 {
+        return Err(bad(
+            "cluster",
+            "nodes, ranks per node and cores per node must be at least 1".into(),
+        ));
+    }
+    if !(cluster.network.gbps > 0.0 && cluster.network.latency >= 0.0) {
+        return Err(bad(
+            "network",
+            format!(
+                "{} Gb/s and {} s: the bandwidth must be positive and the latency not negative",
+                cluster.network.gbps, cluster.network.latency
+            ),
+        ));
+    }
+    let (m, n) = if rows >= cols {
+        (rows, cols)
+    } else {
+        (cols, rows)
+    };
+    let world = cluster.world();
+    let ranks = cluster.ranks();
+    let chunk = if panel_rows > 0 {
+        panel_rows
+    } else {
+        default_panel_rows(m, n, world.actors(), matches!(workload, Workload::Svd))
+    };
+    let grid = ChunkGrid::new(m, n, chunk).map_err(|e| bad("panel_rows", e.to_string()))?;
+    // The rates are core-seconds per value: a rank's cores share its values.
+    let scale = 1.0 / cluster.cores_per_rank();
+    let mut notes = Vec::new();
+    if cluster.gpus_per_node > 0 {
+        notes.push(
+            "GPU actors: the rates are the CPU calibration's; a GPU pass is faster".to_string(),
+        );
+    }
+    // The busiest rank's values, from the plan's placement.
+    let rank_values = |placement: &rankwise_exec::Placement| -> f64 {
+        let mut per_rank = vec![0u64; ranks];
+        for a in &placement.assignments {
+            for q in a.panels.clone() {
+                let r = grid.panel_rows(q);
+                per_rank[a.rank] += (r.end - r.start) * n;
+            }
+        }
+        per_rank.into_iter().max().unwrap_or(0) as f64
+    };
+    let rank_memory = |memory: &[rankwise_exec::MemoryPlan],
+                       placement: &rankwise_exec::Placement|
+     -> (u64, bool) {
+        let mut per_rank = vec![0u64; ranks];
+        let mut resident = true;
+        for (a, p) in placement.assignments.iter().zip(memory) {
+            let kept = matches!(p.residency, rankwise_exec::Residency::Resident);
+            per_rank[a.rank] +=
+                p.workspace + p.read_bytes + if kept { p.resident_bytes } else { 0 };
+            resident &= kept;
+        }
+        (per_rank.into_iter().max().unwrap_or(0), resident)
+    };
+    let read_seconds = |values: f64, bytes_per_value: f64| -> f64 {
+        cluster.read_gbps.map_or(0.0, |gbps| {
+            values * bytes_per_value * cluster.ranks_per_node as f64 / (gbps * 1e9)
+        })
+    };
+    let net = cluster.network;
+    let per_node = cluster.ranks_per_node;
+    let mut phases = Vec::new();
+    let (passes, memory, resident, read) = match workload {
+        Workload::Svd => {
+            let problem = SvdProblem {
+                source: Arc::new(Shaped(m, n)),
+                grid,
+                transposed: false,
+                rank_panels: None,
+            };
+            let plan = SvdPlan::for_problem(&problem, &world)?;
+            let values = rank_values(&plan.placement);
+            let (p1, p2) = rates.svd_at(n);
+            let (mem, resident) = rank_memory(&plan.memory, &plan.placement);
+            let up = (plan.words_up * 8) as f64;
+            let down = (plan.words_down * 8) as f64;
+            let sends = plan.messages_per_sweep.iter().copied().max().unwrap_or(0) as u64;
+            phases.push(PredictedPhase {
+                phase: "pass 1: produce panels + panel QR".into(),
+                compute_seconds: values * p1 * scale,
+                comm_seconds: 0.0,
+                bytes_sent: 0,
+            });
+            phases.push(PredictedPhase {
+                phase: "tree: reduce R factors, SVD of R, broadcast, push down".into(),
+                compute_seconds: 0.0,
+                // Up, the broadcast of Σ and Vᵀ (n² values), and down.
+                comm_seconds: tree_seconds(ranks, per_node, up, &net) * 2.0
+                    + tree_seconds(ranks, per_node, down, &net),
+                bytes_sent: sends * (up + down) as u64,
+            });
+            // Pass 2 over panels that were not kept produces them again.
+            let again = if resident { 0.0 } else { rates.dense.produce };
+            phases.push(PredictedPhase {
+                phase: "pass 2: form U".into(),
+                compute_seconds: values * (p2 + again) * scale,
+                comm_seconds: 0.0,
+                bytes_sent: 0,
+            });
+            let read = read_seconds(values, 8.0) * if resident { 1.0 } else { 2.0 };
+            (2, mem, resident, read)
+        }
+        Workload::Rsvd {
+            k,
+            oversample,
+            passes,
+        }
+        | Workload::Pca {
+            k,
+            oversample,
+            passes,
+        } => {
+            let genotypes = matches!(workload, Workload::Pca { .. });
+            let problem = if genotypes {
+                RsvdProblem::genotypes(Arc::new(Shaped(m, n)), chunk)?
+            } else {
+                RsvdProblem::dense(Arc::new(Shaped(m, n)), chunk)?
+            };
+            let options = RsvdOptions {
+                k: *k,
+                oversample: *oversample,
+                ..Default::default()
+            };
+            let plan = RsvdPlan::new(&problem, &options, &world)?;
+            let values = rank_values(&plan.placement);
+            let l = plan.sketch;
+            let rate = if genotypes {
+                rates.genotypes
+            } else {
+                rates.dense
+            };
+            let (mem, resident) = rank_memory(&plan.memory, &plan.placement);
+            // Each pass ends in a tree: the TSQR of the sketch (l × l R factors, up and
+            // down) and the sum of B's panels (one message of `words_b` per level, then
+            // its broadcast).
+            let r_bytes = (l * l * 8) as f64;
+            let b_bytes = (plan.words_b * 8) as f64;
+            let comm = 2.0 * tree_seconds(ranks, per_node, r_bytes, &net)
+                + 2.0 * tree_seconds(ranks, per_node, b_bytes, &net);
+            let levels = (ranks.max(1) as f64).log2().ceil() as u64;
+            let passes = (*passes).max(1);
+            for p in 1..=passes {
+                let per_value = if p == 1 {
+                    rate.first.at(l)
+                } else if resident {
+                    rate.later.at(l)
+                } else {
+                    rate.later.at(l) + rate.produce
+                };
+                phases.push(PredictedPhase {
+                    phase: format!("pass {p}"),
+                    compute_seconds: values * per_value * scale,
+                    comm_seconds: comm,
+                    bytes_sent: levels * 2 * (r_bytes + b_bytes) as u64,
+                });
+            }
+            if genotypes {
+                notes.push("the variant QC pass (allele counts) is not counted".into());
+            }
+            let bytes_per_value = if genotypes { 0.25 } else { 8.0 };
+            let read =
+                read_seconds(values, bytes_per_value) * if resident { 1.0 } else { passes as f64 };
+            (passes, mem, resident, read)
+        }
+    };
+    let compute: f64 = phases.iter().map(|p| p.compute_seconds).sum();
+    let comm: f64 = phases.iter().map(|p| p.comm_seconds).sum();
+    // Reading overlaps the compute (read-ahead): the slower of the two counts.
+    let seconds = compute.max(read) + comm;
+    let dominant = if read > compute && read > comm {
+        "storage"
+    } else if comm > compute {
+        "network"
+    } else {
+        "compute"
+    };
+    let budget = cluster.memory_per_node / cluster.ranks_per_node as u64;
+    let fits = memory <= budget;
+    if !fits {
+        notes.push(format!(
+            "the plan needs {} per rank, more than the node's share {}: a run would refuse \
+             it (more nodes, or smaller panels)",
+            rankwise_exec::format_bytes(memory),
+            rankwise_exec::format_bytes(budget)
+        ));
+    }
+    if cluster.read_gbps.is_none() {
+        notes.push("storage reads are not counted (no read bandwidth given)".into());
+    }
+    Ok(Prediction {
+        ranks,
+        shape: (m, n),
+        panel_rows: chunk,
+        panels: grid.panels(),
+        passes,
+        phases,
+        seconds,
+        memory_per_rank: memory,
+        resident,
+        fits,
+        dominant: dominant.into(),
+        notes,
+    })
+}
+
+/// Measures the per-core [`Rates`] on this runtime's actors (run it with one rank): the
+/// exact SVD at 8, 32, 128 and 512 columns, and the randomized passes of a float64 matrix
+/// and of genotypes at 20 and 60 sketch columns (the first pass, and the power
+/// iterations' passes), and producing a value on one thread. Each measurement makes
+/// about `values` matrix values.
+pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
+    let cores = rt.world().ranks[0].iter().map(|a| a.threads).sum::<usize>();
+    let cores_f = cores as f64;
+    let mut svd = Vec::new();
+    for n in [8u64, 32, 128, 512] {
+        let m = (values / n).max(8 * n);
+        let chunk = (m / 8).max(4 * n);
+        let problem = SvdProblem::generated(m, n, chunk, 1, Dist::Normal)?;
+        // U is formed and handed over, as to a caller's sink, and not kept: what forming
+        // it costs, not what keeping it costs.
+        let sink: rankwise_linalg::FactorSink = Arc::new(|_, _, _| Ok(()));
+        let r = rankwise_linalg::svd(rt, &problem, &SvdOptions { check: false }, Some(sink))?;
+        let phase = |prefix: &str| {
+            r.timings
+                .iter()
+                .filter(|t| t.phase.starts_with(prefix))
+                .map(|t| t.seconds)
+                .sum::<f64>()
+        };
+        let v = (m * n) as f64;
+        svd.push(SvdRate {
+            cols: n,
+            pass1: phase("pass 1") * cores_f / v,
+            pass2: phase("pass 2") * cores_f / v,
+        });
+    }
+    let passes = |genotypes: bool| -> Result<PassRates, Error> {
+        let n = 2000u64;
+        let m = (values / n).max(4 * n);
+        let chunk = (m / 8).max(64);
+        let dist = if genotypes {
+            Dist::Genotype
+        } else {
+            Dist::Normal
+        };
+        let g = Generated::new(m, n, 3, dist);
+        // Producing: one thread fills panels as the passes do.
+        let t = Instant::now();
+        let rows = chunk.min(m);
+        if genotypes {
+            let mut out = ndarray::Array2::<i8>::zeros((rows as usize, n as usize));
+            for r0 in (0..m).step_by(rows as usize) {
+                let r1 = (r0 + rows).min(m);
+                g.fill_dosages(r0..r1, out.slice_mut(ndarray::s![..(r1 - r0) as usize, ..]))?;
+            }
+        } else {
+            let mut out = ndarray::Array2::<f64>::zeros((rows as usize, n as usize));
+            for r0 in (0..m).step_by(rows as usize) {
+                let r1 = (r0 + rows).min(m);
+                PanelSource::fill(
+                    &g,
+                    r0..r1,
+                    out.slice_mut(ndarray::s![..(r1 - r0) as usize, ..]),
+                )?;
+            }
+        }
+        let produce = t.elapsed().as_secs_f64() / (m * n) as f64;
+        let mut first = Vec::new();
+        let mut later = Vec::new();
+        for k in [10usize, 50] {
+            let g = Arc::new(Generated::new(m, n, 3, dist));
+            let problem = if genotypes {
+                RsvdProblem::genotypes(g, chunk)?
+            } else {
+                RsvdProblem::dense(g, chunk)?
+            };
+            let options = RsvdOptions {
+                k,
+                oversample: 10,
+                power_iters: 2,
+                method: rankwise_linalg::Method::SubspaceIteration,
+                probes: 0,
+                precision: rankwise_linalg::Precision::F64,
+                mixed_precision: false,
+                ..Default::default()
+            };
+            let r = rankwise_linalg::rsvd(rt, &problem, &options, None)?;
+            let v = (m * n) as f64;
+            let of = |prefix: &str| -> Vec<f64> {
+                r.timings
+                    .iter()
+                    .filter(|t| t.phase.starts_with(prefix))
+                    .map(|t| t.seconds * cores_f / v)
+                    .collect()
+            };
+            let l = (k + 10) as f64;
+            first.push((l, of("pass 1").iter().sum::<f64>()));
+            // Each power iteration's pass over the matrix (its A·Z phase).
+            let iterations: Vec<f64> = r
+                .timings
+                .iter()
+                .filter(|t| t.phase.starts_with("iteration") && t.phase.contains("A·Z"))
+                .map(|t| t.seconds * cores_f / v)
+                .collect();
+            let mean = iterations.iter().sum::<f64>() / iterations.len().max(1) as f64;
+            later.push((l, mean));
+        }
+        let fit = |p: &[(f64, f64)]| {
+            let ((l0, t0), (l1, t1)) = (p[0], p[1]);
+            let b = ((t1 - t0) / (l1 - l0)).max(0.0);
+            PassRate {
+                per_value: (t0 - b * l0).max(0.0),
+                per_value_column: b,
+            }
+        };
+        Ok(PassRates {
+            produce,
+            first: fit(&first),
+            later: fit(&later),
+        })
+    };
+    let dense = passes(false)?;
+    let genotypes = passes(true)?;
+    Ok(Rates {
+        machine: format!("{} ({cores} cores)", cpu_model()),
+        cores,
+        svd,
+        dense,
+        genotypes,
+    })
+}
+
+/// The CPU's model name, from /proc/cpuinfo where there is one.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rates() -> Rates {
+        Rates {
+            machine: "test".into(),
+            cores: 2,
+            svd: vec![
+                SvdRate {
+                    cols: 8,
+                    pass1: 1e-9,
+                    pass2: 5e-10,
+                },
+                SvdRate {
+                    cols: 512,
+                    pass1: 64e-9,
+                    pass2: 32e-9,
+                },
+            ],
+            dense: PassRates {
+                produce: 5e-10,
+                first: PassRate {
+                    per_value: 1e-9,
+                    per_value_column: 1e-10,
+                },
+                later: PassRate {
+                    per_value: 1e-10,
+                    per_value_column: 1e-10,
+                },
+            },
+            genotypes: PassRates {
+                produce: 5e-10,
+                first: PassRate {
+                    per_value: 2e-9,
+                    per_value_column: 1e-10,
+                },
+                later: PassRate {
+                    per_value: 2e-10,
+                    per_value_column: 1e-10,
+                },
+            },
+        }
+    }
+
+    fn cluster(nodes: usize, gbps: f64) -> Cluster {
+        Cluster {
+            nodes,
+            ranks_per_node: 2,
+            actors_per_rank: 1,
+            cores_per_node: 4,
+            memory_per_node: 64 << 30,
+            gpus_per_node: 0,
+            network: Network {
+                gbps,
+                latency: 1e-5,
+            },
+            read_gbps: None,
+        }
+    }
+
+    #[test]
+    fn more_nodes_divide_the_compute_and_a_slower_network_costs_only_communication() {
+        let w = Workload::Rsvd {
+            k: 10,
+            oversample: 10,
+            passes: 6,
+        };
+        let one = predict(1_000_000, 1000, 0, &w, &cluster(1, 100.0), &rates()).unwrap();
+        let eight = predict(1_000_000, 1000, 0, &w, &cluster(8, 100.0), &rates()).unwrap();
+        let slow = predict(1_000_000, 1000, 0, &w, &cluster(8, 1.0), &rates()).unwrap();
+        let compute = |p: &Prediction| p.phases.iter().map(|x| x.compute_seconds).sum::<f64>();
+        let comm = |p: &Prediction| p.phases.iter().map(|x| x.comm_seconds).sum::<f64>();
+        // Eight times the ranks: an eighth of the values per rank (whole panels: ±1 panel);
+        // both keep their panels in memory.
+        assert!(one.resident && eight.resident);
+        let ratio = compute(&one) / compute(&eight);
+        assert!((7.0..=8.5).contains(&ratio), "{ratio}");
+        assert_eq!(compute(&eight), compute(&slow));
+        assert!(comm(&slow) > comm(&eight));
+        // One node: only shared memory.
+        assert!(comm(&one) < 1e-3, "{}", comm(&one));
+        assert_eq!(one.passes, 6);
+        assert_eq!(one.dominant, "compute");
+        // The plan's memory: the rank holds at least its panels' sketch rows.
+        assert!(eight.memory_per_rank > 0);
+    }
+
+    #[test]
+    fn svd_rates_interpolate_between_calibrated_widths_and_refuse_bad_clusters() {
+        let r = rates();
+        assert_eq!(r.svd_at(4), (1e-9, 5e-10));
+        let (mid, _) = r.svd_at(64);
+        assert!((mid - 32.5e-9).abs() < 1e-12, "{mid}");
+        assert_eq!(r.svd_at(1024).0, 128e-9);
+        let mut c = cluster(2, 10.0);
+        c.network.gbps = 0.0;
+        let e = predict(1000, 10, 0, &Workload::Svd, &c, &r).unwrap_err();
+        assert_eq!(e.parameter(), Some("network"));
+        let mut c = cluster(2, 10.0);
+        c.nodes = 0;
+        assert_eq!(
+            predict(1000, 10, 0, &Workload::Svd, &c, &r)
+                .unwrap_err()
+                .parameter(),
+            Some("cluster")
+        );
+    }
+
+    #[test]
+    fn storage_dominates_when_it_is_slow() {
+        let mut c = cluster(1, 100.0);
+        c.read_gbps = Some(0.001);
+        let p = predict(
+            1_000_000,
+            1000,
+            0,
+            &Workload::Pca {
+                k: 10,
+                oversample: 10,
+                passes: 4,
+            },
+            &c,
+            &rates(),
+        )
+        .unwrap();
+        assert_eq!(p.dominant, "storage");
+    }
+}
