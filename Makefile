@@ -98,6 +98,7 @@ bench: build
 	bash benches/peers.sh $(if $(QUICK),--quick,)
 	bash benches/object_store.sh $(if $(QUICK),--quick,)
 	bash benches/python.sh $(if $(QUICK),--quick,)
+	bash benches/sizing.sh $(if $(QUICK),--quick,)
 	python3 benches/summary.py
 
 clean:

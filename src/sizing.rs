@@ -207,7 +207,7 @@ pub enum Workload {
         /// Extra sketch columns.
         oversample: usize,
         /// Passes over the matrix (LOBPCG to a tolerance makes as many as it needs: the
-        /// run reports them; `power_iters` q makes 2q + 2, plus one to measure residuals).
+        /// run reports them; `power_iters` q makes q + 2, the residual check included).
         passes: usize,
     },
     /// A genotype PCA: as `Rsvd`, on standardized genotypes.

@@ -62,7 +62,7 @@ pub(crate) struct SizingArgs {
     #[arg(long, default_value_t = 10, requires = "nodes")]
     oversample: usize,
     /// Passes over the matrix (rsvd, pca): LOBPCG to a tolerance makes as many as the
-    /// spectrum needs (a run's report says how many); `--power-iters q` makes 2q + 3.
+    /// spectrum needs (a run's report says how many); `--power-iters q` makes q + 2 (the residual check included).
     #[arg(long, default_value_t = 10, requires = "nodes")]
     passes: usize,
 }
