@@ -102,7 +102,9 @@ if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
     export RANKWISE_NETNS_PREFIX=rwz RANKWISE_NETNS_NET=10.79.0
     for link in "1gbit 1,50us" "100mbit 0.1,50us" "20mbit 0.02,50us"; do
         read -r rate net <<<"$link"
-        RANKWISE_NETNS_RATE=$rate tools/netns-cluster.sh up 2 >/dev/null
+        # A small burst: each message sees the rate (with tbf's default of 256 KiB here,
+        # messages of up to 256 KiB pass at once).
+        RANKWISE_NETNS_RATE=$rate RANKWISE_NETNS_BURST=32kb tools/netns-cluster.sh up 2 >/dev/null
         read -r -a margs <<<"$(tools/netns-cluster.sh mpirun-args)"
         for w in "${WORKLOADS[@]}"; do
             job=${w%%|*}

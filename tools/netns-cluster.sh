@@ -21,6 +21,8 @@
 #   RANKWISE_NETNS_PREFIX  node names, and the prefix of the bridge's and links' [rwn]
 #   RANKWISE_NETNS_NET     the first three octets of the nodes' /24          [10.77.0]
 #   RANKWISE_NETNS_RATE    each node's link rate, e.g. 1gbit (tc tbf); none by default
+#   RANKWISE_NETNS_BURST   what tbf lets through at once before the rate applies [256kb]:
+#                          messages shorter than it barely see the rate
 #   RANKWISE_NETNS_DELAY   one-way delay added on each link, e.g. 2ms (tc netem, which needs
 #                          the kernel's sch_netem); none by default
 # Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2 and util-linux's unshare.
@@ -75,7 +77,7 @@ shape() {
     tc qdisc add dev "$dev" root netem delay "$RANKWISE_NETNS_DELAY" "${rate[@]}" ||
       fail "tc netem failed on $dev: the kernel lacks sch_netem (leave RANKWISE_NETNS_DELAY unset)"
   elif [ -n "${RANKWISE_NETNS_RATE:-}" ]; then
-    tc qdisc add dev "$dev" root tbf rate "$RANKWISE_NETNS_RATE" burst 256kb latency 50ms
+    tc qdisc add dev "$dev" root tbf rate "$RANKWISE_NETNS_RATE" burst "${RANKWISE_NETNS_BURST:-256kb}" latency 50ms
   fi
 }
 
@@ -87,7 +89,7 @@ shape_in() {
     [ -z "${RANKWISE_NETNS_RATE:-}" ] || rate=(rate "$RANKWISE_NETNS_RATE")
     ip netns exec "$node" tc qdisc replace dev eth0 root netem delay "$RANKWISE_NETNS_DELAY" "${rate[@]}"
   else
-    ip netns exec "$node" tc qdisc replace dev eth0 root tbf rate "$RANKWISE_NETNS_RATE" burst 256kb latency 50ms
+    ip netns exec "$node" tc qdisc replace dev eth0 root tbf rate "$RANKWISE_NETNS_RATE" burst "${RANKWISE_NETNS_BURST:-256kb}" latency 50ms
   fi
 }
 
