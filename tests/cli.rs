@@ -520,13 +520,13 @@ fn calibrate_then_plan_a_cluster_job() {
     assert_eq!(p["phases"].as_array().unwrap().len(), 3);
 
     // Wrong options are named.
+    let small = |extra: &[&str]| {
+        let mut args = vec!["plan", "--rows", "1000", "--cols", "10"];
+        args.extend_from_slice(extra);
+        rankwise(&args)
+    };
     let missing = dir.join("none.json");
-    let (code, _, err) = rankwise(&[
-        "plan",
-        "--rows",
-        "1000",
-        "--cols",
-        "10",
+    let (code, _, err) = small(&[
         "--chunk-rows",
         "0",
         "--nodes",
@@ -544,17 +544,7 @@ fn calibrate_then_plan_a_cluster_job() {
     let (code, _, err) = plan("2", &["--network", "fast"]);
     assert_ne!(code, 0);
     assert!(err.contains("--network"), "{err}");
-    let (code, _, err) = rankwise(&[
-        "plan",
-        "--rows",
-        "1000",
-        "--cols",
-        "10",
-        "--chunk-rows",
-        "100",
-        "--ranks-per-node",
-        "2",
-    ]);
+    let (code, _, err) = small(&["--chunk-rows", "100", "--ranks-per-node", "2"]);
     assert_ne!(code, 0);
     assert!(err.contains("--nodes"), "{err}");
 }
