@@ -81,6 +81,17 @@ impl Progress {
         }
     }
 
+    /// A run begins on this runtime (a runtime may make several, one after another): its
+    /// passes are counted from none, up to `max` (0: not known), and the last run's
+    /// residuals are forgotten.
+    pub fn begin_run(&self, max: u64) {
+        self.pass.store(0, Ordering::Relaxed);
+        self.max_passes.store(max, Ordering::Relaxed);
+        for a in [&self.residual, &self.tol, &self.previous] {
+            a.store(f64::NAN.to_bits(), Ordering::Relaxed);
+        }
+    }
+
     /// Says the most passes the run may make.
     pub fn set_max_passes(&self, max: u64) {
         self.max_passes.store(max, Ordering::Relaxed);
@@ -147,6 +158,19 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_run_counts_its_passes_from_none() {
+        let p = Progress::default();
+        p.begin_run(2);
+        p.start_pass();
+        p.start_pass();
+        p.set_residual(1e-3, 1e-6);
+        p.begin_run(4);
+        p.start_pass();
+        let s = p.snapshot();
+        assert_eq!((s.pass, s.max_passes, s.residual), (1, Some(4), None));
+    }
 
     #[test]
     fn passes_jobs_and_the_rate_of_convergence_are_read_back() {

@@ -851,7 +851,7 @@ impl<'a, 't> Run<'a, 't> {
     ) -> Result<Self, LinalgError> {
         let comm = rt.comm();
         let me = comm.rank();
-        rt.progress().set_max_passes(plan.passes as u64);
+        rt.progress().begin_run(plan.passes as u64);
         let grid = plan.grid;
         let n = problem.operand.shape().1 as usize;
         let mut resident = Vec::new();

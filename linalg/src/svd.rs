@@ -586,7 +586,7 @@ impl<'a> SvdRun<'a> {
             .map(|ps| ps.iter().map(|&p| (p, grid.panel_rows(p))).collect())
             .collect();
         let reads = self.reads(order)?;
-        rt.progress().set_max_passes(2);
+        rt.progress().begin_run(2);
         rt.progress().start_pass();
         let pass1 = rt.map(
             inputs.clone(),
