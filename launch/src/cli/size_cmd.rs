@@ -85,11 +85,9 @@ fn network(s: &str) -> Result<Network, CliError> {
     let (gbps, latency) = s.split_once(',').ok_or_else(bad)?;
     let gbps: f64 = gbps.trim().parse().map_err(|_| bad())?;
     let latency = latency.trim();
-    let (number, unit) = latency.split_at(
-        latency
-            .find(|c: char| c.is_ascii_alphabetic())
-            .unwrap_or(latency.len()),
-    );
+    // The unit is the trailing letters (`1e-6` is a number in seconds).
+    let number = latency.trim_end_matches(|c: char| c.is_alphabetic());
+    let unit = latency[number.len()..].trim();
     let scale = match unit {
         "ns" => 1e-9,
         "us" | "µs" => 1e-6,
