@@ -12,9 +12,15 @@ use rankwise_testkit::process::{run_with_timeout, without_cargo_test_env};
 
 mod common;
 
-/// Builds the wheel into the pinned test environment (`scripts/python-venv.sh`, locked, so
-/// both tests may call it): the environment and the wheel's path.
+/// Builds the wheel into the pinned test environment (`scripts/python-venv.sh`) once for
+/// both tests: the environment and the wheel's path. (A second build while the other test
+/// installs the wheel would replace the file under it.)
 fn wheel() -> (PathBuf, String) {
+    static BUILT: std::sync::OnceLock<(PathBuf, String)> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_wheel).clone()
+}
+
+fn build_wheel() -> (PathBuf, String) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = root.join("target").join("python-venv");
     let mut build = Command::new(root.join("scripts").join("python-venv.sh"));
