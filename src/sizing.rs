@@ -230,7 +230,8 @@ pub struct PredictedPhase {
     pub compute_seconds: f64,
     /// Seconds of communication on the critical path.
     pub comm_seconds: f64,
-    /// Bytes the busiest sender sends in the phase.
+    /// Bytes the busiest sender sends in the phase (payloads; each message also carries a
+    /// header of a few bytes).
     pub bytes_sent: u64,
 }
 
@@ -407,6 +408,7 @@ pub fn predict(
         })
     };
     let net = cluster.network;
+    let levels = (ranks.max(1) as f64).log2().ceil() as u64;
     let per_node = cluster.ranks_per_node;
     let mut phases = Vec::new();
     let (passes, memory, resident, read) = match workload {
@@ -423,7 +425,8 @@ pub fn predict(
             let (mem, resident) = rank_memory(&plan.memory, &plan.placement);
             let up = (plan.words_up * 8) as f64;
             let down = (plan.words_down * 8) as f64;
-            let sends = plan.messages_per_sweep.iter().copied().max().unwrap_or(0) as u64;
+            // Σ and Vᵀ: n + n² values.
+            let bcast = ((n + n * n) * 8) as f64;
             phases.push(PredictedPhase {
                 phase: "pass 1: produce panels + panel QR".into(),
                 compute_seconds: values * p1 * scale,
@@ -434,9 +437,11 @@ pub fn predict(
                 phase: "tree: reduce R factors, SVD of R, broadcast, push down".into(),
                 compute_seconds: 0.0,
                 // Up, the broadcast of Σ and Vᵀ (n² values), and down.
-                comm_seconds: tree_seconds(ranks, per_node, up, &net) * 2.0
+                comm_seconds: tree_seconds(ranks, per_node, up, &net)
+                    + tree_seconds(ranks, per_node, bcast, &net)
                     + tree_seconds(ranks, per_node, down, &net),
-                bytes_sent: sends * (up + down) as u64,
+                // The root sends the most: a C block and Σ, Vᵀ down each level.
+                bytes_sent: levels * (down + bcast) as u64,
             });
             // Pass 2 over panels that were not kept produces them again.
             let again = if resident { 0.0 } else { rates.dense.produce };
@@ -486,7 +491,6 @@ pub fn predict(
             let b_bytes = (plan.words_b * 8) as f64;
             let comm = 2.0 * tree_seconds(ranks, per_node, r_bytes, &net)
                 + 2.0 * tree_seconds(ranks, per_node, b_bytes, &net);
-            let levels = (ranks.max(1) as f64).log2().ceil() as u64;
             let passes = (*passes).max(1);
             for p in 1..=passes {
                 let per_value = if p == 1 {
@@ -500,7 +504,8 @@ pub fn predict(
                     phase: format!("pass {p}"),
                     compute_seconds: values * per_value * scale,
                     comm_seconds: comm,
-                    bytes_sent: levels * 2 * (r_bytes + b_bytes) as u64,
+                    // The busiest rank sends an R factor and a B block per level.
+                    bytes_sent: levels * (r_bytes + b_bytes) as u64,
                 });
             }
             if genotypes {

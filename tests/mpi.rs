@@ -340,3 +340,143 @@ fn an_mpi_program_can_hand_rankwise_its_communicator() {
         "σ from the embedding program differ from the CLI's"
     );
 }
+
+/// The sizing model's messages are the ones the code sends: `rankwise plan --nodes 1
+/// --ranks-per-node 4` against the bytes that the busiest of 4 ranks under `mpirun`
+/// reports sending, for the exact SVD's tree and for one power iteration of rsvd (its
+/// sketch's R factors and the sum of B). The model counts the blocks' values.
+#[test]
+fn the_sizing_models_messages_are_those_the_ranks_send() {
+    let dir = scratch("mpi-sizing");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rates = dir.join("rates.json");
+    let out = Command::new(rankwise_bin())
+        .args(["calibrate", "-q", "--values", "262144", "--out"])
+        .arg(&rates)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let predicted = |job: &str, shape: &[&str]| -> serde_json::Value {
+        let out = Command::new(rankwise_bin())
+            .arg("plan")
+            .args(shape)
+            .args([
+                "--nodes",
+                "1",
+                "--ranks-per-node",
+                "4",
+                "--network",
+                "10,10us",
+            ])
+            .args(["--job", job, "--passes", "4", "--json", "--calibration"])
+            .arg(&rates)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // The busiest rank's bytes in the phases whose names start with one of `phases`.
+    let busiest = |r: &serde_json::Value, phases: &[&str]| -> (u64, u64) {
+        r["per_rank"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|rank| {
+                rank["timings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|t| {
+                        phases
+                            .iter()
+                            .any(|p| t["phase"].as_str().unwrap().starts_with(p))
+                    })
+                    .fold((0, 0), |(b, m), t| {
+                        (
+                            b + t["comm"]["bytes_sent"].as_u64().unwrap(),
+                            m + t["comm"]["messages_sent"].as_u64().unwrap(),
+                        )
+                    })
+            })
+            .max()
+            .unwrap()
+    };
+    let close = |what: &str, model: u64, (bytes, messages): (u64, u64)| {
+        // Headers, and the few values that travel with a block (B's carries its
+        // sketch's column norms): at most 64 bytes a message and 1 % in all.
+        let extra = 64 * messages + model / 100;
+        assert!(
+            model <= bytes && bytes <= model + extra,
+            "{what}: the model says {model} bytes, the busiest rank sent {bytes} in {messages} messages"
+        );
+    };
+    let shape = ["--rows", "40000", "--cols", "24", "--chunk-rows", "2500"];
+    let svd = report(&common::under_mpirun(
+        4,
+        &strings(
+            &[
+                &[
+                    "svd",
+                    "--dist",
+                    "normal",
+                    "--transport",
+                    "mpi",
+                    "--json",
+                    "-q",
+                ],
+                &shape[..],
+            ]
+            .concat(),
+        ),
+    ));
+    let model = predicted("svd", &shape);
+    close(
+        "svd tree",
+        model["phases"][1]["bytes_sent"].as_u64().unwrap(),
+        busiest(&svd, &["tree", "SVD of R"]),
+    );
+    let shape = [
+        "--rows",
+        "40000",
+        "--cols",
+        "300",
+        "--chunk-rows",
+        "2500",
+        "-k",
+        "10",
+    ];
+    let rsvd = report(&common::under_mpirun(
+        4,
+        &strings(
+            &[
+                &[
+                    "rsvd",
+                    "--power-iters",
+                    "2",
+                    "--dist",
+                    "normal",
+                    "--transport",
+                    "mpi",
+                    "--json",
+                    "-q",
+                ],
+                &shape[..],
+            ]
+            .concat(),
+        ),
+    ));
+    let model = predicted("rsvd", &shape);
+    close(
+        "an rsvd power iteration",
+        model["phases"][1]["bytes_sent"].as_u64().unwrap(),
+        busiest(&rsvd, &["iteration 1:"]),
+    );
+}
