@@ -113,12 +113,15 @@ use rankwise_transports::{Comm, LocalWorld, TransportError};
 /// it is announced to every rank, whose waits then fail naming this rank. If a peer's
 /// notice arrives first (within [`transports::PEER_NOTICE_WAIT`]), this rank's error is
 /// likely its consequence, and the peer's failure is returned instead: the cause every
-/// rank should report. On one rank, `error` is returned unchanged.
+/// rank should report. A bad argument ([`Error::parameter`]) is announced too, in case
+/// this rank alone refused it, but stays this rank's error: the ranks that agreed on the
+/// arguments refuse them alike. On one rank, `error` is returned unchanged.
 pub fn fail_collectively(rt: &Runtime, error: Error) -> Error {
     if rt.comm().size() < 2 || error.peer_failure().is_some() {
         return error;
     }
     match transports::announce_failure(rt.comm(), &|| error.to_string()) {
+        Some(_) if error.parameter().is_some() => error,
         Some((rank, message)) => Error::Transport(TransportError::PeerFailed { rank, message }),
         None => error,
     }

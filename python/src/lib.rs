@@ -429,15 +429,8 @@ fn work(
     {
         rt.interrupter().interrupt();
     }
-    // Other ranks may wait for this one in a collective: a failure is announced to them
-    // (a bad argument, which every rank refuses alike, stays this rank's own error).
+    // Other ranks may wait for this one in a collective: a failure is announced to them.
     let fail = |error: Error| {
-        if error.parameter().is_some() {
-            if rt.comm().size() > 1 {
-                let _ = rankwise::transports::announce_failure(rt.comm(), &|| error.to_string());
-            }
-            return Failure { error, rank };
-        }
         let error = rankwise::fail_collectively(&rt, error);
         let rank = error.peer_failure().map_or(rank, |(r, _)| r);
         Failure { error, rank }
