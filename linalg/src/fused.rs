@@ -57,7 +57,7 @@ use x86::{ab_sweep, atb_group};
 
 /// True when the fused kernels run on this CPU (those of the `skinny` module run).
 pub fn available() -> bool {
-    crate::skinny::available()
+    crate::skinny::avx512()
 }
 
 /// Whether `t`'s byte slice holds every row's codes.

@@ -20,40 +20,86 @@
 //!   rows of `C`, in blocks of rows that stay in cache.
 //!
 //! Both sum over the inner dimension in order, one fused multiply-add per term, so the
-//! result depends only on the operands. They run where the CPU has AVX-512F; elsewhere
-//! (and for wider operands) the callers use BLAS.
+//! result depends only on the operands. They run where the CPU has AVX-512F, and in their
+//! AVX2 form ([`avx2`], the same sums in the same order, so the same bits) where it has
+//! AVX2 and FMA (f64 only, see [`Elem::AVX2`]); elsewhere (and for wider
+//! operands) the callers use BLAS.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// The widest narrow operand the kernels take (columns of `B` in [`ab`], of `A` in
 /// [`atb`]); wider products go to BLAS, whose packing is then amortized.
 pub(crate) const MAX_NARROW: usize = 64;
 
-/// True when the kernels run on this CPU: it has AVX-512F, and `RANKWISE_SKINNY=0` does not
-/// send every product to BLAS (to compare the two on a given CPU).
-pub(crate) fn available() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        if std::env::var("RANKWISE_SKINNY").as_deref() == Ok("0") {
-            return false;
-        }
+/// The instruction sets the kernels come in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// AVX-512F: 32 registers of 512 bits.
+    Avx512,
+    /// AVX2 and FMA: 16 registers of 256 bits; the same bits as [`Isa::Avx512`].
+    Avx2,
+}
+
+impl Isa {
+    /// Those this CPU runs, widest first.
+    pub(crate) fn supported() -> Vec<Isa> {
+        let mut isas = Vec::new();
         #[cfg(target_arch = "x86_64")]
         {
-            std::arch::is_x86_feature_detected!("avx512f")
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                isas.push(Isa::Avx512);
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                isas.push(Isa::Avx2);
+            }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
+        isas
+    }
+}
+
+/// The kernels' instruction set here: the widest this CPU runs, unless `RANKWISE_SKINNY`
+/// says otherwise. `RANKWISE_SKINNY=0` sends every product to BLAS (to compare the two on a
+/// given CPU); `RANKWISE_SKINNY=avx2` runs the AVX2 kernels on an AVX-512 CPU, computing as
+/// an AVX2 node does (the fused genotype kernels, AVX-512 only, then stay off too).
+pub(crate) fn isa() -> Option<Isa> {
+    static ISA: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
+    *ISA.get_or_init(|| {
+        let supported = Isa::supported();
+        match std::env::var("RANKWISE_SKINNY").as_deref() {
+            Ok("0") => None,
+            Ok("avx2") => supported.into_iter().find(|i| *i == Isa::Avx2),
+            _ => supported.first().copied(),
         }
     })
+}
+
+/// True when the AVX-512 kernels run here (those of this module and the fused genotype
+/// kernels, which have no AVX2 form).
+pub(crate) fn avx512() -> bool {
+    isa() == Some(Isa::Avx512)
 }
 
 /// The element types the kernels take (f32 and f64).
 pub(crate) trait Elem: Copy + sealed::Sealed {
     /// Values per AVX-512 register.
     const LANES: usize;
-    /// [`ab`] for `w ≤ 2·LANES` columns.
+    /// Values per AVX2 register.
+    const LANES2: usize;
+    /// Whether the AVX2 kernels exist for this type. Not for f32: on a Zen 3 core (2-core
+    /// AMD EPYC KVM guest, 2026-11-29) an f32 form of them ran `T·Ω` faster than OpenBLAS
+    /// on a tile in cache (criterion `rsvd_tiles/sgemm_tile_omega_flops`, 107 against 124
+    /// µs) but `Qᵀ·T` slower (110–125 against 102 µs), and `rsvd --precision f32` of
+    /// 50,000 × 20,000 ran 4 % slower end to end (2.00–2.03 against 1.86–1.99 s,
+    /// interleaved). f64 gains (see [`avx2`]).
+    const AVX2: bool;
+    /// [`ab`] for `w ≤ 2·LANES` columns (AVX-512) or `w ≤ avx2::AB_REGS·LANES2` (AVX2).
     #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn ab_columns(
+        isa: Isa,
         m: usize,
         w: usize,
         k: usize,
@@ -65,11 +111,26 @@ pub(crate) trait Elem: Copy + sealed::Sealed {
         c: *mut Self,
         ldc: usize,
     );
-    /// [`atb`] for `g ≤ 24` rows of `C`.
+    /// [`atb`] for `g ≤ 12` rows of `C` (AVX-512).
     #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn atb_group(
         g: usize,
+        n: usize,
+        k: usize,
+        a: *const Self,
+        lda: usize,
+        b: *const Self,
+        ldb: usize,
+        beta: Self,
+        c: *mut Self,
+        ldc: usize,
+    );
+    /// [`atb`] with the AVX2 kernel (all `m` rows of `C`).
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn atb_avx2(
+        m: usize,
         n: usize,
         k: usize,
         a: *const Self,
@@ -108,14 +169,46 @@ pub(crate) unsafe fn ab<T: Elem>(
     c: *mut T,
     ldc: usize,
 ) -> bool {
-    if n > MAX_NARROW || !available() {
+    match isa() {
+        // SAFETY: the caller's contract; the instruction set runs here.
+        Some(isa) => unsafe { ab_with(isa, m, n, k, a, lda, b, ldb, beta, c, ldc) },
+        None => false,
+    }
+}
+
+/// [`ab`] with the kernels of `isa`, which must run here.
+///
+/// # Safety
+/// As for [`ab`], and this CPU runs `isa`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn ab_with<T: Elem>(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const T,
+    lda: usize,
+    b: *const T,
+    ldb: usize,
+    beta: T,
+    c: *mut T,
+    ldc: usize,
+) -> bool {
+    if n > MAX_NARROW || (isa == Isa::Avx2 && !T::AVX2) {
         return false;
     }
+    let step = match isa {
+        Isa::Avx512 => 2 * T::LANES,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => avx2::AB_REGS * T::LANES2,
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx2 => return false,
+    };
     let mut c0 = 0;
     while c0 < n {
-        let w = (n - c0).min(2 * T::LANES);
-        // SAFETY: AVX-512F was detected; columns c0..c0 + w lie in B and C.
-        unsafe { T::ab_columns(m, w, k, a, lda, b.add(c0), ldb, beta, c.add(c0), ldc) };
+        let w = (n - c0).min(step);
+        // SAFETY: `isa` runs here; columns c0..c0 + w lie in B and C.
+        unsafe { T::ab_columns(isa, m, w, k, a, lda, b.add(c0), ldb, beta, c.add(c0), ldc) };
         c0 += w;
     }
     true
@@ -140,8 +233,38 @@ pub(crate) unsafe fn atb<T: Elem>(
     c: *mut T,
     ldc: usize,
 ) -> bool {
-    if m > MAX_NARROW || !available() {
+    match isa() {
+        // SAFETY: the caller's contract; the instruction set runs here.
+        Some(isa) => unsafe { atb_with(isa, m, n, k, a, lda, b, ldb, beta, c, ldc) },
+        None => false,
+    }
+}
+
+/// [`atb`] with the kernels of `isa`, which must run here.
+///
+/// # Safety
+/// As for [`ab`], and this CPU runs `isa`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn atb_with<T: Elem>(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const T,
+    lda: usize,
+    b: *const T,
+    ldb: usize,
+    beta: T,
+    c: *mut T,
+    ldc: usize,
+) -> bool {
+    if m > MAX_NARROW || (isa == Isa::Avx2 && !T::AVX2) {
         return false;
+    }
+    if isa == Isa::Avx2 {
+        // SAFETY: AVX2 and FMA run here; the caller's contract.
+        unsafe { T::atb_avx2(m, n, k, a, lda, b, ldb, beta, c, ldc) };
+        return true;
     }
     // Rows of C in even groups of at most 12, each group one more read of B: the kernel
     // keeps two registers of columns of each row of C (24 accumulators).
@@ -149,18 +272,31 @@ pub(crate) unsafe fn atb<T: Elem>(
     let mut r0 = 0;
     while r0 < m {
         let g = (m - r0).min(per);
-        // SAFETY: AVX-512F was detected; rows r0..r0 + g of C are columns of A.
+        // SAFETY: AVX-512F runs here; rows r0..r0 + g of C are columns of A.
         unsafe { T::atb_group(g, n, k, a.add(r0), lda, b, ldb, beta, c.add(r0 * ldc), ldc) };
         r0 += g;
     }
     true
 }
 
+/// A call of the AVX2 kernels of a type that has them (`true`); `false` marks a type without
+/// them, which `ab_with` and `atb_with` never send there.
+#[cfg(target_arch = "x86_64")]
+macro_rules! avx2_call {
+    (true, $m:ident :: $f:ident $args:tt) => {
+        avx2::$m::$f $args
+    };
+    (false, $m:ident :: $f:ident $args:tt) => {{
+        let _ = $args;
+        unreachable!("no AVX2 kernels for this type (Elem::AVX2)")
+    }};
+}
+
 /// The kernels of one element type: `$m` is the module, `$t` the type, `$lanes` its values
 /// per register, then its AVX-512 intrinsics (register type, mask type, set1, fmadd,
 /// mul, loadu, maskz_loadu, mask_storeu, setzero).
 macro_rules! kernels {
-    ($m:ident, $t:ty, $lanes:literal, $v:ty, $mask:ty, $set1:ident, $fmadd:ident, $mul:ident,
+    ($m:ident, $t:ty, $lanes:literal, $avx2:tt, $v:ty, $mask:ty, $set1:ident, $fmadd:ident, $mul:ident,
      $loadu:ident, $maskz_loadu:ident, $mask_storeu:ident, $zero:ident) => {
         #[cfg(target_arch = "x86_64")]
         mod $m {
@@ -428,7 +564,10 @@ macro_rules! kernels {
 
         impl Elem for $t {
             const LANES: usize = $lanes;
+            const LANES2: usize = $lanes / 2;
+            const AVX2: bool = $avx2;
             unsafe fn ab_columns(
+                isa: Isa,
                 m: usize,
                 w: usize,
                 k: usize,
@@ -441,12 +580,16 @@ macro_rules! kernels {
                 ldc: usize,
             ) {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: the caller's contract (AVX-512F detected by `ab`).
+                // SAFETY: the caller's contract (`isa` runs here).
+                #[allow(unused_unsafe)] // no unsafe call for a type without AVX2 kernels
                 unsafe {
-                    $m::ab_columns(m, w, k, a, lda, b, ldb, beta, c, ldc)
+                    match isa {
+                        Isa::Avx512 => $m::ab_columns(m, w, k, a, lda, b, ldb, beta, c, ldc),
+                        Isa::Avx2 => avx2_call!($avx2, $m::ab_columns(m, w, k, a, lda, b, ldb, beta, c, ldc)),
+                    }
                 }
                 #[cfg(not(target_arch = "x86_64"))]
-                let _ = (m, w, k, a, lda, b, ldb, beta, c, ldc);
+                let _ = (isa, m, w, k, a, lda, b, ldb, beta, c, ldc);
             }
             unsafe fn atb_group(
                 g: usize,
@@ -461,12 +604,33 @@ macro_rules! kernels {
                 ldc: usize,
             ) {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: the caller's contract (AVX-512F detected by `atb`).
+                // SAFETY: the caller's contract (AVX-512F runs here).
                 unsafe {
                     $m::atb_group(g, n, k, a, lda, b, ldb, beta, c, ldc)
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 let _ = (g, n, k, a, lda, b, ldb, beta, c, ldc);
+            }
+            unsafe fn atb_avx2(
+                m: usize,
+                n: usize,
+                k: usize,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                beta: $t,
+                c: *mut $t,
+                ldc: usize,
+            ) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the caller's contract (AVX2 and FMA run here).
+                #[allow(unused_unsafe)] // no unsafe call for a type without AVX2 kernels
+                unsafe {
+                    avx2_call!($avx2, $m::atb(m, n, k, a, lda, b, ldb, beta, c, ldc))
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (m, n, k, a, lda, b, ldb, beta, c, ldc);
             }
         }
     };
@@ -476,6 +640,7 @@ kernels!(
     single,
     f32,
     16,
+    false,
     __m512,
     __mmask16,
     _mm512_set1_ps,
@@ -490,6 +655,7 @@ kernels!(
     double,
     f64,
     8,
+    true,
     __m512d,
     __mmask8,
     _mm512_set1_pd,
@@ -515,6 +681,9 @@ mod tests {
         fn of(x: f32) -> Self;
         fn f64(self) -> f64;
         fn bits(self) -> u64;
+        /// `self·y + z`, rounded once.
+        fn fma(self, y: Self, z: Self) -> Self;
+        fn mul(self, y: Self) -> Self;
     }
 
     impl Val for f32 {
@@ -529,6 +698,12 @@ mod tests {
         fn bits(self) -> u64 {
             self.to_bits() as u64
         }
+        fn fma(self, y: f32, z: f32) -> f32 {
+            self.mul_add(y, z)
+        }
+        fn mul(self, y: f32) -> f32 {
+            self * y
+        }
     }
 
     impl Val for f64 {
@@ -542,6 +717,12 @@ mod tests {
         }
         fn bits(self) -> u64 {
             self.to_bits()
+        }
+        fn fma(self, y: f64, z: f64) -> f64 {
+            self.mul_add(y, z)
+        }
+        fn mul(self, y: f64) -> f64 {
+            self * y
         }
     }
 
@@ -573,18 +754,27 @@ mod tests {
         }
     }
 
+    /// The kernels' own order, one value at a time: `ab` sums from zero and adds `beta·c`
+    /// last; `atb` starts from `beta·c` (rounded) and sums in order.
+    fn fma_chain<T: Val>(start: T, terms: impl Iterator<Item = (T, T)>) -> T {
+        terms.fold(start, |s, (x, y)| x.fma(y, s))
+    }
+
     #[test]
-    fn both_kernels_in_both_precisions_equal_a_float64_product_on_random_shapes_and_strides() {
-        if !available() {
-            eprintln!("skipped: this CPU has no AVX-512F, the kernels do not run here");
+    fn every_instruction_set_in_both_precisions_gives_the_bits_of_one_ordered_fma_chain() {
+        let isas = Isa::supported();
+        if isas.is_empty() {
+            eprintln!("skipped: this CPU has neither AVX-512F nor AVX2+FMA");
             return;
         }
         let mut rng = Rng::fresh();
-        cases::<f32>(&mut rng);
-        cases::<f64>(&mut rng);
+        for isa in isas {
+            cases::<f32>(isa, &mut rng);
+            cases::<f64>(isa, &mut rng);
+        }
     }
 
-    fn cases<T: Val>(rng: &mut Rng) {
+    fn cases<T: Val>(isa: Isa, rng: &mut Rng) {
         for case in 0..60 {
             let m = 1 + rng.below(80);
             let narrow = 1 + rng.below(MAX_NARROW);
@@ -597,6 +787,7 @@ mod tests {
             let b: Vec<T> = matrix(rng, k, narrow, ldb);
             let c0: Vec<T> = matrix(rng, m, narrow, ldc);
             let mut want = vec![0.0f64; m * narrow];
+            let mut exact = vec![T::of(0.0); m * narrow];
             for i in 0..m {
                 for j in 0..narrow {
                     let mut s = beta.f64() * c0[i * ldc + j].f64();
@@ -604,12 +795,53 @@ mod tests {
                         s += a[i * lda + t].f64() * b[t * ldb + j].f64();
                     }
                     want[i * narrow + j] = s;
+                    let terms = (0..k).map(|t| (a[i * lda + t], b[t * ldb + j]));
+                    let sum = fma_chain(T::of(0.0), terms);
+                    exact[i * narrow + j] = if beta.f64() == 0.0 {
+                        sum
+                    } else {
+                        beta.fma(c0[i * ldc + j], sum)
+                    };
                 }
             }
             let mut c = c0.clone();
-            // SAFETY: the shapes and leading dimensions describe the vectors above.
+            // SAFETY: the shapes and leading dimensions describe the vectors above; `isa`
+            // runs here.
+            if isa == Isa::Avx2 && !T::AVX2 {
+                // SAFETY: nothing is read or written when the kernels decline.
+                let declined = unsafe {
+                    !ab_with(
+                        isa,
+                        m,
+                        narrow,
+                        k,
+                        a.as_ptr(),
+                        1,
+                        b.as_ptr(),
+                        1,
+                        beta,
+                        c.as_mut_ptr(),
+                        1,
+                    ) && !atb_with(
+                        isa,
+                        m,
+                        narrow,
+                        k,
+                        a.as_ptr(),
+                        1,
+                        b.as_ptr(),
+                        1,
+                        beta,
+                        c.as_mut_ptr(),
+                        1,
+                    )
+                };
+                assert!(declined, "a type without AVX2 kernels goes to BLAS there");
+                return;
+            }
             let ran = unsafe {
-                ab(
+                ab_with(
+                    isa,
                     m,
                     narrow,
                     k,
@@ -624,6 +856,7 @@ mod tests {
             };
             assert!(ran);
             check(&c, &want, &c0, m, narrow, ldc);
+            same_bits(isa, "ab", &c, &exact, m, narrow, ldc);
             // atb: A k×narrow, B k×n, C narrow×n.
             let n = m;
             let (lda, ldb, ldc) = (narrow + pad(rng), n + pad(rng), n + pad(rng));
@@ -631,6 +864,7 @@ mod tests {
             let b: Vec<T> = matrix(rng, k, n, ldb);
             let c0: Vec<T> = matrix(rng, narrow, n, ldc);
             let mut want = vec![0.0f64; narrow * n];
+            let mut exact = vec![T::of(0.0); narrow * n];
             for i in 0..narrow {
                 for j in 0..n {
                     let mut s = beta.f64() * c0[i * ldc + j].f64();
@@ -638,12 +872,20 @@ mod tests {
                         s += a[t * lda + i].f64() * b[t * ldb + j].f64();
                     }
                     want[i * n + j] = s;
+                    let start = if beta.f64() == 0.0 {
+                        T::of(0.0)
+                    } else {
+                        beta.mul(c0[i * ldc + j])
+                    };
+                    let terms = (0..k).map(|t| (a[t * lda + i], b[t * ldb + j]));
+                    exact[i * n + j] = fma_chain(start, terms);
                 }
             }
             let mut c = c0.clone();
             // SAFETY: as above.
             let ran = unsafe {
-                atb(
+                atb_with(
+                    isa,
                     narrow,
                     n,
                     k,
@@ -658,6 +900,31 @@ mod tests {
             };
             assert!(ran);
             check(&c, &want, &c0, narrow, n, ldc);
+            same_bits(isa, "atb", &c, &exact, narrow, n, ldc);
+        }
+    }
+
+    /// Every value of `got` is bit for bit that of `exact` (so every instruction set gives
+    /// the same result).
+    fn same_bits<T: Val>(
+        isa: Isa,
+        what: &str,
+        got: &[T],
+        exact: &[T],
+        rows: usize,
+        cols: usize,
+        ldc: usize,
+    ) {
+        for i in 0..rows {
+            for j in 0..cols {
+                assert_eq!(
+                    got[i * ldc + j].bits(),
+                    exact[i * cols + j].bits(),
+                    "{isa:?} {what} C[{i},{j}] of {rows}×{cols}: {:?} against the ordered chain's {:?}",
+                    got[i * ldc + j],
+                    exact[i * cols + j]
+                );
+            }
         }
     }
 
