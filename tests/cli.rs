@@ -548,3 +548,81 @@ fn calibrate_then_plan_a_cluster_job() {
     assert_ne!(code, 0);
     assert!(err.contains("--nodes"), "{err}");
 }
+
+/// `--machine-limit`: every pass's products are counted (their sum is the run's GEMM
+/// total, computed apart from the options), the GEMM probe runs on every rank at once
+/// (here 2 Local ranks), and each pass states a rate and a share of it.
+#[test]
+fn machine_limit_states_each_passs_rate_and_share_of_the_gemm_probe() {
+    let mut draw = common::Draw::fresh();
+    for power_iters in 0..3u64 {
+        let m = draw.range(8_000, 30_000);
+        let n = draw.range(500, 3_000);
+        let k = draw.range(2, 8);
+        let (code, stdout, stderr) = rankwise(&[
+            "rsvd",
+            "--rows",
+            &m.to_string(),
+            "--cols",
+            &n.to_string(),
+            "--chunk-rows",
+            "2000",
+            "-k",
+            &k.to_string(),
+            "--power-iters",
+            &power_iters.to_string(),
+            "--local-ranks",
+            "2",
+            "--machine-limit",
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let limit = &report["machine_limit"];
+        let peak = limit["gemm_gflop_per_s"].as_f64().unwrap();
+        assert!(peak.is_finite() && peak > 0.1, "{limit}");
+        assert_eq!(limit["precision"], "f64");
+        let passes = limit["passes"].as_array().unwrap();
+        // The range pass, q more, and the residual check's A·V (projections fused or not).
+        assert!(passes.len() >= 2 + power_iters as usize, "{limit}");
+        let mut sum = 0.0;
+        for p in passes {
+            let flops = p["flops"].as_f64().unwrap();
+            let columns = flops / (2.0 * m as f64 * n as f64);
+            assert!(
+                columns >= 1.0 && (columns - columns.round()).abs() < 1e-9,
+                "{p}: 2mn × a whole number of columns"
+            );
+            let (rate, share) = (
+                p["gflop_per_s"].as_f64().unwrap(),
+                p["share"].as_f64().unwrap(),
+            );
+            assert!(
+                rate > 0.0 && (share - rate / peak).abs() < 1e-9 * share,
+                "{p}"
+            );
+            sum += flops;
+        }
+        let total = report["gemm_flops"].as_f64().unwrap();
+        assert!(
+            (sum - total).abs() <= 1e-12 * total,
+            "q = {power_iters}: passes {sum:e} against the run's {total:e}"
+        );
+    }
+    // Without the flag, no probe and no section.
+    let (code, stdout, stderr) = rankwise(&[
+        "rsvd",
+        "--rows",
+        "3000",
+        "--cols",
+        "200",
+        "--chunk-rows",
+        "1000",
+        "-k",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(report.get("machine_limit").is_none(), "{report}");
+}

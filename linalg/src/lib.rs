@@ -58,6 +58,7 @@ mod gpu;
 mod kernels;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
 mod layout;
+mod peak;
 mod reads;
 mod real;
 mod reduce;
@@ -73,6 +74,7 @@ mod tree;
 mod variants;
 
 pub use kernels::{blas_library, init_blas_threads, openblas_preferred_core, PanelFactor};
+pub use peak::gemm_peak;
 pub use reads::{read_stored, ReadTotals, StoredRead, DEFAULT_SEGMENT_BYTES};
 pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rows::{LocalRows, RowCollector};

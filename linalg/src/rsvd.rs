@@ -981,7 +981,14 @@ fn sketch_passes(
     check_scale(&stats, options.precision)?;
     variants_left(&run.problem.operand, &stats, m)?;
     let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
-    timings.push(t.phase(&format!("pass 1: produce panels + A·Ω{also_w}")));
+    // The products' floating-point operations with the whole matrix: `2mn` per column of
+    // the thin operand.
+    let mn2 = 2.0 * m as f64 * n as f64;
+    let fused_cols = |w: bool| if w { l as f64 } else { 0.0 };
+    timings.push(
+        t.phase(&format!("pass 1: produce panels + A·Ω{also_w}"))
+            .with_flops(mn2 * ((l + r) as f64 + fused_cols(fused_w.is_some()))),
+    );
     let t = Clock::start(rt);
     let mut root_r = orthonormalize(rt, ctx, tree, &mut states, false)?;
     timings.push(t.phase("orthonormalize (TSQR)"));
@@ -1013,7 +1020,12 @@ fn sketch_passes(
         } else {
             "Aᵀ·Q"
         };
-        timings.push(t.phase(&format!("iteration {it}: {what} + orth")));
+        // A fused projection reuses the pass before's `YᵀA`: no product with the matrix.
+        let projected = if how.fused { 0.0 } else { mn2 * l as f64 };
+        timings.push(
+            t.phase(&format!("iteration {it}: {what} + orth"))
+                .with_flops(projected),
+        );
         how.predicted = predicted;
         projections.push(how);
         predicted = fuse.then_some(next);
@@ -1035,7 +1047,10 @@ fn sketch_passes(
         states = st;
         root_r = orthonormalize(rt, ctx, tree, &mut states, krylov)?;
         let also_w = if fused_w.is_some() { " + Yᵀ·A" } else { "" };
-        timings.push(t.phase(&format!("iteration {it}: A·Z{also_w} + orth")));
+        timings.push(
+            t.phase(&format!("iteration {it}: A·Z{also_w} + orth"))
+                .with_flops(mn2 * (l as f64 + fused_cols(fused_w.is_some()))),
+        );
     }
     if krylov && q > 0 {
         let t = Clock::start(rt);
@@ -1121,7 +1136,14 @@ fn last_projection(
     } else {
         "last pass: Qᵀ·A + SVD of B"
     };
-    timings.push(t.phase(what));
+    let (m, _) = run.problem.operand.shape();
+    // `QᵀA` with the basis's columns; a fused projection reuses the last range pass's `YᵀA`.
+    let projected = if how.fused {
+        0.0
+    } else {
+        2.0 * m as f64 * n as f64 * basis as f64
+    };
+    timings.push(t.phase(what).with_flops(projected));
     projections.push(how);
     let flat: Vec<f64> = packed.iter().copied().collect();
     let root = tree.root_owner();
@@ -1182,7 +1204,11 @@ fn fixed_result(
     let v = Arc::new(wt.t().as_standard_layout().into_owned());
     let (states, _) = range_pass(rt, ctx, states, v, k, false, prec, None)?;
     let (residuals, _) = residual_pass(rt, tree, states, &s_k, run.sink)?;
-    timings.push(t.phase("residual check: A·V against U·Σ"));
+    let (rows, cols) = run.problem.operand.shape();
+    timings.push(
+        t.phase("residual check: A·V against U·Σ")
+            .with_flops(2.0 * rows as f64 * cols as f64 * k as f64),
+    );
     let convergence = Convergence::measured(
         options.tol,
         residuals,

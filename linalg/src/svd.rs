@@ -242,6 +242,24 @@ pub struct PhaseTiming {
     /// receives waited.
     #[serde(default)]
     pub comm: rankwise_transports::CommCounts,
+    /// Floating-point operations of the phase's products with the whole matrix (all ranks
+    /// together; 0 for a phase that does not multiply the matrix): its rate against the
+    /// machine's GEMM rate ([`crate::gemm_peak`]) is its share of the machine limit.
+    #[serde(default)]
+    pub flops: f64,
+}
+
+impl PhaseTiming {
+    /// The phase with `flops` floating-point operations of products with the matrix.
+    pub(crate) fn with_flops(mut self, flops: f64) -> PhaseTiming {
+        self.flops = flops;
+        self
+    }
+
+    /// Its products' rate, in floating-point operations per second (None without any).
+    pub fn flop_rate(&self) -> Option<f64> {
+        (self.flops > 0.0 && self.seconds > 0.0).then(|| self.flops / self.seconds)
+    }
 }
 
 /// The start of a phase: its time and the transport's counts then.
@@ -276,6 +294,7 @@ impl<'a> Clock<'a> {
             phase: name.to_string(),
             seconds,
             comm,
+            flops: 0.0,
         }
     }
 }

@@ -217,6 +217,65 @@ pub struct RsvdBody {
     pub gemm_flops: f64,
     /// The same per second of the run.
     pub gemm_gflop_per_s: f64,
+    /// Each pass's rate against the machine's GEMM rate (`--machine-limit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine_limit: Option<MachineLimit>,
+}
+
+/// The machine limit of a run's passes: the GEMM rate every rank's compute threads reach
+/// together (`rankwise_linalg::gemm_peak`), and each pass's share of it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MachineLimit {
+    /// The precision of the probe's GEMM (the run's tiles').
+    pub precision: String,
+    /// The probe's rate, all ranks together, in GFLOP/s.
+    pub gemm_gflop_per_s: f64,
+    /// Rank 0's phases that multiply the matrix, with their rates.
+    pub passes: Vec<PassShare>,
+}
+
+/// One phase's rate and its share of the machine limit.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PassShare {
+    /// The phase's name, as in the phase timings.
+    pub phase: String,
+    /// Its wall time on rank 0, in seconds.
+    pub seconds: f64,
+    /// Its products' floating-point operations with the whole matrix.
+    pub flops: f64,
+    /// Their rate, in GFLOP/s.
+    pub gflop_per_s: f64,
+    /// The rate over the machine's GEMM rate (0–1).
+    pub share: f64,
+}
+
+impl MachineLimit {
+    /// The limit for the phases `timings` (those with products), at a GEMM rate of
+    /// `peak_flops` floating-point operations per second.
+    pub fn of(timings: &[PhaseTiming], precision: &str, peak_flops: f64) -> MachineLimit {
+        let passes = timings
+            .iter()
+            .filter_map(|t| {
+                t.flop_rate().map(|rate| PassShare {
+                    phase: t.phase.clone(),
+                    seconds: t.seconds,
+                    flops: t.flops,
+                    gflop_per_s: rate / 1e9,
+                    share: rate / peak_flops,
+                })
+            })
+            .collect();
+        MachineLimit {
+            precision: precision.to_string(),
+            gemm_gflop_per_s: peak_flops / 1e9,
+            passes,
+        }
+    }
+
+    /// A phase's share, if it has one.
+    pub fn share_of(&self, phase: &str) -> Option<&PassShare> {
+        self.passes.iter().find(|p| p.phase == phase)
+    }
 }
 
 /// One rank's work in a randomized SVD or PCA.

@@ -30,7 +30,9 @@ use rankwise::genomics::projection::{
 };
 use rankwise::genomics::GenomicsError;
 use rankwise::output::group::{read_f64_rows, Dims, OutputLayout, SvdOutput, ZarrFormat};
-use rankwise::output::report::{peak_rss_bytes, RankReport, RsvdBody, RsvdWork, RunReport};
+use rankwise::output::report::{
+    peak_rss_bytes, MachineLimit, RankReport, RsvdBody, RsvdWork, RunReport,
+};
 
 /// How the range is refined.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +77,10 @@ pub(super) struct SketchArgs {
     /// --tol, instead of warning.
     #[arg(long)]
     require_converged: bool,
+    /// Measure the machine's GEMM rate after the run (every rank's compute threads at once,
+    /// about 0.1–0.3 s) and state each pass's share of it in the summary and the report.
+    #[arg(long)]
+    machine_limit: bool,
     /// Print the plan (panels, placement, each actor's memory and residency, the sketch)
     /// and exit without reading or computing anything; with --json, as JSON.
     #[arg(long)]
@@ -371,6 +377,7 @@ pub(super) fn rsvd_command(
         zarr_format: a.zarr_format.into(),
         json: a.json,
         require_converged: a.sketch.require_converged,
+        machine_limit: a.sketch.machine_limit,
         plan_only: a.sketch.plan,
         groups: None,
     };
@@ -493,6 +500,7 @@ pub(super) fn pca_command(
         zarr_format: a.zarr_format.into(),
         json: a.json,
         require_converged: a.sketch.require_converged,
+        machine_limit: a.sketch.machine_limit,
         plan_only: a.sketch.plan,
         groups: a.groups.clone(),
     };
@@ -509,6 +517,8 @@ struct Job {
     zarr_format: ZarrFormat,
     json: bool,
     require_converged: bool,
+    /// `--machine-limit`.
+    machine_limit: bool,
     /// `--plan`: print the plan and stop.
     plan_only: bool,
     /// `pca --groups`.
@@ -854,6 +864,15 @@ fn compute(
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    // Collective: every rank probes at once, before the figures gather on rank 0.
+    let limit = match job.machine_limit {
+        true => {
+            let peak = rankwise::linalg::gemm_peak(rt, options.precision)?;
+            let name = precision_name(options.precision);
+            Some(MachineLimit::of(&result.timings, name, peak))
+        }
+        false => None,
+    };
     let Some(ranks) = super::gather_rank_figures(rt, RsvdWork::of(&result))? else {
         return Ok(Done {
             text: None,
@@ -871,6 +890,7 @@ fn compute(
         pca.as_ref(),
         ranks,
         (start, elapsed),
+        limit.clone(),
     );
     let mut variants = None;
     if let Some(o) = &output {
@@ -898,7 +918,16 @@ fn compute(
     let text = if job.json {
         serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
     } else {
-        summary_text(rt, job, problem, options, &result, pca.as_ref(), elapsed)
+        summary_text(
+            rt,
+            job,
+            problem,
+            options,
+            &result,
+            pca.as_ref(),
+            elapsed,
+            limit.as_ref(),
+        )
     };
     let pcs = match pca {
         Some(p) => {
@@ -1199,6 +1228,7 @@ fn report_json(
     pca: Option<&PcaFigures>,
     ranks: Vec<RankReport<RsvdWork>>,
     (start, elapsed): (Instant, f64),
+    machine_limit: Option<MachineLimit>,
 ) -> RunReport<RsvdBody, RsvdWork> {
     let (m, n) = problem.operand.shape();
     let flops = gemm_flops(m, n, options, r.passes);
@@ -1226,10 +1256,19 @@ fn report_json(
             explained_variance_ratio: pca.map(|p| p.explained.clone()),
             gemm_flops: flops,
             gemm_gflop_per_s: flops / elapsed / 1e9,
+            machine_limit,
         },
         run: super::run_info(rt, launch, start),
         seconds: elapsed,
         per_rank: ranks,
+    }
+}
+
+/// The name of a precision in reports.
+fn precision_name(p: Precision) -> &'static str {
+    match p {
+        Precision::F64 => "f64",
+        Precision::F32 => "f32",
     }
 }
 
@@ -1269,6 +1308,7 @@ fn summary_text(
     r: &RsvdResult,
     pca: Option<&PcaFigures>,
     elapsed: f64,
+    limit: Option<&MachineLimit>,
 ) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -1417,7 +1457,23 @@ fn summary_text(
     }
     let _ = writeln!(s, "phases (rank 0):");
     for t in &r.timings {
-        let _ = writeln!(s, "{}", crate::report::phase_line(t));
+        let mut line = crate::report::phase_line(t);
+        if let Some(p) = limit.and_then(|l| l.share_of(&t.phase)) {
+            let _ = write!(
+                line,
+                "   {:.1} GFLOP/s, {:.0} % of the machine's GEMM",
+                p.gflop_per_s,
+                100.0 * p.share
+            );
+        }
+        let _ = writeln!(s, "{line}");
+    }
+    if let Some(l) = limit {
+        let _ = writeln!(
+            s,
+            "machine limit: {} GEMM of all ranks' compute threads at once, {:.1} GFLOP/s",
+            l.precision, l.gemm_gflop_per_s
+        );
     }
     let (m, n) = problem.operand.shape();
     let flops = gemm_flops(m, n, options, r.passes);

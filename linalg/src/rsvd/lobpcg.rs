@@ -482,6 +482,8 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
     let (mut gram_time, mut root_time) = (0.0, 0.0);
     let (mut gram_comm, mut root_comm) = (CommCounts::default(), CommCounts::default());
     let mut gram_passes = 0;
+    // The passes' products with the matrix: `A·S` and `Aᵀ(A·S)`, `2mn` each per column.
+    let mut gram_flops = 0.0;
     let bad = || LinalgError::Message { peer: root };
     let mut after_check = false;
     let done = loop {
@@ -558,6 +560,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             gram_time += dt;
             gram_comm.add(&dc);
             gram_passes += 1;
+            gram_flops += 4.0 * m as f64 * n as f64 * width as f64;
             let t = Clock::start(rt);
             cmd = match (&mut it, gs) {
                 // A float32 pass whose sums overflowed (values beyond about 1e18 square
@@ -616,12 +619,14 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             phase: format!("LOBPCG: {gram_passes} passes of AᵀA·S"),
             seconds: gram_time,
             comm: gram_comm,
+            flops: gram_flops,
         },
     );
     timings.push(PhaseTiming {
         phase: "Rayleigh–Ritz steps on the root".into(),
         seconds: root_time,
         comm: root_comm,
+        flops: 0.0,
     });
 
     // The result: σ, U_R, Vᵀ, VᵀW, the residuals, why it stopped, the history.
