@@ -11,7 +11,9 @@
 //! rank deficient, zero or not finite is left to LAPACK's Householder QR, as before.
 //!
 //! Which steps run depends on the block's values only, so the result depends only on the
-//! panel, never on placement or rank count.
+//! panel, never on placement or rank count. The Gram matrices and the solves of blocks
+//! with up to 64 columns are computed by hand where the CPU has AVX2 and FMA ([`avx2`]),
+//! by BLAS elsewhere.
 //!
 //! # Why
 //! Householder QR of a block with few columns (`dgeqr2` and `dorg2r`: LAPACK's blocked code
@@ -26,6 +28,9 @@ use cblas_sys::{
     CBLAS_UPLO,
 };
 use ndarray::{Array2, ShapeBuilder};
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// Largest `κ₁(R)` estimate with which the block's own Gram matrix is trusted (the
 /// unshifted first step). CholeskyQR2 needs `κ(A)² · u · c(m, n) < 1`; at `κ = 10⁵` the
@@ -57,9 +62,41 @@ enum Step {
     Refused,
 }
 
+/// Whether the hand kernels ([`avx2`]) take a block of `n` columns here.
+fn by_hand(n: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        n <= avx2::MAX_COLS && avx2::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = n;
+        false
+    }
+}
+
 /// `G = AᵀA + shift·I`, upper triangle, into a fresh `n × n` column-major buffer.
 fn gram(a: &[f64], m: usize, n: usize, shift: f64) -> Vec<f64> {
     let mut g = vec![0.0f64; n * n];
+    if by_hand(n) {
+        // SAFETY: AVX2 and FMA run here (`by_hand`); `a` holds m·n values, `g` n·n.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            avx2::gram(a, m, n, &mut g)
+        };
+    } else {
+        gram_blas(a, m, n, &mut g);
+    }
+    if shift != 0.0 {
+        for i in 0..n {
+            g[i + i * n] += shift;
+        }
+    }
+    g
+}
+
+/// [`gram`]'s product by BLAS (`dsyrk`).
+fn gram_blas(a: &[f64], m: usize, n: usize, g: &mut [f64]) {
     // SAFETY: `a` holds m·n values with leading dimension m; `g` holds n·n with ld n.
     unsafe {
         cblas_dsyrk(
@@ -76,12 +113,6 @@ fn gram(a: &[f64], m: usize, n: usize, shift: f64) -> Vec<f64> {
             n as i32,
         );
     }
-    if shift != 0.0 {
-        for i in 0..n {
-            g[i + i * n] += shift;
-        }
-    }
-    g
 }
 
 /// Cholesky factor of `g` (upper, in place) if it exists and its `κ₁` estimate is at most
@@ -165,7 +196,15 @@ fn triangular(
 
 /// `A := A·R⁻¹` for the upper triangular `r` (`n × n`).
 fn solve_right(a: &mut [f64], m: usize, n: usize, r: &[f64]) {
-    triangular(false, true, r, n, a, m, n);
+    if by_hand(n) {
+        // SAFETY: AVX2 and FMA run here (`by_hand`); `a` holds m·n values, `r` n·n.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            avx2::solve_right(a, m, n, r)
+        };
+    } else {
+        triangular(false, true, r, n, a, m, n);
+    }
 }
 
 /// `B := L·B` for the upper triangular `l` and `b`, both `n × n`.
