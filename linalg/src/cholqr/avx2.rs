@@ -116,7 +116,8 @@ unsafe fn tile<const I: usize, const J: usize>(
     // SAFETY (all loads): rows r..r + 4 (or the masked m - r) of the columns named.
     unsafe {
         while r + 4 <= m {
-            let xi: [__m256d; I] = std::array::from_fn(|d| _mm256_loadu_pd(p.add((i0 + d) * m + r)));
+            let xi: [__m256d; I] =
+                std::array::from_fn(|d| _mm256_loadu_pd(p.add((i0 + d) * m + r)));
             for (dj, col) in (j0..j0 + J).enumerate() {
                 let xj = _mm256_loadu_pd(p.add(col * m + r));
                 for (acc, x) in acc.iter_mut().zip(xi) {

@@ -20,7 +20,11 @@
 //! 107 against 124 µs in f32; `Qᵀ·T` 283 against 225 µs in f64 but, in whole runs, `rsvd`
 //! of 50,000 × 20,000 ran 1–2 % faster in f64 and `svd` of 10,000,000 × 20 formed U
 //! (`Q̃·c`, this kernel) in 270 against 340 ms. There are no f32 forms: measured, they
-//! were slower end to end (see the parent's `Elem::AVX2`).
+//! were slower end to end (see the parent's `Elem::AVX2`). Copying each block of `B` once
+//! into contiguous strips before `atb` (as BLAS packs; the rows of a tile lie a page
+//! apart and share L1 sets) took a tile's `Qᵀ·T` from 283 to 205 µs, but slowed `svd`'s
+//! U formation (283 → 335 ms: every `Q̃` block copied once more) and left `rsvd`
+//! unchanged end to end (2.86–3.04 against 2.90–3.04 s), so `B` is read where it lies.
 
 /// Registers of columns of `B` per call of `ab_columns`.
 pub(super) const AB_REGS: usize = 5;
