@@ -408,6 +408,35 @@ fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
             &what,
         );
         eprintln!("{what}: the embedded bits");
+
+        // Ranks that cannot reach each other: shared memory only, across two nodes. Open
+        // MPI says so but waits in MPI_Comm_dup for good; every rank must still end, within
+        // --comm-timeout, naming itself.
+        let mut cmd = Command::new("srun");
+        cmd.args(["-N", "2", "-n", "4", "--mpi=pmix"])
+            .arg(rankwise_bin())
+            .args(args)
+            .args(["--comm-timeout", "10"])
+            .env("SLURM_CONF", &slurm.conf);
+        for (key, value) in OMPI_ENV {
+            cmd.env(key, value);
+        }
+        let started = std::time::Instant::now();
+        let run = run_with_timeout(cmd, LIMIT);
+        let what = "ranks without a common transport, under srun";
+        run.assert_finished();
+        assert!(!run.success(), "{what}\n{}", run.describe());
+        let said = format!("{}{}", run.stdout, run.stderr);
+        for rank in 0..4 {
+            let line = format!("rankwise: rank {rank} (of 4) on ");
+            assert!(
+                said.lines()
+                    .any(|l| l.starts_with(&line) && l.contains("MPI did not start within 10 s")),
+                "{what}: no line of rank {rank}\n{}",
+                run.describe()
+            );
+        }
+        eprintln!("{what}: every rank ended in {:.1?}", started.elapsed());
     }
 
     // Losing a node: a long run, then node 2's ranks killed, or node 2's link cut.

@@ -172,7 +172,8 @@ struct RunArgs {
     /// device are all present, else CPU; `rankwise info` shows what was found).
     #[arg(long, default_value = "auto", value_parser = parse_device)]
     device: DeviceChoice,
-    /// Seconds a rank waits for a message before it declares its peer gone (at least 1).
+    /// Seconds a rank waits for a message before it declares its peer gone, and for MPI
+    /// to connect the ranks at the start (at least 1).
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     comm_timeout: u64,
     /// Decoded bytes per read-ahead segment (`rsvd`, `pca`, `read`), where a stored band is
@@ -663,7 +664,7 @@ fn start_mpi_comm(ucx: bool, timeout: Duration) -> Result<Box<dyn Comm>, String>
     if ucx {
         #[cfg(feature = "ucx")]
         {
-            let mut comm = rankwise_transports::UcxComm::init()
+            let mut comm = rankwise_transports::UcxComm::init_within(timeout)
                 .map_err(|e| format!("rankwise: cannot start UCX: {e}"))?;
             comm.set_timeout(timeout);
             return Ok(Box::new(comm));
@@ -671,7 +672,8 @@ fn start_mpi_comm(ucx: bool, timeout: Duration) -> Result<Box<dyn Comm>, String>
         #[cfg(not(feature = "ucx"))]
         return Err("rankwise: --transport ucx: this build has no UCX support".into());
     }
-    let mut comm = rankwise_transports::MpiComm::init()
+    // MPI's start waits for every rank to connect: --comm-timeout bounds it too.
+    let mut comm = rankwise_transports::MpiComm::init_within(timeout)
         .map_err(|e| format!("rankwise: cannot start MPI: {e}"))?;
     comm.set_timeout(timeout);
     Ok(Box::new(comm))

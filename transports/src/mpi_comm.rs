@@ -262,6 +262,111 @@ pub struct MpiComm {
     _single_thread: PhantomData<*const ()>,
 }
 
+/// What [`StartWatch`]'s thread watches: whether MPI started, and this rank and the world's
+/// size once `MPI_Init_thread` returned.
+type StartState = (bool, Option<(usize, usize)>);
+
+/// The watchdog of [`MpiComm::init_within`]: ends the process unless [`StartWatch::finish`]
+/// comes within the limit.
+struct StartWatch {
+    state: std::sync::Arc<(std::sync::Mutex<StartState>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StartWatch {
+    fn start(limit: Duration) -> StartWatch {
+        let state = std::sync::Arc::new((
+            std::sync::Mutex::new((false, None)),
+            std::sync::Condvar::new(),
+        ));
+        let watched = std::sync::Arc::clone(&state);
+        let thread = std::thread::Builder::new()
+            .name("rankwise-mpi-start".into())
+            .spawn(move || {
+                let (lock, signal) = &*watched;
+                let deadline = Instant::now() + limit;
+                let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+                while !st.0 {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        let (who, stage) = match st.1 {
+                            Some((rank, size)) => (
+                                format!("rank {rank} (of {size})"),
+                                "MPI_Comm_dup of MPI_COMM_WORLD, where the ranks first connect, did not return",
+                            ),
+                            None => (
+                                launcher_rank()
+                                    .map_or("a rank".to_string(), |r| format!("rank {r}")),
+                                "MPI_Init_thread did not return",
+                            ),
+                        };
+                        eprintln!(
+                            "rankwise: {who} on {}: MPI did not start within {} s ({stage}); the ranks cannot \
+                             all reach each other (a message of the MPI library above may name the \
+                             pair and the transports it tried); ending this rank",
+                            hostname(),
+                            limit.as_secs_f64()
+                        );
+                        // SAFETY: ends the process at once: its main thread is inside MPI,
+                        // and destructors or atexit handlers would call into it again.
+                        unsafe { libc::_exit(1) }
+                    }
+                    st = signal
+                        .wait_timeout(st, deadline - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            })
+            .ok();
+        StartWatch { state, thread }
+    }
+
+    /// MPI_Init returned: later messages name the rank.
+    fn started(&self, rank: usize, size: usize) {
+        let mut st = self.state.0.lock().unwrap_or_else(|e| e.into_inner());
+        st.1 = Some((rank, size));
+    }
+
+    /// MPI started: the watchdog stops.
+    fn finish(mut self) {
+        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).0 = true;
+        self.state.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for StartWatch {
+    /// An error return from the start also stops the watchdog (the caller reports it).
+    fn drop(&mut self) {
+        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).0 = true;
+        self.state.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// This process's rank as the launcher set it, before MPI could say.
+fn launcher_rank() -> Option<String> {
+    [
+        "OMPI_COMM_WORLD_RANK",
+        "PMIX_RANK",
+        "PMI_RANK",
+        "SLURM_PROCID",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok())
+}
+
+/// This host's name, for messages.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "this host".into())
+}
+
 impl MpiComm {
     /// Initializes MPI (`MPI_Init_thread`) and returns the world communicator. MPI is
     /// finalized when the returned value is dropped.
@@ -271,6 +376,20 @@ impl MpiComm {
     /// initialized (use [`MpiComm::from_communicator`]), or if only `FUNNELED` is granted and
     /// this is not the main thread.
     pub fn init() -> Result<MpiComm> {
+        MpiComm::init_within(DEFAULT_TIMEOUT)
+    }
+
+    /// [`MpiComm::init`], ending this process (exit status 1, a line on stderr naming the
+    /// rank and the stage) when MPI has not started within `limit`.
+    ///
+    /// Starting is blocking MPI: `MPI_Init_thread`, then `MPI_Comm_dup` of the world, where
+    /// the ranks first connect. When some ranks cannot reach others (a launch whose
+    /// transports do not span the nodes, say), Open MPI says so and announces an abort,
+    /// but its ranks then wait inside `MPI_Comm_dup` for good; no call of ours returns to
+    /// notice. A watchdog thread does: past `limit`, it prints why and ends the rank, and
+    /// as every rank is stuck the same way, every rank ends.
+    pub fn init_within(limit: Duration) -> Result<MpiComm> {
+        let watch = StartWatch::start(limit);
         let (universe, granted) = mpi::initialize_with_threading(Threading::Serialized)
             .ok_or_else(|| {
                 TransportError::Mpi(
@@ -293,7 +412,9 @@ impl MpiComm {
             ));
         }
         let world = universe.world();
+        watch.started(world.rank() as usize, world.size() as usize);
         let mut comm = MpiComm::from_communicator(world);
+        watch.finish();
         comm.threading = Some(granted);
         comm.universe = Some(universe);
         Ok(comm)

@@ -491,6 +491,11 @@ impl UcxComm {
         UcxComm::from_mpi(MpiComm::init()?)
     }
 
+    /// [`UcxComm::init`] with MPI's start limited as [`MpiComm::init_within`] limits it.
+    pub fn init_within(limit: std::time::Duration) -> Result<UcxComm> {
+        UcxComm::from_mpi(MpiComm::init_within(limit)?)
+    }
+
     /// Starts UCX on the ranks of `mpi`: every rank must call this. The worker addresses
     /// travel in an allgather over `mpi`, which this value keeps (and drops after UCX).
     pub fn from_mpi(mpi: MpiComm) -> Result<UcxComm> {
