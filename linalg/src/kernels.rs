@@ -173,18 +173,6 @@ fn pooled(len: usize) -> Option<Vec<f64>> {
     })
 }
 
-/// A zeroed buffer of `len` values from this thread's pool.
-pub(crate) fn take_scratch(len: usize) -> Vec<f64> {
-    match pooled(len) {
-        Some(mut v) => {
-            v.clear();
-            v.resize(len, 0.0);
-            v
-        }
-        None => alloc_zeroed(len),
-    }
-}
-
 /// Returns a buffer to this thread's pool.
 pub(crate) fn give_scratch(v: Vec<f64>) {
     POOL.with(|p| {
@@ -230,7 +218,7 @@ fn alloc_populated(len: usize) -> Vec<f64> {
 
 /// A buffer of `len` values from this thread's pool, whose values are unspecified: for
 /// callers that write every value before reading it (skips zeroing a reused buffer).
-fn take_scratch_for_overwrite(len: usize) -> Vec<f64> {
+pub(crate) fn take_scratch_for_overwrite(len: usize) -> Vec<f64> {
     match pooled(len) {
         Some(mut v) => {
             if v.len() >= len {

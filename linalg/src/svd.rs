@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::{factor_panel, generated_factor, panel_qr, DeviceSource, GpuDevice};
 use crate::kernels::{
-    block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch, Keep, PanelFactor,
-    WHOLE_PANEL_COLS,
+    block_rows, give_scratch, qr, small_svd, stack_rows, take_scratch_for_overwrite, Keep,
+    PanelFactor, WHOLE_PANEL_COLS,
 };
 use crate::reads::{read_buffers, PassReads, ReadTotals, Reading, StoredReads};
 use crate::tree::{decode, encode, Tree};
@@ -806,7 +806,9 @@ impl<'a> SvdRun<'a> {
                         &work,
                     )?,
                 };
-                let mut ubuf = take_scratch(h * k);
+                // `apply_into` writes every value (its products have beta = 0), so a reused
+                // buffer is not zeroed first.
+                let mut ubuf = take_scratch_for_overwrite(h * k);
                 let mut u =
                     ArrayViewMut2::from_shape((h, k).f(), &mut ubuf[..]).expect("U block shape");
                 factor.apply_into(ci.view(), u.view_mut());

@@ -393,6 +393,13 @@ pub struct SvdOutput {
     row_matrices: Vec<(String, Array<FilesystemStore>)>,
     /// Set by [`SvdOutput::commit`]; later writes are refused.
     committed: AtomicBool,
+    /// C-order copies of row chunks, reused chunk after chunk by the writing threads and
+    /// freed with the output: a fresh buffer per chunk faulted in (and the kernel zeroed)
+    /// as many new pages as the chunk writes. Measured with `svd` of 10,000,000 × 20 to
+    /// Zarr on the 2-core Zen 3 guest, interleaved: pass 2 took 2.4–5.3 s with a fresh
+    /// buffer per chunk, 2.0–3.1 s with these (the page cache's state varies run to run;
+    /// `dd` of the same bytes: 0.9–1.4 s to the page cache, 1.1–1.2 s with fdatasync).
+    c_order: std::sync::Mutex<Vec<Vec<f64>>>,
 }
 
 impl std::fmt::Debug for SvdOutput {
@@ -718,6 +725,7 @@ impl SvdOutput {
             row_vectors,
             row_matrices,
             committed: AtomicBool::new(false),
+            c_order: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -787,11 +795,19 @@ impl SvdOutput {
             let ci = global / chunk;
             let h = chunk.min(rows - r);
             let sub = block.slice(s![r as usize..(r + h) as usize, ..]);
-            let data = sub.as_standard_layout();
-            let values = to_c_vec(&data);
-            array
-                .store_chunk_subset(&[ci, 0], &[0..h, 0..cols], &values[..])
-                .map_err(|e| self.zarr_err(name, Some([ci, 0]), e.into()))?;
+            let stored = match sub.as_slice() {
+                Some(values) => array.store_chunk_subset(&[ci, 0], &[0..h, 0..cols], values),
+                None => {
+                    let pool = || self.c_order.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut buf = pool().pop().unwrap_or_default();
+                    buf.clear();
+                    buf.extend(sub.iter().copied());
+                    let stored = array.store_chunk_subset(&[ci, 0], &[0..h, 0..cols], &buf[..]);
+                    pool().push(buf);
+                    stored
+                }
+            };
+            stored.map_err(|e| self.zarr_err(name, Some([ci, 0]), e.into()))?;
             r += h;
         }
         Ok(())
