@@ -81,7 +81,9 @@ class SVDResult:
         residuals: each component's residual ``‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁`` (randomized SVD).
         converged: whether every component met the tolerance (always True for the
             exact SVD).
-        report: the rest: the convergence report, passes, bytes read.
+        report: the rest: the convergence report, passes, bytes read, and `phases`
+            (rank 0's phases: name, seconds, and `flops`, the floating-point operations
+            of its products with the whole matrix).
     """
 
     u: np.ndarray

@@ -671,6 +671,17 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             d.set_item("total_sum_squares", r.total_sum_squares)?;
             d.set_item("estimate", r.estimate.map(|e| e.relative_frobenius))?;
             d.set_item("bytes_read", r.read.stored_bytes)?;
+            // Rank 0's phases, each with its products' flops with the whole matrix (their
+            // rate against `rankwise::linalg::gemm_peak` is the pass's share of the machine).
+            let phases = PyList::empty(py);
+            for t in &r.timings {
+                let p = PyDict::new(py);
+                p.set_item("phase", &t.phase)?;
+                p.set_item("seconds", t.seconds)?;
+                p.set_item("flops", t.flops)?;
+                phases.append(p)?;
+            }
+            d.set_item("phases", phases)?;
         }
         Outcome::Pca(p) => {
             let p = *p;

@@ -134,6 +134,24 @@ def test_a_fixed_iteration_count_reports_unconverged_components():
     assert e.value.cause == "not-converged" and e.value.rank == 0
 
 
+def test_the_report_gives_each_pass_its_products_flops():
+    r = rng(35)
+    m, n = int(r.integers(3000, 9000)), int(r.integers(50, 300))
+    k, q = int(r.integers(2, 6)), int(r.integers(0, 3))
+    a = r.standard_normal((m, n))
+    res = rankwise.rsvd(a, k, power_iters=q, seed=4)
+    phases = res.report["phases"]
+    passes = [p for p in phases if p["flops"] > 0]
+    # The first pass, q iterations and the residual check multiply the whole matrix.
+    assert len(passes) >= 2 + q, phases
+    for p in passes:
+        columns = p["flops"] / (2.0 * m * n)
+        assert columns >= 1 and abs(columns - round(columns)) < 1e-9, p
+        assert p["seconds"] > 0, p
+    # The residual check multiplies by V: k columns.
+    assert passes[-1]["flops"] == 2.0 * m * n * k, passes[-1]
+
+
 def test_pca_matches_scikit_learn_on_standardized_dosages():
     from sklearn.decomposition import PCA
 
