@@ -51,13 +51,13 @@ macro_rules! impl_blas {
                 // A narrow operand goes to the skinny kernels where they run (see
                 // `crate::skinny` for why).
                 // SAFETY (all calls): the caller's contract.
-                let done = unsafe {
+                let done = crate::skinny::isa().is_some_and(|isa| unsafe {
                     if trans_a {
-                        crate::skinny::atb(m, n, k, a, lda, b, ldb, beta, c, ldc)
+                        crate::skinny::atb(isa, m, n, k, a, lda, b, ldb, beta, c, ldc)
                     } else {
-                        crate::skinny::ab(m, n, k, a, lda, b, ldb, beta, c, ldc)
+                        crate::skinny::ab(isa, m, n, k, a, lda, b, ldb, beta, c, ldc)
                     }
-                };
+                });
                 if done {
                     return;
                 }

@@ -431,9 +431,10 @@ impl PanelFactor {
                 // SAFETY: `cj` is `kj × l` row-major (standard layout, ld l); `qj` holds the
                 // `h × kj` column-major block, i.e. `kj × h` row-major with ld h; `uj` is
                 // `h × l` column-major with ld `ld` ≥ h, i.e. `l × h` row-major, exclusive
-                // and apart from both.
-                && unsafe {
+                // and apart from both; `isa()` runs here.
+                && crate::skinny::isa().is_some_and(|isa| unsafe {
                     crate::skinny::atb(
+                        isa,
                         l,
                         h,
                         kj,
@@ -445,7 +446,7 @@ impl PanelFactor {
                         uj.as_mut_ptr(),
                         ld as usize,
                     )
-                };
+                });
             if !done {
                 let qj = ArrayView2::from_shape((h, kj).f(), qj).expect("block shape");
                 ndarray::linalg::general_mat_mul(1.0, &qj, &cj, 0.0, &mut uj);

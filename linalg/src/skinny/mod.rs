@@ -149,39 +149,15 @@ mod sealed {
     impl Sealed for f64 {}
 }
 
-/// `C = A·B + beta·C` (row-major: `A` is `m × k` with leading dimension `lda`, `B` is
-/// `k × n` with `ldb`, `C` is `m × n` with `ldc`). Returns false, computing nothing, when
-/// the kernels do not run here or `n > MAX_NARROW`.
+/// `C = A·B + beta·C` with the kernels of `isa` (row-major: `A` is `m × k` with leading
+/// dimension `lda`, `B` is `k × n` with `ldb`, `C` is `m × n` with `ldc`). Returns false,
+/// computing nothing, when `n > MAX_NARROW` or this element type has no kernels for `isa`.
 ///
 /// # Safety
 /// The pointers and leading dimensions must describe valid matrices of those shapes, `C`
-/// exclusively borrowed and not overlapping `A` or `B`.
+/// exclusively borrowed and not overlapping `A` or `B`; this CPU runs `isa` ([`isa`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn ab<T: Elem>(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: *const T,
-    lda: usize,
-    b: *const T,
-    ldb: usize,
-    beta: T,
-    c: *mut T,
-    ldc: usize,
-) -> bool {
-    match isa() {
-        // SAFETY: the caller's contract; the instruction set runs here.
-        Some(isa) => unsafe { ab_with(isa, m, n, k, a, lda, b, ldb, beta, c, ldc) },
-        None => false,
-    }
-}
-
-/// [`ab`] with the kernels of `isa`, which must run here.
-///
-/// # Safety
-/// As for [`ab`], and this CPU runs `isa`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn ab_with<T: Elem>(
     isa: Isa,
     m: usize,
     n: usize,
@@ -214,38 +190,14 @@ unsafe fn ab_with<T: Elem>(
     true
 }
 
-/// `C = Aᵀ·B + beta·C` (row-major: `A` is `k × m` with leading dimension `lda`, `B` is
-/// `k × n` with `ldb`, `C` is `m × n` with `ldc`). Returns false, computing nothing, when
-/// the kernels do not run here or `m > MAX_NARROW`.
+/// `C = Aᵀ·B + beta·C` with the kernels of `isa` (row-major: `A` is `k × m` with leading
+/// dimension `lda`, `B` is `k × n` with `ldb`, `C` is `m × n` with `ldc`). Returns false,
+/// computing nothing, when `m > MAX_NARROW` or this element type has no kernels for `isa`.
 ///
 /// # Safety
 /// As for [`ab`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn atb<T: Elem>(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: *const T,
-    lda: usize,
-    b: *const T,
-    ldb: usize,
-    beta: T,
-    c: *mut T,
-    ldc: usize,
-) -> bool {
-    match isa() {
-        // SAFETY: the caller's contract; the instruction set runs here.
-        Some(isa) => unsafe { atb_with(isa, m, n, k, a, lda, b, ldb, beta, c, ldc) },
-        None => false,
-    }
-}
-
-/// [`atb`] with the kernels of `isa`, which must run here.
-///
-/// # Safety
-/// As for [`ab`], and this CPU runs `isa`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn atb_with<T: Elem>(
     isa: Isa,
     m: usize,
     n: usize,
@@ -280,7 +232,7 @@ unsafe fn atb_with<T: Elem>(
 }
 
 /// A call of the AVX2 kernels of a type that has them (`true`); `false` marks a type without
-/// them, which `ab_with` and `atb_with` never send there.
+/// them, which `ab` and `atb` never send there.
 #[cfg(target_arch = "x86_64")]
 macro_rules! avx2_call {
     (true, $m:ident :: $f:ident $args:tt) => {
@@ -810,7 +762,7 @@ mod tests {
             if isa == Isa::Avx2 && !T::AVX2 {
                 // SAFETY: nothing is read or written when the kernels decline.
                 let declined = unsafe {
-                    !ab_with(
+                    !ab(
                         isa,
                         m,
                         narrow,
@@ -822,7 +774,7 @@ mod tests {
                         beta,
                         c.as_mut_ptr(),
                         1,
-                    ) && !atb_with(
+                    ) && !atb(
                         isa,
                         m,
                         narrow,
@@ -840,7 +792,7 @@ mod tests {
                 return;
             }
             let ran = unsafe {
-                ab_with(
+                ab(
                     isa,
                     m,
                     narrow,
@@ -884,7 +836,7 @@ mod tests {
             let mut c = c0.clone();
             // SAFETY: as above.
             let ran = unsafe {
-                atb_with(
+                atb(
                     isa,
                     narrow,
                     n,
@@ -931,32 +883,36 @@ mod tests {
     #[test]
     fn wider_operands_are_left_to_blas() {
         let mut c = [0.0f32; 1];
-        // SAFETY: nothing is read or written when the kernel declines.
-        unsafe {
-            assert!(!ab(
-                1,
-                MAX_NARROW + 1,
-                0,
-                c.as_ptr(),
-                1,
-                c.as_ptr(),
-                1,
-                0.0,
-                c.as_mut_ptr(),
-                1
-            ));
-            assert!(!atb(
-                MAX_NARROW + 1,
-                1,
-                0,
-                c.as_ptr(),
-                1,
-                c.as_ptr(),
-                1,
-                0.0,
-                c.as_mut_ptr(),
-                1
-            ));
+        for isa in Isa::supported() {
+            // SAFETY: nothing is read or written when the kernel declines; `isa` runs here.
+            unsafe {
+                assert!(!ab(
+                    isa,
+                    1,
+                    MAX_NARROW + 1,
+                    0,
+                    c.as_ptr(),
+                    1,
+                    c.as_ptr(),
+                    1,
+                    0.0,
+                    c.as_mut_ptr(),
+                    1
+                ));
+                assert!(!atb(
+                    isa,
+                    MAX_NARROW + 1,
+                    1,
+                    0,
+                    c.as_ptr(),
+                    1,
+                    c.as_ptr(),
+                    1,
+                    0.0,
+                    c.as_mut_ptr(),
+                    1
+                ));
+            }
         }
     }
 }
