@@ -579,7 +579,7 @@ def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = N
          memory_per_actor=None, pin: Optional[bool] = None, device: Optional[str] = None,
         endpoint_url: Optional[str] = None,
          io_concurrency: Optional[int] = None, io_retries: Optional[int] = None,
-         progress=None) -> SVDResult:
+         progress=None, machine_limit: bool = False) -> SVDResult:
     """The rank-``k`` randomized SVD of ``a``, with each component's residual.
 
     By default LOBPCG iterates until every component's residual
@@ -600,6 +600,10 @@ def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = N
         precision: "auto" (f32 passes while they improve, then f64), "f32" or "f64".
         seed: seed of the random test matrix (``rankwise rsvd --sketch-seed``).
         probes: Gaussian probes of the error estimate (0: none).
+        machine_limit: after the run, measure the machine's GEMM rate (every rank's
+            compute threads at once, about 0.1–0.3 s) into ``report["gemm_peak_flops"]``;
+            a phase's ``flops / seconds`` over it is its share of the machine limit
+            (``rankwise rsvd --machine-limit``).
     """
     world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
                    endpoint_url, io_concurrency, io_retries)
@@ -607,6 +611,7 @@ def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = N
         "k": k, "oversample": oversample, "power_iters": power_iters, "method": method,
         "tol": tol, "max_passes": max_passes, "precision": precision, "seed": seed,
         "probes": probes, "require_converged": require_converged, "panel_rows": panel_rows,
+        "machine_limit": machine_limit,
     }
     with _matrix_input(a, comm) as inp:
         options["panel_rows"] = inp.panel_rows(panel_rows, comm)

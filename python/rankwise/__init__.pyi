@@ -91,6 +91,7 @@ def rsvd(
     io_concurrency: Optional[int] = ...,
     io_retries: Optional[int] = ...,
     progress: Progress = ...,
+    machine_limit: bool = ...,
 ) -> SVDResult: ...
 def pca(
     source: Any,

@@ -153,6 +153,8 @@ struct Job {
     command: Command,
     solver: SolverChoice,
     require_converged: bool,
+    /// `rsvd`: measure the machine's GEMM rate after the run (`machine_limit`).
+    machine_limit: bool,
     check: bool,
     filter: VariantFilter,
     selection: Selection,
@@ -180,6 +182,8 @@ enum Outcome {
     Rsvd {
         result: Box<rankwise::RsvdResult>,
         local: rankwise::LocalRows,
+        /// The machine's GEMM rate (`machine_limit`), FLOP/s, all ranks together.
+        peak: Option<f64>,
     },
     Pca(Box<rankwise::genomics::Pca>),
     Project(Box<rankwise::genomics::projection::Projection>),
@@ -289,6 +293,7 @@ fn parse_job(command: &str, o: &Bound<'_, PyDict>) -> PyResult<Job> {
         command,
         solver,
         require_converged: get(o, "require_converged", &mut used)?.unwrap_or(false),
+        machine_limit: get(o, "machine_limit", &mut used)?.unwrap_or(false),
         check: get(o, "check", &mut used)?.unwrap_or(false),
         filter,
         selection,
@@ -513,9 +518,18 @@ fn work(
                     &result.convergence,
                 ))));
             }
+            // Collective: every rank probes at once.
+            let peak = match job.machine_limit {
+                true => Some(
+                    rankwise::linalg::gemm_peak(&rt, options.precision)
+                        .map_err(|e| fail(e.into()))?,
+                ),
+                false => None,
+            };
             Outcome::Rsvd {
                 result: Box::new(result),
                 local,
+                peak,
             }
         }
         Command::Pca => {
@@ -659,7 +673,11 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             d.set_item("factor_rows", local.rows.into_pyarray(py))?;
             d.set_item("transposed", transposed)?;
         }
-        Outcome::Rsvd { result, local } => {
+        Outcome::Rsvd {
+            result,
+            local,
+            peak,
+        } => {
             let r = *result;
             d.set_item("s", r.s.into_pyarray(py))?;
             d.set_item("wt", r.wt.into_pyarray(py))?;
@@ -682,6 +700,7 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
                 phases.append(p)?;
             }
             d.set_item("phases", phases)?;
+            d.set_item("gemm_peak_flops", peak)?;
         }
         Outcome::Pca(p) => {
             let p = *p;

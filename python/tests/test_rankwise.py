@@ -150,6 +150,16 @@ def test_the_report_gives_each_pass_its_products_flops():
         assert p["seconds"] > 0, p
     # The residual check multiplies by V: k columns.
     assert passes[-1]["flops"] == 2.0 * m * n * k, passes[-1]
+    assert res.report["gemm_peak_flops"] is None
+    # With the machine's GEMM rate, each pass's share of it.
+    limited = rankwise.rsvd(a, k, power_iters=q, seed=4, machine_limit=True)
+    peak = limited.report["gemm_peak_flops"]
+    assert np.isfinite(peak) and peak > 1e8, peak
+    np.testing.assert_array_equal(limited.s, res.s)
+    for p in limited.report["phases"]:
+        if p["flops"] > 0:
+            share = p["flops"] / p["seconds"] / peak
+            assert 0 < share < 10, (p, peak)
 
 
 def test_pca_matches_scikit_learn_on_standardized_dosages():
