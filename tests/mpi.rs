@@ -418,25 +418,16 @@ fn the_sizing_models_messages_are_those_the_ranks_send() {
             "{what}: the model says {model} bytes, the busiest rank sent {bytes} in {messages} messages"
         );
     };
+    // `rankwise HEAD… SHAPE…` on 4 ranks over MPI: its report.
+    let measured = |head: &[&str], shape: &[&str]| {
+        let tail = ["--dist", "normal", "--transport", "mpi", "--json", "-q"];
+        report(&common::under_mpirun(
+            4,
+            &strings(&[head, &tail[..], shape].concat()),
+        ))
+    };
     let shape = ["--rows", "40000", "--cols", "24", "--chunk-rows", "2500"];
-    let svd = report(&common::under_mpirun(
-        4,
-        &strings(
-            &[
-                &[
-                    "svd",
-                    "--dist",
-                    "normal",
-                    "--transport",
-                    "mpi",
-                    "--json",
-                    "-q",
-                ],
-                &shape[..],
-            ]
-            .concat(),
-        ),
-    ));
+    let svd = measured(&["svd"], &shape);
     let model = predicted("svd", &shape);
     close(
         "svd tree",
@@ -453,26 +444,7 @@ fn the_sizing_models_messages_are_those_the_ranks_send() {
         "-k",
         "10",
     ];
-    let rsvd = report(&common::under_mpirun(
-        4,
-        &strings(
-            &[
-                &[
-                    "rsvd",
-                    "--power-iters",
-                    "2",
-                    "--dist",
-                    "normal",
-                    "--transport",
-                    "mpi",
-                    "--json",
-                    "-q",
-                ],
-                &shape[..],
-            ]
-            .concat(),
-        ),
-    ));
+    let rsvd = measured(&["rsvd", "--power-iters", "2"], &shape);
     let model = predicted("rsvd", &shape);
     close(
         "an rsvd power iteration",

@@ -151,6 +151,14 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// Its name in messages and reports (`f64`, `f32`), as serialized.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F64 => "f64",
+            Precision::F32 => "f32",
+        }
+    }
+
     /// Bytes of one tile value.
     pub fn bytes(self) -> usize {
         match self {

@@ -868,7 +868,7 @@ fn compute(
     let limit = match job.machine_limit {
         true => {
             let peak = rankwise::linalg::gemm_peak(rt, options.precision)?;
-            let name = precision_name(options.precision);
+            let name = options.precision.name();
             Some(MachineLimit::of(&result.timings, name, peak))
         }
         false => None,
@@ -1261,14 +1261,6 @@ fn report_json(
         run: super::run_info(rt, launch, start),
         seconds: elapsed,
         per_rank: ranks,
-    }
-}
-
-/// The name of a precision in reports.
-fn precision_name(p: Precision) -> &'static str {
-    match p {
-        Precision::F64 => "f64",
-        Precision::F32 => "f32",
     }
 }
 

@@ -106,10 +106,7 @@ impl Stop {
             Stop::Stalled => Some(format!(
                 "the residuals stopped falling in {} tiles, whose rounding is above the \
                  tolerance; use `precision` f64 or auto",
-                match precision {
-                    Precision::F32 => "f32",
-                    Precision::F64 => "f64",
-                }
+                precision.name()
             )),
         }
     }
