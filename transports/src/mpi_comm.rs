@@ -328,17 +328,14 @@ impl StartWatch {
     }
 
     /// MPI started: the watchdog stops.
-    fn finish(mut self) {
-        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).0 = true;
-        self.state.1.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+    fn finish(self) {
+        // Dropping it stops the thread (below).
     }
 }
 
 impl Drop for StartWatch {
-    /// An error return from the start also stops the watchdog (the caller reports it).
+    /// Stops the watchdog: after [`StartWatch::finish`], or on an error return from the
+    /// start (which the caller reports).
     fn drop(&mut self) {
         self.state.0.lock().unwrap_or_else(|e| e.into_inner()).0 = true;
         self.state.1.notify_all();
