@@ -147,6 +147,19 @@ pub struct PanelFactor {
     stack_q: Option<Array2<f64>>,
     /// The panel's R factor, `k × n` with `k = min(rows, n)`.
     pub r: Array2<f64>,
+    /// With [`Keep::Solves`]: how each block's `Q̃` is made again from its values, in place
+    /// of `q` (which is then empty).
+    replay: Option<Vec<Replay>>,
+}
+
+/// How a row block's `Q̃` is made from its values.
+#[derive(Debug)]
+enum Replay {
+    /// The triangular solves of its Cholesky QR ([`crate::cholqr::replay`]).
+    Solves(Vec<Vec<f64>>),
+    /// LAPACK's Householder QR, run again ([`qr_in_place`] takes the same path on the same
+    /// values).
+    Householder,
 }
 
 /// Whether a factor's Q buffer is kept past the pass or recycled.
@@ -156,6 +169,11 @@ pub enum Keep {
     Kept,
     /// Returned to the worker thread's scratch pool after use.
     Scratch,
+    /// Not kept: only each block's triangular solves (`n × n` each) are, from which
+    /// [`PanelFactor::replay_into`] makes `Q̃` again from the panel's values produced again.
+    /// For sources that produce a panel faster than the kernel provides fresh pages for
+    /// its `Q` and the pass streams them back (generated matrices).
+    Solves,
 }
 
 thread_local! {
@@ -164,17 +182,25 @@ thread_local! {
     static POOL: std::cell::RefCell<Vec<Vec<f64>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A buffer of this thread's pool that holds at least `len` values, with what it held.
+/// The smallest buffer of this thread's pool that holds at least `len` values, with what
+/// it held. The smallest, so that a block-sized request does not take the panel-sized
+/// buffer the next panel needs (which then was allocated, faulted in and unmapped anew).
 fn pooled(len: usize) -> Option<Vec<f64>> {
     POOL.with(|p| {
         let mut p = p.borrow_mut();
-        let i = p.iter().position(|v| v.capacity() >= len)?;
+        let i = (0..p.len())
+            .filter(|&i| p[i].capacity() >= len)
+            .min_by_key(|&i| p[i].capacity())?;
         Some(p.swap_remove(i))
     })
 }
 
-/// Returns a buffer to this thread's pool.
+/// Returns a buffer to this thread's pool (an empty one, such as a factor of solves
+/// gives back, is not kept: it would only take a place).
 pub(crate) fn give_scratch(v: Vec<f64>) {
+    if v.capacity() == 0 {
+        return;
+    }
     POOL.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() < 4 {
@@ -236,6 +262,10 @@ fn lapack_error(what: &str, info: i32) -> LinalgError {
     LinalgError::Lapack(format!("{what} returned info = {info}"))
 }
 
+/// A row block's QR in place: `R`, the triangular factor left out of `Q̃` (if any), and how
+/// `Q̃` is made again ([`qr_in_place`]).
+type BlockQr = (Array2<f64>, Option<Array2<f64>>, Replay);
+
 /// Thin QR in place of the column-major `m × n` matrix at `a` (lda = m): returns R
 /// (`k × n`) and leaves `Q̃` (`m × k`) in the first `m·k` values, with `Q = Q̃·T` for the
 /// returned `T` (`k × k`), or `Q = Q̃` without one. Cholesky QR ([`crate::cholqr`]) where it
@@ -245,9 +275,9 @@ fn qr_in_place(
     m: usize,
     n: usize,
     work: &mut Vec<f64>,
-) -> Result<(Array2<f64>, Option<Array2<f64>>), LinalgError> {
+) -> Result<BlockQr, LinalgError> {
     if let Some(f) = crate::cholqr::cholesky_qr(a, m, n) {
-        return Ok((f.r, Some(f.t)));
+        return Ok((f.r, Some(f.t), Replay::Solves(f.solves)));
     }
     let k = m.min(n);
     let mut tau = vec![0.0f64; k.max(1)];
@@ -299,7 +329,7 @@ fn qr_in_place(
     if info != 0 {
         return Err(lapack_error("dorgqr", info));
     }
-    Ok((r, None))
+    Ok((r, None, Replay::Householder))
 }
 
 impl PanelFactor {
@@ -319,39 +349,54 @@ impl PanelFactor {
             block_rows(n)
         };
         // Block j's values start where block j−1's Q ends; the last block may need n·n more.
-        let len = rows * n + n * n;
+        // Keeping only the solves, every block is made in the same block-sized buffer.
+        let solves = keep == Keep::Solves;
+        let len = if solves {
+            b.min(rows) * n
+        } else {
+            rows * n + n * n
+        };
         // Every block's values are written by `fill` before they are read (a source fills
         // all the rows it is asked for), and the slack past the blocks is never read.
         let mut q = match keep {
             Keep::Kept => alloc_populated(len),
-            Keep::Scratch => take_scratch_for_overwrite(len),
+            Keep::Scratch | Keep::Solves => take_scratch_for_overwrite(len),
         };
         let mut blocks = Vec::with_capacity(rows.div_ceil(b));
         let mut rs = Vec::with_capacity(blocks.capacity());
         let mut ts = Vec::with_capacity(blocks.capacity());
+        let mut replay = Vec::with_capacity(if solves { blocks.capacity() } else { 0 });
         let mut work = Vec::new();
         let mut start = 0;
         let mut off = 0;
         while start < rows {
             let end = (start + b).min(rows);
             let h = end - start;
-            let region = &mut q[off..off + h * n];
+            let at = if solves { 0 } else { off };
+            let region = &mut q[at..at + h * n];
             let view =
                 ArrayViewMut2::from_shape((h, n).f(), region).expect("block fits its region");
             if let Err(e) = fill(start..end, view) {
-                if keep == Keep::Scratch {
+                if keep != Keep::Kept {
                     give_scratch(q);
                 }
                 return Err(e);
             }
-            let (r, t) = qr_in_place(&mut q[off..off + h * n], h, n, &mut work)?;
+            let (r, t, how) = qr_in_place(&mut q[at..at + h * n], h, n, &mut work)?;
             rs.push(r);
             ts.push(t);
+            if solves {
+                replay.push(how);
+            }
             let kj = h.min(n);
-            blocks.push((h, kj, off));
+            blocks.push((h, kj, at));
             off += h * kj;
             start = end;
         }
+        let replay = solves.then(|| {
+            give_scratch(std::mem::take(&mut q));
+            replay
+        });
         if blocks.len() <= 1 {
             let r = rs.pop().unwrap_or_else(|| Array2::zeros((0, n)));
             return Ok(PanelFactor {
@@ -359,6 +404,7 @@ impl PanelFactor {
                 blocks,
                 stack_q: ts.pop().flatten(),
                 r,
+                replay,
             });
         }
         let stacked = stack_rows(&rs.iter().map(|r| r.view()).collect::<Vec<_>>());
@@ -377,6 +423,7 @@ impl PanelFactor {
             blocks,
             stack_q: Some(sq),
             r,
+            replay,
         })
     }
 
@@ -390,6 +437,7 @@ impl PanelFactor {
             blocks: vec![(rows, k, 0)],
             stack_q: None,
             r,
+            replay: None,
         }
     }
 
@@ -401,59 +449,100 @@ impl PanelFactor {
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         let s = self.stack_q.as_ref().map_or(0, |q| q.len());
-        ((self.q.len() + s + self.r.len()) * 8) as u64
+        let solves: usize = self.replay.iter().flatten().map(Replay::len).sum();
+        ((self.q.len() + s + self.r.len() + solves) * 8) as u64
+    }
+
+    /// Whether this factor keeps only its blocks' solves ([`Keep::Solves`]): its `Q` is then
+    /// applied by [`PanelFactor::replay_into`] from the panel's values, not by
+    /// [`PanelFactor::apply_into`].
+    pub fn replays(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    /// The small matrix block `j` of `Q` applies to `c`: `c` itself, or its rows of
+    /// `stack_q` times `c`.
+    fn block_c(&self, soff: usize, kj: usize, c: &ArrayView2<'_, f64>) -> Array2<f64> {
+        let cj = match &self.stack_q {
+            Some(sq) => sq.slice(s![soff..soff + kj, ..]).dot(c),
+            None => c.to_owned(),
+        };
+        cj.as_standard_layout().into_owned()
     }
 
     /// `Q · c` for `c` of shape `k × l`, written block by block into `out` (`rows × l`).
+    /// The factor must hold its `Q` (not [`PanelFactor::replays`]).
     pub fn apply_into(&self, c: ArrayView2<'_, f64>, mut out: ArrayViewMut2<'_, f64>) {
+        assert!(
+            !self.replays(),
+            "a factor of solves is applied by replay_into"
+        );
         let c = c.as_standard_layout();
-        let l = c.ncols();
+        let c = c.view();
         let mut row = 0;
         let mut soff = 0;
         for &(h, kj, off) in &self.blocks {
-            let cj = match &self.stack_q {
-                Some(sq) => sq.slice(s![soff..soff + kj, ..]).dot(&c),
-                None => c.to_owned(),
-            };
-            let cj = cj.as_standard_layout();
+            let cj = self.block_c(soff, kj, &c);
             let qj = &self.q[off..off + h * kj];
-            let mut uj = out.slice_mut(s![row..row + h, ..]);
-            // `U_j = Q̃_j·c_j` read as `U_jᵀ = c_jᵀ·Q̃_jᵀ`: both `Q̃_j` and a column-major `U`
-            // are the row-major transposes the skinny kernel takes, so it reads `Q̃_j` where
-            // it lies, once per 12 columns of `U`, without BLAS's packing and its zeroing of
-            // `U` (`dgemm_beta`). Measured on the 2-core Intel Xeon VM (AVX-512), `svd` of
-            // 10,000,000 × 20: see `benches/RESULTS.md`, issue 38 notes.
-            let ld = uj.strides()[1];
-            let done = h > 0
-                && l > 0
-                && uj.strides()[0] == 1
-                && ld >= h as isize
-                // SAFETY: `cj` is `kj × l` row-major (standard layout, ld l); `qj` holds the
-                // `h × kj` column-major block, i.e. `kj × h` row-major with ld h; `uj` is
-                // `h × l` column-major with ld `ld` ≥ h, i.e. `l × h` row-major, exclusive
-                // and apart from both; `isa()` runs here.
-                && crate::skinny::isa().is_some_and(|isa| unsafe {
-                    crate::skinny::atb(
-                        isa,
-                        l,
-                        h,
-                        kj,
-                        cj.as_ptr(),
-                        l,
-                        qj.as_ptr(),
-                        h,
-                        0.0,
-                        uj.as_mut_ptr(),
-                        ld as usize,
-                    )
-                });
-            if !done {
-                let qj = ArrayView2::from_shape((h, kj).f(), qj).expect("block shape");
-                ndarray::linalg::general_mat_mul(1.0, &qj, &cj, 0.0, &mut uj);
-            }
+            block_product(qj, h, kj, cj.view(), out.slice_mut(s![row..row + h, ..]));
             row += h;
             soff += kj;
         }
+    }
+
+    /// [`PanelFactor::apply_into`] for a factor of solves ([`Keep::Solves`]): each block's
+    /// values are produced again by `fill` (as in [`PanelFactor::compute`]) into one
+    /// block-sized buffer, made into `Q̃` by the block's own solves (or its Householder QR
+    /// again), and multiplied at once. The same bits as the factor kept whole would give.
+    pub fn replay_into<F>(
+        &self,
+        mut fill: F,
+        c: ArrayView2<'_, f64>,
+        mut out: ArrayViewMut2<'_, f64>,
+    ) -> Result<(), LinalgError>
+    where
+        F: FnMut(Range<usize>, ArrayViewMut2<'_, f64>) -> Result<(), LinalgError>,
+    {
+        let Some(replay) = &self.replay else {
+            self.apply_into(c, out);
+            return Ok(());
+        };
+        let n = self.r.ncols();
+        let c = c.as_standard_layout();
+        let c = c.view();
+        let most = self.blocks.iter().map(|b| b.0).max().unwrap_or(0);
+        let mut buf = take_scratch_for_overwrite(most * n);
+        let mut work = Vec::new();
+        let (mut row, mut soff) = (0, 0);
+        let mut made = || -> Result<(), LinalgError> {
+            for (&(h, kj, _), how) in self.blocks.iter().zip(replay) {
+                let a = &mut buf[..h * n];
+                fill(
+                    row..row + h,
+                    ArrayViewMut2::from_shape((h, n).f(), &mut *a).expect("block shape"),
+                )?;
+                match how {
+                    Replay::Solves(rs) => crate::cholqr::replay(a, h, n, rs),
+                    Replay::Householder => {
+                        qr_in_place(a, h, n, &mut work)?;
+                    }
+                }
+                let cj = self.block_c(soff, kj, &c);
+                block_product(
+                    &a[..h * kj],
+                    h,
+                    kj,
+                    cj.view(),
+                    out.slice_mut(s![row..row + h, ..]),
+                );
+                row += h;
+                soff += kj;
+            }
+            Ok(())
+        };
+        let done = made();
+        give_scratch(buf);
+        done
     }
 
     /// `Q · c` as a new column-major array.
@@ -466,6 +555,62 @@ impl PanelFactor {
     /// Gives the Q buffer back to this thread's scratch pool.
     pub fn recycle(self) {
         give_scratch(self.q);
+    }
+}
+
+impl Replay {
+    /// Values held.
+    fn len(&self) -> usize {
+        match self {
+            Replay::Solves(rs) => rs.iter().map(Vec::len).sum(),
+            Replay::Householder => 0,
+        }
+    }
+}
+
+/// `U_j = Q̃_j·c_j` for the column-major `h × kj` block `qj` and the row-major `kj × l`
+/// matrix `cj`, into `uj` (`h × l`).
+fn block_product(
+    qj: &[f64],
+    h: usize,
+    kj: usize,
+    cj: ArrayView2<'_, f64>,
+    mut uj: ArrayViewMut2<'_, f64>,
+) {
+    let l = cj.ncols();
+    debug_assert!(cj.is_standard_layout());
+    // `U_j = Q̃_j·c_j` read as `U_jᵀ = c_jᵀ·Q̃_jᵀ`: both `Q̃_j` and a column-major `U`
+    // are the row-major transposes the skinny kernel takes, so it reads `Q̃_j` where
+    // it lies, once per 12 columns of `U`, without BLAS's packing and its zeroing of
+    // `U` (`dgemm_beta`). Measured on the 2-core Intel Xeon VM (AVX-512), `svd` of
+    // 10,000,000 × 20: see `benches/RESULTS.md`, issue 38 notes.
+    let ld = uj.strides()[1];
+    let done = h > 0
+        && l > 0
+        && uj.strides()[0] == 1
+        && ld >= h as isize
+        // SAFETY: `cj` is `kj × l` row-major (standard layout, ld l); `qj` holds the
+        // `h × kj` column-major block, i.e. `kj × h` row-major with ld h; `uj` is
+        // `h × l` column-major with ld `ld` ≥ h, i.e. `l × h` row-major, exclusive
+        // and apart from both; `isa()` runs here.
+        && crate::skinny::isa().is_some_and(|isa| unsafe {
+            crate::skinny::atb(
+                isa,
+                l,
+                h,
+                kj,
+                cj.as_ptr(),
+                l,
+                qj.as_ptr(),
+                h,
+                0.0,
+                uj.as_mut_ptr(),
+                ld as usize,
+            )
+        });
+    if !done {
+        let qj = ArrayView2::from_shape((h, kj).f(), qj).expect("block shape");
+        ndarray::linalg::general_mat_mul(1.0, &qj, &cj, 0.0, &mut uj);
     }
 }
 
@@ -600,6 +745,51 @@ mod tests {
                 "{m}x{n}: {} blocks",
                 f.blocks.len()
             );
+        }
+    }
+
+    /// A factor of solves ([`Keep::Solves`]) makes, by replay, the bits of the factor kept
+    /// whole, for blocks factored by Cholesky QR, by shifted Cholesky QR (graded columns,
+    /// κ about 10¹⁰) and by Householder QR (a zero column), on fresh shapes.
+    #[test]
+    fn a_factor_of_solves_replays_the_kept_factors_bits() {
+        let mut rng = crate::testing::Rng::fresh();
+        for case in 0..3 {
+            let n = 2 + rng.below(30);
+            let m = 2 * block_rows(n) + rng.below(3 * block_rows(n));
+            let mut a = random(m, n, rng.next());
+            match case {
+                1 => {
+                    for j in 0..n {
+                        let scale = 10f64.powf(-10.0 * j as f64 / (n - 1) as f64);
+                        a.column_mut(j).mapv_inplace(|x| x * scale);
+                    }
+                }
+                2 => a.column_mut(rng.below(n)).fill(0.0),
+                _ => {}
+            }
+            let fill = |r: Range<usize>, mut out: ArrayViewMut2<'_, f64>| {
+                out.assign(&a.slice(s![r, ..]));
+                Ok(())
+            };
+            let kept = PanelFactor::compute(m, n, Keep::Kept, fill).unwrap();
+            let solves = PanelFactor::compute(m, n, Keep::Solves, fill).unwrap();
+            assert!(solves.replays() && !kept.replays());
+            assert!(solves.q.is_empty(), "a factor of solves keeps no Q");
+            let how = solves.replay.as_ref().unwrap();
+            let path = |p: fn(&Replay) -> bool| how.iter().any(p);
+            match case {
+                0 => assert!(path(|r| matches!(r, Replay::Solves(v) if v.len() == 1))),
+                1 => assert!(path(|r| matches!(r, Replay::Solves(v) if v.len() == 2))),
+                _ => assert!(path(|r| matches!(r, Replay::Householder))),
+            }
+            let bits = |x: &Array2<f64>| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&kept.r), bits(&solves.r), "case {case}, {m} × {n}: R");
+            let c = random(kept.r.nrows(), 1 + rng.below(12), rng.next());
+            let want = kept.apply(c.view());
+            let mut got = Array2::zeros(want.raw_dim().f());
+            solves.replay_into(fill, c.view(), got.view_mut()).unwrap();
+            assert_eq!(bits(&want), bits(&got), "case {case}, {m} × {n}: Q·c");
         }
     }
 

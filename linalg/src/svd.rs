@@ -600,6 +600,16 @@ impl<'a> SvdRun<'a> {
             self.on_device.clone(),
         );
         let res: Vec<Residency> = self.my_actors.iter().map(|a| a.2).collect();
+        // A generated matrix is produced again faster than its kept `Q` costs: the kernel
+        // provides and zeroes fresh pages for 8 bytes a value as pass 1 keeps it (a quarter
+        // of pass 1), and pass 2 streams them back. Its resident panels keep only their
+        // blocks' solves, and pass 2 makes `Q̃` again, block by block in cache
+        // ([`Keep::Solves`]; the same bits). Measured on the 2-core AMD EPYC (Zen 3) KVM
+        // guest, `svd --rows 10000000 --cols 20 --chunk-rows 625000`: see
+        // `benches/RESULTS.md`, issue 38 notes. Panels factored whole
+        // ([`crate::kernels::WHOLE_PANEL_COLS`] columns and more) keep their `Q`.
+        let replay =
+            self.problem.source.generated().is_some() && self.n < crate::kernels::WHOLE_PANEL_COLS;
         let order = inputs
             .iter()
             .map(|ps| ps.iter().map(|&p| (p, grid.panel_rows(p))).collect())
@@ -612,10 +622,14 @@ impl<'a> SvdRun<'a> {
             move |actor, p| -> Result<Pass1, LinalgError> {
                 let rows = grid.panel_rows(p);
                 let lease = reads.take(actor, p, &rows)?;
-                let keep = if res[actor] == Residency::Resident {
-                    Keep::Kept
-                } else {
-                    Keep::Scratch
+                let keep = match res[actor] {
+                    Residency::Resident
+                        if replay && gpus.get(actor).is_none_or(Option::is_none) =>
+                    {
+                        Keep::Solves
+                    }
+                    Residency::Resident => Keep::Kept,
+                    _ => Keep::Scratch,
                 };
                 let f = factor_on_actor(
                     gpus.get(actor).and_then(Option::as_deref),
@@ -629,7 +643,7 @@ impl<'a> SvdRun<'a> {
                 )?;
                 let r = f.r.clone();
                 let kept = match keep {
-                    Keep::Kept => Some(f),
+                    Keep::Kept | Keep::Solves => Some(f),
                     Keep::Scratch => {
                         f.recycle();
                         None
@@ -774,7 +788,7 @@ impl<'a> SvdRun<'a> {
             .map(|items| {
                 items
                     .iter()
-                    .filter(|(_, _, kept)| check || kept.is_none())
+                    .filter(|(_, _, kept)| check || kept.as_ref().is_none_or(PanelFactor::replays))
                     .map(|(p, _, _)| (*p, grid.panel_rows(*p)))
                     .collect()
             })
@@ -787,7 +801,7 @@ impl<'a> SvdRun<'a> {
                   (p, ci, kept): (usize, Array2<f64>, Option<PanelFactor>)|
                   -> Result<PanelChecks, LinalgError> {
                 let rows = grid.panel_rows(p);
-                let lease = if check || kept.is_none() {
+                let lease = if check || kept.as_ref().is_none_or(PanelFactor::replays) {
                     reads.take(actor, p, &rows)?
                 } else {
                     None
@@ -811,7 +825,12 @@ impl<'a> SvdRun<'a> {
                 let mut ubuf = take_scratch_for_overwrite(h * k);
                 let mut u =
                     ArrayViewMut2::from_shape((h, k).f(), &mut ubuf[..]).expect("U block shape");
-                factor.apply_into(ci.view(), u.view_mut());
+                if factor.replays() {
+                    let fill = fill_from(source.as_ref(), p, rows.clone(), lease.as_deref());
+                    factor.replay_into(fill, ci.view(), u.view_mut())?;
+                } else {
+                    factor.apply_into(ci.view(), u.view_mut());
+                }
                 factor.recycle();
                 let u = u.view();
                 if let Some(sink) = &sink {

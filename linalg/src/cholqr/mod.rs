@@ -242,6 +242,18 @@ pub(crate) struct CholeskyQr {
     /// the tests check which blocks take which path.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) shifted: bool,
+    /// The triangular factors whose solves made `Q̃` from `A`, in order (one, or two after a
+    /// shifted step): [`replay`] makes the same `Q̃` bit for bit from the same values.
+    pub(crate) solves: Vec<Vec<f64>>,
+}
+
+/// `A := A·R₁⁻¹·R₂⁻¹…` for the factors `solves` of a [`CholeskyQr`] of the same `m × n`
+/// values: its `Q̃` again, bit for bit (the same solves in the same order), at a triangular
+/// solve's cost instead of a whole factorization's (no Gram matrix, no Cholesky).
+pub(crate) fn replay(a: &mut [f64], m: usize, n: usize, solves: &[Vec<f64>]) {
+    for r in solves {
+        solve_right(&mut a[..m * n], m, n, r);
+    }
 }
 
 /// `T := T⁻¹` for the upper triangular `t` (`n × n`) in place.
@@ -277,10 +289,10 @@ pub(crate) fn cholesky_qr(a: &mut [f64], m: usize, n: usize) -> Option<CholeskyQ
     if !trace.is_finite() || trace <= 0.0 {
         return None;
     }
-    let (mut r, shifted) = match cholesky(g, n, KAPPA_FIRST) {
+    let (mut r, shifted, solves) = match cholesky(g, n, KAPPA_FIRST) {
         Step::Good(r1) => {
             solve_right(a, m, n, &r1);
-            (r1, false)
+            (r1.clone(), false, vec![r1])
         }
         Step::Refused => {
             let shift = 11.0 * ((m * n + n * (n + 1)) as f64) * f64::EPSILON * trace;
@@ -290,9 +302,9 @@ pub(crate) fn cholesky_qr(a: &mut [f64], m: usize, n: usize) -> Option<CholeskyQ
             solve_right(a, m, n, &r0);
             match step(a, m, n, KAPPA_MIDDLE) {
                 Some(r1) => {
-                    let mut r = r0;
+                    let mut r = r0.clone();
                     multiply_left(&r1, &mut r, n);
-                    (r, true)
+                    (r, true, vec![r0, r1])
                 }
                 None => {
                     multiply_right(a, m, n, &r0);
@@ -322,6 +334,7 @@ pub(crate) fn cholesky_qr(a: &mut [f64], m: usize, n: usize) -> Option<CholeskyQ
         r: Array2::from_shape_vec((n, n).f(), r).expect("n × n"),
         t: Array2::from_shape_vec((n, n).f(), t).expect("n × n"),
         shifted,
+        solves,
     })
 }
 
@@ -358,8 +371,24 @@ mod tests {
                 let m = MIN_ASPECT * n + rng.below(3000);
                 let a = conditioned(m, n, kappa, &mut rng);
                 let mut q = a.clone();
-                let CholeskyQr { r, t, shifted } = cholesky_qr(&mut q, m, n)
+                let CholeskyQr {
+                    r,
+                    t,
+                    shifted,
+                    solves,
+                } = cholesky_qr(&mut q, m, n)
                     .unwrap_or_else(|| panic!("{m} × {n}, κ {kappa:e}: refused"));
+                // The solves make the same Q̃ again from the block's values.
+                let mut again = a.clone();
+                replay(&mut again, m, n, &solves);
+                assert!(
+                    again[..m * n]
+                        .iter()
+                        .zip(&q)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{m} × {n}, κ {kappa:e}: the replayed Q̃ differs"
+                );
+                assert_eq!(solves.len(), if shifted { 2 } else { 1 });
                 let qv = view(&q, m, n).dot(&t);
                 let av = view(&a, m, n);
                 let back = qv.dot(&r);
