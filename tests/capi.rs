@@ -316,8 +316,15 @@ fn bad_arguments_return_codes_and_never_abort() {
             "null residuals",
             "null converged",
             "ranks disagree on tol",
+            "precision 7",
+            "ranks disagree on precision",
+            "null flops_per_second",
+            "null phases",
+            "phases of a failed call",
             "good call",
             "good call to a tolerance",
+            "phases of a good call",
+            "machine limit",
         ] {
             assert!(
                 run.stdout.contains(&format!("rank {rank}: ok {case}:")),
@@ -326,6 +333,41 @@ fn bad_arguments_return_codes_and_never_abort() {
             );
         }
     }
+}
+
+/// From C as from `rankwise rsvd --machine-limit`: every phase of a randomized SVD with
+/// its seconds and its products' flops (rankwise_last_phases), and the GEMM rate of every
+/// rank's threads (rankwise_gemm_peak), so each pass's share of the machine limit.
+#[test]
+fn the_c_library_gives_each_pass_its_share_of_the_machine_limit() {
+    let b = built();
+    let args = ["40000", "300", "5000", "3", "10", "10", "1"];
+    let run = mpirun(2, &b.bin.join("machine_limit"), &args, LIMIT);
+    run.assert_success();
+    let mut peaks = Vec::new();
+    let mut shares = Vec::new();
+    for line in run.stdout.lines().filter(|l| l.starts_with("phase ")) {
+        // phase NAME: S s, R GFLOP/s, P % of K GFLOP/s
+        let (name, rest) = line["phase ".len()..].rsplit_once(": ").unwrap();
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let seconds: f64 = words[0].parse().unwrap();
+        assert!(seconds >= 0.0, "{line}");
+        peaks.push(words[words.len() - 2].to_string());
+        if words[2] != "-" {
+            let share: f64 = words[4].parse().unwrap();
+            assert!(share > 0.0 && share < 150.0, "{line}");
+            shares.push((name.to_string(), share));
+        }
+    }
+    assert!(
+        shares.iter().any(|(n, _)| n.starts_with("pass 1")),
+        "no share for pass 1:\n{}",
+        run.describe()
+    );
+    assert!(shares.len() >= 3, "{}", run.describe());
+    let peak: f64 = peaks[0].parse().unwrap();
+    assert!(peak > 0.1, "{}", run.describe());
+    assert!(peaks.iter().all(|p| *p == peaks[0]), "{}", run.describe());
 }
 
 #[test]

@@ -89,6 +89,32 @@ typedef struct {
 } rankwise_sizes;
 
 /**
+ * One phase of this thread's last decomposition (`rankwise_last_phases`).
+ */
+typedef struct {
+  /**
+   * Its name, NUL-terminated, as `rankwise … --json` reports it (e.g. "pass 1: produce
+   * panels + panel QR").
+   */
+  const char *name;
+  /**
+   * Wall seconds on this rank.
+   */
+  double seconds;
+  /**
+   * Floating-point operations of its matrix products over the whole matrix (all
+   * ranks); 0 for a phase whose work is not counted. `flops / seconds` against
+   * `rankwise_gemm_peak` is the phase's share of the machine limit.
+   */
+  double flops;
+} rankwise_phase;
+
+/**
+ * Floating-point precision of `rankwise_gemm_peak`.
+ */
+typedef int32_t rankwise_precision;
+
+/**
  * Distribution of the values of `rankwise_generate`.
  */
 typedef int32_t rankwise_dist;
@@ -166,6 +192,16 @@ typedef int32_t rankwise_dist;
  * Standard normal (`rankwise … --dist normal`).
  */
 #define RANKWISE_DIST_NORMAL 1
+
+/**
+ * Double precision (DGEMM).
+ */
+#define RANKWISE_F64 0
+
+/**
+ * Single precision (SGEMM).
+ */
+#define RANKWISE_F32 1
 
 #ifdef __cplusplus
 extern "C" {
@@ -305,6 +341,27 @@ rankwise_status rankwise_rsvd_tol(MPI_Fint comm,
                                   int64_t ldvt,
                                   double *residuals,
                                   int32_t *converged);
+
+/**
+ * The phases of this thread's last `rankwise_tsqr_svd`, `rankwise_rsvd` or
+ * `rankwise_rsvd_tol` call: `*phases` points to `*count` entries, in the order they ran
+ * (`*count` is 0 after a call that failed, or before any). Local. The entries and their
+ * names stay valid until the next decomposition call on this thread.
+ */
+rankwise_status rankwise_last_phases(const rankwise_phase **phases, int64_t *count);
+
+/**
+ * The machine limit: the GEMM rate, in floating-point operations per second, of the
+ * threads rankwise runs on every rank of `comm` (each rank's compute threads multiply
+ * square matrices of order 1024 at once, the best of two runs each), summed over the
+ * ranks, into `*flops_per_second` on every rank. Collective: every rank passes the same
+ * `precision` (`RANKWISE_F64` or `RANKWISE_F32`). A phase's `flops / seconds` divided
+ * by it is the phase's share of the limit, as `rankwise rsvd --machine-limit` prints.
+ * Takes about a second.
+ */
+rankwise_status rankwise_gemm_peak(MPI_Fint comm,
+                                   rankwise_precision precision,
+                                   double *flops_per_second);
 
 /**
  * Fills `out` (`rows × cols` in `layout`, leading dimension `ld`) with rows

@@ -131,6 +131,7 @@ impl Out {
 
 /// `rankwise_tsqr_svd`, `rankwise_rsvd` and `rankwise_rsvd_tol` on one rank.
 pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
+    crate::set_last_phases(&[]);
     // Local checks first, but a rank whose own arguments are wrong still takes part in the
     // agreement below, so that the other ranks return an error instead of waiting for it.
     let local = check_local(c);
@@ -220,19 +221,7 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
     let grid = ChunkGrid::new(m as u64, cols as u64, p as u64)
         .map_err(|e| CapiError::Internal(e.to_string()))?;
 
-    // The node's ranks share its cores out by their rank among the node's ranks; the
-    // host code owns its threads' placement, so rankwise does not pin.
-    let node = dup.split_shared(0);
-    let config = RuntimeConfig {
-        local_rank: node.rank() as usize,
-        local_size: node.size() as usize,
-        pin: false,
-        core_share: CoreShare::LauncherIfBound,
-        ..RuntimeConfig::default()
-    };
-    drop(node);
-    let rt = rankwise::from_mpi_communicator(dup, &config)
-        .map_err(|e| CapiError::Compute(e.to_string()))?;
+    let rt = runtime(dup)?;
 
     let live = Arc::new(AtomicBool::new(true));
     let (rs, cs) = layout.strides(c.lda as usize);
@@ -279,7 +268,8 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
                 transposed: false,
                 rank_panels: Some(rank_panels),
             };
-            svd(&rt, &problem, &SvdOptions::default(), Some(sink)).map(|r| (r.s, r.wt, None))
+            svd(&rt, &problem, &SvdOptions::default(), Some(sink))
+                .map(|r| (r.s, r.wt, None, r.timings))
         }
         Method::Randomized {
             k,
@@ -303,7 +293,7 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
                 precision: Precision::F64,
                 ..RsvdOptions::default()
             };
-            rsvd(&rt, &problem, &options, Some(sink)).map(|r| (r.s, r.wt, None))
+            rsvd(&rt, &problem, &options, Some(sink)).map(|r| (r.s, r.wt, None, r.timings))
         }
         Method::ToTolerance {
             k,
@@ -333,11 +323,12 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
                 mixed_precision: false,
                 ..RsvdOptions::default()
             };
-            rsvd(&rt, &problem, &options, Some(sink)).map(|r| (r.s, r.wt, Some(r.convergence)))
+            rsvd(&rt, &problem, &options, Some(sink))
+                .map(|r| (r.s, r.wt, Some(r.convergence), r.timings))
         }
     };
     live.store(false, Ordering::Release);
-    let (s, wt, convergence) = match result {
+    let (s, wt, convergence, timings) = match result {
         Ok(v) => v,
         Err(e) => {
             let comm = rt.comm();
@@ -390,5 +381,68 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
             **converged = i32::from(report.converged);
         }
     }
+    crate::set_last_phases(&timings);
     Ok(())
+}
+
+/// A runtime over `dup`: the node's ranks share its cores out by their rank among the
+/// node's ranks; the host code owns its threads' placement, so rankwise does not pin.
+fn runtime(dup: SimpleCommunicator) -> Result<rankwise::exec::Runtime, CapiError> {
+    let node = dup.split_shared(0);
+    let config = RuntimeConfig {
+        local_rank: node.rank() as usize,
+        local_size: node.size() as usize,
+        pin: false,
+        core_share: CoreShare::LauncherIfBound,
+        ..RuntimeConfig::default()
+    };
+    drop(node);
+    rankwise::from_mpi_communicator(dup, &config).map_err(|e| CapiError::Compute(e.to_string()))
+}
+
+/// `rankwise_gemm_peak`: the ranks agree on `precision` first (a rank with a bad one makes
+/// every rank return an error rather than wait in the probe), then probe together.
+pub(crate) fn gemm_peak(fint: MPI_Fint, precision: i32) -> Result<f64, CapiError> {
+    let local = match precision {
+        crate::RANKWISE_F64 => Ok(Precision::F64),
+        crate::RANKWISE_F32 => Ok(Precision::F32),
+        other => Err(CapiError::InvalidArgument {
+            arg: "precision",
+            message: format!("{other} is neither RANKWISE_F64 (0) nor RANKWISE_F32 (1)"),
+        }),
+    };
+    if let Err(e) = mpi_ready() {
+        return Err(local.err().unwrap_or(e));
+    }
+    let dup = match duplicate(fint) {
+        Ok(d) => d,
+        Err(e) => return Err(local.err().unwrap_or(e)),
+    };
+    let mine = [
+        local.as_ref().err().map_or(RANKWISE_OK, |e| e.status()) as i64,
+        precision as i64,
+    ];
+    let mut all = vec![0i64; 2 * dup.size() as usize];
+    dup.all_gather_into(&mine[..], &mut all[..]);
+    let precision = local?;
+    for (rank, a) in all.chunks(2).enumerate() {
+        if a[0] != 0 {
+            return Err(CapiError::OtherRank {
+                rank,
+                status: a[0] as rankwise_status,
+            });
+        }
+        if a[1] != mine[1] {
+            return Err(CapiError::Inconsistent {
+                arg: "precision",
+                message: format!(
+                    "this rank passed {} but rank {rank} passed {}: every rank must pass the \
+                     same value",
+                    mine[1], a[1]
+                ),
+            });
+        }
+    }
+    let rt = runtime(dup)?;
+    rankwise::linalg::gemm_peak(&rt, precision).map_err(|e| CapiError::Compute(e.to_string()))
 }

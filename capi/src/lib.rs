@@ -101,8 +101,57 @@ pub struct rankwise_sizes {
     pub workspace_bytes: i64,
 }
 
+/// Floating-point precision of `rankwise_gemm_peak`.
+#[allow(non_camel_case_types)]
+pub type rankwise_precision = i32;
+/// Double precision (DGEMM).
+pub const RANKWISE_F64: rankwise_precision = 0;
+/// Single precision (SGEMM).
+pub const RANKWISE_F32: rankwise_precision = 1;
+
+/// One phase of this thread's last decomposition (`rankwise_last_phases`).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct rankwise_phase {
+    /// Its name, NUL-terminated, as `rankwise … --json` reports it (e.g. "pass 1: produce
+    /// panels + panel QR").
+    pub name: *const c_char,
+    /// Wall seconds on this rank.
+    pub seconds: f64,
+    /// Floating-point operations of its matrix products over the whole matrix (all
+    /// ranks); 0 for a phase whose work is not counted. `flops / seconds` against
+    /// `rankwise_gemm_peak` is the phase's share of the machine limit.
+    pub flops: f64,
+}
+
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// The phases of this thread's last decomposition and the names they point into.
+    static LAST_PHASES: RefCell<(Vec<CString>, Vec<rankwise_phase>)> =
+        const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Records the phases of a decomposition that succeeded (none: clears them).
+fn set_last_phases(timings: &[rankwise::linalg::PhaseTiming]) {
+    LAST_PHASES.with(|l| {
+        let mut l = l.borrow_mut();
+        let names: Vec<CString> = timings
+            .iter()
+            .map(|t| CString::new(t.phase.replace('\0', " ")).unwrap_or_default())
+            .collect();
+        // The CStrings' buffers stay where they are when the Vec holding them moves.
+        let phases = timings
+            .iter()
+            .zip(&names)
+            .map(|(t, name)| rankwise_phase {
+                name: name.as_ptr(),
+                seconds: t.seconds,
+                flops: t.flops,
+            })
+            .collect();
+        *l = (names, phases);
+    });
 }
 
 /// Records `e` as this thread's last error and returns its status code.
@@ -359,6 +408,54 @@ pub extern "C" fn rankwise_rsvd_tol(
             },
         };
         comm::run(comm, &call)
+    })
+}
+
+/// The phases of this thread's last `rankwise_tsqr_svd`, `rankwise_rsvd` or
+/// `rankwise_rsvd_tol` call: `*phases` points to `*count` entries, in the order they ran
+/// (`*count` is 0 after a call that failed, or before any). Local. The entries and their
+/// names stay valid until the next decomposition call on this thread.
+#[no_mangle]
+pub extern "C" fn rankwise_last_phases(
+    phases: *mut *const rankwise_phase,
+    count: *mut i64,
+) -> rankwise_status {
+    guarded(|| {
+        let phases = args::non_null_mut(phases, "phases")?;
+        let count = args::non_null_mut(count, "count")?;
+        LAST_PHASES.with(|l| {
+            let l = l.borrow();
+            // SAFETY: both checked non-null; the caller passes writable locations.
+            unsafe {
+                *phases = l.1.as_ptr();
+                *count = l.1.len() as i64;
+            }
+        });
+        Ok(())
+    })
+}
+
+/// The machine limit: the GEMM rate, in floating-point operations per second, of the
+/// threads rankwise runs on every rank of `comm` (each rank's compute threads multiply
+/// square matrices of order 1024 at once, the best of two runs each), summed over the
+/// ranks, into `*flops_per_second` on every rank. Collective: every rank passes the same
+/// `precision` (`RANKWISE_F64` or `RANKWISE_F32`). A phase's `flops / seconds` divided
+/// by it is the phase's share of the limit, as `rankwise rsvd --machine-limit` prints.
+/// Takes about a second.
+#[no_mangle]
+pub extern "C" fn rankwise_gemm_peak(
+    comm: MPI_Fint,
+    precision: rankwise_precision,
+    flops_per_second: *mut f64,
+) -> rankwise_status {
+    guarded(|| {
+        let out = args::non_null_mut(flops_per_second, "flops_per_second");
+        // A NULL output still takes part in the agreement, so that no rank waits.
+        let peak = comm::gemm_peak(comm, if out.is_ok() { precision } else { -1 });
+        let out = out?;
+        // SAFETY: checked non-null; the caller passes a writable double.
+        unsafe { *out = peak? };
+        Ok(())
     })
 }
 

@@ -126,6 +126,26 @@ int main(int argc, char **argv) {
     expect("fewer rows than columns", rankwise_tsqr_svd(world, a, 0, C, R, L, 10, s, u, R, vt, C),
            RANKWISE_ERROR_INCONSISTENT, "`rows_local`");
 
+    /* The machine limit: a bad or disagreeing precision and NULL outputs are errors on
+     * every rank (no rank waits in the probe); the phases of a failed call are none. */
+    const rankwise_phase *phases = NULL;
+    int64_t count = -1;
+    double peak = 0;
+    expect("precision 7", rankwise_gemm_peak(world, 7, &peak), RANKWISE_ERROR_INVALID_ARGUMENT,
+           "`precision`");
+    expect("ranks disagree on precision",
+           rankwise_gemm_peak(world, last ? RANKWISE_F32 : RANKWISE_F64, &peak),
+           size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_OK, size > 1 ? "`precision`" : NULL);
+    expect("null flops_per_second", rankwise_gemm_peak(world, RANKWISE_F64, last ? NULL : &peak),
+           last ? RANKWISE_ERROR_NULL_POINTER : (size > 1 ? RANKWISE_ERROR_OTHER_RANK : RANKWISE_OK),
+           last ? "`flops_per_second`" : NULL);
+    expect("null phases", rankwise_last_phases(NULL, &count), RANKWISE_ERROR_NULL_POINTER, "`phases`");
+    expect("phases of a failed call", rankwise_last_phases(&phases, &count), RANKWISE_OK, NULL);
+    if (count != 0) {
+        fprintf(stderr, "rank %d: FAIL %lld phases after a failed call\n", rank, (long long)count);
+        failures++;
+    }
+
     /* After all of that, a good call still works. */
     expect("good call", rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, R, vt, C), RANKWISE_OK, NULL);
     expect("good randomized call",
@@ -137,6 +157,25 @@ int main(int argc, char **argv) {
            RANKWISE_OK, NULL);
     if (converged != 1 || !(res[0] <= 1e-6 && res[1] <= 1e-6)) {
         fprintf(stderr, "rank %d: FAIL converged %d, residuals %g %g\n", rank, (int)converged, res[0], res[1]);
+        failures++;
+    }
+    /* The good call's phases: named, timed, and its passes' products counted. */
+    expect("phases of a good call", rankwise_last_phases(&phases, &count), RANKWISE_OK, NULL);
+    int counted = 0;
+    for (int64_t i = 0; i < count; i++) {
+        if (!phases[i].name || !phases[i].name[0] || !(phases[i].seconds >= 0)) {
+            fprintf(stderr, "rank %d: FAIL phase %lld unnamed or untimed\n", rank, (long long)i);
+            failures++;
+        }
+        counted += phases[i].flops > 0;
+    }
+    if (count < 2 || counted < 1) {
+        fprintf(stderr, "rank %d: FAIL %lld phases, %d with flops\n", rank, (long long)count, counted);
+        failures++;
+    }
+    expect("machine limit", rankwise_gemm_peak(world, RANKWISE_F64, &peak), RANKWISE_OK, NULL);
+    if (!(peak > 1e8)) {
+        fprintf(stderr, "rank %d: FAIL GEMM peak %g flop/s\n", rank, peak);
         failures++;
     }
 

@@ -1,0 +1,94 @@
+/*
+ * How close a randomized SVD comes to the machine: each phase's rate against the GEMM
+ * rate of the threads rankwise runs on (what `rankwise rsvd --machine-limit` prints).
+ *
+ *   mpirun -np 2 ./machine_limit ROWS COLS PANEL SEED K OVERSAMPLE POWER
+ *
+ * Each rank fills its whole panels of the matrix `rankwise rsvd --seed SEED` generates,
+ * calls rankwise_rsvd, then reads the call's phases (rankwise_last_phases) and measures
+ * the machine limit (rankwise_gemm_peak, collective). Rank 0 prints one line per phase:
+ *
+ *   phase <name>: <seconds> s, <GFLOP/s> GFLOP/s, <share> % of <peak> GFLOP/s
+ *
+ * (rate and share "-" for a phase whose work is not counted).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <mpi.h>
+#include <rankwise.h>
+
+static int check(int rank, const char *what, rankwise_status st) {
+    if (st != RANKWISE_OK)
+        fprintf(stderr, "rank %d: %s failed (%d): %s\n", rank, what, (int)st, rankwise_last_error());
+    return st != RANKWISE_OK;
+}
+
+int main(int argc, char **argv) {
+    int provided, rank, size;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc != 8) {
+        if (rank == 0)
+            fprintf(stderr, "usage: machine_limit ROWS COLS PANEL SEED K OVERSAMPLE POWER\n");
+        MPI_Finalize();
+        return 2;
+    }
+    int64_t rows = strtoll(argv[1], NULL, 10), cols = strtoll(argv[2], NULL, 10);
+    int64_t panel = strtoll(argv[3], NULL, 10), k = strtoll(argv[5], NULL, 10);
+    uint64_t seed = strtoull(argv[4], NULL, 10);
+    int64_t panels = (rows + panel - 1) / panel;
+    int64_t row0 = panels * rank / size * panel;
+    int64_t row_end = rank == size - 1 ? rows : panels * (rank + 1) / size * panel;
+    int64_t rows_local = row_end - row0;
+
+    /* Before any decomposition there are no phases. */
+    const rankwise_phase *phases = NULL;
+    int64_t count = -1;
+    if (check(rank, "rankwise_last_phases", rankwise_last_phases(&phases, &count)) || count != 0) {
+        fprintf(stderr, "rank %d: %" PRId64 " phases before any call\n", rank, count);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+
+    rankwise_sizes sz;
+    if (check(rank, "rankwise_rsvd_query",
+              rankwise_rsvd_query(rows_local, cols, k, RANKWISE_ROW_MAJOR, &sz)))
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    double *a = malloc(sizeof(double) * (size_t)(rows_local * cols + 1));
+    double *s = malloc(sizeof(double) * (size_t)sz.s_len);
+    double *u = malloc(sizeof(double) * (size_t)(sz.u_rows * sz.min_ldu + 1));
+    double *vt = malloc(sizeof(double) * (size_t)(sz.vt_rows * sz.min_ldvt));
+    MPI_Fint comm = MPI_Comm_c2f(MPI_COMM_WORLD);
+    int failed = check(rank, "rankwise_generate",
+                       rankwise_generate(seed, RANKWISE_DIST_UNIFORM, row0, rows_local, cols, a, cols,
+                                         RANKWISE_ROW_MAJOR));
+    failed = failed || check(rank, "rankwise_rsvd",
+                             rankwise_rsvd(comm, a, rows_local, cols, cols, RANKWISE_ROW_MAJOR, panel, k,
+                                           strtoll(argv[6], NULL, 10), strtoll(argv[7], NULL, 10), 1,
+                                           s, u, sz.min_ldu, vt, sz.min_ldvt));
+    double peak = 0;
+    failed = failed || check(rank, "rankwise_last_phases", rankwise_last_phases(&phases, &count));
+    /* Collective: every rank measures its threads at once. */
+    failed = failed || check(rank, "rankwise_gemm_peak", rankwise_gemm_peak(comm, RANKWISE_F64, &peak));
+    if (!failed && rank == 0) {
+        for (int64_t i = 0; i < count; i++) {
+            const rankwise_phase *p = &phases[i];
+            if (p->flops > 0 && p->seconds > 0) {
+                double rate = p->flops / p->seconds;
+                printf("phase %s: %.4f s, %.2f GFLOP/s, %.1f %% of %.2f GFLOP/s\n", p->name,
+                       p->seconds, rate / 1e9, 100 * rate / peak, peak / 1e9);
+            } else {
+                printf("phase %s: %.4f s, - GFLOP/s, - %% of %.2f GFLOP/s\n", p->name, p->seconds,
+                       peak / 1e9);
+            }
+        }
+    }
+    free(a);
+    free(s);
+    free(u);
+    free(vt);
+    MPI_Finalize();
+    return failed;
+}
