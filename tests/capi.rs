@@ -382,6 +382,9 @@ fn fortran_bad_arguments_return_codes_and_messages() {
             "ok k = 0: `k`",
             "ok lda < rows: `lda`",
             "ok good call",
+            "ok phases",
+            "ok precision 7: `precision`",
+            "ok machine limit",
         ] {
             assert!(
                 run.stdout.contains(&format!("rank {rank}: {line}")),

@@ -26,6 +26,8 @@ module rankwise
   integer(c_int32_t), parameter, public :: RANKWISE_ROW_MAJOR = 1
   integer(c_int32_t), parameter, public :: RANKWISE_DIST_UNIFORM = 0
   integer(c_int32_t), parameter, public :: RANKWISE_DIST_NORMAL = 1
+  integer(c_int32_t), parameter, public :: RANKWISE_F64 = 0
+  integer(c_int32_t), parameter, public :: RANKWISE_F32 = 1
 
   !> Output sizes of one rank's call (rankwise_sizes of rankwise.h).
   type, bind(C), public :: rankwise_sizes
@@ -37,6 +39,16 @@ module rankwise
   ! The C functions themselves, for callers that pass leading dimensions or row-major data.
   public :: rankwise_tsqr_svd, rankwise_rsvd, rankwise_rsvd_tol, rankwise_generate, rankwise_last_error
   public :: rankwise_tsqr_svd_query, rankwise_rsvd_query
+  ! The machine limit: the last call's phases and the GEMM rate of rankwise's threads.
+  public :: rankwise_last_phases, rankwise_gemm_peak, rankwise_phase_name
+
+  !> One phase of this thread's last decomposition (rankwise_phase of rankwise.h): its name
+  !> (rankwise_phase_name), wall seconds on this rank, and the flops of its products over
+  !> the whole matrix (0 when not counted).
+  type, bind(C), public :: rankwise_phase
+    type(c_ptr) :: name
+    real(c_double) :: seconds, flops
+  end type
 
   interface
     function rankwise_tsqr_svd_query(rows_local, cols, layout, sizes) result(status) &
@@ -118,6 +130,22 @@ module rankwise
       integer(c_int32_t) :: status
     end function
 
+    function rankwise_last_phases(phases, count) result(status) bind(C, name="rankwise_last_phases")
+      import :: c_ptr, c_int32_t, c_int64_t
+      type(c_ptr), intent(out) :: phases
+      integer(c_int64_t), intent(out) :: count
+      integer(c_int32_t) :: status
+    end function
+
+    function rankwise_gemm_peak(comm, precision, flops_per_second) result(status) &
+                                bind(C, name="rankwise_gemm_peak")
+      import :: c_int, c_int32_t, c_double
+      integer(c_int), value :: comm
+      integer(c_int32_t), value :: precision
+      real(c_double), intent(out) :: flops_per_second
+      integer(c_int32_t) :: status
+    end function
+
     function rankwise_last_error() result(message) bind(C, name="rankwise_last_error")
       import :: c_ptr
       type(c_ptr) :: message
@@ -131,6 +159,20 @@ module rankwise
   end interface
 
 contains
+
+  !> The name of a phase that rankwise_last_phases gave (c_f_pointer(phases, p, [count])).
+  function rankwise_phase_name(phase) result(name)
+    type(rankwise_phase), intent(in) :: phase
+    character(len=:), allocatable :: name
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i, n
+    n = int(c_strlen(phase%name))
+    call c_f_pointer(phase%name, chars, [n])
+    allocate (character(len=n) :: name)
+    do i = 1, n
+      name(i:i) = chars(i)
+    end do
+  end function
 
   !> The exact SVD a = u * diag(s) * vt of the matrix whose row blocks a(:, :) the ranks of
   !> comm hold: s(cols), u(rows_local, cols) (this rank's rows), vt(cols, cols).

@@ -10,6 +10,10 @@ program bad_args
   integer :: ierr, provided, rank, failures
   real(c_double) :: a(rows, cols), s(cols), u(rows, cols), vt(cols, cols)
   real(c_double) :: s0(0), u0(rows, 0), vt0(0, cols)
+  real(c_double) :: peak
+  type(c_ptr) :: phases_ptr
+  type(rankwise_phase), pointer :: phases(:)
+  integer(c_int64_t) :: count
 
   failures = 0
   rank = 0
@@ -32,6 +36,20 @@ program bad_args
               int(cols, c_int64_t), 3_c_int64_t, RANKWISE_COL_MAJOR, 10_c_int64_t, s, u, &
               int(rows, c_int64_t), vt, int(cols, c_int64_t)), RANKWISE_ERROR_INVALID_ARGUMENT, '`lda`')
   call expect('good call', rankwise_svd(MPI_COMM_WORLD, a, 10_c_int64_t, s, u, vt), RANKWISE_OK, '')
+  ! The good call's phases, named and timed, and the machine limit.
+  call expect('phases', rankwise_last_phases(phases_ptr, count), RANKWISE_OK, '')
+  call c_f_pointer(phases_ptr, phases, [count])
+  if (count < 2 .or. rankwise_phase_name(phases(1)) /= 'pass 1: produce panels + panel QR') then
+    write (0, '(a,i0,a,i0)') 'rank ', rank, ': FAIL phases: ', count
+    failures = failures + 1
+  end if
+  call expect('precision 7', rankwise_gemm_peak(MPI_COMM_WORLD, 7_c_int32_t, peak), &
+              RANKWISE_ERROR_INVALID_ARGUMENT, '`precision`')
+  call expect('machine limit', rankwise_gemm_peak(MPI_COMM_WORLD, RANKWISE_F64, peak), RANKWISE_OK, '')
+  if (.not. peak > 1e8_c_double) then
+    write (0, '(a,i0,a,es10.3)') 'rank ', rank, ': FAIL GEMM peak ', peak
+    failures = failures + 1
+  end if
 
   call MPI_Finalize(ierr)
   if (failures /= 0) stop 1
