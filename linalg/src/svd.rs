@@ -600,16 +600,22 @@ impl<'a> SvdRun<'a> {
             self.on_device.clone(),
         );
         let res: Vec<Residency> = self.my_actors.iter().map(|a| a.2).collect();
-        // A generated matrix is produced again faster than its kept `Q` costs: the kernel
-        // provides and zeroes fresh pages for 8 bytes a value as pass 1 keeps it (a quarter
-        // of pass 1), and pass 2 streams them back. Its resident panels keep only their
-        // blocks' solves, and pass 2 makes `Q̃` again, block by block in cache
+        // A generated uniform matrix is produced again faster than its kept `Q` costs: the
+        // kernel provides and zeroes fresh pages for 8 bytes a value as pass 1 keeps it (a
+        // quarter of pass 1), and pass 2 streams them back. Its resident panels keep only
+        // their blocks' solves, and pass 2 makes `Q̃` again, block by block in cache
         // ([`Keep::Solves`]; the same bits). Measured on the 2-core AMD EPYC (Zen 3) KVM
         // guest, `svd --rows 10000000 --cols 20 --chunk-rows 625000`: see
-        // `benches/RESULTS.md`, issue 38 notes. Panels factored whole
-        // ([`crate::kernels::WHOLE_PANEL_COLS`] columns and more) keep their `Q`.
-        let replay =
-            self.problem.source.generated().is_some() && self.n < crate::kernels::WHOLE_PANEL_COLS;
+        // `benches/RESULTS.md`, issue 38 notes. Normal values cost about 8× as much to
+        // make (the ziggurat), which made pass 2 slower than the kept `Q` (4,000,000 × 20:
+        // 0.93–1.09 s kept, 1.11–1.23 s replayed), so they keep it, as do panels factored
+        // whole ([`crate::kernels::WHOLE_PANEL_COLS`] columns and more).
+        let replay = self
+            .problem
+            .source
+            .generated()
+            .is_some_and(|g| g.dist() == rankwise_sources::Dist::Uniform)
+            && self.n < crate::kernels::WHOLE_PANEL_COLS;
         let order = inputs
             .iter()
             .map(|ps| ps.iter().map(|&p| (p, grid.panel_rows(p))).collect())
