@@ -32,7 +32,7 @@ pub(crate) fn block_rows(n: usize) -> usize {
     // Measured with `svd --dist normal` of 2,097,152 × 32 (1,024-row blocks) on the 2-core
     // AMD EPYC (Zen 3) KVM guest: pass 1 3.3–3.6e-8 → 2.3–2.6e-8 core-seconds a value; 8
     // and 16 columns (4,096 and 2,048 rows) unchanged.
-    if rows % 512 == 0 {
+    if rows.is_multiple_of(512) {
         rows + 8
     } else {
         rows
