@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The sizing model (`rankwise plan --nodes …`) against measured runs on this machine:
-# `rankwise calibrate` once, then each workload under `mpirun -np 1..4` (one node) and on
+# `rankwise calibrate` once, then each workload under `mpirun -np 1..8` (one node) and on
 # two namespace nodes of tools/netns-cluster.sh at several link rates and delays (root
 # only; skipped, and said so, otherwise). Each run's own time and passes (its --json
 # report) beside the model's prediction for the same shape, ranks, passes and network.
@@ -87,7 +87,9 @@ for w in "${WORKLOADS[@]}"; do
     opts=${w#*|}
     read -r -a args <<<"$opts"
     read -r -a shape <<<"$(shape_of "$opts")"
-    for np in 1 2 3 4; do
+    # Up to 8 ranks: more ranks than cores is what the model's share of a node's cores
+    # per rank must also get right.
+    for np in 1 2 3 4 6 8; do
         read -r secs passes < <(measure mpirun -np "$np" --oversubscribe --bind-to none -- "${args[@]}" --transport mpi)
         read -r pred dom < <(predict "$job" "${shape[@]}" -- 1 "$np" "$CORES" 100,1us "$passes")
         row "one node, mpirun -np $np" "$job" "$opts" "$np" 1 "shared memory" "$secs" "$passes" "$pred" "$dom"
@@ -118,6 +120,21 @@ if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
         done
         tools/netns-cluster.sh down >/dev/null
     done
+    # Eight ranks on two namespace nodes (four a node: shared memory inside a node, TCP
+    # between), at 1 Gbit/s: one core a node, a quarter of a core a rank.
+    RANKWISE_NETNS_RATE=1gbit RANKWISE_NETNS_BURST=32kb tools/netns-cluster.sh up 2 >/dev/null
+    read -r -a margs <<<"$(tools/netns-cluster.sh mpirun-args)"
+    for w in "${WORKLOADS[@]}"; do
+        job=${w%%|*}
+        opts=${w#*|}
+        read -r -a args <<<"$opts"
+        read -r -a shape <<<"$(shape_of "$opts")"
+        read -r secs passes < <(measure mpirun "${margs[@]}" --host rwz1:4,rwz2:4 -np 8 --bind-to none \
+            -- "${args[@]}" --transport mpi --threads-per-actor 1 --no-pin)
+        read -r pred dom < <(predict "$job" "${shape[@]}" -- 2 4 1 1,50us "$passes")
+        row "2 namespace nodes × 4 ranks, 1gbit" "$job" "$opts" 8 2 1,50us "$secs" "$passes" "$pred" "$dom"
+    done
+    tools/netns-cluster.sh down >/dev/null
 else
     echo "sizing.sh: not root (or no tc): the namespace-cluster rows are skipped" | tee -a "$OUT/rows.jsonl"
 fi

@@ -12,8 +12,12 @@
 //! * **Rates measured on a machine** ([`calibrate`], `rankwise calibrate`): the seconds
 //!   per matrix value of the exact SVD's two passes at several column counts, and of one
 //!   randomized pass (dense and genotype operands) as a function of the sketch's columns,
-//!   per core. A rank's compute time is the values its actors own times that rate, scaled
-//!   by the cores the rank has against the calibration's.
+//!   per core. A pass's compute time is that rate times the values on its critical path
+//!   per core: the busiest rank's values over the cores it can use (at least one, a
+//!   thread), or the busiest node's values over the node's cores, whichever is more. The
+//!   second matters where ranks outnumber cores: a rank with fewer panels finishes early and
+//!   leaves its core to the others (a node's scheduler shares the cores by work, not by
+//!   rank).
 //!
 //! Communication follows the reduction tree of [`rankwise_linalg`]: a node of the tree
 //! lives on the rank of its leftmost panel, so a rank receives from another rank once per
@@ -370,16 +374,16 @@ pub fn predict(
         default_panel_rows(m, n, world.actors(), matches!(workload, Workload::Svd))
     };
     let grid = ChunkGrid::new(m, n, chunk).map_err(|e| bad("panel_rows", e.to_string()))?;
-    // The rates are core-seconds per value: a rank's cores share its values.
-    let scale = 1.0 / cluster.cores_per_rank();
     let mut notes = Vec::new();
     if cluster.gpus_per_node > 0 {
         notes.push(
             "GPU actors: the rates are the CPU calibration's; a GPU pass is faster".to_string(),
         );
     }
-    // The busiest rank's values, from the plan's placement.
-    let rank_values = |placement: &rankwise_exec::Placement| -> f64 {
+    // The busiest rank's values, and the values per core on a pass's critical path (the
+    // rates are core-seconds per value), from the plan's placement. Ranks are placed node
+    // by node, as `mpirun` and `srun` place them.
+    let rank_values = |placement: &rankwise_exec::Placement| -> (f64, f64) {
         let mut per_rank = vec![0u64; ranks];
         for a in &placement.assignments {
             for q in a.panels.clone() {
@@ -387,7 +391,15 @@ pub fn predict(
                 per_rank[a.rank] += (r.end - r.start) * n;
             }
         }
-        per_rank.into_iter().max().unwrap_or(0) as f64
+        let busiest = per_rank.iter().copied().max().unwrap_or(0) as f64;
+        let node = per_rank
+            .chunks(cluster.ranks_per_node)
+            .map(|c| c.iter().sum::<u64>())
+            .max()
+            .unwrap_or(0) as f64;
+        let per_core =
+            (busiest / cluster.cores_per_rank().max(1.0)).max(node / cluster.cores_per_node as f64);
+        (busiest, per_core)
     };
     let rank_memory = |memory: &[rankwise_exec::MemoryPlan],
                        placement: &rankwise_exec::Placement|
@@ -420,7 +432,7 @@ pub fn predict(
                 rank_panels: None,
             };
             let plan = SvdPlan::for_problem(&problem, &world)?;
-            let values = rank_values(&plan.placement);
+            let (values, per_core) = rank_values(&plan.placement);
             let (p1, p2) = rates.svd_at(n);
             let (mem, resident) = rank_memory(&plan.memory, &plan.placement);
             let up = (plan.words_up * 8) as f64;
@@ -429,7 +441,7 @@ pub fn predict(
             let bcast = ((n + n * n) * 8) as f64;
             phases.push(PredictedPhase {
                 phase: "pass 1: produce panels + panel QR".into(),
-                compute_seconds: values * p1 * scale,
+                compute_seconds: per_core * p1,
                 comm_seconds: 0.0,
                 bytes_sent: 0,
             });
@@ -447,7 +459,7 @@ pub fn predict(
             let again = if resident { 0.0 } else { rates.dense.produce };
             phases.push(PredictedPhase {
                 phase: "pass 2: form U".into(),
-                compute_seconds: values * (p2 + again) * scale,
+                compute_seconds: per_core * (p2 + again),
                 comm_seconds: 0.0,
                 bytes_sent: 0,
             });
@@ -476,7 +488,7 @@ pub fn predict(
                 ..Default::default()
             };
             let plan = RsvdPlan::new(&problem, &options, &world)?;
-            let values = rank_values(&plan.placement);
+            let (values, per_core) = rank_values(&plan.placement);
             let l = plan.sketch;
             let rate = if genotypes {
                 rates.genotypes
@@ -502,7 +514,7 @@ pub fn predict(
                 };
                 phases.push(PredictedPhase {
                     phase: format!("pass {p}"),
-                    compute_seconds: values * per_value * scale,
+                    compute_seconds: per_core * per_value,
                     comm_seconds: comm,
                     // The busiest rank sends an R factor and a B block per level.
                     bytes_sent: levels * (r_bytes + b_bytes) as u64,
@@ -771,6 +783,37 @@ mod tests {
             },
             read_gbps: None,
         }
+    }
+
+    #[test]
+    fn ranks_beyond_the_cores_share_the_node_by_work() {
+        // 8 panels on one node of 2 cores: 1 rank, and 6 ranks of which two hold 2 panels.
+        let w = Workload::Svd;
+        let node = |ranks_per_node| Cluster {
+            nodes: 1,
+            ranks_per_node,
+            cores_per_node: 2,
+            ..cluster(1, 100.0)
+        };
+        let compute = |p: &Prediction| p.phases.iter().map(|x| x.compute_seconds).sum::<f64>();
+        let one = predict(80_000, 20, 10_000, &w, &node(1), &rates()).unwrap();
+        let six = predict(80_000, 20, 10_000, &w, &node(6), &rates()).unwrap();
+        // The node's two cores do the same work either way: the ranks with one panel leave
+        // their core to the others (not 2/8 of the values at a third of a core each).
+        let ratio = compute(&six) / compute(&one);
+        assert!((ratio - 1.0).abs() < 1e-9, "{ratio}");
+        // One rank with half the node's panels and two cores of four: its own share binds.
+        let two = Cluster {
+            nodes: 1,
+            ranks_per_node: 2,
+            cores_per_node: 4,
+            ..cluster(1, 100.0)
+        };
+        let uneven = predict(30_000, 20, 10_000, &w, &two, &rates()).unwrap();
+        let even = predict(40_000, 20, 10_000, &w, &two, &rates()).unwrap();
+        // 3 panels on 2 ranks: 2 on the busiest, the same critical path as 4 panels.
+        let ratio = compute(&uneven) / compute(&even);
+        assert!((ratio - 1.0).abs() < 1e-9, "{ratio}");
     }
 
     #[test]
