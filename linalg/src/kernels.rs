@@ -176,7 +176,7 @@ enum Replay {
 /// Whether a factor's Q buffer is kept past the pass or recycled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Keep {
-    /// Kept between passes (resident): a fresh allocation, backed by huge pages.
+    /// Kept between passes (resident): a fresh allocation, its pages populated at once.
     Kept,
     /// Returned to the worker thread's scratch pool after use.
     Scratch,

@@ -4,8 +4,10 @@
 //! factors are reduced up the fixed [`Tree`] (`[R_a; R_b] = Q_node R`), the root's R is
 //! decomposed on its owner (`R = U_R Σ Vᵀ`) and broadcast, and `U_R` is pushed down the
 //! tree through the stored node Q factors. Pass 2: every actor forms its rows of U as
-//! `Q_i C_i`, either from the Q factors it kept (resident) or by factoring the panel again
-//! (regenerated): both give the same bits. Only R factors (n×n) and C blocks (n×k) travel.
+//! `Q_i C_i`, from the Q factors it kept (resident), from the panel produced again and
+//! the triangular solves it kept (resident panels of a generated uniform matrix, cheaper to
+//! make again than to keep), or by factoring the panel again (regenerated): all give the
+//! same bits. Only R factors (n×n) and C blocks (n×k) travel.
 //!
 //! On GPU actors with cuSOLVER the panel QRs run on the device, and generated uniform
 //! panels are generated there too; tree nodes of at least `DEVICE_NODE_COLS` columns
@@ -601,8 +603,8 @@ impl<'a> SvdRun<'a> {
         );
         let res: Vec<Residency> = self.my_actors.iter().map(|a| a.2).collect();
         // A generated uniform matrix is produced again faster than its kept `Q` costs: the
-        // kernel provides and zeroes fresh pages for 8 bytes a value as pass 1 keeps it (a
-        // quarter of pass 1), and pass 2 streams them back. Its resident panels keep only
+        // kernel provides and zeroes fresh pages for 8 bytes a value as pass 1 keeps it
+        // (about 40 % of pass 1 here), and pass 2 streams them back. Its resident panels keep only
         // their blocks' solves, and pass 2 makes `Q̃` again, block by block in cache
         // ([`Keep::Solves`]; the same bits). Measured on the 2-core AMD EPYC (Zen 3) KVM
         // guest, `svd --rows 10000000 --cols 20 --chunk-rows 625000`: see
