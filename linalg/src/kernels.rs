@@ -478,7 +478,11 @@ impl PanelFactor {
             Some(sq) => sq.slice(s![soff..soff + kj, ..]).dot(c),
             None => c.to_owned(),
         };
-        cj.as_standard_layout().into_owned()
+        if cj.is_standard_layout() {
+            cj
+        } else {
+            cj.as_standard_layout().into_owned()
+        }
     }
 
     /// `Q · c` for `c` of shape `k × l`, written block by block into `out` (`rows × l`).
