@@ -454,9 +454,17 @@ fn calibrate_then_plan_a_cluster_job() {
     assert_eq!(code, 0, "{err}");
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rates).unwrap())
         .expect("the rates are JSON");
-    assert_eq!(r["svd"].as_array().unwrap().len(), 4);
+    // Nine widths, ascending, each with both passes timed.
+    let widths: Vec<u64> = r["svd"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["cols"].as_u64().unwrap())
+        .collect();
+    assert_eq!(widths, [8, 16, 24, 32, 48, 64, 128, 256, 512]);
     for v in r["svd"].as_array().unwrap() {
         assert!(v["pass1"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["pass2"].as_f64().unwrap() > 0.0, "{v}");
     }
     assert!(r["genotypes"]["produce"].as_f64().unwrap() > 0.0);
     // Nothing half-written beside the rates.

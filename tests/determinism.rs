@@ -93,25 +93,36 @@ fn more_ranks_than_panels_works() {
 #[test]
 fn resident_and_regenerated_give_the_same_bits() {
     let seed = test_seed();
-    let problem = SvdProblem::generated(20_000, 16, 2_000, seed, Dist::Uniform).unwrap();
-    let mut outs = Vec::new();
-    // 3 MiB holds two threads' workspace (≈1.5 MiB) but not also the 2.4 MiB kept between passes.
-    for budget in [None, Some(3u64 << 20)] {
-        let rt = rankwise::embedded(&RuntimeConfig {
-            actors: Some(1),
-            memory_per_actor: budget,
-            ..Default::default()
-        })
-        .unwrap();
-        let store = Arc::new(Mutex::new(Array2::zeros((20_000, 16))));
-        let r = run_svd(&rt, &problem, false, Arc::clone(&store));
-        let residency: Vec<_> = r.plan.memory.iter().map(|m| m.residency).collect();
-        outs.push((bits(&r.s), mat_bits(&store.lock().unwrap()), residency));
+    // Uniform values keep their blocks' solves and make Q̃ again in pass 2; normal ones keep
+    // Q. With a budget of the workspace alone, both factor every panel again in pass 2.
+    for (dist, solves) in [(Dist::Uniform, true), (Dist::Normal, false)] {
+        let problem = SvdProblem::generated(20_000, 16, 2_000, seed, dist).unwrap();
+        let mut outs = Vec::new();
+        let mut budget = None;
+        for _ in 0..2 {
+            let rt = rankwise::embedded(&RuntimeConfig {
+                actors: Some(1),
+                memory_per_actor: budget,
+                ..Default::default()
+            })
+            .unwrap();
+            let store = Arc::new(Mutex::new(Array2::zeros((20_000, 16))));
+            let r = run_svd(&rt, &problem, false, Arc::clone(&store));
+            let residency: Vec<_> = r.plan.memory.iter().map(|m| m.residency).collect();
+            outs.push((
+                bits(&r.s),
+                mat_bits(&store.lock().unwrap()),
+                residency,
+                r.plan.keeps_solves.clone(),
+            ));
+            budget = Some(r.plan.memory[0].workspace);
+        }
+        assert_eq!(outs[0].2, vec![rankwise::exec::Residency::Resident]);
+        assert_eq!(outs[0].3, vec![solves], "{dist:?}");
+        assert_eq!(outs[1].2, vec![rankwise::exec::Residency::Regenerated]);
+        assert_eq!(outs[0].0, outs[1].0, "{dist:?}: S");
+        assert_eq!(outs[0].1, outs[1].1, "{dist:?}: U");
     }
-    assert_eq!(outs[0].2, vec![rankwise::exec::Residency::Resident]);
-    assert_eq!(outs[1].2, vec![rankwise::exec::Residency::Regenerated]);
-    assert_eq!(outs[0].0, outs[1].0);
-    assert_eq!(outs[0].1, outs[1].1);
 }
 
 #[test]

@@ -112,12 +112,16 @@ pub struct SvdPlan {
     pub words_up: usize,
     /// f64 values in one down-sweep message (a C block).
     pub words_down: usize,
+    /// Per actor, in placement order: whether its resident panels keep only their blocks'
+    /// triangular solves, not their `Q` (CPU actors, a generated uniform matrix, fewer than
+    /// [`crate::kernels::WHOLE_PANEL_COLS`] columns); their `resident_bytes` count those.
+    pub keeps_solves: Vec<bool>,
 }
 
 impl SvdPlan {
     /// Plans `grid` over the runtime's world. Pure: every rank computes the same plan.
     pub fn new(grid: ChunkGrid, world: &rankwise_exec::World) -> Result<SvdPlan, LinalgError> {
-        Self::reading(grid, None, world, None)
+        Self::reading(grid, None, world, None, false)
     }
 
     /// Plans `problem` over the runtime's world, with the read-ahead buffers of a source
@@ -131,11 +135,27 @@ impl SvdPlan {
             .stored()
             .map(|s| read_buffers(s, &problem.grid, &problem.source.describe(), None))
             .transpose()?;
+        // A generated uniform matrix is produced again faster than its kept `Q` costs: the
+        // kernel provides and zeroes fresh pages for 8 bytes a value as pass 1 keeps it
+        // (about 40 % of pass 1 here), and pass 2 streams them back. Its resident panels
+        // keep only their blocks' solves, and pass 2 makes `Q̃` again, block by block in
+        // cache ([`Keep::Solves`]; the same bits). Measured on the 2-core AMD EPYC (Zen 3)
+        // KVM guest, `svd --rows 10000000 --cols 20 --chunk-rows 625000`: see
+        // `benches/RESULTS.md`, issue 38 notes. Normal values cost about 8× as much to make
+        // (the ziggurat), which made pass 2 slower than the kept `Q` (4,000,000 × 20:
+        // 0.93–1.09 s kept, 1.11–1.23 s replayed), so they keep it, as do panels factored
+        // whole ([`WHOLE_PANEL_COLS`] columns and more).
+        let solves = problem
+            .source
+            .generated()
+            .is_some_and(|g| g.dist() == rankwise_sources::Dist::Uniform)
+            && (problem.grid.cols as usize) < WHOLE_PANEL_COLS;
         Self::reading(
             problem.grid,
             problem.rank_panels.as_deref(),
             world,
             reads.as_ref(),
+            solves,
         )
     }
 
@@ -144,6 +164,7 @@ impl SvdPlan {
         rank_panels: Option<&[usize]>,
         world: &rankwise_exec::World,
         reads: Option<&ReadBuffers>,
+        solves: bool,
     ) -> Result<SvdPlan, LinalgError> {
         let placement = match rank_panels {
             Some(counts) => Placement::by_rank(grid.panels(), counts, world)?,
@@ -165,8 +186,12 @@ impl SvdPlan {
         let per_thread = (2 * chunk * n + block * n + 3 * blocks * n * n + 4 * n * n) as u64 * 8;
         let tree = Tree::new(&placement.owner);
         let mut memory = Vec::new();
+        let mut keeps_solves = Vec::new();
         for a in &placement.assignments {
             let shape = &world.ranks[a.rank][a.actor];
+            // GPU actors factor on their devices, which keep `Q`.
+            let solves = solves && shape.kind == rankwise_exec::ActorKind::Cpu;
+            keeps_solves.push(solves);
             // The tree's node Q factors (`2n × n` each) are kept where they were formed
             // until U comes down: one node per panel combined on this rank, and one per
             // level of the tree for what other ranks send. Counted on each actor, spread
@@ -193,7 +218,14 @@ impl SvdPlan {
                 .clone()
                 .map(|p| {
                     let r = grid.panel_rows(p);
-                    (r.end - r.start) * (r.end - r.start).min(grid.cols) * 8
+                    let h = r.end - r.start;
+                    if solves {
+                        // Each block's solves (two after a shifted step) and its rows of
+                        // the stacked Q, each n × n.
+                        h.div_ceil(block_rows(n) as u64) * (3 * n * n) as u64 * 8
+                    } else {
+                        h * h.min(grid.cols) * 8
+                    }
                 })
                 .sum();
             memory.push(match reads {
@@ -218,6 +250,7 @@ impl SvdPlan {
             messages_per_sweep,
             words_up: 2 + k * n,
             words_down: 2 + k * k,
+            keeps_solves,
         })
     }
 }
@@ -477,8 +510,8 @@ struct SvdRun<'a> {
     rt: &'a Runtime,
     problem: &'a SvdProblem,
     plan: SvdPlan,
-    /// This rank's actors: index, panels, residency.
-    my_actors: Vec<(usize, Range<usize>, Residency)>,
+    /// This rank's actors: index, panels, residency, and whether they keep solves.
+    my_actors: Vec<(usize, Range<usize>, Residency, bool)>,
     /// Each actor's read-ahead buffers.
     read_buffers: Vec<usize>,
     reading: Arc<Reading>,
@@ -525,8 +558,14 @@ impl<'a> SvdRun<'a> {
                 .zip(&plan.memory)
                 .filter(|(a, _)| a.rank == me)
         };
-        let my_actors = mine()
-            .map(|(a, mp)| (a.actor, a.panels.clone(), mp.residency))
+        let my_actors = plan
+            .placement
+            .assignments
+            .iter()
+            .zip(&plan.memory)
+            .zip(&plan.keeps_solves)
+            .filter(|((a, _), _)| a.rank == me)
+            .map(|((a, mp), &solves)| (a.actor, a.panels.clone(), mp.residency, solves))
             .collect();
         let read_buffers = mine().map(|(_, mp)| mp.read_buffers).collect();
         // GPU actors factor their panels on their devices where cuSOLVER was found, and
@@ -602,22 +641,7 @@ impl<'a> SvdRun<'a> {
             self.on_device.clone(),
         );
         let res: Vec<Residency> = self.my_actors.iter().map(|a| a.2).collect();
-        // A generated uniform matrix is produced again faster than its kept `Q` costs: the
-        // kernel provides and zeroes fresh pages for 8 bytes a value as pass 1 keeps it
-        // (about 40 % of pass 1 here), and pass 2 streams them back. Its resident panels keep only
-        // their blocks' solves, and pass 2 makes `Q̃` again, block by block in cache
-        // ([`Keep::Solves`]; the same bits). Measured on the 2-core AMD EPYC (Zen 3) KVM
-        // guest, `svd --rows 10000000 --cols 20 --chunk-rows 625000`: see
-        // `benches/RESULTS.md`, issue 38 notes. Normal values cost about 8× as much to
-        // make (the ziggurat), which made pass 2 slower than the kept `Q` (4,000,000 × 20:
-        // 0.93–1.09 s kept, 1.11–1.23 s replayed), so they keep it, as do panels factored
-        // whole ([`crate::kernels::WHOLE_PANEL_COLS`] columns and more).
-        let replay = self
-            .problem
-            .source
-            .generated()
-            .is_some_and(|g| g.dist() == rankwise_sources::Dist::Uniform)
-            && self.n < crate::kernels::WHOLE_PANEL_COLS;
+        let solves: Vec<bool> = self.my_actors.iter().map(|a| a.3).collect();
         let order = inputs
             .iter()
             .map(|ps| ps.iter().map(|&p| (p, grid.panel_rows(p))).collect())
@@ -631,11 +655,7 @@ impl<'a> SvdRun<'a> {
                 let rows = grid.panel_rows(p);
                 let lease = reads.take(actor, p, &rows)?;
                 let keep = match res[actor] {
-                    Residency::Resident
-                        if replay && gpus.get(actor).is_none_or(Option::is_none) =>
-                    {
-                        Keep::Solves
-                    }
+                    Residency::Resident if solves[actor] => Keep::Solves,
                     Residency::Resident => Keep::Kept,
                     _ => Keep::Scratch,
                 };
