@@ -96,6 +96,24 @@ for w in "${WORKLOADS[@]}"; do
     done
 done
 
+# namespace_rows HOSTS NP RANKS_PER_NODE NETWORK LABEL: every workload on the namespace
+# nodes that are up, NP ranks placed by HOSTS (mpirun's --host), against the model's
+# prediction for two nodes of RANKS_PER_NODE ranks and one core each.
+namespace_rows() {
+    local hosts=$1 np=$2 per_node=$3 net=$4 label=$5 margs w job opts args shape secs passes pred dom
+    read -r -a margs <<<"$(tools/netns-cluster.sh mpirun-args)"
+    for w in "${WORKLOADS[@]}"; do
+        job=${w%%|*}
+        opts=${w#*|}
+        read -r -a args <<<"$opts"
+        read -r -a shape <<<"$(shape_of "$opts")"
+        read -r secs passes < <(measure mpirun "${margs[@]}" --host "$hosts" -np "$np" --bind-to none \
+            -- "${args[@]}" --transport mpi --threads-per-actor 1 --no-pin)
+        read -r pred dom < <(predict "$job" "${shape[@]}" -- 2 "$per_node" 1 "$net" "$passes")
+        row "$label" "$job" "$opts" "$np" 2 "$net" "$secs" "$passes" "$pred" "$dom"
+    done
+}
+
 # Two namespace nodes, one rank each, sharing this machine's cores (one core a node, not
 # bound: each node's mpirun daemon would bind its rank to the same first core), at
 # several link rates (tc tbf; a delay needs the kernel's sch_netem, which not every kernel
@@ -107,33 +125,13 @@ if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
         # A small burst: each message sees the rate (with tbf's default of 256 KiB here,
         # messages of up to 256 KiB pass at once).
         RANKWISE_NETNS_RATE=$rate RANKWISE_NETNS_BURST=32kb tools/netns-cluster.sh up 2 >/dev/null
-        read -r -a margs <<<"$(tools/netns-cluster.sh mpirun-args)"
-        for w in "${WORKLOADS[@]}"; do
-            job=${w%%|*}
-            opts=${w#*|}
-            read -r -a args <<<"$opts"
-            read -r -a shape <<<"$(shape_of "$opts")"
-            read -r secs passes < <(measure mpirun "${margs[@]}" --host rwz1:1,rwz2:1 -np 2 --bind-to none \
-                -- "${args[@]}" --transport mpi --threads-per-actor 1 --no-pin)
-            read -r pred dom < <(predict "$job" "${shape[@]}" -- 2 1 1 "$net" "$passes")
-            row "2 namespace nodes, $rate" "$job" "$opts" 2 2 "$net" "$secs" "$passes" "$pred" "$dom"
-        done
+        namespace_rows rwz1:1,rwz2:1 2 1 "$net" "2 namespace nodes, $rate"
         tools/netns-cluster.sh down >/dev/null
     done
     # Eight ranks on two namespace nodes (four a node: shared memory inside a node, TCP
     # between), at 1 Gbit/s: one core a node, a quarter of a core a rank.
     RANKWISE_NETNS_RATE=1gbit RANKWISE_NETNS_BURST=32kb tools/netns-cluster.sh up 2 >/dev/null
-    read -r -a margs <<<"$(tools/netns-cluster.sh mpirun-args)"
-    for w in "${WORKLOADS[@]}"; do
-        job=${w%%|*}
-        opts=${w#*|}
-        read -r -a args <<<"$opts"
-        read -r -a shape <<<"$(shape_of "$opts")"
-        read -r secs passes < <(measure mpirun "${margs[@]}" --host rwz1:4,rwz2:4 -np 8 --bind-to none \
-            -- "${args[@]}" --transport mpi --threads-per-actor 1 --no-pin)
-        read -r pred dom < <(predict "$job" "${shape[@]}" -- 2 4 1 1,50us "$passes")
-        row "2 namespace nodes × 4 ranks, 1gbit" "$job" "$opts" 8 2 1,50us "$secs" "$passes" "$pred" "$dom"
-    done
+    namespace_rows rwz1:4,rwz2:4 8 4 1,50us "2 namespace nodes × 4 ranks, 1gbit"
     tools/netns-cluster.sh down >/dev/null
 else
     echo "sizing.sh: not root (or no tc): the namespace-cluster rows are skipped" | tee -a "$OUT/rows.jsonl"

@@ -570,10 +570,10 @@ pub fn predict(
 }
 
 /// Measures the per-core [`Rates`] on this runtime's actors (run it with one rank): the
-/// exact SVD at nine widths from 8 to 512 columns (the faster of two runs each), and the randomized passes of a float64 matrix
-/// and of genotypes at 20 and 60 sketch columns (the first pass, and the power
-/// iterations' passes), and producing a value on one thread. Each measurement makes
-/// about `values` matrix values.
+/// exact SVD at nine widths from 8 to 512 columns, and the randomized passes of a float64
+/// matrix and of genotypes at 20 and 60 sketch columns (the first pass, and the power
+/// iterations' passes), each the faster of two runs, and producing a value on one thread.
+/// Each measurement makes about `values` matrix values.
 pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
     let cores = rt.world().ranks[0].iter().map(|a| a.threads).sum::<usize>();
     let cores_f = cores as f64;
@@ -665,26 +665,31 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
                 mixed_precision: false,
                 ..Default::default()
             };
-            let r = rankwise_linalg::rsvd(rt, &problem, &options, None)?;
             let v = (m * n) as f64;
-            let of = |prefix: &str| -> Vec<f64> {
-                r.timings
+            // The faster of two runs, pass by pass, as for the exact SVD: one run's rates
+            // varied by up to 40 % between calibrations on the shared 2-core guest.
+            let mut best = (f64::INFINITY, f64::INFINITY);
+            for _ in 0..2 {
+                let r = rankwise_linalg::rsvd(rt, &problem, &options, None)?;
+                let first_pass: f64 = r
+                    .timings
                     .iter()
-                    .filter(|t| t.phase.starts_with(prefix))
+                    .filter(|t| t.phase.starts_with("pass 1"))
                     .map(|t| t.seconds * cores_f / v)
-                    .collect()
-            };
+                    .sum();
+                // Each power iteration's pass over the matrix (its A·Z phase).
+                let iterations: Vec<f64> = r
+                    .timings
+                    .iter()
+                    .filter(|t| t.phase.starts_with("iteration") && t.phase.contains("A·Z"))
+                    .map(|t| t.seconds * cores_f / v)
+                    .collect();
+                let mean = iterations.iter().sum::<f64>() / iterations.len().max(1) as f64;
+                best = (best.0.min(first_pass), best.1.min(mean));
+            }
             let l = (k + 10) as f64;
-            first.push((l, of("pass 1").iter().sum::<f64>()));
-            // Each power iteration's pass over the matrix (its A·Z phase).
-            let iterations: Vec<f64> = r
-                .timings
-                .iter()
-                .filter(|t| t.phase.starts_with("iteration") && t.phase.contains("A·Z"))
-                .map(|t| t.seconds * cores_f / v)
-                .collect();
-            let mean = iterations.iter().sum::<f64>() / iterations.len().max(1) as f64;
-            later.push((l, mean));
+            first.push((l, best.0));
+            later.push((l, best.1));
         }
         let fit = |p: &[(f64, f64)]| {
             let ((l0, t0), (l1, t1)) = (p[0], p[1]);
