@@ -464,7 +464,7 @@ impl PanelFactor {
         ((self.q.len() + s + self.r.len() + solves) * 8) as u64
     }
 
-    /// Whether this factor keeps only its blocks' solves ([`Keep::Solves`]): its `Q` is then
+    /// Whether this factor keeps only its blocks' solves (`Keep::Solves`): its `Q` is then
     /// applied by [`PanelFactor::replay_into`] from the panel's values, not by
     /// [`PanelFactor::apply_into`].
     pub fn replays(&self) -> bool {
@@ -505,7 +505,7 @@ impl PanelFactor {
         }
     }
 
-    /// [`PanelFactor::apply_into`] for a factor of solves ([`Keep::Solves`]): each block's
+    /// [`PanelFactor::apply_into`] for a factor of solves (`Keep::Solves`): each block's
     /// values are produced again by `fill` (as in [`PanelFactor::compute`]) into one
     /// block-sized buffer, made into `Q̃` by the block's own solves (or its Householder QR
     /// again), and multiplied at once. The same bits as the factor kept whole would give.

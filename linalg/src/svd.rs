@@ -114,7 +114,7 @@ pub struct SvdPlan {
     pub words_down: usize,
     /// Per actor, in placement order: whether its resident panels keep only their blocks'
     /// triangular solves, not their `Q` (CPU actors, a generated uniform matrix, fewer than
-    /// [`crate::kernels::WHOLE_PANEL_COLS`] columns); their `resident_bytes` count those.
+    /// 64 columns); their `resident_bytes` count those.
     pub keeps_solves: Vec<bool>,
 }
 
