@@ -11,6 +11,10 @@
 //!   tile standardized from 2-bit codes (f64 and f32), and the tile GEMM `tile · Ω` with a
 //!   25-column Ω (DGEMM and SGEMM), and a fused range pass (`Y = T·Ω`, then `Yᵀ·T`) over
 //!   float32 row blocks of 256 × 5,000 read from memory, with either kernel for `T·Ω`;
+//! * `skinny_widths/*`: the tile products `T·Ω` (`ab`) and `Qᵀ·T` (`atb`) in f64 and f32
+//!   at the sketch widths the passes use (10, 20, 24 and 44 columns), on a 256 × 512 tile
+//!   whose rows are 520 values apart (as generated tiles are) and on one whose rows are
+//!   512 apart (4 KiB in f64, as a stored panel of 512 columns);
 //! * `allreduce/*`: `Comm::allreduce_sum_f64` of a 20 × 20 and a 200 × 200 buffer over a
 //!   two-rank `Local` world, one thread per rank;
 //! * `zarr_decode/*`: `ZarrMatrix::read_panel` of one band of 2,000 × 5,000 float32 chunks
@@ -438,6 +442,47 @@ fn rsvd_tiles(c: &mut Criterion) {
     group.finish();
 }
 
+/// The tile products at the passes' sketch widths, in GFLOP/s (`Throughput::Elements` of
+/// flops), for two distances between the tile's rows.
+fn skinny_widths(c: &mut Criterion) {
+    use rankwise::linalg::internals::tiles::gemm;
+    let mut group = c.benchmark_group("skinny_widths");
+    let (b, w) = (256usize, 512usize);
+    for ld in [520usize, 512] {
+        let big = Array2::<f64>::from_shape_fn((b, ld), |(i, j)| {
+            ((i * 131 + j * 71) % 1009) as f64 / 1009.0 - 0.5
+        });
+        let big32 = big.mapv(|x| x as f32);
+        let (t, t32) = (
+            big.slice(ndarray::s![.., ..w]),
+            big32.slice(ndarray::s![.., ..w]),
+        );
+        for l in [10usize, 20, 24, 44] {
+            let omega =
+                Array2::<f64>::from_shape_fn((w, l), |(i, j)| ((i * 7 + j) % 11) as f64 - 5.0);
+            let q = Array2::<f64>::from_shape_fn((b, l), |(i, j)| ((i * 5 + j) % 13) as f64 - 6.0);
+            let (omega32, q32) = (omega.mapv(|x| x as f32), q.mapv(|x| x as f32));
+            let (mut y, mut p) = (Array2::<f64>::zeros((b, l)), Array2::<f64>::zeros((l, w)));
+            let (mut y32, mut p32) = (Array2::<f32>::zeros((b, l)), Array2::<f32>::zeros((l, w)));
+            group.throughput(Throughput::Elements((2 * b * w * l) as u64));
+            let id = |what: &str| BenchmarkId::new(what, format!("{b}x{w}x{l}_ld{ld}"));
+            group.bench_function(id("ab_f64"), |bn| {
+                bn.iter(|| gemm(false, t, omega.view(), 0.0, y.view_mut()))
+            });
+            group.bench_function(id("atb_f64"), |bn| {
+                bn.iter(|| gemm(true, q.view(), t, 0.0, p.view_mut()))
+            });
+            group.bench_function(id("ab_f32"), |bn| {
+                bn.iter(|| gemm(false, t32, omega32.view(), 0.0, y32.view_mut()))
+            });
+            group.bench_function(id("atb_f32"), |bn| {
+                bn.iter(|| gemm(true, q32.view(), t32, 0.0, p32.view_mut()))
+            });
+        }
+    }
+    group.finish();
+}
+
 /// A temporary directory removed when dropped, so that an interrupted benchmark's leftovers
 /// are the only ones left behind.
 struct TempDir(std::path::PathBuf);
@@ -502,6 +547,7 @@ fn main() {
     let mut c = config().configure_from_args();
     generator(&mut c);
     rsvd_tiles(&mut c);
+    skinny_widths(&mut c);
     panel_factor(&mut c);
     allreduce(&mut c);
     zarr_decode(&mut c);

@@ -737,8 +737,10 @@ impl Generated {
     fn fill_direct(&self, rows: Range<u64>, col0: u64, mut out: ArrayViewMut2<'_, f64>) {
         let (h, w) = out.dim();
         if self.dist == Dist::Uniform {
-            if let Some(s) = out.as_slice_mut() {
-                for (i, row) in s.chunks_exact_mut(w.max(1)).enumerate() {
+            if w <= 1 || out.strides()[1] == 1 {
+                // Row-major, the rows contiguous but possibly apart (a padded tile).
+                for (i, mut row) in out.rows_mut().into_iter().enumerate() {
+                    let row = row.as_slice_mut().expect("a contiguous row");
                     stream::uniform_row(self.key, rows.start + i as u64, col0, row);
                 }
                 return;
@@ -920,7 +922,8 @@ impl PanelSource for Generated {
         mut out: ArrayViewMut2<'_, f32>,
     ) -> Result<(), SourceError> {
         let (m, n) = PanelSource::shape(self);
-        let fast = self.dist == Dist::Uniform && !self.transposed && out.is_standard_layout();
+        let rows_contiguous = out.ncols() <= 1 || out.strides()[1] == 1;
+        let fast = self.dist == Dist::Uniform && !self.transposed && rows_contiguous;
         if !fast || rows.end > m || cols.end > n || cols.start > cols.end {
             let mut tile = ndarray::Array2::<f64>::zeros(out.dim());
             self.fill_cols(rows, cols, tile.view_mut())?;
@@ -942,7 +945,7 @@ impl PanelSource for Generated {
                 self.key,
                 rows.start + li as u64,
                 cols.start,
-                row.as_slice_mut().expect("standard layout row"),
+                row.as_slice_mut().expect("a contiguous row"),
             );
         }
         Ok(())

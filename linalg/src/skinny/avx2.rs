@@ -1,33 +1,57 @@
 //! The AVX2 forms of the skinny kernels, for CPUs without AVX-512F (AMD Zen 1–3, Intel
-//! client parts, most of today's cloud and HPC nodes).
+//! client parts, most of today's cloud and HPC nodes), in f64 and f32.
 //!
-//! They compute the same f64 products in the same order as the AVX-512 kernels of the parent
+//! They compute the same products in the same order as the AVX-512 kernels of the parent
 //! module: every value of `C` is one chain of fused multiply-adds over the inner dimension
 //! in order, started and finished as there. So the two give the same bits, and a run on
-//! an AVX2 node and one on an AVX-512 node agree. With 16 registers of 4 doubles
-//! instead of 32 of 8, one call covers fewer values of `C`:
+//! an AVX2 node and one on an AVX-512 node agree. With 16 registers of 256 bits instead of
+//! 32 of 512, one call covers fewer values of `C`:
 //!
-//! - `ab_columns`: up to five registers of columns (20 doubles: the sketch width of
-//!   k = 10 with oversampling) by as many rows of `C` as 16 registers hold
-//!   (two rows by five registers: 10 accumulators, five of a row of `B`, one broadcast),
-//!   so that a tile of `A` is read once for all its columns;
+//! - `ab_columns`: the columns in groups of at most three registers, each over as many rows
+//!   of `C` as 16 registers hold without spilling (three rows of three registers, five of
+//!   two, eight of one), the inner dimension in blocks whose rows of `B` stay in L1;
 //! - `atb`: up to six rows of `C` by two registers of columns (12 accumulators), over
-//!   blocks of `B` that stay in L2.
+//!   blocks of `B` whose lines stay in L1 for every group of rows of `C`.
 //!
-//! Measured on one core of a 2-core AMD EPYC KVM guest (Zen 3, family 25, AVX2), criterion
-//! `rsvd_tiles`, a 256 × 512 tile and a 25-column sketch, 2026-11-29, against OpenBLAS
-//! 0.3.21 (Haswell kernels): `T·Ω` 213 against 248 µs in f64 (31 against 26 GFLOP/s) and
-//! 107 against 124 µs in f32; `Qᵀ·T` 283 against 225 µs in f64 but, in whole runs, `rsvd`
-//! of 50,000 × 20,000 ran 1–2 % faster in f64 and `svd` of 10,000,000 × 20 formed U
-//! (`Q̃·c`, this kernel) in 270 against 340 ms. There are no f32 forms: measured, they
-//! were slower end to end (see the parent's `Elem::AVX2`). Copying each block of `B` once
-//! into contiguous strips before `atb` (as BLAS packs; the rows of a tile lie a page
-//! apart and share L1 sets) took a tile's `Qᵀ·T` from 283 to 205 µs, but slowed `svd`'s
-//! U formation (283 → 335 ms: every `Q̃` block copied once more) and left `rsvd`
-//! unchanged end to end (2.86–3.04 against 2.90–3.04 s), so `B` is read where it lies.
+//! Measured on one core of a 2-core AMD EPYC KVM guest (Zen 3, family 25, AVX2; one core
+//! does 44–47 GFLOP/s in DGEMM), criterion `skinny_widths` (a 256 × 512 tile, rows 520
+//! values apart), 2026-11-29, GFLOP/s before → after this form of the kernels (before:
+//! five registers of columns by two rows, the inner dimension whole, each group of `atb`
+//! over a whole block of `B`; f32 went to OpenBLAS 0.3.21):
+//!
+//! | width | `T·Ω` f64 | `Qᵀ·T` f64 | `T·Ω` f32 | `Qᵀ·T` f32 |
+//! |---|---|---|---|---|
+//! | 10 | 17.6 → 34.3 | 26.9 → 31.0 | 29.6 → 55.7 | 30.9 → 72.1 |
+//! | 20 | 28.6 → 39.7 | 22.3 → 31.6 | 53.3 → 70.6 | 47.8 → 77.1 |
+//! | 24 | 28.6 → 41.1 | 27.9 → 35.4 | 47.7 → 91.6 | 51.0 → 83.1 |
+//! | 44 | 21.5 → 36.7 | 27.8 → 29.8 | 62.7 → 74.4 | 61.9 → 78.1 |
+//!
+//! With rows 512 values apart (4 KiB in f64, 2 KiB in f32, as a stored panel of 512
+//! columns) f64 gains as much, and f32 is within the run-to-run spread of OpenBLAS, which
+//! copies every operand into its own layout first (width 44, `Qᵀ·T`: 51.7 against 64.0).
+//! Where the gain came from: the five-register groups left one register for a broadcast,
+//! so a row of `B` (up to 176 KiB of a tile's `Ω`) was read from L2 for every two rows of
+//! `A`, at about the bytes per cycle L2 delivers; and the masked last register was
+//! chosen at run time inside the inner loop (five tests and branches per row of `B`).
 
-/// Registers of columns of `B` per call of `ab_columns`.
-pub(super) const AB_REGS: usize = 5;
+/// Bytes of `B`'s rows per block of the inner dimension of `ab_columns` (half of a 32 KiB L1).
+const AB_BLOCK_BYTES: usize = 16 * 1024;
+
+/// The column groups of `ab_columns` for `regs` registers of columns: threes (four rows of
+/// `C` at a time, 12 accumulators, 12 multiply-adds for 7 loads), then twos (six rows),
+/// and a one only when `regs` is.
+fn groups(regs: usize) -> impl Iterator<Item = usize> {
+    let (threes, twos) = match regs % 3 {
+        0 => (regs / 3, 0),
+        1 if regs >= 4 => (regs / 3 - 1, 2),
+        1 => (0, 0),
+        _ => (regs / 3, 1),
+    };
+    let one = (regs == 1) as usize;
+    std::iter::repeat_n(3, threes)
+        .chain(std::iter::repeat_n(2, twos))
+        .chain(std::iter::repeat_n(1, one))
+}
 
 /// The kernels of one element type: `$m` is the module, `$t` the type, `$lanes` its values
 /// per register, `$int` the integer of a lane's mask, then its AVX intrinsics (register
@@ -41,6 +65,8 @@ macro_rules! kernels {
             /// Most rows of `C` per group of [`atb`], and its registers of columns.
             const ATB_GROUP: usize = $group;
             const ATB_REGS: usize = $regs;
+            /// One register of columns (a masked tail of [`atb`]).
+            const ONE: usize = 1;
 
             /// Rows of `B` per block of [`atb`].
             const ROW_BLOCK: usize = 64;
@@ -128,7 +154,16 @@ macro_rules! kernels {
                 }
             }
 
-            /// `C = A·B + beta·C` for `w ≤ AB_REGS·LANES` columns (as `super::super::ab`).
+            /// `C = A·B + beta·C` for all `w ≤ MAX_NARROW` columns (as `super::super::ab`).
+            ///
+            /// The columns go in groups of at most three registers ([`groups`]), each
+            /// group over as many rows of `C` at once as 16 registers hold ([`ab_rows`]).
+            /// With `beta = 0` the inner dimension goes in blocks whose rows of `B` fit
+            /// in L1 ([`AB_BLOCK_BYTES`]), each group's sums carried in `C` between blocks
+            /// (stored and reloaded exactly, so each still runs over the inner dimension in
+            /// order): a tile's `Ω` (512 rows) is 48 KiB at 12 columns and 176 KiB at 44,
+            /// and read from L2 for every few rows of `A` it took as many bytes per cycle
+            /// as L2 delivers.
             ///
             /// # Safety
             /// AVX2 and FMA; as the parent's `ab` with `n = w`.
@@ -146,66 +181,125 @@ macro_rules! kernels {
                 c: *mut $t,
                 ldc: usize,
             ) {
-                let regs = w.div_ceil($lanes);
-                let mut l = [lanes($lanes); super::AB_REGS];
-                for (r, l) in l.iter_mut().enumerate().take(regs) {
-                    *l = lanes((w - r * $lanes).min($lanes));
+                if w == 0 {
+                    return;
                 }
-                // Rows of C per step for `regs` registers of columns: as many as 16
-                // registers hold (R·W accumulators, W of B's row, one broadcast).
-                macro_rules! sweep {
-                    ($w:literal, $r:literal) => {{
-                        let lw: [Lanes; $w] = std::array::from_fn(|i| l[i]);
-                        let mut r = 0;
-                        // SAFETY (both calls): rows r.. of A and C exist (r + R ≤ m), and
-                        // the registers' lanes cover columns 0..w of B and C.
+                let regs = w.div_ceil($lanes);
+                let tail = lanes(w - (regs - 1) * $lanes);
+                let kc = if beta == 0.0 {
+                    (super::AB_BLOCK_BYTES / (ldb.max(w) * std::mem::size_of::<$t>())).max(16)
+                } else {
+                    k.max(1)
+                };
+                let mut j0 = 0;
+                loop {
+                    let j1 = (j0 + kc).min(k);
+                    let (first, last) = (j0 == 0, j1 >= k);
+                    let mut g0 = 0;
+                    for gw in super::groups(regs) {
+                        let masked = g0 + gw == regs && tail.n < $lanes;
+                        let at = Block { js: j0..j1, first, last, beta };
+                        // SAFETY: rows of A and C below m, columns g0·LANES.. of B and C
+                        // inside w (the last register masked to `tail`), inner rows j0..j1.
                         unsafe {
-                            while r + $r <= m {
-                                let (ar, cr) = (a.add(r * lda), c.add(r * ldc));
-                                ab_rows::<$r, $w>(k, ar, lda, b, ldb, lw, beta, cr, ldc);
-                                r += $r;
-                            }
-                            while r < m {
-                                let (ar, cr) = (a.add(r * lda), c.add(r * ldc));
-                                ab_rows::<1, $w>(k, ar, lda, b, ldb, lw, beta, cr, ldc);
-                                r += 1;
+                            let (bg, cg) = (b.add(g0 * $lanes), c.add(g0 * $lanes));
+                            match (gw, masked) {
+                                (1, false) => sweep::<8, 1, false>(m, &at, a, lda, bg, ldb, tail, cg, ldc),
+                                (1, true) => sweep::<8, 1, true>(m, &at, a, lda, bg, ldb, tail, cg, ldc),
+                                (2, false) => sweep::<5, 2, false>(m, &at, a, lda, bg, ldb, tail, cg, ldc),
+                                (2, true) => sweep::<5, 2, true>(m, &at, a, lda, bg, ldb, tail, cg, ldc),
+                                (3, false) => sweep::<3, 3, false>(m, &at, a, lda, bg, ldb, tail, cg, ldc),
+                                (3, true) => sweep::<3, 3, true>(m, &at, a, lda, bg, ldb, tail, cg, ldc),
+                                _ => unreachable!("groups of at most three registers"),
                             }
                         }
-                    }};
-                }
-                match regs {
-                    1 => sweep!(1, 6),
-                    2 => sweep!(2, 6),
-                    3 => sweep!(3, 4),
-                    4 => sweep!(4, 2),
-                    _ => sweep!(5, 2),
+                        g0 += gw;
+                    }
+                    if last {
+                        break;
+                    }
+                    j0 = j1;
                 }
             }
 
-            /// `R` rows of `C = A·B` over `W` registers of columns (lanes `l`).
+            /// One block of the inner dimension of [`ab_columns`]: its rows of `B`, whether
+            /// the sums start there (from zero) and end there (then `beta·C` is added).
+            struct Block {
+                js: std::ops::Range<usize>,
+                first: bool,
+                last: bool,
+                beta: $t,
+            }
+
+            /// All `m` rows of one group of `W` registers of columns, `R` rows at a time
+            /// (then two, then one).
             #[allow(clippy::too_many_arguments)]
             #[inline]
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn ab_rows<const R: usize, const W: usize>(
-                k: usize,
+            unsafe fn sweep<const R: usize, const W: usize, const MASKED: bool>(
+                m: usize,
+                at: &Block,
                 a: *const $t,
                 lda: usize,
                 b: *const $t,
                 ldb: usize,
-                l: [Lanes; W],
-                beta: $t,
+                tail: Lanes,
                 c: *mut $t,
                 ldc: usize,
             ) {
-                let mut acc = [[$zero(); W]; R];
-                // SAFETY: j < k and r < R address A and B inside their shapes; the lanes
-                // of `l` lie in B's and C's rows.
+                let mut r = 0;
+                // SAFETY (all calls): rows r.. of A and C exist (r + rows ≤ m).
                 unsafe {
-                    for j in 0..k {
+                    while r + R <= m {
+                        ab_rows::<R, W, MASKED>(at, a.add(r * lda), lda, b, ldb, tail, c.add(r * ldc), ldc);
+                        r += R;
+                    }
+                    while R > 2 && r + 2 <= m {
+                        ab_rows::<2, W, MASKED>(at, a.add(r * lda), lda, b, ldb, tail, c.add(r * ldc), ldc);
+                        r += 2;
+                    }
+                    while r < m {
+                        ab_rows::<1, W, MASKED>(at, a.add(r * lda), lda, b, ldb, tail, c.add(r * ldc), ldc);
+                        r += 1;
+                    }
+                }
+            }
+
+            /// `R` rows of `C = A·B` over `W` registers of columns and the inner rows of
+            /// `at`, the last register's lanes `tail` when `MASKED`.
+            #[allow(clippy::too_many_arguments)]
+            #[inline]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn ab_rows<const R: usize, const W: usize, const MASKED: bool>(
+                at: &Block,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                tail: Lanes,
+                c: *mut $t,
+                ldc: usize,
+            ) {
+                let full = lanes($lanes);
+                let lane = |w: usize| if MASKED && w + 1 == W { tail } else { full };
+                // SAFETY: j in the block and r < R address A and B inside their shapes; the
+                // lanes lie in B's and C's rows (masked-off lanes are not touched).
+                unsafe {
+                    let mut acc = [[$zero(); W]; R];
+                    if !at.first {
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            for (w, s) in acc.iter_mut().enumerate() {
+                                let p = c.add(r * ldc + w * $lanes);
+                                *s = if MASKED && w + 1 == W { $maskload(p, tail.mask) } else { $loadu(p) };
+                            }
+                        }
+                    }
+                    for j in at.js.clone() {
                         let row = b.add(j * ldb);
                         let mut x = [$zero(); W];
                         for (w, x) in x.iter_mut().enumerate() {
-                            *x = load(row.add(w * $lanes), l[w]);
+                            let p = row.add(w * $lanes);
+                            *x = if MASKED && w + 1 == W { $maskload(p, tail.mask) } else { $loadu(p) };
                         }
                         for (r, acc) in acc.iter_mut().enumerate() {
                             let v = $set1(*a.add(r * lda + j));
@@ -216,7 +310,12 @@ macro_rules! kernels {
                     }
                     for (r, acc) in acc.iter().enumerate() {
                         for (w, s) in acc.iter().enumerate() {
-                            put(c.add(r * ldc + w * $lanes), l[w], *s, beta);
+                            let p = c.add(r * ldc + w * $lanes);
+                            if at.last {
+                                put(p, lane(w), *s, at.beta);
+                            } else {
+                                store(p, lane(w), *s);
+                            }
                         }
                     }
                 }
@@ -226,11 +325,15 @@ macro_rules! kernels {
             ///
             /// Where the AVX-512 kernel reads all of `B` once per group of rows of `C`,
             /// this one takes `B` in blocks of [`ROW_BLOCK`] rows by [`COL_BLOCK`] columns
-            /// (about 128 KiB, so a block stays in L2) and runs every group over a block
-            /// before the next: with groups of at most six rows, `B` would otherwise be
-            /// read from memory (or L3) five times for a 25-column sketch. The sums are
-            /// carried in `C` between blocks, stored and reloaded exactly, so each still
-            /// runs over the rows in order: the AVX-512 kernel's bits.
+            /// and, for each two registers of columns of a block, runs every group of rows
+            /// of `C` in turn: the block's 64 cache lines of those columns come from L2 for
+            /// the first group and stay in L1 for the others. When `B`'s rows are a
+            /// multiple of 1 KiB apart, those 64 lines would fall in at most four of L1's
+            /// 64 sets (eight lines each) and evict each other, so with several groups the
+            /// block is first copied to rows a cache line more than [`COL_BLOCK`] apart
+            /// ([`STRIPS`]). The sums are carried in `C` between blocks, stored and
+            /// reloaded exactly, so each still runs over the rows in order: the AVX-512
+            /// kernel's bits.
             ///
             /// # Safety
             /// AVX2 and FMA; as the parent's `atb`.
@@ -249,27 +352,94 @@ macro_rules! kernels {
                 ldc: usize,
             ) {
                 let per = m.div_ceil(m.div_ceil(ATB_GROUP).max(1)).max(1);
+                let copy = m > per && (ldb * std::mem::size_of::<$t>()) % 1024 == 0;
+                if !copy {
+                    // SAFETY: the caller's contract.
+                    return unsafe { atb_blocks(m, per, n, k, a, lda, b, ldb, beta, c, ldc, None) };
+                }
+                STRIPS.with_borrow_mut(|strips| {
+                    strips.resize(ROW_BLOCK * STRIP, 0.0);
+                    // SAFETY: the caller's contract; the strips hold a block.
+                    unsafe { atb_blocks(m, per, n, k, a, lda, b, ldb, beta, c, ldc, Some(strips)) }
+                })
+            }
+
+            /// Values between the rows of a copied block of [`atb`]: a cache line more than
+            /// [`COL_BLOCK`].
+            const STRIP: usize = COL_BLOCK + 64 / std::mem::size_of::<$t>();
+
+            thread_local! {
+                /// The copy of one block of `B` ([`atb`]), kept between calls.
+                static STRIPS: std::cell::RefCell<Vec<$t>> = const { std::cell::RefCell::new(Vec::new()) };
+            }
+
+            /// [`atb`]'s blocks, each read where it lies or, with `strips`, from a copy.
+            ///
+            /// # Safety
+            /// As [`atb`]; `strips` holds `ROW_BLOCK · STRIP` values.
+            #[allow(clippy::too_many_arguments)]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn atb_blocks(
+                m: usize,
+                per: usize,
+                n: usize,
+                k: usize,
+                a: *const $t,
+                lda: usize,
+                b: *const $t,
+                ldb: usize,
+                beta: $t,
+                c: *mut $t,
+                ldc: usize,
+                mut strips: Option<&mut Vec<$t>>,
+            ) {
+                let full = lanes($lanes);
                 let mut j0 = 0;
                 while j0 < n {
                     let j1 = (j0 + COL_BLOCK).min(n);
                     let mut i0 = 0;
                     loop {
                         let i1 = (i0 + ROW_BLOCK).min(k);
-                        let mut r0 = 0;
-                        while r0 < m {
-                            let g = (m - r0).min(per);
-                            let (ar, cr) = (a.wrapping_add(r0), c.wrapping_add(r0 * ldc));
-                            // SAFETY: rows i0..i1 < k of A and B, rows r0..r0 + g ≤ m of C,
-                            // columns j0..j1 ≤ n.
-                            unsafe {
-                                by_const!(
-                                    g,
-                                    atb_rows,
-                                    (i0..i1, j0..j1, ar, lda, b, ldb, beta, cr, ldc),
-                                    1 2 3 4 5 6
-                                )
+                        // Row i0 of the block's columns j0.., and the distance between rows.
+                        // SAFETY: row i0 < k (or the empty end when k = 0: nothing is read)
+                        // and column j0 < n lie in B; the strips hold i1 − i0 ≤ ROW_BLOCK
+                        // rows of j1 − j0 ≤ COL_BLOCK values.
+                        let (bb, ldbb) = unsafe {
+                            match strips.as_deref_mut() {
+                                Some(strips) => {
+                                    for i in i0..i1 {
+                                        let from = std::slice::from_raw_parts(b.add(i * ldb + j0), j1 - j0);
+                                        strips[(i - i0) * STRIP..][..j1 - j0].copy_from_slice(from);
+                                    }
+                                    (strips.as_ptr(), STRIP)
+                                }
+                                None => (b.wrapping_add(i0 * ldb + j0), ldb),
                             }
-                            r0 += g;
+                        };
+                        let (ai, first, h) = (a.wrapping_add(i0 * lda), i0 == 0, i1 - i0);
+                        let mut jr = j0;
+                        while jr < j1 {
+                            let wide = jr + ATB_REGS * $lanes <= j1;
+                            let tail = [lanes((j1 - jr).min($lanes))];
+                            let bj = bb.wrapping_add(jr - j0);
+                            let mut r0 = 0;
+                            while r0 < m {
+                                let g = (m - r0).min(per);
+                                let (ar, cr) = (ai.wrapping_add(r0), c.wrapping_add(r0 * ldc + jr));
+                                // SAFETY: h rows of A from row i0 and of the block from bj,
+                                // rows r0..r0 + g ≤ m of C, the registers' columns from jr
+                                // inside j1 ≤ n.
+                                unsafe {
+                                    if wide {
+                                        let l = [full; ATB_REGS];
+                                        by_const!(g, atb_block::<ATB_REGS>, (h, first, l, ar, lda, bj, ldbb, beta, cr, ldc), 1 2 3 4 5 6)
+                                    } else {
+                                        by_const!(g, atb_block::<ONE>, (h, first, tail, ar, lda, bj, ldbb, beta, cr, ldc), 1 2 3 4 5 6)
+                                    }
+                                }
+                                r0 += g;
+                            }
+                            jr += if wide { ATB_REGS * $lanes } else { $lanes };
                         }
                         if i1 >= k {
                             break;
@@ -280,45 +450,16 @@ macro_rules! kernels {
                 }
             }
 
-            /// `G` rows of `C = Aᵀ·B` over rows `rows` of `B` and columns `cols`, two
-            /// registers of columns at a time (then one, masked).
-            #[allow(clippy::too_many_arguments)]
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn atb_rows<const G: usize>(
-                rows: std::ops::Range<usize>,
-                cols: std::ops::Range<usize>,
-                a: *const $t,
-                lda: usize,
-                b: *const $t,
-                ldb: usize,
-                beta: $t,
-                c: *mut $t,
-                ldc: usize,
-            ) {
-                let full = lanes($lanes);
-                let mut j0 = cols.start;
-                // SAFETY (both calls): the caller's rows, G rows of C, and the lanes from
-                // column j0 (< cols.end) lie in A, B and C.
-                while j0 + ATB_REGS * $lanes <= cols.end {
-                    unsafe { atb_block::<G, ATB_REGS>(rows.clone(), j0, [full; ATB_REGS], a, lda, b, ldb, beta, c, ldc) };
-                    j0 += ATB_REGS * $lanes;
-                }
-                while j0 < cols.end {
-                    let l = [lanes((cols.end - j0).min($lanes))];
-                    unsafe { atb_block::<G, 1>(rows.clone(), j0, l, a, lda, b, ldb, beta, c, ldc) };
-                    j0 += $lanes;
-                }
-            }
-
-            /// Rows `rows` of [`atb_rows`] for `W` registers of columns from `j0` (lanes
-            /// `l`), the sums starting from `C` (or `beta·C` in the first block). Not
-            /// inlined, as the AVX-512 kernel's, so the accumulators stay in registers.
+            /// `G` rows of `C = Aᵀ·B` over `h` rows of `A` and `B`, for `W` registers of
+            /// columns (lanes `l`) of `B` from `b` and of `C` from `c`, the sums starting
+            /// from `C` (or `beta·C` in the `first` block). Not inlined, as the AVX-512
+            /// kernel's, so the accumulators stay in registers.
             #[allow(clippy::too_many_arguments)]
             #[inline(never)]
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn atb_block<const G: usize, const W: usize>(
-                rows: std::ops::Range<usize>,
-                j0: usize,
+            unsafe fn atb_block<const W: usize, const G: usize>(
+                h: usize,
+                first: bool,
                 l: [Lanes; W],
                 a: *const $t,
                 lda: usize,
@@ -328,22 +469,22 @@ macro_rules! kernels {
                 c: *mut $t,
                 ldc: usize,
             ) {
-                // SAFETY: the caller's contract: rows `rows` of A and B, the lanes of W
-                // registers from column j0 of B and C, rows 0..G of C.
+                // SAFETY: the caller's contract: h rows of A and B, the lanes of W registers
+                // of B and C, rows 0..G of C.
                 unsafe {
                     let mut acc = [[$zero(); W]; G];
                     for (g, s) in acc.iter_mut().enumerate() {
                         for (w, s) in s.iter_mut().enumerate() {
-                            let at = c.add(g * ldc + j0 + w * $lanes);
-                            if rows.start > 0 {
+                            let at = c.add(g * ldc + w * $lanes);
+                            if !first {
                                 *s = load(at, l[w]);
                             } else if beta != 0.0 {
                                 *s = $mul($set1(beta), load(at, l[w]));
                             }
                         }
                     }
-                    for i in rows {
-                        let row = b.add(i * ldb + j0);
+                    for i in 0..h {
+                        let row = b.add(i * ldb);
                         let mut x = [$zero(); W];
                         for (w, x) in x.iter_mut().enumerate() {
                             let ahead = row.wrapping_add(PREFETCH + w * $lanes);
@@ -360,7 +501,7 @@ macro_rules! kernels {
                     }
                     for (g, s) in acc.iter().enumerate() {
                         for (w, s) in s.iter().enumerate() {
-                            store(c.add(g * ldc + j0 + w * $lanes), l[w], *s);
+                            store(c.add(g * ldc + w * $lanes), l[w], *s);
                         }
                     }
                 }
@@ -385,4 +526,21 @@ kernels!(
     _mm256_maskload_pd,
     _mm256_maskstore_pd,
     _mm256_setzero_pd
+);
+kernels!(
+    single,
+    f32,
+    8,
+    6,
+    2,
+    i32,
+    __m256,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    _mm256_mul_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_maskload_ps,
+    _mm256_maskstore_ps,
+    _mm256_setzero_ps
 );

@@ -22,8 +22,7 @@
 //! Both sum over the inner dimension in order, one fused multiply-add per term, so the
 //! result depends only on the operands. They run where the CPU has AVX-512F, and in their
 //! AVX2 form ([`avx2`], the same sums in the same order, so the same bits) where it has
-//! AVX2 and FMA (f64 only, see [`Elem::AVX2`]); elsewhere (and for wider
-//! operands) the callers use BLAS.
+//! AVX2 and FMA; elsewhere (and for wider operands) the callers use BLAS.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -86,16 +85,7 @@ pub(crate) fn avx512() -> bool {
 pub(crate) trait Elem: Copy + sealed::Sealed {
     /// Values per AVX-512 register.
     const LANES: usize;
-    /// Values per AVX2 register.
-    const LANES2: usize;
-    /// Whether the AVX2 kernels exist for this type. Not for f32: on a Zen 3 core (2-core
-    /// AMD EPYC KVM guest, 2026-11-29) an f32 form of them ran `T·Ω` faster than OpenBLAS
-    /// on a tile in cache (criterion `rsvd_tiles/sgemm_tile_omega_flops`, 107 against 124
-    /// µs) but `Qᵀ·T` slower (110–125 against 102 µs), and `rsvd --precision f32` of
-    /// 50,000 × 20,000 ran 4 % slower end to end (2.00–2.03 against 1.86–1.99 s,
-    /// interleaved). f64 gains (see [`avx2`]).
-    const AVX2: bool;
-    /// [`ab`] for `w ≤ 2·LANES` columns (AVX-512) or `w ≤ avx2::AB_REGS·LANES2` (AVX2).
+    /// [`ab`] for `w ≤ 2·LANES` columns (AVX-512) or `w ≤ MAX_NARROW` (AVX2).
     #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn ab_columns(
@@ -170,13 +160,14 @@ pub(crate) unsafe fn ab<T: Elem>(
     c: *mut T,
     ldc: usize,
 ) -> bool {
-    if n > MAX_NARROW || (isa == Isa::Avx2 && !T::AVX2) {
+    if n > MAX_NARROW {
         return false;
     }
     let step = match isa {
         Isa::Avx512 => 2 * T::LANES,
+        // The AVX2 kernel groups all the columns itself.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => avx2::AB_REGS * T::LANES2,
+        Isa::Avx2 => MAX_NARROW,
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 => return false,
     };
@@ -210,7 +201,7 @@ pub(crate) unsafe fn atb<T: Elem>(
     c: *mut T,
     ldc: usize,
 ) -> bool {
-    if m > MAX_NARROW || (isa == Isa::Avx2 && !T::AVX2) {
+    if m > MAX_NARROW {
         return false;
     }
     if isa == Isa::Avx2 {
@@ -231,24 +222,11 @@ pub(crate) unsafe fn atb<T: Elem>(
     true
 }
 
-/// A call of the AVX2 kernels of a type that has them (`true`); `false` marks a type without
-/// them, which `ab` and `atb` never send there.
-#[cfg(target_arch = "x86_64")]
-macro_rules! avx2_call {
-    (true, $m:ident :: $f:ident $args:tt) => {
-        avx2::$m::$f $args
-    };
-    (false, $m:ident :: $f:ident $args:tt) => {{
-        let _ = $args;
-        unreachable!("no AVX2 kernels for this type (Elem::AVX2)")
-    }};
-}
-
 /// The kernels of one element type: `$m` is the module, `$t` the type, `$lanes` its values
 /// per register, then its AVX-512 intrinsics (register type, mask type, set1, fmadd,
 /// mul, loadu, maskz_loadu, mask_storeu, setzero).
 macro_rules! kernels {
-    ($m:ident, $t:ty, $lanes:literal, $avx2:tt, $v:ty, $mask:ty, $set1:ident, $fmadd:ident, $mul:ident,
+    ($m:ident, $t:ty, $lanes:literal, $v:ty, $mask:ty, $set1:ident, $fmadd:ident, $mul:ident,
      $loadu:ident, $maskz_loadu:ident, $mask_storeu:ident, $zero:ident) => {
         #[cfg(target_arch = "x86_64")]
         mod $m {
@@ -516,8 +494,6 @@ macro_rules! kernels {
 
         impl Elem for $t {
             const LANES: usize = $lanes;
-            const LANES2: usize = $lanes / 2;
-            const AVX2: bool = $avx2;
             unsafe fn ab_columns(
                 isa: Isa,
                 m: usize,
@@ -533,11 +509,10 @@ macro_rules! kernels {
             ) {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: the caller's contract (`isa` runs here).
-                #[allow(unused_unsafe)] // no unsafe call for a type without AVX2 kernels
                 unsafe {
                     match isa {
                         Isa::Avx512 => $m::ab_columns(m, w, k, a, lda, b, ldb, beta, c, ldc),
-                        Isa::Avx2 => avx2_call!($avx2, $m::ab_columns(m, w, k, a, lda, b, ldb, beta, c, ldc)),
+                        Isa::Avx2 => avx2::$m::ab_columns(m, w, k, a, lda, b, ldb, beta, c, ldc),
                     }
                 }
                 #[cfg(not(target_arch = "x86_64"))]
@@ -577,9 +552,8 @@ macro_rules! kernels {
             ) {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: the caller's contract (AVX2 and FMA run here).
-                #[allow(unused_unsafe)] // no unsafe call for a type without AVX2 kernels
                 unsafe {
-                    avx2_call!($avx2, $m::atb(m, n, k, a, lda, b, ldb, beta, c, ldc))
+                    avx2::$m::atb(m, n, k, a, lda, b, ldb, beta, c, ldc)
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 let _ = (m, n, k, a, lda, b, ldb, beta, c, ldc);
@@ -592,7 +566,6 @@ kernels!(
     single,
     f32,
     16,
-    false,
     __m512,
     __mmask16,
     _mm512_set1_ps,
@@ -607,7 +580,6 @@ kernels!(
     double,
     f64,
     8,
-    true,
     __m512d,
     __mmask8,
     _mm512_set1_pd,
@@ -759,38 +731,6 @@ mod tests {
             let mut c = c0.clone();
             // SAFETY: the shapes and leading dimensions describe the vectors above; `isa`
             // runs here.
-            if isa == Isa::Avx2 && !T::AVX2 {
-                // SAFETY: nothing is read or written when the kernels decline.
-                let declined = unsafe {
-                    !ab(
-                        isa,
-                        m,
-                        narrow,
-                        k,
-                        a.as_ptr(),
-                        1,
-                        b.as_ptr(),
-                        1,
-                        beta,
-                        c.as_mut_ptr(),
-                        1,
-                    ) && !atb(
-                        isa,
-                        m,
-                        narrow,
-                        k,
-                        a.as_ptr(),
-                        1,
-                        b.as_ptr(),
-                        1,
-                        beta,
-                        c.as_mut_ptr(),
-                        1,
-                    )
-                };
-                assert!(declined, "a type without AVX2 kernels goes to BLAS there");
-                return;
-            }
             let ran = unsafe {
                 ab(
                     isa,
@@ -809,9 +749,18 @@ mod tests {
             assert!(ran);
             check(&c, &want, &c0, m, narrow, ldc);
             same_bits(isa, "ab", &c, &exact, m, narrow, ldc);
-            // atb: A k×narrow, B k×n, C narrow×n.
-            let n = m;
-            let (lda, ldb, ldc) = (narrow + pad(rng), n + pad(rng), n + pad(rng));
+            // atb: A k×narrow, B k×n, C narrow×n. Every fourth case, B's rows are a
+            // multiple of 1 KiB apart (the AVX2 kernel copies its blocks) and may span
+            // several blocks of columns.
+            let aliased = case % 4 == 3;
+            let n = if aliased { 1 + rng.below(700) } else { m };
+            let ldb = n + pad(rng);
+            let ldb = if aliased {
+                ldb.div_ceil(256) * 256
+            } else {
+                ldb
+            };
+            let (lda, ldc) = (narrow + pad(rng), n + pad(rng));
             let a: Vec<T> = matrix(rng, k, narrow, lda);
             let b: Vec<T> = matrix(rng, k, n, ldb);
             let c0: Vec<T> = matrix(rng, narrow, n, ldc);
