@@ -170,7 +170,8 @@ impl<T: TileReal> PanelBackend<T> for Cpu {
         q: ArrayView2<'_, f64>,
     ) -> Result<Array2<f64>, LinalgError> {
         let read = panel_read(reads, actor, st)?;
-        let qt = q.mapv(T::from_f64);
+        // Row-major whatever `q`'s layout (the tile products take it so).
+        let qt = Array2::from_shape_fn(q.dim(), |(i, j)| T::from_f64(q[[i, j]]));
         // Sums kept as `B` (basis × n), the tile products as `Qᵀ·T`: the narrow operand
         // on the left is what the skinny kernels take.
         let mut b = written_zeros((q.ncols(), c.n));
