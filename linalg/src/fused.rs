@@ -1,5 +1,6 @@
 //! Products of 2-bit packed genotype tiles with a narrow operand, standardizing the codes
-//! in registers, and the same dot-product kernel for float32 tiles (AVX-512F).
+//! in registers, and the same dot-product kernel for float32 tiles (AVX-512F; `Qᵀ·T` also
+//! AVX2).
 //!
 //! # Why fused
 //!
@@ -38,6 +39,8 @@
 //!   blocks of 64 rows, and no faster in cache (79 against 82 µs).
 //!
 //! Both add their f32 sums to f64 accumulators directly, as the passes did after each tile.
+//! [`atb`] also has an AVX2 form (module `avx2`, which gives the measurements, and says why
+//! `T·Ω` has none); it gives the same bits.
 //!
 //! A row whose table is all zeros (a variant the PCA's filters excluded, or a monomorphic
 //! one) adds nothing. Where such rows are a quarter of a tile or more (QC that excludes half
@@ -52,12 +55,22 @@
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
 
 use crate::layout::PackedTile;
+use crate::skinny::Isa;
 #[cfg(target_arch = "x86_64")]
 use x86::{ab_sweep, atb_group};
 
-/// True when the fused kernels run on this CPU (those of the `skinny` module run).
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+/// True when the fused `T·Ω` kernels ([`ab`], [`ab_values`]) run on this CPU: AVX-512F, and
+/// the `skinny` module's kernels running in it.
 pub fn available() -> bool {
-    crate::skinny::avx512()
+    crate::skinny::isa() == Some(Isa::Avx512)
+}
+
+/// True when the fused [`atb`] runs on this CPU (AVX-512F, or AVX2 and FMA).
+pub fn atb_available() -> bool {
+    crate::skinny::isa().is_some()
 }
 
 /// Whether `t`'s byte slice holds every row's codes.
@@ -132,17 +145,24 @@ impl OmegaLayout {
 /// column `c0` of the matrix, a multiple of 16) and `y` `rows × w` (rows contiguous).
 /// Returns false, computing nothing, when the kernels do not run here or a shape does not
 /// fit them.
-pub fn ab(
+pub fn ab(t: &PackedTile<'_>, omega: &OmegaLayout, c0: usize, y: ArrayViewMut2<'_, f64>) -> bool {
+    available() && ab_on(Isa::Avx512, t, omega, c0, y)
+}
+
+/// [`ab`] by the kernels of `isa`.
+fn ab_on(
+    isa: Isa,
     t: &PackedTile<'_>,
     omega: &OmegaLayout,
     c0: usize,
     mut y: ArrayViewMut2<'_, f64>,
 ) -> bool {
-    if !covers(t) {
+    // `T·Ω` has no AVX2 form (`avx2` says why).
+    if isa != Isa::Avx512 || !covers(t) {
         return false;
     }
     let Some(live) = Live::of(t) else {
-        return ab_src::<true>(packed_src(t), omega, c0, y);
+        return ab_src::<true>(isa, packed_src(t), omega, c0, y);
     };
     // What the kernels would refuse for the whole tile is refused here too: the caller's
     // fallback takes it.
@@ -153,7 +173,7 @@ pub fn ab(
         return true;
     }
     let mut part = Array2::<f64>::zeros((live.rows.len(), y.ncols()));
-    if !ab_src::<true>(live.src(t), omega, c0, part.view_mut()) {
+    if !ab_src::<true>(isa, live.src(t), omega, c0, part.view_mut()) {
         return false;
     }
     for (&i, p) in live.rows.iter().zip(part.rows()) {
@@ -218,7 +238,18 @@ pub(crate) fn ab_values(
     c0: usize,
     y: ArrayViewMut2<'_, f64>,
 ) -> bool {
-    values_src(t).is_some_and(|src| ab_src::<false>(src, omega, c0, y))
+    available() && ab_values_on(Isa::Avx512, t, omega, c0, y)
+}
+
+/// [`ab_values`] by the kernels of `isa`.
+fn ab_values_on(
+    isa: Isa,
+    t: ArrayView2<'_, f32>,
+    omega: &OmegaLayout,
+    c0: usize,
+    y: ArrayViewMut2<'_, f64>,
+) -> bool {
+    values_src(t).is_some_and(|src| ab_src::<false>(isa, src, omega, c0, y))
 }
 
 /// What the kernels read of a tile: row `i` starts `i·stride` bytes from `base` and holds
@@ -269,8 +300,7 @@ fn ab_fits(
     y: &ArrayViewMut2<'_, f64>,
 ) -> bool {
     let w = omega.w;
-    available()
-        && c0.is_multiple_of(16)
+    c0.is_multiple_of(16)
         && c0 + cols <= omega.n
         && y.dim() == (rows, w)
         && (w <= 1 || y.strides()[1] == 1)
@@ -278,13 +308,15 @@ fn ab_fits(
 
 /// [`ab`] and [`ab_values`] once the tile is checked (`P`: packed).
 fn ab_src<const P: bool>(
+    isa: Isa,
     t: Src,
     omega: &OmegaLayout,
     c0: usize,
     mut y: ArrayViewMut2<'_, f64>,
 ) -> bool {
     let w = omega.w;
-    if !ab_fits(t.rows, t.cols, omega, c0, &y) {
+    // `T·Ω` has no AVX2 form (`avx2` says why).
+    if isa != Isa::Avx512 || !ab_fits(t.rows, t.cols, omega, c0, &y) {
         return false;
     }
     if t.rows == 0 || w == 0 || t.cols == 0 {
@@ -293,9 +325,9 @@ fn ab_src<const P: bool>(
     let ldy = y.strides()[0].max(1) as usize;
     #[cfg(target_arch = "x86_64")]
     for &(first, width, off) in &omega.sweeps {
-        // SAFETY: AVX-512F was detected; the caller checked the tile's rows (and tables);
-        // the sweep's groups c0/16 .. (c0 + cols)/16 lie in `data` (c0 + cols ≤ n), and
-        // `y`'s columns first .. first + width exist.
+        // SAFETY: AVX-512F was detected (`Isa::supported`); the caller checked the tile's
+        // rows (and tables); the sweep's groups c0/16 .. (c0 + cols)/16 lie in `data`
+        // (c0 + cols ≤ n), and `y`'s columns first .. first + width exist.
         unsafe {
             let o = omega
                 .data
@@ -316,30 +348,34 @@ const PAIR_ROWS: usize = 12;
 /// Returns false, computing nothing, when the kernels do not run here or a layout does not
 /// fit them.
 pub fn atb(t: &PackedTile<'_>, q: ArrayView2<'_, f32>, b: ArrayViewMut2<'_, f64>) -> bool {
+    crate::skinny::isa().is_some_and(|isa| atb_on(isa, t, q, b))
+}
+
+/// [`atb`] by the kernels of `isa`.
+fn atb_on(isa: Isa, t: &PackedTile<'_>, q: ArrayView2<'_, f32>, b: ArrayViewMut2<'_, f64>) -> bool {
     if !covers(t) {
         return false;
     }
     match Live::of(t) {
-        None => atb_src(packed_src(t), q, b),
+        None => atb_src(isa, packed_src(t), q, b),
         // What the kernels would refuse for the whole tile is refused here too.
         Some(_) if !atb_fits(t.rows, t.cols, &q, &b) => false,
         Some(live) if live.rows.is_empty() => true,
-        Some(live) => atb_src(live.src(t), live.q(q).view(), b),
+        Some(live) => atb_src(isa, live.src(t), live.q(q).view(), b),
     }
 }
 
 /// Whether the kernels take a tile of `rows × cols`, `q` and `b`.
 fn atb_fits(rows: usize, cols: usize, q: &ArrayView2<'_, f32>, b: &ArrayViewMut2<'_, f64>) -> bool {
     let g = q.ncols();
-    available()
-        && q.nrows() == rows
+    q.nrows() == rows
         && b.dim() == (g, cols)
         && (g <= 1 || q.strides()[1] == 1)
         && (cols <= 1 || b.strides()[1] == 1)
 }
 
 /// [`atb`] once the tile is checked.
-fn atb_src(t: Src, q: ArrayView2<'_, f32>, mut b: ArrayViewMut2<'_, f64>) -> bool {
+fn atb_src(isa: Isa, t: Src, q: ArrayView2<'_, f32>, mut b: ArrayViewMut2<'_, f64>) -> bool {
     let g = q.ncols();
     if !atb_fits(t.rows, t.cols, &q, &b) {
         return false;
@@ -349,6 +385,13 @@ fn atb_src(t: Src, q: ArrayView2<'_, f32>, mut b: ArrayViewMut2<'_, f64>) -> boo
     }
     let ldq = q.strides()[0].max(1) as usize;
     let ldb = b.strides()[0].max(1) as usize;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: AVX2 and FMA were detected (`Isa::supported`); the shapes checked `q`'s
+        // g columns and `b`'s g rows, `covers` every row's bytes and tables.
+        unsafe { avx2::atb_rows(&t, g, q.as_ptr(), ldq, b.as_mut_ptr(), ldb) };
+        return true;
+    }
     // Rows of B in even blocks of at most PAIR_ROWS: the kernel keeps two accumulators per
     // row of B (two column groups), and all of them in registers.
     let per = g.div_ceil(g.div_ceil(PAIR_ROWS));
@@ -403,7 +446,7 @@ mod x86 {
     /// # Safety
     /// `at` holds `⌈n/4⌉` bytes.
     #[inline]
-    unsafe fn tail(at: *const u8, n: usize) -> i32 {
+    pub(super) unsafe fn tail(at: *const u8, n: usize) -> i32 {
         let mut b = [0u8; 4];
         // SAFETY: the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(at, b.as_mut_ptr(), n.div_ceil(4)) };
@@ -860,14 +903,51 @@ mod tests {
         drop(keep);
     }
 
+    /// `y0 + T·O` in the order of the fused `ab`, one value at a time: for each value of
+    /// `y`, 16 lane sums (lane `l` a multiply-add chain over the values `16q + l`, the
+    /// ragged end's missing lanes adding `0·0`), folded as `lane_sums` folds them.
+    fn dot_form(t: ArrayView2<'_, f32>, o: ArrayView2<'_, f32>, y0: &Array2<f64>) -> Array2<f64> {
+        let cols = t.ncols();
+        let mut y = y0.clone();
+        for ((i, c), v) in y.indexed_iter_mut() {
+            let mut lanes = [0f32; 16];
+            for j in 0..cols.div_ceil(16) * 16 {
+                let (x, w) = if j < cols {
+                    (t[[i, j]], o[[j, c]])
+                } else {
+                    (0.0, 0.0)
+                };
+                lanes[j % 16] = x.mul_add(w, lanes[j % 16]);
+            }
+            let s: Vec<f32> = (0..8).map(|k| lanes[k] + lanes[8 + k]).collect();
+            let p: Vec<f32> = (0..4).map(|k| s[k] + s[4 + k]).collect();
+            *v += ((p[0] + p[2]) + (p[1] + p[3])) as f64;
+        }
+        y
+    }
+
+    /// `b0 + Qᵀ·T`, each value one f32 multiply-add chain over the rows in order, added in
+    /// f64.
+    fn row_chains(q: ArrayView2<'_, f32>, t: ArrayView2<'_, f32>, b0: &Array2<f64>) -> Array2<f64> {
+        let mut b = b0.clone();
+        for ((g, j), v) in b.indexed_iter_mut() {
+            let s = (0..t.nrows()).fold(0f32, |s, i| q[[i, g]].mul_add(t[[i, j]], s));
+            *v += s as f64;
+        }
+        b
+    }
+
+    /// Every instruction set the kernels come in gives the bits of the models above, packed
+    /// or float32 (for `Qᵀ·T`, so an AVX2 node and an AVX-512 node agree).
     #[test]
-    fn fused_products_equal_standardizing_first_on_random_tiles() {
-        if !available() {
-            eprintln!("skipped: this CPU has no AVX-512F, the fused kernels do not run here");
+    fn fused_products_on_every_instruction_set_give_the_bits_of_their_order() {
+        let isas = Isa::supported();
+        if isas.is_empty() {
+            eprintln!("skipped: this CPU has neither AVX-512F nor AVX2+FMA");
             return;
         }
         let mut rng = Rng::fresh();
-        for _ in 0..80 {
+        for case in 0..80 {
             let rows = 1 + rng.below(40);
             // Tiles start at a column that is a multiple of 16 inside wider rows.
             let c0 = 16 * rng.below(10);
@@ -883,41 +963,48 @@ mod tests {
             let layout = OmegaLayout::new(omega.view());
             let o = omega.slice(s![c0..c0 + cols, ..]);
             let y0 = Array2::from_shape_fn((rows, w), |_| rng.value() as f64);
-            let mut y = y0.clone();
-            assert!(ab(&t, &layout, c0, y.view_mut()));
-            // The float kernel on the standardized values sums in the same order.
-            let mut yv = y0.clone();
-            assert!(ab_values(dense.view(), &layout, c0, yv.view_mut()));
-            assert_eq!(yv, y, "ab_values against ab ({rows}×{cols}, w {w})");
-            let want = &y0 + &dense.mapv(f64::from).dot(&o.mapv(f64::from));
-            let scale = dense
-                .mapv(|x| x.abs() as f64)
-                .dot(&o.mapv(|x| x.abs() as f64));
-            for ((a, b), s) in y.iter().zip(want.iter()).zip(scale.iter()) {
-                assert!(
-                    (a - b).abs() <= 1e-5 * (s + 1.0),
-                    "ab: {a} vs {b} ({rows}×{cols}, w {w})"
-                );
-            }
+            let want = dot_form(dense.view(), o, &y0);
 
             let g = 1 + rng.below(40);
             let q = Array2::from_shape_fn((rows, g), |_| rng.value());
             let b0 = Array2::from_shape_fn((g, cols), |_| rng.value() as f64);
-            let mut b = b0.clone();
-            assert!(atb(&t, q.view(), b.view_mut()));
+            let want_b = row_chains(q.view(), dense.view(), &b0);
+            for &isa in &isas {
+                let what = format!("{isa:?}, case {case}: {rows}×{cols}, w {w}, g {g}");
+                // `T·Ω` runs on AVX-512 only, and declines elsewhere, leaving `y` as it was.
+                let runs = isa == Isa::Avx512;
+                let mut y = y0.clone();
+                assert_eq!(ab_on(isa, &t, &layout, c0, y.view_mut()), runs, "{what}");
+                assert_eq!(y, if runs { &want } else { &y0 }, "ab, {what}");
+                let mut yv = y0.clone();
+                let done = ab_values_on(isa, dense.view(), &layout, c0, yv.view_mut());
+                assert_eq!(done, runs, "{what}");
+                assert_eq!(yv, if runs { &want } else { &y0 }, "ab_values, {what}");
+                let mut b = b0.clone();
+                assert!(atb_on(isa, &t, q.view(), b.view_mut()));
+                assert_eq!(b, want_b, "atb, {what}");
+            }
+            // And the model is the product.
+            let exact = &y0 + &dense.mapv(f64::from).dot(&o.mapv(f64::from));
+            let scale = dense
+                .mapv(|x| x.abs() as f64)
+                .dot(&o.mapv(|x| x.abs() as f64));
+            for ((a, b), s) in want.iter().zip(exact.iter()).zip(scale.iter()) {
+                assert!((a - b).abs() <= 1e-5 * (s + 1.0), "ab: {a} vs {b}");
+            }
             // Bit for bit what standardizing first and the skinny kernel give.
-            let mut want = b0.clone();
+            let mut skinny = b0.clone();
             let mut part = Array2::<f32>::zeros((g, cols));
             crate::tiles::gemm(true, q.view(), dense.view(), 0.0, part.view_mut());
-            want.zip_mut_with(&part, |x, &p| *x += p as f64);
-            assert_eq!(b, want, "atb ({rows}×{cols}, g {g})");
+            skinny.zip_mut_with(&part, |x, &p| *x += p as f64);
+            assert_eq!(skinny, want_b, "skinny atb, case {case}");
         }
     }
 
     #[test]
     fn ab_values_equals_a_float64_product_on_random_tiles_inside_wider_panels() {
         if !available() {
-            eprintln!("skipped: this CPU has no AVX-512F, the fused kernels do not run here");
+            eprintln!("skipped: this CPU has neither AVX-512F nor AVX2+FMA");
             return;
         }
         let mut rng = Rng::fresh();

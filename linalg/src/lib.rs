@@ -97,7 +97,7 @@ pub use variants::{hwe_p, HweP, RowSelection, VariantFilter};
 pub mod internals {
     /// The fused genotype-tile products.
     pub mod fused {
-        pub use crate::fused::{ab, atb, available, OmegaLayout};
+        pub use crate::fused::{ab, atb, atb_available, available, OmegaLayout};
     }
     /// Tiles produced into cache, and their GEMM.
     pub mod tiles {

@@ -62,7 +62,8 @@ impl Isa {
 /// The kernels' instruction set here: the widest this CPU runs, unless `RANKWISE_SKINNY`
 /// says otherwise. `RANKWISE_SKINNY=0` sends every product to BLAS (to compare the two on a
 /// given CPU); `RANKWISE_SKINNY=avx2` runs the AVX2 kernels on an AVX-512 CPU, computing as
-/// an AVX2 node does (the fused genotype kernels, AVX-512 only, then stay off too).
+/// an AVX2 node does (the fused `T·Ω`, AVX-512 only, then stays off; the fused `Qᵀ·T` runs
+/// its AVX2 form, which gives the same bits).
 pub(crate) fn isa() -> Option<Isa> {
     static ISA: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
     *ISA.get_or_init(|| {
@@ -73,12 +74,6 @@ pub(crate) fn isa() -> Option<Isa> {
             _ => supported.first().copied(),
         }
     })
-}
-
-/// True when the AVX-512 kernels run here (those of this module and the fused genotype
-/// kernels, which have no AVX2 form).
-pub(crate) fn avx512() -> bool {
-    isa() == Some(Isa::Avx512)
 }
 
 /// The element types the kernels take (f32 and f64).
