@@ -24,6 +24,9 @@ use serde_json::Value;
 const PREFIX: &str = "rwt";
 const NET: &str = "10.78.0";
 
+/// Held by each test for as long as its nodes are up: both use the same names.
+static NODES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// How long one run may take before the test gives up on it.
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -44,9 +47,16 @@ struct Nodes;
 
 impl Nodes {
     fn up() -> Nodes {
+        Nodes::up_with(&[])
+    }
+
+    /// The nodes, with the script's settings `env` (a link rate or delay).
+    fn up_with(env: &[(&str, &str)]) -> Nodes {
         // Nodes left by a run of this test that was killed before its teardown.
         let _ = run_with_timeout(cluster_command(&["down"]), Duration::from_secs(30));
-        let run = run_with_timeout(cluster_command(&["up", "2"]), Duration::from_secs(30));
+        let mut up = cluster_command(&["up", "2"]);
+        up.envs(env.iter().copied());
+        let run = run_with_timeout(up, Duration::from_secs(30));
         assert!(
             run.success(),
             "tools/netns-cluster.sh up failed: network namespaces cannot be made here (this \
@@ -213,6 +223,7 @@ fn assert_shared_memory_inside_nodes_and_tcp_between(run: &RunOutput, what: &str
 
 #[test]
 fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
+    let _one_at_a_time = NODES.lock().unwrap_or_else(|e| e.into_inner());
     let start = Instant::now();
     let dir = scratch("multinode");
     let seed = test_seed().to_string();
@@ -557,4 +568,57 @@ fn two_nodes_give_the_embedded_bits_and_losing_one_ends_every_rank() {
     drop(nodes);
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!("all in {:.1} s", start.elapsed().as_secs_f64());
+}
+
+/// Links with a delay (`RANKWISE_NETNS_DELAY`, made by `tools/netdelay.py` where the kernel
+/// has no `sch_netem`): a PCA to the default tolerance over MPI on 2 nodes × 2 ranks gives
+/// the embedded run's bits, and its passes show the delay (each waits at least for one
+/// message up and one down between the nodes, 4 ms each way).
+#[test]
+fn links_with_a_delay_give_the_embedded_bits_and_the_delay_shows() {
+    let _one_at_a_time = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("multinode-delay");
+    let seed = test_seed().to_string();
+    let args = strings(&[
+        "pca",
+        "--rows",
+        "6000",
+        "--cols",
+        "300",
+        "--chunk-rows",
+        "500",
+        "--populations",
+        "3",
+        "-k",
+        "4",
+        "--seed",
+        &seed,
+    ]);
+    let reference = dir.join("embedded.zarr");
+    let mut a = args.clone();
+    a.extend(strings(&["--out", reference.to_str().unwrap()]));
+    embedded(&a).assert_success();
+    let nodes = Nodes::up_with(&[("RANKWISE_NETNS_DELAY", "2ms")]);
+    let out = dir.join("delayed.zarr");
+    let mut a = args.clone();
+    a.extend(strings(&[
+        "--transport",
+        "mpi",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    let run = run_with_timeout(on_nodes(&a, &[]), LIMIT);
+    let what = "pca over mpi on 2 nodes × 2 ranks, links 2 ms";
+    assert!(run.success(), "{what}\n{}", run.describe());
+    let r = report(&run);
+    assert_two_ranks_per_node(&r, what);
+    assert_same_arrays(&out, &reference, &["S", "U", "Vt", "eigenvalues"], what);
+    let passes = r["passes"].as_f64().unwrap();
+    let seconds = r["seconds"].as_f64().unwrap();
+    assert!(
+        seconds > passes * 2.0 * 4e-3,
+        "{what}: {passes} passes in {seconds} s, less than the delay alone"
+    );
+    drop(nodes);
 }

@@ -23,15 +23,20 @@
 #   RANKWISE_NETNS_RATE    each node's link rate, e.g. 1gbit (tc tbf); none by default
 #   RANKWISE_NETNS_BURST   what tbf lets through at once before the rate applies [256kb]:
 #                          messages shorter than it barely see the rate
-#   RANKWISE_NETNS_DELAY   one-way delay added on each link, e.g. 2ms (tc netem, which needs
-#                          the kernel's sch_netem); none by default
-# Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2 and util-linux's unshare.
+#   RANKWISE_NETNS_DELAY   one-way delay added on each link, e.g. 2ms, so 2× between two
+#                          nodes; none by default. tools/netdelay.py makes it (kernels may
+#                          lack tc's sch_netem): each link is then a pair of TAP devices
+#                          whose frames it copies after the delay, with a 9000-byte MTU
+# Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2 and util-linux's unshare; python3
+# for a delay.
 set -euo pipefail
 
 prefix=${RANKWISE_NETNS_PREFIX:-rwn}
 net=${RANKWISE_NETNS_NET:-10.77.0}
 bridge=${prefix}br
 self=$(readlink -f "$0")
+delay_pid=/run/rankwise-netns-$prefix.delay.pid
+delay_log=/run/rankwise-netns-$prefix.delay.log
 
 say() { printf 'netns-cluster: %s\n' "$*" >&2; }
 fail() {
@@ -53,48 +58,63 @@ up() {
   trap 'down >/dev/null 2>&1' ERR
   ip addr add "$net.1/24" dev "$bridge"
   ip link set "$bridge" up
+  [ -z "${RANKWISE_NETNS_DELAY:-}" ] || delay_line "$n"
   for i in $(seq 1 "$n"); do
     ip netns add "$prefix$i"
-    ip link add "${prefix}v$i" type veth peer name eth0 netns "$prefix$i"
+    if [ -n "${RANKWISE_NETNS_DELAY:-}" ]; then
+      ip link set "${prefix}e$i" netns "$prefix$i" name eth0
+    else
+      ip link add "${prefix}v$i" type veth peer name eth0 netns "$prefix$i"
+    fi
     ip link set "${prefix}v$i" master "$bridge" up
     ip -n "$prefix$i" addr add "$net.$((10 + i))/24" dev eth0
     ip -n "$prefix$i" link set eth0 up
     ip -n "$prefix$i" link set lo up
     shape "${prefix}v$i"
-    [ -z "${RANKWISE_NETNS_DELAY:-}${RANKWISE_NETNS_RATE:-}" ] ||
-      shape_in "$prefix$i"
+    [ -z "${RANKWISE_NETNS_RATE:-}" ] || shape_in "$prefix$i"
   done
   trap - ERR
   say "$n nodes up: $(nodes | tr '\n' ' ')(bridge $bridge, $net.0/24)"
 }
 
-# The shaping of a link, on the bridge's side (traffic towards the node).
-shape() {
-  local dev=$1
-  if [ -n "${RANKWISE_NETNS_DELAY:-}" ]; then
-    local rate=()
-    [ -z "${RANKWISE_NETNS_RATE:-}" ] || rate=(rate "$RANKWISE_NETNS_RATE")
-    tc qdisc add dev "$dev" root netem delay "$RANKWISE_NETNS_DELAY" "${rate[@]}" ||
-      fail "tc netem failed on $dev: the kernel lacks sch_netem (leave RANKWISE_NETNS_DELAY unset)"
-  elif [ -n "${RANKWISE_NETNS_RATE:-}" ]; then
-    tc qdisc add dev "$dev" root tbf rate "$RANKWISE_NETNS_RATE" burst "${RANKWISE_NETNS_BURST:-256kb}" latency 50ms
-  fi
+# The delay line's process, and its 2N TAP devices (tools/netdelay.py).
+delay_line() {
+  local n=$1
+  command -v python3 >/dev/null || fail "RANKWISE_NETNS_DELAY needs python3 (tools/netdelay.py)"
+  setsid python3 "$(dirname "$self")/netdelay.py" "$prefix" "$n" "$RANKWISE_NETNS_DELAY" \
+    >"$delay_log" 2>&1 </dev/null &
+  echo $! >"$delay_pid"
+  for _ in $(seq 1 100); do
+    grep -qx ready "$delay_log" 2>/dev/null && return 0
+    kill -0 "$(cat "$delay_pid")" 2>/dev/null || break
+    sleep 0.1
+  done
+  local why
+  why=$(tail -n 3 "$delay_log" 2>/dev/null)
+  down >/dev/null 2>&1
+  fail "the delay line did not start: $why"
 }
 
-# The same shaping inside the node (traffic leaving it).
+# The rate of a link (tc tbf), on the bridge's side (traffic towards the node).
+shape() {
+  local dev=$1
+  [ -z "${RANKWISE_NETNS_RATE:-}" ] ||
+    tc qdisc add dev "$dev" root tbf rate "$RANKWISE_NETNS_RATE" burst "${RANKWISE_NETNS_BURST:-256kb}" latency 50ms
+}
+
+# The same inside the node (traffic leaving it).
 shape_in() {
-  local node=$1
-  if [ -n "${RANKWISE_NETNS_DELAY:-}" ]; then
-    local rate=()
-    [ -z "${RANKWISE_NETNS_RATE:-}" ] || rate=(rate "$RANKWISE_NETNS_RATE")
-    ip netns exec "$node" tc qdisc replace dev eth0 root netem delay "$RANKWISE_NETNS_DELAY" "${rate[@]}"
-  else
-    ip netns exec "$node" tc qdisc replace dev eth0 root tbf rate "$RANKWISE_NETNS_RATE" burst "${RANKWISE_NETNS_BURST:-256kb}" latency 50ms
-  fi
+  ip netns exec "$1" tc qdisc replace dev eth0 root tbf rate "$RANKWISE_NETNS_RATE" \
+    burst "${RANKWISE_NETNS_BURST:-256kb}" latency 50ms
 }
 
 down() {
   local node
+  # The delay line's devices go with it.
+  if [ -f "$delay_pid" ]; then
+    kill "$(cat "$delay_pid")" 2>/dev/null || true
+    rm -f "$delay_pid" "$delay_log"
+  fi
   for node in $(nodes); do
     # Processes still inside a node (a run killed mid-way) would keep its namespace alive.
     ip netns pids "$node" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
@@ -104,7 +124,7 @@ down() {
   # deleting this end removes both.
   local l
   for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
-    grep -E "^${prefix}v[0-9]+$" || true); do
+    grep -E "^${prefix}[ve][0-9]+$" || true); do
     ip link del "$l" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
