@@ -484,7 +484,13 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
     let bad = || LinalgError::Message { peer: root };
     let mut after_check = false;
     let done = loop {
+        // The root's command and the next search block: the Rayleigh–Ritz step's result,
+        // counted with it (the other ranks wait here while the root computes it).
+        let t = Clock::start(rt);
         comm.broadcast_f64(root, &mut cmd)?;
+        let (dt, dc) = t.lap();
+        root_time += dt;
+        root_comm.add(&dc);
         let kind = *cmd.first().ok_or_else(bad)?;
         let precision = precision_of(*cmd.get(1).ok_or_else(bad)?);
         if kind == DONE {
@@ -620,7 +626,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         },
     );
     timings.push(PhaseTiming {
-        phase: "Rayleigh–Ritz steps on the root".into(),
+        phase: "Rayleigh–Ritz steps on the root, and their broadcast".into(),
         seconds: root_time,
         comm: root_comm,
         flops: 0.0,
