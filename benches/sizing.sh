@@ -62,16 +62,18 @@ predict() {
         python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["seconds"], r["dominant"])'
 }
 
-# The shape options of a workload (what `plan` takes).
+# The shape options of a workload (what `plan` takes), and how it iterates: fixed power
+# iterations in float64, or LOBPCG (float32 passes but the last).
 shape_of() {
-    local args keep=() i
+    local args keep=() i solver=lobpcg
     read -r -a args <<<"$1"
     for ((i = 1; i < ${#args[@]}; i++)); do
         case ${args[i]} in
         --rows | --cols | --chunk-rows | -k) keep+=("${args[i]}" "${args[i + 1]}") ;;
+        --power-iters) solver=power-iters ;;
         esac
     done
-    echo "${keep[@]}"
+    echo "${keep[*]} --solver $solver"
 }
 
 row() { # where job options np nodes network measured passes predicted dominant
@@ -96,13 +98,37 @@ for w in "${WORKLOADS[@]}"; do
     done
 done
 
+# one_way NODE_A NODE_B ADDRESS_B: the one-way latency between two namespace nodes, half
+# the median round trip of a byte over TCP (what `ping` would say; the nodes have no ping).
+one_way() {
+    ip netns exec "$2" python3 - "$3" <<'PY' &
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5599)); s.listen(1); c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while c.recv(1):
+    c.sendall(b"k")
+PY
+    sleep 0.5
+    ip netns exec "$1" python3 - "$3" <<'PY'
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], 5599))
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+ts = []
+for _ in range(41):
+    t = time.perf_counter(); c.sendall(b"x"); c.recv(1); ts.append(time.perf_counter() - t)
+print(f"{sorted(ts)[20] / 2 * 1e6:.0f}us")
+PY
+    wait
+}
+
 # namespace_rows HOSTS NP RANKS_PER_NODE NETWORK LABEL: every workload on the namespace
 # nodes that are up, NP ranks placed by HOSTS (mpirun's --host), against the model's
 # prediction for two nodes of RANKS_PER_NODE ranks and one core each.
 namespace_rows() {
     local hosts=$1 np=$2 per_node=$3 net=$4 label=$5 margs w job opts args shape secs passes pred dom
     read -r -a margs <<<"$(tools/netns-cluster.sh mpirun-args)"
-    for w in "${WORKLOADS[@]}"; do
+    for w in "${NODE_WORKLOADS[@]}"; do
         job=${w%%|*}
         opts=${w#*|}
         read -r -a args <<<"$opts"
@@ -116,10 +142,11 @@ namespace_rows() {
 
 # Two namespace nodes, one rank each, sharing this machine's cores (one core a node, not
 # bound: each node's mpirun daemon would bind its rank to the same first core), at
-# several link rates (tc tbf; a delay needs the kernel's sch_netem, which not every kernel
-# has: the latency is then the veth pair's, about 50 µs with the TCP stacks).
+# several link rates (tc tbf; without a delay the latency is the veth pair's, about 50 µs
+# with the TCP stacks).
 if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
     export RANKWISE_NETNS_PREFIX=rwz RANKWISE_NETNS_NET=10.79.0
+    NODE_WORKLOADS=("${WORKLOADS[@]}")
     for link in "1gbit 1,50us" "100mbit 0.1,50us" "20mbit 0.02,50us"; do
         read -r rate net <<<"$link"
         # A small burst: each message sees the rate (with tbf's default of 256 KiB here,
@@ -133,6 +160,21 @@ if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
     RANKWISE_NETNS_RATE=1gbit RANKWISE_NETNS_BURST=32kb tools/netns-cluster.sh up 2 >/dev/null
     namespace_rows rwz1:4,rwz2:4 8 4 1,50us "2 namespace nodes × 4 ranks, 1gbit"
     tools/netns-cluster.sh down >/dev/null
+    # Links with a delay (tools/netdelay.py, as this kernel may lack sch_netem), two nodes of
+    # one rank at 1 Gbit/s, with a PCA to the default tolerance besides: its 40-odd LOBPCG
+    # passes each wait for the tree's messages, so the latency shows. The model is given
+    # the latency measured between the nodes (the delay line's copying included).
+    NODE_WORKLOADS=("${WORKLOADS[@]}" "pca|pca --rows 40000 --cols 2000 --chunk-rows 5000 -k 10")
+    if [[ ${1:-} == --quick ]]; then
+        NODE_WORKLOADS=("${WORKLOADS[0]}" "${NODE_WORKLOADS[-1]}")
+    fi
+    for delay in 1ms 5ms; do
+        RANKWISE_NETNS_RATE=1gbit RANKWISE_NETNS_BURST=32kb RANKWISE_NETNS_DELAY=$delay \
+            tools/netns-cluster.sh up 2 >/dev/null
+        lat=$(one_way rwz1 rwz2 10.79.0.12)
+        namespace_rows rwz1:1,rwz2:1 2 1 "1,$lat" "2 namespace nodes, 1gbit, $delay a link"
+        tools/netns-cluster.sh down >/dev/null
+    done
 else
     echo "sizing.sh: not root (or no tc): the namespace-cluster rows are skipped" | tee -a "$OUT/rows.jsonl"
 fi

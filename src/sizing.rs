@@ -51,10 +51,21 @@ pub struct Network {
     pub latency: f64,
 }
 
+/// Messages longer than this wait for the receiver's clear-to-send before their data goes
+/// (MPI's rendezvous protocol): a round trip more. Open MPI's TCP transport starts it at 64
+/// KiB (`btl_tcp_eager_limit`); UCX and InfiniBand transports at a few to tens of KiB.
+const EAGER_BYTES: f64 = 65_536.0;
+
 impl Network {
-    /// Seconds to move `bytes` over the link.
+    /// Seconds to move `bytes` over the link: its latency, a round trip more for a message
+    /// past the eager limit, and the bytes at the link's rate.
     fn seconds(&self, bytes: f64) -> f64 {
-        self.latency + bytes * 8.0 / (self.gbps * 1e9)
+        let handshake = if bytes > EAGER_BYTES {
+            2.0 * self.latency
+        } else {
+            0.0
+        };
+        self.latency + handshake + bytes * 8.0 / (self.gbps * 1e9)
     }
 }
 
@@ -170,6 +181,13 @@ pub struct Rates {
     pub dense: PassRates,
     /// Randomized passes over generated genotypes (decoded and standardized per variant).
     pub genotypes: PassRates,
+    /// The same passes in float32 tiles (LOBPCG's passes before its last), where the
+    /// calibration measured them (files of older versions did not).
+    #[serde(default)]
+    pub dense_f32: Option<PassRates>,
+    /// Genotype passes in float32 tiles.
+    #[serde(default)]
+    pub genotypes_f32: Option<PassRates>,
 }
 
 impl Rates {
@@ -214,6 +232,8 @@ pub enum Workload {
         /// Passes over the matrix (LOBPCG to a tolerance makes as many as it needs: the
         /// run reports them; `power_iters` q makes q + 2, the residual check included).
         passes: usize,
+        /// How it iterates.
+        solver: Solver,
     },
     /// A genotype PCA: as `Rsvd`, on standardized genotypes.
     Pca {
@@ -223,7 +243,22 @@ pub enum Workload {
         oversample: usize,
         /// Passes over the matrix.
         passes: usize,
+        /// How it iterates.
+        solver: Solver,
     },
+}
+
+/// How a randomized job iterates: what its passes send, and in which precision they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Solver {
+    /// LOBPCG to a tolerance, the default: every pass but the last (which measures the
+    /// result in float64) in float32 tiles; each pass sums `AᵀA·S` (`n × l`) up the tree and
+    /// the root broadcasts the next search block (`n × l`) back down.
+    Lobpcg,
+    /// A fixed number of power iterations (`power_iters`) in float64 tiles: each pass
+    /// orthonormalizes the sketch (the TSQR's `l × l` factors up and down) and sums `B`'s
+    /// panels up the tree.
+    PowerIters,
 }
 
 /// One phase of a predicted run.
@@ -471,11 +506,13 @@ pub fn predict(
             k,
             oversample,
             passes,
+            solver,
         }
         | Workload::Pca {
             k,
             oversample,
             passes,
+            solver,
         } => {
             let genotypes = matches!(workload, Workload::Pca { .. });
             let problem = if genotypes {
@@ -496,6 +533,23 @@ pub fn predict(
             } else {
                 rates.dense
             };
+            let single = if genotypes {
+                rates.genotypes_f32
+            } else {
+                rates.dense_f32
+            };
+            let single = match (solver, single) {
+                (Solver::Lobpcg, Some(r)) => Some(r),
+                (Solver::Lobpcg, None) => {
+                    notes.push(
+                        "the calibration has no float32 rates (an older file): LOBPCG's \
+                         float32 passes are counted at the float64 rates"
+                            .into(),
+                    );
+                    None
+                }
+                (Solver::PowerIters, _) => None,
+            };
             let (mem, resident) = rank_memory(&plan.memory, &plan.placement);
             // Each pass ends in a tree: the TSQR of the sketch (l × l R factors, up and
             // down) and the sum of B's panels, one message of `words_b` per level. What
@@ -504,25 +558,47 @@ pub fn predict(
             // 320 KB message per pass (an exchange), and LOBPCG's root received one 290 KB
             // message per pass and sent 56 bytes in all. Counting the sum up and down
             // predicted 1 Gbit/s → 20 Mbit/s as +1.01 s where the PCA took +0.31 s.
+            //
+            // LOBPCG sends more a pass: the root's broadcast of the next search block as well
+            // as the sum of `AᵀA·S`, both `n × l`. Under `mpirun -np 2` on two namespace
+            // nodes its rank 0 received one 297 KB message a pass and sent one 307 KB one
+            // (the run's report, once the broadcast was counted), and a latency 8 ms longer
+            // cost it 12 latencies a pass (the two messages' handshakes, and TCP's window
+            // growing over each).
             let r_bytes = (l * l * 8) as f64;
             let b_bytes = (plan.words_b * 8) as f64;
-            let comm = 2.0 * tree_seconds(ranks, per_node, r_bytes, &net)
-                + tree_seconds(ranks, per_node, b_bytes, &net);
+            let comm = match solver {
+                Solver::PowerIters => {
+                    2.0 * tree_seconds(ranks, per_node, r_bytes, &net)
+                        + tree_seconds(ranks, per_node, b_bytes, &net)
+                }
+                Solver::Lobpcg => 2.0 * tree_seconds(ranks, per_node, b_bytes, &net),
+            };
             let passes = (*passes).max(1);
             for p in 1..=passes {
+                // LOBPCG's passes run in float32 tiles but its last, which measures the
+                // result in float64.
+                let r = match single {
+                    Some(r) if p < passes || passes == 1 => r,
+                    _ => rate,
+                };
                 let per_value = if p == 1 {
-                    rate.first.at(l)
+                    r.first.at(l)
                 } else if resident {
-                    rate.later.at(l)
+                    r.later.at(l)
                 } else {
-                    rate.later.at(l) + rate.produce
+                    r.later.at(l) + r.produce
                 };
                 phases.push(PredictedPhase {
                     phase: format!("pass {p}"),
                     compute_seconds: per_core * per_value,
                     comm_seconds: comm,
-                    // The busiest rank sends an R factor and a B block per level.
-                    bytes_sent: levels * (r_bytes + b_bytes) as u64,
+                    // The busiest rank sends an R factor and a B block per level, or
+                    // (LOBPCG's root) the search block.
+                    bytes_sent: match solver {
+                        Solver::PowerIters => levels * (r_bytes + b_bytes) as u64,
+                        Solver::Lobpcg => levels * b_bytes as u64,
+                    },
                 });
             }
             if genotypes {
@@ -620,107 +696,109 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
             pass2: best.1,
         });
     }
-    let passes = |genotypes: bool| -> Result<PassRates, Error> {
-        let n = 2000u64;
-        let m = (values / n).max(4 * n);
-        let chunk = (m / 8).max(64);
-        let dist = if genotypes {
-            Dist::Genotype
-        } else {
-            Dist::Normal
-        };
-        let g = Generated::new(m, n, 3, dist);
-        // Producing: one thread fills panels as the passes do.
-        let t = Instant::now();
-        let rows = chunk.min(m);
-        if genotypes {
-            let mut out = ndarray::Array2::<i8>::zeros((rows as usize, n as usize));
-            for r0 in (0..m).step_by(rows as usize) {
-                let r1 = (r0 + rows).min(m);
-                g.fill_dosages(r0..r1, out.slice_mut(ndarray::s![..(r1 - r0) as usize, ..]))?;
-            }
-        } else {
-            let mut out = ndarray::Array2::<f64>::zeros((rows as usize, n as usize));
-            for r0 in (0..m).step_by(rows as usize) {
-                let r1 = (r0 + rows).min(m);
-                PanelSource::fill(
-                    &g,
-                    r0..r1,
-                    out.slice_mut(ndarray::s![..(r1 - r0) as usize, ..]),
-                )?;
-            }
-        }
-        let produce = t.elapsed().as_secs_f64() / (m * n) as f64;
-        let mut first = Vec::new();
-        let mut later = Vec::new();
-        for k in [10usize, 50] {
-            let g = Arc::new(Generated::new(m, n, 3, dist));
-            let problem = if genotypes {
-                RsvdProblem::genotypes(g, chunk)?
+    let passes =
+        |genotypes: bool, precision: rankwise_linalg::Precision| -> Result<PassRates, Error> {
+            let n = 2000u64;
+            let m = (values / n).max(4 * n);
+            let chunk = (m / 8).max(64);
+            let dist = if genotypes {
+                Dist::Genotype
             } else {
-                RsvdProblem::dense(g, chunk)?
+                Dist::Normal
             };
-            let options = RsvdOptions {
-                k,
-                oversample: 10,
-                power_iters: 2,
-                method: rankwise_linalg::Method::SubspaceIteration,
-                probes: 0,
-                precision: rankwise_linalg::Precision::F64,
-                mixed_precision: false,
-                ..Default::default()
+            let g = Generated::new(m, n, 3, dist);
+            // Producing: one thread fills panels as the passes do.
+            let t = Instant::now();
+            let rows = chunk.min(m);
+            if genotypes {
+                let mut out = ndarray::Array2::<i8>::zeros((rows as usize, n as usize));
+                for r0 in (0..m).step_by(rows as usize) {
+                    let r1 = (r0 + rows).min(m);
+                    g.fill_dosages(r0..r1, out.slice_mut(ndarray::s![..(r1 - r0) as usize, ..]))?;
+                }
+            } else {
+                let mut out = ndarray::Array2::<f64>::zeros((rows as usize, n as usize));
+                for r0 in (0..m).step_by(rows as usize) {
+                    let r1 = (r0 + rows).min(m);
+                    PanelSource::fill(
+                        &g,
+                        r0..r1,
+                        out.slice_mut(ndarray::s![..(r1 - r0) as usize, ..]),
+                    )?;
+                }
+            }
+            let produce = t.elapsed().as_secs_f64() / (m * n) as f64;
+            let mut first = Vec::new();
+            let mut later = Vec::new();
+            for k in [10usize, 50] {
+                let g = Arc::new(Generated::new(m, n, 3, dist));
+                let problem = if genotypes {
+                    RsvdProblem::genotypes(g, chunk)?
+                } else {
+                    RsvdProblem::dense(g, chunk)?
+                };
+                let options = RsvdOptions {
+                    k,
+                    oversample: 10,
+                    power_iters: 2,
+                    method: rankwise_linalg::Method::SubspaceIteration,
+                    probes: 0,
+                    precision,
+                    mixed_precision: false,
+                    ..Default::default()
+                };
+                let v = (m * n) as f64;
+                // The faster of two runs, pass by pass, as for the exact SVD: one run's rates
+                // varied by up to 40 % between calibrations on the shared 2-core guest.
+                let mut best = (f64::INFINITY, f64::INFINITY);
+                for _ in 0..2 {
+                    let r = rankwise_linalg::rsvd(rt, &problem, &options, None)?;
+                    let first_pass: f64 = r
+                        .timings
+                        .iter()
+                        .filter(|t| t.phase.starts_with("pass 1"))
+                        .map(|t| t.seconds * cores_f / v)
+                        .sum();
+                    // Each power iteration's pass over the matrix (its A·Z phase).
+                    let iterations: Vec<f64> = r
+                        .timings
+                        .iter()
+                        .filter(|t| t.phase.starts_with("iteration") && t.phase.contains("A·Z"))
+                        .map(|t| t.seconds * cores_f / v)
+                        .collect();
+                    let mean = iterations.iter().sum::<f64>() / iterations.len().max(1) as f64;
+                    best = (best.0.min(first_pass), best.1.min(mean));
+                }
+                let l = (k + 10) as f64;
+                first.push((l, best.0));
+                later.push((l, best.1));
+            }
+            let fit = |p: &[(f64, f64)]| {
+                let ((l0, t0), (l1, t1)) = (p[0], p[1]);
+                let b = ((t1 - t0) / (l1 - l0)).max(0.0);
+                // The line through both measurements: its intercept may be negative (a later
+                // pass costs more than in proportion to the sketch's width), and clamping it
+                // at 0 predicted the 20-column pass from the slope alone, 40 % slow.
+                PassRate {
+                    per_value: t0 - b * l0,
+                    per_value_column: b,
+                }
             };
-            let v = (m * n) as f64;
-            // The faster of two runs, pass by pass, as for the exact SVD: one run's rates
-            // varied by up to 40 % between calibrations on the shared 2-core guest.
-            let mut best = (f64::INFINITY, f64::INFINITY);
-            for _ in 0..2 {
-                let r = rankwise_linalg::rsvd(rt, &problem, &options, None)?;
-                let first_pass: f64 = r
-                    .timings
-                    .iter()
-                    .filter(|t| t.phase.starts_with("pass 1"))
-                    .map(|t| t.seconds * cores_f / v)
-                    .sum();
-                // Each power iteration's pass over the matrix (its A·Z phase).
-                let iterations: Vec<f64> = r
-                    .timings
-                    .iter()
-                    .filter(|t| t.phase.starts_with("iteration") && t.phase.contains("A·Z"))
-                    .map(|t| t.seconds * cores_f / v)
-                    .collect();
-                let mean = iterations.iter().sum::<f64>() / iterations.len().max(1) as f64;
-                best = (best.0.min(first_pass), best.1.min(mean));
-            }
-            let l = (k + 10) as f64;
-            first.push((l, best.0));
-            later.push((l, best.1));
-        }
-        let fit = |p: &[(f64, f64)]| {
-            let ((l0, t0), (l1, t1)) = (p[0], p[1]);
-            let b = ((t1 - t0) / (l1 - l0)).max(0.0);
-            // The line through both measurements: its intercept may be negative (a later
-            // pass costs more than in proportion to the sketch's width), and clamping it
-            // at 0 predicted the 20-column pass from the slope alone, 40 % slow.
-            PassRate {
-                per_value: t0 - b * l0,
-                per_value_column: b,
-            }
+            Ok(PassRates {
+                produce,
+                first: fit(&first),
+                later: fit(&later),
+            })
         };
-        Ok(PassRates {
-            produce,
-            first: fit(&first),
-            later: fit(&later),
-        })
-    };
-    let dense = passes(false)?;
-    let genotypes = passes(true)?;
+    use rankwise_linalg::Precision::{F32, F64};
     Ok(Rates {
         machine: format!("{} ({cores} cores)", cpu_model()),
         cores,
         svd,
-        dense,
-        genotypes,
+        dense: passes(false, F64)?,
+        genotypes: passes(true, F64)?,
+        dense_f32: Some(passes(false, F32)?),
+        genotypes_f32: Some(passes(true, F32)?),
     })
 }
 
@@ -779,6 +857,8 @@ mod tests {
                     per_value_column: 1e-10,
                 },
             },
+            dense_f32: None,
+            genotypes_f32: None,
         }
     }
 
@@ -835,6 +915,7 @@ mod tests {
             k: 10,
             oversample: 10,
             passes: 6,
+            solver: Solver::PowerIters,
         };
         let one = predict(1_000_000, 1000, 0, &w, &cluster(1, 100.0), &rates()).unwrap();
         let eight = predict(1_000_000, 1000, 0, &w, &cluster(8, 100.0), &rates()).unwrap();
@@ -889,11 +970,74 @@ mod tests {
                 k: 10,
                 oversample: 10,
                 passes: 4,
+                solver: Solver::PowerIters,
             },
             &c,
             &rates(),
         )
         .unwrap();
         assert_eq!(p.dominant, "storage");
+    }
+
+    #[test]
+    fn lobpcg_passes_run_at_the_float32_rates_but_the_last_and_send_two_blocks() {
+        let mut r = rates();
+        let half = |p: PassRates| PassRates {
+            produce: p.produce,
+            first: PassRate {
+                per_value: p.first.per_value / 2.0,
+                per_value_column: p.first.per_value_column / 2.0,
+            },
+            later: PassRate {
+                per_value: p.later.per_value / 2.0,
+                per_value_column: p.later.per_value_column / 2.0,
+            },
+        };
+        r.genotypes_f32 = Some(half(r.genotypes));
+        let job = |solver| Workload::Pca {
+            k: 10,
+            oversample: 10,
+            passes: 5,
+            solver,
+        };
+        let c = cluster(4, 10.0);
+        let lob = predict(1_000_000, 1000, 0, &job(Solver::Lobpcg), &c, &r).unwrap();
+        let fixed = predict(1_000_000, 1000, 0, &job(Solver::PowerIters), &c, &r).unwrap();
+        // Passes 1–4 at half the cost, the last at the float64 one.
+        for (p, (a, b)) in lob.phases.iter().zip(&fixed.phases).enumerate() {
+            let want = if p < 4 { 0.5 } else { 1.0 };
+            let ratio = a.compute_seconds / b.compute_seconds;
+            assert!((ratio - want).abs() < 1e-9, "pass {}: {ratio}", p + 1);
+            // Two n × l blocks a pass, against l × l factors and one block.
+            assert!(a.comm_seconds > b.comm_seconds, "pass {}", p + 1);
+        }
+        // Without float32 rates (an older calibration) the model says what it did instead.
+        let old = predict(1_000_000, 1000, 0, &job(Solver::Lobpcg), &c, &rates()).unwrap();
+        assert!(
+            old.notes.iter().any(|n| n.contains("float32")),
+            "{:?}",
+            old.notes
+        );
+        let fixed_old = predict(1_000_000, 1000, 0, &job(Solver::PowerIters), &c, &rates());
+        assert_eq!(
+            old.phases[0].compute_seconds,
+            fixed_old.unwrap().phases[0].compute_seconds
+        );
+    }
+
+    #[test]
+    fn a_message_past_the_eager_limit_waits_a_round_trip_more() {
+        let net = Network {
+            gbps: 8.0,
+            latency: 1e-3,
+        };
+        // 64 KiB: the latency and the bytes; one byte more: the handshake too.
+        let at = net.seconds(EAGER_BYTES);
+        assert!((at - (1e-3 + EAGER_BYTES / 1e9)).abs() < 1e-12, "{at}");
+        let past = net.seconds(EAGER_BYTES + 1.0);
+        assert!(
+            (past - (3e-3 + (EAGER_BYTES + 1.0) / 1e9)).abs() < 1e-12,
+            "{past}"
+        );
     }
 }

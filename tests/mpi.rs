@@ -374,6 +374,8 @@ fn the_sizing_models_messages_are_those_the_ranks_send() {
             ])
             .args(["--job", job, "--passes", "4", "--json", "--calibration"])
             .arg(&rates)
+            // The measured rsvd runs fixed power iterations.
+            .args(["--solver", "power-iters"])
             .output()
             .unwrap();
         assert!(

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use rankwise::sizing::{predict, Cluster, Network, Prediction, Rates, Workload};
+use rankwise::sizing::{predict, Cluster, Network, Prediction, Rates, Solver, Workload};
 use rankwise_exec::{parse_bytes, Runtime};
 
 use super::{CliError, LaunchInfo, RunArgs};
@@ -18,6 +18,15 @@ pub(crate) enum JobKind {
     Rsvd,
     /// A genotype PCA (variants × samples).
     Pca,
+}
+
+/// How `plan --nodes` counts a randomized job's passes.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SolverKind {
+    /// LOBPCG to a tolerance (the default of `rsvd` and `pca`): float32 passes but the last.
+    Lobpcg,
+    /// Fixed power iterations (`--power-iters`), float64 passes.
+    PowerIters,
 }
 
 /// Options of `plan` that size a job for a cluster instead of planning this one.
@@ -65,6 +74,9 @@ pub(crate) struct SizingArgs {
     /// spectrum needs (a run's report says how many); `--power-iters q` makes q + 2 (the residual check included).
     #[arg(long, default_value_t = 10, requires = "nodes")]
     passes: usize,
+    /// How the job iterates (rsvd, pca): what each pass sends and its precision.
+    #[arg(long, value_enum, default_value = "lobpcg", requires = "nodes")]
+    solver: SolverKind,
 }
 
 fn option(option: &'static str, message: impl Into<String>) -> CliError {
@@ -159,17 +171,23 @@ pub(crate) fn size_command(
         network: network(a.network.as_deref().unwrap_or_default())?,
         read_gbps: a.read_gbps,
     };
+    let solver = match a.solver {
+        SolverKind::Lobpcg => Solver::Lobpcg,
+        SolverKind::PowerIters => Solver::PowerIters,
+    };
     let workload = match a.job {
         JobKind::Svd => Workload::Svd,
         JobKind::Rsvd => Workload::Rsvd {
             k: a.k,
             oversample: a.oversample,
             passes: a.passes,
+            solver,
         },
         JobKind::Pca => Workload::Pca {
             k: a.k,
             oversample: a.oversample,
             passes: a.passes,
+            solver,
         },
     };
     let p =
