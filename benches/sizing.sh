@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The sizing model (`rankwise plan --nodes …`) against measured runs on this machine:
-# `rankwise calibrate` once, then each workload under `mpirun -np 1..8` (one node) and on
+# `rankwise calibrate` once, then each workload under `mpirun -np 1..16` (one node) and on
 # two namespace nodes of tools/netns-cluster.sh at several link rates and delays (root
 # only; skipped, and said so, otherwise). Each run's own time and passes (its --json
 # report) beside the model's prediction for the same shape, ranks, passes and network.
@@ -89,9 +89,9 @@ for w in "${WORKLOADS[@]}"; do
     opts=${w#*|}
     read -r -a args <<<"$opts"
     read -r -a shape <<<"$(shape_of "$opts")"
-    # Up to 8 ranks: more ranks than cores is what the model's share of a node's cores
-    # per rank must also get right.
-    for np in 1 2 3 4 6 8; do
+    # Up to 16 ranks: more ranks than cores is what the model's share of a node's cores
+    # per rank must also get right, and 16 ranks make a tree four levels deep.
+    for np in 1 2 3 4 6 8 16; do
         read -r secs passes < <(measure mpirun -np "$np" --oversubscribe --bind-to none -- "${args[@]}" --transport mpi)
         read -r pred dom < <(predict "$job" "${shape[@]}" -- 1 "$np" "$CORES" 100,1us "$passes")
         row "one node, mpirun -np $np" "$job" "$opts" "$np" 1 "shared memory" "$secs" "$passes" "$pred" "$dom"
@@ -159,6 +159,8 @@ if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
     # between), at 1 Gbit/s: one core a node, a quarter of a core a rank.
     RANKWISE_NETNS_RATE=1gbit RANKWISE_NETNS_BURST=32kb tools/netns-cluster.sh up 2 >/dev/null
     namespace_rows rwz1:4,rwz2:4 8 4 1,50us "2 namespace nodes × 4 ranks, 1gbit"
+    # Sixteen: eight a node, three tree levels inside each node and one between them.
+    namespace_rows rwz1:8,rwz2:8 16 8 1,50us "2 namespace nodes × 8 ranks, 1gbit"
     tools/netns-cluster.sh down >/dev/null
     # Links with a delay (tools/netdelay.py, as this kernel may lack sch_netem), two nodes of
     # one rank at 1 Gbit/s, with a PCA to the default tolerance besides: its 40-odd LOBPCG
