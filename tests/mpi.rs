@@ -461,6 +461,18 @@ fn the_sizing_models_messages_are_those_the_ranks_send() {
 /// of each search block (13 MB in a 44-pass run showed as 56 bytes).
 #[test]
 fn every_message_a_rank_sends_is_in_one_of_its_phases() {
+    let rsvd = [
+        "rsvd",
+        "--rows",
+        "20000",
+        "--cols",
+        "400",
+        "--chunk-rows",
+        "2000",
+        "-k",
+        "5",
+    ];
+    let fixed = [&rsvd[..], &["--power-iters", "2"]].concat();
     let jobs: [&[&str]; 4] = [
         &[
             "svd",
@@ -471,30 +483,8 @@ fn every_message_a_rank_sends_is_in_one_of_its_phases() {
             "--chunk-rows",
             "5000",
         ],
-        &[
-            "rsvd",
-            "--rows",
-            "20000",
-            "--cols",
-            "400",
-            "--chunk-rows",
-            "2000",
-            "-k",
-            "5",
-        ],
-        &[
-            "rsvd",
-            "--rows",
-            "20000",
-            "--cols",
-            "400",
-            "--chunk-rows",
-            "2000",
-            "-k",
-            "5",
-            "--power-iters",
-            "2",
-        ],
+        &rsvd,
+        &fixed,
         &[
             "pca",
             "--rows",

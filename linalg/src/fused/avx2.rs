@@ -50,7 +50,7 @@ fn mask(n: usize) -> [__m256i; 2] {
     [_mm256_cmpgt_epi32(n, lanes), _mm256_cmpgt_epi32(n, hi)]
 }
 
-/// One row of a tile: its first byte and, packed, its table repeated twice.
+/// One row of a packed tile: its first byte and its table repeated twice.
 #[derive(Clone, Copy)]
 struct Row {
     at: *const u8,
@@ -60,20 +60,16 @@ struct Row {
 /// Row `i` of `t`.
 ///
 /// # Safety
-/// `i < t.rows`.
+/// `i < t.rows`, and `t` is packed (a table per row).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn row<const P: bool>(t: &Src, i: usize) -> Row {
-    // SAFETY: the caller's contract; a packed tile has a table per row.
+unsafe fn row(t: &Src, i: usize) -> Row {
+    // SAFETY: the caller's contract.
     unsafe {
+        let l = _mm_loadu_ps((*t.tables.add(i)).as_ptr());
         Row {
             at: t.base.add(i * t.stride),
-            lut: if P {
-                let l = _mm_loadu_ps((*t.tables.add(i)).as_ptr());
-                _mm256_set_m128(l, l)
-            } else {
-                _mm256_setzero_ps()
-            },
+            lut: _mm256_set_m128(l, l),
         }
     }
 }
@@ -82,49 +78,32 @@ unsafe fn row<const P: bool>(t: &Src, i: usize) -> Row {
 /// ragged end (lanes `m`; the others zero), reading nothing past them.
 ///
 /// # Safety
-/// The row holds those values.
+/// The row holds those codes.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn group<const P: bool, const FULL: bool>(
-    r: Row,
-    j: usize,
-    n: usize,
-    m: [__m256i; 2],
-) -> [__m256; 2] {
+unsafe fn group<const FULL: bool>(r: Row, j: usize, n: usize, m: [__m256i; 2]) -> [__m256; 2] {
     // SAFETY: the caller's contract.
     unsafe {
-        if P {
-            let at = r.at.add(4 * j);
-            let word = if FULL {
-                at.cast::<i32>().read_unaligned()
-            } else {
-                super::x86::tail(at, n)
-            };
-            let w = _mm256_set1_epi32(word);
-            let lo = _mm256_srlv_epi32(w, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
-            let hi = _mm256_srlv_epi32(w, _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30));
-            let v = [
-                _mm256_permutevar8x32_ps(r.lut, lo),
-                _mm256_permutevar8x32_ps(r.lut, hi),
-            ];
-            if FULL {
-                v
-            } else {
-                [
-                    _mm256_and_ps(v[0], _mm256_castsi256_ps(m[0])),
-                    _mm256_and_ps(v[1], _mm256_castsi256_ps(m[1])),
-                ]
-            }
+        let at = r.at.add(4 * j);
+        let word = if FULL {
+            at.cast::<i32>().read_unaligned()
         } else {
-            let at = r.at.cast::<f32>().add(16 * j);
-            if FULL {
-                [_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(8))]
-            } else {
-                [
-                    _mm256_maskload_ps(at, m[0]),
-                    _mm256_maskload_ps(at.add(8), m[1]),
-                ]
-            }
+            super::x86::tail(at, n)
+        };
+        let w = _mm256_set1_epi32(word);
+        let lo = _mm256_srlv_epi32(w, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+        let hi = _mm256_srlv_epi32(w, _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30));
+        let v = [
+            _mm256_permutevar8x32_ps(r.lut, lo),
+            _mm256_permutevar8x32_ps(r.lut, hi),
+        ];
+        if FULL {
+            v
+        } else {
+            [
+                _mm256_and_ps(v[0], _mm256_castsi256_ps(m[0])),
+                _mm256_and_ps(v[1], _mm256_castsi256_ps(m[1])),
+            ]
         }
     }
 }
@@ -164,7 +143,7 @@ pub(super) unsafe fn atb_rows(
                 // SAFETY: i < t.rows; the row's values 16j.. exist (`group` reads only the
                 // ragged end's); a line holds 16 values.
                 unsafe {
-                    let r = row::<true>(t, i);
+                    let r = row(t, i);
                     if j == 0 {
                         // A prefetch never faults, whatever the address.
                         let next = r.at.wrapping_add(NEXT_TILE);
@@ -172,9 +151,9 @@ pub(super) unsafe fn atb_rows(
                         _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64).cast());
                     }
                     let x = if n == 16 {
-                        group::<true, true>(r, j, n, m)
+                        group::<true>(r, j, n, m)
                     } else {
-                        group::<true, false>(r, j, n, m)
+                        group::<false>(r, j, n, m)
                     };
                     let at = line.0.as_mut_ptr();
                     _mm256_store_ps(at, x[0]);
