@@ -16,6 +16,7 @@ down. Timing: select()'s microsecond timeout, so a frame leaves within about 0.1
 its time on an idle machine.
 """
 
+import errno
 import fcntl
 import heapq
 import os
@@ -46,7 +47,11 @@ def tap(name, mtu):
     try:
         fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
     except OSError as e:
-        sys.exit(f"netdelay: cannot create TAP device {name}: {e} (this needs root)")
+        why = {
+            errno.EBUSY: "it exists already: another delay line of this prefix? (netns-cluster.sh down)",
+            errno.EPERM: "this needs root (CAP_NET_ADMIN)",
+        }.get(e.errno, "")
+        sys.exit(f"netdelay: cannot create TAP device {name}: {e.strerror}; {why}".rstrip("; "))
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         fcntl.ioctl(s, SIOCSIFMTU, struct.pack("16si", name.encode(), mtu))

@@ -110,11 +110,13 @@ shape_in() {
 
 down() {
   local node
-  # The delay line's devices go with it.
+  # The delay line's devices go with it (and with one a killed `up` left behind, whose
+  # devices would keep a new line from starting).
   if [ -f "$delay_pid" ]; then
     kill "$(cat "$delay_pid")" 2>/dev/null || true
     rm -f "$delay_pid" "$delay_log"
   fi
+  pkill -f "netdelay.py $prefix " 2>/dev/null || true
   for node in $(nodes); do
     # Processes still inside a node (a run killed mid-way) would keep its namespace alive.
     ip netns pids "$node" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
