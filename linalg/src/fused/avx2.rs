@@ -5,14 +5,16 @@
 //! to `b` in f64: the order of the AVX-512 kernel and of the skinny kernel on the
 //! standardized tile, so the bits are those of standardizing first, on either instruction
 //! set. Each group of 16 columns is expanded once into a line a row (the codes' word
-//! broadcast, shifted by `2·lane` and `16 + 2·lane`, and `vpermps` through the row's table
-//! repeated twice, whose low three bits index it), and up to six rows of `b` by those 16
+//! broadcast, shifted by `2·lane` and `16 + 2·lane`, and `vpermilps` through the row's table
+//! in both 128-bit halves, whose low two bits index it), and up to six rows of `b` by those 16
 //! columns (12 accumulators) run over the lines while they are in L1.
 //!
 //! Measured on one core of the 2-core AMD EPYC KVM guest (Zen 3), criterion
 //! `rsvd_tiles/fused_qt_packed_flops` against `standardized_qt_packed_flops` (a row block of
 //! 256 variants × 20,000 samples, 20 rows of `b`), in the same runs, 2026-11-29: 54.0
-//! against 38.7 GFLOP/s and 54.2 against 50.3 (the host's speed drifts between runs);
+//! against 38.7 GFLOP/s and 54.2 against 50.3 (the host's speed drifts between runs), and
+//! 62.6 against 50.9 once each row's table is laid out once per tile and indexed in-lane
+//! (`vpermilps`, one cycle, where `vpermps` crosses lanes);
 //! expanding the codes again for every group of six rows instead of once was slower than
 //! standardizing first. `T·Ω` has no AVX2 form here: the dot-product form of the AVX-512
 //! kernel, written for 16 registers (one row against six columns, or two against two from
@@ -94,8 +96,8 @@ unsafe fn group<const FULL: bool>(r: Row, j: usize, n: usize, m: [__m256i; 2]) -
         let lo = _mm256_srlv_epi32(w, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
         let hi = _mm256_srlv_epi32(w, _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30));
         let v = [
-            _mm256_permutevar8x32_ps(r.lut, lo),
-            _mm256_permutevar8x32_ps(r.lut, hi),
+            _mm256_permutevar_ps(r.lut, lo),
+            _mm256_permutevar_ps(r.lut, hi),
         ];
         if FULL {
             v
@@ -114,8 +116,10 @@ unsafe fn group<const FULL: bool>(r: Row, j: usize, n: usize, m: [__m256i; 2]) -
 struct Line([f32; 16]);
 
 thread_local! {
-    /// A tile's values of one group of 16 columns, a line a row (16 KiB for 256 rows).
-    static LINES: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A tile's values of one group of 16 columns, a line a row (16 KiB for 256 rows), and
+    /// its rows.
+    static LINES: std::cell::RefCell<(Vec<Line>, Vec<Row>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// `b += Qᵀ·T` for `g` rows of `b` (`q` their first column of `Q`, `b` their first row).
@@ -134,16 +138,19 @@ pub(super) unsafe fn atb_rows(
     b: *mut f64,
     ldb: usize,
 ) {
-    LINES.with_borrow_mut(|lines| {
+    LINES.with_borrow_mut(|(lines, rows)| {
         lines.resize(t.rows, Line([0.0; 16]));
+        // Each row's table in a register's layout once, not again for every group.
+        rows.clear();
+        // SAFETY: i < t.rows.
+        rows.extend((0..t.rows).map(|i| unsafe { row(t, i) }));
         for j in 0..t.cols.div_ceil(16) {
             let n = (t.cols - 16 * j).min(16);
             let m = mask(n);
-            for (i, line) in lines.iter_mut().enumerate() {
-                // SAFETY: i < t.rows; the row's values 16j.. exist (`group` reads only the
-                // ragged end's); a line holds 16 values.
+            for (line, &r) in lines.iter_mut().zip(rows.iter()) {
+                // SAFETY: the row's values 16j.. exist (`group` reads only the ragged
+                // end's); a line holds 16 values.
                 unsafe {
-                    let r = row(t, i);
                     if j == 0 {
                         // A prefetch never faults, whatever the address.
                         let next = r.at.wrapping_add(NEXT_TILE);
