@@ -145,24 +145,17 @@ impl OmegaLayout {
 /// column `c0` of the matrix, a multiple of 16) and `y` `rows × w` (rows contiguous).
 /// Returns false, computing nothing, when the kernels do not run here or a shape does not
 /// fit them.
-pub fn ab(t: &PackedTile<'_>, omega: &OmegaLayout, c0: usize, y: ArrayViewMut2<'_, f64>) -> bool {
-    available() && ab_on(Isa::Avx512, t, omega, c0, y)
-}
-
-/// [`ab`] by the kernels of `isa`.
-fn ab_on(
-    isa: Isa,
+pub fn ab(
     t: &PackedTile<'_>,
     omega: &OmegaLayout,
     c0: usize,
     mut y: ArrayViewMut2<'_, f64>,
 ) -> bool {
-    // `T·Ω` has no AVX2 form (`avx2` says why).
-    if isa != Isa::Avx512 || !covers(t) {
+    if !covers(t) {
         return false;
     }
     let Some(live) = Live::of(t) else {
-        return ab_src::<true>(isa, packed_src(t), omega, c0, y);
+        return ab_src::<true>(packed_src(t), omega, c0, y);
     };
     // What the kernels would refuse for the whole tile is refused here too: the caller's
     // fallback takes it.
@@ -173,7 +166,7 @@ fn ab_on(
         return true;
     }
     let mut part = Array2::<f64>::zeros((live.rows.len(), y.ncols()));
-    if !ab_src::<true>(isa, live.src(t), omega, c0, part.view_mut()) {
+    if !ab_src::<true>(live.src(t), omega, c0, part.view_mut()) {
         return false;
     }
     for (&i, p) in live.rows.iter().zip(part.rows()) {
@@ -238,18 +231,7 @@ pub(crate) fn ab_values(
     c0: usize,
     y: ArrayViewMut2<'_, f64>,
 ) -> bool {
-    available() && ab_values_on(Isa::Avx512, t, omega, c0, y)
-}
-
-/// [`ab_values`] by the kernels of `isa`.
-fn ab_values_on(
-    isa: Isa,
-    t: ArrayView2<'_, f32>,
-    omega: &OmegaLayout,
-    c0: usize,
-    y: ArrayViewMut2<'_, f64>,
-) -> bool {
-    values_src(t).is_some_and(|src| ab_src::<false>(isa, src, omega, c0, y))
+    values_src(t).is_some_and(|src| ab_src::<false>(src, omega, c0, y))
 }
 
 /// What the kernels read of a tile: row `i` starts `i·stride` bytes from `base` and holds
@@ -300,7 +282,9 @@ fn ab_fits(
     y: &ArrayViewMut2<'_, f64>,
 ) -> bool {
     let w = omega.w;
-    c0.is_multiple_of(16)
+    // `T·Ω` has no AVX2 form (`avx2` says why).
+    available()
+        && c0.is_multiple_of(16)
         && c0 + cols <= omega.n
         && y.dim() == (rows, w)
         && (w <= 1 || y.strides()[1] == 1)
@@ -308,15 +292,13 @@ fn ab_fits(
 
 /// [`ab`] and [`ab_values`] once the tile is checked (`P`: packed).
 fn ab_src<const P: bool>(
-    isa: Isa,
     t: Src,
     omega: &OmegaLayout,
     c0: usize,
     mut y: ArrayViewMut2<'_, f64>,
 ) -> bool {
     let w = omega.w;
-    // `T·Ω` has no AVX2 form (`avx2` says why).
-    if isa != Isa::Avx512 || !ab_fits(t.rows, t.cols, omega, c0, &y) {
+    if !ab_fits(t.rows, t.cols, omega, c0, &y) {
         return false;
     }
     if t.rows == 0 || w == 0 || t.cols == 0 {
@@ -969,17 +951,18 @@ mod tests {
             let q = Array2::from_shape_fn((rows, g), |_| rng.value());
             let b0 = Array2::from_shape_fn((g, cols), |_| rng.value() as f64);
             let want_b = row_chains(q.view(), dense.view(), &b0);
+            let what = format!("case {case}: {rows}×{cols}, w {w}, g {g}");
+            // `T·Ω` runs on AVX-512 only, and declines elsewhere, leaving `y` as it was.
+            let runs = available();
+            let mut y = y0.clone();
+            assert_eq!(ab(&t, &layout, c0, y.view_mut()), runs, "{what}");
+            assert_eq!(y, if runs { &want } else { &y0 }, "ab, {what}");
+            let mut yv = y0.clone();
+            let done = ab_values(dense.view(), &layout, c0, yv.view_mut());
+            assert_eq!(done, runs, "{what}");
+            assert_eq!(yv, if runs { &want } else { &y0 }, "ab_values, {what}");
             for &isa in &isas {
-                let what = format!("{isa:?}, case {case}: {rows}×{cols}, w {w}, g {g}");
-                // `T·Ω` runs on AVX-512 only, and declines elsewhere, leaving `y` as it was.
-                let runs = isa == Isa::Avx512;
-                let mut y = y0.clone();
-                assert_eq!(ab_on(isa, &t, &layout, c0, y.view_mut()), runs, "{what}");
-                assert_eq!(y, if runs { &want } else { &y0 }, "ab, {what}");
-                let mut yv = y0.clone();
-                let done = ab_values_on(isa, dense.view(), &layout, c0, yv.view_mut());
-                assert_eq!(done, runs, "{what}");
-                assert_eq!(yv, if runs { &want } else { &y0 }, "ab_values, {what}");
+                let what = format!("{isa:?}, {what}");
                 let mut b = b0.clone();
                 assert!(atb_on(isa, &t, q.view(), b.view_mut()));
                 assert_eq!(b, want_b, "atb, {what}");
