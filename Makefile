@@ -89,6 +89,7 @@ lint: deps
 
 bench: build
 	bash benches/run.sh $(if $(QUICK),--quick,)
+	bash benches/write_u.sh $(if $(QUICK),--quick,)
 	bash benches/rsvd.sh $(if $(QUICK),--quick,)
 	bash benches/plink.sh $(if $(QUICK),--quick,)
 	bash benches/zarr.sh $(if $(QUICK),--quick,)
