@@ -67,6 +67,7 @@ use ndarray_linalg::{Diag, SolveTriangular, UPLO};
 
 mod backend;
 mod lobpcg;
+mod tall;
 
 use backend::RangeJob;
 

@@ -61,6 +61,7 @@
 //! or when the last pass, in f64, finds a component over the tolerance. The first f64 pass
 //! computes `G·X` afresh with `G·S`, so no f32 rounding stays in the iterates.
 
+use super::tall::Tall;
 use super::*;
 use crate::kernels::fix_signs;
 use ndarray::ArrayView2;
@@ -148,12 +149,18 @@ struct Iterate {
     history: Vec<f64>,
     passes: usize,
     stop: Stop,
+    /// The root's threads for the products with the tall blocks.
+    tall: Tall,
 }
 
 /// `a`'s columns made orthonormal to `against` (orthonormal columns each) and to each other;
 /// columns that fall below `1e-10` of the largest norm `a` had (dependent on the rest) are
 /// dropped.
-fn orthonormal_rest(a: Array2<f64>, against: &[&Array2<f64>]) -> Result<Array2<f64>, LinalgError> {
+fn orthonormal_rest(
+    tall: Tall,
+    a: Array2<f64>,
+    against: &[&Array2<f64>],
+) -> Result<Array2<f64>, LinalgError> {
     let scale = a
         .columns()
         .into_iter()
@@ -163,8 +170,7 @@ fn orthonormal_rest(a: Array2<f64>, against: &[&Array2<f64>]) -> Result<Array2<f
     let project = |a: &mut Array2<f64>| {
         for q in against {
             if q.ncols() > 0 {
-                let c = q.t().dot(&*a);
-                *a -= &q.dot(&c);
+                tall.project_out(a, q.view());
             }
         }
     };
@@ -175,14 +181,14 @@ fn orthonormal_rest(a: Array2<f64>, against: &[&Array2<f64>]) -> Result<Array2<f
     if scale == 0.0 || a.ncols() == 0 {
         return Ok(Array2::zeros((a.nrows(), 0)));
     }
-    let (u, s, _) = small_svd(a.view())?;
+    let (u, s, _) = tall.svd(a.view())?;
     let keep = s.iter().take_while(|&&v| v > 1e-10 * scale).count();
     let mut q = u.slice(s![.., ..keep]).to_owned();
     project(&mut q);
     if keep == 0 {
         return Ok(q);
     }
-    let (u, s, _) = small_svd(q.view())?;
+    let (u, s, _) = tall.svd(q.view())?;
     let keep = s.iter().take_while(|&&v| v > 0.5).count();
     Ok(u.slice(s![.., ..keep]).to_owned())
 }
@@ -201,10 +207,11 @@ fn norm2(v: ndarray::ArrayView1<'_, f64>) -> f64 {
 
 /// The eigenpairs of the symmetric `basisᵀ·gb`, largest first.
 fn rayleigh_ritz(
+    tall: Tall,
     basis: &Array2<f64>,
     gb: &Array2<f64>,
 ) -> Result<(Vec<f64>, Array2<f64>), LinalgError> {
-    let m = basis.t().dot(gb);
+    let m = tall.atb(basis.view(), gb.view());
     let sym = (&m + &m.t()) * 0.5;
     let (w, v) = sym
         .eigh(UPLO::Lower)
@@ -278,7 +285,7 @@ impl Iterate {
         if let Some((p, _)) = &self.p {
             against.push(p);
         }
-        let s = orthonormal_rest(rs, &against)?;
+        let s = orthonormal_rest(self.tall, rs, &against)?;
         if s.ncols() == 0 {
             // Nothing new to search: the basis is exhausted (n is small).
             if !done {
@@ -341,18 +348,24 @@ impl Iterate {
             };
             (cat(&parts), cat(&gparts))
         };
-        let (_, c) = rayleigh_ritz(&basis, &gb)?;
+        let tall = self.tall;
+        let (_, c) = rayleigh_ritz(tall, &basis, &gb)?;
         let c1 = c.slice(s![.., ..l]).to_owned();
         let cols = basis.ncols();
-        self.x = basis.dot(&c1);
-        self.gx = gb.dot(&c1);
+        self.x = tall.ab(basis.view(), c1.view());
+        self.gx = tall.ab(gb.view(), c1.view());
         if cols > l {
             // `P`: the part of the new `X` from `S` and the old `P`, made orthonormal to
             // `X` in the coordinates of the (orthonormal) basis.
             let mut pc = c1.clone();
             pc.slice_mut(s![..l, ..]).fill(0.0);
-            let pc = orthonormal_rest(pc, &[&c1])?;
-            self.p = (pc.ncols() > 0).then(|| (basis.dot(&pc), gb.dot(&pc)));
+            let pc = orthonormal_rest(tall, pc, &[&c1])?;
+            self.p = (pc.ncols() > 0).then(|| {
+                (
+                    tall.ab(basis.view(), pc.view()),
+                    tall.ab(gb.view(), pc.view()),
+                )
+            });
         }
         Ok(())
     }
@@ -447,7 +460,9 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
     };
     let mut it = match on_root {
         true => {
-            let x0 = orthonormal_rest(omega.slice(s![.., ..l]).to_owned(), &[])?;
+            // The root's actors wait while it computes each step: their cores do its products.
+            let tall = Tall::new(rt.actors().iter().map(|a| a.threads()).sum());
+            let x0 = orthonormal_rest(tall, omega.slice(s![.., ..l]).to_owned(), &[])?;
             Some(Iterate {
                 k,
                 l,
@@ -464,6 +479,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
                 history: Vec::new(),
                 passes: 0,
                 stop: Stop::None,
+                tall,
             })
         }
         false => None,
