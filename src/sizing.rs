@@ -98,6 +98,9 @@ pub struct Cluster {
     pub read_gbps: Option<f64>,
 }
 
+/// The most actors (nodes × ranks per node × actors per rank) a prediction plans for: 2²⁰.
+const MAX_WORLD_ACTORS: usize = 1 << 20;
+
 impl Cluster {
     fn ranks(&self) -> usize {
         self.nodes * self.ranks_per_node
@@ -386,6 +389,35 @@ pub fn predict(
         return Err(bad(
             "cluster",
             "nodes, ranks per node and cores per node must be at least 1".into(),
+        ));
+    }
+    // The planners see every actor of the world (a list of them per rank): a world past
+    // about a million actors is no cluster, and its lists would fill the memory.
+    let actors = cluster
+        .nodes
+        .checked_mul(cluster.ranks_per_node)
+        .and_then(|r| r.checked_mul(cluster.actors_per_rank.max(1)));
+    if actors.is_none_or(|a| a > MAX_WORLD_ACTORS) {
+        return Err(bad(
+            "cluster",
+            format!(
+                "{} nodes × {} ranks × {} actors: at most {MAX_WORLD_ACTORS} actors in all",
+                cluster.nodes,
+                cluster.ranks_per_node,
+                cluster.actors_per_rank.max(1)
+            ),
+        ));
+    }
+    if cluster
+        .read_gbps
+        .is_some_and(|g| !(g > 0.0 && g.is_finite()))
+    {
+        return Err(bad(
+            "read_gbps",
+            format!(
+                "{:?} GB/s: the read bandwidth must be positive and finite",
+                cluster.read_gbps.unwrap_or_default()
+            ),
         ));
     }
     if !(cluster.network.gbps > 0.0 && cluster.network.latency >= 0.0) {
@@ -876,6 +908,42 @@ mod tests {
             },
             read_gbps: None,
         }
+    }
+
+    /// A world of more actors than any cluster, or one whose count overflows, and a read
+    /// bandwidth that is not a positive number are refused naming the parameter, before
+    /// the planners' per-actor lists are made (they filled the memory, or overflowed).
+    #[test]
+    fn absurd_worlds_and_read_bandwidths_are_refused_naming_the_parameter() {
+        let w = Workload::Svd;
+        for (nodes, ranks_per_node, actors_per_rank) in [
+            (10_000_000, 2, 1),
+            (usize::MAX, 2, 1),
+            (2, usize::MAX / 2 + 1, 1),
+            (2, 2, 1 << 30),
+        ] {
+            let c = Cluster {
+                nodes,
+                ranks_per_node,
+                actors_per_rank,
+                ..cluster(1, 100.0)
+            };
+            let e = predict(80_000, 20, 10_000, &w, &c, &rates()).unwrap_err();
+            assert_eq!(
+                e.parameter(),
+                Some("cluster"),
+                "{nodes} × {ranks_per_node}: {e}"
+            );
+        }
+        for g in [f64::NAN, 0.0, -1.0, f64::INFINITY] {
+            let c = Cluster {
+                read_gbps: Some(g),
+                ..cluster(2, 100.0)
+            };
+            let e = predict(80_000, 20, 10_000, &w, &c, &rates()).unwrap_err();
+            assert_eq!(e.parameter(), Some("read_gbps"), "{g}: {e}");
+        }
+        assert!(predict(80_000, 20, 10_000, &w, &cluster(4096, 100.0), &rates()).is_ok());
     }
 
     #[test]

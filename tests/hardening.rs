@@ -14,7 +14,10 @@
 //!   chunk, embedded and under `mpirun`; data scaled by 1e-140…1e100 gives LAPACK's σ, and
 //!   data too small for the passes' squares is refused (never σ = 0 "converged");
 //! - options whose values overflow (`--oversample`, `--probes`, `--power-iters` of
-//!   2⁶⁴ − 1) and `--comm-timeout 0` are refused naming the option.
+//!   2⁶⁴ − 1) and `--comm-timeout 0` are refused naming the option;
+//! - metadata, PLINK files and sample or variant lists that are FIFOs or links to
+//!   `/dev/zero` are refused naming the file (they hung the run, or filled the memory), and
+//!   chunk shapes wider than the array are refused by the plan (an abort before).
 //!
 //! Shapes and seeds are drawn from `test_seed()` (printed; set RANKWISE_TEST_SEED to
 //! reproduce a failure).
@@ -1184,5 +1187,146 @@ fn a_decompression_bomb_inside_a_shard_stays_within_the_budget() {
         peak >> 20,
         run.describe()
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A tiny PLINK 1 fileset written by hand at `prefix`: 8 samples, 6 variants.
+fn tiny_fileset(prefix: &Path) {
+    let with = |ext: &str| prefix.with_extension(ext);
+    let fam: String = (0..8).map(|i| format!("f{i} s{i} 0 0 0 -9\n")).collect();
+    let bim: String = (0..6)
+        .map(|v| format!("1 v{v} 0 {} A G\n", v + 1))
+        .collect();
+    // Magic, variant-major; each variant's 8 two-bit codes in 2 bytes, none missing.
+    let mut bed = vec![0x6c, 0x1b, 0x01];
+    for v in 0..6u8 {
+        bed.extend([0b1100_1000 ^ v, 0b0010_0011 | (v << 2)]);
+    }
+    std::fs::write(with("fam"), fam).unwrap();
+    std::fs::write(with("bim"), bim).unwrap();
+    std::fs::write(with("bed"), bed).unwrap();
+}
+
+/// Replaces `path` with a FIFO (an open of it for reading blocks until a writer comes) or
+/// with a link to `/dev/zero` (a read of it never ends).
+fn not_a_file(path: &Path, fifo: bool) {
+    let _ = std::fs::remove_file(path);
+    if fifo {
+        let made = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfifo {}", path.display());
+    } else {
+        std::os::unix::fs::symlink("/dev/zero", path).unwrap();
+    }
+}
+
+/// Metadata documents, PLINK's three files and the sample and variant lists that are not
+/// regular files were read as they were: a FIFO hung the run for good and a link to
+/// `/dev/zero` grew until the kernel killed the process. They are refused, naming the file,
+/// embedded and on both ranks under `mpirun`. A chunk shape wider than the array (the chunk
+/// decodes whole, its padding included) is refused by the plan instead of aborting on the
+/// allocation; an uncompressed chunk file of the wrong length is refused before the staging
+/// its metadata declares is made.
+#[test]
+fn inputs_that_are_not_regular_files_and_chunks_wider_than_the_array_are_refused() {
+    let dir = scratch("hardening-not-files");
+    let v2 = dir.join("v2.zarr");
+    gen_store(
+        &v2,
+        (1000, 50, 100),
+        "uniform",
+        "3",
+        &["--codec", "none", "--format", "v2"],
+    );
+    let v3 = dir.join("v3.zarr");
+    gen_store(&v3, (1000, 50, 100), "uniform", "3", &["--codec", "none"]);
+    let copy = |from: &Path, name: &str| {
+        let to = dir.join(name);
+        let ok = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(from)
+            .arg(&to)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        to
+    };
+    let mut cases: Vec<(Vec<String>, std::path::PathBuf)> = Vec::new();
+    for (store, meta, fifo) in [
+        (&v3, "zarr.json", true),
+        (&v3, "zarr.json", false),
+        (&v2, ".zarray", false),
+        (&v2, ".zattrs", true),
+    ] {
+        let bad = copy(store, &format!("{meta}-{fifo}.zarr"));
+        not_a_file(&bad.join(meta), fifo);
+        let args = strings(&["svd", "--zarr", bad.to_str().unwrap()]);
+        cases.push((args, bad.join(meta)));
+    }
+    let good = dir.join("good");
+    tiny_fileset(&good);
+    for (ext, fifo) in [("fam", true), ("bim", false), ("bim", true), ("bed", true)] {
+        let prefix = dir.join(format!("{ext}-{fifo}"));
+        tiny_fileset(&prefix);
+        not_a_file(&prefix.with_extension(ext), fifo);
+        let args = strings(&["pca", "--bed", prefix.to_str().unwrap(), "-k", "2"]);
+        cases.push((args, prefix.with_extension(ext)));
+    }
+    for (option, fifo) in [("--keep", true), ("--extract", false)] {
+        let list = dir.join(format!("list{option}"));
+        not_a_file(&list, fifo);
+        let args = strings(&[
+            "pca",
+            "--bed",
+            good.to_str().unwrap(),
+            "-k",
+            "2",
+            option,
+            list.to_str().unwrap(),
+        ]);
+        cases.push((args, list));
+    }
+    for (args, file) in &cases {
+        let run = embedded(args);
+        run.assert_finished();
+        assert_eq!(run.code, Some(1), "{args:?}\n{}", run.describe());
+        let named = file.file_name().unwrap().to_str().unwrap();
+        assert!(
+            run.stderr.contains("not a regular file") && run.stderr.contains(named),
+            "{args:?}: the error names neither {named} nor why\n{}",
+            run.stderr
+        );
+    }
+    let (args, file) = &cases[4];
+    let run = under_mpirun(2, args);
+    assert_both_ranks_name(&run, args, file.to_str().unwrap());
+
+    // Chunks wider than the array.
+    for (name, width, refused) in [
+        ("wide", 100_000_000u64, "--memory-per-actor"),
+        ("wider", 3_000_000, "the uncompressed chunk is 40000 bytes"),
+    ] {
+        let store = copy(&v2, &format!("{name}.zarr"));
+        let meta = store.join(".zarray");
+        let text = std::fs::read_to_string(&meta).unwrap();
+        let mut m: serde_json::Value = serde_json::from_str(&text).unwrap();
+        m["chunks"] = serde_json::json!([100, width]);
+        std::fs::write(&meta, m.to_string()).unwrap();
+        for cmd in ["read", "svd"] {
+            let args = strings(&[cmd, "--zarr", store.to_str().unwrap()]);
+            let (run, peak) = embedded_with_peak(&args);
+            run.assert_finished();
+            assert_eq!(
+                run.code,
+                Some(1),
+                "{args:?}: an error, not an abort\n{}",
+                run.describe()
+            );
+            assert!(run.stderr.contains(refused), "{args:?}\n{}", run.stderr);
+            assert!(peak < 256 << 20, "{args:?}: peak RSS {peak} bytes");
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

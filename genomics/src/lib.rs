@@ -81,7 +81,7 @@ impl IdList {
     /// The variant IDs `path` lists (whitespace-separated tokens, as PLINK's `--extract`
     /// reads them: a `plink2 --indep-pairwise` `.prune.in`, say).
     pub fn read_variants(path: &Path) -> Result<IdList, std::io::Error> {
-        let text = std::fs::read_to_string(path)?;
+        let text = rankwise_sources::read_regular_to_string(path)?;
         Ok(IdList {
             ids: text.split_whitespace().map(str::to_owned).collect(),
             pairs: None,
@@ -95,7 +95,7 @@ impl IdList {
     /// line is an [`std::io::ErrorKind::InvalidData`] error naming it.
     pub fn read_samples(path: &Path) -> Result<IdList, std::io::Error> {
         let bad = |message: String| std::io::Error::new(std::io::ErrorKind::InvalidData, message);
-        let text = std::fs::read_to_string(path)?;
+        let text = rankwise_sources::read_regular_to_string(path)?;
         // The FID and IID columns a header names (no FID column: FID 0).
         let mut header: Option<(Option<usize>, usize)> = None;
         let mut pairs = HashSet::new();

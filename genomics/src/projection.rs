@@ -201,12 +201,13 @@ pub fn write_weight_files(
                 continue;
             }
             let v = at as usize + i;
-            let (id, chrom) = (&info.ids[v], &info.chromosomes[v]);
+            let (id, chrom) = (field(&info.ids[v]), field(&info.chromosomes[v]));
+            let (other, counted) = (field(&info.other[v]), field(&info.counted[v]));
             // The weights are for the non-major allele, as plink2 writes them.
             let (maj, nonmaj, sign) = if p <= 0.5 {
-                (&info.other[v], &info.counted[v], 1.0)
+                (&other, &counted, 1.0)
             } else {
-                (&info.counted[v], &info.other[v], -1.0)
+                (&counted, &other, -1.0)
             };
             line.clear();
             let _ = write!(line, "{chrom}\t{id}\t{maj}\t{nonmaj}");
@@ -217,9 +218,7 @@ pub fn write_weight_files(
             writeln!(var, "{line}").map_err(|e| io_error(var_path, e))?;
             writeln!(
                 afreq,
-                "{chrom}\t{id}\t{}\t{}\t{p}\t{}",
-                info.other[v],
-                info.counted[v],
+                "{chrom}\t{id}\t{other}\t{counted}\t{p}\t{}",
                 2.0 * b.calls[i]
             )
             .map_err(|e| io_error(afreq_path, e))?;
@@ -234,6 +233,19 @@ pub fn write_weight_files(
             .map_err(|e| io_error(p, e))?;
     }
     Ok(written)
+}
+
+/// A name as a column of the text files: `.` for an empty one (a VCF's missing ALT, which
+/// bio2zarr stores as an empty string), and whitespace, which would split the column, as
+/// `_`. PLINK 2 writes a missing allele as `.` too.
+fn field(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.is_empty() {
+        ".".into()
+    } else if name.contains(char::is_whitespace) {
+        name.replace(char::is_whitespace, "_").into()
+    } else {
+        name.into()
+    }
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> Error {
@@ -276,7 +288,7 @@ type Table = (Vec<String>, Vec<(usize, Vec<String>)>);
 /// The lines of `path` split on whitespace, with their numbers (1-based), the header
 /// (the first line, starting with `#`) apart.
 fn table(path: &Path) -> Result<Table, Error> {
-    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
+    let file = rankwise_sources::open_regular(path).map_err(|e| io_error(path, e))?;
     let mut header = None;
     let mut body = Vec::new();
     for (no, line) in std::io::BufReader::new(file).lines().enumerate() {
@@ -441,12 +453,14 @@ impl Weights {
             ));
         }
         // Eigenvalues.
-        let text = std::fs::read_to_string(&val_path).map_err(|e| io_error(&val_path, e))?;
+        let text = rankwise_sources::read_regular_to_string(&val_path)
+            .map_err(|e| io_error(&val_path, e))?;
         let lambda: Vec<f64> = text
             .split_whitespace()
-            .map(|t| {
-                t.parse::<f64>()
-                    .map_err(|_| bad(&val_path, format!("{t:?} is not an eigenvalue")))
+            .map(|t| match t.parse::<f64>() {
+                // An eigenvalue of AᵀA/m is finite and not negative (zero: a PC of zeros).
+                Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+                _ => Err(bad(&val_path, format!("{t:?} is not an eigenvalue"))),
             })
             .collect::<Result<_, _>>()?;
         if lambda.len() < k {
@@ -546,7 +560,8 @@ fn plan(source: &dyn GenotypeSource, weights: &Weights) -> Result<Plan, Error> {
     let (mut matched, mut flipped, mut mismatched, mut unnamed) = (0u64, 0u64, 0u64, 0u64);
     let mut found = vec![false; weights.variants()];
     for (v, id) in info.ids.iter().enumerate() {
-        if id == "." {
+        // An empty ID is written as `.`: unnamed too.
+        if id.is_empty() || id == "." {
             unnamed += 1;
             entry.push(None);
             continue;
@@ -567,11 +582,12 @@ fn plan(source: &dyn GenotypeSource, weights: &Weights) -> Result<Plan, Error> {
             });
         }
         found[e] = true;
-        let a = &weights.allele[e];
-        if a == &info.counted[v] {
+        // The alleles as the weight files write them (`.` for a missing one).
+        let a = weights.allele[e].as_str();
+        if a == field(&info.counted[v]) {
             matched += 1;
             entry.push(Some((e, 1.0)));
-        } else if a == &info.other[v] {
+        } else if a == field(&info.other[v]) {
             matched += 1;
             flipped += 1;
             entry.push(Some((e, -1.0)));
@@ -1088,8 +1104,33 @@ mod tests {
             e.contains("w.eigenval") && e.contains("1 eigenvalues for the 2 PCs"),
             "{e}"
         );
+        // An eigenvalue that is not finite, or negative, scaled a PC to zeros in silence.
+        for bad in ["NaN", "inf", "-inf", "-1", "1e999"] {
+            let e = Weights::read(&files(&dir, VAR, AFREQ, &format!("{bad}\n1\n")))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("w.eigenval") && e.contains("is not an eigenvalue"),
+                "{bad}: {e}"
+            );
+        }
         let e = Weights::read(&dir.join("none")).unwrap_err();
         assert!(matches!(e, Error::NotFound { .. }), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A missing allele (bio2zarr's empty string for a VCF's `.` ALT) and a name with
+    /// blanks are written as one column each, `.` and `_`: the files read back.
+    #[test]
+    fn empty_and_blank_names_are_written_as_one_column() {
+        assert_eq!(field(""), ".");
+        assert_eq!(field("a b\tc"), "a_b_c");
+        assert_eq!(field("rs1"), "rs1");
+        let dir = scratch("fields");
+        let var = VAR.replace("\tG\tA\t", &format!("\t{}\t{}\t", field("G"), field("")));
+        let afreq = AFREQ.replace("\tG\tA\t", &format!("\t{}\t{}\t", field("G"), field("")));
+        let w = Weights::read(&files(&dir, &var, &afreq, "4\n1\n")).unwrap();
+        assert_eq!(w.allele[0], ".");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -81,7 +81,7 @@ fn fileset(prefix: &Path) -> [PathBuf; 3] {
 }
 
 fn open_text(path: &Path) -> Result<BufReader<std::fs::File>, BedError> {
-    std::fs::File::open(path)
+    crate::files::open_regular(path)
         .map(|f| BufReader::with_capacity(1 << 20, f))
         .map_err(|source| BedError::Io {
             path: path.to_path_buf(),
@@ -171,7 +171,7 @@ impl BedGenotypes {
                 });
             }
         }
-        let file = std::fs::File::open(&bed).map_err(|source| BedError::Io {
+        let file = crate::files::open_regular(&bed).map_err(|source| BedError::Io {
             path: bed.clone(),
             op: "open",
             source,

@@ -20,6 +20,7 @@ mod bed;
 mod blosc;
 mod direct;
 mod error;
+mod files;
 mod panel;
 mod readahead;
 mod remote;
@@ -30,6 +31,7 @@ mod zarr;
 
 pub use bed::BedGenotypes;
 pub use error::{BedError, SourceError, ZarrError};
+pub use files::{open_regular, read_regular_at_most, read_regular_to_string};
 pub use panel::{
     ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
 };

@@ -101,10 +101,22 @@ impl Location {
     /// The small document at `key` (metadata), `None` when there is none.
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
         match self {
-            Location::Local(p) => match std::fs::read(p.join(key)) {
-                Ok(b) => Ok(Some(b)),
-                Err(_) => Ok(None),
-            },
+            // Only a regular file, and not an endless one: a FIFO would block the read and
+            // a link to /dev/zero fill the memory.
+            Location::Local(p) => {
+                match crate::files::read_regular_at_most(&p.join(key), MAX_METADATA_BYTES) {
+                    Ok(b) => Ok(Some(b)),
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData
+                        ) =>
+                    {
+                        Err(format!("{}: {e}", p.join(key).display()))
+                    }
+                    Err(_) => Ok(None),
+                }
+            }
             Location::Remote(r) => r.read_small(key),
         }
     }
@@ -145,7 +157,7 @@ fn arrays_in(dir: &Path) -> Vec<String> {
         for e in entries.flatten() {
             let p = e.path();
             let is_array = p.join(".zarray").is_file()
-                || std::fs::read_to_string(p.join("zarr.json"))
+                || crate::files::read_regular_to_string(&p.join("zarr.json"))
                     .ok()
                     .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
                     .is_some_and(|v| v.get("node_type").and_then(|t| t.as_str()) == Some("array"));
@@ -160,6 +172,10 @@ fn arrays_in(dir: &Path) -> Vec<String> {
 
 /// Rows and columns.
 type Extent2 = (u64, u64);
+
+/// The largest metadata document read (`zarr.json`, `.zarray`, `.zattrs`, `.zgroup`): far
+/// beyond any writer's (consolidated metadata of thousands of arrays is megabytes).
+const MAX_METADATA_BYTES: u64 = 64 << 20;
 
 /// The largest decoded chunk read (1 TiB): beyond any node's memory, where writers' chunks
 /// are megabytes (and Blosc frames at most 2 GiB). The memory plan refuses a chunk larger
@@ -656,6 +672,10 @@ impl ZarrArray {
                 },
             });
         }
+        if !is_v3 {
+            // zarrs reads the attributes itself: the same check first.
+            read(".zattrs")?;
+        }
         let storage: Arc<dyn ReadableStorageTraits> = match location {
             Location::Local(path) => {
                 Arc::new(FilesystemStore::new(path).map_err(|e| ZarrError::Open {
@@ -860,7 +880,10 @@ impl ZarrArray {
         };
         let whole = cs.iter().product::<u64>() * elem;
         let shape = self.shape();
-        let contiguous = along_first && cs.iter().zip(&shape).skip(1).all(|(c, s)| c >= s);
+        // As `decode_direct` decides: a chunk wider than the array (the edge of a store
+        // whose chunks are wider than its shape) does not land in a band as it is, and is
+        // decoded whole first, its padding included.
+        let contiguous = along_first && cs.iter().zip(&shape).skip(1).all(|(c, s)| c == s);
         let staging = if contiguous { 0 } else { whole };
         match self.direct {
             Some(DirectCodec::Raw) => staging,
@@ -1394,6 +1417,19 @@ impl ZarrArray {
             }
             let part = ((r0 - origin[0]) * row) as usize..((r1 - origin[0]) * row) as usize;
             return codec.decode_part(&path, part, whole, dest).map_err(fail);
+        }
+        // An uncompressed chunk's file is its decoded size: a file of another length is
+        // refused before the staging for the chunk (which metadata may declare far larger
+        // than the file) is made.
+        if codec == DirectCodec::Raw {
+            if let Ok(meta) = std::fs::metadata(&path) {
+                if meta.is_file() && meta.len() != whole as u64 {
+                    return Err(fail(format!(
+                        "the uncompressed chunk is {} bytes, expected {whole}",
+                        meta.len()
+                    )));
+                }
+            }
         }
         crate::panel::grow(&mut scratch.staging, whole, 0);
         let Some(stored) = codec

@@ -1068,7 +1068,7 @@ fn groups_file(
         option: "--groups",
         message: format!("{}: {message}", file.display()),
     };
-    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    let text = rankwise_sources::read_regular_to_string(file).map_err(|e| bad(e.to_string()))?;
     let mut by_pair = std::collections::HashMap::new();
     let mut by_iid = std::collections::HashMap::new();
     for (no, line) in text.lines().enumerate() {
