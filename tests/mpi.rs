@@ -226,6 +226,54 @@ fn an_error_or_panic_on_one_rank_ends_every_rank_with_its_message() {
     assert!(names.is_empty(), "left behind: {names:?}");
 }
 
+/// A failure on rank 0 while it writes a PCA's side files (`.eigenvec`, `.eigenval`, the
+/// plot, the projection files), after the other ranks finished their part: every rank
+/// exits non-zero with rank 0's message, and no temporary is left (the other ranks exited
+/// 0, and the side file that broke off stayed, before).
+#[test]
+fn a_failure_writing_the_side_files_ends_every_rank_and_leaves_nothing() {
+    let dir = scratch("mpi-side-files");
+    let out = dir.join("p.zarr");
+    for (fault, line) in [
+        (
+            "0:error:side-files",
+            "rank 0 failed: RANKWISE_FAULT: injected input error on rank 0",
+        ),
+        (
+            "0:panic:side-files",
+            "rank 0 failed: panic: injected panic on rank 0",
+        ),
+    ] {
+        let mut cmd = mpirun_command(
+            2,
+            &rankwise_fault_bin(),
+            &[
+                "pca",
+                "--rows",
+                "2000",
+                "--cols",
+                "60",
+                "--chunk-rows",
+                "500",
+                "-k",
+                "3",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        cmd.env("RANKWISE_FAULT", fault);
+        let run = run_with_timeout(cmd, Duration::from_secs(60));
+        run.assert_finished();
+        assert_ne!(run.code, Some(0), "{fault}\n{}", run.describe());
+        assert_every_rank_reports(&run, 2, line);
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(names.is_empty(), "{fault}: left behind: {names:?}");
+    }
+}
+
 #[test]
 fn bad_input_is_reported_by_every_rank() {
     let run = mpirun(

@@ -10,10 +10,11 @@ use std::sync::OnceLock;
 const VAR: &str = "RANKWISE_FAULT";
 
 /// The phases the commands offer, in the order a run reaches them.
-const PHASES: [&str; 6] = [
+const PHASES: [&str; 7] = [
     "start",
     "before-svd",
     "after-svd",
+    "side-files",
     "before-write",
     "after-write",
     "commit",

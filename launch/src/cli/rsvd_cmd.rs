@@ -749,6 +749,8 @@ fn finish_side_files(
             )
             .map_err(io)?;
             renames.push((tmp(&vec_path), vec_path.clone()));
+            // (A failure test's hook: the first side file is written, the rest not.)
+            injected_fault(rt, "side-files")?;
             write_eigenval(&tmp(&val_path), eigenvalues).map_err(io)?;
             renames.push((tmp(&val_path), val_path.clone()));
             let groups = groups
@@ -820,14 +822,28 @@ fn finish_side_files(
             Ok(())
         })();
         if result.is_err() {
-            // What was written before the failure (a failed commit removes its own files).
-            for (from, _) in &renames {
-                let _ = std::fs::remove_file(from);
+            // Every side file's temporary: those written before the failure and the one
+            // it broke off (a failed commit removes its own files).
+            for p in [&vec_path, &val_path, &png_path, &var_path, &afreq_path] {
+                let _ = std::fs::remove_file(tmp(p));
             }
         }
     }
-    // Every rank learns whether rank 0 succeeded: a failure there is announced to all.
-    rt.comm().barrier()?;
+    // Every rank learns whether rank 0 succeeded, and fails with it: the other ranks have
+    // finished their part, and would otherwise exit 0 with rank 0's failure.
+    let mut outcome = match &result {
+        Err(e) if rt.rank() == 0 => format!("\u{1}{e}").into_bytes(),
+        _ => vec![0],
+    };
+    rt.comm().broadcast_bytes(0, &mut outcome)?;
+    if rt.rank() != 0 && outcome.first() == Some(&1) {
+        return Err(CliError::Transport(
+            rankwise_transports::TransportError::PeerFailed {
+                rank: 0,
+                message: String::from_utf8_lossy(&outcome[1..]).into_owned(),
+            },
+        ));
+    }
     result.map(|()| done)
 }
 
