@@ -112,11 +112,32 @@ fn lines(path: &Path, mut each: impl FnMut(usize, &str)) -> Result<u64, BedError
     Ok(count)
 }
 
-/// The non-blank lines of a text file, counted in its bytes: a `.bim` has one per variant,
-/// up to 10⁸ of them, read by every rank before it starts.
-fn count_lines(path: &Path) -> Result<u64, BedError> {
+/// The non-blank lines of a `.bim`, counted in its bytes (up to 10⁸ of them, read by every
+/// rank before it starts), checking each line's columns in the same scan: a line
+/// without a variant ID, a base-pair position (digits) or both alleles is an error naming
+/// the line. (Those columns were read only when the output was written: a broken `.bim`
+/// passed a run without `--out`, and failed one with it at the end.)
+fn count_bim_lines(path: &Path) -> Result<u64, BedError> {
     let mut reader = open_text(path)?;
-    let (mut count, mut blank) = (0u64, true);
+    let (mut count, mut line_no) = (0u64, 1usize);
+    // The current line: its fields so far, whether inside one, and whether the fourth
+    // (the position) is digits so far.
+    let (mut fields, mut inside, mut position_ok) = (0usize, false, true);
+    let what = |fields: usize, position_ok: bool| -> Option<&'static str> {
+        if fields < 2 {
+            Some("no variant ID (second column)")
+        } else if fields < 4 || !position_ok {
+            Some("no base-pair position (fourth column)")
+        } else if fields < 6 {
+            Some("no alleles (fifth and sixth columns)")
+        } else {
+            None
+        }
+    };
+    let bad = |no: usize, what: &str| BedError::Format {
+        path: path.to_path_buf(),
+        message: format!("line {no} has {what}"),
+    };
     loop {
         let buf = reader.fill_buf().map_err(read_error(path))?;
         if buf.is_empty() {
@@ -124,16 +145,38 @@ fn count_lines(path: &Path) -> Result<u64, BedError> {
         }
         for &b in buf {
             if b == b'\n' {
-                count += u64::from(!blank);
-                blank = true;
-            } else if !b.is_ascii_whitespace() {
-                blank = false;
+                if fields > 0 {
+                    if let Some(what) = what(fields, position_ok) {
+                        return Err(bad(line_no, what));
+                    }
+                    count += 1;
+                }
+                (fields, inside, position_ok) = (0, false, true);
+                line_no += 1;
+            } else if b.is_ascii_whitespace() {
+                inside = false;
+            } else {
+                if !inside {
+                    fields += 1;
+                    inside = true;
+                } else if fields == 4 && b == b'-' {
+                    position_ok = false;
+                }
+                if fields == 4 && !(b.is_ascii_digit() || b == b'-') {
+                    position_ok = false;
+                }
             }
         }
         let n = buf.len();
         reader.consume(n);
     }
-    Ok(count + u64::from(!blank))
+    if fields > 0 {
+        if let Some(what) = what(fields, position_ok) {
+            return Err(bad(line_no, what));
+        }
+        count += 1;
+    }
+    Ok(count)
 }
 
 impl BedGenotypes {
@@ -162,7 +205,7 @@ impl BedGenotypes {
                 message: format!("line {n} has no second column (the sample ID)"),
             });
         }
-        let variants = count_lines(&bim)?;
+        let variants = count_bim_lines(&bim)?;
         for (count, path, what) in [(samples, &fam, "samples"), (variants, &bim, "variants")] {
             if count == 0 {
                 return Err(BedError::Format {
@@ -657,21 +700,34 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn bim_lines_are_counted_as_the_fam_lines_are_read() {
+    fn bim_lines_are_counted_as_the_fam_lines_are_read_and_checked() {
         let dir = scratch("count");
+        let v = "1 v 0 10 A G";
         for text in [
-            "",
-            "\n\n",
-            "a\n",
-            "a",
-            "a\n\n  \nb",
-            "a\r\nb\r\n",
-            " x \n\ty\n\n",
+            String::new(),
+            "\n\n".into(),
+            format!("{v}\n"),
+            v.into(),
+            format!("{v}\n\n  \n{v}"),
+            format!("{v}\r\n{v}\r\n"),
+            format!(" {v} \n\t{v}\n\n"),
         ] {
             let p = dir.join("t");
-            std::fs::write(&p, text).unwrap();
+            std::fs::write(&p, &text).unwrap();
             let want = lines(&p, |_, _| {}).unwrap();
-            assert_eq!(count_lines(&p).unwrap(), want, "{text:?}");
+            assert_eq!(count_bim_lines(&p).unwrap(), want, "{text:?}");
+        }
+        for (line, what) in [
+            ("1", "no variant ID"),
+            ("1 v 0", "no base-pair position"),
+            ("1 v 0 abc A G", "no base-pair position"),
+            ("1 v 0 1-2 A G", "no base-pair position"),
+            ("1 v 0 10 A", "no alleles"),
+        ] {
+            let p = dir.join("t");
+            std::fs::write(&p, format!("{v}\n\n{line}\n{v}\n")).unwrap();
+            let e = count_bim_lines(&p).unwrap_err().to_string();
+            assert!(e.contains(&format!("line 3 has {what}")), "{line:?}: {e}");
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
