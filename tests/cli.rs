@@ -469,6 +469,20 @@ fn calibrate_then_plan_a_cluster_job() {
     assert!(r["genotypes"]["produce"].as_f64().unwrap() > 0.0);
     // Nothing half-written beside the rates.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    // Like every output, the rates never replace a file, and `--out` is checked before the
+    // measuring (a minute at the default size), not after it.
+    let before = std::time::Instant::now();
+    let (code, _, err) = rankwise(&["calibrate", "--out", rates_s, "-q"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--out") && err.contains("already exists"),
+        "{err}"
+    );
+    assert!(
+        before.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        before.elapsed()
+    );
 
     let plan = |nodes: &str, extra: &[&str]| {
         let mut args = vec![

@@ -294,8 +294,17 @@ pub(crate) fn calibrate_command(
     if a.values < 1 << 16 {
         return Err(option("--values", "at least 65536 values per measurement"));
     }
+    // `--out` as every command takes it (not there yet, its parent a writable directory),
+    // checked before the minute of measuring, and again before the rename: like every
+    // output, the rates never replace a file.
+    let target = || {
+        rankwise::output::group::SvdOutput::check_target(&a.out)
+            .map_err(|e| option("--out", e.to_string()))
+    };
+    target()?;
     let rates = rankwise::sizing::calibrate(rt, a.values).map_err(super::cli_error)?;
     let json = serde_json::to_string_pretty(&rates).unwrap_or_default() + "\n";
+    target()?;
     let tmp = a.out.with_extension("json.partial");
     std::fs::write(&tmp, &json)
         .and_then(|()| std::fs::rename(&tmp, &a.out))
