@@ -1330,3 +1330,46 @@ fn inputs_that_are_not_regular_files_and_chunks_wider_than_the_array_are_refused
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An all-zero matrix (a store whose chunks are all missing, fill value 0): every solver
+/// gives σ = 0 with residual 0, converged. LOBPCG read its 0/0 as an infinite residual,
+/// "not converged", and advised a precision that was already in use.
+#[test]
+fn an_all_zero_matrix_converges_to_zero_on_every_solver() {
+    let dir = scratch("hardening-zeros");
+    let store = dir.join("z.zarr");
+    gen_store(
+        &store,
+        (1000, 50, 100),
+        "uniform",
+        "5",
+        &["--codec", "none", "--format", "v2"],
+    );
+    for e in std::fs::read_dir(&store).unwrap().flatten() {
+        if !e.file_name().to_string_lossy().starts_with('.') {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    let meta = store.join(".zarray");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&meta).unwrap()).unwrap();
+    m["fill_value"] = serde_json::json!(0);
+    std::fs::write(&meta, m.to_string()).unwrap();
+    for extra in [
+        &[][..],
+        &["--power-iters", "2"],
+        &["--method", "block-krylov"],
+    ] {
+        let mut args = strings(&["rsvd", "--zarr", store.to_str().unwrap(), "-k", "3"]);
+        args.extend(strings(extra));
+        args.push("--json".into());
+        let run = embedded(&args);
+        run.assert_success();
+        let r = report(&run);
+        assert_eq!(json_floats(&r["singular_values"]), [0.0; 3], "{extra:?}");
+        let c = &r["convergence"];
+        assert_eq!(c["converged"], serde_json::json!(true), "{extra:?}: {c}");
+        assert_eq!(json_floats(&c["residuals"]), [0.0; 3], "{extra:?}: {c}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -235,7 +235,10 @@ fn residuals(x: &Array2<f64>, gx: &Array2<f64>, theta: &[f64]) -> (Vec<f64>, Arr
         // A zero singular value's triplet has no `u` to speak of: its residual is `‖Gx‖`
         // over σ₁², the same scale as the rest.
         let si = t.max(0.0).sqrt().max(s1 * 1e-8);
-        out.push(relative(norm / si, s1));
+        // A zero matrix's triplets (σ₁ = 0 and `Gx = 0`) meet any tolerance: 0/0 read as
+        // an infinite residual, "not converged".
+        let r = if norm == 0.0 { 0.0 } else { norm / si };
+        out.push(relative(r, s1));
     }
     (out, r)
 }
