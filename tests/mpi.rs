@@ -170,6 +170,17 @@ fn assert_every_rank_reports(run: &mpirun::RunOutput, np: usize, line: &str) {
     );
 }
 
+/// `mpirun -np np` of the failure tests' binary with `RANKWISE_FAULT=fault`, which must end
+/// non-zero within a minute.
+fn with_fault(np: usize, args: &[&str], fault: &str) -> mpirun::RunOutput {
+    let mut cmd = mpirun_command(np, &rankwise_fault_bin(), args);
+    cmd.env("RANKWISE_FAULT", fault);
+    let run = run_with_timeout(cmd, Duration::from_secs(60));
+    run.assert_finished();
+    assert_ne!(run.code, Some(0), "{fault}\n{}", run.describe());
+    run
+}
+
 #[test]
 fn an_error_or_panic_on_one_rank_ends_every_rank_with_its_message() {
     let dir = scratch("mpi-fail");
@@ -188,9 +199,8 @@ fn an_error_or_panic_on_one_rank_ends_every_rank_with_its_message() {
             "rankwise: rank 0 failed: RANKWISE_FAULT: injected input error on rank 0",
         ),
     ] {
-        let mut cmd = mpirun_command(
+        let run = with_fault(
             3,
-            &rankwise_fault_bin(),
             &[
                 "svd",
                 "--rows",
@@ -202,11 +212,8 @@ fn an_error_or_panic_on_one_rank_ends_every_rank_with_its_message() {
                 "--out",
                 out.to_str().unwrap(),
             ],
+            fault,
         );
-        cmd.env("RANKWISE_FAULT", fault);
-        let run = run_with_timeout(cmd, Duration::from_secs(60));
-        run.assert_finished();
-        assert_ne!(run.code, Some(0), "{fault}\n{}", run.describe());
         assert!(
             run.elapsed < Duration::from_secs(10),
             "{fault}: took {:?}",
@@ -244,9 +251,8 @@ fn a_failure_writing_the_side_files_ends_every_rank_and_leaves_nothing() {
             "rank 0 failed: panic: injected panic on rank 0",
         ),
     ] {
-        let mut cmd = mpirun_command(
+        let run = with_fault(
             2,
-            &rankwise_fault_bin(),
             &[
                 "pca",
                 "--rows",
@@ -260,11 +266,8 @@ fn a_failure_writing_the_side_files_ends_every_rank_and_leaves_nothing() {
                 "--out",
                 out.to_str().unwrap(),
             ],
+            fault,
         );
-        cmd.env("RANKWISE_FAULT", fault);
-        let run = run_with_timeout(cmd, Duration::from_secs(60));
-        run.assert_finished();
-        assert_ne!(run.code, Some(0), "{fault}\n{}", run.describe());
         assert_every_rank_reports(&run, 2, line);
         let names: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
