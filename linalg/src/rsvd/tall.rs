@@ -12,6 +12,11 @@
 //! thin SVD is a TSQR over the chunks (each chunk's panel factorization, then the QR of
 //! their stacked R factors), so every result depends on `n` only, never on the number of
 //! threads or ranks.
+//!
+//! The threads are started for each product (scoped, so a panic is the caller's): about
+//! 20 µs a thread, some fifteen products a step. That is nothing on a few cores; on a node
+//! of 64 it is about 20 ms a step, as much as the step's arithmetic for 500,000 samples, and
+//! the actors' own threads (the runtime's `map`) would serve it better.
 
 use std::ops::Range;
 
