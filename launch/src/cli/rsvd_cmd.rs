@@ -695,6 +695,17 @@ struct Weighing {
     loading_scale: Vec<f64>,
 }
 
+/// Files removed when it is dropped (unwinding included); the missing ones are no error.
+struct RemovedOnDrop(Vec<PathBuf>);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 fn finish_side_files(
     rt: &Runtime,
     job: &Job,
@@ -740,6 +751,14 @@ fn finish_side_files(
         for p in [&vec_path, &val_path, &png_path, &var_path, &afreq_path] {
             rankwise::output::temporaries::register(&tmp(p));
         }
+        // Every side file's temporary goes when this block ends, by an error or a panic as
+        // well (after a commit they have their final names, and nothing is there to go):
+        // before rank 0 tells the others, which may end the job.
+        let _temporaries = RemovedOnDrop(
+            [&vec_path, &val_path, &png_path, &var_path, &afreq_path]
+                .map(|p| tmp(p))
+                .to_vec(),
+        );
         result = (|| -> Result<(), CliError> {
             write_eigenvec(
                 &tmp(&vec_path),
@@ -821,13 +840,6 @@ fn finish_side_files(
             rankwise::output::publish::commit_with_files(&o.0, &renames)?;
             Ok(())
         })();
-        if result.is_err() {
-            // Every side file's temporary: those written before the failure and the one
-            // it broke off (a failed commit removes its own files).
-            for p in [&vec_path, &val_path, &png_path, &var_path, &afreq_path] {
-                let _ = std::fs::remove_file(tmp(p));
-            }
-        }
     }
     // Every rank learns whether rank 0 succeeded, and fails with it: the other ranks have
     // finished their part, and would otherwise exit 0 with rank 0's failure.
