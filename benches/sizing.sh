@@ -76,12 +76,18 @@ shape_of() {
     echo "${keep[*]} --solver $solver"
 }
 
-row() { # where job options np nodes network measured passes predicted dominant
+# row WHERE JOB OPTIONS NP NODES NETWORK MEASURED PASSES PREDICTED DOMINANT [ROOT_MEASURED
+# ROOT_PREDICTED]: one row of rows.jsonl, with LOBPCG's Rayleigh–Ritz steps where given.
+row() {
     python3 -c 'import json,sys
-w,job,opts,np_,nodes,net,meas,passes,pred,dom=sys.argv[1:]
-print(json.dumps(dict(where=w,job=job,options=opts,ranks=int(np_),nodes=int(nodes),network=net,
-  measured=float(meas),passes=int(passes),predicted=float(pred),dominant=dom,
-  error=(float(pred)-float(meas))/float(meas))))' "$@" | tee -a "$OUT/rows.jsonl"
+w,job,opts,np_,nodes,net,meas,passes,pred,dom=sys.argv[1:11]
+r=dict(where=w,job=job,options=opts,ranks=int(np_),nodes=int(nodes),network=net,
+  measured=float(meas),passes=int(passes),predicted=float(pred),dominant=dom.replace("_", " "),
+  error=(float(pred)-float(meas))/float(meas))
+if len(sys.argv) > 11:
+    rm, rp = float(sys.argv[11]), float(sys.argv[12])
+    r.update(root_measured=rm, root_predicted=rp, root_error=(rp-rm)/rm)
+print(json.dumps(r))' "$@" | tee -a "$OUT/rows.jsonl"
 }
 
 for w in "${WORKLOADS[@]}"; do
@@ -95,6 +101,32 @@ for w in "${WORKLOADS[@]}"; do
         read -r secs passes < <(measure mpirun -np "$np" --oversubscribe --bind-to none -- "${args[@]}" --transport mpi)
         read -r pred dom < <(predict "$job" "${shape[@]}" -- 1 "$np" "$CORES" 100,1us "$passes")
         row "one node, mpirun -np $np" "$job" "$opts" "$np" 1 "shared memory" "$secs" "$passes" "$pred" "$dom"
+    done
+done
+
+# LOBPCG's Rayleigh–Ritz steps on the root: PCAs of n × n generated genotypes (n samples,
+# the step's size) stopped at 12 passes, under mpirun -np 1 and 2, the report's phase of
+# the steps against the model's, and the whole run against the model.
+RR_SAMPLES=(4000 12000 24000)
+if [[ ${1:-} == --quick ]]; then
+    RR_SAMPLES=(12000)
+fi
+for n in "${RR_SAMPLES[@]}"; do
+    opts="pca --rows $n --cols $n --chunk-rows $((n / 8)) -k 10 --max-passes 12"
+    read -r -a args <<<"$opts"
+    for np in 1 2; do
+        read -r secs passes root < <(mpirun -np "$np" --oversubscribe --bind-to none "$BIN" \
+            "${args[@]}" --transport mpi --json -q 2>>"$OUT/stderr.log" |
+            python3 -c 'import json,sys; r=json.load(sys.stdin)
+print(r["seconds"], r["passes"], max(sum(t["seconds"] for t in p["timings"]
+      if t["phase"].startswith("Rayleigh–Ritz")) for p in r["per_rank"]))')
+        read -r pred dom proot < <("$BIN" plan --rows "$n" --cols "$n" --chunk-rows $((n / 8)) -k 10 \
+            --solver lobpcg --nodes 1 --ranks-per-node "$np" --cores-per-node "$CORES" \
+            --network 100,1us --job pca --passes "$passes" --calibration "$OUT/rates.json" --json |
+            python3 -c 'import json,sys; r=json.load(sys.stdin)
+print(r["seconds"], r["dominant"].replace(" ", "_"), sum(p["compute_seconds"]
+      for p in r["phases"] if p["phase"].startswith("Rayleigh–Ritz")))')
+        row "one node, mpirun -np $np" pca "$opts" "$np" 1 "shared memory" "$secs" "$passes" "$pred" "$dom" "$root" "$proot"
     done
 done
 
@@ -190,5 +222,11 @@ for r in rows:
           f"{r['measured']:8.2f}s {r['predicted']:8.2f}s {100*r['error']:+6.0f}%")
 errs = [abs(r["error"]) for r in rows]
 print(f"median |error| {100*sorted(errs)[len(errs)//2]:.0f}%, largest {100*max(errs):.0f}%")
+steps = [r for r in rows if "root_measured" in r]
+if steps:
+    print("LOBPCG's Rayleigh–Ritz steps on the root (the report's phase against the model's):")
+    for r in steps:
+        print(f"  {r['options'][:44]:44} -np {r['ranks']} {r['passes']:>3} passes "
+              f"{r['root_measured']:6.2f}s {r['root_predicted']:6.2f}s {100*r['root_error']:+4.0f}%")
 PY
 echo "rows: $OUT/rows.jsonl"

@@ -28,6 +28,14 @@
 //! message over its bandwidth. Compute and communication do not overlap in the model
 //! (the tree waits for every panel of a pass), which is what the drivers do.
 //!
+//! LOBPCG's Rayleigh–Ritz step runs on the root rank between passes while every actor
+//! waits: its products with `n × 3l` blocks (`n` the matrix's shorter side, the samples of
+//! a PCA) on the root's cores, one thread per chunk of rows
+//! ([`rankwise_linalg::rayleigh_ritz_threads`]). It costs the calibrated core-seconds per
+//! sample and sketch column times `n·l`, over those threads, once a pass: it grows with the
+//! samples and not with the variants or the nodes, so at biobank sample counts on many
+//! nodes it is the cost that dominates.
+//!
 //! What the model leaves out, and says so in its output: storage reads (a pass over a
 //! stored matrix is at most as fast as the node's storage bandwidth, which
 //! [`Cluster::read_gbps`] adds when given), the variant QC pass of `pca`, and start-up.
@@ -97,6 +105,9 @@ pub struct Cluster {
     /// Storage bandwidth per node for a stored input, GB/s (`None`: not a bound).
     pub read_gbps: Option<f64>,
 }
+
+/// The most passes a randomized prediction counts: a run's own limit (`max_passes`).
+const MAX_PASSES: usize = 10_000;
 
 /// The most actors (nodes × ranks per node × actors per rank) a prediction plans for: 2²⁰.
 const MAX_WORLD_ACTORS: usize = 1 << 20;
@@ -191,6 +202,31 @@ pub struct Rates {
     /// Genotype passes in float32 tiles.
     #[serde(default)]
     pub genotypes_f32: Option<PassRates>,
+    /// LOBPCG's Rayleigh–Ritz step on the root rank, once a pass. Files of older versions
+    /// did not measure it.
+    #[serde(default)]
+    pub rayleigh_ritz: Option<RayleighRitzRate>,
+}
+
+/// LOBPCG's Rayleigh–Ritz step for `n` samples (the matrix's shorter side) and a sketch of
+/// `l` columns on `t` threads: `n·l·(serial + parallel / t)` seconds, each part `a + b·l`
+/// per sample and sketch column (its products with the `n × 3l` blocks are `n·l²`; its
+/// copies, residuals and small eigenproblem `n·l` or less). Measured on one thread and on
+/// several: the step's residuals, copies and encoding run on one thread whatever `t` is
+/// (on the 2-core guest two threads made it 1.3× faster, not 2×).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RayleighRitzRate {
+    /// Seconds per sample and sketch column on one thread, whatever the threads.
+    pub serial: PassRate,
+    /// Core-seconds per sample and sketch column shared among the threads.
+    pub parallel: PassRate,
+}
+
+impl RayleighRitzRate {
+    /// Seconds of one step.
+    fn seconds(&self, n: u64, l: usize, threads: usize) -> f64 {
+        (n * l as u64) as f64 * (self.serial.at(l) + self.parallel.at(l) / threads.max(1) as f64)
+    }
 }
 
 impl Rates {
@@ -301,11 +337,15 @@ pub struct Prediction {
     pub resident: bool,
     /// Whether that memory fits the node's share per rank (a run would refuse it else).
     pub fits: bool,
-    /// The cost that dominates: `compute`, `network` or `storage`.
+    /// The cost that dominates: `compute` (the passes), `network`, `storage` or
+    /// `Rayleigh–Ritz steps on the root` (LOBPCG's steps between passes).
     pub dominant: String,
     /// What the model did not count.
     pub notes: Vec<String>,
 }
+
+/// The phase of LOBPCG's Rayleigh–Ritz steps, and the dominant cost when they are.
+const ROOT_STEPS: &str = "Rayleigh–Ritz steps on the root";
 
 /// A matrix of a given shape that is never read: what the planners need to plan.
 struct Shaped(u64, u64);
@@ -546,6 +586,17 @@ pub fn predict(
             passes,
             solver,
         } => {
+            // Every randomized run makes at least two passes (one to iterate, one to form
+            // `U` and measure the result), and at most the runs' own limit.
+            if !(2..=MAX_PASSES).contains(passes) {
+                return Err(bad(
+                    "passes",
+                    format!(
+                        "{passes} passes: a randomized run makes from 2 (q = 0, or one LOBPCG \
+                         iteration and the pass that measures it) to {MAX_PASSES}"
+                    ),
+                ));
+            }
             let genotypes = matches!(workload, Workload::Pca { .. });
             let problem = if genotypes {
                 RsvdProblem::genotypes(Arc::new(Shaped(m, n)), chunk)?
@@ -606,12 +657,12 @@ pub fn predict(
                 }
                 Solver::Lobpcg => 2.0 * tree_seconds(ranks, per_node, b_bytes, &net),
             };
-            let passes = (*passes).max(1);
+            let passes = *passes;
             for p in 1..=passes {
                 // LOBPCG's passes run in float32 tiles but its last, which measures the
                 // result in float64.
                 let r = match single {
-                    Some(r) if p < passes || passes == 1 => r,
+                    Some(r) if p < passes => r,
                     _ => rate,
                 };
                 let per_value = if p == 1 {
@@ -633,6 +684,33 @@ pub fn predict(
                     },
                 });
             }
+            if *solver == Solver::Lobpcg {
+                // LOBPCG's Rayleigh–Ritz step, after every pass, on the root rank alone
+                // while every actor waits: its products with the `n × 3l` blocks run on
+                // the root's cores, one thread per chunk of rows. It grows with the
+                // samples, not with the variants or the nodes.
+                match rates.rayleigh_ritz {
+                    Some(rr) => {
+                        let root_threads: usize = world.ranks[0].iter().map(|a| a.threads).sum();
+                        let used = rankwise_linalg::rayleigh_ritz_threads(n, root_threads);
+                        let step = rr.seconds(n, l, used);
+                        phases.push(PredictedPhase {
+                            phase: format!(
+                                "{ROOT_STEPS} ({passes}, on {used} thread{})",
+                                if used == 1 { "" } else { "s" }
+                            ),
+                            compute_seconds: passes as f64 * step,
+                            comm_seconds: 0.0,
+                            bytes_sent: 0,
+                        });
+                    }
+                    None => notes.push(
+                        "the calibration has no Rayleigh–Ritz rate (an older file): LOBPCG's \
+                         steps on the root are not counted"
+                            .into(),
+                    ),
+                }
+            }
             if genotypes {
                 notes.push("the variant QC pass (allele counts) is not counted".into());
             }
@@ -642,17 +720,30 @@ pub fn predict(
             (passes, mem, resident, read)
         }
     };
-    let compute: f64 = phases.iter().map(|p| p.compute_seconds).sum();
+    let root: f64 = phases
+        .iter()
+        .filter(|p| p.phase.starts_with(ROOT_STEPS))
+        .map(|p| p.compute_seconds)
+        .sum();
+    let compute: f64 = phases.iter().map(|p| p.compute_seconds).sum::<f64>() - root;
     let comm: f64 = phases.iter().map(|p| p.comm_seconds).sum();
-    // Reading overlaps the compute (read-ahead): the slower of the two counts.
-    let seconds = compute.max(read) + comm;
-    let dominant = if read > compute && read > comm {
-        "storage"
-    } else if comm > compute {
-        "network"
-    } else {
-        "compute"
-    };
+    // Reading overlaps the passes' compute (read-ahead): the slower of the two counts.
+    let seconds = compute.max(read) + root + comm;
+    let dominant = [
+        (compute, "compute"),
+        (read, "storage"),
+        (comm, "network"),
+        (root, ROOT_STEPS),
+    ]
+    .into_iter()
+    .fold((f64::NEG_INFINITY, "compute"), |best, c| {
+        if c.0 > best.0 {
+            c
+        } else {
+            best
+        }
+    })
+    .1;
     let budget = cluster.memory_per_node / cluster.ranks_per_node as u64;
     let fits = memory <= budget;
     if !fits {
@@ -683,10 +774,11 @@ pub fn predict(
 }
 
 /// Measures the per-core [`Rates`] on this runtime's actors (run it with one rank): the
-/// exact SVD at nine widths from 8 to 512 columns, and the randomized passes of a float64
+/// exact SVD at nine widths from 8 to 512 columns, the randomized passes of a float64
 /// matrix and of genotypes at 20 and 60 sketch columns (the first pass, and the power
-/// iterations' passes), each the faster of two runs, and producing a value on one thread.
-/// Each measurement makes about `values` matrix values.
+/// iterations' passes), and LOBPCG's Rayleigh–Ritz step for 16,000 samples at 20 and 60
+/// sketch columns on one thread and on the rank's cores, each the faster of two runs, and
+/// producing a value on one thread. Each measurement makes about `values` matrix values.
 pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
     let cores = rt.world().ranks[0].iter().map(|a| a.threads).sum::<usize>();
     let cores_f = cores as f64;
@@ -822,6 +914,50 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
                 later: fit(&later),
             })
         };
+    // LOBPCG's Rayleigh–Ritz step, on one thread and on as many as 16,000 samples give
+    // this rank's cores (four chunks of rows at most): the part that does not shrink with
+    // the threads and the part that does, at 20 and 60 sketch columns, each the faster of
+    // two measurements of four steps. (Not a power of two, whose strides measure the
+    // cache's set conflicts rather than the step.)
+    let rayleigh_ritz = {
+        const SAMPLES: usize = 16_000;
+        let many = rankwise_linalg::rayleigh_ritz_threads(SAMPLES as u64, cores);
+        let per = |k: usize, threads: usize| -> Result<f64, Error> {
+            let mut best = f64::INFINITY;
+            for _ in 0..2 {
+                let t = rankwise_linalg::rayleigh_ritz_seconds(SAMPLES, k, 10, threads, 4)?;
+                best = best.min(t / (SAMPLES * (k + 10)) as f64);
+            }
+            Ok(best)
+        };
+        let (mut serial, mut parallel) = (Vec::new(), Vec::new());
+        for k in [10usize, 50] {
+            let one = per(k, 1)?;
+            let (s, p) = if many > 1 {
+                // one = s + p, at `many` threads s + p / many.
+                let at = per(k, many)?;
+                let p = ((one - at) * many as f64 / (many - 1) as f64).clamp(0.0, one);
+                (one - p, p)
+            } else {
+                (0.0, one)
+            };
+            let l = (k + 10) as f64;
+            serial.push((l, s));
+            parallel.push((l, p));
+        }
+        let fit = |p: &[(f64, f64)]| {
+            let ((l0, t0), (l1, t1)) = (p[0], p[1]);
+            let b = ((t1 - t0) / (l1 - l0)).max(0.0);
+            PassRate {
+                per_value: t0 - b * l0,
+                per_value_column: b,
+            }
+        };
+        RayleighRitzRate {
+            serial: fit(&serial),
+            parallel: fit(&parallel),
+        }
+    };
     use rankwise_linalg::Precision::{F32, F64};
     Ok(Rates {
         machine: format!("{} ({cores} cores)", cpu_model()),
@@ -831,6 +967,7 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
         genotypes: passes(true, F64)?,
         dense_f32: Some(passes(false, F32)?),
         genotypes_f32: Some(passes(true, F32)?),
+        rayleigh_ritz: Some(rayleigh_ritz),
     })
 }
 
@@ -891,6 +1028,7 @@ mod tests {
             },
             dense_f32: None,
             genotypes_f32: None,
+            rayleigh_ritz: None,
         }
     }
 
@@ -944,6 +1082,19 @@ mod tests {
             assert_eq!(e.parameter(), Some("read_gbps"), "{g}: {e}");
         }
         assert!(predict(80_000, 20, 10_000, &w, &cluster(4096, 100.0), &rates()).is_ok());
+        // Fewer passes than any randomized run makes, or more than a run may make.
+        for passes in [0, 1, 10_001, usize::MAX] {
+            for solver in [Solver::Lobpcg, Solver::PowerIters] {
+                let job = Workload::Pca {
+                    k: 10,
+                    oversample: 10,
+                    passes,
+                    solver,
+                };
+                let e = predict(80_000, 2000, 0, &job, &cluster(2, 100.0), &rates()).unwrap_err();
+                assert_eq!(e.parameter(), Some("passes"), "{passes}: {e}");
+            }
+        }
     }
 
     #[test]
@@ -1090,6 +1241,95 @@ mod tests {
         assert_eq!(
             old.phases[0].compute_seconds,
             fixed_old.unwrap().phases[0].compute_seconds
+        );
+    }
+
+    /// LOBPCG's Rayleigh–Ritz steps: one a pass, on the root's cores (one per chunk of
+    /// rows of the samples), growing with the samples and not with the variants or nodes;
+    /// none for fixed power iterations, and a note where the calibration has no rate.
+    #[test]
+    fn rayleigh_ritz_steps_grow_with_the_samples_on_the_root_alone() {
+        let mut r = rates();
+        r.rayleigh_ritz = Some(RayleighRitzRate {
+            serial: PassRate {
+                per_value: 0.0,
+                per_value_column: 0.0,
+            },
+            parallel: PassRate {
+                per_value: 1e-6,
+                per_value_column: 1e-6,
+            },
+        });
+        let job = |solver| Workload::Pca {
+            k: 10,
+            oversample: 10,
+            passes: 5,
+            solver,
+        };
+        let steps = |p: &Prediction| {
+            let s: Vec<_> = p
+                .phases
+                .iter()
+                .filter(|x| x.phase.starts_with(ROOT_STEPS))
+                .collect();
+            assert!(s.len() <= 1, "{:?}", p.phases);
+            s.first().map(|x| x.compute_seconds)
+        };
+        // 4 nodes of 4 cores, 2 ranks each: the root rank has 2 cores. 100,000 samples
+        // are 25 chunks of 4,096 rows: both cores; 5 passes of 100,000 × 20 × (1e-6 + 20e-6)
+        // core-seconds over 2.
+        let c = cluster(4, 10.0);
+        let p = predict(1_000_000, 100_000, 0, &job(Solver::Lobpcg), &c, &r).unwrap();
+        let want = 5.0 * 100_000.0 * 20.0 * 21e-6 / 2.0;
+        let got = steps(&p).expect("a Rayleigh–Ritz phase");
+        assert!((got - want).abs() < 1e-9 * want, "{got} against {want}");
+        // Twice the variants, or twice the nodes: the same steps.
+        let more = predict(2_000_000, 100_000, 0, &job(Solver::Lobpcg), &c, &r).unwrap();
+        let wider = predict(
+            1_000_000,
+            100_000,
+            0,
+            &job(Solver::Lobpcg),
+            &cluster(8, 10.0),
+            &r,
+        )
+        .unwrap();
+        assert_eq!(steps(&more), Some(got));
+        assert_eq!(steps(&wider), Some(got));
+        // 4,000 samples are one chunk: one thread, whatever the cores.
+        let small = predict(1_000_000, 4_000, 0, &job(Solver::Lobpcg), &c, &r).unwrap();
+        let want = 5.0 * 4_000.0 * 20.0 * 21e-6;
+        let got = steps(&small).unwrap();
+        assert!((got - want).abs() < 1e-9 * want, "{got} against {want}");
+        assert!(small
+            .phases
+            .iter()
+            .any(|x| x.phase.contains("on 1 thread)")));
+        // Steps that outweigh the passes, the network and storage are the dominant cost,
+        // and count in the total.
+        assert_eq!(p.dominant, ROOT_STEPS);
+        let total: f64 = p
+            .phases
+            .iter()
+            .map(|x| x.compute_seconds + x.comm_seconds)
+            .sum();
+        assert!((p.seconds - total).abs() < 1e-9 * total);
+        // A part that runs on one thread is not divided among them.
+        let mut r2 = r.clone();
+        r2.rayleigh_ritz.as_mut().unwrap().serial.per_value = 2e-6;
+        let p2 = predict(1_000_000, 100_000, 0, &job(Solver::Lobpcg), &c, &r2).unwrap();
+        let want = 5.0 * 100_000.0 * 20.0 * (2e-6 + 21e-6 / 2.0);
+        let got = steps(&p2).unwrap();
+        assert!((got - want).abs() < 1e-9 * want, "{got} against {want}");
+        // Fixed power iterations have no such step; an older calibration says it is missing.
+        let fixed = predict(1_000_000, 100_000, 0, &job(Solver::PowerIters), &c, &r).unwrap();
+        assert_eq!(steps(&fixed), None);
+        let old = predict(1_000_000, 100_000, 0, &job(Solver::Lobpcg), &c, &rates()).unwrap();
+        assert_eq!(steps(&old), None);
+        assert!(
+            old.notes.iter().any(|n| n.contains("Rayleigh–Ritz")),
+            "{:?}",
+            old.notes
         );
     }
 

@@ -467,6 +467,15 @@ fn calibrate_then_plan_a_cluster_job() {
         assert!(v["pass2"].as_f64().unwrap() > 0.0, "{v}");
     }
     assert!(r["genotypes"]["produce"].as_f64().unwrap() > 0.0);
+    // LOBPCG's Rayleigh–Ritz step: a positive cost per sample at 20 sketch columns on one
+    // thread, the part that runs on one thread and the part the threads share.
+    let rr = &r["rayleigh_ritz"];
+    let at20 = |part: &str| {
+        (rr[part]["per_value"].as_f64().unwrap()
+            + 20.0 * rr[part]["per_value_column"].as_f64().unwrap())
+        .max(0.0)
+    };
+    assert!(at20("serial") + at20("parallel") > 0.0, "{rr}");
     // Nothing half-written beside the rates.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
     // Like every output, the rates never replace a file, and `--out` is checked before the
@@ -515,7 +524,16 @@ fn calibrate_then_plan_a_cluster_job() {
     let p: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(p["ranks"], 8);
     assert_eq!(p["passes"], 5);
-    assert_eq!(p["phases"].as_array().unwrap().len(), 5);
+    // Five passes, and LOBPCG's Rayleigh–Ritz steps on the root.
+    let phases = p["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 6, "{phases:?}");
+    assert!(
+        phases[5]["phase"]
+            .as_str()
+            .unwrap()
+            .starts_with("Rayleigh–Ritz steps on the root (5, "),
+        "{phases:?}"
+    );
     assert!(p["seconds"].as_f64().unwrap() > 0.0);
     assert_eq!(p["fits"], true);
     // Twice the nodes: no more compute on the busiest rank.
@@ -566,6 +584,9 @@ fn calibrate_then_plan_a_cluster_job() {
     let (code, _, err) = plan("2", &["--network", "fast"]);
     assert_ne!(code, 0);
     assert!(err.contains("--network"), "{err}");
+    let (code, _, err) = plan("2", &["--job", "pca", "--passes", "0"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--passes"), "{err}");
     let (code, _, err) = small(&["--chunk-rows", "100", "--ranks-per-node", "2"]);
     assert_ne!(code, 0);
     assert!(err.contains("--nodes"), "{err}");

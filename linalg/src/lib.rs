@@ -79,9 +79,9 @@ pub use reads::{read_stored, ReadTotals, StoredRead, DEFAULT_SEGMENT_BYTES};
 pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rows::{LocalRows, RowCollector};
 pub use rsvd::{
-    fused_condition_limit, rsvd, Convergence, ErrorEstimate, GenotypeSummary, Method, Projection,
-    ProjectionReport, RsvdOptions, RsvdPlan, RsvdProblem, RsvdResult, DEFAULT_MAX_PASSES,
-    DEFAULT_TOL,
+    fused_condition_limit, rayleigh_ritz_seconds, rayleigh_ritz_threads, rsvd, Convergence,
+    ErrorEstimate, GenotypeSummary, Method, Projection, ProjectionReport, RsvdOptions, RsvdPlan,
+    RsvdProblem, RsvdResult, DEFAULT_MAX_PASSES, DEFAULT_TOL,
 };
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,

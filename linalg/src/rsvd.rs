@@ -70,6 +70,8 @@ mod lobpcg;
 mod tall;
 
 use backend::RangeJob;
+pub use lobpcg::rayleigh_ritz_seconds;
+pub use tall::rayleigh_ritz_threads;
 
 /// How the range is refined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

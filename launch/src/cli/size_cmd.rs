@@ -197,6 +197,7 @@ pub(crate) fn size_command(
             Some("network") => option("--network", e.to_string()),
             Some("cluster") => option("--nodes", e.to_string()),
             Some("read_gbps") => option("--read-gbps", e.to_string()),
+            Some("passes") => option("--passes", e.to_string()),
             Some("panel_rows") => option("--chunk-rows", e.to_string()),
             Some("oversample") | Some("k") => option("-k", e.to_string()),
             _ => CliError::Option {

@@ -420,6 +420,67 @@ impl Iterate {
     }
 }
 
+/// Seconds of one Rayleigh–Ritz step of the iteration above (the root's work between two
+/// passes: absorbing `G·S`, the residuals, and the next search block, encoded as the
+/// command every rank is sent) for `n` samples and a sketch of `k + oversample` columns,
+/// on `threads` threads: the mean of `steps` steps after two (by then `P` is part of the
+/// basis, as in every later pass). `G` is the Gram matrix of a Gaussian `n × 8l` block,
+/// whose flat spectrum keeps the iteration going as a genotype matrix's bulk does; its
+/// products are not timed. What `rankwise calibrate` measures for the sizing model.
+pub fn rayleigh_ritz_seconds(
+    n: usize,
+    k: usize,
+    oversample: usize,
+    threads: usize,
+    steps: usize,
+) -> Result<f64, LinalgError> {
+    let l = k + oversample;
+    if k == 0 || 8 * l > n {
+        return Err(LinalgError::Option {
+            parameter: "n",
+            message: format!("{n} samples: at least 8(k + oversample) = {}", 8 * l),
+        });
+    }
+    let tall = Tall::new(threads);
+    let b = gaussian(n, 8 * l, 0x5EED);
+    let x0 = orthonormal_rest(tall, gaussian(n, l, 0x5EED + 1), &[])?;
+    let mut it = Iterate {
+        k,
+        l,
+        // A tolerance no residual meets, and no pass limit: every step is a full one.
+        tol: f64::MIN_POSITIVE,
+        max_passes: usize::MAX,
+        mixed: false,
+        precision: Precision::F64,
+        gx: Array2::zeros((n, 0)),
+        s: x0.clone(),
+        x: x0,
+        p: None,
+        with_x: false,
+        initial: true,
+        history: Vec::new(),
+        passes: 0,
+        stop: Stop::None,
+        tall,
+    };
+    let (mut seconds, mut timed) = (0.0, 0);
+    for step in 0..steps + 2 {
+        let gs = b.dot(&b.t().dot(&it.s));
+        let start = std::time::Instant::now();
+        it.absorb(gs)?;
+        let command = it.next()?;
+        let dt = start.elapsed().as_secs_f64();
+        if step >= 2 {
+            seconds += dt;
+            timed += 1;
+        }
+        if command[0] != GRAM {
+            break;
+        }
+    }
+    Ok(seconds / timed.max(1) as f64)
+}
+
 /// `W_R` such that `V = X·W_R`, from orthonormal `X` and `V`: `XᵀV`.
 fn v_coords(x: &Array2<f64>, v: &Array2<f64>) -> Array2<f64> {
     x.t().dot(v)
@@ -718,4 +779,24 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         passes,
         convergence,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calibration's step: a positive time for every step it makes, on one thread and
+    /// on several, and a refusal naming `n` for fewer samples than its Gram matrix needs.
+    #[test]
+    fn rayleigh_ritz_steps_are_timed_and_too_few_samples_refused() {
+        for threads in [1, 3] {
+            let t = rayleigh_ritz_seconds(3 * tall::CHUNK, 4, 4, threads, 2).unwrap();
+            assert!(t > 0.0 && t < 60.0, "{threads} threads: {t} s");
+        }
+        let e = rayleigh_ritz_seconds(100, 10, 10, 1, 2).unwrap_err();
+        assert!(
+            matches!(e, LinalgError::Option { parameter: "n", .. }),
+            "{e}"
+        );
+    }
 }

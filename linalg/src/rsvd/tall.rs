@@ -41,6 +41,14 @@ use crate::LinalgError;
 /// columns: 2 MB).
 pub(super) const CHUNK: usize = 4096;
 
+/// The threads LOBPCG's Rayleigh–Ritz step uses on a root rank of `threads` cores for a
+/// matrix of `samples` columns: one per chunk of [`CHUNK`] rows of its `n × c` blocks, at
+/// most the rank's cores. The sizing model divides the step's calibrated work by it.
+pub fn rayleigh_ritz_threads(samples: u64, threads: usize) -> usize {
+    let chunks = samples.div_ceil(CHUNK as u64).max(1);
+    (threads.max(1) as u64).min(chunks) as usize
+}
+
 /// The root's threads for the step's tall products.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Tall {
