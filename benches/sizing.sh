@@ -226,7 +226,7 @@ steps = [r for r in rows if "root_measured" in r]
 if steps:
     print("LOBPCG's Rayleigh–Ritz steps on the root (the report's phase against the model's):")
     for r in steps:
-        print(f"  {r['options'][:44]:44} -np {r['ranks']} {r['passes']:>3} passes "
+        print(f"  {r['options'][:60]:60} -np {r['ranks']} {r['passes']:>3} passes "
               f"{r['root_measured']:6.2f}s {r['root_predicted']:6.2f}s {100*r['root_error']:+4.0f}%")
 PY
 echo "rows: $OUT/rows.jsonl"

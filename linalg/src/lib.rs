@@ -81,7 +81,7 @@ pub use rows::{LocalRows, RowCollector};
 pub use rsvd::{
     fused_condition_limit, rayleigh_ritz_seconds, rayleigh_ritz_threads, rsvd, Convergence,
     ErrorEstimate, GenotypeSummary, Method, Projection, ProjectionReport, RsvdOptions, RsvdPlan,
-    RsvdProblem, RsvdResult, DEFAULT_MAX_PASSES, DEFAULT_TOL,
+    RsvdProblem, RsvdResult, StepSeconds, DEFAULT_MAX_PASSES, DEFAULT_TOL,
 };
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,

@@ -70,7 +70,7 @@ mod lobpcg;
 mod tall;
 
 use backend::RangeJob;
-pub use lobpcg::rayleigh_ritz_seconds;
+pub use lobpcg::{rayleigh_ritz_seconds, StepSeconds};
 pub use tall::rayleigh_ritz_threads;
 
 /// How the range is refined.

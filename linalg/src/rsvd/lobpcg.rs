@@ -420,7 +420,18 @@ impl Iterate {
     }
 }
 
-/// Seconds of one Rayleigh–Ritz step of the iteration above (the root's work between two
+/// The time of one Rayleigh–Ritz step ([`rayleigh_ritz_seconds`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepSeconds {
+    /// The step, seconds.
+    pub seconds: f64,
+    /// The part of it spent in the products with the tall blocks, which the threads share
+    /// (the rest, residuals, copies, the small eigenproblem and the encoding of the next
+    /// block, runs on one thread whatever the cores).
+    pub shared: f64,
+}
+
+/// The time of one Rayleigh–Ritz step of the iteration above (the root's work between two
 /// passes: absorbing `G·S`, the residuals, and the next search block, encoded as the
 /// command every rank is sent) for `n` samples and a sketch of `k + oversample` columns,
 /// on `threads` threads: the mean of `steps` steps after two (by then `P` is part of the
@@ -433,7 +444,7 @@ pub fn rayleigh_ritz_seconds(
     oversample: usize,
     threads: usize,
     steps: usize,
-) -> Result<f64, LinalgError> {
+) -> Result<StepSeconds, LinalgError> {
     let l = k + oversample;
     if k == 0 || 8 * l > n {
         return Err(LinalgError::Option {
@@ -463,22 +474,27 @@ pub fn rayleigh_ritz_seconds(
         stop: Stop::None,
         tall,
     };
-    let (mut seconds, mut timed) = (0.0, 0);
+    let (mut seconds, mut shared, mut timed) = (0.0, 0.0, 0);
     for step in 0..steps + 2 {
         let gs = b.dot(&b.t().dot(&it.s));
-        let start = std::time::Instant::now();
+        let (start, before) = (std::time::Instant::now(), tall::shared_seconds());
         it.absorb(gs)?;
         let command = it.next()?;
         let dt = start.elapsed().as_secs_f64();
         if step >= 2 {
             seconds += dt;
+            shared += tall::shared_seconds() - before;
             timed += 1;
         }
         if command[0] != GRAM {
             break;
         }
     }
-    Ok(seconds / timed.max(1) as f64)
+    let timed = timed.max(1) as f64;
+    Ok(StepSeconds {
+        seconds: seconds / timed,
+        shared: shared / timed,
+    })
 }
 
 /// `W_R` such that `V = X·W_R`, from orthonormal `X` and `V`: `XᵀV`.
@@ -791,7 +807,14 @@ mod tests {
     fn rayleigh_ritz_steps_are_timed_and_too_few_samples_refused() {
         for threads in [1, 3] {
             let t = rayleigh_ritz_seconds(3 * tall::CHUNK, 4, 4, threads, 2).unwrap();
-            assert!(t > 0.0 && t < 60.0, "{threads} threads: {t} s");
+            assert!(
+                t.seconds > 0.0 && t.seconds < 60.0,
+                "{threads} threads: {t:?}"
+            );
+            assert!(
+                t.shared > 0.0 && t.shared < t.seconds,
+                "{threads} threads: {t:?}"
+            );
         }
         let e = rayleigh_ritz_seconds(100, 10, 10, 1, 2).unwrap_err();
         assert!(

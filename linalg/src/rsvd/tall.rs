@@ -13,14 +13,16 @@
 //! their stacked R factors), so every result depends on `n` only, never on the number of
 //! threads or ranks.
 //!
-//! Products are written in place, each thread into its chunks of a row-major block. They
-//! were stacked after the fact into a column-major one, a serial copy that at 16,384
-//! samples (columns 128 KiB apart: cache-set conflicts) made a step slower on two threads
-//! than on one; measured with `rayleigh_ritz_seconds` (k = 10, l = 20) on the 2-core AMD
-//! EPYC guest, the two builds in turn: at 16,384 samples 54–62 ms a step became 35–49 ms,
-//! at 20,000 it stayed 41–47 ms. A single chunk's thin SVD is the same TSQR (one panel
-//! factorization), not LAPACK's `dgesdd`: at 7,990 samples 27.5–29.1 ms became
-//! 18.6–20.9 ms.
+//! Products are written in place, each thread into its chunks' rows of a column-major
+//! block. They were stacked after the fact, a serial copy that at 16,384 samples (columns
+//! 128 KiB apart: cache-set conflicts) made a step slower on two threads than on one; and
+//! written row-major, the step's column-wise work (residuals, norms, the Ritz values) read
+//! every value from its own cache line. A single chunk's thin SVD is the same TSQR (one
+//! panel factorization), not LAPACK's `dgesdd`. Measured with `rayleigh_ritz_seconds`
+//! (k = 10, l = 20, two threads) on the 2-core AMD EPYC guest, the builds in turn: 16,384
+//! samples 57–61 → 32–36 ms a step, 20,000 samples 46 → 34–36 ms, 7,990 samples 28–30 →
+//! 17–18 ms. Of a step at 16,000 samples on one thread, 24–27 ms are these products and
+//! 13–16 ms the rest (copies, residuals, the small eigenproblem), which no thread shortens.
 //!
 //! The threads are started for each product (scoped, so a panic is the caller's): about
 //! 20 µs a thread, some fifteen products a step. That is nothing on a few cores; on a node
@@ -31,7 +33,7 @@ use std::ops::Range;
 use std::sync::Mutex;
 
 use ndarray::linalg::general_mat_mul;
-use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis};
+use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis, ShapeBuilder};
 
 use crate::kernels::{qr, small_svd, stack_rows, Keep, PanelFactor, Svd};
 use crate::LinalgError;
@@ -47,6 +49,26 @@ pub(super) const CHUNK: usize = 4096;
 pub fn rayleigh_ritz_threads(samples: u64, threads: usize) -> usize {
     let chunks = samples.div_ceil(CHUNK as u64).max(1);
     (threads.max(1) as u64).min(chunks) as usize
+}
+
+thread_local! {
+    /// Seconds this thread has spent in the products shared among the threads: what
+    /// [`shared_seconds`] reads, so that the sizing model's calibration can tell the part
+    /// of a step that more cores shorten from the part they do not.
+    static SHARED: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+/// `f()`, its time added to this thread's [`SHARED`] seconds.
+fn shared<R>(f: impl FnOnce() -> R) -> R {
+    let start = std::time::Instant::now();
+    let r = f();
+    SHARED.with(|s| s.set(s.get() + start.elapsed().as_secs_f64()));
+    r
+}
+
+/// Seconds this thread has spent in products shared among the threads, since it started.
+pub(super) fn shared_seconds() -> f64 {
+    SHARED.with(|s| s.get())
 }
 
 /// The root's threads for the step's tall products.
@@ -74,6 +96,10 @@ impl Tall {
     /// thread `i mod t`; a thread that cannot be started leaves its chunks to the caller's
     /// thread. A panic in a thread is the caller's (the scope re-raises it).
     fn each<R: Send>(&self, n: usize, f: impl Fn(Range<usize>) -> R + Sync) -> Vec<R> {
+        shared(|| self.each_untimed(n, f))
+    }
+
+    fn each_untimed<R: Send>(&self, n: usize, f: impl Fn(Range<usize>) -> R + Sync) -> Vec<R> {
         let chunks = Self::chunks(n);
         let t = self.threads.min(chunks.len());
         if t <= 1 {
@@ -118,6 +144,14 @@ impl Tall {
     /// stacking the chunks' own results afterwards was a serial copy of the whole block
     /// (with the subtraction of `project_out`, a fifth of a step on the 2-core guest).
     fn each_rows_mut(
+        &self,
+        out: &mut Array2<f64>,
+        f: impl Fn(usize, ArrayViewMut2<'_, f64>) + Sync,
+    ) {
+        shared(|| self.each_rows_mut_untimed(out, f))
+    }
+
+    fn each_rows_mut_untimed(
         &self,
         out: &mut Array2<f64>,
         f: impl Fn(usize, ArrayViewMut2<'_, f64>) + Sync,
@@ -170,9 +204,9 @@ impl Tall {
         sum
     }
 
-    /// `a·c` (`n × c.ncols()`, row-major), chunk by chunk.
+    /// `a·c` (`n × c.ncols()`, column-major), chunk by chunk.
     pub(super) fn ab(&self, a: ArrayView2<'_, f64>, c: ArrayView2<'_, f64>) -> Array2<f64> {
-        let mut out = Array2::zeros((a.nrows(), c.ncols()));
+        let mut out = Array2::zeros((a.nrows(), c.ncols()).f());
         self.each_rows_mut(&mut out, |i, mut part| {
             let rows = i * CHUNK..i * CHUNK + part.nrows();
             general_mat_mul(1.0, &a.slice(s![rows, ..]), &c, 0.0, &mut part);
@@ -215,7 +249,7 @@ impl Tall {
             at += f.r.nrows();
         }
         let (factors, offsets, cs) = (&factors, &offsets, &cs);
-        let mut u = Array2::zeros((n, cs.ncols()));
+        let mut u = Array2::zeros((n, cs.ncols()).f());
         self.each_rows_mut(&mut u, |j, mut part| {
             let kj = factors[j].r.nrows();
             part.assign(&factors[j].apply(cs.slice(s![offsets[j]..offsets[j] + kj, ..])));
