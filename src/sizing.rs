@@ -919,7 +919,7 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
     // cores, at 20 and 60 sketch columns, each the faster of two measurements of four
     // steps. The two parts are timed as they run, not fitted from one thread against two:
     // on the 2-core guest two threads ran the shared products only 1.2–1.5× faster (the
-    // host's memory and its other guests), and that fit put up to nine tenths of the step
+    // host's memory and its other guests), and that fit put up to four fifths of the step
     // in the serial part, where timing finds a third.
     let rayleigh_ritz = {
         const SAMPLES: usize = 16_000;
