@@ -44,6 +44,31 @@ pub fn register(path: &Path) {
     }
 }
 
+/// Temporary files that go when the guard does, by an error or a panic as well as when the
+/// work that writes them ends, and that a signal removes meanwhile ([`register`]). A file a
+/// commit renamed away is not there to remove, and no error.
+#[derive(Debug)]
+pub struct RemovedOnDrop(Vec<PathBuf>);
+
+impl RemovedOnDrop {
+    /// Registers `paths` and removes them when dropped.
+    pub fn new(paths: impl IntoIterator<Item = PathBuf>) -> RemovedOnDrop {
+        let paths: Vec<PathBuf> = paths.into_iter().collect();
+        for p in &paths {
+            register(p);
+        }
+        RemovedOnDrop(paths)
+    }
+}
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 /// Registers the final name of a file renamed ahead of the commit that marks the run
 /// complete, the appearance of `mark`: a signal while `mark` does not exist removes it.
 pub fn register_uncommitted(path: &Path, mark: &Path) {
@@ -180,8 +205,41 @@ pub fn install(rank: usize) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// The registry is the process's: tests that register run one at a time.
+    static REGISTRY: Mutex<()> = Mutex::new(());
+
+    /// The guard removes its files when it is dropped, by a panic too, and leaves a file
+    /// renamed away (committed) where it went.
+    #[test]
+    fn a_guard_removes_its_temporaries_when_dropped_by_a_panic_too() {
+        let _one = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = std::env::temp_dir().join(format!("rankwise-guard-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b, kept) = (
+            dir.join("o.tmp-1.eigenvec"),
+            dir.join("o.tmp-1.eigenval"),
+            dir.join("o.eigenvec"),
+        );
+        let unwound = std::panic::catch_unwind(|| {
+            std::fs::write(&a, b"x").unwrap();
+            let _guard = RemovedOnDrop::new([a.clone(), b.clone()]);
+            std::fs::write(&b, b"x").unwrap();
+            panic!("a failure while writing");
+        });
+        assert!(unwound.is_err());
+        assert!(!a.exists() && !b.exists());
+        {
+            std::fs::write(&a, b"x").unwrap();
+            let _guard = RemovedOnDrop::new([a.clone()]);
+            std::fs::rename(&a, &kept).unwrap();
+        }
+        assert!(kept.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn only_registered_temporaries_are_removed() {
+        let _one = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
         let dir = std::env::temp_dir().join(format!("rankwise-interrupt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let tmp_dir = dir.join("out.zarr.tmp-1");

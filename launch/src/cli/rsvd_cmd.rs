@@ -695,17 +695,6 @@ struct Weighing {
     loading_scale: Vec<f64>,
 }
 
-/// Files removed when it is dropped (unwinding included); the missing ones are no error.
-struct RemovedOnDrop(Vec<PathBuf>);
-
-impl Drop for RemovedOnDrop {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
 fn finish_side_files(
     rt: &Runtime,
     job: &Job,
@@ -748,16 +737,12 @@ fn finish_side_files(
             option: "--out",
             message: e.to_string(),
         };
-        for p in [&vec_path, &val_path, &png_path, &var_path, &afreq_path] {
-            rankwise::output::temporaries::register(&tmp(p));
-        }
         // Every side file's temporary goes when this block ends, by an error or a panic as
         // well (after a commit they have their final names, and nothing is there to go):
-        // before rank 0 tells the others, which may end the job.
-        let _temporaries = RemovedOnDrop(
-            [&vec_path, &val_path, &png_path, &var_path, &afreq_path]
-                .map(|p| tmp(p))
-                .to_vec(),
+        // before rank 0 tells the others, which may end the job. A signal removes them
+        // meanwhile.
+        let _temporaries = rankwise::output::temporaries::RemovedOnDrop::new(
+            [&vec_path, &val_path, &png_path, &var_path, &afreq_path].map(|p| tmp(p)),
         );
         result = (|| -> Result<(), CliError> {
             write_eigenvec(
