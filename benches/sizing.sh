@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The sizing model (`rankwise plan --nodes …`) against measured runs on this machine:
-# `rankwise calibrate` once, then each workload under `mpirun -np 1..16` (one node) and on
+# `rankwise calibrate` once, then each workload under `mpirun -np 1..32` (one node) and on
 # two namespace nodes of tools/netns-cluster.sh at several link rates and delays (root
 # only; skipped, and said so, otherwise). Each run's own time and passes (its --json
 # report) beside the model's prediction for the same shape, ranks, passes and network.
@@ -104,6 +104,26 @@ for w in "${WORKLOADS[@]}"; do
     done
 done
 
+# Thirty-two ranks (a tree five levels deep), with panels a quarter as tall so that every
+# rank holds some.
+WIDE=(
+    "svd|svd --rows 4000000 --cols 20 --chunk-rows 125000 --dist normal"
+    "rsvd|rsvd --rows 200000 --cols 2000 --chunk-rows 6250 -k 10 --power-iters 2 --dist normal"
+    "pca|pca --rows 200000 --cols 2000 --chunk-rows 6250 -k 10 --power-iters 2"
+)
+if [[ ${1:-} == --quick ]]; then
+    WIDE=("${WIDE[0]}")
+fi
+for w in "${WIDE[@]}"; do
+    job=${w%%|*}
+    opts=${w#*|}
+    read -r -a args <<<"$opts"
+    read -r -a shape <<<"$(shape_of "$opts")"
+    read -r secs passes < <(measure mpirun -np 32 --oversubscribe --bind-to none -- "${args[@]}" --transport mpi)
+    read -r pred dom < <(predict "$job" "${shape[@]}" -- 1 32 "$CORES" 100,1us "$passes")
+    row "one node, mpirun -np 32" "$job" "$opts" 32 1 "shared memory" "$secs" "$passes" "$pred" "$dom"
+done
+
 # LOBPCG's Rayleigh–Ritz steps on the root: PCAs of n × n generated genotypes (n samples,
 # the step's size) stopped at 12 passes, under mpirun -np 1 and 2, the report's phase of
 # the steps against the model's, and the whole run against the model.
@@ -193,6 +213,10 @@ if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
     namespace_rows rwz1:4,rwz2:4 8 4 1,50us "2 namespace nodes × 4 ranks, 1gbit"
     # Sixteen: eight a node, three tree levels inside each node and one between them.
     namespace_rows rwz1:8,rwz2:8 16 8 1,50us "2 namespace nodes × 8 ranks, 1gbit"
+    # Thirty-two: sixteen a node, with the finer panels.
+    NODE_WORKLOADS=("${WIDE[@]}")
+    namespace_rows rwz1:16,rwz2:16 32 16 1,50us "2 namespace nodes × 16 ranks, 1gbit"
+    NODE_WORKLOADS=("${WORKLOADS[@]}")
     tools/netns-cluster.sh down >/dev/null
     # Links with a delay (tools/netdelay.py, as this kernel may lack sch_netem), two nodes of
     # one rank at 1 Gbit/s, with a PCA to the default tolerance besides: its 40-odd LOBPCG
