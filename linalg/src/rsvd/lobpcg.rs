@@ -205,13 +205,14 @@ fn norm2(v: ndarray::ArrayView1<'_, f64>) -> f64 {
     big * v.iter().map(|&x| (x / big) * (x / big)).sum::<f64>().sqrt()
 }
 
-/// The eigenpairs of the symmetric `basisᵀ·gb`, largest first.
+/// The eigenpairs of the symmetric `basisᵀ·gb`, largest first, for a basis and its
+/// products given as blocks side by side.
 fn rayleigh_ritz(
     tall: Tall,
-    basis: &Array2<f64>,
-    gb: &Array2<f64>,
+    basis: &[ArrayView2<'_, f64>],
+    gb: &[ArrayView2<'_, f64>],
 ) -> Result<(Vec<f64>, Array2<f64>), LinalgError> {
-    let m = tall.atb(basis.view(), gb.view());
+    let m = tall.atb_parts(basis, gb);
     let sym = (&m + &m.t()) * 0.5;
     let (w, v) = sym
         .eigh(UPLO::Lower)
@@ -327,48 +328,58 @@ impl Iterate {
     fn absorb(&mut self, gs: Array2<f64>) -> Result<(), LinalgError> {
         self.passes += 1;
         let l = self.l;
-        let (basis, gb) = if self.initial {
+        let gs = if self.initial {
             self.initial = false;
-            (self.x.clone(), gs)
+            // The basis is `X` alone, its product the pass's.
+            self.gx = Array2::zeros((self.x.nrows(), 0));
+            gs
+        } else if self.with_x {
+            self.with_x = false;
+            // `G·X` afresh, in f64: `P`'s product, from f32 passes, goes.
+            self.gx = gs.slice(s![.., ..l]).to_owned();
+            self.p = None;
+            gs.slice(s![.., l..]).to_owned()
         } else {
-            let gs = if self.with_x {
-                self.with_x = false;
-                // `G·X` afresh, in f64: `P`'s product, from f32 passes, goes.
-                self.gx = gs.slice(s![.., ..l]).to_owned();
-                self.p = None;
-                gs.slice(s![.., l..]).to_owned()
-            } else {
-                gs
-            };
-            let mut parts = vec![self.x.view(), self.s.view()];
-            let mut gparts = vec![self.gx.view(), gs.view()];
+            gs
+        };
+        // `[X, S, P]` and `G·[X, S, P]` as blocks side by side (the first pass: `X` and
+        // `G·X` alone): the products take them in parts, without copying them into one.
+        let first = self.gx.ncols() == 0;
+        let mut parts = vec![self.x.view()];
+        let mut gparts = vec![if first { gs.view() } else { self.gx.view() }];
+        if !first {
+            parts.push(self.s.view());
+            gparts.push(gs.view());
             if let Some((p, gp)) = &self.p {
                 parts.push(p.view());
                 gparts.push(gp.view());
             }
-            let cat = |v: &[ArrayView2<'_, f64>]| {
-                ndarray::concatenate(ndarray::Axis(1), v).expect("same rows")
-            };
-            (cat(&parts), cat(&gparts))
-        };
+        }
         let tall = self.tall;
-        let (_, c) = rayleigh_ritz(tall, &basis, &gb)?;
+        let (_, c) = rayleigh_ritz(tall, &parts, &gparts)?;
         let c1 = c.slice(s![.., ..l]).to_owned();
-        let cols = basis.ncols();
-        self.x = tall.ab(basis.view(), c1.view());
-        self.gx = tall.ab(gb.view(), c1.view());
-        if cols > l {
+        let cols = c.nrows();
+        let x = tall.ab_parts(&parts, c1.view());
+        let gx = tall.ab_parts(&gparts, c1.view());
+        let p = if cols > l {
             // `P`: the part of the new `X` from `S` and the old `P`, made orthonormal to
             // `X` in the coordinates of the (orthonormal) basis.
             let mut pc = c1.clone();
             pc.slice_mut(s![..l, ..]).fill(0.0);
             let pc = orthonormal_rest(tall, pc, &[&c1])?;
-            self.p = (pc.ncols() > 0).then(|| {
+            (pc.ncols() > 0).then(|| {
                 (
-                    tall.ab(basis.view(), pc.view()),
-                    tall.ab(gb.view(), pc.view()),
+                    tall.ab_parts(&parts, pc.view()),
+                    tall.ab_parts(&gparts, pc.view()),
                 )
-            });
+            })
+        } else {
+            None
+        };
+        self.x = x;
+        self.gx = gx;
+        if cols > l {
+            self.p = p;
         }
         Ok(())
     }

@@ -21,8 +21,14 @@
 //! panel factorization), not LAPACK's `dgesdd`. Measured with `rayleigh_ritz_seconds`
 //! (k = 10, l = 20, two threads) on the 2-core AMD EPYC guest, the builds in turn: 16,384
 //! samples 57–61 → 32–36 ms a step, 20,000 samples 46 → 34–36 ms, 7,990 samples 28–30 →
-//! 17–18 ms. Of a step at 16,000 samples on one thread, 24–27 ms are these products and
+//! 17–18 ms. Of a step at 16,000 samples on one thread, 24–27 ms were these products and
 //! 13–16 ms the rest (copies, residuals, the small eigenproblem), which no thread shortens.
+//!
+//! The basis `[X, S, P]` and its products are given as blocks side by side
+//! ([`Tall::atb_parts`], [`Tall::ab_parts`]) rather than copied into one block on one
+//! thread first: at 20,000 samples the part no thread shortens went from 15–18 ms a step to
+//! 9–10 ms, and the step on two threads from 38.5–41.4 ms to 34.7–36.2 ms (the products
+//! by parts are smaller GEMMs, and took 2–3 ms more).
 //!
 //! The threads are started for each product (scoped, so a panic is the caller's): about
 //! 20 µs a thread, some fifteen products a step. That is nothing on a few cores; on a node
@@ -204,12 +210,68 @@ impl Tall {
         sum
     }
 
-    /// `a·c` (`n × c.ncols()`, column-major), chunk by chunk.
-    pub(super) fn ab(&self, a: ArrayView2<'_, f64>, c: ArrayView2<'_, f64>) -> Array2<f64> {
-        let mut out = Array2::zeros((a.nrows(), c.ncols()).f());
+    /// `[a₁ … aₚ]ᵀ·[b₁ … b_q]` over the rows of blocks side by side, without forming them:
+    /// each chunk's product block by block, the chunks' products added in chunk order.
+    pub(super) fn atb_parts(
+        &self,
+        a: &[ArrayView2<'_, f64>],
+        b: &[ArrayView2<'_, f64>],
+    ) -> Array2<f64> {
+        let n = a.first().map_or(0, |x| x.nrows());
+        debug_assert!(a.iter().chain(b).all(|x| x.nrows() == n));
+        let (ca, cb) = (
+            a.iter().map(|x| x.ncols()).sum::<usize>(),
+            b.iter().map(|x| x.ncols()).sum::<usize>(),
+        );
+        let parts = self.each(n, |r| {
+            let mut m = Array2::zeros((ca, cb));
+            let mut i0 = 0;
+            for ai in a {
+                let mut j0 = 0;
+                for bj in b {
+                    general_mat_mul(
+                        1.0,
+                        &ai.slice(s![r.clone(), ..]).t(),
+                        &bj.slice(s![r.clone(), ..]),
+                        0.0,
+                        &mut m.slice_mut(s![i0..i0 + ai.ncols(), j0..j0 + bj.ncols()]),
+                    );
+                    j0 += bj.ncols();
+                }
+                i0 += ai.ncols();
+            }
+            m
+        });
+        let mut sum = Array2::zeros((ca, cb));
+        for p in &parts {
+            sum += p;
+        }
+        sum
+    }
+
+    /// `[a₁ … aₚ]·c` (`n × c.ncols()`, column-major) for blocks side by side, without
+    /// forming them: each chunk's rows summed part by part in place.
+    pub(super) fn ab_parts(
+        &self,
+        a: &[ArrayView2<'_, f64>],
+        c: ArrayView2<'_, f64>,
+    ) -> Array2<f64> {
+        let n = a.first().map_or(0, |x| x.nrows());
+        let mut out = Array2::zeros((n, c.ncols()).f());
         self.each_rows_mut(&mut out, |i, mut part| {
             let rows = i * CHUNK..i * CHUNK + part.nrows();
-            general_mat_mul(1.0, &a.slice(s![rows, ..]), &c, 0.0, &mut part);
+            let mut k0 = 0;
+            for (p, ai) in a.iter().enumerate() {
+                let beta = if p == 0 { 0.0 } else { 1.0 };
+                general_mat_mul(
+                    1.0,
+                    &ai.slice(s![rows.clone(), ..]),
+                    &c.slice(s![k0..k0 + ai.ncols(), ..]),
+                    beta,
+                    &mut part,
+                );
+                k0 += ai.ncols();
+            }
         });
         out
     }
@@ -281,12 +343,38 @@ mod tests {
             let small = drawn(&mut rng, c, d);
             let one = Tall::new(1);
             let atb = one.atb(a.view(), b.view());
-            let ab = one.ab(a.view(), small.view());
+            let ab = one.ab_parts(&[a.view()], small.view());
+            // The same products of the blocks cut in parts, as LOBPCG's `[X, S, P]` are.
+            fn cut(x: &Array2<f64>, at: usize) -> [ArrayView2<'_, f64>; 2] {
+                let at = at.min(x.ncols());
+                [x.slice(s![.., ..at]), x.slice(s![.., at..])]
+            }
+            let (ka, kb) = (rng.below(c + 1), rng.below(d + 1));
+            let atb_p = one.atb_parts(&cut(&a, ka), &cut(&b, kb));
+            let ab_p = one.ab_parts(&cut(&a, ka), small.view());
+            assert!((&atb_p - &atb)
+                .iter()
+                .all(|x| x.abs() < 1e-12 * (n as f64).sqrt()));
+            assert!((&ab_p - &ab).iter().all(|x| x.abs() < 1e-12));
             let (u, s, vt) = one.svd(a.view()).unwrap();
             for t in [2, 3, 5] {
                 let many = Tall::new(t);
                 assert_eq!(many.atb(a.view(), b.view()), atb, "{n}×{c}: aᵀb on {t}");
-                assert_eq!(many.ab(a.view(), small.view()), ab, "{n}×{c}: ab on {t}");
+                assert_eq!(
+                    many.ab_parts(&[a.view()], small.view()),
+                    ab,
+                    "{n}×{c}: ab on {t}"
+                );
+                assert_eq!(
+                    many.atb_parts(&cut(&a, ka), &cut(&b, kb)),
+                    atb_p,
+                    "parts on {t}"
+                );
+                assert_eq!(
+                    many.ab_parts(&cut(&a, ka), small.view()),
+                    ab_p,
+                    "parts on {t}"
+                );
                 let (u2, s2, vt2) = many.svd(a.view()).unwrap();
                 assert!(u2 == u && s2 == s && vt2 == vt, "{n}×{c}: svd on {t}");
             }
