@@ -163,6 +163,17 @@ pub struct PassRate {
 }
 
 impl PassRate {
+    /// The line through two measurements `(l, cost)`, its slope at least 0. Its intercept
+    /// may be negative (a later pass costs more than in proportion to the sketch's width):
+    /// clamping it at 0 predicted the 20-column pass from the slope alone, 40 % slow.
+    fn through((l0, t0): (f64, f64), (l1, t1): (f64, f64)) -> PassRate {
+        let b = ((t1 - t0) / (l1 - l0)).max(0.0);
+        PassRate {
+            per_value: t0 - b * l0,
+            per_value_column: b,
+        }
+    }
+
     fn at(&self, l: usize) -> f64 {
         (self.per_value + self.per_value_column * l as f64).max(0.0)
     }
@@ -896,21 +907,10 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
                 first.push((l, best.0));
                 later.push((l, best.1));
             }
-            let fit = |p: &[(f64, f64)]| {
-                let ((l0, t0), (l1, t1)) = (p[0], p[1]);
-                let b = ((t1 - t0) / (l1 - l0)).max(0.0);
-                // The line through both measurements: its intercept may be negative (a later
-                // pass costs more than in proportion to the sketch's width), and clamping it
-                // at 0 predicted the 20-column pass from the slope alone, 40 % slow.
-                PassRate {
-                    per_value: t0 - b * l0,
-                    per_value_column: b,
-                }
-            };
             Ok(PassRates {
                 produce,
-                first: fit(&first),
-                later: fit(&later),
+                first: PassRate::through(first[0], first[1]),
+                later: PassRate::through(later[0], later[1]),
             })
         };
     // LOBPCG's Rayleigh–Ritz step for 16,000 samples (not a power of two, whose strides
@@ -920,7 +920,7 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
     // steps. The two parts are timed as they run, not fitted from one thread against two:
     // on the 2-core guest two threads ran the shared products only 1.2–1.5× faster (the
     // host's memory and its other guests), and that fit put up to four fifths of the step
-    // in the serial part, where timing finds a third.
+    // in the serial part, where timing the parts finds a quarter to a third.
     let rayleigh_ritz = {
         const SAMPLES: usize = 16_000;
         let (mut serial, mut parallel) = (Vec::new(), Vec::new());
@@ -936,17 +936,9 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
             serial.push((l, s));
             parallel.push((l, p));
         }
-        let fit = |p: &[(f64, f64)]| {
-            let ((l0, t0), (l1, t1)) = (p[0], p[1]);
-            let b = ((t1 - t0) / (l1 - l0)).max(0.0);
-            PassRate {
-                per_value: t0 - b * l0,
-                per_value_column: b,
-            }
-        };
         RayleighRitzRate {
-            serial: fit(&serial),
-            parallel: fit(&parallel),
+            serial: PassRate::through(serial[0], serial[1]),
+            parallel: PassRate::through(parallel[0], parallel[1]),
         }
     };
     use rankwise_linalg::Precision::{F32, F64};

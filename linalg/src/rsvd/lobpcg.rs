@@ -245,6 +245,36 @@ fn residuals(x: &Array2<f64>, gx: &Array2<f64>, theta: &[f64]) -> (Vec<f64>, Arr
 }
 
 impl Iterate {
+    /// The iteration from the orthonormal block `x0` (`n × l`), for `k` components to
+    /// `tol` in at most `max_passes`, its first pass in `precision`.
+    fn new(
+        (k, l): (usize, usize),
+        (tol, max_passes): (f64, usize),
+        mixed: bool,
+        precision: Precision,
+        x0: Array2<f64>,
+        tall: Tall,
+    ) -> Iterate {
+        Iterate {
+            k,
+            l,
+            tol,
+            max_passes,
+            mixed,
+            precision,
+            gx: Array2::zeros((x0.nrows(), 0)),
+            s: x0.clone(),
+            x: x0,
+            p: None,
+            with_x: false,
+            initial: true,
+            history: Vec::new(),
+            passes: 0,
+            stop: Stop::None,
+            tall,
+        }
+    }
+
     /// The command for the next pass, after a pass whose products are absorbed.
     fn next(&mut self) -> Result<Vec<f64>, LinalgError> {
         let (res, r) = residuals(&self.x, &self.gx, &self.theta());
@@ -466,25 +496,15 @@ pub fn rayleigh_ritz_seconds(
     let tall = Tall::new(threads);
     let b = gaussian(n, 8 * l, 0x5EED);
     let x0 = orthonormal_rest(tall, gaussian(n, l, 0x5EED + 1), &[])?;
-    let mut it = Iterate {
-        k,
-        l,
-        // A tolerance no residual meets, and no pass limit: every step is a full one.
-        tol: f64::MIN_POSITIVE,
-        max_passes: usize::MAX,
-        mixed: false,
-        precision: Precision::F64,
-        gx: Array2::zeros((n, 0)),
-        s: x0.clone(),
-        x: x0,
-        p: None,
-        with_x: false,
-        initial: true,
-        history: Vec::new(),
-        passes: 0,
-        stop: Stop::None,
+    // A tolerance no residual meets, and no pass limit: every step is a full one.
+    let mut it = Iterate::new(
+        (k, l),
+        (f64::MIN_POSITIVE, usize::MAX),
+        false,
+        Precision::F64,
+        x0,
         tall,
-    };
+    );
     let (mut seconds, mut shared, mut timed) = (0.0, 0.0, 0);
     for step in 0..steps + 2 {
         let gs = b.dot(&b.t().dot(&it.s));
@@ -554,24 +574,14 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             // The root's actors wait while it computes each step: their cores do its products.
             let tall = Tall::new(rt.actors().iter().map(|a| a.threads()).sum());
             let x0 = orthonormal_rest(tall, omega.slice(s![.., ..l]).to_owned(), &[])?;
-            Some(Iterate {
-                k,
-                l,
-                tol: options.tol,
-                max_passes: options.max_passes,
-                mixed: options.mixed_precision,
-                precision: start_precision,
-                gx: Array2::zeros((n, 0)),
-                s: x0.clone(),
-                x: x0,
-                p: None,
-                with_x: false,
-                initial: true,
-                history: Vec::new(),
-                passes: 0,
-                stop: Stop::None,
+            Some(Iterate::new(
+                (k, l),
+                (options.tol, options.max_passes),
+                options.mixed_precision,
+                start_precision,
+                x0,
                 tall,
-            })
+            ))
         }
         false => None,
     };

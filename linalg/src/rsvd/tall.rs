@@ -50,7 +50,7 @@ use crate::LinalgError;
 pub(super) const CHUNK: usize = 4096;
 
 /// The threads LOBPCG's Rayleigh–Ritz step uses on a root rank of `threads` cores for a
-/// matrix of `samples` columns: one per chunk of [`CHUNK`] rows of its `n × c` blocks, at
+/// matrix of `samples` columns: one per chunk of 4,096 rows of its `n × c` blocks, at
 /// most the rank's cores. The sizing model divides the step's calibrated work by it.
 pub fn rayleigh_ritz_threads(samples: u64, threads: usize) -> usize {
     let chunks = samples.div_ceil(CHUNK as u64).max(1);
