@@ -306,13 +306,15 @@ pub(crate) fn calibrate_command(
     let rates = rankwise::sizing::calibrate(rt, a.values).map_err(super::cli_error)?;
     let json = serde_json::to_string_pretty(&rates).unwrap_or_default() + "\n";
     target()?;
-    let tmp = a.out.with_extension("json.partial");
+    // Written under a `.tmp-` name that a signal, a failure or a panic removes, and
+    // renamed: the rates are whole or not there.
+    let tmp = a
+        .out
+        .with_extension(format!("json.tmp-{}", std::process::id()));
+    let _temporary = rankwise::output::temporaries::RemovedOnDrop::new([tmp.clone()]);
     std::fs::write(&tmp, &json)
         .and_then(|()| std::fs::rename(&tmp, &a.out))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            option("--out", format!("{}: {e}", a.out.display()))
-        })?;
+        .map_err(|e| option("--out", format!("{}: {e}", a.out.display())))?;
     Ok(Some(format!(
         "rates of {} written to {}\n{json}",
         rates.machine,
