@@ -358,10 +358,9 @@ impl Iterate {
     fn absorb(&mut self, gs: Array2<f64>) -> Result<(), LinalgError> {
         self.passes += 1;
         let l = self.l;
-        let gs = if self.initial {
-            self.initial = false;
-            // The basis is `X` alone, its product the pass's.
-            self.gx = Array2::zeros((self.x.nrows(), 0));
+        // The first pass: the basis is `X` alone, its product the pass's.
+        let first = std::mem::replace(&mut self.initial, false);
+        let gs = if first {
             gs
         } else if self.with_x {
             self.with_x = false;
@@ -374,7 +373,6 @@ impl Iterate {
         };
         // `[X, S, P]` and `G·[X, S, P]` as blocks side by side (the first pass: `X` and
         // `G·X` alone): the products take them in parts, without copying them into one.
-        let first = self.gx.ncols() == 0;
         let mut parts = vec![self.x.view()];
         let mut gparts = vec![if first { gs.view() } else { self.gx.view() }];
         if !first {
@@ -406,11 +404,10 @@ impl Iterate {
         } else {
             None
         };
+        // (No `P` after the first pass, whose basis is `X` alone.)
         self.x = x;
         self.gx = gx;
-        if cols > l {
-            self.p = p;
-        }
+        self.p = p;
         Ok(())
     }
 
@@ -487,7 +484,13 @@ pub fn rayleigh_ritz_seconds(
     steps: usize,
 ) -> Result<StepSeconds, LinalgError> {
     let l = k + oversample;
-    if k == 0 || 8 * l > n {
+    if k == 0 {
+        return Err(LinalgError::Option {
+            parameter: "k",
+            message: "the rank must be at least 1".into(),
+        });
+    }
+    if 8 * l > n {
         return Err(LinalgError::Option {
             parameter: "n",
             message: format!("{n} samples: at least 8(k + oversample) = {}", 8 * l),
