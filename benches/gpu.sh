@@ -32,7 +32,9 @@
 # (its chunk rows, default 25000) and ZARR_DIR (where it is written, default /tmp/rankwise-gpu);
 # SVD_ROWS, SVD_COLS and SVD_CHUNK (the svd's shape, default 2000000 × 1024 in panels of
 # 100000 rows; SVD_ROWS=0 skips it);
-# SMALL_ROWS (the rows of the first, small GPU-against-CPU run, default 400000).
+# SMALL_ROWS (the rows of the first, small GPU-against-CPU run, default 400000);
+# CONV_ROWS and CONV_COLS (the default, convergence-controlled PCA of a 3-population cohort
+# on both kinds of actor; default 200000 × 5000; CONV_ROWS=0 skips it).
 # DEADLINE (seconds for the whole script, default 0: none): every step's timeout is cut to
 # what is left of it, less RESERVE seconds (default 15) for the summary, and a step with
 # under 10 s left is skipped, saying so. GPU_TESTS: the tests/gpu.rs binary (found under
@@ -69,6 +71,8 @@ SVD_ROWS=${SVD_ROWS:-2000000}
 SVD_COLS=${SVD_COLS:-1024}
 SVD_CHUNK=${SVD_CHUNK:-100000}
 SMALL_ROWS=${SMALL_ROWS:-400000}
+CONV_ROWS=${CONV_ROWS:-200000}
+CONV_COLS=${CONV_COLS:-5000}
 DEADLINE=${DEADLINE:-0}
 RESERVE=${RESERVE:-15}
 TEST_TIMEOUT=${TEST_TIMEOUT:-120}
@@ -187,6 +191,7 @@ if steps:
     print(f"- {ok} of {len(steps)} steps ok, "
           f"{sum(int(s[2]) for s in steps if len(s) == 3)} s in all (steps.tsv).")
 print()
+actor = "GPU actor" if device == "gpu" else f"{device.upper()} actor (DEVICE={device})"
 small_g, small_c = load("small-gpu"), load("small-cpu")
 if small_g and small_c:
     sg, sc = small_g["singular_values"], small_c["singular_values"]
@@ -195,6 +200,25 @@ if small_g and small_c:
     m, n = small_g["shape"]
     print(f"- {m:,} × {n:,}, f64: σ on GPU against CPU actors, largest relative "
           f"difference {worst:.1e}; panel passes on the GPU: {panels}.")
+conv_g, conv_c = load("converged-gpu"), load("converged-cpu")
+if conv_g or conv_c:
+    d = conv_g or conv_c
+    m, n = d["shape"]
+    print(f"\n## Default (convergence-controlled) pca -k 10 of a generated {m:,} × {n:,} "
+          "3-population cohort\n")
+    print("| actor | total | passes | pass precisions | converged | largest residual | tol |")
+    print("|---|---|---|---|---|---|---|")
+    for name, d in ((actor, conv_g), ("CPU actors", conv_c)):
+        if not d:
+            continue
+        c = d["convergence"]
+        precs = " ".join(c["pass_precisions"])
+        print(f"| {name} | {d['seconds']:.2f} s | {d['passes']} | {precs} | {d['converged']} | "
+              f"{max(c['residuals']):.1e} | {c['tol']:.0e} |")
+    if conv_g and conv_c:
+        a, b = conv_g["singular_values"], conv_c["singular_values"]
+        worst = max(abs(x - y) / abs(b[0]) for x, y in zip(a, b))
+        print(f"\n- σ on the GPU against CPU actors: largest difference {worst:.1e} of σ₁.")
 print()
 print("| precision | total | pass 1 | last pass | GEMM TFLOP/s | generated G values/s | peak RSS |")
 print("|---|---|---|---|---|---|---|")
@@ -236,7 +260,6 @@ if read:
               f"(PyTorch, best of {pcie['reps']}): {pcie['gb_per_s']:.1f} GB/s.")
     print(f"- host decode alone (`rankwise read`, {read['cores']} cores): "
           f"{read['decoded_gb_per_s']:.2f} GB/s decoded, {read['seconds']:.2f} s.")
-actor = "GPU actor" if device == "gpu" else f"{device.upper()} actor (DEVICE={device})"
 for name, d in ((actor, zg), ("CPU actor", zc)):
     if not d:
         continue
@@ -481,6 +504,13 @@ small=(rsvd --rows "$SMALL_ROWS" --cols "$COLS" --chunk-rows 50000 --dist genoty
     --power-iters 0 --precision f64)
 run small-gpu "${small[@]}" --device "$DEVICE"
 run small-cpu "${small[@]}" --device cpu
+# The default PCA (LOBPCG to --tol, the precision chosen by accuracy) of a structured cohort
+# with a flat tail, on both kinds of actor: passes, precision and residuals side by side.
+if ((CONV_ROWS > 0)); then
+    conv=(pca --rows "$CONV_ROWS" --cols "$CONV_COLS" --chunk-rows 25000 --populations 3 -k 10)
+    run converged-gpu "${conv[@]}" --device "$DEVICE"
+    run converged-cpu "${conv[@]}" --device cpu
+fi
 for p in $PRECISIONS; do
     run "rsvd-$p" rsvd --rows "$ROWS" --cols "$COLS" --chunk-rows "$CHUNK_ROWS" --dist genotype \
         -k 10 --power-iters 0 --precision "$p" --device "$DEVICE"

@@ -12,7 +12,9 @@
 # --tests adds DIR/release/rankwise and DIR/release/deps/gpu: the GPU test binary, laid out
 #                         as it expects (it finds rankwise beside its own directory), so
 #                         `. DIR/env.sh && RANKWISE_REQUIRE_GPU=1 DIR/release/deps/gpu` runs
-#                         tests/gpu.rs where no Rust toolchain is installed.
+#                         tests/gpu.rs where no Rust toolchain is installed; and, where
+#                         make test built them, release/deps/rankwise_device and
+#                         release/deps/device_generator (make test-gpu's other two).
 #
 # CUDA is not bundled: rankwise loads the machine's own driver, NVRTC and cuBLAS at run
 # time. Runs under the bundled Open MPI need its plugins too; use the target's MPI and
@@ -60,6 +62,16 @@ if ((TESTS)); then
     ln "$DIR.tmp/bin/rankwise" "$DIR.tmp/release/rankwise"
     objcopy --strip-debug "$test_bin" "$DIR.tmp/release/deps/gpu"
     copy_libs "$test_bin"
+    # make test-gpu's other two: the device crate's units (probe, NVRTC-compiled kernels)
+    # and the sources' device generator check, where make test built them.
+    for unit in rankwise_device device_generator; do
+        bin=$(find "$ROOT/target/release/deps" -maxdepth 1 -type f -executable -name "$unit-*" \
+            -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
+        if [[ -n $bin ]]; then
+            objcopy --strip-debug "$bin" "$DIR.tmp/release/deps/$unit"
+            copy_libs "$bin"
+        fi
+    done
 fi
 
 cat >"$DIR.tmp/env.sh" <<'EOF'

@@ -23,6 +23,8 @@
 //! - `rsvd`, `pca` and `svd` on GPU actors agree with CPU actors on the same seed and grid
 //!   (σ, and for `rsvd` and `pca` the singular subspaces: U's columns and Vᵀ's rows);
 //! - Zarr stores staged to the device through pinned buffers agree with host reads;
+//! - the default, convergence-controlled PCA converges on GPU actors as on CPU actors, to
+//!   the same eigenvalues and PCs;
 //! - NCCL sums agree with the transport's;
 //! - cuSOLVER's panel QR agrees with LAPACK's;
 //! - a GPU run repeats bit for bit.
@@ -485,6 +487,61 @@ fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The convergence-controlled PCA (the defaults: LOBPCG to `--tol`, the precision chosen
+/// by accuracy) on a GPU actor against CPU actors, on a structured cohort whose tail is
+/// flat: both converge every component, report residuals at most the tolerance, and return
+/// the same eigenvalues and PCs to within what that tolerance leaves (a residual r moves σ
+/// by O(r²/gap) and the vectors by O(r/gap); rounding differences between the devices can
+/// also change the number of passes by one).
+#[test]
+fn converged_pca_on_gpu_actors_matches_cpu_actors() {
+    if gpu_or_skip("converged_pca_on_gpu_actors_matches_cpu_actors").is_none() {
+        return;
+    }
+    let mut rng = Draw(test_seed());
+    let m = rng.range(20_000, 50_000).to_string();
+    let n = rng.range(600, 1500).to_string();
+    let seed = rng.next().to_string();
+    let dir = scratch("gpu-converged");
+    let pca = [
+        "pca",
+        "--rows",
+        m.as_str(),
+        "--cols",
+        n.as_str(),
+        "--chunk-rows",
+        "4096",
+        "-k",
+        "10",
+        "--populations",
+        "3",
+        "--missing",
+        "0.02",
+        "--seed",
+        seed.as_str(),
+    ];
+    let (cpu, cpu_report) = factors_out(&pca, "cpu", &dir.join("cpu"));
+    let (gpu, gpu_report) = factors_out(&pca, "gpu", &dir.join("gpu"));
+    assert!(on_gpu_actor(&gpu_report), "{gpu_report}");
+    for (side, r) in [("CPU", &cpu_report), ("GPU", &gpu_report)] {
+        let c = &r["convergence"];
+        println!(
+            "converged PCA {m} × {n} on {side} actors: {} passes ({}), residuals {}",
+            c["history"].as_array().map_or(0, |h| h.len()),
+            c["pass_precisions"],
+            c["residuals"]
+        );
+        assert_eq!(r["converged"], true, "{side}: {r}");
+        let tol = c["tol"].as_f64().expect("a tolerance");
+        for (i, res) in json_floats(&c["residuals"]).iter().enumerate() {
+            assert!(*res <= tol, "{side}: PC{} residual {res} > {tol}", i + 1);
+        }
+    }
+    assert_close(&gpu, &cpu, 1e-7, "converged pca");
+    assert_same_subspaces(&dir.join("gpu"), &dir.join("cpu"), 1e-3, "converged pca");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A GPU run repeats bit for bit: σ and the matrix's Σx², which the device sums per block
 /// and the host adds in block order (it was summed with atomics, whose order varies from
 /// run to run).
@@ -895,10 +952,11 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
     }
     let mut rng = Draw(test_seed());
     let dir = scratch("gpu-sh");
-    let (rows, zarr_rows, svd_rows) = (
+    let (rows, zarr_rows, svd_rows, conv_rows) = (
         rng.range(8_000, 30_000).to_string(),
         rng.range(3_000, 9_000).to_string(),
         rng.range(8_000, 20_000).to_string(),
+        rng.range(5_000, 15_000).to_string(),
     );
     let me = std::env::current_exe().unwrap();
     let all = dir.join("all");
@@ -911,6 +969,8 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
             ("CHUNK_ROWS", "4000"),
             ("ZARR_ROWS", &zarr_rows),
             ("SVD_ROWS", &svd_rows),
+            ("CONV_ROWS", &conv_rows),
+            ("CONV_COLS", "300"),
             ("GPU_TESTS", me.to_str().unwrap()),
             (
                 "TESTS_FILTER",
@@ -951,6 +1011,8 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
             "test info_names_every_cuda_library",
             "small-gpu",
             "small-cpu",
+            "converged-gpu",
+            "converged-cpu",
             "rsvd-f32",
             "rsvd-f64",
             "gen",
@@ -994,7 +1056,7 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
     assert_eq!(reports["rsvd-f64"]["shape"][0].as_u64(), rows.parse().ok());
     let summary = read(all.join("summary.md"));
     let count_line = format!("tests/gpu.rs: {count}");
-    let ok_line = format!("{} of 13 steps ok", if gpu_usable() { 11 } else { 12 });
+    let ok_line = format!("{} of 15 steps ok", if gpu_usable() { 13 } else { 14 });
     for needle in [
         "a check of this script, not of a GPU",
         count_line.as_str(),
@@ -1005,6 +1067,8 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
         "| f64 | ",
         "## Zarr → device",
         "- host decode alone",
+        "## Default (convergence-controlled) pca -k 10",
+        "| CPU actors | ",
         "## svd of a generated",
         "largest difference",
     ] {
@@ -1020,6 +1084,7 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
             ("GPU_TESTS", "none"),
             ("ZARR_ROWS", "0"),
             ("SVD_ROWS", "0"),
+            ("CONV_ROWS", "0"),
             ("DEADLINE", "5"),
         ],
     );
@@ -1043,6 +1108,7 @@ fn gpu_bench_script_runs_every_step_on_cpu_actors() {
             ("GPU_TESTS", "none"),
             ("ZARR_ROWS", "0"),
             ("SVD_ROWS", "0"),
+            ("CONV_ROWS", "0"),
             ("TIMEOUT", "10"),
         ],
     );
