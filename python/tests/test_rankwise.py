@@ -654,6 +654,11 @@ from mpi4py import MPI
 import rankwise
 comm = MPI.COMM_WORLD
 a = np.load(sys.argv[1])
+# Each rank's messages go to a file of its own: mpirun forwards the ranks' stdout through
+# one pipe, where two ranks' lines written at once can arrive joined.
+def say(line):
+    with open(sys.argv[3].replace(".npy", f"-rank{comm.rank}.log"), "a") as f:
+        f.write(line + "\\n")
 store = sys.argv[2]
 # Each rank holds its own row block: 1000 rows each, the rest on the last.
 rows = 1000
@@ -673,7 +678,7 @@ if comm.rank == 0:
 try:
     rankwise.rsvd(mine if comm.rank != 1 else mine[:, :3], 2, comm=comm, actors=1, pin=False)
 except ValueError as e:
-    print(f"rank {comm.rank}: ValueError: {e}", flush=True)
+    say(f"rank {comm.rank}: ValueError: {e}")
 # Each rank's block as a dask array with no origin: computed panel by panel where it is.
 import dask.array as da
 x = da.from_array(mine, chunks=(250, 24)) * 1.0
@@ -690,8 +695,7 @@ def fails(b, block_info=None):
 try:
     rankwise.rsvd(x.map_blocks(fails, dtype=np.float64), 4, comm=comm, actors=1, pin=False)
 except rankwise.RankwiseError as e:
-    print(f"rank {comm.rank}: RankwiseError rank={e.rank} cause={e.__cause__!r}: {e}",
-          flush=True)
+    say(f"rank {comm.rank}: RankwiseError rank={e.rank} cause={e.__cause__!r}: {e}")
 """
 
 
@@ -719,17 +723,19 @@ def test_mpi4py_under_mpirun_gives_the_embedded_bits(tmp_path):
     assert np.array_equal(np.load(tmp_path / "u-vt.npy"), embedded.vt)
     assert np.array_equal(np.load(tmp_path / "u.npy"), embedded.u)
     assert np.array_equal(np.load(tmp_path / "u-zs.npy"), rankwise.rsvd(store, 4, seed=11).s)
+    said = {rank: (tmp_path / f"u-rank{rank}.log").read_text()
+            if (tmp_path / f"u-rank{rank}.log").exists() else "" for rank in range(3)}
     for rank in range(3):
-        assert f"rank {rank}: ValueError" in p.stdout, p.stdout + p.stderr
+        assert f"rank {rank}: ValueError" in said[rank], (said, p.stdout + p.stderr)
     # The dask blocks: the embedded call's bits with the same panels (their chunks).
     dask_embedded = rankwise.rsvd(a, 4, seed=11, panel_rows=250)
     assert np.array_equal(np.load(tmp_path / "u-dask-s.npy"), dask_embedded.s)
     assert np.array_equal(np.load(tmp_path / "u-dask-u.npy"), dask_embedded.u)
     # The failing computation: every rank ends with rank 2's failure.
-    lines = {rank: next((ln for ln in p.stdout.splitlines()
+    lines = {rank: next((ln for ln in said[rank].splitlines()
                          if ln.startswith(f"rank {rank}: RankwiseError")), None)
              for rank in range(3)}
-    assert all(lines.values()), p.stdout + p.stderr
+    assert all(lines.values()), (said, p.stdout + p.stderr)
     assert "ZeroDivisionError('chunk 3 of rank 2')" in lines[2], lines[2]
     for rank in range(3):
         assert "rank=2" in lines[rank] and "chunk 3 of rank 2" in lines[rank], lines[rank]
