@@ -51,6 +51,13 @@ pub enum Error {
     /// From the transport.
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// From writing a result group.
+    #[error(transparent)]
+    Output(#[from] rankwise_output::group::OutputError),
+    /// From a function of the caller's that the library called (a side file's writer:
+    /// [`crate::pca_group::ExtraSideFile`]), as it returned it.
+    #[error(transparent)]
+    Caller(Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
 impl Error {

@@ -89,6 +89,7 @@ mod error;
 pub mod host_mpi;
 pub mod memory;
 mod open;
+pub mod pca_group;
 pub mod sizing;
 
 pub use error::Error;
@@ -263,6 +264,86 @@ pub fn pca(
     params: &genomics::PcaParams,
 ) -> Result<genomics::Pca, Error> {
     Ok(genomics::pca(rt, input.genotypes()?, params)?)
+}
+
+/// [`pca`], with the results published as files on every rank, all or nothing: the Zarr
+/// group `files.out` in sgkit's layout (`U`, `S`, `Vt`, the residuals, PLINK 2's
+/// eigenvalues, the samples' and variants' names and each variant's frequency, calls and
+/// loadings), PLINK 2's `OUT.eigenvec` and `OUT.eigenval`, and what [`project`] reads
+/// (`OUT.eigenvec.var`, `OUT.afreq`): see [`pca_group`]. Existing results are never
+/// overwritten; a failure on any rank leaves none of the files behind, and every rank
+/// returns it. `params.weights` is refused: the group's side files hold the weights.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("rankwise-doc-group-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// # let prefix = dir.join("cohort");
+/// # rankwise::genomics::write_example_fileset(&prefix, 400, 60, 7).unwrap();
+/// use rankwise::genomics::PcaParams;
+/// use rankwise::pca_group::PcaFiles;
+///
+/// let rt = rankwise::World::embedded().build()?;
+/// let cohort = rankwise::open(prefix.to_str().unwrap())?;
+/// let out = dir.join("pcs.zarr");
+/// let pca = rankwise::pca_to_group(&rt, &cohort, &PcaParams::default(), PcaFiles::new(&out))?;
+/// assert!(pca.convergence.converged);
+/// assert!(out.join("U").is_dir() && out.with_extension("eigenvec").is_file());
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn pca_to_group(
+    rt: &Runtime,
+    input: &Input,
+    params: &genomics::PcaParams,
+    files: pca_group::PcaFiles,
+) -> Result<genomics::Pca, Error> {
+    if params.weights.is_some() {
+        return Err(Error::Parameter {
+            parameter: "weights",
+            message: "the group's side files hold the weights (`OUT.eigenvec.var`, \
+                      `OUT.afreq`, `OUT.eigenval`): leave it unset"
+                .into(),
+        });
+    }
+    let problem = genomics::pca_problem(input.genotypes()?, params, |p| p)?;
+    let group = pca_group::PcaGroup::open(rt, files, &problem, params.solver.k)?;
+    let run = (|| {
+        let mut sink = group.sink(&problem);
+        let loadings = params.loadings.then(|| LocalRows::collect(params.solver.k));
+        if let Some((collect, _)) = &loadings {
+            let (write, collect) = (sink, std::sync::Arc::clone(collect));
+            sink = std::sync::Arc::new(move |panel, rows: std::ops::Range<u64>, f| {
+                write(panel, rows.clone(), f)?;
+                collect(panel, rows, f)
+            });
+        }
+        let result = linalg::rsvd(rt, &problem, &params.solver, Some(sink))?;
+        let c = &result.convergence;
+        if params.require_converged && !c.converged {
+            return Err(Error::NotConverged(c.describe("PC")));
+        }
+        // Every rank's actors have written their rows of `U` before rank 0 completes the
+        // group.
+        rt.comm().barrier()?;
+        if rt.rank() == 0 {
+            group.write_result(&problem, &result)?;
+        }
+        group.commit(rt, &[])?;
+        let mut pca = genomics::Pca::of(&problem, &result);
+        pca.loadings =
+            loadings.map(|(_, rows)| genomics::loadings_of(&problem, &result, rows.finish()));
+        Ok(pca)
+    })();
+    match run {
+        Ok(pca) => Ok(pca),
+        Err(e) => {
+            // A peer's failure was announced by that peer: this rank only cleans up.
+            let own = || e.to_string();
+            let announce = e.peer_failure().is_none();
+            group.abandon(rt, announce.then_some(&own as &dyn Fn() -> String));
+            Err(e)
+        }
+    }
 }
 
 /// The PCs of the samples of `input` (genotypes) on the axes of an earlier PCA, whose

@@ -215,3 +215,164 @@ fn library_errors_name_parameters_and_the_command_line_names_flags() {
     assert_fails_naming(&run, &[], "--chr");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The bytes of every file under `dir` (a group, or one file), by path relative to it,
+/// less the report (its timings and host differ from run to run) and the metadata that
+/// names it.
+fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        } else {
+            let name = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+            if !name.ends_with("zarr.json") && !name.starts_with('.') {
+                files.insert(name, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// `rankwise::pca_to_group` publishes what `rankwise pca --out` publishes: the group's
+/// arrays and PLINK 2's side files, byte for byte (the command line adds its plot), on
+/// one rank and on two; it never overwrites results, refuses what the group already
+/// holds, and a run that fails leaves nothing behind.
+#[test]
+fn the_library_publishes_the_command_lines_group_and_side_files() {
+    use rankwise::pca_group::PcaFiles;
+    let dir = scratch("library-group");
+    let mut draw = Draw(test_seed());
+    let (variants, samples) = (draw.range(600, 2500), draw.range(50, 160));
+    let prefix = dir.join("cohort");
+    write_example_fileset(&prefix, variants, samples, draw.next()).unwrap();
+    let p = prefix.to_str().unwrap().to_string();
+    let k = draw.range(2, 6) as usize;
+    let seed = draw.next() % 1000;
+    let params = PcaParams {
+        solver: rankwise::RsvdOptions {
+            k,
+            seed,
+            ..PcaParams::default().solver
+        },
+        filter: VariantFilter::new(0.02, 0.2).unwrap(),
+        ..PcaParams::default()
+    };
+    let what = format!("{variants} × {samples}, k = {k}");
+    let lib_out = dir.join("lib.zarr");
+    let cohort = open(&p).unwrap();
+    let lib = rankwise::pca_to_group(&world(), &cohort, &params, PcaFiles::new(&lib_out))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let cli_out = dir.join("cli.zarr");
+    cli(&strings(&[
+        "pca",
+        "--bed",
+        &p,
+        "-k",
+        &k.to_string(),
+        "--sketch-seed",
+        &seed.to_string(),
+        "--maf",
+        "0.02",
+        "--geno",
+        "0.2",
+        "--out",
+        cli_out.to_str().unwrap(),
+    ]));
+    let mut lib_files = tree(&lib_out);
+    let mut cli_files = tree(&cli_out);
+    for f in [&mut lib_files, &mut cli_files] {
+        f.retain(|name, _| !name.ends_with("report.json"));
+    }
+    assert!(lib_files
+        .keys()
+        .any(|n| n.starts_with("sample_pca_loading")));
+    assert_eq!(
+        lib_files.keys().collect::<Vec<_>>(),
+        cli_files.keys().collect::<Vec<_>>(),
+        "{what}"
+    );
+    for (name, bytes) in &lib_files {
+        assert!(&cli_files[name] == bytes, "{what}: {name} differs");
+    }
+    for ext in ["eigenvec", "eigenval", "eigenvec.var", "afreq"] {
+        let (a, b) = (lib_out.with_extension(ext), cli_out.with_extension(ext));
+        assert_eq!(
+            std::fs::read(&a).unwrap(),
+            std::fs::read(&b).unwrap(),
+            "{what}: .{ext}"
+        );
+    }
+    assert!(cli_out.with_extension("png").is_file());
+    assert!(!lib_out.with_extension("png").exists());
+    let (_, s) = rankwise::output::read_f64_array(&lib_out, "S").unwrap();
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&s), bits(&lib.singular_values), "{what}");
+
+    // Two ranks (threads of the Local transport): the same bytes.
+    let two = dir.join("two.zarr");
+    let (params2, two2, cohort2) = (params.clone(), two.clone(), cohort.clone());
+    let config = rankwise::RuntimeConfig {
+        actors: Some(1),
+        pin: false,
+        ..Default::default()
+    };
+    for r in rankwise::local_world(2, &config, move |rt| {
+        rankwise::pca_to_group(&rt, &cohort2, &params2, PcaFiles::new(&two2))
+            .map(|p| p.singular_values)
+            .map_err(|e| e.to_string())
+    }) {
+        let s2 = r
+            .expect("a runtime")
+            .unwrap_or_else(|e| panic!("{what}: two ranks: {e}"));
+        assert_eq!(bits(&s2), bits(&lib.singular_values), "{what}: two ranks");
+    }
+    let mut two_files = tree(&two);
+    two_files.retain(|name, _| !name.ends_with("report.json"));
+    assert_eq!(two_files, lib_files, "{what}: two ranks' group");
+
+    // Never over results; what the group holds is refused; a failure leaves nothing.
+    let before = tree(&dir);
+    let again = rankwise::pca_to_group(&world(), &cohort, &params, PcaFiles::new(&lib_out));
+    let e = again.expect_err("an existing group");
+    assert_eq!(e.parameter(), Some("out"), "{e}");
+    assert!(e.to_string().contains("never overwrites"), "{e}");
+    let weights = PcaParams {
+        weights: Some(dir.join("w")),
+        ..params.clone()
+    };
+    let e = rankwise::pca_to_group(
+        &world(),
+        &cohort,
+        &weights,
+        PcaFiles::new(dir.join("w.zarr")),
+    )
+    .expect_err("weights and a group");
+    assert_eq!(e.parameter(), Some("weights"), "{e}");
+    let strict = PcaParams {
+        solver: rankwise::RsvdOptions {
+            tol: 1e-15,
+            max_passes: 3,
+            ..params.solver.clone()
+        },
+        require_converged: true,
+        ..params.clone()
+    };
+    let e = rankwise::pca_to_group(
+        &world(),
+        &cohort,
+        &strict,
+        PcaFiles::new(dir.join("x.zarr")),
+    )
+    .expect_err("unconverged with require_converged");
+    assert!(matches!(e, rankwise::Error::NotConverged(_)), "{e}");
+    assert_eq!(
+        tree(&dir),
+        before,
+        "a refused or failed run left files behind"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

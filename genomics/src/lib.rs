@@ -669,7 +669,7 @@ pub fn pca(
         }
         return Err(Error::NotConverged(c.describe("PC")));
     }
-    let (eigenvalues, explained_variance_ratio) = pca_scales(&result);
+    let (eigenvalues, _) = pca_scales(&result);
     if let (Some(parts), rankwise_linalg::Operand::Genotypes(g, _)) = (&parts, &problem.operand) {
         let used = result
             .genotypes
@@ -684,41 +684,60 @@ pub fn pca(
             &eigenvalues,
         )?;
     }
+    let mut pca = Pca::of(&problem, &result);
+    pca.loadings =
+        loadings.map(|(_, collector)| loadings_of(&problem, &result, collector.finish()));
+    Ok(pca)
+}
+
+/// sgkit's loadings of this rank's rows of `U` (`rows`, from a [`rankwise_linalg::LocalRows`] collector
+/// the solver wrote through): each column scaled by `√(σ² / (samples − 1))`, as the
+/// command line writes `sample_pca_loading` (the same products, the same bits).
+pub fn loadings_of(
+    problem: &RsvdProblem,
+    result: &rankwise_linalg::RsvdResult,
+    mut rows: rankwise_linalg::LocalRows,
+) -> rankwise_linalg::LocalRows {
     let samples = problem.operand.shape().1;
-    let sample_ids = match &problem.operand {
-        rankwise_linalg::Operand::Genotypes(g, _) => g.sample_ids(),
-        rankwise_linalg::Operand::Dense(_) => None,
+    let scale: Vec<f64> = (result.s.iter())
+        .map(|s| (s * s / (samples.max(2) - 1) as f64).sqrt())
+        .collect();
+    rows.values *= &ndarray::ArrayView1::from(&scale[..]);
+    rows
+}
+
+impl Pca {
+    /// The PCA that `result` is of `problem` (a [`pca_problem`]): the samples' IDs and
+    /// PCs, PLINK 2's eigenvalues, the convergence report; no loadings.
+    pub fn of(problem: &RsvdProblem, result: &rankwise_linalg::RsvdResult) -> Pca {
+        let (eigenvalues, explained_variance_ratio) = pca_scales(result);
+        let samples = problem.operand.shape().1;
+        let genotypes = match &problem.operand {
+            rankwise_linalg::Operand::Genotypes(g, _) => Some(g),
+            rankwise_linalg::Operand::Dense(_) => None,
+        };
+        let sample_ids = genotypes
+            .and_then(|g| g.sample_ids())
+            .unwrap_or_else(|| (0..samples).map(|j| format!("sample_{j}")).collect());
+        let family_ids = genotypes
+            .and_then(|g| g.family_ids())
+            .filter(|f| f.len() == sample_ids.len());
+        let variants_used = result
+            .genotypes
+            .as_ref()
+            .map_or(0, |g| g.variants - g.variants_filtered);
+        Pca {
+            sample_ids,
+            family_ids,
+            pcs: result.wt.t().to_owned(),
+            eigenvalues,
+            explained_variance_ratio,
+            singular_values: result.s.clone(),
+            convergence: result.convergence.clone(),
+            variants_used,
+            loadings: None,
+        }
     }
-    .unwrap_or_else(|| (0..samples).map(|j| format!("sample_{j}")).collect());
-    let family_ids = match &problem.operand {
-        rankwise_linalg::Operand::Genotypes(g, _) => g.family_ids(),
-        rankwise_linalg::Operand::Dense(_) => None,
-    }
-    .filter(|f| f.len() == sample_ids.len());
-    let variants_used = result
-        .genotypes
-        .as_ref()
-        .map_or(0, |g| g.variants - g.variants_filtered);
-    let loadings = loadings.map(|(_, collector)| {
-        let mut rows = collector.finish();
-        // As the command line writes `sample_pca_loading`: the same products, the same bits.
-        let scale: Vec<f64> = (result.s.iter())
-            .map(|s| (s * s / (samples.max(2) - 1) as f64).sqrt())
-            .collect();
-        rows.values *= &ndarray::ArrayView1::from(&scale[..]);
-        rows
-    });
-    Ok(Pca {
-        sample_ids,
-        family_ids,
-        pcs: result.wt.t().to_owned(),
-        eigenvalues,
-        explained_variance_ratio,
-        singular_values: result.s.clone(),
-        convergence: result.convergence.clone(),
-        variants_used,
-        loadings,
-    })
 }
 
 /// Writes a PLINK 1 fileset of `variants` × `samples` drawn by the generator from `seed`

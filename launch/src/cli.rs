@@ -1067,6 +1067,14 @@ pub(crate) fn cli_error(e: impl Into<rankwise::Error>) -> CliError {
         rankwise::Error::Runtime(e) => CliError::Runtime(e),
         rankwise::Error::Source(e) => CliError::Source(e),
         rankwise::Error::Transport(e) => CliError::Transport(e),
+        rankwise::Error::Output(e) => CliError::Output(e),
+        // A function of ours the library called (a side file's writer) failed.
+        rankwise::Error::Caller(e) => match e.downcast::<CliError>() {
+            Ok(e) => *e,
+            Err(e) => CliError::Failed {
+                message: e.to_string(),
+            },
+        },
         rankwise::Error::File { path, message } => CliError::File { path, message },
         rankwise::Error::NotFound { path } => CliError::File {
             path,
@@ -1355,8 +1363,15 @@ fn opened<O>(
         PublishError::Output(e) => CliError::Output(e),
         PublishError::Transport(e) => CliError::Transport(e),
     })?;
-    if !opened.stale.is_empty() {
-        let list: Vec<String> = (opened.stale.iter())
+    note_stale(&opened.stale);
+    Ok((opened.output, opened.tmp))
+}
+
+/// Tells the user (on rank 0, where `stale` is not empty) about the temporaries of the
+/// output that an earlier run left.
+pub(crate) fn note_stale(stale: &[std::path::PathBuf]) {
+    if !stale.is_empty() {
+        let list: Vec<String> = (stale.iter())
             .map(|p| format!("'{}'", p.display()))
             .collect();
         eprintln!(
@@ -1367,7 +1382,6 @@ fn opened<O>(
             list.join(" ")
         );
     }
-    Ok((opened.output, opened.tmp))
 }
 
 /// Ends a job that writes `output`: on error the peers are told first, then the temporary
@@ -1378,29 +1392,39 @@ pub(crate) fn finish_output<T, O>(
     result: Result<T, CliError>,
     output: Option<Opened<O>>,
 ) -> Result<T, CliError> {
-    match (result, output) {
-        (Ok(v), _) => Ok(v),
-        (Err(e), Some((output, tmp))) => {
-            // A peer's failure was announced by that peer: this rank only cleans up.
-            let announce = e.peer_failure().is_none();
-            let own = || e.to_string();
+    match output {
+        Some((output, tmp)) => finish_with(result, |own| {
             let opened = rankwise::output::publish::Opened {
                 output,
                 tmp,
                 stale: Vec::new(),
             };
-            let heard = rankwise::output::publish::abandon_collectively(
-                rt,
-                opened,
-                announce.then_some(&own as &dyn Fn() -> String),
-            );
+            rankwise::output::publish::abandon_collectively(rt, opened, own)
+        }),
+        None => result,
+    }
+}
+
+/// Ends a job whose output `abandon` removes on error (after telling the peers the
+/// message it is given, unless the failure is a peer's), so nothing half-written is left
+/// behind; `abandon` returns the failure of a peer that arrived instead, if one did.
+pub(crate) fn finish_with<T>(
+    result: Result<T, CliError>,
+    abandon: impl FnOnce(Option<&dyn Fn() -> String>) -> Option<(usize, String)>,
+) -> Result<T, CliError> {
+    match result {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            // A peer's failure was announced by that peer: this rank only cleans up.
+            let announce = e.peer_failure().is_none();
+            let own = || e.to_string();
+            let heard = abandon(announce.then_some(&own as &dyn Fn() -> String));
             Err(if announce && heard.is_none() {
                 CliError::Announced(Box::new(e))
             } else {
                 e
             })
         }
-        (Err(e), None) => Err(e),
     }
 }
 

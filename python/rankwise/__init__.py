@@ -628,7 +628,8 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         oversample: int = 10, power_iters: Optional[int] = None, method: Optional[str] = None,
         tol: float = 1e-6, max_passes: int = 100, precision: str = "auto", seed: int = 0,
         require_converged: bool = False, panel_rows: Optional[int] = None,
-        sample_ids: Optional[Sequence[str]] = None, weights=None, comm=None,
+        sample_ids: Optional[Sequence[str]] = None, weights=None, out=None,
+        zarr_format: int = 3, comm=None,
         actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
         memory_per_actor=None, pin: Optional[bool] = None, device: Optional[str] = None,
         endpoint_url: Optional[str] = None,
@@ -654,6 +655,12 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         weights: a path prefix: write ``PREFIX.eigenvec.var`` (variant weights, as
             ``plink2 --pca var-wts``), ``PREFIX.afreq`` and ``PREFIX.eigenval`` there, what
             :func:`project` and ``plink2 --score`` read to project new samples.
+        out: publish the results as ``rankwise pca --out`` does, all or nothing on every
+            rank: the Zarr group ``out`` in sgkit's layout (``sgkit.load_dataset`` reads
+            it), PLINK 2's ``OUT.eigenvec`` and ``OUT.eigenval``, and ``OUT.eigenvec.var``
+            and ``OUT.afreq`` for :func:`project` (instead of ``weights``). Existing
+            results are never overwritten.
+        zarr_format: the group's Zarr format, 3 or 2 (sgkit 0.10 reads only 2).
     """
     world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
                    endpoint_url, io_concurrency, io_retries)
@@ -672,6 +679,8 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         "max_passes": max_passes, "precision": precision, "seed": seed,
         "require_converged": require_converged, "panel_rows": panel_rows,
         "weights": None if weights is None else os.fspath(weights),
+        "out": None if out is None else os.fspath(out),
+        "zarr_format": zarr_format,
     }
     mask = None
     if isinstance(src, tuple):

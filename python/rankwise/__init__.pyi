@@ -120,6 +120,8 @@ def pca(
     panel_rows: Optional[int] = ...,
     sample_ids: Optional[Sequence[str]] = ...,
     weights: Union[None, str, os.PathLike[str]] = ...,
+    out: Union[None, str, os.PathLike[str]] = ...,
+    zarr_format: int = ...,
     comm: Any = ...,
     actors: Optional[int] = ...,
     threads_per_actor: Optional[int] = ...,

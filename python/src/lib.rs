@@ -29,6 +29,7 @@ use pyo3::types::{PyDict, PyList};
 use rankwise::exec::{Interrupter, Progress, RuntimeError};
 use rankwise::genomics::{IdList, PcaParams, Selection};
 use rankwise::linalg::{HweP, LinalgError, SvdOptions, VariantFilter};
+use rankwise::output::group::ZarrFormat;
 use rankwise::sources::RemoteOptions;
 use rankwise::{Error, Input, Method, Precision, Runtime, SolverChoice};
 
@@ -161,6 +162,10 @@ struct Job {
     panel_rows: u64,
     /// `pca`: where to write the projection files; `project`: where to read them.
     weights: Option<String>,
+    /// `pca`: the result group to publish, with PLINK 2's side files beside it.
+    out: Option<String>,
+    /// Its Zarr format (3, or 2 for sgkit 0.10).
+    zarr_format: Option<u8>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -299,6 +304,8 @@ fn parse_job(command: &str, o: &Bound<'_, PyDict>) -> PyResult<Job> {
         selection,
         panel_rows: get(o, "panel_rows", &mut used)?.unwrap_or(0),
         weights: get(o, "weights", &mut used)?,
+        out: get(o, "out", &mut used)?,
+        zarr_format: get(o, "zarr_format", &mut used)?,
     };
     for key in o.keys() {
         let key: String = key.extract()?;
@@ -543,7 +550,24 @@ fn work(
                 // sgkit's `sample_pca_loading`, which `to_xarray` returns as sgkit does.
                 loadings: true,
             };
-            Outcome::Pca(Box::new(rankwise::pca(&rt, &input, &params).map_err(fail)?))
+            let pca = match job.out {
+                Some(out) => {
+                    let mut files = rankwise::pca_group::PcaFiles::new(out);
+                    files.zarr_format = match job.zarr_format.unwrap_or(3) {
+                        3 => ZarrFormat::V3,
+                        2 => ZarrFormat::V2,
+                        other => {
+                            return Err(fail(Error::Parameter {
+                                parameter: "zarr_format",
+                                message: format!("{other}: 2 or 3"),
+                            }))
+                        }
+                    };
+                    rankwise::pca_to_group(&rt, &input, &params, files)
+                }
+                None => rankwise::pca(&rt, &input, &params),
+            };
+            Outcome::Pca(Box::new(pca.map_err(fail)?))
         }
         Command::Project => {
             let Some(pca) = job.weights else {

@@ -277,6 +277,33 @@ def test_pca_of_stores_and_datasets_has_the_command_lines_bits(tmp_path):
                                from_ds.explained_variance_ratio)
 
 
+def test_pca_out_publishes_the_command_lines_group_and_files(tmp_path):
+    run_cli("gen", "--out", "g.zarr", "--rows", "2400", "--cols", "90", "--chunk-rows", "600",
+            "--dist", "genotype", "--populations", "2", "--seed", str(SEED % 1000),
+            cwd=tmp_path)
+    spec = str(tmp_path / "g.zarr") + ":call_dosage"
+    res = rankwise.pca(spec, 3, seed=9, maf=0.01, out=tmp_path / "py")
+    run_cli("pca", "--zarr", spec, "-k", "3", "--sketch-seed", "9", "--maf", "0.01",
+            "--out", "o", cwd=tmp_path)
+    for name in ("S", "U", "Vt", "eigenvalues", "sample_pca_loading",
+                 "variant_counted_allele_frequency", "sample_pca_projection"):
+        # (NaN: the frequency of a variant that did not enter.)
+        assert np.array_equal(read_group(str(tmp_path / "py"), name),
+                              read_group(str(tmp_path / "o"), name), equal_nan=True), name
+    assert np.array_equal(read_group(str(tmp_path / "py"), "S"), res.singular_values)
+    for ext in ("eigenvec", "eigenval", "eigenvec.var", "afreq"):
+        with open(tmp_path / f"py.{ext}") as a, open(tmp_path / f"o.{ext}") as b:
+            assert a.read() == b.read(), ext
+    # The loadings come back as without out=, and results are never overwritten.
+    assert res.loadings is not None and res.loadings.shape == (2400, 3)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(ValueError, match="never overwrites"):
+        rankwise.pca(spec, 3, seed=9, out=tmp_path / "py")
+    with pytest.raises(ValueError, match="zarr_format"):
+        rankwise.pca(spec, 3, out=tmp_path / "v4", zarr_format=4)
+    assert sorted(os.listdir(tmp_path)) == before
+
+
 def test_projection_reproduces_the_pca_and_the_command_line(tmp_path):
     seed = str(SEED % 1000)
     for name, s in (("g.zarr", seed), ("new.zarr", str(SEED % 1000 + 1))):

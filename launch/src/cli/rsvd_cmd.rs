@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
-use ndarray::{Array2, ArrayView2};
+use ndarray::Array2;
 use rankwise::genomics::{pca_problem, pca_scales, IdList, PcaParams, Selection};
 use rankwise::Input;
 use rankwise_exec::format_bytes;
 use rankwise_exec::Runtime;
 use rankwise_linalg::{
-    rsvd, FactorSink, HweP, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan,
-    RsvdProblem, RsvdResult, VariantFilter,
+    rsvd, HweP, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem,
+    RsvdResult, VariantFilter,
 };
 use rankwise_sources::{Dist, ElementType, Generated, GenotypeSource};
 use serde_json::json;
@@ -24,15 +24,11 @@ use super::{
 use crate::launcher::LaunchInfo;
 use crate::plot::{plot_pcs, Groups};
 use crate::report::seconds;
-use rankwise::genomics::plink_files::{write_eigenval, write_eigenvec};
-use rankwise::genomics::projection::{
-    variant_frequencies, write_weight_files, VariantInfo, WeightRows,
-};
-use rankwise::genomics::GenomicsError;
-use rankwise::output::group::{read_f64_rows, Dims, OutputLayout, SvdOutput, ZarrFormat};
+use rankwise::output::group::{SvdOutput, ZarrFormat};
 use rankwise::output::report::{
     peak_rss_bytes, MachineLimit, RankReport, RsvdBody, RsvdWork, RunReport,
 };
+use rankwise::pca_group::{result_layout, CallerError, PcaFiles, PcaGroup};
 
 /// How the range is refined.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -313,40 +309,6 @@ impl PcaArgs {
     }
 }
 
-/// The extensions of a PCA's side files: PLINK 2's `.eigenvec` and `.eigenval`, the plot,
-/// and what projection reads (`.eigenvec.var`, `.afreq`).
-const SIDE_EXTENSIONS: [&str; 5] = ["eigenvec", "eigenval", "png", "eigenvec.var", "afreq"];
-
-fn side_files(out: &Path) -> [PathBuf; 5] {
-    SIDE_EXTENSIONS.map(|e| out.with_extension(e))
-}
-
-/// The per-variant arrays of a PCA's output group: the frequency of the counted allele
-/// (NaN for a variant that did not enter) and the number of calls.
-const FREQUENCY: &str = "variant_counted_allele_frequency";
-const CALLS: &str = "variant_call_count";
-/// sgkit's loadings, variants × components: `U` scaled by the square root of each
-/// component's explained variance, so a column's squares sum to that variance.
-const LOADING: &str = "sample_pca_loading";
-
-/// The factor sink of a PCA: `U`'s rows, and each variant's frequency and calls, read
-/// again from the panel's rows by the actor that owns them.
-fn pca_sink(o: Arc<SvdOutput>, g: Arc<dyn GenotypeSource>, filter: VariantFilter) -> FactorSink {
-    Arc::new(
-        move |_panel: usize,
-              rows: std::ops::Range<u64>,
-              f: ArrayView2<'_, f64>|
-              -> Result<(), String> {
-            o.write_u_rows(rows.start, f).map_err(|e| e.to_string())?;
-            let (freq, calls) = variant_frequencies(g.as_ref(), &filter, rows.clone())
-                .map_err(|e| e.to_string())?;
-            o.write_row_vector(FREQUENCY, rows.start, &freq)
-                .and_then(|()| o.write_row_vector(CALLS, rows.start, &calls))
-                .map_err(|e| e.to_string())
-        },
-    )
-}
-
 pub(super) fn rsvd_command(
     rt: &Runtime,
     launch: &LaunchInfo,
@@ -371,7 +333,6 @@ pub(super) fn rsvd_command(
     let job = Job {
         command: "rsvd",
         shape,
-        chunk_rows: problem.grid.chunk_rows,
         describe,
         out: a.out.clone(),
         zarr_format: a.zarr_format.into(),
@@ -494,7 +455,6 @@ pub(super) fn pca_command(
     let job = Job {
         command: "pca",
         shape,
-        chunk_rows: problem.grid.chunk_rows,
         describe,
         out: a.out.clone(),
         zarr_format: a.zarr_format.into(),
@@ -510,7 +470,6 @@ pub(super) fn pca_command(
 struct Job {
     command: &'static str,
     shape: (u64, u64),
-    chunk_rows: u64,
     describe: serde_json::Value,
     out: Option<PathBuf>,
     /// `--zarr-format`.
@@ -529,15 +488,6 @@ impl Job {
     fn is_pca(&self) -> bool {
         self.command == "pca"
     }
-}
-
-/// Whether the run writes what projection needs: a PCA with an output, of genotypes whose
-/// `U` rows are variants.
-fn weighs(job: &Job, problem: &RsvdProblem) -> bool {
-    job.is_pca()
-        && job.out.is_some()
-        && !problem.transposed
-        && matches!(problem.operand, Operand::Genotypes(..))
 }
 
 fn run_job(
@@ -570,278 +520,100 @@ fn run_job(
         }));
     }
     let output = match &job.out {
+        Some(out) if job.is_pca() => {
+            let files = pca_files(job, out);
+            let group = PcaGroup::open(rt, files, problem, options.k).map_err(cli_error)?;
+            super::note_stale(group.stale());
+            Some(JobOutput::Pca(Box::new(group)))
+        }
         Some(out) => {
-            if job.is_pca() {
-                for f in side_files(out) {
-                    if f.exists() {
-                        // Side files are committed before their group: without the group
-                        // they are what an interrupted commit (SIGKILL) left.
-                        let how = if out.exists() {
-                            String::new()
-                        } else {
-                            let all: Vec<String> = side_files(out)
-                                .iter()
-                                .filter(|p| p.exists())
-                                .map(|p| format!("'{}'", p.display()))
-                                .collect();
-                            format!(
-                                " (without its group {}: a run was killed while committing; \
-                                 to run again, remove them: rm {})",
-                                out.display(),
-                                all.join(" ")
-                            )
-                        };
-                        return Err(CliError::Option {
-                            option: "--out",
-                            message: format!(
-                                "{} exists{how}; rankwise never overwrites results",
-                                f.display()
-                            ),
-                        });
-                    }
-                }
-            }
-            let (m, n) = job.shape;
-            let weighing = weighs(job, problem);
-            let layout = OutputLayout {
-                format: job.zarr_format,
-                m,
-                n,
-                k: options.k as u64,
-                u_chunk_rows: if problem.transposed {
-                    m.max(1)
-                } else {
-                    job.chunk_rows
-                },
-                vt_chunk_cols: if problem.transposed {
-                    job.chunk_rows
-                } else {
-                    n.max(1)
-                },
-                row_vectors: if weighing {
-                    vec![FREQUENCY.to_string(), CALLS.to_string()]
-                } else {
-                    Vec::new()
-                },
-                row_matrices: if weighing {
-                    vec![LOADING.to_string()]
-                } else {
-                    Vec::new()
-                },
-                dims: if weighing {
-                    Dims::GENOTYPES
-                } else {
-                    Dims::MATRIX
-                },
-                attributes: serde_json::Map::from_iter([
-                    ("source".to_string(), json!(problem.operand.describe())),
-                    ("command".to_string(), json!(job.command)),
-                    (
-                        "producer".to_string(),
-                        json!(format!("rankwise {}", env!("CARGO_PKG_VERSION"))),
-                    ),
-                ]),
-            };
-            Some(open_output(rt, out, layout)?)
+            let layout = result_layout(problem, options.k, job.zarr_format, job.command, false);
+            Some(JobOutput::Plain(open_output(rt, out, layout)?))
         }
         None => None,
     };
-    let shared = output.as_ref().map(|o| Arc::clone(&o.0));
     rt.progress().set_title(
         format!("{} k = {}", job.command, options.k),
         problem.operand.describe(),
     );
-    let result = compute(rt, launch, job, problem, options, shared, start);
-    let result = match (result, &output) {
-        (Ok(v), Some(o)) if job.is_pca() => finish_side_files(rt, job, o, v),
-        (r, _) => r,
-    };
-    finish_output(rt, result, output).map(|d| d.text)
+    let result = compute(rt, launch, job, problem, options, output.as_ref(), start);
+    match output {
+        Some(JobOutput::Pca(group)) => {
+            let result = result.and_then(|done| commit_pca(rt, job, &group, done));
+            super::finish_with(result, |own| group.abandon(rt, own)).map(|d| d.text)
+        }
+        Some(JobOutput::Plain(o)) => finish_output(rt, result, Some(o)).map(|d| d.text),
+        None => result.map(|d| d.text),
+    }
+}
+
+/// A PCA's files at `out`: the group, PLINK 2's side files and the plot.
+fn pca_files(job: &Job, out: &Path) -> PcaFiles {
+    PcaFiles {
+        out: out.to_path_buf(),
+        zarr_format: job.zarr_format,
+        extra_side_files: vec!["png"],
+        command: job.command.into(),
+    }
+}
+
+/// Where a job's results go: a PCA's group and side files, or another command's group.
+enum JobOutput {
+    Pca(Box<PcaGroup>),
+    Plain(OpenOutput),
+}
+
+impl JobOutput {
+    fn group(&self) -> &Arc<SvdOutput> {
+        match self {
+            JobOutput::Pca(g) => g.output(),
+            JobOutput::Plain(o) => &o.0,
+        }
+    }
 }
 
 /// What rank 0 keeps for the files written after the group is committed.
 struct Done {
     text: Option<String>,
-    pcs: Option<SamplePcs>,
+    plot: Option<PlotData>,
 }
 
-/// A PCA's sample PCs and eigenvalues, and the samples' IDs, for the side files.
-struct SamplePcs {
+/// What a PCA's plot is drawn from: the sample PCs, each component's share of the
+/// variance, and the samples' groups (each sample's, and their names).
+struct PlotData {
     pcs: Array2<f64>,
-    eigenvalues: Vec<f64>,
-    /// Each component's share of the variance.
     explained: Vec<f64>,
-    /// The plot's groups: each sample's, and their names.
     groups: Option<(Vec<usize>, Vec<String>)>,
-    sample_ids: Vec<String>,
-    /// The `.fam`'s family IDs, for a PLINK fileset.
-    family_ids: Option<Vec<String>>,
-    /// For the projection files and the loadings.
-    weights: Option<Weighing>,
 }
 
-/// What rank 0 needs to write the projection files and the group's loadings, from the
-/// group's `U` and per-variant arrays.
-struct Weighing {
-    /// The variants' IDs and alleles.
-    info: VariantInfo,
-    /// The variants that entered.
-    used: u64,
-    /// Components.
-    k: usize,
-    /// Rows per chunk of the group's `U`.
-    chunk: u64,
-    /// Each component's `√(explained variance)`, the loadings' scale.
-    loading_scale: Vec<f64>,
-}
-
-fn finish_side_files(
-    rt: &Runtime,
-    job: &Job,
-    o: &OpenOutput,
-    done: Done,
-) -> Result<Done, CliError> {
-    // Rank 0 writes the PLINK files and the plot under temporary names, then commits the
-    // group and renames them: a failure leaves none of them looking complete.
+/// Publishes a PCA's group and side files, the plot among them, on every rank
+/// ([`PcaGroup::commit`]).
+fn commit_pca(rt: &Runtime, job: &Job, group: &PcaGroup, done: Done) -> Result<Done, CliError> {
     let out = job.out.as_deref().unwrap_or(Path::new("."));
-    let mut renames = Vec::new();
-    let mut result = Ok(());
-    if let Some(SamplePcs {
-        pcs,
-        eigenvalues,
-        explained,
-        groups,
-        sample_ids,
-        family_ids,
-        weights,
-    }) = &done.pcs
-    {
-        let token =
-            o.1.file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.rsplit(".tmp-").next())
-                .unwrap_or("tmp")
-                .to_string();
-        let [vec_path, val_path, png_path, var_path, afreq_path] = side_files(out);
-        // The extension stays last: the plot's encoder is chosen by it. `OUT.tmp-…` is the
-        // prefix a later run recognizes as a temporary (`SvdOutput::stale_temporaries`).
-        let tmp = |p: &Path| {
-            let ext = SIDE_EXTENSIONS
-                .iter()
-                .find(|e| out.with_extension(e) == p)
-                .copied()
-                .unwrap_or("out");
-            out.with_extension(format!("tmp-{token}.{ext}"))
+    let title = format!("rankwise pca: {}", out.display());
+    let plot = |path: &Path| -> Result<(), CallerError> {
+        // (A failure test's hook: `.eigenvec` and `.eigenval` are written, the rest not.)
+        injected_fault(rt, "side-files")?;
+        let Some(PlotData {
+            pcs,
+            explained,
+            groups,
+        }) = &done.plot
+        else {
+            return Ok(());
         };
-        let io = |e: rankwise::genomics::plink_files::PcaFileError| CliError::Option {
-            option: "--out",
-            message: e.to_string(),
-        };
-        // Every side file's temporary goes when this block ends, by an error or a panic as
-        // well (after a commit they have their final names, and nothing is there to go):
-        // before rank 0 tells the others, which may end the job. A signal removes them
-        // meanwhile.
-        let _temporaries = rankwise::output::temporaries::RemovedOnDrop::new(
-            [&vec_path, &val_path, &png_path, &var_path, &afreq_path].map(|p| tmp(p)),
-        );
-        result = (|| -> Result<(), CliError> {
-            write_eigenvec(
-                &tmp(&vec_path),
-                family_ids.as_deref(),
-                sample_ids,
-                pcs.view(),
-            )
-            .map_err(io)?;
-            renames.push((tmp(&vec_path), vec_path.clone()));
-            // (A failure test's hook: the first side file is written, the rest not.)
-            injected_fault(rt, "side-files")?;
-            write_eigenval(&tmp(&val_path), eigenvalues).map_err(io)?;
-            renames.push((tmp(&val_path), val_path.clone()));
-            let groups = groups
-                .as_ref()
-                .map(|(of_sample, names)| Groups { of_sample, names });
-            plot_pcs(
-                &tmp(&png_path),
-                pcs.view(),
-                explained,
-                &format!("rankwise pca: {}", out.display()),
-                groups.as_ref(),
-            )
-            .map_err(io)?;
-            renames.push((tmp(&png_path), png_path.clone()));
-            if let Some(Weighing {
-                info,
-                used,
-                k,
-                chunk,
-                loading_scale,
-            }) = weights
-            {
-                let genomics = |e: GenomicsError| CliError::Option {
-                    option: "--out",
-                    message: e.to_string(),
-                };
-                let group = o.0.temp_dir();
-                let read = |name: &str, rows: std::ops::Range<u64>| {
-                    read_f64_rows(group, name, rows).map_err(|e| GenomicsError::File {
-                        path: group.to_path_buf(),
-                        message: e.to_string(),
-                    })
-                };
-                write_weight_files(
-                    &tmp(&var_path),
-                    &tmp(&afreq_path),
-                    info,
-                    *k,
-                    *chunk,
-                    *used,
-                    |rows| {
-                        let u = read("U", rows.clone())?;
-                        let u = Array2::from_shape_vec(((rows.end - rows.start) as usize, *k), u)
-                            .map_err(|e| GenomicsError::File {
-                            path: group.to_path_buf(),
-                            message: e.to_string(),
-                        })?;
-                        // The loadings are written from the same read of `U` (they need
-                        // Σ, which the actors writing `U` did not have yet).
-                        let scale = ndarray::ArrayView1::from(&loading_scale[..]);
-                        o.0.write_row_matrix(LOADING, rows.start, (&u * &scale).view())
-                            .map_err(|e| GenomicsError::File {
-                                path: group.to_path_buf(),
-                                message: e.to_string(),
-                            })?;
-                        Ok(WeightRows {
-                            u,
-                            freq: read(FREQUENCY, rows.clone())?,
-                            calls: read(CALLS, rows)?,
-                        })
-                    },
-                )
-                .map_err(genomics)?;
-                renames.push((tmp(&var_path), var_path.clone()));
-                renames.push((tmp(&afreq_path), afreq_path.clone()));
-            }
-            // The group is committed last: its name is the mark of a complete run.
-            rankwise::output::publish::commit_with_files(&o.0, &renames)?;
-            Ok(())
-        })();
-    }
-    // Every rank learns whether rank 0 succeeded, and fails with it: the other ranks have
-    // finished their part, and would otherwise exit 0 with rank 0's failure.
-    let mut outcome = match &result {
-        Err(e) if rt.rank() == 0 => format!("\u{1}{e}").into_bytes(),
-        _ => vec![0],
+        let groups = groups
+            .as_ref()
+            .map(|(of_sample, names)| Groups { of_sample, names });
+        plot_pcs(path, pcs.view(), explained, &title, groups.as_ref()).map_err(|e| {
+            Box::new(CliError::Option {
+                option: "--out",
+                message: e.to_string(),
+            }) as CallerError
+        })
     };
-    rt.comm().broadcast_bytes(0, &mut outcome)?;
-    if rt.rank() != 0 && outcome.first() == Some(&1) {
-        return Err(CliError::Transport(
-            rankwise_transports::TransportError::PeerFailed {
-                rank: 0,
-                message: String::from_utf8_lossy(&outcome[1..]).into_owned(),
-            },
-        ));
-    }
-    result.map(|()| done)
+    group.commit(rt, &[("png", &plot)]).map_err(cli_error)?;
+    Ok(done)
 }
 
 fn compute(
@@ -850,14 +622,13 @@ fn compute(
     job: &Job,
     problem: &RsvdProblem,
     options: &RsvdOptions,
-    output: Option<Arc<SvdOutput>>,
+    output: Option<&JobOutput>,
     start: Instant,
 ) -> Result<Done, CliError> {
-    let sink = match (&output, &problem.operand) {
-        (Some(o), Operand::Genotypes(g, filter)) if weighs(job, problem) => {
-            Some(pca_sink(Arc::clone(o), Arc::clone(g), filter.clone()))
-        }
-        _ => output.clone().map(|o| factor_sink(o, problem.transposed)),
+    let sink = match output {
+        Some(JobOutput::Pca(g)) => Some(g.sink(problem)),
+        Some(JobOutput::Plain(o)) => Some(factor_sink(Arc::clone(&o.0), problem.transposed)),
+        None => None,
     };
     injected_fault(rt, "before-svd")?;
     let mut result = rsvd(rt, problem, options, sink)?;
@@ -889,7 +660,7 @@ fn compute(
     let Some(ranks) = super::gather_rank_figures(rt, RsvdWork::of(&result))? else {
         return Ok(Done {
             text: None,
-            pcs: None,
+            plot: None,
         });
     };
     let pca = job.is_pca().then(|| pca_figures(&result));
@@ -905,24 +676,21 @@ fn compute(
         (start, elapsed),
         limit.clone(),
     );
-    let mut variants = None;
-    if let Some(o) = &output {
-        if result.transposed {
-            o.write_u_rows(0, result.wt.t())?;
-        } else {
-            o.write_vt(result.wt.view())?;
-        }
-        o.write_s(&result.s)?;
-        o.write_vector("residuals", &result.convergence.residuals)?;
-        if let Some(p) = &pca {
-            o.write_vector("eigenvalues", &p.eigenvalues)?;
-            o.write_vector("explained_variance_ratio", &p.explained)?;
-            if let Operand::Genotypes(g, _) = &problem.operand {
-                if weighs(job, problem) {
-                    variants = Some(write_identity(o, g.as_ref(), &result, p)?);
-                }
+    match output {
+        Some(JobOutput::Pca(g)) => g.write_result(problem, &result).map_err(cli_error)?,
+        Some(JobOutput::Plain(_)) => {
+            let o = output.map(JobOutput::group).expect("an output");
+            if result.transposed {
+                o.write_u_rows(0, result.wt.t())?;
+            } else {
+                o.write_vt(result.wt.view())?;
             }
+            o.write_s(&result.s)?;
+            o.write_vector("residuals", &result.convergence.residuals)?;
         }
+        None => {}
+    }
+    if let Some(o) = output.map(JobOutput::group) {
         o.write_report(&report)?;
         if !job.is_pca() {
             o.commit()?;
@@ -942,8 +710,9 @@ fn compute(
             limit.as_ref(),
         )
     };
-    let pcs = match pca {
-        Some(p) => {
+    // The plot of a PCA with an output, drawn on rank 0 when the group is committed.
+    let plot = match (pca, output) {
+        (Some(p), Some(JobOutput::Pca(_))) => {
             let (ids, families, groups) = match &problem.operand {
                 Operand::Genotypes(g, _) => (g.sample_ids(), g.family_ids(), g.sample_groups()),
                 Operand::Dense(_) => (None, None, None),
@@ -955,41 +724,20 @@ fn compute(
                 Some(file) => Some(groups_file(file, family_ids.as_deref(), &sample_ids)?),
                 None => groups
                     .filter(|g| g.len() == sample_ids.len())
-                    .or_else(|| family_ids.clone().filter(|f| fids_are_groups(f)))
+                    .or_else(|| family_ids.filter(|f| fids_are_groups(f)))
                     .map(|names| indexed(&names)),
             };
-            // The variants' IDs and alleles, read once for the group (on rank 0).
-            let weights = match (&output, variants) {
-                (Some(o), Some(info)) => Some(Weighing {
-                    info,
-                    used: result
-                        .genotypes
-                        .as_ref()
-                        .map_or(0, |s| s.variants - s.variants_filtered),
-                    k: options.k,
-                    chunk: o.layout().u_chunk_rows_stored(),
-                    loading_scale: explained_variance(&result, job.shape.1)
-                        .iter()
-                        .map(|v| v.sqrt())
-                        .collect(),
-                }),
-                _ => None,
-            };
-            Some(SamplePcs {
-                weights,
+            Some(PlotData {
                 pcs: result.wt.t().to_owned(),
-                eigenvalues: p.eigenvalues,
                 explained: p.explained,
                 groups,
-                family_ids,
-                sample_ids,
             })
         }
-        None => None,
+        _ => None,
     };
     Ok(Done {
         text: Some(text),
-        pcs,
+        plot,
     })
 }
 
@@ -1127,73 +875,6 @@ struct PcaFigures {
     eigenvalues: Vec<f64>,
     /// σᵢ² / ‖X‖_F².
     explained: Vec<f64>,
-}
-
-/// What names the rows and columns of a PCA's group, with sgkit's names: `sample_id`,
-/// `variant_id`, `variant_contig` (into `contig_id`) and `variant_position`, and the
-/// samples' scores `sample_pca_projection` (`V·Σ`), `sample_pca_explained_variance`
-/// (`σ²/(n − 1)`) and `sample_pca_explained_variance_ratio`. Returns the variants' IDs and
-/// alleles it read, for the weight files.
-fn write_identity(
-    o: &SvdOutput,
-    g: &dyn GenotypeSource,
-    result: &RsvdResult,
-    p: &PcaFigures,
-) -> Result<VariantInfo, CliError> {
-    let d = Dims::GENOTYPES;
-    let (m, n) = g.shape();
-    let chunk = o.layout().u_chunk_rows_stored();
-    let ids = g
-        .sample_ids()
-        .unwrap_or_else(|| (0..n).map(|j| format!("sample_{j}")).collect());
-    o.write_strings("sample_id", d.cols, &ids, n)?;
-    let info = VariantInfo::of(g).map_err(|e| CliError::Option {
-        option: "--out",
-        message: e.to_string(),
-    })?;
-    o.write_strings("variant_id", d.rows, &info.ids, chunk)?;
-    let mut contigs: Vec<String> = Vec::new();
-    let mut index = std::collections::HashMap::new();
-    let contig: Vec<i64> = info
-        .chromosomes
-        .iter()
-        .map(|c| {
-            *index.entry(c.clone()).or_insert_with(|| {
-                contigs.push(c.clone());
-                contigs.len() as i64 - 1
-            })
-        })
-        .collect();
-    o.write_strings("contig_id", "contigs", &contigs, contigs.len() as u64)?;
-    o.write_integers("variant_contig", d.rows, &contig, chunk)?;
-    let mut positions = Vec::with_capacity(m as usize);
-    if g.variant_positions(&mut |x| positions.push(x))? {
-        o.write_integers("variant_position", d.rows, &positions, chunk)?;
-    }
-    let scores = Array2::from_shape_fn((n as usize, result.s.len()), |(i, j)| {
-        result.wt[[j, i]] * result.s[j]
-    });
-    o.write_matrix(
-        "sample_pca_projection",
-        [d.cols, d.components],
-        scores.view(),
-    )?;
-    o.write_vector(
-        "sample_pca_explained_variance",
-        &explained_variance(result, n),
-    )?;
-    o.write_vector("sample_pca_explained_variance_ratio", &p.explained)?;
-    Ok(info)
-}
-
-/// sgkit's (and scikit-learn's) explained variance of each component of `n` samples:
-/// `σ²/(n − 1)`.
-fn explained_variance(result: &RsvdResult, n: u64) -> Vec<f64> {
-    result
-        .s
-        .iter()
-        .map(|s| s * s / (n.max(2) - 1) as f64)
-        .collect()
 }
 
 fn pca_figures(r: &RsvdResult) -> PcaFigures {
@@ -1495,7 +1176,7 @@ fn summary_text(
     if let Some(out) = &job.out {
         let _ = writeln!(s, "output: {}", out.display());
         if job.is_pca() {
-            for f in side_files(out) {
+            for f in pca_files(job, out).side_files() {
                 let _ = writeln!(s, "        {}", f.display());
             }
         }
