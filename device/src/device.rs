@@ -14,7 +14,7 @@ use crate::{GpuError, GpuLibraries};
 pub const KERNELS_SOURCE: &str = include_str!("kernels.cu");
 
 /// Names of the kernels in [`KERNELS_SOURCE`], in the order of [`GpuKernels`]' fields.
-pub(crate) const KERNEL_NAMES: [&str; 12] = [
+pub(crate) const KERNEL_NAMES: [&str; 14] = [
     "uniform_f64",
     "uniform_f32",
     "genotype_packed",
@@ -27,6 +27,8 @@ pub(crate) const KERNEL_NAMES: [&str; 12] = [
     "round_f64_to_f32",
     "rows_to_columns_f64",
     "top_rows_f64",
+    "copy_segments",
+    "blosc_unshuffle",
 ];
 
 /// The compiled kernels of one device (see `kernels.cu` for what each computes).
@@ -56,6 +58,10 @@ pub struct GpuKernels {
     pub rows_to_columns_f64: CudaFunction,
     /// The top rows of a column-major matrix (R after geqrf).
     pub top_rows_f64: CudaFunction,
+    /// Byte segments copied by a table (a Blosc frame's stored streams).
+    pub copy_segments: CudaFunction,
+    /// Blosc blocks put together from their decoded streams (byte or bit unshuffle).
+    pub blosc_unshuffle: CudaFunction,
 }
 
 /// Compiles [`KERNELS_SOURCE`] with NVRTC into machine code (CUBIN) for compute
@@ -213,6 +219,8 @@ impl GpuDevice {
             round_f64_to_f32: next(),
             rows_to_columns_f64: next(),
             top_rows_f64: next(),
+            copy_segments: next(),
+            blosc_unshuffle: next(),
         };
         Ok(GpuDevice {
             ordinal,

@@ -261,3 +261,63 @@ extern "C" __global__ void top_rows_f64(double* out, const double* a, u32 k, u32
         out[(u64)j * k + i] = a[(u64)j * h + i];
     }
 }
+
+// Blosc frames decoded on the device. A frame's streams are decompressed by nvCOMP (or,
+// stored, copied by copy_segments) to their bytes of `streams`, numbered as the decoded
+// frame's; blosc_unshuffle then puts each block's bytes together from its concatenated
+// streams, as sources/src/blosc.rs defines them (BloscLayout, BlockShuffle).
+
+// segs[3s..3s+3] = (source offset, destination offset, bytes): dst[d..d+len] = src[s..s+len].
+// Grid rows stride over the segments, threads along each.
+extern "C" __global__ void copy_segments(u8* dst, const u8* src, const u64* segs, u32 nsegs) {
+    for (u32 s = blockIdx.y; s < nsegs; s += gridDim.y) {
+        u64 from = segs[3 * s], to = segs[3 * s + 1], len = segs[3 * s + 2];
+        for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < len;
+             i += (u64)gridDim.x * blockDim.x) {
+            dst[to + i] = src[from + i];
+        }
+    }
+}
+
+// The 8 × 8 bit matrix of x transposed: bit c of byte r becomes bit r of byte c.
+__device__ __forceinline__ u64 transpose_bits8(u64 x) {
+    u64 t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAULL;
+    x = x ^ t ^ (t << 7);
+    t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCULL;
+    x = x ^ t ^ (t << 14);
+    t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ULL;
+    return x ^ t ^ (t << 28);
+}
+
+// blocks[3b..3b+3] = (first byte, bytes, kind): kind 0 as is, 1 byte-shuffled (typesize
+// planes of n bytes), 2 bit-shuffled (8·typesize rows of n/8 bytes, n a multiple of 8);
+// bytes past the block's last whole value are as they are. Grid rows stride over the
+// blocks, threads along each: for bit shuffle, one thread per (byte j, group of 8 values),
+// reading one byte of each of the 8 rows of byte j (consecutive threads, consecutive bytes).
+extern "C" __global__ void blosc_unshuffle(u8* out, const u8* streams, const u64* blocks,
+                                           u32 nblocks, u32 typesize) {
+    u64 first = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u32 b = blockIdx.y; b < nblocks; b += gridDim.y) {
+        u64 at = blocks[3 * b], size = blocks[3 * b + 1], kind = blocks[3 * b + 2];
+        const u8* s = streams + at;
+        u8* o = out + at;
+        u64 n = size / typesize, whole = kind == 0 ? 0 : n * typesize;
+        for (u64 i = whole + first; i < size; i += stride) o[i] = s[i];
+        if (kind == 1) {
+            for (u64 x = first; x < whole; x += stride) {
+                u64 i = x / typesize, j = x % typesize;
+                o[x] = s[j * n + i];
+            }
+        } else if (kind == 2) {
+            u64 groups = n / 8;
+            for (u64 x = first; x < groups * typesize; x += stride) {
+                u64 j = x / groups, g = x % groups;
+                u64 word = 0;
+                for (u32 k = 0; k < 8; k++) word |= (u64)s[(8 * j + k) * groups + g] << (8 * k);
+                word = transpose_bits8(word);
+                for (u32 r = 0; r < 8; r++) o[(8 * g + r) * typesize + j] = (u8)(word >> (8 * r));
+            }
+        }
+    }
+}

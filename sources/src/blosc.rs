@@ -101,6 +101,16 @@ impl<'a> Frame<'a> {
     /// but not one this module decodes (another compressor); an error when the header or
     /// block offsets do not fit `src`.
     pub(crate) fn parse(src: &'a [u8]) -> Result<Option<Frame<'a>>, String> {
+        if src.len() >= HEADER && src[2] >> 5 != LZ4 && src[2] & MEMCPYED == 0 {
+            return Ok(None);
+        }
+        Frame::parse_any(src)
+    }
+
+    /// [`Frame::parse`] of a frame of any compressor (for [`BloscLayout::of`], whose
+    /// streams another decoder decompresses). `Ok(None)` for a format version this module
+    /// does not know.
+    fn parse_any(src: &'a [u8]) -> Result<Option<Frame<'a>>, String> {
         let len = src.len();
         let bad = |what: &str| Err(format!("not a valid Blosc frame ({len} bytes; {what})"));
         if len < HEADER {
@@ -110,7 +120,7 @@ impl<'a> Frame<'a> {
         let nbytes = le32(src, 4).unwrap_or(0) as usize;
         let blocksize = le32(src, 8).unwrap_or(0) as usize;
         let cbytes = le32(src, 12).unwrap_or(0) as usize;
-        if version == 0 || version > 2 || flags >> 5 != LZ4 && flags & MEMCPYED == 0 {
+        if version == 0 || version > 2 {
             return Ok(None);
         }
         if cbytes != len {
@@ -222,6 +232,35 @@ impl<'a> Frame<'a> {
         Ok(&self.src[start..end])
     }
 
+    /// The streams a block of `bsize` decoded bytes is split into: one per byte of the
+    /// values (`typesize`), unless the frame says it never splits, the values are wider
+    /// than 16 bytes, the block holds fewer than 128 values or it is the short last block.
+    fn nsplits(&self, bsize: usize) -> usize {
+        let t = self.typesize;
+        let leftover = bsize < self.blocksize;
+        if self.flags & DONT_SPLIT == 0
+            && t <= MAX_SPLITS
+            && bsize / t >= MIN_BUFFERSIZE
+            && !leftover
+        {
+            t
+        } else {
+            1
+        }
+    }
+
+    /// How a block of `bsize` decoded bytes was shuffled, as the flags say (a bit-shuffled
+    /// block whose values are not a multiple of 8 is stored as is: see the module docs).
+    fn shuffle(&self, bsize: usize) -> Shuffle {
+        if self.flags & DOSHUFFLE != 0 && self.typesize > 1 {
+            Shuffle::Byte
+        } else if self.flags & DOBITSHUFFLE != 0 && bsize >= self.typesize {
+            Shuffle::Bit
+        } else {
+            Shuffle::None
+        }
+    }
+
     /// Decodes block `b`, whose compressed bytes begin `data`, into `out` (the block's
     /// decoded size).
     fn decode_block(
@@ -235,23 +274,7 @@ impl<'a> Frame<'a> {
         let corrupt = |what: String| Err(format!("corrupt Blosc block {b}: {what}"));
         let bsize = out.len();
         let t = self.typesize;
-        let leftover = bsize < self.blocksize;
-        let nsplits = if self.flags & DONT_SPLIT == 0
-            && t <= MAX_SPLITS
-            && bsize / t >= MIN_BUFFERSIZE
-            && !leftover
-        {
-            t
-        } else {
-            1
-        };
-        let shuffle = if self.flags & DOSHUFFLE != 0 && t > 1 {
-            Shuffle::Byte
-        } else if self.flags & DOBITSHUFFLE != 0 && bsize >= t {
-            Shuffle::Bit
-        } else {
-            Shuffle::None
-        };
+        let (nsplits, shuffle) = (self.nsplits(bsize), self.shuffle(bsize));
         let neblock = bsize / nsplits;
         let mut at = 0usize;
         // Each split as a slice: where it lies in the frame when stored, else decompressed
@@ -341,6 +364,178 @@ impl<'a> Frame<'a> {
                     out[s * neblock..s * neblock + sp.len()].copy_from_slice(sp);
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+/// Compressor code of Zstandard, in the flags' top 3 bits.
+const ZSTD: u8 = 4;
+
+/// The compressor of a frame's streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BloscCodec {
+    /// LZ4 (or LZ4HC: the same format).
+    Lz4,
+    /// Zstandard: each stream is one zstd frame.
+    Zstd,
+}
+
+/// How a block of a decoded frame is put together from its streams, concatenated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockShuffle {
+    /// As they are.
+    None,
+    /// Byte-shuffled: `typesize` planes of `n` bytes, plane `j` holding byte `j` of every
+    /// value; bytes past the last whole value as they are.
+    Byte,
+    /// Bit-shuffled (`n` a multiple of 8): `8·typesize` rows of `n/8` bytes, row `8j + k`
+    /// holding bit `k` of byte `j` of every value, value `i` at bit `i mod 8` of byte
+    /// `i/8`; bytes past the last whole value as they are.
+    Bit,
+}
+
+/// One stream of a frame: bytes `src` of the frame, which decode (decompressed, or copied
+/// when `stored`) to bytes `dst` of the concatenated streams of their block, numbered as
+/// the decoded frame's bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BloscStream {
+    /// Where the stream lies in the frame.
+    pub src: Range<usize>,
+    /// Where it decodes to.
+    pub dst: Range<usize>,
+    /// Stored as is (incompressible), not compressed.
+    pub stored: bool,
+}
+
+/// One block of a decoded frame: its bytes, and how its streams are shuffled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BloscBlock {
+    /// The block's bytes of the decoded frame.
+    pub at: Range<usize>,
+    /// How its concatenated streams become its bytes.
+    pub shuffle: BlockShuffle,
+}
+
+/// The layout of a Blosc 1 frame of LZ4 or Zstandard streams, for a decoder other than
+/// this module's (the GPU's: streams decompressed in a batch, blocks unshuffled by a
+/// kernel): where each stream lies and decodes to, and how each block is shuffled.
+/// Decoding every stream into its `dst` and unshuffling every block gives the frame's
+/// bytes as c-blosc decodes them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BloscLayout {
+    /// The streams' compressor (`None`: a frame stored whole, whose one stream is stored).
+    pub codec: Option<BloscCodec>,
+    /// Bytes per value.
+    pub typesize: usize,
+    /// Decoded bytes of the frame.
+    pub nbytes: usize,
+    /// Every stream of every block, in order.
+    pub streams: Vec<BloscStream>,
+    /// Every block, in order.
+    pub blocks: Vec<BloscBlock>,
+}
+
+impl BloscLayout {
+    /// The layout of the frame `src`. `Ok(None)` for a frame of another compressor
+    /// (BloscLZ, Snappy, zlib) or an unknown format version: decode it on the host. An
+    /// error when its header, offsets or stream sizes do not fit `src`.
+    pub fn of(src: &[u8]) -> Result<Option<BloscLayout>, String> {
+        let Some(f) = Frame::parse_any(src)? else {
+            return Ok(None);
+        };
+        let mut layout = BloscLayout {
+            codec: None,
+            typesize: f.typesize,
+            nbytes: f.nbytes,
+            streams: Vec::new(),
+            blocks: Vec::new(),
+        };
+        if f.flags & MEMCPYED != 0 {
+            layout.streams.push(BloscStream {
+                src: HEADER..HEADER + f.nbytes,
+                dst: 0..f.nbytes,
+                stored: true,
+            });
+            layout.blocks.push(BloscBlock {
+                at: 0..f.nbytes,
+                shuffle: BlockShuffle::None,
+            });
+            return Ok(Some(layout));
+        }
+        layout.codec = match f.flags >> 5 {
+            LZ4 => Some(BloscCodec::Lz4),
+            ZSTD => Some(BloscCodec::Zstd),
+            _ => return Ok(None),
+        };
+        let bs = f.blocksize;
+        for b in 0..f.nblocks() {
+            let block = b * bs..((b + 1) * bs).min(f.nbytes);
+            let bsize = block.len();
+            let data = f.block_bytes(b, bsize)?;
+            // Where `data` starts in the frame (block_bytes checked the offset).
+            let base = le32(src, HEADER + 4 * b).unwrap_or(0) as usize;
+            let nsplits = f.nsplits(bsize);
+            let neblock = bsize / nsplits;
+            let mut at = 0usize;
+            for s in 0..nsplits {
+                let corrupt = |what: &str| format!("corrupt Blosc block {b}, stream {s}: {what}");
+                let cbytes = le32(data, at).ok_or_else(|| corrupt("starts past the frame"))?;
+                at += 4;
+                let cbytes = cbytes as i32;
+                if cbytes <= 0 || cbytes as usize > data.len() - at {
+                    return Err(corrupt(&format!("{cbytes} bytes run past the frame")));
+                }
+                let cbytes = cbytes as usize;
+                let dst = block.start + s * neblock..block.start + (s + 1) * neblock;
+                layout.streams.push(BloscStream {
+                    src: base + at..base + at + cbytes,
+                    dst,
+                    stored: cbytes == neblock,
+                });
+                at += cbytes;
+            }
+            let shuffle = match f.shuffle(bsize) {
+                Shuffle::Byte => BlockShuffle::Byte,
+                Shuffle::Bit if (bsize / f.typesize).is_multiple_of(8) => BlockShuffle::Bit,
+                _ => BlockShuffle::None,
+            };
+            layout.blocks.push(BloscBlock { at: block, shuffle });
+        }
+        Ok(Some(layout))
+    }
+
+    /// Decodes every stream of `frame` (whose layout this is) into its `dst` bytes of
+    /// `out` (`nbytes` long): the blocks' concatenated streams before unshuffling, what a
+    /// batched decompression on the device produces. On the host, for checking such a
+    /// decoder and its unshuffling kernel.
+    pub fn decompress_streams(&self, frame: &[u8], out: &mut [u8]) -> Result<(), String> {
+        if out.len() != self.nbytes {
+            return Err(format!(
+                "{} bytes given for a frame of {}",
+                out.len(),
+                self.nbytes
+            ));
+        }
+        for (i, st) in self.streams.iter().enumerate() {
+            let input = frame
+                .get(st.src.clone())
+                .ok_or_else(|| format!("stream {i} lies past the frame"))?;
+            let target = &mut out[st.dst.clone()];
+            if st.stored {
+                target.copy_from_slice(input);
+                continue;
+            }
+            match self.codec {
+                Some(BloscCodec::Lz4) => lz4_decompress(input, target),
+                Some(BloscCodec::Zstd) => match zstd::bulk::decompress_to_buffer(input, target) {
+                    Ok(n) if n == target.len() => Ok(()),
+                    Ok(n) => Err(format!("zstd gave {n} bytes of {}", target.len())),
+                    Err(e) => Err(format!("zstd: {e}")),
+                },
+                None => Err("a compressed stream in a stored frame".into()),
+            }
+            .map_err(|e| format!("stream {i}: {e}"))?;
         }
         Ok(())
     }
@@ -669,10 +864,21 @@ mod simd {
 mod tests {
     use super::*;
 
-    /// A frame compressed by c-blosc.
+    /// A frame compressed by c-blosc with LZ4.
     fn compress(values: &[u8], typesize: usize, shuffle: i32, blocksize: usize) -> Vec<u8> {
+        compress_with(values, typesize, shuffle, blocksize, "lz4")
+    }
+
+    /// A frame compressed by c-blosc with `compressor`.
+    fn compress_with(
+        values: &[u8],
+        typesize: usize,
+        shuffle: i32,
+        blocksize: usize,
+        compressor: &str,
+    ) -> Vec<u8> {
         let mut out = vec![0u8; values.len() + blosc_src::BLOSC_MAX_OVERHEAD as usize];
-        let compressor = std::ffi::CString::new("lz4").unwrap();
+        let compressor = std::ffi::CString::new(compressor).unwrap();
         // SAFETY: sizes as documented by blosc_compress_ctx; `out` has room for the worst
         // case (input plus overhead).
         let n = unsafe {
@@ -710,6 +916,98 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// The blocks of `streams` (the concatenated streams) unshuffled as the layout says,
+    /// value by value: the definition the device kernel implements.
+    fn unshuffle(layout: &BloscLayout, streams: &[u8]) -> Vec<u8> {
+        let t = layout.typesize;
+        let mut out = streams.to_vec();
+        for b in &layout.blocks {
+            let (s, n) = (&streams[b.at.clone()], b.at.len() / t);
+            let o = &mut out[b.at.clone()];
+            for i in 0..n {
+                for j in 0..t {
+                    o[i * t + j] = match b.shuffle {
+                        BlockShuffle::None => s[i * t + j],
+                        BlockShuffle::Byte => s[j * n + i],
+                        BlockShuffle::Bit => (0..8).fold(0u8, |acc, k| {
+                            let row = &s[(8 * j + k) * (n / 8)..];
+                            acc | (((row[i / 8] >> (i % 8)) & 1) << k)
+                        }),
+                    };
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn layouts_decode_lz4_and_zstd_frames_as_c_blosc_does() {
+        let mut seed = 11u64;
+        for compressor in ["lz4", "zstd", "blosclz"] {
+            for &typesize in &[1usize, 2, 3, 4, 8, 16, 17] {
+                for &shuffle in &[0i32, 1, 2] {
+                    for &(len, blocksize) in &[
+                        (100_000usize, 0usize),
+                        (64 * 1024 + 13, 8192),
+                        (1000, 256),
+                        (37, 0),
+                        (300_000, 32 * 1024 + 16),
+                    ] {
+                        seed += 1;
+                        let v = values(len, seed);
+                        let frame = compress_with(&v, typesize, shuffle, blocksize, compressor);
+                        let what = format!(
+                            "{compressor} typesize {typesize} shuffle {shuffle} len {len} \
+                             blocksize {blocksize}"
+                        );
+                        let Some(layout) = BloscLayout::of(&frame).unwrap() else {
+                            assert_eq!(compressor, "blosclz", "{what}");
+                            continue;
+                        };
+                        // BloscLZ frames have none, unless stored whole.
+                        assert!(compressor != "blosclz" || layout.codec.is_none(), "{what}");
+                        assert_eq!(layout.nbytes, len, "{what}");
+                        let mut streams = vec![0u8; len];
+                        layout.decompress_streams(&frame, &mut streams).unwrap();
+                        assert!(unshuffle(&layout, &streams) == v, "{what}");
+                        // The streams tile the decoded frame, and lie inside the frame.
+                        let mut next = 0;
+                        for st in &layout.streams {
+                            assert_eq!(st.dst.start, next, "{what}");
+                            next = st.dst.end;
+                            assert!(st.src.end <= frame.len(), "{what}");
+                        }
+                        assert_eq!(next, len, "{what}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn corrupt_frames_have_no_layout_and_say_why() {
+        let v = values(50_000, 3);
+        let frame = compress_with(&v, 4, 2, 4096, "zstd");
+        // A stream size past the frame.
+        let mut bad = frame.clone();
+        let first = le32(&bad, HEADER).unwrap() as usize;
+        bad[first..first + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let e = BloscLayout::of(&bad).unwrap_err();
+        assert!(e.contains("corrupt Blosc block 0"), "{e}");
+        // Truncated.
+        let e = BloscLayout::of(&frame[..frame.len() - 1]).unwrap_err();
+        assert!(e.contains("truncated or corrupt"), "{e}");
+        // A stream that is not zstd decodes to an error, not a panic.
+        let mut garbage = frame.clone();
+        let layout = BloscLayout::of(&frame).unwrap().unwrap();
+        let st = layout.streams.iter().find(|s| !s.stored).unwrap();
+        for x in &mut garbage[st.src.clone()] {
+            *x ^= 0x5a;
+        }
+        let mut out = vec![0u8; layout.nbytes];
+        assert!(layout.decompress_streams(&garbage, &mut out).is_err());
     }
 
     #[test]

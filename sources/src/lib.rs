@@ -30,6 +30,7 @@ mod subset;
 mod zarr;
 
 pub use bed::BedGenotypes;
+pub use blosc::{BlockShuffle, BloscBlock, BloscCodec, BloscLayout, BloscStream};
 pub use error::{BedError, SourceError, ZarrError};
 pub use files::{open_regular, read_regular_at_most, read_regular_to_string};
 pub use panel::{

@@ -1,0 +1,163 @@
+//! The device's Blosc decode reproduces c-blosc bit for bit: a frame's stored streams copied
+//! by `copy_segments`, its compressed streams decompressed to their places (on the host
+//! here; by nvCOMP on a GPU), and every block put together by `blosc_unshuffle`, for LZ4 and
+//! Zstandard frames with no, byte and bit shuffle, typesizes 1 to 17 and short last blocks.
+//! Checked on the host CPU, through the device crate's host build of `kernels.cu` (see
+//! `rankwise_device::host`), so that `make test` checks the kernels where no GPU is present;
+//! `tests/gpu.rs` checks the same on a GPU with nvCOMP.
+
+use rankwise_device::host::{Guarded, HostArgs, HostKernels};
+use rankwise_sources::{BlockShuffle, BloscLayout};
+use rankwise_testkit::Draw;
+
+fn kernels() -> &'static HostKernels {
+    HostKernels::get().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A frame of `values` compressed by c-blosc.
+fn compress(
+    values: &[u8],
+    typesize: usize,
+    shuffle: i32,
+    blocksize: usize,
+    codec: &str,
+) -> Vec<u8> {
+    let mut out = vec![0u8; values.len() + blosc_src::BLOSC_MAX_OVERHEAD as usize];
+    let compressor = std::ffi::CString::new(codec).unwrap();
+    // SAFETY: sizes as documented by blosc_compress_ctx; `out` has room for the worst case
+    // (input plus overhead).
+    let n = unsafe {
+        blosc_src::blosc_compress_ctx(
+            5,
+            shuffle,
+            typesize,
+            values.len(),
+            values.as_ptr().cast(),
+            out.as_mut_ptr().cast(),
+            out.len(),
+            compressor.as_ptr(),
+            blocksize,
+            1,
+        )
+    };
+    assert!(n > 0, "blosc_compress_ctx: {n}");
+    out.truncate(n as usize);
+    out
+}
+
+/// Genotype-like values (small integers, repeated) with stretches of noise, so that frames
+/// hold both compressed and stored streams.
+fn values(len: usize, d: &mut Draw) -> Vec<u8> {
+    let noisy = d.below(len as u64 + 1) as usize;
+    (0..len)
+        .map(|i| {
+            if i >= noisy && i < noisy + len / 4 {
+                d.next() as u8
+            } else {
+                (d.below(3) as u8).wrapping_sub((d.below(50) == 0) as u8)
+            }
+        })
+        .collect()
+}
+
+/// Decodes `frame` as the device does, with the kernels run on the host.
+fn device_decode(frame: &[u8], layout: &BloscLayout, grid: (u32, u32), threads: u32) -> Vec<u8> {
+    let k = kernels();
+    let n = layout.nbytes;
+    // The compressed streams, decompressed where nvCOMP would put them; the stored ones
+    // left to copy_segments (the host's decode of them is overwritten below).
+    let mut decoded = vec![0u8; n];
+    layout.decompress_streams(frame, &mut decoded).unwrap();
+    let mut streams = Guarded::<u8>::zeroed(n);
+    let stored: Vec<u64> = (layout.streams.iter())
+        .filter(|s| s.stored)
+        .flat_map(|s| [s.src.start as u64, s.dst.start as u64, s.src.len() as u64])
+        .collect();
+    for s in layout.streams.iter().filter(|s| !s.stored) {
+        streams.values_mut()[s.dst.clone()].copy_from_slice(&decoded[s.dst.clone()]);
+    }
+    if !stored.is_empty() {
+        let mut a = HostArgs::new();
+        a.buffer(streams.values_mut())
+            .input(frame)
+            .input(&stored)
+            .value((stored.len() / 3) as u32);
+        k.launch(
+            "copy_segments",
+            (grid.0, grid.1, 1),
+            (threads, 1, 1),
+            &mut a,
+        )
+        .unwrap();
+    }
+    streams.check("copy_segments").unwrap();
+    let blocks: Vec<u64> = (layout.blocks.iter())
+        .flat_map(|b| {
+            let kind = match b.shuffle {
+                BlockShuffle::None => 0,
+                BlockShuffle::Byte => 1,
+                BlockShuffle::Bit => 2,
+            };
+            [b.at.start as u64, b.at.len() as u64, kind]
+        })
+        .collect();
+    let mut out = Guarded::<u8>::zeroed(n);
+    let mut a = HostArgs::new();
+    a.buffer(out.values_mut())
+        .input(streams.values())
+        .input(&blocks)
+        .value(layout.blocks.len() as u32)
+        .value(layout.typesize as u32);
+    k.launch(
+        "blosc_unshuffle",
+        (grid.0, grid.1, 1),
+        (threads, 1, 1),
+        &mut a,
+    )
+    .unwrap();
+    out.check("blosc_unshuffle").unwrap();
+    out.values().to_vec()
+}
+
+#[test]
+fn device_decode_is_c_blosc_for_lz4_and_zstd_with_every_shuffle() {
+    let mut d = Draw::fresh();
+    let mut kinds = std::collections::BTreeSet::new();
+    for codec in ["lz4", "zstd"] {
+        for &typesize in &[1usize, 2, 3, 4, 8, 16, 17] {
+            for shuffle in [0i32, 1, 2] {
+                let len = 1 + d.below(90_000) as usize;
+                // c-blosc's own choice, or blocks of 256 B to 64 KiB (the last one short).
+                let blocksize = [0, 256 << d.below(9)][d.below(2) as usize] as usize;
+                let v = values(len, &mut d);
+                let frame = compress(&v, typesize, shuffle, blocksize, codec);
+                let what = format!(
+                    "{codec} typesize {typesize} shuffle {shuffle} len {len} blocksize {blocksize}"
+                );
+                let layout = BloscLayout::of(&frame)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"))
+                    .unwrap_or_else(|| panic!("{what}: no layout"));
+                for b in &layout.blocks {
+                    kinds.insert(format!("{:?}", b.shuffle));
+                }
+                kinds.extend(
+                    layout
+                        .streams
+                        .iter()
+                        .map(|s| format!("stored {}", s.stored)),
+                );
+                // Grids with fewer threads than a block's work, and rows fewer than blocks.
+                let grid = (1 + d.below(4) as u32, 1 + d.below(3) as u32);
+                let threads = [32u32, 64, 256][d.below(3) as usize];
+                let got = device_decode(&frame, &layout, grid, threads);
+                if let Some(i) = (0..len).find(|&i| got[i] != v[i]) {
+                    panic!("{what}: byte {i} is {} not {}", got[i], v[i]);
+                }
+            }
+        }
+    }
+    // Every kind of block and stream was met.
+    for kind in ["None", "Byte", "Bit", "stored true", "stored false"] {
+        assert!(kinds.contains(kind), "no {kind} among {kinds:?}");
+    }
+}
