@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Installs NVRTC, CUDA's run-time compiler library, from PyPI into a virtual environment, so
-# that the GPU kernels can be compiled (not run) on machines without CUDA: tests/gpu.rs runs
-# `rankwise info --check-kernels` against it in every `make test`.
+# Installs NVRTC, CUDA's run-time compiler library, and nvCOMP from PyPI into a virtual
+# environment, so that the GPU kernels can be compiled (not run) and nvCOMP's functions
+# looked up on machines without CUDA: tests/gpu.rs runs `rankwise info --check-kernels`
+# against them in every `make test`.
 #
 #   scripts/nvrtc-venv.sh [DIR]     (default: target/nvrtc-venv under the repository)
 #
-# Prints the directory holding libnvrtc.so.* on success. Idempotent (a stamp in DIR records
+# Prints the directories holding libnvrtc.so.* and libnvcomp.so.* (as LD_LIBRARY_PATH takes
+# them) on success. Idempotent (a stamp in DIR records
 # the pinned version); concurrent calls on one DIR wait for each other (flock on DIR.lock).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR=${1:-$ROOT/target/nvrtc-venv}
 PYTHON=${PYTHON:-python3}
-# NVRTC has no dependencies of its own: the pin is the whole environment.
-PACKAGE="nvidia-cuda-nvrtc==13.5.37"
+# Neither has dependencies of its own: the pins are the whole environment.
+PACKAGE="nvidia-cuda-nvrtc==13.5.37 nvidia-libnvcomp-cu13==6.0.0.12"
 
 die() {
     printf 'nvrtc-venv.sh: %s\n' "$*" >&2
@@ -21,9 +23,10 @@ die() {
 }
 
 libdir() {
-    local lib
-    lib=$(find "$DIR" -name 'libnvrtc.so.*' -not -name '*builtins*' -print -quit 2>/dev/null)
-    [[ -n $lib ]] && dirname "$lib"
+    local nvrtc nvcomp
+    nvrtc=$(find "$DIR" -name 'libnvrtc.so.*' -not -name '*builtins*' -print -quit 2>/dev/null)
+    nvcomp=$(find "$DIR" -name 'libnvcomp.so.*' -print -quit 2>/dev/null)
+    [[ -n $nvrtc && -n $nvcomp ]] && printf '%s:%s\n' "$(dirname "$nvrtc")" "$(dirname "$nvcomp")"
 }
 
 stamp="$DIR/.rankwise-nvrtc-venv"
@@ -50,11 +53,12 @@ rm -rf "$DIR"
     cat "$log" >&2
     die "'$PYTHON -m venv $DIR' failed (on Debian: apt-get install python3-venv)"
 }
-"$DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$PACKAGE" >"$log" 2>&1 || {
+# shellcheck disable=SC2086 # the pins, one word each
+"$DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-input $PACKAGE >"$log" 2>&1 || {
     cat "$log" >&2
     rm -rf "$DIR"
     die "pip could not install $PACKAGE into $DIR (is PyPI reachable?)"
 }
-libdir >/dev/null || die "$PACKAGE installed no libnvrtc.so.* under $DIR"
+libdir >/dev/null || die "$PACKAGE installed no libnvrtc.so.* or libnvcomp.so.* under $DIR"
 printf '%s' "$PACKAGE" >"$stamp"
 libdir

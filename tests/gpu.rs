@@ -92,7 +92,9 @@ fn gpu_usable() -> bool {
 fn info_names_every_cuda_library() {
     let run = embedded(&strings(&["info"]));
     run.assert_success();
-    for lib in ["cuda", "nvrtc", "cublas", "cublasLt", "cusolver", "nccl"] {
+    for lib in [
+        "cuda", "nvrtc", "cublas", "cublasLt", "cusolver", "nccl", "nvcomp",
+    ] {
         assert!(
             run.stdout.contains(&format!("  {lib:<9} found: "))
                 || run.stdout.contains(&format!("  {lib:<9} not found (")),
@@ -221,6 +223,18 @@ fn kernels_compile_with_nvrtc_from_pypi() {
         "{}",
         run.stdout
     );
+    // nvCOMP from PyPI (where the machine has none of its own) loads with every function
+    // the device decode calls (else its line says what is missing).
+    if probed().find("nvcomp").is_none() {
+        let line = (run.stdout.lines())
+            .find(|l| l.starts_with("  nvcomp "))
+            .unwrap_or_default();
+        assert!(
+            line.contains("found: libnvcomp.so.6") && !line.contains("not loaded"),
+            "{}",
+            run.stdout
+        );
+    }
     let compiled = run
         .stdout
         .lines()

@@ -289,19 +289,20 @@ __device__ __forceinline__ u64 transpose_bits8(u64 x) {
     return x ^ t ^ (t << 28);
 }
 
-// blocks[3b..3b+3] = (first byte, bytes, kind): kind 0 as is, 1 byte-shuffled (typesize
-// planes of n bytes), 2 bit-shuffled (8·typesize rows of n/8 bytes, n a multiple of 8);
-// bytes past the block's last whole value are as they are. Grid rows stride over the
-// blocks, threads along each: for bit shuffle, one thread per (byte j, group of 8 values),
-// reading one byte of each of the 8 rows of byte j (consecutive threads, consecutive bytes).
+// blocks[4b..4b+4] = (first byte in `streams`, first byte in `out`, bytes, kind): kind 0
+// as is, 1 byte-shuffled (typesize planes of n bytes), 2 bit-shuffled (8·typesize rows of
+// n/8 bytes, n a multiple of 8); bytes past the block's last whole value are as they are.
+// Grid rows stride over the blocks, threads along each: for bit shuffle, one thread per
+// (byte j, group of 8 values), reading one byte of each of the 8 rows of byte j
+// (consecutive threads, consecutive bytes).
 extern "C" __global__ void blosc_unshuffle(u8* out, const u8* streams, const u64* blocks,
                                            u32 nblocks, u32 typesize) {
     u64 first = blockIdx.x * (u64)blockDim.x + threadIdx.x;
     u64 stride = (u64)gridDim.x * blockDim.x;
     for (u32 b = blockIdx.y; b < nblocks; b += gridDim.y) {
-        u64 at = blocks[3 * b], size = blocks[3 * b + 1], kind = blocks[3 * b + 2];
-        const u8* s = streams + at;
-        u8* o = out + at;
+        u64 size = blocks[4 * b + 2], kind = blocks[4 * b + 3];
+        const u8* s = streams + blocks[4 * b];
+        u8* o = out + blocks[4 * b + 1];
         u64 n = size / typesize, whole = kind == 0 ? 0 : n * typesize;
         for (u64 i = whole + first; i < size; i += stride) o[i] = s[i];
         if (kind == 1) {

@@ -20,10 +20,12 @@ mod device;
 pub mod host;
 mod libs;
 mod nccl;
+mod nvcomp;
 
 pub use device::{compile_kernels, GpuDevice, GpuKernels, PinnedLease, KERNELS_SOURCE};
 pub use libs::{probe, GpuInfo, GpuLibraries, Library};
 pub use nccl::{NcclComm, NcclJoin};
+pub use nvcomp::{status_name as nvcomp_status_name, Nvcomp, NvcompCodec};
 
 use std::str::FromStr;
 use std::sync::OnceLock;

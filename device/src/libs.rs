@@ -6,13 +6,25 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::GpuError;
 
 /// The libraries the GPU actors use, by cudarc's base name, with what each is for.
-pub(crate) const LIBRARIES: [(&str, &str); 6] = [
+pub(crate) const LIBRARIES: [(&str, &str); 7] = [
     ("cuda", "CUDA driver"),
     ("nvrtc", "NVRTC, compiles the kernels"),
     ("cublas", "cuBLAS, the GEMMs"),
     ("cublasLt", "cuBLASLt, loaded by cuBLAS"),
     ("cusolver", "cuSOLVER, panel QR"),
     ("nccl", "NCCL, collectives on device buffers"),
+    ("nvcomp", "nvCOMP, decompresses Blosc chunks on the device"),
+];
+
+/// The file names nvCOMP is loaded under: NVIDIA's `nvidia-libnvcomp-cu12`/`-cu13` wheels
+/// and its tarballs ship `libnvcomp.so.N` (N the major version: 5 since nvCOMP 5, 6 since
+/// 6), with a plain `libnvcomp.so` link only in the tarballs. cudarc has no binding of it
+/// (crate::nvcomp).
+pub(crate) const NVCOMP_NAMES: [&str; 4] = [
+    "libnvcomp.so",
+    "libnvcomp.so.6",
+    "libnvcomp.so.5",
+    "libnvcomp.so.4",
 ];
 
 /// The libraries the GPU passes cannot run without.
@@ -74,6 +86,9 @@ pub fn probe() -> GpuLibraries {
             // Linux only `libNAME.so` and its versioned names can exist.
             let prefix = format!("lib{name}.so");
             let mut searched = Vec::new();
+            if name == "nvcomp" {
+                searched.extend(NVCOMP_NAMES.iter().map(|n| n.to_string()));
+            }
             for c in cudarc::get_lib_name_candidates(name) {
                 if c.starts_with(&prefix) && !searched.contains(&c) {
                     searched.push(c);
@@ -87,6 +102,8 @@ pub fn probe() -> GpuLibraries {
                 .cloned();
             let hint = match (name, &found) {
                 ("nccl", None) => soname_hint("libnccl.so.2", "libnccl.so"),
+                // A file that loads but lacks the batched functions (an nvCOMP before 5).
+                ("nvcomp", Some(_)) => crate::nvcomp::Nvcomp::get().err(),
                 _ => None,
             };
             Library {
@@ -239,7 +256,16 @@ impl GpuLibraries {
         let mut s = String::from("CUDA libraries (loaded at run time):\n");
         for l in &self.libraries {
             let _ = match &l.found {
-                Some(f) => writeln!(s, "  {:<9} found: {f} ({})", l.name, l.purpose),
+                Some(f) => writeln!(
+                    s,
+                    "  {:<9} found: {f} ({}){}",
+                    l.name,
+                    l.purpose,
+                    l.hint
+                        .as_deref()
+                        .map(|h| format!("; but {h}"))
+                        .unwrap_or_default()
+                ),
                 None => writeln!(
                     s,
                     "  {:<9} not found ({}; searched {}){}",

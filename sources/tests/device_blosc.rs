@@ -60,6 +60,9 @@ fn values(len: usize, d: &mut Draw) -> Vec<u8> {
         .collect()
 }
 
+/// Where the decoded frame starts in the kernel's output.
+const SHIFT: usize = 3;
+
 /// Decodes `frame` as the device does, with the kernels run on the host.
 fn device_decode(frame: &[u8], layout: &BloscLayout, grid: (u32, u32), threads: u32) -> Vec<u8> {
     let k = kernels();
@@ -98,10 +101,16 @@ fn device_decode(frame: &[u8], layout: &BloscLayout, grid: (u32, u32), threads: 
                 BlockShuffle::Byte => 1,
                 BlockShuffle::Bit => 2,
             };
-            [b.at.start as u64, b.at.len() as u64, kind]
+            [
+                b.at.start as u64,
+                (SHIFT + b.at.start) as u64,
+                b.at.len() as u64,
+                kind,
+            ]
         })
         .collect();
-    let mut out = Guarded::<u8>::zeroed(n);
+    // Blocks land `SHIFT` bytes on in `out` (where a chunk lies in a batch's output).
+    let mut out = Guarded::<u8>::zeroed(SHIFT + n);
     let mut a = HostArgs::new();
     a.buffer(out.values_mut())
         .input(streams.values())
@@ -116,7 +125,8 @@ fn device_decode(frame: &[u8], layout: &BloscLayout, grid: (u32, u32), threads: 
     )
     .unwrap();
     out.check("blosc_unshuffle").unwrap();
-    out.values().to_vec()
+    assert!(out.values()[..SHIFT].iter().all(|&b| b == 0));
+    out.values()[SHIFT..].to_vec()
 }
 
 #[test]
