@@ -18,6 +18,7 @@ use std::ffi::c_void;
 use std::sync::OnceLock;
 
 use cudarc::driver::sys::CUstream;
+use cudarc::driver::CudaStream;
 
 use crate::libs::NVCOMP_NAMES;
 
@@ -180,8 +181,9 @@ impl Nvcomp {
         chunks: usize,
         max_chunk: usize,
         total: usize,
-        stream: CUstream,
+        stream: &CudaStream,
     ) -> Result<usize, String> {
+        let stream = stream.cu_stream();
         let mut bytes = 0usize;
         // SAFETY: sizes only; `bytes` is a valid out-pointer and `stream` a live stream.
         let status = unsafe {
@@ -208,7 +210,7 @@ impl Nvcomp {
     ///
     /// # Safety
     ///
-    /// Every pointer is a device address valid on `stream`'s context: `inputs`, `in_bytes`,
+    /// Every address is a device address valid on `stream`'s context: `inputs`, `in_bytes`,
     /// `out_capacity`, `out_bytes`, `outputs` and `statuses` arrays of `chunks` entries;
     /// each input holds its `in_bytes` and each output has room for its `out_capacity`,
     /// all aligned to [`NvcompCodec::alignment`]; `temp` holds `temp_bytes` (from
@@ -226,8 +228,9 @@ impl Nvcomp {
         temp_bytes: usize,
         outputs: u64,
         statuses: u64,
-        stream: CUstream,
+        stream: &CudaStream,
     ) -> Result<(), String> {
+        let stream = stream.cu_stream();
         let status = match codec {
             // SAFETY: the caller's contract above.
             NvcompCodec::Lz4 => unsafe {
