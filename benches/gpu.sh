@@ -25,7 +25,9 @@
 #       RANKWISE=/tmp/rw/bin/rankwise GPU_TESTS=/tmp/rw/release/deps/gpu OUT=results \
 #       bash benches/gpu.sh
 #
-# Environment: OUT (results folder; default target/bench-results/gpu-STAMP), ROWS and COLS
+# Environment: OUT (results folder; default target/bench-results/gpu-STAMP), DEVICE_DECODE
+# (the device_decode example: the Zarr store's chunks decoded on the device; default beside
+# RANKWISE, else target/release/examples), ROWS and COLS
 # (the benchmark's shape; default 10000000 × 20000), CHUNK_ROWS (default 250000), PRECISIONS
 # (default "f32 f64"), TIMEOUT (seconds per rankwise run, default 300); ZARR_ROWS (variants of
 # the Zarr store, COLS samples; default 500000, 10 GB as int8; 0 skips the step), ZARR_CHUNK
@@ -59,6 +61,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RANKWISE=${RANKWISE:-$ROOT/target/release/rankwise}
+DEVICE_DECODE=${DEVICE_DECODE:-$(dirname "$RANKWISE")/device_decode}
+[[ -x $DEVICE_DECODE ]] || DEVICE_DECODE=$ROOT/target/release/examples/device_decode
 ROWS=${ROWS:-10000000}
 COLS=${COLS:-20000}
 CHUNK_ROWS=${CHUNK_ROWS:-250000}
@@ -260,6 +264,13 @@ if read:
               f"(PyTorch, best of {pcie['reps']}): {pcie['gb_per_s']:.1f} GB/s.")
     print(f"- host decode alone (`rankwise read`, {read['cores']} cores): "
           f"{read['decoded_gb_per_s']:.2f} GB/s decoded, {read['seconds']:.2f} s.")
+    dd = load("zarr-device-decode")
+    if dd:
+        print(f"- device decode (`examples/device_decode`: nvCOMP and the unshuffle kernels, "
+              f"{dd['batches']} batches): {dd['device_decoded_gb_per_s']:.2f} GB/s decoded on "
+              f"the device, {dd['decoded_gb_per_s']:.2f} GB/s end to end with the chunk files "
+              f"read on {dd['read_threads']} threads ({dd['staged_bytes'] / 1e9:.2f} GB "
+              f"staged, {dd['seconds']:.2f} s).")
 for name, d in ((actor, zg), ("CPU actor", zc)):
     if not d:
         continue
@@ -529,6 +540,14 @@ if ((ZARR_ROWS > 0)); then
     fi
     if [[ -d $store ]]; then
         run zarr-read read --zarr "$store:call_dosage"
+        # The same chunks decoded on the device (nvCOMP and the unshuffle kernels), where
+        # the example was built (make build; a bundle's bin/device_decode).
+        if [[ $DEVICE == gpu && -x $DEVICE_DECODE ]]; then
+            echo "== zarr-device-decode: $DEVICE_DECODE $store:call_dosage" >>"$OUT/runs.log"
+            timed zarr-device-decode "$DEVICE_DECODE" "$store:call_dosage" \
+                >"$OUT/json/zarr-device-decode.json" 2>>"$OUT/runs.log" ||
+                { rm -f "$OUT/json/zarr-device-decode.json"; status=1; }
+        fi
         zarr=(pca --zarr "$store:call_dosage" -k 10 --power-iters 0 --precision f32)
         run zarr-gpu "${zarr[@]}" --device "$DEVICE"
         run zarr-cpu "${zarr[@]}" --device cpu

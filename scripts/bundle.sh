@@ -6,6 +6,8 @@
 #   scripts/bundle.sh DIR [--tests]      (make bundle DIR=… builds first)
 #
 # DIR/bin/rankwise        the release binary, without its debug info
+# DIR/bin/device_decode   the device decode's benchmark (examples/device_decode.rs), where
+#                         make build built it
 # DIR/lib/                every shared library it links except the C library's own
 #                         (libc, libm, libpthread, libdl, librt, ld-linux), from `ldd`
 # DIR/env.sh              `. DIR/env.sh` puts both on PATH and LD_LIBRARY_PATH
@@ -72,6 +74,11 @@ if ((TESTS)); then
             copy_libs "$bin"
         fi
     done
+fi
+
+# The device decode's benchmark (benches/gpu.sh runs it beside the rankwise binary).
+if [[ -x $ROOT/target/release/examples/device_decode ]]; then
+    objcopy --strip-debug "$ROOT/target/release/examples/device_decode" "$DIR.tmp/bin/device_decode"
 fi
 
 cat >"$DIR.tmp/env.sh" <<'EOF'

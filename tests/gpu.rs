@@ -25,6 +25,8 @@
 //! - Zarr stores staged to the device through pinned buffers agree with host reads;
 //! - the default, convergence-controlled PCA converges on GPU actors as on CPU actors, to
 //!   the same eigenvalues and PCs;
+//! - Blosc chunks decoded on the device (nvCOMP and the unshuffle kernels) are the host's
+//!   decode, bit for bit, and other compressors are refused for the host to decode;
 //! - NCCL sums agree with the transport's;
 //! - cuSOLVER's panel QR agrees with LAPACK's;
 //! - a GPU run repeats bit for bit.
@@ -553,6 +555,135 @@ fn converged_pca_on_gpu_actors_matches_cpu_actors() {
     }
     assert_close(&gpu, &cpu, 1e-7, "converged pca");
     assert_same_subspaces(&dir.join("gpu"), &dir.join("cpu"), 1e-3, "converged pca");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Blosc chunks decoded on the device (nvCOMP's batched LZ4 and zstd, the copy and
+/// unshuffle kernels) are the host's decode, bit for bit: genotype stores (int8) and f32
+/// stores written by `rankwise gen` with LZ4 and zstd, without shuffle and with byte and
+/// bit shuffle. A frame of another compressor is refused, naming it, for the host to decode.
+#[test]
+fn blosc_chunks_decode_on_the_device_as_on_the_host() {
+    const TEST: &str = "blosc_chunks_decode_on_the_device_as_on_the_host";
+    use rankwise::linalg::device_decode::{DeviceDecodeError, DeviceDecoder};
+    use rankwise::sources::{BloscLayout, ChunkScratch, ZarrArray};
+    let mut rng = Draw(test_seed());
+    let dir = scratch("gpu-blosc");
+    // Everywhere: the stores, their host decode and their frames as the device takes them.
+    let mut cases = Vec::new();
+    for (codec, shuffle, dtype, dist) in [
+        ("blosc-zstd", "bit", "i8", "genotype"),
+        ("blosc-lz4", "bit", "i8", "genotype"),
+        ("blosc-zstd", "none", "i8", "genotype"),
+        ("blosc-lz4", "byte", "f32", "normal"),
+        ("blosc-zstd", "byte", "f32", "normal"),
+        ("blosc-lz4", "none", "f32", "normal"),
+    ] {
+        let (rows, cols) = (rng.range(2_000, 9_000), rng.range(100, 900));
+        let chunk = rng.range(300, 1_500);
+        let what = format!("{codec} {shuffle} {dtype} {rows} × {cols}, chunks of {chunk}");
+        let store = dir.join(format!("{codec}-{shuffle}-{dtype}.zarr"));
+        let (r, c, ch, seed) = (
+            rows.to_string(),
+            cols.to_string(),
+            chunk.to_string(),
+            rng.next().to_string(),
+        );
+        embedded(&strings(&[
+            "gen",
+            "--out",
+            store.to_str().unwrap(),
+            "--rows",
+            &r,
+            "--cols",
+            &c,
+            "--chunk-rows",
+            &ch,
+            "--dist",
+            dist,
+            "--dtype",
+            dtype,
+            "--codec",
+            codec,
+            "--shuffle",
+            shuffle,
+            "--seed",
+            &seed,
+        ]))
+        .assert_success();
+        let name = if dist == "genotype" {
+            "call_dosage"
+        } else {
+            ""
+        };
+        let array = ZarrArray::open_at(&store, name).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let elem = if dtype == "i8" { 1 } else { 4 };
+        let mut host = vec![0u8; (rows * cols) as usize * elem];
+        array
+            .decode_region(
+                &[0..rows, 0..cols],
+                elem,
+                &mut host,
+                &mut ChunkScratch::default(),
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut frames = Vec::new();
+        for i in 0..rows.div_ceil(chunk) {
+            let mut f = Vec::new();
+            assert!(
+                array.blosc_chunk(&[i, 0], &mut f).unwrap(),
+                "{what}: chunk {i}"
+            );
+            let layout = BloscLayout::of(&f)
+                .unwrap_or_else(|e| panic!("{what}: chunk {i}: {e}"))
+                .unwrap_or_else(|| panic!("{what}: chunk {i}: no layout"));
+            assert_eq!(layout.nbytes, (chunk * cols) as usize * elem, "{what}");
+            frames.push(f);
+        }
+        // The last chunk decodes whole (past the array's last row, as stored).
+        let decoded = frames.len() * (chunk * cols) as usize * elem;
+        cases.push((what, host, frames, decoded));
+    }
+    if !gpu_usable() && std::env::var("RANKWISE_REQUIRE_GPU").as_deref() != Ok("1") {
+        part_skipped(TEST, "the device decode", "no usable GPU");
+        return;
+    }
+    let Some(dev) = gpu_or_skip(TEST) else {
+        return;
+    };
+    let decoder = match DeviceDecoder::new(&dev) {
+        Ok(d) => d,
+        Err(e) => {
+            part_skipped(TEST, "the device decode", &e.to_string());
+            return;
+        }
+    };
+    for (what, host, frames, decoded) in &cases {
+        let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+        let mut out = dev.stream().alloc_zeros::<u8>(*decoded).unwrap();
+        let stats = decoder
+            .decode(&refs, &mut out)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut back = vec![0u8; *decoded];
+        dev.stream().memcpy_dtoh(&out, &mut back).unwrap();
+        dev.stream().synchronize().unwrap();
+        assert!(
+            back[..host.len()] == host[..],
+            "{what}: the device's bytes differ"
+        );
+        println!("{what}: {stats:?}");
+        assert!(stats.compressed_streams > 0, "{what}: {stats:?}");
+    }
+    // Another compressor (BloscLZ's code in the flags' top bits): refused, named.
+    let mut f = cases[3].2[0].clone();
+    f[2] &= 0x1f;
+    let mut out = dev.stream().alloc_zeros::<u8>(cases[3].3).unwrap();
+    match decoder.decode(&[&f], &mut out) {
+        Err(DeviceDecodeError::Unsupported { frame: 0, why }) => {
+            assert!(why.contains("BloscLZ"), "{why}")
+        }
+        other => panic!("a BloscLZ frame: {other:?}"),
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

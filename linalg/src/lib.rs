@@ -49,6 +49,7 @@ macro_rules! by_const {
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
 mod blas;
 mod cholqr;
+pub mod device_decode;
 mod finite;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
 mod fused;

@@ -155,13 +155,7 @@ impl DirectCodec {
                 file.read_exact(dest).map_err(read_error)?;
             }
             DirectCodec::Blosc => {
-                encoded.clear();
-                reserve(encoded, len as usize);
-                // The length was checked; `take` holds even if the file grows meanwhile.
-                (&mut file)
-                    .take(len)
-                    .read_to_end(encoded)
-                    .map_err(read_error)?;
+                read_whole(file, len, encoded).map_err(read_error)?;
                 blosc_decode(encoded, dest)?;
             }
             DirectCodec::Zstd | DirectCodec::Gzip | DirectCodec::Zlib => {
@@ -171,6 +165,23 @@ impl DirectCodec {
                 finish_stream(&mut *stream, whole, self)?;
             }
         }
+        Ok(Some(len))
+    }
+
+    /// The encoded bytes of chunk file `path` (a chunk of `whole` decoded bytes), appended
+    /// to `encoded` after clearing it; `None` when the file does not exist. The file is
+    /// checked as [`DirectCodec::decode_file`] checks it before anything is read.
+    pub(crate) fn read_file(
+        self,
+        path: &Path,
+        whole: usize,
+        encoded: &mut Vec<u8>,
+    ) -> Result<Option<u64>, String> {
+        let Some((file, len)) = open_chunk(path, self, whole)? else {
+            return Ok(None);
+        };
+        read_whole(file, len, encoded)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         Ok(Some(len))
     }
 
@@ -369,6 +380,14 @@ impl DirectCodec {
 /// Opens a chunk file of a chunk of `whole` decoded bytes, and its length; `None` when it
 /// does not exist (a missing chunk). A path that is not a regular file, or a file longer
 /// than any valid encoding of the chunk, is refused before it is read.
+/// The `len` bytes of a checked chunk file into `encoded` (cleared first). The length was
+/// checked: `take` holds even if the file grows meanwhile.
+fn read_whole(file: std::fs::File, len: u64, encoded: &mut Vec<u8>) -> std::io::Result<()> {
+    encoded.clear();
+    reserve(encoded, len as usize);
+    file.take(len).read_to_end(encoded).map(|_| ())
+}
+
 fn open_chunk(
     path: &Path,
     codec: DirectCodec,

@@ -1075,6 +1075,27 @@ impl ZarrArray {
         Ok(stats)
     }
 
+    /// The stored Blosc frame of chunk `idx` (its grid index), for a decoder other than
+    /// the host's (the GPU's: [`crate::BloscLayout`]), written into `frame`: `Ok(true)`
+    /// when the array is local, unsharded and its chunks are single Blosc frames, and the
+    /// chunk's file exists; `Ok(false)` otherwise (decode the chunk on the host). The file
+    /// is checked before it is read, as every chunk file is: a link to a device, a FIFO or
+    /// a file longer than any frame of the chunk is an error naming it.
+    pub fn blosc_chunk(&self, idx: &[u64], frame: &mut Vec<u8>) -> Result<bool, ZarrError> {
+        if self.direct != Some(DirectCodec::Blosc)
+            || self.shard.is_some()
+            || !matches!(self.location, Location::Local(_))
+        {
+            return Ok(false);
+        }
+        let elem = self.array.data_type().fixed_size().unwrap_or(1) as u64;
+        let whole = self.chunk_shape()?.iter().product::<u64>() * elem;
+        let path = self.local_chunk_path(idx);
+        (DirectCodec::Blosc.read_file(&path, whole as usize, frame))
+            .map(|len| len.is_some())
+            .map_err(|m| self.chunk_error(idx, m))
+    }
+
     /// The file of chunk `idx` of a local store.
     fn local_chunk_path(&self, idx: &[u64]) -> PathBuf {
         let key = self.array.chunk_key(idx);
