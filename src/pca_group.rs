@@ -32,9 +32,11 @@ use rankwise_genomics::plink_files::{write_eigenval, write_eigenvec};
 use rankwise_genomics::projection::{
     variant_frequencies, write_weight_files, VariantInfo, WeightRows,
 };
-use rankwise_genomics::{pca_scales, GenomicsError};
+use rankwise_genomics::GenomicsError;
 use rankwise_linalg::{FactorSink, Operand, RsvdProblem, RsvdResult};
-use rankwise_output::group::{read_f64_rows, Dims, OutputLayout, SvdOutput, ZarrFormat};
+use rankwise_output::group::{
+    read_f64_rows, Dims, OutputError, OutputLayout, SvdOutput, ZarrFormat,
+};
 use rankwise_output::publish::{self, Opened, PublishError};
 use rankwise_output::temporaries::RemovedOnDrop;
 use rankwise_sources::GenotypeSource;
@@ -289,45 +291,27 @@ impl PcaGroup {
     /// [`PcaGroup::commit`] writes the side files from.
     pub fn write_result(&self, problem: &RsvdProblem, result: &RsvdResult) -> Result<(), Error> {
         let o = &self.opened.output;
-        if result.transposed {
-            o.write_u_rows(0, result.wt.t())?;
-        } else {
-            o.write_vt(result.wt.view())?;
-        }
-        o.write_s(&result.s)?;
-        o.write_vector("residuals", &result.convergence.residuals)?;
-        let (eigenvalues, explained) = pca_scales(result);
-        o.write_vector("eigenvalues", &eigenvalues)?;
-        o.write_vector("explained_variance_ratio", &explained)?;
+        write_factors(o, result)?;
+        let pca = rankwise_genomics::Pca::of(problem, result);
+        o.write_vector("eigenvalues", &pca.eigenvalues)?;
+        o.write_vector("explained_variance_ratio", &pca.explained_variance_ratio)?;
         let samples = problem.operand.shape().1;
-        let genotypes = match &problem.operand {
-            Operand::Genotypes(g, _) => Some(g.as_ref()),
-            Operand::Dense(_) => None,
-        };
-        let weights = match genotypes {
-            Some(g) if self.weighing => {
-                let info = write_identity(o, g, result, &explained)?;
-                let used =
-                    (result.genotypes.as_ref()).map_or(0, |s| s.variants - s.variants_filtered);
+        let weights = match &problem.operand {
+            Operand::Genotypes(g, _) if self.weighing => {
+                let info = write_identity(o, g.as_ref(), result, &pca.explained_variance_ratio)?;
                 let scale = explained_variance(result, samples)
                     .iter()
                     .map(|v| v.sqrt())
                     .collect();
-                Some((info, used, scale))
+                Some((info, pca.variants_used, scale))
             }
             _ => None,
         };
-        let sample_ids = genotypes
-            .and_then(|g| g.sample_ids())
-            .unwrap_or_else(|| (0..samples).map(|j| format!("sample_{j}")).collect());
-        let family_ids = genotypes
-            .and_then(|g| g.family_ids())
-            .filter(|f| f.len() == sample_ids.len());
         *self.side.lock().unwrap_or_else(|e| e.into_inner()) = Some(Side {
-            pcs: result.wt.t().to_owned(),
-            eigenvalues,
-            sample_ids,
-            family_ids,
+            pcs: pca.pcs,
+            eigenvalues: pca.eigenvalues,
+            sample_ids: pca.sample_ids,
+            family_ids: pca.family_ids,
             weights,
         });
         Ok(())
@@ -465,6 +449,19 @@ impl PcaGroup {
     ) -> Option<(usize, String)> {
         publish::abandon_collectively(rt, self.opened, own)
     }
+}
+
+/// Writes what every result group of a randomized SVD holds beside `U` (which the actors
+/// write): `Vt` (or `U`, for a problem solved through its transpose), `S` and each
+/// component's residual.
+pub fn write_factors(o: &SvdOutput, result: &RsvdResult) -> Result<(), OutputError> {
+    if result.transposed {
+        o.write_u_rows(0, result.wt.t())?;
+    } else {
+        o.write_vt(result.wt.view())?;
+    }
+    o.write_s(&result.s)?;
+    o.write_vector("residuals", &result.convergence.residuals)
 }
 
 /// sgkit's (and scikit-learn's) explained variance of each component of `n` samples:

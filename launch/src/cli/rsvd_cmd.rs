@@ -28,7 +28,7 @@ use rankwise::output::group::{SvdOutput, ZarrFormat};
 use rankwise::output::report::{
     peak_rss_bytes, MachineLimit, RankReport, RsvdBody, RsvdWork, RunReport,
 };
-use rankwise::pca_group::{result_layout, CallerError, PcaFiles, PcaGroup};
+use rankwise::pca_group::{result_layout, write_factors, CallerError, PcaFiles, PcaGroup};
 
 /// How the range is refined.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -678,16 +678,7 @@ fn compute(
     );
     match output {
         Some(JobOutput::Pca(g)) => g.write_result(problem, &result).map_err(cli_error)?,
-        Some(JobOutput::Plain(_)) => {
-            let o = output.map(JobOutput::group).expect("an output");
-            if result.transposed {
-                o.write_u_rows(0, result.wt.t())?;
-            } else {
-                o.write_vt(result.wt.view())?;
-            }
-            o.write_s(&result.s)?;
-            o.write_vector("residuals", &result.convergence.residuals)?;
-        }
+        Some(JobOutput::Plain(o)) => write_factors(&o.0, &result)?,
         None => {}
     }
     if let Some(o) = output.map(JobOutput::group) {
