@@ -68,6 +68,8 @@
 //!   ([`output::publish`]), generated Zarr stores, and the registry of temporaries a signal
 //!   removes.
 //! * this crate: [`World`], [`open`], [`svd`], [`rsvd`] and [`pca`], with one [`Error`];
+//!   [`pca_to_group`] and [`pca_group`] publish a PCA's group and PLINK 2's side files, all
+//!   or nothing on every rank (what `rankwise pca --out` and Python's `pca(out=)` write);
 //!   [`memory`] reads a matrix or genotypes the caller holds in place, and `host_mpi` takes
 //!   a host program's communicator. It has no command line and no plotting.
 //! * `rankwise-launch`: the `rankwise` command: flags mapped to these parameters, the
