@@ -109,20 +109,23 @@ cuda_dirs() {
         /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
         [[ -d $d ]] && printf '%s\n' "$d"
     done
-    # NVIDIA's wheels (nvidia-cublas, nvidia-cuda-nvrtc, …) keep theirs in site-packages.
+    # NVIDIA's wheels (nvidia-cublas, nvidia-cuda-nvrtc, …) keep theirs in site-packages
+    # (nvidia-libnvcomp-cu13 under lib64).
     if command -v python3 >/dev/null; then
         python3 - <<'EOF' 2>/dev/null || true
 import glob, os, site
 roots = site.getsitepackages() + [site.getusersitepackages()]
 for r in roots:
-    for d in sorted(glob.glob(os.path.join(r, "nvidia", "**", "lib"), recursive=True)):
+    for d in sorted(glob.glob(os.path.join(r, "nvidia", "**", "lib"), recursive=True)
+                    + glob.glob(os.path.join(r, "nvidia", "**", "lib64"), recursive=True)):
         print(d)
 EOF
     fi
 }
 
 missing() { # the CUDA libraries rankwise info reports not found
-    "$RANKWISE" info 2>/dev/null | awk '/^  (cuda|nvrtc|cublas|cublasLt) +not found/ {print $1}'
+    "$RANKWISE" info 2>/dev/null |
+        awk '/^  (cuda|nvrtc|cublas|cublasLt|nvcomp) +not found/ {print $1}'
 }
 if [[ -n $(missing) ]]; then
     extra=$(cuda_dirs | paste -sd: -)
