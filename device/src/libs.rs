@@ -16,17 +16,6 @@ pub(crate) const LIBRARIES: [(&str, &str); 7] = [
     ("nvcomp", "nvCOMP, decompresses Blosc chunks on the device"),
 ];
 
-/// The file names nvCOMP is loaded under: NVIDIA's `nvidia-libnvcomp-cu12`/`-cu13` wheels
-/// and its tarballs ship `libnvcomp.so.N` (N the major version: 5 since nvCOMP 5, 6 since
-/// 6), with a plain `libnvcomp.so` link only in the tarballs. cudarc has no binding of it
-/// (crate::nvcomp).
-pub(crate) const NVCOMP_NAMES: [&str; 4] = [
-    "libnvcomp.so",
-    "libnvcomp.so.6",
-    "libnvcomp.so.5",
-    "libnvcomp.so.4",
-];
-
 /// The libraries the GPU passes cannot run without.
 const REQUIRED: [&str; 3] = ["cuda", "nvrtc", "cublas"];
 
@@ -87,7 +76,7 @@ pub fn probe() -> GpuLibraries {
             let prefix = format!("lib{name}.so");
             let mut searched = Vec::new();
             if name == "nvcomp" {
-                searched.extend(NVCOMP_NAMES.iter().map(|n| n.to_string()));
+                searched.extend(crate::nvcomp::NVCOMP_NAMES.iter().map(|n| n.to_string()));
             }
             for c in cudarc::get_lib_name_candidates(name) {
                 if c.starts_with(&prefix) && !searched.contains(&c) {

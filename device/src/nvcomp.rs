@@ -20,7 +20,16 @@ use std::sync::OnceLock;
 use cudarc::driver::sys::CUstream;
 use cudarc::driver::CudaStream;
 
-use crate::libs::NVCOMP_NAMES;
+/// The file names nvCOMP is loaded under: NVIDIA's `nvidia-libnvcomp-cu12`/`-cu13` wheels
+/// and its tarballs ship `libnvcomp.so.N` (N the major version: 5 since nvCOMP 5, 6 since
+/// 6), with a plain `libnvcomp.so` link only in the tarballs. cudarc has no binding of it
+/// (this module).
+pub(crate) const NVCOMP_NAMES: [&str; 4] = [
+    "libnvcomp.so",
+    "libnvcomp.so.6",
+    "libnvcomp.so.5",
+    "libnvcomp.so.4",
+];
 
 /// The compressors nvCOMP decompresses here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
