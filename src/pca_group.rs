@@ -32,7 +32,7 @@ use rankwise_genomics::plink_files::{write_eigenval, write_eigenvec};
 use rankwise_genomics::projection::{
     variant_frequencies, write_weight_files, VariantInfo, WeightRows,
 };
-use rankwise_genomics::GenomicsError;
+use rankwise_genomics::{explained_variance, GenomicsError};
 use rankwise_linalg::{FactorSink, Operand, RsvdProblem, RsvdResult};
 use rankwise_output::group::{
     read_f64_rows, Dims, OutputError, OutputLayout, SvdOutput, ZarrFormat,
@@ -462,14 +462,6 @@ pub fn write_factors(o: &SvdOutput, result: &RsvdResult) -> Result<(), OutputErr
     }
     o.write_s(&result.s)?;
     o.write_vector("residuals", &result.convergence.residuals)
-}
-
-/// sgkit's (and scikit-learn's) explained variance of each component of `n` samples:
-/// `σ²/(n − 1)`.
-fn explained_variance(result: &RsvdResult, n: u64) -> Vec<f64> {
-    (result.s.iter())
-        .map(|s| s * s / (n.max(2) - 1) as f64)
-        .collect()
 }
 
 /// What names the rows and columns of a PCA's group, with sgkit's names: `sample_id`,

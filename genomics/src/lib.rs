@@ -698,12 +698,20 @@ pub fn loadings_of(
     result: &rankwise_linalg::RsvdResult,
     mut rows: rankwise_linalg::LocalRows,
 ) -> rankwise_linalg::LocalRows {
-    let samples = problem.operand.shape().1;
-    let scale: Vec<f64> = (result.s.iter())
-        .map(|s| (s * s / (samples.max(2) - 1) as f64).sqrt())
+    let scale: Vec<f64> = explained_variance(result, problem.operand.shape().1)
+        .iter()
+        .map(|v| v.sqrt())
         .collect();
     rows.values *= &ndarray::ArrayView1::from(&scale[..]);
     rows
+}
+
+/// sgkit's (and scikit-learn's) explained variance of each component of a PCA of
+/// `samples` samples: `σ²/(samples − 1)`.
+pub fn explained_variance(result: &rankwise_linalg::RsvdResult, samples: u64) -> Vec<f64> {
+    (result.s.iter())
+        .map(|s| s * s / (samples.max(2) - 1) as f64)
+        .collect()
 }
 
 impl Pca {

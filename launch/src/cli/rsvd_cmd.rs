@@ -600,7 +600,7 @@ fn commit_pca(rt: &Runtime, job: &Job, group: &PcaGroup, done: Done) -> Result<D
             groups,
         }) = &done.plot
         else {
-            return Ok(());
+            return Err("internal: rank 0 has no PCs to plot".into());
         };
         let groups = groups
             .as_ref()
