@@ -321,6 +321,14 @@ fn bad_arguments_return_codes_and_never_abort() {
             "null flops_per_second",
             "null phases",
             "phases of a failed call",
+            "pca null input",
+            "pca k = 0",
+            "pca maf 0.7",
+            "pca missing keep file",
+            "ranks disagree on the PCA's k",
+            "ranks disagree on the PCA's input",
+            "pca missing input",
+            "pca get of NULL",
             "good call",
             "good call to a tolerance",
             "phases of a good call",
@@ -393,4 +401,144 @@ fn fortran_bad_arguments_return_codes_and_messages() {
             );
         }
     }
+}
+
+/// `rankwise_pca` from C, under mpirun with 1, 2 and 3 ranks, on a fresh cohort: every
+/// rank's eigenvalues, PCs, residuals and sample IDs are the command line's (`rankwise pca
+/// --out`: its group's `eigenvalues`, `Vt` and `residuals`, its `.eigenvec`'s IIDs) bit for
+/// bit, and the files it publishes with `out` are byte-identical to the command line's.
+/// An existing `out` is refused on every rank, naming it, and left as it was.
+#[test]
+fn the_c_pca_matches_the_command_line_and_publishes_the_same_files() {
+    let b = built();
+    let dir = scratch("capi-pca");
+    let mut draw = Draw(test_seed());
+    let (variants, samples) = (draw.range(1500, 3000), draw.range(80, 200));
+    let prefix = dir.join("cohort");
+    rankwise::genomics::write_example_fileset(&prefix, variants, samples, draw.next()).unwrap();
+    let p = prefix.to_str().unwrap();
+    let k = draw.range(2, 6).to_string();
+    let seed = (draw.next() % 1000).to_string();
+    let what = format!("{variants} × {samples}, k = {k}, seed {seed}");
+    let cli_out = dir.join("cli.zarr");
+    embedded(&strings(&[
+        "pca",
+        "--bed",
+        p,
+        "-k",
+        &k,
+        "--chr",
+        "1-20",
+        "--sketch-seed",
+        &seed,
+        "--out",
+        cli_out.to_str().unwrap(),
+    ]))
+    .assert_success();
+    let g = group_bits(&cli_out, &["eigenvalues", "Vt", "residuals"]);
+    let (vt_shape, vt) = &g["Vt"];
+    let (kk, n) = (vt_shape[0] as usize, vt_shape[1] as usize);
+    assert_eq!(n as u64, samples, "{what}");
+    // The PCs, samples × k row-major: Vᵀ transposed.
+    let pcs: Vec<u64> = (0..n)
+        .flat_map(|i| (0..kk).map(move |j| vt[j * n + i]))
+        .collect();
+    let eigenvec = std::fs::read_to_string(cli_out.with_extension("eigenvec")).unwrap();
+    let iids: Vec<&str> = eigenvec
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    let tree = |root: &Path| {
+        let mut files = std::collections::BTreeMap::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    let name = path.strip_prefix(root).unwrap().display().to_string();
+                    let mut bytes = std::fs::read(&path).unwrap();
+                    if name == "zarr.json" {
+                        // The command line's run report, an attribute of its group.
+                        let mut meta: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                        meta["attributes"]
+                            .as_object_mut()
+                            .map(|a| a.remove("report"));
+                        bytes = meta.to_string().into_bytes();
+                    }
+                    files.insert(name, bytes);
+                }
+            }
+        }
+        files
+    };
+    let cli_files = tree(&cli_out);
+    for np in [1, 2, 3] {
+        let out = dir.join(format!("np{np}"));
+        std::fs::create_dir_all(&out).unwrap();
+        let group = out.join("c.zarr");
+        let args = [
+            p,
+            out.to_str().unwrap(),
+            &k,
+            group.to_str().unwrap(),
+            "1-20",
+            &seed,
+        ];
+        let run = mpirun(np, &b.bin.join("pca_example"), &args, LIMIT);
+        run.assert_success();
+        assert!(
+            run.stdout.contains("all converged"),
+            "{what}: {}",
+            run.describe()
+        );
+        for rank in 0..np {
+            let file = |name: &str| out.join(format!("{name}.{rank}.bin"));
+            let at = format!("{what}, rank {rank} of {np}");
+            assert_eq!(file_bits(&file("eigenval")), g["eigenvalues"].1, "{at}");
+            assert_eq!(file_bits(&file("residuals")), g["residuals"].1, "{at}");
+            assert!(file_bits(&file("pcs")) == pcs, "{at}: the PCs differ");
+            let ids = std::fs::read_to_string(out.join(format!("ids.{rank}.txt"))).unwrap();
+            assert_eq!(ids.lines().collect::<Vec<_>>(), iids, "{at}");
+        }
+        assert!(
+            tree(&group) == cli_files,
+            "{what}, {np} ranks: the groups differ"
+        );
+        for ext in ["eigenvec", "eigenval", "eigenvec.var", "afreq"] {
+            assert_eq!(
+                std::fs::read(group.with_extension(ext)).unwrap(),
+                std::fs::read(cli_out.with_extension(ext)).unwrap(),
+                "{what}, {np} ranks: .{ext}"
+            );
+        }
+    }
+    // Published results are never overwritten: every rank fails, naming `out`.
+    let before = tree(&cli_out);
+    let out = dir.join("again");
+    std::fs::create_dir_all(&out).unwrap();
+    let args = [
+        p,
+        out.to_str().unwrap(),
+        &k,
+        cli_out.to_str().unwrap(),
+        "1-20",
+        &seed,
+    ];
+    let run = mpirun(2, &b.bin.join("pca_example"), &args, LIMIT);
+    run.assert_finished();
+    assert_ne!(run.code, Some(0), "{}", run.describe());
+    for rank in 0..2 {
+        assert!(
+            run.stderr.lines().any(
+                |l| l.starts_with(&format!("rank {rank}: rankwise_pca failed"))
+                    && l.contains("`out`")
+            ),
+            "rank {rank}:\n{}",
+            run.describe()
+        );
+    }
+    assert!(tree(&cli_out) == before, "the existing group changed");
 }

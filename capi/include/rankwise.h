@@ -1,6 +1,7 @@
 /*
  * rankwise: the exact (TSQR) and randomized SVD of a tall matrix whose rows an MPI code
- * already holds, row block by row block, on the ranks of a communicator.
+ * already holds, row block by row block, on the ranks of a communicator; and the genotype
+ * PCA of a PLINK fileset or a (VCF) Zarr store (rankwise_pca), read by the ranks.
  *
  * Data: every rank holds a contiguous block of rows, the blocks in rank order (rank 0
  * the first rows), as a pointer, a row count, a leading dimension and a layout. The
@@ -37,6 +38,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <mpi.h>
+
+/**
+ * A PCA's results, on every rank alike (`rankwise_pca`); freed by `rankwise_pca_free`.
+ */
+typedef struct rankwise_pca_result rankwise_pca_result;
 
 /**
  * What a call returned: `RANKWISE_OK` or one of the `RANKWISE_ERROR_…` codes below.
@@ -120,6 +126,77 @@ typedef int32_t rankwise_precision;
 typedef int32_t rankwise_dist;
 
 /**
+ * The options of `rankwise_pca`. Fill it with `rankwise_pca_options_init`, then set the
+ * fields wanted: every rank must pass the same values.
+ */
+typedef struct {
+  /**
+   * Components (10).
+   */
+  int64_t k;
+  /**
+   * A component has converged when its residual `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` is at most `tol`
+   * (1e-6), as `rankwise pca --tol`.
+   */
+  double tol;
+  /**
+   * The most passes over the genotypes before the iteration stops unconverged (100).
+   */
+  int64_t max_passes;
+  /**
+   * Seed of the starting block (0).
+   */
+  uint64_t seed;
+  /**
+   * Smallest minor allele frequency kept, PLINK's `--maf` (0: no filter).
+   */
+  double maf;
+  /**
+   * Largest fraction of missing calls kept, PLINK's `--geno` (1: no filter).
+   */
+  double geno;
+  /**
+   * Smallest Hardy–Weinberg exact-test p-value kept, PLINK's `--hwe` (0: no test).
+   */
+  double hwe;
+  /**
+   * PLINK's `--chr` list ("1-22,X"), or NULL for every chromosome.
+   */
+  const char *chromosomes;
+  /**
+   * A file of the samples to keep, as PLINK's `--keep` reads it (FID and IID columns,
+   * or IIDs alone), or NULL for every sample.
+   */
+  const char *keep;
+  /**
+   * A file of the variant IDs to keep, as PLINK's `--extract` reads it (a
+   * `.prune.in`), or NULL for every variant.
+   */
+  const char *extract;
+  /**
+   * Variants per panel (0: the stored chunks, or panels of at most 128 MiB for a
+   * `.bed`), as `rankwise pca --chunk-rows`.
+   */
+  int64_t panel_rows;
+  /**
+   * 1: fail with `RANKWISE_ERROR_NOT_CONVERGED`, and publish nothing, when a component
+   * misses `tol`; 0 (the default): return it, with `converged` 0.
+   */
+  int32_t require_converged;
+  /**
+   * The Zarr format of `out`: 3 (the default) or 2.
+   */
+  int32_t zarr_format;
+  /**
+   * Publish the results as `rankwise pca --out` does, or NULL for none: the Zarr group
+   * `out` in sgkit's layout, PLINK 2's `OUT.eigenvec` and `OUT.eigenval`, and
+   * `OUT.eigenvec.var` and `OUT.afreq` (what `rankwise project` and `plink2 --score`
+   * read), all or nothing. Existing results are never overwritten.
+   */
+  const char *out;
+} rankwise_pca_options;
+
+/**
  * Success.
  */
 #define RANKWISE_OK 0
@@ -172,6 +249,23 @@ typedef int32_t rankwise_dist;
  * into the caller.
  */
 #define RANKWISE_ERROR_INTERNAL 9
+
+/**
+ * The input of `rankwise_pca` could not be opened or read; the message names the file,
+ * and the chunk where one is at fault.
+ */
+#define RANKWISE_ERROR_INPUT 10
+
+/**
+ * The results of `rankwise_pca` could not be published at `out`; none were left behind.
+ */
+#define RANKWISE_ERROR_OUTPUT 11
+
+/**
+ * `require_converged` was set and a component missed the tolerance; the message names
+ * the components and their residuals.
+ */
+#define RANKWISE_ERROR_NOT_CONVERGED 12
 
 /**
  * Column-major (Fortran, LAPACK): element (i, j) at `ptr[i + j·ld]`, `ld ≥ rows`.
@@ -377,6 +471,79 @@ rankwise_status rankwise_generate(uint64_t seed,
                                   double *out,
                                   int64_t ld,
                                   rankwise_layout layout);
+
+/**
+ * Fills `options` with the defaults of `rankwise pca`: 10 components, LOBPCG to a
+ * tolerance of 1e-6 in at most 100 passes, seed 0, no filters, every sample and variant,
+ * the stored panels, no files published. Local.
+ */
+rankwise_status rankwise_pca_options_init(rankwise_pca_options *options);
+
+/**
+ * The genotype PCA of `input`, as `rankwise pca` and `plink2 --pca` compute it: each
+ * variant standardized by its allele frequency, missing calls mean-imputed, eigenvalues
+ * of the genetic relationship matrix on PLINK 2's scale, every component iterated until
+ * its residual meets `tol` (LOBPCG, f32 passes and a last one in f64). Collective: every
+ * rank of `comm` calls it with the same arguments; the ranks read the variants' panels
+ * where the placement puts them, so `input` must be reachable from every rank.
+ *
+ * * `input`: a PLINK 1 fileset (`PREFIX`, `PREFIX.bed` or `bed:PREFIX`), a VCF Zarr store
+ *   (bio2zarr's layout) or a Zarr array of dosages (`PATH[:ARRAY]`), local or an
+ *   object-store URL, as `rankwise pca` takes it.
+ * * `options`: NULL for the defaults (`rankwise_pca_options_init`).
+ * * `result`: receives a handle to the results, the same on every rank; read it with
+ *   `rankwise_pca_sizes`, `rankwise_pca_get` and `rankwise_pca_sample_id`, and free it
+ *   with `rankwise_pca_free`. Set only on success.
+ *
+ * An unconverged result is returned with `converged` 0 unless `require_converged` is
+ * set. With `out`, the files are published all or nothing: a failure on any rank leaves
+ * none behind. Errors: `RANKWISE_ERROR_INPUT` (the file, chunk and why),
+ * `RANKWISE_ERROR_OUTPUT`, `RANKWISE_ERROR_NOT_CONVERGED`, `RANKWISE_ERROR_INVALID_ARGUMENT`
+ * naming the option, and on the other ranks `RANKWISE_ERROR_OTHER_RANK` naming the rank
+ * that failed and its message.
+ */
+rankwise_status rankwise_pca(MPI_Fint comm,
+                             const char *input,
+                             const rankwise_pca_options *options,
+                             rankwise_pca_result **result);
+
+/**
+ * The sizes of a PCA's results: `samples` (the rows of the PCs), `k` (components) and
+ * `variants_used` (after the selection and filters). Any output may be NULL. Local.
+ */
+rankwise_status rankwise_pca_sizes(const rankwise_pca_result *result,
+                                   int64_t *samples,
+                                   int64_t *k,
+                                   int64_t *variants_used);
+
+/**
+ * Copies a PCA's results into the caller's buffers; any output may be NULL. Local.
+ *
+ * * `eigenvalues`: `k` values, descending (PLINK 2's `.eigenval`).
+ * * `pcs`, `ldpcs`, `layout`: the samples' PCs, `samples × k` in `layout`, unit columns
+ *   (PLINK 2's `.eigenvec`).
+ * * `residuals`: `k` values, each component's residual against `tol`.
+ * * `converged`: 1 when every component met `tol`, else 0.
+ */
+rankwise_status rankwise_pca_get(const rankwise_pca_result *result,
+                                 double *eigenvalues,
+                                 double *pcs,
+                                 int64_t ldpcs,
+                                 rankwise_layout layout,
+                                 double *residuals,
+                                 int32_t *converged);
+
+/**
+ * The ID of sample `i` (row `i` of the PCs): the `.fam`'s IID, or the store's
+ * `sample_id`. NULL for an index out of range (with the message in
+ * `rankwise_last_error()`). Valid until `rankwise_pca_free(result)`. Local.
+ */
+const char *rankwise_pca_sample_id(const rankwise_pca_result *result, int64_t i);
+
+/**
+ * Frees a result of `rankwise_pca` (NULL: nothing). Local.
+ */
+void rankwise_pca_free(rankwise_pca_result *result);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -41,6 +41,23 @@ pub enum CapiError {
         /// Its status code.
         status: rankwise_status,
     },
+    /// Another rank's computation failed after the call began.
+    #[error("rank {rank} failed: {message}")]
+    Peer {
+        /// The rank that failed first.
+        rank: usize,
+        /// Its message.
+        message: String,
+    },
+    /// The input could not be opened or read (the message names the file or chunk).
+    #[error("{0}")]
+    Input(String),
+    /// The results could not be published.
+    #[error("{0}")]
+    Output(String),
+    /// A component missed the tolerance and convergence was required.
+    #[error("{0}")]
+    NotConverged(String),
     /// An MPI call returned an error.
     #[error("{call} failed with MPI error {code}")]
     Mpi {
@@ -66,7 +83,10 @@ impl CapiError {
             CapiError::MpiNotReady(_) => RANKWISE_ERROR_MPI_NOT_READY,
             CapiError::InvalidCommunicator(_) => RANKWISE_ERROR_INVALID_COMMUNICATOR,
             CapiError::Inconsistent { .. } => RANKWISE_ERROR_INCONSISTENT,
-            CapiError::OtherRank { .. } => RANKWISE_ERROR_OTHER_RANK,
+            CapiError::OtherRank { .. } | CapiError::Peer { .. } => RANKWISE_ERROR_OTHER_RANK,
+            CapiError::Input(_) => RANKWISE_ERROR_INPUT,
+            CapiError::Output(_) => RANKWISE_ERROR_OUTPUT,
+            CapiError::NotConverged(_) => RANKWISE_ERROR_NOT_CONVERGED,
             CapiError::Mpi { .. } => RANKWISE_ERROR_MPI,
             CapiError::Compute(_) => RANKWISE_ERROR_COMPUTE,
             CapiError::Internal(_) => RANKWISE_ERROR_INTERNAL,

@@ -28,11 +28,11 @@ fn host_error(e: HostMpiError) -> CapiError {
     }
 }
 
-fn mpi_ready() -> Result<(), CapiError> {
+pub(crate) fn mpi_ready() -> Result<(), CapiError> {
     rankwise::host_mpi::mpi_ready().map_err(host_error)
 }
 
-fn duplicate(fint: MPI_Fint) -> Result<SimpleCommunicator, CapiError> {
+pub(crate) fn duplicate(fint: MPI_Fint) -> Result<SimpleCommunicator, CapiError> {
     rankwise::host_mpi::duplicate(fint).map_err(host_error)
 }
 
@@ -96,6 +96,56 @@ fn agreement(status: rankwise_status, c: &Call) -> [i64; AGREE] {
     ]
 }
 
+/// One rank's side of an agreement: `mine[0]` its status, then the values named by
+/// `names` (as the header names them). `shown` prints a value for a message, or `None`
+/// where the value is a hash (a string's).
+pub(crate) struct Agreed<'a> {
+    pub names: &'a [&'static str],
+    pub mine: &'a [i64],
+    pub shown: &'a dyn Fn(&str, i64) -> Option<String>,
+}
+
+/// Gathers every rank's status and values before any work, so that a rank whose own
+/// arguments are wrong makes the others return an error instead of waiting for it. Fails
+/// with the first rank that failed, else the first value a rank passed differently;
+/// returns every rank's values (rank order). `names[1]`, when named `rows_local`, may
+/// differ between ranks.
+pub(crate) fn agree(dup: &SimpleCommunicator, a: Agreed<'_>) -> Result<Vec<Vec<i64>>, CapiError> {
+    let n = a.mine.len();
+    let mut all = vec![0i64; n * dup.size() as usize];
+    dup.all_gather_into(a.mine, &mut all[..]);
+    let all: Vec<Vec<i64>> = all.chunks(n).map(<[i64]>::to_vec).collect();
+    if let Some((rank, v)) = all.iter().enumerate().find(|(_, v)| v[0] != 0) {
+        return Err(CapiError::OtherRank {
+            rank,
+            status: v[0] as rankwise_status,
+        });
+    }
+    for (rank, v) in all.iter().enumerate() {
+        for i in 1..n {
+            let name = a.names[i];
+            if v[i] == a.mine[i] || name == "rows_local" {
+                continue;
+            }
+            let message = match ((a.shown)(name, a.mine[i]), (a.shown)(name, v[i])) {
+                (Some(mine), Some(theirs)) if name == "method" => format!(
+                    "this rank called {mine} but rank {rank} called {theirs}: every rank must \
+                     make the same call"
+                ),
+                (Some(mine), Some(theirs)) => format!(
+                    "this rank passed {mine} but rank {rank} passed {theirs}: every rank must \
+                     pass the same value"
+                ),
+                _ => format!(
+                    "rank {rank} passed a different value: every rank must pass the same value"
+                ),
+            };
+            return Err(CapiError::Inconsistent { arg: name, message });
+        }
+    }
+    Ok(all)
+}
+
 /// A caller's output buffer, shared by the actors that write its disjoint rows.
 #[derive(Clone, Copy)]
 struct Out {
@@ -143,53 +193,30 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
         Err(e) => return Err(local.err().unwrap_or(e)),
     };
     let status = local.as_ref().err().map_or(RANKWISE_OK, |e| e.status());
-    let size = dup.size() as usize;
     let mine = agreement(status, c);
-    let mut all = vec![0i64; AGREE * size];
-    dup.all_gather_into(&mine[..], &mut all[..]);
-    let (layout, k) = local?;
-    let all: Vec<&[i64]> = all.chunks(AGREE).collect();
-    if let Some((rank, a)) = all.iter().enumerate().find(|(_, a)| a[0] != 0) {
-        return Err(CapiError::OtherRank {
-            rank,
-            status: a[0] as rankwise_status,
-        });
-    }
-    for (rank, a) in all.iter().enumerate() {
-        for i in 2..AGREE {
-            if a[i] != mine[i] {
-                let function = |method| match method {
-                    0 => "rankwise_tsqr_svd",
-                    1 => "rankwise_rsvd",
-                    _ => "rankwise_rsvd_tol",
-                };
-                // The tolerance travels as its bits.
-                let shown = |v: i64| match AGREED[i] {
-                    "tol" => f64::from_bits(v as u64).to_string(),
-                    _ => v.to_string(),
-                };
-                let message = if AGREED[i] == "method" {
-                    format!(
-                        "this rank called {} but rank {rank} called {}: every rank must make \
-                         the same call",
-                        function(mine[i]),
-                        function(a[i])
-                    )
-                } else {
-                    format!(
-                        "this rank passed {} but rank {rank} passed {}: every rank must pass \
-                         the same value",
-                        shown(mine[i]),
-                        shown(a[i])
-                    )
-                };
-                return Err(CapiError::Inconsistent {
-                    arg: AGREED[i],
-                    message,
-                });
+    let shown = |name: &str, v: i64| {
+        Some(match name {
+            "method" => match v {
+                0 => "rankwise_tsqr_svd",
+                1 => "rankwise_rsvd",
+                _ => "rankwise_rsvd_tol",
             }
-        }
-    }
+            .to_string(),
+            // The tolerance travels as its bits.
+            "tol" => f64::from_bits(v as u64).to_string(),
+            _ => v.to_string(),
+        })
+    };
+    let all = agree(
+        &dup,
+        Agreed {
+            names: &AGREED,
+            mine: &mine,
+            shown: &shown,
+        },
+    );
+    let (layout, k) = local?;
+    let all = all?;
     let me = dup.rank() as usize;
     // Every rank's row count was checked non-negative by check_local before it gave
     // status 0, so the conversion is exact.
@@ -387,7 +414,7 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
 
 /// A runtime over `dup`: the node's ranks share its cores out by their rank among the
 /// node's ranks; the host code owns its threads' placement, so rankwise does not pin.
-fn runtime(dup: SimpleCommunicator) -> Result<rankwise::exec::Runtime, CapiError> {
+pub(crate) fn runtime(dup: SimpleCommunicator) -> Result<rankwise::exec::Runtime, CapiError> {
     let node = dup.split_shared(0);
     let config = RuntimeConfig {
         local_rank: node.rank() as usize,
@@ -422,27 +449,16 @@ pub(crate) fn gemm_peak(fint: MPI_Fint, precision: i32) -> Result<f64, CapiError
         local.as_ref().err().map_or(RANKWISE_OK, |e| e.status()) as i64,
         precision as i64,
     ];
-    let mut all = vec![0i64; 2 * dup.size() as usize];
-    dup.all_gather_into(&mine[..], &mut all[..]);
+    let agreed = agree(
+        &dup,
+        Agreed {
+            names: &["status", "precision"],
+            mine: &mine,
+            shown: &|_, v| Some(v.to_string()),
+        },
+    );
     let precision = local?;
-    for (rank, a) in all.chunks(2).enumerate() {
-        if a[0] != 0 {
-            return Err(CapiError::OtherRank {
-                rank,
-                status: a[0] as rankwise_status,
-            });
-        }
-        if a[1] != mine[1] {
-            return Err(CapiError::Inconsistent {
-                arg: "precision",
-                message: format!(
-                    "this rank passed {} but rank {rank} passed {}: every rank must pass the \
-                     same value",
-                    mine[1], a[1]
-                ),
-            });
-        }
-    }
+    agreed?;
     let rt = runtime(dup)?;
     rankwise::linalg::gemm_peak(&rt, precision).map_err(|e| CapiError::Compute(e.to_string()))
 }

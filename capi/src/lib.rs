@@ -7,6 +7,10 @@
 //! go into the caller's buffers: the singular values and `Vᵀ` on every rank, and on each
 //! rank the rows of `U` that match its rows of the matrix.
 //!
+//! `rankwise_pca` computes the genotype PCA of a file the ranks read (a PLINK fileset, a
+//! VCF Zarr store, a Zarr array of dosages), through the library's
+//! [`rankwise::pca`]/[`rankwise::pca_to_group`]; its results come back as a handle.
+//!
 //! Every function returns a `rankwise_status` (0 on success) and never aborts the process
 //! or unwinds into the caller: a failure leaves its message in `rankwise_last_error()`.
 //!
@@ -20,12 +24,14 @@
 mod args;
 mod comm;
 mod matrix;
+mod pca;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use args::CapiError;
+pub use pca::{rankwise_pca_options, rankwise_pca_result};
 
 /// The Fortran handle of an MPI communicator (`MPI_Comm_c2f(comm)` in C, `comm%MPI_VAL`
 /// or an `integer` communicator in Fortran). The header takes the type from `mpi.h`.
@@ -59,6 +65,14 @@ pub const RANKWISE_ERROR_COMPUTE: rankwise_status = 8;
 /// An internal error of rankwise (a bug): the call was stopped before it could unwind
 /// into the caller.
 pub const RANKWISE_ERROR_INTERNAL: rankwise_status = 9;
+/// The input of `rankwise_pca` could not be opened or read; the message names the file,
+/// and the chunk where one is at fault.
+pub const RANKWISE_ERROR_INPUT: rankwise_status = 10;
+/// The results of `rankwise_pca` could not be published at `out`; none were left behind.
+pub const RANKWISE_ERROR_OUTPUT: rankwise_status = 11;
+/// `require_converged` was set and a component missed the tolerance; the message names
+/// the components and their residuals.
+pub const RANKWISE_ERROR_NOT_CONVERGED: rankwise_status = 12;
 
 /// Memory layout of a matrix buffer.
 #[allow(non_camel_case_types)]
@@ -475,6 +489,114 @@ pub extern "C" fn rankwise_generate(
     layout: rankwise_layout,
 ) -> rankwise_status {
     guarded(|| matrix::generate(seed, dist, row0, rows, cols, out, ld, layout))
+}
+
+/// Fills `options` with the defaults of `rankwise pca`: 10 components, LOBPCG to a
+/// tolerance of 1e-6 in at most 100 passes, seed 0, no filters, every sample and variant,
+/// the stored panels, no files published. Local.
+#[no_mangle]
+pub extern "C" fn rankwise_pca_options_init(options: *mut rankwise_pca_options) -> rankwise_status {
+    guarded(|| {
+        let options = args::non_null_mut(options, "options")?;
+        // SAFETY: checked non-null; the caller passes a writable rankwise_pca_options.
+        unsafe { *options = rankwise_pca_options::default() };
+        Ok(())
+    })
+}
+
+/// The genotype PCA of `input`, as `rankwise pca` and `plink2 --pca` compute it: each
+/// variant standardized by its allele frequency, missing calls mean-imputed, eigenvalues
+/// of the genetic relationship matrix on PLINK 2's scale, every component iterated until
+/// its residual meets `tol` (LOBPCG, f32 passes and a last one in f64). Collective: every
+/// rank of `comm` calls it with the same arguments; the ranks read the variants' panels
+/// where the placement puts them, so `input` must be reachable from every rank.
+///
+/// * `input`: a PLINK 1 fileset (`PREFIX`, `PREFIX.bed` or `bed:PREFIX`), a VCF Zarr store
+///   (bio2zarr's layout) or a Zarr array of dosages (`PATH[:ARRAY]`), local or an
+///   object-store URL, as `rankwise pca` takes it.
+/// * `options`: NULL for the defaults (`rankwise_pca_options_init`).
+/// * `result`: receives a handle to the results, the same on every rank; read it with
+///   `rankwise_pca_sizes`, `rankwise_pca_get` and `rankwise_pca_sample_id`, and free it
+///   with `rankwise_pca_free`. Set only on success.
+///
+/// An unconverged result is returned with `converged` 0 unless `require_converged` is
+/// set. With `out`, the files are published all or nothing: a failure on any rank leaves
+/// none behind. Errors: `RANKWISE_ERROR_INPUT` (the file, chunk and why),
+/// `RANKWISE_ERROR_OUTPUT`, `RANKWISE_ERROR_NOT_CONVERGED`, `RANKWISE_ERROR_INVALID_ARGUMENT`
+/// naming the option, and on the other ranks `RANKWISE_ERROR_OTHER_RANK` naming the rank
+/// that failed and its message.
+#[no_mangle]
+pub extern "C" fn rankwise_pca(
+    comm: MPI_Fint,
+    input: *const c_char,
+    options: *const rankwise_pca_options,
+    result: *mut *mut rankwise_pca_result,
+) -> rankwise_status {
+    guarded(|| pca::pca(comm, input, options, result))
+}
+
+/// The sizes of a PCA's results: `samples` (the rows of the PCs), `k` (components) and
+/// `variants_used` (after the selection and filters). Any output may be NULL. Local.
+#[no_mangle]
+pub extern "C" fn rankwise_pca_sizes(
+    result: *const rankwise_pca_result,
+    samples: *mut i64,
+    k: *mut i64,
+    variants_used: *mut i64,
+) -> rankwise_status {
+    guarded(|| pca::sizes(result, samples, k, variants_used))
+}
+
+/// Copies a PCA's results into the caller's buffers; any output may be NULL. Local.
+///
+/// * `eigenvalues`: `k` values, descending (PLINK 2's `.eigenval`).
+/// * `pcs`, `ldpcs`, `layout`: the samples' PCs, `samples × k` in `layout`, unit columns
+///   (PLINK 2's `.eigenvec`).
+/// * `residuals`: `k` values, each component's residual against `tol`.
+/// * `converged`: 1 when every component met `tol`, else 0.
+#[no_mangle]
+pub extern "C" fn rankwise_pca_get(
+    result: *const rankwise_pca_result,
+    eigenvalues: *mut f64,
+    pcs: *mut f64,
+    ldpcs: i64,
+    layout: rankwise_layout,
+    residuals: *mut f64,
+    converged: *mut i32,
+) -> rankwise_status {
+    guarded(|| {
+        pca::get(
+            result,
+            eigenvalues,
+            pcs,
+            ldpcs,
+            layout,
+            residuals,
+            converged,
+        )
+    })
+}
+
+/// The ID of sample `i` (row `i` of the PCs): the `.fam`'s IID, or the store's
+/// `sample_id`. NULL for an index out of range (with the message in
+/// `rankwise_last_error()`). Valid until `rankwise_pca_free(result)`. Local.
+#[no_mangle]
+pub extern "C" fn rankwise_pca_sample_id(
+    result: *const rankwise_pca_result,
+    i: i64,
+) -> *const c_char {
+    let mut id = std::ptr::null();
+    guarded(|| {
+        id = pca::sample_id(result, i)?;
+        Ok(())
+    });
+    id
+}
+
+/// Frees a result of `rankwise_pca` (NULL: nothing). Local.
+#[no_mangle]
+pub extern "C" fn rankwise_pca_free(result: *mut rankwise_pca_result) {
+    pca::free(result);
 }
 
 #[cfg(test)]

@@ -146,6 +146,59 @@ int main(int argc, char **argv) {
         failures++;
     }
 
+    /* The PCA: bad options name the option, on every rank; a missing input names the file
+     * on every rank (its own error, or the rank that reported it first); nothing hangs. */
+    rankwise_pca_options po;
+    rankwise_pca_result *pr = NULL;
+    expect("null options to init", rankwise_pca_options_init(NULL), RANKWISE_ERROR_NULL_POINTER,
+           "`options`");
+    rankwise_pca_options_init(&po);
+    expect("pca null input", rankwise_pca(world, NULL, &po, &pr), RANKWISE_ERROR_NULL_POINTER, "`input`");
+    expect("pca null result", rankwise_pca(world, "x.bed", &po, NULL), RANKWISE_ERROR_NULL_POINTER,
+           "`result`");
+    po.k = 0;
+    expect("pca k = 0", rankwise_pca(world, "x.bed", &po, &pr), RANKWISE_ERROR_INVALID_ARGUMENT, "`k`");
+    rankwise_pca_options_init(&po);
+    po.maf = 0.7;
+    expect("pca maf 0.7", rankwise_pca(world, "x.bed", &po, &pr), RANKWISE_ERROR_INVALID_ARGUMENT, "`maf`");
+    rankwise_pca_options_init(&po);
+    po.zarr_format = 4;
+    expect("pca zarr_format 4", rankwise_pca(world, "x.bed", &po, &pr), RANKWISE_ERROR_INVALID_ARGUMENT,
+           "`zarr_format`");
+    rankwise_pca_options_init(&po);
+    po.keep = "/nonexistent/keep.txt";
+    expect("pca missing keep file", rankwise_pca(world, "x.bed", &po, &pr),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "/nonexistent/keep.txt");
+    rankwise_pca_options_init(&po);
+    po.k = last ? 5 : 4;
+    expect("ranks disagree on the PCA's k", rankwise_pca(world, "x.bed", &po, &pr),
+           size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_ERROR_INPUT, size > 1 ? "`k`" : "x");
+    rankwise_pca_options_init(&po);
+    expect("ranks disagree on the PCA's input",
+           rankwise_pca(world, last ? "/nonexistent/b" : "/nonexistent/a", &po, &pr),
+           size > 1 ? RANKWISE_ERROR_INCONSISTENT : RANKWISE_ERROR_INPUT, size > 1 ? "`input`" : "/nonexistent");
+    {
+        rankwise_status st = rankwise_pca(world, "/nonexistent/cohort", &po, &pr);
+        /* Every rank finds it missing; the first to announce it names it for the others. */
+        expect("pca missing input", st,
+               st == RANKWISE_ERROR_OTHER_RANK ? RANKWISE_ERROR_OTHER_RANK : RANKWISE_ERROR_INPUT,
+               "/nonexistent/cohort");
+    }
+    if (pr != NULL) {
+        fprintf(stderr, "rank %d: FAIL a failed rankwise_pca set its result\n", rank);
+        failures++;
+    }
+    int64_t n_samples = -1;
+    expect("pca sizes of NULL", rankwise_pca_sizes(NULL, &n_samples, NULL, NULL),
+           RANKWISE_ERROR_NULL_POINTER, "`result`");
+    expect("pca get of NULL", rankwise_pca_get(NULL, NULL, NULL, 0, L, NULL, NULL),
+           RANKWISE_ERROR_NULL_POINTER, "`result`");
+    if (rankwise_pca_sample_id(NULL, 0) != NULL || !strstr(rankwise_last_error(), "`result`")) {
+        fprintf(stderr, "rank %d: FAIL sample ID of a NULL result\n", rank);
+        failures++;
+    }
+    rankwise_pca_free(NULL);
+
     /* After all of that, a good call still works. */
     expect("good call", rankwise_tsqr_svd(world, a, R, C, R, L, 10, s, u, R, vt, C), RANKWISE_OK, NULL);
     expect("good randomized call",
