@@ -55,8 +55,8 @@ pub enum DeviceDecodeError {
     },
 }
 
-/// What a batch moved and decoded.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+/// What a batch moved and decoded, and where its time went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct DecodeStats {
     /// Frames decoded.
     pub frames: usize,
@@ -68,6 +68,68 @@ pub struct DecodeStats {
     pub staged_bytes: u64,
     /// Decoded bytes.
     pub decoded_bytes: u64,
+    /// Seconds the host spent laying out the frames and packing their streams into
+    /// page-locked memory.
+    pub pack_seconds: f64,
+    /// Seconds of the copy to the device (CUDA events).
+    pub copy_seconds: f64,
+    /// Seconds of nvCOMP's decompression (CUDA events).
+    pub decompress_seconds: f64,
+    /// Seconds of the stored streams' copies and the unshuffle kernels (CUDA events).
+    pub unshuffle_seconds: f64,
+}
+
+impl DecodeStats {
+    /// Adds `other`'s counts and seconds to these.
+    pub fn add(&mut self, other: &DecodeStats) {
+        self.frames += other.frames;
+        self.compressed_streams += other.compressed_streams;
+        self.stored_streams += other.stored_streams;
+        self.staged_bytes += other.staged_bytes;
+        self.decoded_bytes += other.decoded_bytes;
+        self.pack_seconds += other.pack_seconds;
+        self.copy_seconds += other.copy_seconds;
+        self.decompress_seconds += other.decompress_seconds;
+        self.unshuffle_seconds += other.unshuffle_seconds;
+    }
+}
+
+/// Copies each `(source, destination offset)` into `buf` on up to `threads` threads, in
+/// contiguous runs of about equal bytes. The destinations must increase, each past the end
+/// of the one before: the runs then write disjoint parts of `buf`.
+///
+/// Why threads: one core copies about 5–10 GB/s, and a batch's compressed streams are
+/// hundreds of megabytes, as long as the device's whole decode of them would take.
+fn pack(buf: &mut [u8], pieces: &[(&[u8], usize)], threads: usize) {
+    let total: usize = pieces.iter().map(|(p, _)| p.len()).sum();
+    let per = total.div_ceil(threads.max(1)).max(1 << 20);
+    // Runs of pieces of about `per` bytes each.
+    let mut runs: Vec<&[(&[u8], usize)]> = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, (p, _)) in pieces.iter().enumerate() {
+        bytes += p.len();
+        if bytes >= per || i + 1 == pieces.len() {
+            runs.push(&pieces[start..=i]);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    std::thread::scope(|s| {
+        let mut rest = buf;
+        let mut base = 0usize;
+        for run in runs {
+            let (first, last) = (run[0].1, run[run.len() - 1]);
+            let end = last.1 + last.0.len();
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(first - base);
+            let (mine, tail) = tail.split_at_mut(end - first);
+            rest = tail;
+            base = end;
+            s.spawn(move || {
+                for (p, at) in run {
+                    mine[at - first..at - first + p.len()].copy_from_slice(p);
+                }
+            });
+        }
+    });
 }
 
 /// Decodes batches of Blosc frames on one device.
@@ -126,6 +188,7 @@ impl<'d> DeviceDecoder<'d> {
         frames: &[&[u8]],
         out: &mut CudaSlice<u8>,
     ) -> Result<DecodeStats, DeviceDecodeError> {
+        let packing = std::time::Instant::now();
         let mut layouts = Vec::with_capacity(frames.len());
         for (i, f) in frames.iter().enumerate() {
             match BloscLayout::of(f) {
@@ -165,26 +228,37 @@ impl<'d> DeviceDecoder<'d> {
             move |e: cudarc::driver::DriverError| f(e.to_string())
         };
         // The streams packed into page-locked memory, each at an aligned offset.
+        // Leased in whole 32 MiB: batches of about one size then reuse one buffer of the
+        // device's pool instead of each allocating (page-locking) its own.
         let mut host = self
             .dev
-            .pinned(staged.max(1))
+            .pinned(staged.max(1).next_multiple_of(32 << 20))
             .map_err(|e| self.failed("allocating page-locked memory")(e.to_string()))?;
         let mut offsets: Vec<Vec<usize>> = Vec::with_capacity(layouts.len());
+        let mut pieces: Vec<(&[u8], usize)> = Vec::new();
+        let mut at = 0usize;
+        for (f, l) in frames.iter().zip(&layouts) {
+            let mut mine = Vec::with_capacity(l.streams.len());
+            for s in &l.streams {
+                pieces.push((&f[s.src.clone()], at));
+                mine.push(at);
+                at = align(at + s.src.len());
+            }
+            offsets.push(mine);
+        }
         {
             let buf = host
                 .values_mut::<u8>(staged.max(1))
                 .map_err(cuda("staging the frames"))?;
-            let mut at = 0usize;
-            for (f, l) in frames.iter().zip(&layouts) {
-                let mut mine = Vec::with_capacity(l.streams.len());
-                for s in &l.streams {
-                    buf[at..at + s.src.len()].copy_from_slice(&f[s.src.clone()]);
-                    mine.push(at);
-                    at = align(at + s.src.len());
-                }
-                offsets.push(mine);
-            }
+            let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+            pack(buf, &pieces, threads.min(16));
         }
+        drop(pieces);
+        let pack_seconds = packing.elapsed().as_secs_f64();
+        // Timing events around the device's three steps.
+        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let event = |what: &'static str| stream.record_event(timed).map_err(cuda(what));
+        let before_copy = event("recording an event")?;
         let mut staged_dev = stream
             .alloc_zeros::<u8>(staged.max(1))
             .map_err(cuda("allocating the staged frames"))?;
@@ -197,6 +271,7 @@ impl<'d> DeviceDecoder<'d> {
             .map_err(cuda("copying the frames to the device"))?;
         host.copied(stream)
             .map_err(cuda("copying the frames to the device"))?;
+        let after_copy = event("recording an event")?;
         let mut streams_dev = stream
             .alloc_zeros::<u8>(total_streams.max(1))
             .map_err(cuda("allocating the decoded streams"))?;
@@ -211,6 +286,7 @@ impl<'d> DeviceDecoder<'d> {
             frames: frames.len(),
             staged_bytes: staged as u64,
             decoded_bytes: decoded as u64,
+            pack_seconds,
             ..DecodeStats::default()
         };
         for (i, l) in layouts.iter().enumerate() {
@@ -251,11 +327,14 @@ impl<'d> DeviceDecoder<'d> {
                 stats.compressed_streams += 1;
             }
         }
+        // Checked once the stream has finished, below: no wait between the steps.
+        let mut results = Vec::new();
         for (group, codec) in [(&lz4, NvcompCodec::Lz4), (&zstd, NvcompCodec::Zstd)] {
             if !group.inputs.is_empty() {
-                self.decompress(group, codec)?;
+                results.push((group, self.decompress(group, codec)?));
             }
         }
+        let after_decompress = event("recording an event")?;
         let k = self.dev.kernels();
         if !copies.is_empty() {
             let table = stream
@@ -317,15 +396,27 @@ impl<'d> DeviceDecoder<'d> {
             // bytes of `out`, which holds every frame's decoded bytes (checked above).
             unsafe { l.launch(config(longest / 8, n)) }.map_err(cuda("unshuffling blocks"))?;
         }
+        let done = event("recording an event")?;
         stream
             .synchronize()
             .map_err(cuda("waiting for the decode"))?;
+        for (group, r) in results {
+            r.check(group, self)?;
+        }
+        let seconds = |a: &cudarc::driver::CudaEvent, b| {
+            a.elapsed_ms(b)
+                .map(|ms| f64::from(ms) / 1e3)
+                .map_err(cuda("reading the events"))
+        };
+        stats.copy_seconds = seconds(&before_copy, &after_copy)?;
+        stats.decompress_seconds = seconds(&after_copy, &after_decompress)?;
+        stats.unshuffle_seconds = seconds(&after_decompress, &done)?;
         Ok(stats)
     }
 
-    /// Decompresses one codec's streams with nvCOMP, and checks every stream's status and
-    /// decoded size.
-    fn decompress(&self, g: &Group, codec: NvcompCodec) -> Result<(), DeviceDecodeError> {
+    /// Enqueues the decompression of one codec's streams by nvCOMP; what it returns checks
+    /// every stream's status and decoded size once the stream has finished.
+    fn decompress(&self, g: &Group, codec: NvcompCodec) -> Result<Decompressed, DeviceDecodeError> {
         let stream = self.dev.stream();
         let cuda = |what: &'static str| {
             let f = self.failed(what);
@@ -370,21 +461,52 @@ impl<'d> DeviceDecoder<'d> {
             // SAFETY: n entries in every table; each input lies in the staged frames and
             // each output in the decoded streams with its capacity, all aligned to ALIGN
             // (checked against the codec's alignment when the batch was built); the
-            // scratch has nvCOMP's size for this batch. The buffers live until the
-            // stream has synchronized (below).
+            // scratch has nvCOMP's size for this batch. The buffers live in the
+            // `Decompressed` returned, which `decode` keeps until the stream has finished.
             unsafe {
                 self.nvcomp
                     .decompress(codec, n, pi, pb, pc, pa, pt, temp_bytes, po, ps, stream)
             }
             .map_err(self.failed("decompressing"))?;
         }
+        // The tables and the scratch must outlive the work queued on them.
+        Ok(Decompressed {
+            actual,
+            statuses,
+            _tables: [inputs, outputs],
+            _sizes: [in_bytes, capacity],
+            _scratch: temp,
+        })
+    }
+}
+
+/// One codec's decompression, queued: its results on the device, and the buffers its
+/// work reads.
+struct Decompressed {
+    actual: CudaSlice<usize>,
+    statuses: CudaSlice<i32>,
+    /// The input and output tables, their sizes, and nvCOMP's scratch.
+    _tables: [CudaSlice<u64>; 2],
+    _sizes: [CudaSlice<usize>; 2],
+    _scratch: CudaSlice<u8>,
+}
+
+impl Decompressed {
+    /// Every stream's status and decoded size, after the stream has finished.
+    fn check(&self, g: &Group, d: &DeviceDecoder<'_>) -> Result<(), DeviceDecodeError> {
+        let stream = d.dev.stream();
+        let cuda = |what: &'static str| {
+            let f = d.failed(what);
+            move |e: cudarc::driver::DriverError| f(e.to_string())
+        };
+        let n = g.inputs.len();
         let mut got = vec![0usize; n];
         let mut status = vec![0i32; n];
         stream
-            .memcpy_dtoh(&actual, &mut got)
+            .memcpy_dtoh(&self.actual, &mut got)
             .map_err(cuda("reading nvCOMP's results"))?;
         stream
-            .memcpy_dtoh(&statuses, &mut status)
+            .memcpy_dtoh(&self.statuses, &mut status)
             .map_err(cuda("reading nvCOMP's results"))?;
         stream.synchronize().map_err(cuda("waiting for nvCOMP"))?;
         for s in 0..n {
@@ -417,5 +539,48 @@ fn config(width: usize, rows: usize) -> LaunchConfig {
         ),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The threads' runs together write what one copy in order writes, for any number of
+    /// threads and pieces (empty ones too), and nothing between the pieces.
+    #[test]
+    fn packing_on_threads_writes_every_piece_where_one_copy_would() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for case in 0..40 {
+            let count = next(60) as usize;
+            let data: Vec<Vec<u8>> = (0..count)
+                .map(|_| {
+                    let big = next(4) == 0;
+                    let len = if big { next(3 << 20) } else { next(300) } as usize;
+                    (0..len).map(|_| next(256) as u8).collect()
+                })
+                .collect();
+            let mut pieces = Vec::new();
+            let mut at = 0;
+            for d in &data {
+                pieces.push((d.as_slice(), at));
+                at = align(at + d.len());
+            }
+            let mut want = vec![0xAAu8; at + 7];
+            for (p, at) in &pieces {
+                want[*at..*at + p.len()].copy_from_slice(p);
+            }
+            for threads in [1, 2, 3, 16] {
+                let mut got = vec![0xAAu8; at + 7];
+                pack(&mut got, &pieces, threads);
+                assert!(got == want, "case {case}, {threads} threads");
+            }
+        }
     }
 }
