@@ -666,6 +666,40 @@ pub(crate) enum PanelJob<'a, T> {
     },
 }
 
+/// Where a GPU actor's panels spent their time, summed over its panels (device-produced
+/// panels: generated uniform values and genotypes). `produce` and `multiply` are device
+/// time between CUDA events around each tile's steps, so a wait of the device for the host
+/// inside a step (the genotypes' code counts read back, the tables computed and copied up)
+/// counts in that step; `setup` and `finish` are host wall time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GpuPanelSeconds {
+    /// Allocating a panel's tile and product buffers and copying up Ω or `Q`'s rows.
+    pub setup: f64,
+    /// Producing the tiles: generating, (genotypes) packing, counting, reading the counts
+    /// back and standardizing through the host's tables; with the sums of squares measured.
+    pub produce: f64,
+    /// The tiles' GEMMs and, in f32, adding their products to the f64 sums.
+    pub multiply: f64,
+    /// Waiting for the panel's last work and copying `Y` and `W`/`B` back.
+    pub finish: f64,
+    /// Panels timed.
+    pub panels: u64,
+    /// Tiles timed.
+    pub tiles: u64,
+}
+
+impl GpuPanelSeconds {
+    /// Adds `o` to these.
+    pub fn add(&mut self, o: &GpuPanelSeconds) {
+        self.setup += o.setup;
+        self.produce += o.produce;
+        self.multiply += o.multiply;
+        self.finish += o.finish;
+        self.panels += o.panels;
+        self.tiles += o.tiles;
+    }
+}
+
 /// What a panel's device products bring back to the host.
 #[derive(Debug, Default)]
 pub(crate) struct PanelOut {
@@ -676,6 +710,8 @@ pub(crate) struct PanelOut {
     /// The panel's facts, when the device produced its values; a staged panel's facts
     /// come from the host that decoded it.
     pub facts: PanelFacts,
+    /// Where a device-produced panel's time went.
+    pub seconds: GpuPanelSeconds,
 }
 
 /// The device buffers of one panel's products, fed a block of the panel's rows at a time.
@@ -883,21 +919,58 @@ pub(crate) fn generated_panel<T: GpuReal>(
                 y: Some(Array2::zeros((h, omega.ncols()))),
                 b: fused.map(|l| Array2::zeros((l.min(omega.ncols()), n))),
                 facts,
+                seconds: GpuPanelSeconds::default(),
             },
             PanelJob::Project { q } => PanelOut {
                 y: None,
                 b: Some(Array2::zeros((q.ncols(), n))),
                 facts,
+                seconds: GpuPanelSeconds::default(),
             },
         });
     }
+    let setup = std::time::Instant::now();
     let mut p = Producer::<T>::new(dev, src, n, h)?;
     let mut products = Products::new(dev, n, h, p.rows, &job)?;
+    let mut seconds = GpuPanelSeconds {
+        setup: setup.elapsed().as_secs_f64(),
+        panels: 1,
+        ..GpuPanelSeconds::default()
+    };
+    // Events before each tile is produced, and before and after it is multiplied: device
+    // time, read once the panel's copies back have waited for the stream.
+    let stream = dev.stream();
+    let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let mark = || {
+        stream
+            .record_event(timed)
+            .map_err(gpu(dev, "recording a timing event"))
+    };
+    let mut marks = vec![mark()?];
     p.each_tile(rows, measure, &mut facts, |tile, r0, b| {
-        products.rows(r0, b, tile)
+        marks.push(mark()?);
+        products.rows(r0, b, tile)?;
+        marks.push(mark()?);
+        Ok(())
     })?;
+    let finish = std::time::Instant::now();
     let mut out = products.finish()?;
+    seconds.finish = finish.elapsed().as_secs_f64();
+    for (i, pair) in marks.windows(2).enumerate() {
+        let s = f64::from(
+            pair[0]
+                .elapsed_ms(&pair[1])
+                .map_err(gpu(dev, "reading a timing event"))?,
+        ) / 1e3;
+        if i % 2 == 0 {
+            seconds.produce += s;
+        } else {
+            seconds.multiply += s;
+            seconds.tiles += 1;
+        }
+    }
     out.facts = facts;
+    out.seconds = seconds;
     Ok(out)
 }
 

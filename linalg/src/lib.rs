@@ -74,6 +74,7 @@ mod tiles;
 mod tree;
 mod variants;
 
+pub use gpu::GpuPanelSeconds;
 pub use kernels::{blas_library, init_blas_threads, openblas_preferred_core, PanelFactor};
 pub use peak::gemm_peak;
 pub use reads::{read_stored, ReadTotals, StoredRead, DEFAULT_SEGMENT_BYTES};

@@ -597,6 +597,8 @@ pub struct RsvdResult {
     pub gpu_staged_bytes: u64,
     /// Panel QRs (of `Y`, in the TSQR's leaves) this rank computed on its GPUs by cuSOLVER.
     pub gpu_qrs: u64,
+    /// Where this rank's device-produced panels spent their time, all passes.
+    pub gpu_seconds: crate::gpu::GpuPanelSeconds,
     /// What the projections' sums went through across ranks: `nccl`, or the transport's
     /// name with why NCCL was not used.
     pub collectives: String,
@@ -610,6 +612,11 @@ pub struct RsvdResult {
     pub passes: usize,
     /// Whether the `k` components converged, and their residuals.
     pub convergence: Convergence,
+}
+
+/// The GPU panels' seconds summed in `ctx` so far.
+fn gpu_seconds_of(ctx: &Ctx) -> crate::gpu::GpuPanelSeconds {
+    *ctx.gpu_seconds.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// How far each returned component is from an exact singular triplet.
@@ -765,6 +772,8 @@ struct Ctx {
     nccl: Option<NcclComm>,
     /// Panel QRs computed on a GPU.
     gpu_qrs: AtomicU64,
+    /// Where the device-produced panels' time went.
+    gpu_seconds: std::sync::Mutex<crate::gpu::GpuPanelSeconds>,
     /// Whether a float32 pass whose products are not finite leaves them to the root
     /// (which repeats the pass in float64, LOBPCG with mixed precision) rather than
     /// failing.
@@ -917,6 +926,7 @@ impl<'a, 't> Run<'a, 't> {
             gpu_staged_bytes: AtomicU64::new(0),
             nccl,
             gpu_qrs: AtomicU64::new(0),
+            gpu_seconds: Default::default(),
             f32_overflow_to_root: options.method == Method::Lobpcg && options.mixed_precision,
         });
         let gpu_note = (ctx.gpus.iter().any(Option::is_some)
@@ -1233,6 +1243,7 @@ fn fixed_result(
         gpu_panels: ctx.gpu_panels.load(Ordering::Relaxed),
         gpu_staged_bytes: ctx.gpu_staged_bytes.load(Ordering::Relaxed),
         gpu_qrs: ctx.gpu_qrs.load(Ordering::Relaxed),
+        gpu_seconds: gpu_seconds_of(ctx),
         collectives: run.collectives,
         gpu_note: run.gpu_note,
         s: s_k,

@@ -295,6 +295,8 @@ pub struct RsvdWork {
     pub collectives: String,
     /// Panel QRs computed on GPUs.
     pub gpu_panel_qrs: u64,
+    /// Where the device-produced panels' time went (all zero on CPU actors).
+    pub gpu_seconds: rankwise_linalg::GpuPanelSeconds,
     /// Why GPU actors computed on their CPU cores, when they did.
     pub gpu_note: Option<String>,
 }
@@ -310,6 +312,7 @@ impl RsvdWork {
             gpu_staged_bytes: r.gpu_staged_bytes,
             collectives: r.collectives.clone(),
             gpu_panel_qrs: r.gpu_qrs,
+            gpu_seconds: r.gpu_seconds,
             gpu_note: r.gpu_note.clone(),
         }
     }

@@ -267,7 +267,12 @@ impl Gpu<'_> {
     ) -> Result<gpu::PanelOut, LinalgError> {
         match self.0 {
             OnDevice::Produced(dev, src) => {
-                gpu::generated_panel::<T>(dev, src, st.rows.clone(), c.n, job, measure)
+                let out = gpu::generated_panel::<T>(dev, src, st.rows.clone(), c.n, job, measure)?;
+                c.gpu_seconds
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .add(&out.seconds);
+                Ok(out)
             }
             OnDevice::Staged(dev) => {
                 let read = reads.panel(actor, st.p)?;

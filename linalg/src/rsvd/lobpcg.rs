@@ -802,6 +802,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         gpu_panels: ctx.gpu_panels.load(Ordering::Relaxed),
         gpu_staged_bytes: ctx.gpu_staged_bytes.load(Ordering::Relaxed),
         gpu_qrs: ctx.gpu_qrs.load(Ordering::Relaxed),
+        gpu_seconds: gpu_seconds_of(&ctx),
         collectives,
         gpu_note,
         s: s_k,
