@@ -406,7 +406,8 @@ fn fortran_bad_arguments_return_codes_and_messages() {
 /// `rankwise_pca` from C, under mpirun with 1, 2 and 3 ranks, on a fresh cohort: every
 /// rank's eigenvalues, PCs, residuals and sample IDs are the command line's (`rankwise pca
 /// --out`: its group's `eigenvalues`, `Vt` and `residuals`, its `.eigenvec`'s IIDs) bit for
-/// bit, and the files it publishes with `out` are byte-identical to the command line's.
+/// bit, and the files it publishes with `out` are byte-identical to the command line's; the
+/// Fortran module's `rankwise_genotype_pca` gives the same eigenvalues and PCs.
 /// An existing `out` is refused on every rank, naming it, and left as it was.
 #[test]
 fn the_c_pca_matches_the_command_line_and_publishes_the_same_files() {
@@ -513,6 +514,26 @@ fn the_c_pca_matches_the_command_line_and_publishes_the_same_files() {
                 std::fs::read(cli_out.with_extension(ext)).unwrap(),
                 "{what}, {np} ranks: .{ext}"
             );
+        }
+    }
+    // The Fortran module's rankwise_genotype_pca: the same bits, its PCs column-major
+    // (samples × k), which is Vᵀ's row-major order.
+    for np in [1, 2] {
+        let out = dir.join(format!("fortran-np{np}"));
+        std::fs::create_dir_all(&out).unwrap();
+        let args = [p, out.to_str().unwrap(), &k, &seed, "1-20"];
+        let run = mpirun(np, &b.bin.join("pca_example_f"), &args, LIMIT);
+        run.assert_success();
+        assert!(
+            run.stdout.contains("converged T"),
+            "{what}: {}",
+            run.describe()
+        );
+        for rank in 0..np {
+            let file = |name: &str| out.join(format!("{name}.{rank}.bin"));
+            let at = format!("{what}, Fortran, rank {rank} of {np}");
+            assert_eq!(file_bits(&file("eigenval")), g["eigenvalues"].1, "{at}");
+            assert!(file_bits(&file("pcs")) == *vt, "{at}: the PCs differ");
         }
     }
     // Published results are never overwritten: every rank fails, naming `out`.

@@ -1,5 +1,6 @@
 ! rankwise: the exact (TSQR) and randomized SVD of a tall matrix whose rows an MPI code
-! already holds, for Fortran 2008 codes (iso_c_binding over librankwise).
+! already holds, and the genotype PCA of a file the ranks read, for Fortran 2008 codes
+! (iso_c_binding over librankwise).
 !
 ! Every rank holds a contiguous block of rows (rank 0 the first rows) as a column-major
 ! array a(rows_local, cols); the communicator is the Fortran handle itself (an integer
@@ -22,6 +23,9 @@ module rankwise
   integer(c_int32_t), parameter, public :: RANKWISE_ERROR_MPI = 7
   integer(c_int32_t), parameter, public :: RANKWISE_ERROR_COMPUTE = 8
   integer(c_int32_t), parameter, public :: RANKWISE_ERROR_INTERNAL = 9
+  integer(c_int32_t), parameter, public :: RANKWISE_ERROR_INPUT = 10
+  integer(c_int32_t), parameter, public :: RANKWISE_ERROR_OUTPUT = 11
+  integer(c_int32_t), parameter, public :: RANKWISE_ERROR_NOT_CONVERGED = 12
   integer(c_int32_t), parameter, public :: RANKWISE_COL_MAJOR = 0
   integer(c_int32_t), parameter, public :: RANKWISE_ROW_MAJOR = 1
   integer(c_int32_t), parameter, public :: RANKWISE_DIST_UNIFORM = 0
@@ -41,6 +45,26 @@ module rankwise
   public :: rankwise_tsqr_svd_query, rankwise_rsvd_query
   ! The machine limit: the last call's phases and the GEMM rate of rankwise's threads.
   public :: rankwise_last_phases, rankwise_gemm_peak, rankwise_phase_name
+
+  !> The options of rankwise_pca (rankwise_pca_options of rankwise.h): fill them with
+  !> rankwise_pca_options_init; the strings are c_loc of NUL-terminated character arrays, or
+  !> c_null_ptr. rankwise_genotype_pca sets them from Fortran strings.
+  type, bind(C), public :: rankwise_pca_options
+    integer(c_int64_t) :: k
+    real(c_double) :: tol
+    integer(c_int64_t) :: max_passes
+    integer(c_int64_t) :: seed
+    real(c_double) :: maf, geno, hwe
+    type(c_ptr) :: chromosomes, keep, extract
+    integer(c_int64_t) :: panel_rows
+    integer(c_int32_t) :: require_converged, zarr_format
+    type(c_ptr) :: out
+  end type
+
+  ! The genotype PCA of a PLINK fileset or (VCF) Zarr store that every rank reads.
+  public :: rankwise_genotype_pca
+  public :: rankwise_pca_options_init, rankwise_pca, rankwise_pca_sizes, rankwise_pca_get, &
+            rankwise_pca_free
 
   !> One phase of this thread's last decomposition (rankwise_phase of rankwise.h): its name
   !> (rankwise_phase_name), wall seconds on this rank, and the flops of its products over
@@ -151,6 +175,47 @@ module rankwise
       type(c_ptr) :: message
     end function
 
+    function rankwise_pca_options_init(options) result(status) &
+                                       bind(C, name="rankwise_pca_options_init")
+      import :: c_int32_t, rankwise_pca_options
+      type(rankwise_pca_options), intent(out) :: options
+      integer(c_int32_t) :: status
+    end function
+
+    function rankwise_pca(comm, input, options, result) result(status) bind(C, name="rankwise_pca")
+      import :: c_int, c_int32_t, c_char, c_ptr, rankwise_pca_options
+      integer(c_int), value :: comm
+      character(kind=c_char), intent(in) :: input(*)
+      type(rankwise_pca_options), intent(in) :: options
+      type(c_ptr), intent(out) :: result
+      integer(c_int32_t) :: status
+    end function
+
+    function rankwise_pca_sizes(result, samples, k, variants_used) result(status) &
+                                bind(C, name="rankwise_pca_sizes")
+      import :: c_ptr, c_int32_t, c_int64_t
+      type(c_ptr), value :: result
+      integer(c_int64_t), intent(out) :: samples, k, variants_used
+      integer(c_int32_t) :: status
+    end function
+
+    function rankwise_pca_get(result, eigenvalues, pcs, ldpcs, layout, residuals, converged) &
+        result(status) bind(C, name="rankwise_pca_get")
+      import :: c_ptr, c_int32_t, c_int64_t, c_double
+      type(c_ptr), value :: result
+      real(c_double), intent(out) :: eigenvalues(*), pcs(*)
+      integer(c_int64_t), value :: ldpcs
+      integer(c_int32_t), value :: layout
+      real(c_double), intent(out) :: residuals(*)
+      integer(c_int32_t), intent(out) :: converged
+      integer(c_int32_t) :: status
+    end function
+
+    subroutine rankwise_pca_free(result) bind(C, name="rankwise_pca_free")
+      import :: c_ptr
+      type(c_ptr), value :: result
+    end subroutine
+
     function c_strlen(s) result(n) bind(C, name="strlen")
       import :: c_ptr, c_size_t
       type(c_ptr), value :: s
@@ -213,6 +278,64 @@ contains
     status = rankwise_generate(seed, dist, row0, size(out, 1, c_int64_t), size(out, 2, c_int64_t), &
                                out, max(1_c_int64_t, size(out, 1, c_int64_t)), RANKWISE_COL_MAJOR)
   end function
+
+  !> The genotype PCA of input (a PLINK prefix, a VCF Zarr store or a Zarr array of
+  !> dosages), as `rankwise pca` computes it, on every rank of comm: eigenvalues(k), pcs(samples,
+  !> k), each component's residual, and converged (.true. when every residual met tol).
+  !> Optional: seed (as `--sketch-seed`), chromosomes (PLINK's --chr list), out (publish the
+  !> results as `rankwise pca --out` does). Collective: every rank passes the same values.
+  function rankwise_genotype_pca(comm, input, k, eigenvalues, pcs, residuals, converged, seed, &
+                                 chromosomes, out) result(status)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: input
+    integer(c_int64_t), intent(in) :: k
+    real(c_double), allocatable, intent(out) :: eigenvalues(:), pcs(:, :), residuals(:)
+    logical, intent(out) :: converged
+    integer(c_int64_t), intent(in), optional :: seed
+    character(len=*), intent(in), optional :: chromosomes, out
+    integer(c_int32_t) :: status
+    type(rankwise_pca_options) :: options
+    character(kind=c_char), allocatable, target :: input_c(:), chromosomes_c(:), out_c(:)
+    type(c_ptr) :: result
+    integer(c_int64_t) :: samples, kk, variants
+    integer(c_int32_t) :: all_met
+    converged = .false.
+    status = rankwise_pca_options_init(options)
+    if (status /= RANKWISE_OK) return
+    options%k = k
+    if (present(seed)) options%seed = seed
+    call c_string(input, input_c)
+    if (present(chromosomes)) then
+      call c_string(chromosomes, chromosomes_c)
+      options%chromosomes = c_loc(chromosomes_c)
+    end if
+    if (present(out)) then
+      call c_string(out, out_c)
+      options%out = c_loc(out_c)
+    end if
+    status = rankwise_pca(int(comm, c_int), input_c, options, result)
+    if (status /= RANKWISE_OK) return
+    status = rankwise_pca_sizes(result, samples, kk, variants)
+    if (status == RANKWISE_OK) then
+      allocate (eigenvalues(kk), pcs(samples, kk), residuals(kk))
+      status = rankwise_pca_get(result, eigenvalues, pcs, max(1_c_int64_t, samples), &
+                                RANKWISE_COL_MAJOR, residuals, all_met)
+      converged = all_met == 1
+    end if
+    call rankwise_pca_free(result)
+  end function
+
+  ! s as a NUL-terminated C string.
+  subroutine c_string(s, c)
+    character(len=*), intent(in) :: s
+    character(kind=c_char), allocatable, intent(out) :: c(:)
+    integer :: i
+    allocate (c(len_trim(s) + 1))
+    do i = 1, len_trim(s)
+      c(i) = s(i:i)
+    end do
+    c(len_trim(s) + 1) = c_null_char
+  end subroutine
 
   !> The message of the last failed rankwise call on this thread.
   function rankwise_error_message() result(message)
