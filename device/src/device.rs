@@ -14,10 +14,11 @@ use crate::{GpuError, GpuLibraries};
 pub const KERNELS_SOURCE: &str = include_str!("kernels.cu");
 
 /// Names of the kernels in [`KERNELS_SOURCE`], in the order of [`GpuKernels`]' fields.
-pub(crate) const KERNEL_NAMES: [&str; 14] = [
+pub(crate) const KERNEL_NAMES: [&str; 15] = [
     "uniform_f64",
     "uniform_f32",
     "genotype_packed",
+    "dosage_codes",
     "standardize_f64",
     "standardize_f32",
     "add_f32_to_f64",
@@ -40,6 +41,8 @@ pub struct GpuKernels {
     pub uniform_f32: CudaFunction,
     /// Generated genotype dosages, 2-bit packed, with per-variant code counts.
     pub genotype_packed: CudaFunction,
+    /// Decoded int8 dosages → the same packed codes and counts, flagging non-dosages.
+    pub dosage_codes: CudaFunction,
     /// Packed codes → standardized f64 tile through per-variant tables.
     pub standardize_f64: CudaFunction,
     /// Packed codes → standardized f32 tile.
@@ -210,6 +213,7 @@ impl GpuDevice {
             uniform_f64: next(),
             uniform_f32: next(),
             genotype_packed: next(),
+            dosage_codes: next(),
             standardize_f64: next(),
             standardize_f32: next(),
             add_f32_to_f64: next(),

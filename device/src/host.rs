@@ -34,7 +34,12 @@ const HOST_HEADER: &str = include_str!("host_cuda.h");
 /// The kernels whose threads wait for each other (`__syncthreads`, warp shuffles): they run
 /// a host thread per device thread. The others run their threads one after another, and a
 /// barrier in one of them is reported as an error, so a kernel missing here cannot pass.
-const SYNCHRONIZING: [&str; 3] = ["genotype_packed", "sum_squares_f64", "sum_squares_f32"];
+const SYNCHRONIZING: [&str; 4] = [
+    "genotype_packed",
+    "dosage_codes",
+    "sum_squares_f64",
+    "sum_squares_f32",
+];
 
 /// Errors of compiling or running the kernels on the host.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -161,6 +161,50 @@ extern "C" __global__ void genotype_packed(u8* packed, u32* counts, const u64* t
     }
 }
 
+// Decoded int8 dosages (a Zarr genotype chunk decoded on the device) as the packed codes
+// genotype_packed writes: rows 0 .. h of dosages(i, j) at i*ldin + j, j < n, each value
+// -1 (missing, code 3), 0, 1 or 2 taken as its low two bits, as the host's pack_row does,
+// four per byte (low bits first, padding codes 0) at packed[i*ldout + j/4], with each
+// row's count of every code added to counts[4*i + code] (zeroed by the caller). A value
+// that is not a dosage lowers *bad to its index i*n + j (set to ~0 by the caller), so that
+// the host can name the first one. One thread per 16 columns: grid x over groups of 16
+// columns, y over rows (strided).
+extern "C" __global__ void dosage_codes(u8* packed, u32* counts, u64* bad, const signed char* dosages,
+                                        u32 h, u32 n, u32 ldin, u32 ldout) {
+    u32 g = blockIdx.x * blockDim.x + threadIdx.x;
+    u32 groups = (n + 15) / 16;
+    u32 bytes = (n + 3) / 4;
+    for (u32 i = blockIdx.y; i < h; i += gridDim.y) {
+        u32 c[4] = {0, 0, 0, 0};
+        if (g < groups) {
+            u32 col = 16 * g;
+            u32 v = 0;
+            u32 width = min(16u, n - col);
+            const signed char* row = dosages + (u64)i * ldin + col;
+            for (u32 k = 0; k < width; k++) {
+                int d = row[k];
+                if (d < -1 || d > 2) atomicMin(bad, (u64)i * n + col + k);
+                v |= ((u32)d & 3u) << (2 * k);
+            }
+            u32 lo = v & 0x55555555u, hi = (v >> 1) & 0x55555555u;
+            c[1] = __popc(lo & ~hi);
+            c[2] = __popc(hi & ~lo);
+            c[3] = __popc(lo & hi);
+            c[0] = width - __popc(lo | hi);
+            for (u32 k = 0; k < 4; k++) {
+                u32 byte = 4 * g + k;
+                if (byte < bytes) packed[(u64)i * ldout + byte] = (u8)(v >> (8 * k));
+            }
+        }
+        // Sum the row's counts: warp shuffles, then one atomic per warp and code.
+        for (int code = 0; code < 4; code++) {
+            u32 x = c[code];
+            for (int off = 16; off > 0; off >>= 1) x += __shfl_down_sync(0xFFFFFFFFu, x, off);
+            if ((threadIdx.x & 31) == 0 && x != 0) atomicAdd(&counts[4 * i + code], x);
+        }
+    }
+}
+
 // Standardized tile from packed codes: out(i, j) = table[4*i + code(i, col0 + j)], the
 // table holding each variant's standardized value of dosages 0, 1, 2 and of a missing call
 // (computed on the host exactly as the CPU kernels do, then rounded to the tile's type).

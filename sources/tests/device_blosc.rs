@@ -171,3 +171,84 @@ fn device_decode_is_c_blosc_for_lz4_and_zstd_with_every_shuffle() {
         assert!(kinds.contains(kind), "no {kind} among {kinds:?}");
     }
 }
+
+/// Decoded int8 dosages of fresh shapes and strides, some missing and, in some rounds, some
+/// that are not dosages: `dosage_codes` packs each value's low two bits four per byte (what
+/// the host's `pack_row` stages for a GPU actor), leaves the row's padding bytes alone,
+/// counts each code per variant, and reports the first value that is not a dosage.
+#[test]
+fn dosage_kernel_packs_and_counts_decoded_dosages_and_finds_the_first_bad_one() {
+    let k = kernels();
+    let mut d = Draw::fresh();
+    for round in 0..12 {
+        let n = 1 + d.below(1200) as usize;
+        let h = 1 + d.below(9) as usize;
+        let ldin = n + d.below(5) as usize;
+        let stride = n.div_ceil(4);
+        let ldout = stride + d.below(3) as usize;
+        let what = format!("round {round}: {h} × {n}, ld {ldin} → {ldout}");
+        let mut dosages = Guarded::<i8>::zeroed(h * ldin);
+        for v in dosages.values_mut() {
+            *v = d.below(4) as i8 - 1;
+        }
+        // Some rounds plant values that are not dosages.
+        let mut first_bad = u64::MAX;
+        if round % 3 == 2 {
+            for _ in 0..1 + d.below(3) {
+                let (i, j) = (d.below(h as u64) as usize, d.below(n as u64) as usize);
+                dosages.values_mut()[i * ldin + j] = [3i8, -2, 100, -128][d.below(4) as usize];
+                first_bad = first_bad.min((i * n + j) as u64);
+            }
+        }
+        let mut packed = Guarded::<u8>::zeroed(h * ldout);
+        packed.values_mut().fill(0xEE);
+        let mut counts = Guarded::<u32>::zeroed(4 * h);
+        let mut bad = Guarded::<u64>::zeroed(1);
+        bad.values_mut()[0] = u64::MAX;
+        let threads = [32u32, 256][round % 2];
+        let groups = n.div_ceil(16) as u32;
+        let grid = (groups.div_ceil(threads), 1 + d.below(h as u64) as u32, 1);
+        {
+            let mut a = HostArgs::new();
+            a.buffer(packed.values_mut())
+                .buffer(counts.values_mut())
+                .buffer(bad.values_mut())
+                .input(dosages.values())
+                .value(h as u32)
+                .value(n as u32)
+                .value(ldin as u32)
+                .value(ldout as u32);
+            k.launch("dosage_codes", grid, (threads, 1, 1), &mut a)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+        packed.check(&what).unwrap();
+        counts.check(&what).unwrap();
+        bad.check(&what).unwrap();
+        assert_eq!(
+            bad.values()[0],
+            first_bad,
+            "{what}: the first value not a dosage"
+        );
+        for i in 0..h {
+            let row = &dosages.values()[i * ldin..i * ldin + n];
+            let mut want = vec![0u8; stride];
+            let mut want_counts = [0u32; 4];
+            for (j, &v) in row.iter().enumerate() {
+                let code = (v as u8) & 3;
+                want[j / 4] |= code << (2 * (j % 4));
+                want_counts[code as usize] += 1;
+            }
+            let got = &packed.values()[i * ldout..(i + 1) * ldout];
+            assert_eq!(&got[..stride], &want[..], "{what}: variant {i}");
+            assert!(
+                got[stride..].iter().all(|&b| b == 0xEE),
+                "{what}: variant {i} padding"
+            );
+            assert_eq!(
+                &counts.values()[4 * i..4 * i + 4],
+                &want_counts[..],
+                "{what}: counts of variant {i}"
+            );
+        }
+    }
+}
