@@ -28,12 +28,28 @@ fn host_error(e: HostMpiError) -> CapiError {
     }
 }
 
-pub(crate) fn mpi_ready() -> Result<(), CapiError> {
+fn mpi_ready() -> Result<(), CapiError> {
     rankwise::host_mpi::mpi_ready().map_err(host_error)
 }
 
-pub(crate) fn duplicate(fint: MPI_Fint) -> Result<SimpleCommunicator, CapiError> {
+fn duplicate(fint: MPI_Fint) -> Result<SimpleCommunicator, CapiError> {
     rankwise::host_mpi::duplicate(fint).map_err(host_error)
+}
+
+/// MPI checked usable and the caller's communicator duplicated, with this rank's own
+/// checks (`local`) handed back. When MPI or the handle cannot be used, a rank whose own
+/// arguments are also wrong reports those: they are what its caller can fix first.
+pub(crate) fn open_comm<T>(
+    fint: MPI_Fint,
+    local: Result<T, CapiError>,
+) -> Result<(SimpleCommunicator, Result<T, CapiError>), CapiError> {
+    if let Err(e) = mpi_ready() {
+        return Err(local.err().unwrap_or(e));
+    }
+    match duplicate(fint) {
+        Ok(d) => Ok((d, local)),
+        Err(e) => Err(local.err().unwrap_or(e)),
+    }
 }
 
 /// What every rank tells the others before any work: its status and row count, then the
@@ -184,14 +200,7 @@ pub(crate) fn run(fint: MPI_Fint, c: &Call) -> Result<(), CapiError> {
     crate::set_last_phases(&[]);
     // Local checks first, but a rank whose own arguments are wrong still takes part in the
     // agreement below, so that the other ranks return an error instead of waiting for it.
-    let local = check_local(c);
-    if let Err(e) = mpi_ready() {
-        return Err(local.err().unwrap_or(e));
-    }
-    let dup = match duplicate(fint) {
-        Ok(d) => d,
-        Err(e) => return Err(local.err().unwrap_or(e)),
-    };
+    let (dup, local) = open_comm(fint, check_local(c))?;
     let status = local.as_ref().err().map_or(RANKWISE_OK, |e| e.status());
     let mine = agreement(status, c);
     let shown = |name: &str, v: i64| {
@@ -438,13 +447,7 @@ pub(crate) fn gemm_peak(fint: MPI_Fint, precision: i32) -> Result<f64, CapiError
             message: format!("{other} is neither RANKWISE_F64 (0) nor RANKWISE_F32 (1)"),
         }),
     };
-    if let Err(e) = mpi_ready() {
-        return Err(local.err().unwrap_or(e));
-    }
-    let dup = match duplicate(fint) {
-        Ok(d) => d,
-        Err(e) => return Err(local.err().unwrap_or(e)),
-    };
+    let (dup, local) = open_comm(fint, local)?;
     let mine = [
         local.as_ref().err().map_or(RANKWISE_OK, |e| e.status()) as i64,
         precision as i64,

@@ -10,7 +10,7 @@ use rankwise::pca_group::PcaFiles;
 use rankwise::SolverChoice;
 
 use crate::args::{check_ld, invalid, CapiError, Layout};
-use crate::comm::{agree, duplicate, mpi_ready, runtime, Agreed};
+use crate::comm::{agree, open_comm, runtime, Agreed};
 use crate::matrix::view_mut;
 use crate::*;
 
@@ -247,14 +247,7 @@ pub(crate) fn pca(
     options: *const rankwise_pca_options,
     result: *mut *mut rankwise_pca_result,
 ) -> Result<(), CapiError> {
-    let local = check(input, options, result);
-    if let Err(e) = mpi_ready() {
-        return Err(local.err().unwrap_or(e));
-    }
-    let dup = match duplicate(fint) {
-        Ok(d) => d,
-        Err(e) => return Err(local.err().unwrap_or(e)),
-    };
+    let (dup, local) = open_comm(fint, check(input, options, result))?;
     let status = local.as_ref().err().map_or(RANKWISE_OK, |e| e.status());
     let o = match &local {
         Ok(_) if !options.is_null() => {
