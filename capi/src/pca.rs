@@ -108,6 +108,8 @@ struct Checked {
     files: Option<PcaFiles>,
     /// The strings, for the agreement (compared by their hashes).
     strings: [Option<String>; 5],
+    /// The options as passed (the defaults for NULL), for the agreement.
+    options: rankwise_pca_options,
 }
 
 fn check(
@@ -208,6 +210,7 @@ fn check(
         params,
         files,
         strings: agreed,
+        options: o,
     })
 }
 
@@ -249,13 +252,10 @@ pub(crate) fn pca(
 ) -> Result<(), CapiError> {
     let (dup, local) = open_comm(fint, check(input, options, result))?;
     let status = local.as_ref().err().map_or(RANKWISE_OK, |e| e.status());
-    let o = match &local {
-        Ok(_) if !options.is_null() => {
-            // SAFETY: checked by `check`, which read it.
-            unsafe { *options }
-        }
-        _ => rankwise_pca_options::default(),
-    };
+    // A rank whose options were refused still takes part, with the defaults' values.
+    let o = local
+        .as_ref()
+        .map_or_else(|_| rankwise_pca_options::default(), |c| c.options);
     let mut mine = [0i64; AGREED.len()];
     mine[0] = status as i64;
     if let Ok(c) = &local {

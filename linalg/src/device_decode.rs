@@ -178,6 +178,15 @@ impl<'d> DeviceDecoder<'d> {
         Ok(DeviceDecoder { dev, nvcomp })
     }
 
+    /// A CUDA error while doing `what`, as this module's error.
+    fn cuda(
+        &self,
+        what: &'static str,
+    ) -> impl Fn(cudarc::driver::DriverError) -> DeviceDecodeError + '_ {
+        let f = self.failed(what);
+        move |e| f(e.to_string())
+    }
+
     fn failed(&self, what: &'static str) -> impl Fn(String) -> DeviceDecodeError + '_ {
         move |message| DeviceDecodeError::Device {
             device: self.dev.name().to_string(),
@@ -229,10 +238,7 @@ impl<'d> DeviceDecoder<'d> {
         self.dev
             .bind()
             .map_err(|e| self.failed("binding the device")(e.to_string()))?;
-        let cuda = |what: &'static str| {
-            let f = self.failed(what);
-            move |e: cudarc::driver::DriverError| f(e.to_string())
-        };
+        let cuda = |what| self.cuda(what);
         // The streams packed into page-locked memory, each at an aligned offset.
         // Leased in whole 32 MiB: batches of about one size then reuse one buffer of the
         // device's pool instead of each allocating (page-locking) its own.
@@ -424,10 +430,7 @@ impl<'d> DeviceDecoder<'d> {
     /// every stream's status and decoded size once the stream has finished.
     fn decompress(&self, g: &Group, codec: NvcompCodec) -> Result<Decompressed, DeviceDecodeError> {
         let stream = self.dev.stream();
-        let cuda = |what: &'static str| {
-            let f = self.failed(what);
-            move |e: cudarc::driver::DriverError| f(e.to_string())
-        };
+        let cuda = |what| self.cuda(what);
         let n = g.inputs.len();
         let total: usize = g.out_bytes.iter().sum();
         let max = g.out_bytes.iter().copied().max().unwrap_or(0);
@@ -501,10 +504,7 @@ impl Decompressed {
     /// Every stream's status and decoded size, after the stream has finished.
     fn check(&self, g: &Group, d: &DeviceDecoder<'_>) -> Result<(), DeviceDecodeError> {
         let stream = d.dev.stream();
-        let cuda = |what: &'static str| {
-            let f = d.failed(what);
-            move |e: cudarc::driver::DriverError| f(e.to_string())
-        };
+        let cuda = |what| d.cuda(what);
         let n = g.inputs.len();
         let mut got = vec![0usize; n];
         let mut status = vec![0i32; n];

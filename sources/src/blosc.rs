@@ -942,19 +942,25 @@ mod tests {
         out
     }
 
+    /// The typesizes the frames are written with: one byte, small, odd, and past 16.
+    const TYPESIZES: [usize; 7] = [1, 2, 3, 4, 8, 16, 17];
+    /// Values and c-blosc block sizes (0: its own): several blocks, a short last block,
+    /// one small block, a frame shorter than a block, odd blocks.
+    const SIZES: [(usize, usize); 5] = [
+        (100_000, 0),
+        (64 * 1024 + 13, 8192),
+        (1000, 256),
+        (37, 0),
+        (300_000, 32 * 1024 + 16),
+    ];
+
     #[test]
     fn layouts_decode_lz4_and_zstd_frames_as_c_blosc_does() {
         let mut seed = 11u64;
         for compressor in ["lz4", "zstd", "blosclz"] {
-            for &typesize in &[1usize, 2, 3, 4, 8, 16, 17] {
-                for &shuffle in &[0i32, 1, 2] {
-                    for &(len, blocksize) in &[
-                        (100_000usize, 0usize),
-                        (64 * 1024 + 13, 8192),
-                        (1000, 256),
-                        (37, 0),
-                        (300_000, 32 * 1024 + 16),
-                    ] {
+            for &typesize in &TYPESIZES {
+                for shuffle in 0i32..3 {
+                    for &(len, blocksize) in &SIZES {
                         seed += 1;
                         let v = values(len, seed);
                         let frame = compress_with(&v, typesize, shuffle, blocksize, compressor);
@@ -1013,15 +1019,9 @@ mod tests {
     #[test]
     fn decodes_what_c_blosc_wrote_for_every_shuffle_typesize_and_range() {
         let mut seed = 7u64;
-        for &typesize in &[1usize, 2, 3, 4, 8, 16, 17] {
-            for &shuffle in &[0i32, 1, 2] {
-                for &(len, blocksize) in &[
-                    (100_000usize, 0usize),
-                    (64 * 1024 + 13, 8192),
-                    (1000, 256),
-                    (37, 0),
-                    (300_000, 32 * 1024 + 16),
-                ] {
+        for &typesize in &TYPESIZES {
+            for shuffle in 0i32..3 {
+                for &(len, blocksize) in &SIZES {
                     seed += 1;
                     let v = values(len, seed);
                     let frame = compress(&v, typesize, shuffle, blocksize);
