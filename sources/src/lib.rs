@@ -34,7 +34,8 @@ pub use blosc::{BlockShuffle, BloscBlock, BloscCodec, BloscLayout, BloscStream};
 pub use error::{BedError, SourceError, ZarrError};
 pub use files::{open_regular, read_regular_at_most, read_regular_to_string};
 pub use panel::{
-    ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
+    ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredFrames,
+    StoredPanels,
 };
 pub use readahead::{BufferPool, FetchAhead, PanelLease, ReadAhead, ReadFn};
 pub use remote::{is_url, RemoteOptions};

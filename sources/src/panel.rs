@@ -386,4 +386,31 @@ pub trait StoredPanels: Send + Sync {
     fn drop_fetched(&self, owner: u64) {
         let _ = owner;
     }
+    /// Whether a GPU can decode this storage's chunks itself ([`StoredFrames`]): the
+    /// frames' geometry when every chunk is one Blosc frame of int8 dosages spanning every
+    /// column in a local file, else why not (the chunks are then decoded on the host).
+    fn device_frames(&self) -> Result<StoredFrames, String> {
+        Err("its chunks are not Blosc frames of int8 dosages in local files".into())
+    }
+    /// Reads the stored frame of chunk `band` (operand rows from `band ·
+    /// StoredFrames::chunk_rows`) into `frame`, as it is stored: `Ok(false)` when the chunk
+    /// has no file (it holds the fill value; decode it on the host).
+    fn read_frame(&self, band: u64, frame: &mut Vec<u8>) -> Result<bool, SourceError> {
+        let _ = (band, frame);
+        Ok(false)
+    }
+}
+
+/// The geometry of chunks a GPU decodes itself ([`StoredPanels::device_frames`]): each
+/// band of `chunk_rows` operand rows is one Blosc frame that decodes to `chunk_rows` rows
+/// of `row_bytes` int8 dosages (the operand's columns first; a chunk wider than the array
+/// holds fill values past them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredFrames {
+    /// Operand rows per chunk (the last chunk's frame still decodes to this many).
+    pub chunk_rows: u64,
+    /// Bytes per decoded row of a chunk: its columns, one byte each.
+    pub row_bytes: u64,
+    /// The most bytes a valid frame of one chunk takes in storage.
+    pub most_encoded: u64,
 }

@@ -45,7 +45,8 @@ use crate::remote::{self, Remote};
 use crate::direct::{copy_block, DirectCodec};
 use crate::error::{SourceError, ZarrError};
 use crate::panel::{
-    ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredPanels,
+    ChunkScratch, ElementType, PanelBuffer, PanelValues, ReadScratch, ReadStats, StoredFrames,
+    StoredPanels,
 };
 use crate::source::{GenotypeSource, PanelSource};
 
@@ -2289,6 +2290,41 @@ impl ZarrGenotypes {
 impl StoredPanels for ZarrGenotypes {
     fn element_type(&self) -> ElementType {
         ElementType::I8
+    }
+
+    fn device_frames(&self) -> Result<StoredFrames, String> {
+        if self.elem != ElementType::I8 {
+            return Err(format!(
+                "the device decodes int8 dosages, and {} holds {}",
+                self.array.label, self.elem
+            ));
+        }
+        if self.chunk.1 < self.shape.1 {
+            return Err(format!(
+                "its chunks of {} samples do not span all {} samples",
+                self.chunk.1, self.shape.1
+            ));
+        }
+        let a = &self.array;
+        if a.direct != Some(DirectCodec::Blosc) || a.shard.is_some() {
+            return Err(format!(
+                "the device decodes unsharded Blosc chunks, and its codecs are {}",
+                a.codecs
+            ));
+        }
+        if !matches!(a.location, Location::Local(_)) {
+            return Err("it is read from an object store".into());
+        }
+        let whole = self.chunk.0 * self.chunk.1;
+        Ok(StoredFrames {
+            chunk_rows: self.chunk.0,
+            row_bytes: self.chunk.1,
+            most_encoded: a.most_encoded(whole),
+        })
+    }
+
+    fn read_frame(&self, band: u64, frame: &mut Vec<u8>) -> Result<bool, SourceError> {
+        Ok(self.array.blosc_chunk(&[band, 0], frame)?)
     }
 
     fn fetch_ahead(&self, owner: u64, buffers: usize, upcoming: &[Range<u64>]) {

@@ -252,3 +252,112 @@ fn dosage_kernel_packs_and_counts_decoded_dosages_and_finds_the_first_bad_one() 
         }
     }
 }
+
+/// A Zarr v3 store of `m × n` int8 `values` (row-major) in chunks of `c × cols` rows,
+/// written here (Blosc LZ4 frames from c-blosc, bit shuffle) with `dtype` as its data type.
+fn write_store(
+    root: &std::path::Path,
+    (m, n, c, cols): (usize, usize, usize, usize),
+    dtype: &str,
+    values: &[u8],
+) -> Vec<Vec<u8>> {
+    std::fs::create_dir_all(root).unwrap();
+    let meta = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [m, n], "data_type": dtype,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [c, cols]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [
+            {"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5,
+             "shuffle": "bitshuffle", "typesize": 1, "blocksize": 0}}
+        ]
+    });
+    std::fs::write(root.join("zarr.json"), meta.to_string()).unwrap();
+    let mut frames = Vec::new();
+    for (i, r0) in (0..m).step_by(c).enumerate() {
+        for (j, c0) in (0..n).step_by(cols).enumerate() {
+            // A whole chunk, fill values past the array's edge.
+            let mut chunk = vec![0u8; c * cols];
+            for r in r0..(r0 + c).min(m) {
+                for k in c0..(c0 + cols).min(n) {
+                    chunk[(r - r0) * cols + k - c0] = values[r * n + k];
+                }
+            }
+            let f = compress(&chunk, 1, 2, 0, "lz4");
+            let dir = root.join("c").join(i.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(j.to_string()), &f).unwrap();
+            frames.push(f);
+        }
+    }
+    frames
+}
+
+/// Which stores a GPU decodes itself (`StoredPanels::device_frames`), and their frames read
+/// as stored: int8 chunks spanning every sample in local Blosc files; not wider types, not
+/// chunks that split the samples, not a subset of the samples. A chunk without a file reads
+/// as `false` (the caller decodes it on the host).
+#[test]
+fn stores_whose_chunks_the_device_decodes_hand_over_their_frames() {
+    use rankwise_sources::{GenotypeSource, SampleSubset, ZarrGenotypes};
+    let mut d = Draw(rankwise_testkit::test_seed());
+    let dir = rankwise_testkit::scratch("device-frames");
+    for case in 0..3 {
+        let (m, n) = (d.range(50, 400) as usize, d.range(20, 300) as usize);
+        let c = d.range(8, 64) as usize;
+        // Chunks as wide as the array, or wider (fill values past its last sample).
+        let cols = n + case * d.range(1, 9) as usize;
+        let values: Vec<u8> = (0..m * n)
+            .map(|_| (d.range(0, 4) as u8).wrapping_sub(1))
+            .collect();
+        let root = dir.join(format!("i8-{case}.zarr"));
+        let frames = write_store(&root, (m, n, c, cols), "int8", &values);
+        let z = ZarrGenotypes::open(root.to_str().unwrap()).unwrap();
+        let stored = z.stored().unwrap();
+        let geometry = stored.device_frames().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(geometry.chunk_rows, c as u64);
+        assert_eq!(geometry.row_bytes, cols as u64);
+        for (i, f) in frames.iter().enumerate() {
+            assert!(geometry.most_encoded >= f.len() as u64);
+            let mut got = Vec::new();
+            assert!(stored.read_frame(i as u64, &mut got).unwrap());
+            assert_eq!(&got, f, "chunk {i}");
+        }
+        std::fs::remove_file(root.join("c").join("1").join("0")).unwrap();
+        let mut got = Vec::new();
+        assert!(
+            !stored.read_frame(1, &mut got).unwrap(),
+            "a chunk without a file"
+        );
+        // A subset of the samples is decoded on the host.
+        let ids: Vec<String> = (0..n).map(|j| format!("s{j}")).collect();
+        let sub = SampleSubset::new(std::sync::Arc::new(z.clone()), "a test", &ids, |j, _| j < 2);
+        assert!(GenotypeSource::stored(&sub)
+            .unwrap()
+            .device_frames()
+            .is_err());
+    }
+    // Chunks that split the samples, and a wider type.
+    let (m, n) = (64, 40);
+    let values = vec![1u8; m * n];
+    let root = dir.join("split.zarr");
+    write_store(&root, (m, n, 16, 16), "int8", &values);
+    let why = ZarrGenotypes::open(root.to_str().unwrap())
+        .unwrap()
+        .stored()
+        .unwrap()
+        .device_frames()
+        .unwrap_err();
+    assert!(why.contains("do not span all 40 samples"), "{why}");
+    let root = dir.join("u8.zarr");
+    write_store(&root, (m, n, 16, n), "uint8", &values);
+    let why = ZarrGenotypes::open(root.to_str().unwrap())
+        .unwrap()
+        .stored()
+        .unwrap()
+        .device_frames()
+        .unwrap_err();
+    assert!(why.contains("int8"), "{why}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
