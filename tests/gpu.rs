@@ -795,7 +795,35 @@ fn zarr_stores_staged_to_the_device_agree_with_host_reads() {
             assert_close(&gpu, &cpu, tol, &what);
             let staged = staged_bytes(&report);
             assert!(staged > 0, "{what}: nothing staged: {report}");
-            if dist == "genotype" {
+            let decode = gpu_decode(&report);
+            if let (true, Some(d)) = (dist == "genotype", decode) {
+                // The device decoded every chunk, none on the host.
+                let chunks = m.div_ceil(band);
+                let frames = d["device"]["frames"].as_u64().unwrap();
+                assert!(frames > 0, "{what}: {d}");
+                assert_eq!(
+                    frames % chunks,
+                    0,
+                    "{what}: {frames} frames of {chunks} chunks"
+                );
+                assert_eq!(d["host_chunks"].as_u64(), Some(0), "{what}: {d}");
+                // Every pass after the first ran from the codes kept on the device.
+                let kept = report["per_rank"][0]["gpu_kept_passes"].as_u64().unwrap();
+                assert!(kept > 0, "{what}: {report}");
+                assert_eq!(frames, chunks, "{what}: decoded again after pass 1: {d}");
+            } else if dist == "genotype" {
+                // No nvCOMP: staged through the host, which the note says.
+                part_skipped(
+                    "zarr_stores_staged_to_the_device_agree_with_host_reads",
+                    "device decode",
+                    "nvCOMP not found",
+                );
+                assert!(
+                    report["per_rank"][0]["gpu_note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("nvCOMP") || n.contains("nvcomp")),
+                    "{report}"
+                );
                 // Each pass stages every variant's codes and its table of 4 values.
                 let value = if precision == "f32" { 4 } else { 8 };
                 let per_pass = m * (n.div_ceil(4) + 4 * value);
@@ -806,7 +834,81 @@ fn zarr_stores_staged_to_the_device_agree_with_host_reads() {
                 );
             }
         }
+        if dist == "genotype" {
+            // A chunk in another Blosc compressor (BloscLZ, which nvCOMP does not
+            // decompress): its batch is decoded on the host, the report says so, and the
+            // result is still the CPU actors'.
+            use zarrs::array::codec::bytes_to_bytes::blosc::{
+                blosc_compress_bytes, blosc_decompress_bytes, BloscCompressionLevel,
+                BloscCompressor, BloscShuffleMode,
+            };
+            let store = spec.split(':').next().unwrap();
+            let chunk = find_chunk_file(std::path::Path::new(store), 1)
+                .unwrap_or_else(|| panic!("no chunk file 1 in {store}"));
+            let frame = std::fs::read(&chunk).unwrap();
+            let bytes = blosc_decompress_bytes(&frame, (band * n) as usize, 1).unwrap();
+            let level = BloscCompressionLevel::try_from(5u8).unwrap();
+            let other = blosc_compress_bytes(
+                &bytes,
+                level,
+                BloscShuffleMode::BitShuffle,
+                1,
+                BloscCompressor::BloscLZ,
+                0,
+                1,
+            )
+            .unwrap();
+            std::fs::write(&chunk, other).unwrap();
+            let args = [
+                "pca",
+                "--zarr",
+                spec.as_str(),
+                "-k",
+                "5",
+                "--power-iters",
+                "1",
+            ];
+            let (cpu, _) = singular_values(&args, "cpu");
+            let (gpu, report) = singular_values(&args, "gpu");
+            assert_close(&gpu, &cpu, 1e-10, "pca with a BloscLZ chunk");
+            if let Some(d) = gpu_decode(&report) {
+                assert!(d["host_chunks"].as_u64().unwrap() >= 1, "{d}");
+                assert!(
+                    d["host_reason"].as_str().unwrap().contains("BloscLZ"),
+                    "{d}"
+                );
+            }
+        }
     }
+}
+
+/// What rank 0's GPU actors decoded on their devices, when they did.
+fn gpu_decode(report: &serde_json::Value) -> Option<&serde_json::Value> {
+    Some(&report["per_rank"][0]["gpu_decode"]).filter(|d| !d.is_null())
+}
+
+/// The file of chunk (`row`, 0) of the store at `root` (v2 `row.0` or v3 `c/row/0`, under
+/// any array path).
+fn find_chunk_file(root: &std::path::Path, row: u64) -> Option<std::path::PathBuf> {
+    for e in std::fs::read_dir(root).ok()?.flatten() {
+        let p = e.path();
+        let name = p.file_name()?.to_str()?.to_string();
+        if p.is_file() && name == format!("{row}.0") {
+            return Some(p);
+        }
+        if p.is_dir() {
+            if name == "c" {
+                let f = p.join(row.to_string()).join("0");
+                if f.is_file() {
+                    return Some(f);
+                }
+            }
+            if let Some(f) = find_chunk_file(&p, row) {
+                return Some(f);
+            }
+        }
+    }
+    None
 }
 
 fn collectives(report: &serde_json::Value) -> Vec<String> {

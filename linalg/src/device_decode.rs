@@ -62,7 +62,7 @@ pub enum DeviceDecodeError {
 }
 
 /// What a batch moved and decoded, and where its time went.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DecodeStats {
     /// Frames decoded.
     pub frames: usize,
@@ -138,6 +138,23 @@ fn pack(buf: &mut [u8], pieces: &[(&[u8], usize)], threads: usize) {
     });
 }
 
+/// A batch of frames laid out and packed into page-locked memory by
+/// [`DeviceDecoder::prepare`], ready for the device.
+pub(crate) struct Packed<'d> {
+    layouts: Vec<BloscLayout>,
+    /// Where each frame's streams start in the packed buffer.
+    offsets: Vec<Vec<usize>>,
+    /// Where each frame's decoded streams start.
+    stream_base: Vec<usize>,
+    total_streams: usize,
+    /// Bytes packed.
+    staged: usize,
+    /// Bytes the frames decode to.
+    decoded: usize,
+    host: rankwise_device::PinnedLease<'d>,
+    pack_seconds: f64,
+}
+
 /// Decodes batches of Blosc frames on one device.
 pub struct DeviceDecoder<'d> {
     dev: &'d GpuDevice,
@@ -203,6 +220,25 @@ impl<'d> DeviceDecoder<'d> {
         frames: &[&[u8]],
         out: &mut CudaSlice<u8>,
     ) -> Result<DecodeStats, DeviceDecodeError> {
+        let _lane = self.dev.lock();
+        self.decode_held(frames, out)
+    }
+
+    /// [`DeviceDecoder::decode`] for a caller that holds the device's lane
+    /// ([`GpuDevice::lock`]) already.
+    pub(crate) fn decode_held(
+        &self,
+        frames: &[&[u8]],
+        out: &mut CudaSlice<u8>,
+    ) -> Result<DecodeStats, DeviceDecodeError> {
+        let packed = self.prepare(frames)?;
+        self.decode_packed(packed, out)
+    }
+
+    /// The host's part of a decode, which needs no lane: the frames' layouts, and their
+    /// streams packed into page-locked memory at aligned offsets. A caller can pack the
+    /// next batch while the device decodes this one ([`DeviceDecoder::decode_packed`]).
+    pub(crate) fn prepare(&self, frames: &[&[u8]]) -> Result<Packed<'d>, DeviceDecodeError> {
         let packing = std::time::Instant::now();
         let mut layouts = Vec::with_capacity(frames.len());
         for (i, f) in frames.iter().enumerate() {
@@ -218,12 +254,6 @@ impl<'d> DeviceDecoder<'d> {
             }
         }
         let decoded: usize = layouts.iter().map(|l| l.nbytes).sum();
-        if out.len() < decoded {
-            return Err(self.failed("checking the output")(format!(
-                "{} bytes for {decoded} decoded bytes",
-                out.len()
-            )));
-        }
         // Where each frame's decoded streams and staged streams start.
         let mut stream_base = Vec::with_capacity(layouts.len());
         let mut total_streams = 0usize;
@@ -233,11 +263,6 @@ impl<'d> DeviceDecoder<'d> {
             total_streams = align(total_streams + l.nbytes);
             staged += l.streams.iter().map(|s| align(s.src.len())).sum::<usize>();
         }
-        let stream = self.dev.stream();
-        let _lane = self.dev.lock();
-        self.dev
-            .bind()
-            .map_err(|e| self.failed("binding the device")(e.to_string()))?;
         let cuda = |what| self.cuda(what);
         // The streams packed into page-locked memory, each at an aligned offset.
         // Leased in whole 32 MiB: batches of about one size then reuse one buffer of the
@@ -266,7 +291,47 @@ impl<'d> DeviceDecoder<'d> {
             pack(buf, &pieces, threads.min(16));
         }
         drop(pieces);
-        let pack_seconds = packing.elapsed().as_secs_f64();
+        Ok(Packed {
+            layouts,
+            offsets,
+            stream_base,
+            total_streams,
+            staged,
+            decoded,
+            host,
+            pack_seconds: packing.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The device's part of a decode of frames [`DeviceDecoder::prepare`] packed, into
+    /// `out` (which must hold their decoded bytes), for a caller that holds the device's
+    /// lane. Returns when the device has finished.
+    pub(crate) fn decode_packed(
+        &self,
+        packed: Packed<'_>,
+        out: &mut CudaSlice<u8>,
+    ) -> Result<DecodeStats, DeviceDecodeError> {
+        let Packed {
+            layouts,
+            offsets,
+            stream_base,
+            total_streams,
+            staged,
+            decoded,
+            host,
+            pack_seconds,
+        } = packed;
+        if out.len() < decoded {
+            return Err(self.failed("checking the output")(format!(
+                "{} bytes for {decoded} decoded bytes",
+                out.len()
+            )));
+        }
+        let stream = self.dev.stream();
+        self.dev
+            .bind()
+            .map_err(|e| self.failed("binding the device")(e.to_string()))?;
+        let cuda = |what| self.cuda(what);
         // Timing events around the device's three steps.
         let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let event = |what: &'static str| stream.record_event(timed).map_err(cuda(what));
@@ -295,7 +360,7 @@ impl<'d> DeviceDecoder<'d> {
         let (mut lz4, mut zstd) = (Group::default(), Group::default());
         let mut copies: Vec<u64> = Vec::new();
         let mut stats = DecodeStats {
-            frames: frames.len(),
+            frames: layouts.len(),
             staged_bytes: staged as u64,
             decoded_bytes: decoded as u64,
             pack_seconds,

@@ -119,7 +119,7 @@ impl DeviceSource {
 
     /// The values of a tile's codes, 4 per row (codes 0, 1, 2 and 3), for rows from
     /// `first` with code counts `counts` (4 per row), adding the rows' facts.
-    fn tables<T: Real>(
+    pub(crate) fn tables<T: Real>(
         &self,
         counts: &[u32],
         first: u64,
@@ -226,7 +226,7 @@ pub(crate) fn tile_rows(n: usize, bytes_per_value: usize, h: usize) -> usize {
         .min(h.max(1))
 }
 
-fn grid(width: usize, rows: usize) -> LaunchConfig {
+pub(crate) fn grid(width: usize, rows: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (
             (width as u32).div_ceil(BLOCK).max(1),
@@ -255,7 +255,7 @@ fn flat(len: usize) -> LaunchConfig {
     }
 }
 
-fn gpu<'d>(
+pub(crate) fn gpu<'d>(
     dev: &'d GpuDevice,
     what: &str,
 ) -> impl Fn(cudarc::driver::DriverError) -> LinalgError + 'd {
@@ -281,6 +281,9 @@ struct Producer<'d, T: GpuReal> {
     /// One partial Σx² per block of a `flat` grid.
     sum: CudaSlice<f64>,
     thresholds: Vec<u64>,
+    /// Genotypes kept on the device for later passes: the whole panel's codes (each tile's
+    /// at its rows, from the panel's first row `first`) and its code counts.
+    keep: Option<(u64, CudaSlice<u8>, Vec<u32>)>,
 }
 
 impl<'d, T: GpuReal> Producer<'d, T> {
@@ -316,7 +319,19 @@ impl<'d, T: GpuReal> Producer<'d, T> {
             counts,
             sum,
             thresholds: Vec::new(),
+            keep: None,
         })
+    }
+
+    /// Keeps the codes of the panel of `h` rows from row `first` (genotypes only).
+    fn keeping(&mut self, first: u64, h: usize) -> Result<(), LinalgError> {
+        let whole = self
+            .dev
+            .stream()
+            .alloc_zeros::<u8>(h * self.n.div_ceil(4))
+            .map_err(gpu(self.dev, "allocating kept codes"))?;
+        self.keep = Some((first, whole, Vec::with_capacity(4 * h)));
+        Ok(())
     }
 
     /// Produces global rows `g` (at most `self.rows`) into the tile; adds their facts.
@@ -361,45 +376,72 @@ impl<'d, T: GpuReal> Producer<'d, T> {
                 let th = stream
                     .clone_htod(&self.thresholds)
                     .map_err(gpu(dev, "copying allele-frequency thresholds"))?;
-                let packed = self.packed.as_mut().expect("genotype producer");
+                let stride = self.n.div_ceil(4);
+                // Where the tile's codes go: the kept panel's rows, or the tile's buffer.
+                let off = match &self.keep {
+                    Some((first, ..)) => (g.start - first) as usize * stride,
+                    None => 0,
+                };
                 let counts = self.counts.as_mut().expect("genotype producer");
                 stream
                     .memset_zeros(counts)
                     .map_err(gpu(dev, "zeroing code counts"))?;
-                let stride = self.n.div_ceil(4) as u32;
+                let st32 = stride as u32;
                 let missing = gen.missing_threshold();
-                let mut l = stream.launch_builder(&k.genotype_packed);
-                l.arg(&mut *packed)
-                    .arg(&mut *counts)
-                    .arg(&th)
-                    .arg(&key)
-                    .arg(&g.start)
-                    .arg(&b32)
-                    .arg(&n32)
-                    .arg(&pops)
-                    .arg(&missing)
-                    .arg(&stride);
-                // SAFETY: b rows of `stride` packed bytes and 4 counts each fit the buffers;
-                // the thresholds hold b·pops entries.
-                unsafe { l.launch(grid(self.n.div_ceil(BLOCK_COLS), b)) }
-                    .map_err(gpu(dev, "generating genotypes"))?;
+                {
+                    let mut packed = match &mut self.keep {
+                        Some((_, whole, _)) => whole.slice_mut(off..),
+                        None => self
+                            .packed
+                            .as_mut()
+                            .expect("genotype producer")
+                            .slice_mut(..),
+                    };
+                    let mut l = stream.launch_builder(&k.genotype_packed);
+                    l.arg(&mut packed)
+                        .arg(&mut *counts)
+                        .arg(&th)
+                        .arg(&key)
+                        .arg(&g.start)
+                        .arg(&b32)
+                        .arg(&n32)
+                        .arg(&pops)
+                        .arg(&missing)
+                        .arg(&st32);
+                    // SAFETY: b rows of `stride` packed bytes from `off` and 4 counts each
+                    // fit the buffers; the thresholds hold b·pops entries.
+                    unsafe { l.launch(grid(self.n.div_ceil(BLOCK_COLS), b)) }
+                        .map_err(gpu(dev, "generating genotypes"))?;
+                }
                 let mut host = vec![0u32; 4 * b];
-                stream
-                    .memcpy_dtoh(&counts.slice(..4 * b), &mut host)
-                    .map_err(gpu(dev, "copying code counts"))?;
+                // Plain dosages need their counts only for Σx² (and to be kept): without it
+                // the host does not wait for the device here, and queues the panel's tiles
+                // ahead of it.
+                if measure || self.keep.is_some() || !matches!(self.src, DeviceSource::Dosages(_)) {
+                    stream
+                        .memcpy_dtoh(&counts.slice(..4 * b), &mut host)
+                        .map_err(gpu(dev, "copying code counts"))?;
+                }
+                if let Some((_, _, kept)) = &mut self.keep {
+                    kept.extend_from_slice(&host);
+                }
                 let table = self.src.tables::<T>(&host, g.start, measure, facts);
                 let table = stream
                     .clone_htod(&table)
                     .map_err(gpu(dev, "copying standardization tables"))?;
+                let packed = match &self.keep {
+                    Some((_, whole, _)) => whole.slice(off..),
+                    None => self.packed.as_ref().expect("genotype producer").slice(..),
+                };
                 let col0 = 0u32;
                 let mut l = stream.launch_builder(T::standardize(k));
                 l.arg(&mut self.tile)
-                    .arg(&*packed)
+                    .arg(&packed)
                     .arg(&table)
                     .arg(&col0)
                     .arg(&b32)
                     .arg(&n32)
-                    .arg(&stride)
+                    .arg(&st32)
                     .arg(&n32);
                 // SAFETY: reads b rows of packed codes and 4 table entries per row, writes
                 // b rows of n values into the tile.
@@ -459,7 +501,7 @@ impl<'d, T: GpuReal> Producer<'d, T> {
 /// Each variant's standardization table (the values of codes 0, 1, 2 and 3) from its code
 /// counts (`counts[4 i + code]`, variant `i` being row `first + i`), as the CPU kernels
 /// compute it, adding the variants' facts.
-fn tables_from_counts<T: Real>(
+pub(crate) fn tables_from_counts<T: Real>(
     counts: &[u32],
     first: u64,
     filter: &VariantFilter,
@@ -715,7 +757,7 @@ pub(crate) struct PanelOut {
 }
 
 /// The device buffers of one panel's products, fed a block of the panel's rows at a time.
-struct Products<'d, T: GpuReal> {
+pub(crate) struct Products<'d, T: GpuReal> {
     dev: &'d GpuDevice,
     n: usize,
     h: usize,
@@ -739,7 +781,7 @@ struct Products<'d, T: GpuReal> {
 
 impl<'d, T: GpuReal> Products<'d, T> {
     /// Buffers for a panel of `h × n` fed at most `block` rows at a time.
-    fn new(
+    pub(crate) fn new(
         dev: &'d GpuDevice,
         n: usize,
         h: usize,
@@ -805,7 +847,12 @@ impl<'d, T: GpuReal> Products<'d, T> {
 
     /// Multiplies the panel's rows `r0..r0 + rows`: the first `rows · n` values of `tile`,
     /// row-major.
-    fn rows(&mut self, r0: usize, rows: usize, tile: &CudaSlice<T>) -> Result<(), LinalgError> {
+    pub(crate) fn rows(
+        &mut self,
+        r0: usize,
+        rows: usize,
+        tile: &CudaSlice<T>,
+    ) -> Result<(), LinalgError> {
         let (dev, n, w, l) = (self.dev, self.n, self.w, self.l);
         if rows == 0 || n == 0 {
             return Ok(());
@@ -869,32 +916,75 @@ impl<'d, T: GpuReal> Products<'d, T> {
         add_into(dev, &mut b.slice_mut(..), &part.slice(..l * n), l * n)
     }
 
-    /// Copies `Y` and `W`/`B` back.
-    fn finish(self) -> Result<PanelOut, LinalgError> {
+    /// Copies `Y` and `W`/`B` into page-locked host buffers and waits for the copies: the
+    /// device's part of bringing the products back, after which the caller may give the
+    /// device's lane to the next panel before [`Fetched::into_out`] copies them out.
+    ///
+    /// Why page-locked: copied straight into a new array (pageable memory), `Y` of a panel
+    /// of 250,000 rows × 24 (48 MB) took 31 ms on an H200, 28 % of the device time of a
+    /// generated panel (RESULTS.md, run G): the driver copies pageable memory through a
+    /// buffer of its own, and the array's fresh pages fault in one by one meanwhile.
+    pub(crate) fn fetch(self) -> Result<Fetched<'d>, LinalgError> {
         let dev = self.dev;
         let stream = dev.stream();
-        let mut out = PanelOut::default();
-        if let Some(y) = &self.y {
-            let mut host = Array2::<f64>::zeros((self.h, self.w));
+        let mut fetched = Fetched {
+            dev,
+            y: None,
+            b: None,
+        };
+        let copy = |src: &CudaSlice<f64>, rows: usize, cols: usize, what: &'static str| {
+            let len = rows * cols;
+            let mut lease = dev.pinned(len * 8).map_err(LinalgError::Gpu)?;
+            let dst = lease.values_mut::<f64>(len).map_err(gpu(dev, what))?;
             stream
-                .memcpy_dtoh(
-                    y,
-                    host.as_slice_mut().expect("a new array is standard layout"),
-                )
-                .map_err(gpu(dev, "copying Y"))?;
-            out.y = Some(host);
+                .memcpy_dtoh(&src.slice(..len), dst)
+                .map_err(gpu(dev, what))?;
+            Ok::<_, LinalgError>((lease, rows, cols))
+        };
+        if let Some(y) = &self.y {
+            fetched.y = Some(copy(y, self.h, self.w, "copying Y")?);
         }
         if let Some(b) = &self.b {
-            let mut host = Array2::<f64>::zeros((self.l, self.n));
-            stream
-                .memcpy_dtoh(
-                    b,
-                    host.as_slice_mut().expect("a new array is standard layout"),
-                )
-                .map_err(gpu(dev, "copying B"))?;
-            out.b = Some(host);
+            fetched.b = Some(copy(b, self.l, self.n, "copying B")?);
         }
-        Ok(out)
+        stream
+            .synchronize()
+            .map_err(gpu(dev, "waiting for the products' copies"))?;
+        Ok(fetched)
+    }
+}
+
+/// A panel's products copied back into page-locked buffers, each with its shape.
+pub(crate) struct Fetched<'d> {
+    dev: &'d GpuDevice,
+    y: Option<(PinnedLease<'d>, usize, usize)>,
+    b: Option<(PinnedLease<'d>, usize, usize)>,
+}
+
+impl Fetched<'_> {
+    /// The products as arrays, copied out of the page-locked buffers into memory whose
+    /// pages are populated in one call.
+    pub(crate) fn into_out(self) -> Result<PanelOut, LinalgError> {
+        let dev = self.dev;
+        let array = |f: Option<(PinnedLease<'_>, usize, usize)>| {
+            f.map(|(lease, rows, cols)| {
+                let len = rows * cols;
+                let mut v = crate::kernels::alloc_populated(len);
+                let src = lease
+                    .values::<f64>(len)
+                    .map_err(gpu(dev, "reading page-locked products"))?;
+                v.copy_from_slice(src);
+                Ok::<_, LinalgError>(
+                    Array2::from_shape_vec((rows, cols), v).expect("rows × cols values"),
+                )
+            })
+            .transpose()
+        };
+        Ok(PanelOut {
+            y: array(self.y)?,
+            b: array(self.b)?,
+            ..PanelOut::default()
+        })
     }
 }
 
@@ -908,13 +998,14 @@ pub(crate) fn generated_panel<T: GpuReal>(
     n: usize,
     job: PanelJob<'_, T>,
     measure: bool,
-) -> Result<PanelOut, LinalgError> {
-    let _lane = dev.lock();
+    keep: bool,
+) -> Result<(PanelOut, Option<KeptCodes>), LinalgError> {
+    let lane = dev.lock();
     let h = (rows.end - rows.start) as usize;
     let mut facts = PanelFacts::default();
     if h == 0 || n == 0 {
         // Nothing to multiply (and CUDA refuses allocations of no bytes).
-        return Ok(match job {
+        let out = match job {
             PanelJob::Range { omega, fused } => PanelOut {
                 y: Some(Array2::zeros((h, omega.ncols()))),
                 b: fused.map(|l| Array2::zeros((l.min(omega.ncols()), n))),
@@ -927,10 +1018,15 @@ pub(crate) fn generated_panel<T: GpuReal>(
                 facts,
                 seconds: GpuPanelSeconds::default(),
             },
-        });
+        };
+        return Ok((out, None));
     }
     let setup = std::time::Instant::now();
     let mut p = Producer::<T>::new(dev, src, n, h)?;
+    let keep = keep && !matches!(src, DeviceSource::Uniform(_));
+    if keep {
+        p.keeping(rows.start, h)?;
+    }
     let mut products = Products::new(dev, n, h, p.rows, &job)?;
     let mut seconds = GpuPanelSeconds {
         setup: setup.elapsed().as_secs_f64(),
@@ -954,7 +1050,11 @@ pub(crate) fn generated_panel<T: GpuReal>(
         Ok(())
     })?;
     let finish = std::time::Instant::now();
-    let mut out = products.finish()?;
+    let fetched = products.fetch()?;
+    // The device is done with the panel: the next may start while this one's products
+    // are copied out of the page-locked buffers.
+    drop(lane);
+    let mut out = fetched.into_out()?;
     seconds.finish = finish.elapsed().as_secs_f64();
     for (i, pair) in marks.windows(2).enumerate() {
         let s = f64::from(
@@ -971,7 +1071,89 @@ pub(crate) fn generated_panel<T: GpuReal>(
     }
     out.facts = facts;
     out.seconds = seconds;
+    let kept = p
+        .keep
+        .take()
+        .map(|(_, packed, counts)| KeptCodes { packed, counts });
+    Ok((out, kept))
+}
+
+/// A genotype panel's 2-bit codes kept in device memory after the pass that produced
+/// them (generated on the device, or decoded there from storage), with each variant's code
+/// counts, from which a later pass computes its tables in its own precision, and the
+/// facts, as the first did ([`kept_panel`]).
+pub(crate) struct KeptCodes {
+    /// `h × ⌈n/4⌉` codes, row-major.
+    pub(crate) packed: CudaSlice<u8>,
+    /// 4 per row.
+    pub(crate) counts: Vec<u32>,
+}
+
+/// A pass over a panel (global rows `rows`, `n` columns) from its codes kept on `dev`:
+/// the tables that `tables` makes of the kept counts (adding the facts), then each tile
+/// standardized and multiplied for `job`.
+pub(crate) fn kept_panel<T: GpuReal>(
+    dev: &GpuDevice,
+    n: usize,
+    kept: &KeptCodes,
+    rows: Range<u64>,
+    job: PanelJob<'_, T>,
+    tables: impl FnOnce(&[u32], u64, &mut PanelFacts) -> Vec<T>,
+) -> Result<PanelOut, LinalgError> {
+    let h = (rows.end - rows.start) as usize;
+    let tile = tile_rows(n, std::mem::size_of::<T>(), h);
+    let mut facts = PanelFacts::default();
+    let table = tables(&kept.counts, rows.start, &mut facts);
+    let lane = dev.lock();
+    dev.bind().map_err(LinalgError::Gpu)?;
+    let stream = dev.stream();
+    let mut values = stream
+        .alloc_zeros::<T>(tile * n.max(1))
+        .map_err(gpu(dev, "allocating a tile"))?;
+    let table = stream
+        .clone_htod(&table)
+        .map_err(gpu(dev, "copying standardization tables"))?;
+    let mut products = Products::new(dev, n, h, tile, &job)?;
+    for r in (0..h).step_by(tile) {
+        let t = tile.min(h - r);
+        standardize_rows(dev, &mut values, &kept.packed, &table, r, t, n)?;
+        products.rows(r, t, &values)?;
+    }
+    let fetched = products.fetch()?;
+    drop(lane);
+    let mut out = fetched.into_out()?;
+    out.facts = facts;
     Ok(out)
+}
+
+/// Standardizes rows `r..r + t` of packed codes (`n` columns) through their tables (4 per
+/// row, from row 0 of `table`) into `values`.
+pub(crate) fn standardize_rows<T: GpuReal>(
+    dev: &GpuDevice,
+    values: &mut CudaSlice<T>,
+    packed: &CudaSlice<u8>,
+    table: &CudaSlice<T>,
+    r: usize,
+    t: usize,
+    n: usize,
+) -> Result<(), LinalgError> {
+    let stride = n.div_ceil(4);
+    let (t32, n32, st32, col0) = (t as u32, n as u32, stride as u32, 0u32);
+    let codes = packed.slice(r * stride..);
+    let tab = table.slice(4 * r..);
+    let mut l = dev.stream().launch_builder(T::standardize(dev.kernels()));
+    l.arg(values)
+        .arg(&codes)
+        .arg(&tab)
+        .arg(&col0)
+        .arg(&t32)
+        .arg(&n32)
+        .arg(&st32)
+        .arg(&n32);
+    // SAFETY: reads t rows of codes and 4 table entries each from row r (the caller's rows
+    // lie inside both), writes t rows of n values, which `values` holds.
+    unsafe { l.launch(grid(n, t)) }.map_err(gpu(dev, "standardizing genotypes"))?;
+    Ok(())
 }
 
 /// Bytes of the values of one staged block of rows on the device (its rows are chosen to
@@ -1329,7 +1511,7 @@ impl<'d, T: GpuReal> Staging<'d, T> {
         }
         self.flush()?;
         let staged = self.staged;
-        Ok((self.products.finish()?, staged))
+        Ok((self.products.fetch()?.into_out()?, staged))
     }
 }
 

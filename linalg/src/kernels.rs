@@ -230,7 +230,7 @@ fn alloc_zeroed(len: usize) -> Vec<f64> {
 /// [`alloc_zeroed`] with its pages populated at once (`MADV_POPULATE_WRITE`, Linux 5.14)
 /// rather than faulted in one by one as the panel is produced into them: a panel's kept
 /// factor is written once, whole, straight away.
-fn alloc_populated(len: usize) -> Vec<f64> {
+pub(crate) fn alloc_populated(len: usize) -> Vec<f64> {
     let v = alloc_zeroed(len);
     #[cfg(target_os = "linux")]
     {

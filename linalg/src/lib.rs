@@ -55,6 +55,7 @@ mod finite;
 mod fused;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
 mod gpu;
+mod gpu_decoded;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
 mod kernels;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))]
@@ -75,6 +76,7 @@ mod tree;
 mod variants;
 
 pub use gpu::GpuPanelSeconds;
+pub use gpu_decoded::DeviceDecodeReport;
 pub use kernels::{blas_library, init_blas_threads, openblas_preferred_core, PanelFactor};
 pub use peak::gemm_peak;
 pub use reads::{read_stored, ReadTotals, StoredRead, DEFAULT_SEGMENT_BYTES};

@@ -111,6 +111,15 @@ pub(crate) struct Reading {
 }
 
 impl Reading {
+    /// Adds a read made outside the read-aheads (a GPU actor's frames decoded on its
+    /// device), with the seconds it took.
+    pub(crate) fn add(&self, stats: ReadStats, seconds: f64) {
+        self.totals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(stats, seconds);
+    }
+
     /// What this rank has read so far.
     pub(crate) fn totals(&self) -> ReadTotals {
         *self.totals.lock().unwrap_or_else(|p| p.into_inner())

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use ndarray::{s, Array2};
 use rankwise_device::{NcclComm, NcclJoin};
 use rankwise_exec::{ActorKind, ChunkGrid, MemoryPlan, Placement, Residency, Runtime, World};
-use rankwise_sources::{Dist, Generated, GenotypeSource, PanelSource};
+use rankwise_sources::{Dist, Generated, GenotypeSource, PanelSource, StoredFrames};
 use rankwise_transports::Comm;
 use serde::Serialize;
 
@@ -468,9 +468,18 @@ impl RsvdPlan {
             let resident = problem.operand.resident_bytes(rows, options.precision);
             // A GPU actor's workers each carry a stored panel to the device through two
             // page-locked blocks (`gpu::Staging`).
+            // Or, where the device decodes the chunks, the actor holds one batch of their
+            // frames (`gpu_decoded`), counted here per thread.
             let staging = match (shape.kind, problem.operand.stored()) {
-                (ActorKind::Gpu, Some(_)) => {
-                    staging_host_bytes(&problem.operand, options.precision, chunk)
+                (ActorKind::Gpu, Some(s)) => {
+                    let decoded = match (&problem.operand, s.device_frames()) {
+                        (Operand::Genotypes(..), Ok(f)) => {
+                            crate::gpu_decoded::decoded_host_bytes(s, &f)
+                                .div_ceil(shape.threads.max(1) as u64)
+                        }
+                        _ => 0,
+                    };
+                    staging_host_bytes(&problem.operand, options.precision, chunk).max(decoded)
                 }
                 _ => 0,
             };
@@ -599,6 +608,13 @@ pub struct RsvdResult {
     pub gpu_qrs: u64,
     /// Where this rank's device-produced panels spent their time, all passes.
     pub gpu_seconds: crate::gpu::GpuPanelSeconds,
+    /// What this rank's GPU actors decoded on their devices (stored genotypes whose
+    /// chunks the device decodes), and what fell back to the host; `None` when no GPU
+    /// actor decoded on its device.
+    pub gpu_decode: Option<crate::gpu_decoded::DeviceDecodeReport>,
+    /// Panel passes this rank's GPU actors computed from genotypes kept on their devices
+    /// as 2-bit codes (after the pass that generated or decoded them), and the bytes kept.
+    pub gpu_kept: (u64, u64),
     /// What the projections' sums went through across ranks: `nccl`, or the transport's
     /// name with why NCCL was not used.
     pub collectives: String,
@@ -617,6 +633,26 @@ pub struct RsvdResult {
 /// The GPU panels' seconds summed in `ctx` so far.
 fn gpu_seconds_of(ctx: &Ctx) -> crate::gpu::GpuPanelSeconds {
     *ctx.gpu_seconds.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Panel passes from codes kept on the GPUs so far, and the bytes kept.
+fn gpu_kept_of(ctx: &Ctx) -> (u64, u64) {
+    (
+        ctx.gpu_kept_passes.load(Ordering::Relaxed),
+        ctx.residency.iter().map(|r| r.kept_bytes()).sum(),
+    )
+}
+
+/// What the GPU actors decoded on their devices so far, when any did.
+fn gpu_decode_of(ctx: &Ctx) -> Option<crate::gpu_decoded::DeviceDecodeReport> {
+    ctx.device_frames?;
+    Some(
+        ctx.gpu_decode
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+    )
+    .filter(|r| r.device.frames > 0 || r.host_chunks > 0)
 }
 
 /// How far each returned component is from an exact singular triplet.
@@ -774,6 +810,19 @@ struct Ctx {
     gpu_qrs: AtomicU64,
     /// Where the device-produced panels' time went.
     gpu_seconds: std::sync::Mutex<crate::gpu::GpuPanelSeconds>,
+    /// The stored chunks' geometry when GPU actors decode them on their devices.
+    device_frames: Option<StoredFrames>,
+    /// Worker threads of each of this rank's actors.
+    threads: Vec<usize>,
+    /// Each actor's permits for batches of frames read ahead of its device.
+    decode_permits: Vec<crate::gpu_decoded::Permits>,
+    /// Each GPU actor's genotype panels kept on its device as 2-bit codes after the pass
+    /// that produced or decoded them.
+    residency: Vec<crate::gpu_decoded::Residency>,
+    /// Panel passes computed from those codes.
+    gpu_kept_passes: AtomicU64,
+    /// What they decoded.
+    gpu_decode: std::sync::Mutex<crate::gpu_decoded::DeviceDecodeReport>,
     /// Whether a float32 pass whose products are not finite leaves them to the root
     /// (which repeats the pass in float64, LOBPCG with mixed precision) rather than
     /// failing.
@@ -781,11 +830,21 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// Starts this pass's read-aheads over the panels that are not resident.
+    /// Whether `actor` is a GPU actor that decodes the stored chunks on its device.
+    fn decodes_on_device(&self, actor: usize) -> bool {
+        self.device_frames.is_some() && self.gpus.get(actor).is_some_and(Option::is_some)
+    }
+
+    /// Starts this pass's read-aheads over the panels that are not resident (and that
+    /// no GPU actor reads itself to decode on its device).
     fn reads(&self, rt: &Runtime, states: &States) -> Result<Arc<PassReads>, LinalgError> {
         let order = states
             .iter()
-            .map(|list| {
+            .enumerate()
+            .map(|(actor, list)| {
+                if self.decodes_on_device(actor) {
+                    return Vec::new();
+                }
                 list.iter()
                     .filter(|st| st.stored.is_none())
                     .map(|st| (st.p, st.rows.clone()))
@@ -800,6 +859,41 @@ impl Ctx {
             Arc::clone(&self.read),
             self.segment_rows,
         )?))
+    }
+}
+
+/// Whether this rank's GPU actors decode the stored operand's chunks on their devices
+/// (`crate::gpu_decoded`): the chunks' geometry when they do; else, where GPU actors stage
+/// a stored operand through the host, the report's note of why.
+fn device_frames(
+    operand: &Operand,
+    gpu_actors: bool,
+    device_source: &Option<DeviceSource>,
+) -> (Option<StoredFrames>, Option<String>) {
+    let Some(stored) = operand.stored() else {
+        return (None, None);
+    };
+    if !gpu_actors || device_source.is_some() {
+        return (None, None);
+    }
+    let staged = |why: String| {
+        (
+            None,
+            Some(format!(
+                "GPU actors decoded {} on the host's cores and staged it to the device: {why}",
+                operand.describe()
+            )),
+        )
+    };
+    if !matches!(operand, Operand::Genotypes(..)) {
+        return staged("the device decodes genotype dosages, not float values".into());
+    }
+    match stored.device_frames() {
+        Err(why) => staged(why),
+        Ok(frames) => match rankwise_device::Nvcomp::get() {
+            Ok(_) => (Some(frames), None),
+            Err(e) => staged(e),
+        },
     }
 }
 
@@ -905,6 +999,30 @@ impl<'a, 't> Run<'a, 't> {
             Operand::Genotypes(..) => 1,
         };
         let gpus: Vec<_> = rt.actors().iter().map(|a| a.gpu().cloned()).collect();
+        let device_source = DeviceSource::of(&problem.operand);
+        let (device_frames, decode_note) = device_frames(
+            &problem.operand,
+            gpus.iter().any(Option::is_some),
+            &device_source,
+        );
+        // What each GPU actor that decodes on its device may keep there.
+        let residency = gpus
+            .iter()
+            .map(|g| {
+                let genotypes = device_frames.is_some()
+                    || matches!(
+                        &device_source,
+                        Some(DeviceSource::Genotypes(..) | DeviceSource::Dosages(_))
+                    );
+                let room = match g {
+                    Some(dev) if genotypes => dev
+                        .free_memory()
+                        .map_or(0, crate::gpu_decoded::residency_room),
+                    _ => 0,
+                };
+                crate::gpu_decoded::Residency::new(room)
+            })
+            .collect();
         let first_gpu = gpus.iter().flatten().next();
         let (nccl, collectives) = match NcclComm::join(comm, first_gpu)? {
             NcclJoin::Joined(c) => (Some(c), "nccl".to_string()),
@@ -921,7 +1039,17 @@ impl<'a, 't> Run<'a, 't> {
                 .stored()
                 .and_then(|s| segment_rows(s, &problem.grid, options.segment_bytes)),
             gpus,
-            device_source: DeviceSource::of(&problem.operand),
+            device_source,
+            device_frames,
+            threads: rt
+                .actors()
+                .iter()
+                .map(|a| a.spec().cores.len().max(1))
+                .collect(),
+            decode_permits: rt.actors().iter().map(|_| Default::default()).collect(),
+            residency,
+            gpu_kept_passes: AtomicU64::new(0),
+            gpu_decode: Default::default(),
             gpu_panels: AtomicU64::new(0),
             gpu_staged_bytes: AtomicU64::new(0),
             nccl,
@@ -932,7 +1060,8 @@ impl<'a, 't> Run<'a, 't> {
         let gpu_note = (ctx.gpus.iter().any(Option::is_some)
             && ctx.device_source.is_none()
             && problem.operand.stored().is_none())
-        .then(|| DeviceSource::why_not(&problem.operand));
+        .then(|| DeviceSource::why_not(&problem.operand))
+        .or(decode_note);
         Ok(Run {
             rt,
             problem,
@@ -1244,6 +1373,8 @@ fn fixed_result(
         gpu_staged_bytes: ctx.gpu_staged_bytes.load(Ordering::Relaxed),
         gpu_qrs: ctx.gpu_qrs.load(Ordering::Relaxed),
         gpu_seconds: gpu_seconds_of(ctx),
+        gpu_decode: gpu_decode_of(ctx),
+        gpu_kept: gpu_kept_of(ctx),
         collectives: run.collectives,
         gpu_note: run.gpu_note,
         s: s_k,

@@ -297,6 +297,13 @@ pub struct RsvdWork {
     pub gpu_panel_qrs: u64,
     /// Where the device-produced panels' time went (all zero on CPU actors).
     pub gpu_seconds: rankwise_linalg::GpuPanelSeconds,
+    /// What GPU actors decoded on their devices, and what fell back to the host.
+    pub gpu_decode: Option<rankwise_linalg::DeviceDecodeReport>,
+    /// Panel passes GPU actors computed from genotypes kept on the device as 2-bit codes,
+    /// and the bytes kept.
+    pub gpu_kept_passes: u64,
+    /// Bytes of 2-bit codes kept on the GPUs.
+    pub gpu_kept_bytes: u64,
     /// Why GPU actors computed on their CPU cores, when they did.
     pub gpu_note: Option<String>,
 }
@@ -313,6 +320,9 @@ impl RsvdWork {
             collectives: r.collectives.clone(),
             gpu_panel_qrs: r.gpu_qrs,
             gpu_seconds: r.gpu_seconds,
+            gpu_decode: r.gpu_decode.clone(),
+            gpu_kept_passes: r.gpu_kept.0,
+            gpu_kept_bytes: r.gpu_kept.1,
             gpu_note: r.gpu_note.clone(),
         }
     }

@@ -1127,6 +1127,36 @@ fn summary_text(
         if r.gpu_qrs > 0 {
             let _ = writeln!(s, "  panel QRs by cuSOLVER: {}", r.gpu_qrs);
         }
+        if r.gpu_kept.0 > 0 {
+            let _ = writeln!(
+                s,
+                "  panel passes from genotypes kept on the device as 2-bit codes: {} ({:.2} GB \
+                 kept)",
+                r.gpu_kept.0,
+                r.gpu_kept.1 as f64 / 1e9
+            );
+        }
+        if let Some(d) = &r.gpu_decode {
+            let _ = writeln!(
+                s,
+                "  Zarr chunks decoded on the device: {} ({:.2} GB decoded from {:.2} GB; \
+                 nvCOMP {:.3} s, copies {:.3} s, file reads {:.3} s)",
+                d.device.frames,
+                d.device.decoded_bytes as f64 / 1e9,
+                d.device.staged_bytes as f64 / 1e9,
+                d.device.decompress_seconds,
+                d.device.copy_seconds,
+                d.read_seconds
+            );
+            if d.host_chunks > 0 {
+                let _ = writeln!(
+                    s,
+                    "  chunks decoded on the host instead: {} ({})",
+                    d.host_chunks,
+                    d.host_reason.as_deref().unwrap_or("")
+                );
+            }
+        }
         let _ = writeln!(s, "  sums across ranks: {}", r.collectives);
     }
     if let Some(note) = &r.gpu_note {

@@ -9,6 +9,7 @@
 use std::sync::atomic::Ordering;
 
 use ndarray::{s, Array2, ArrayView2};
+use rankwise_sources::StoredFrames;
 
 use super::{written_zeros, Ctx, PanelState};
 use crate::fused::OmegaLayout;
@@ -85,7 +86,10 @@ impl Ctx {
         let dev = self.gpus.get(actor)?.as_deref()?;
         let how = match &self.device_source {
             Some(src) => OnDevice::Produced(dev, src),
-            None if self.operand.stored().is_some() => OnDevice::Staged(dev),
+            None if self.operand.stored().is_some() => match &self.device_frames {
+                Some(frames) => OnDevice::Decoded(dev, frames),
+                None => OnDevice::Staged(dev),
+            },
             None => return None,
         };
         self.gpu_panels.fetch_add(1, Ordering::Relaxed);
@@ -214,6 +218,8 @@ enum OnDevice<'a> {
     Produced(&'a gpu::GpuDevice, &'a DeviceSource),
     /// The actor's threads decode them on the host and stage them to the device.
     Staged(&'a gpu::GpuDevice),
+    /// The device decodes the stored chunks' frames (`crate::gpu_decoded`).
+    Decoded(&'a gpu::GpuDevice, &'a StoredFrames),
 }
 
 /// An actor's GPU (`crate::gpu`): the panel produced there, or decoded on the host and
@@ -267,7 +273,26 @@ impl Gpu<'_> {
     ) -> Result<gpu::PanelOut, LinalgError> {
         match self.0 {
             OnDevice::Produced(dev, src) => {
-                let out = gpu::generated_panel::<T>(dev, src, st.rows.clone(), c.n, job, measure)?;
+                let residency = &c.residency[actor];
+                if let Some(kept) = residency.get(st.p) {
+                    c.gpu_kept_passes.fetch_add(1, Ordering::Relaxed);
+                    return gpu::kept_panel::<T>(
+                        dev,
+                        c.n,
+                        &kept,
+                        st.rows.clone(),
+                        job,
+                        |k, f, x| src.tables(k, f, measure, x),
+                    );
+                }
+                // Keep the codes for the later passes, where the device has room.
+                let h = (st.rows.end - st.rows.start) as usize;
+                let keep = residency.reserve((h * c.n.div_ceil(4)) as u64);
+                let (out, kept) =
+                    gpu::generated_panel::<T>(dev, src, st.rows.clone(), c.n, job, measure, keep)?;
+                if let Some(k) = kept {
+                    residency.insert(st.p, k);
+                }
                 c.gpu_seconds
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -277,6 +302,53 @@ impl Gpu<'_> {
             OnDevice::Staged(dev) => {
                 let read = reads.panel(actor, st.p)?;
                 staged(c, dev, st, &read, job, measure)
+            }
+            OnDevice::Decoded(dev, frames) => {
+                let residency = &c.residency[actor];
+                if let Some(kept) = residency.get(st.p) {
+                    let Operand::Genotypes(_, filter) = &c.operand else {
+                        unreachable!("the device decodes genotypes only")
+                    };
+                    let out =
+                        gpu::kept_panel::<T>(dev, c.n, &kept, st.rows.clone(), job, |k, f, x| {
+                            gpu::tables_from_counts(k, f, filter, measure, x)
+                        })?;
+                    c.gpu_kept_passes.fetch_add(1, Ordering::Relaxed);
+                    return Ok(out);
+                }
+                // The chunk files are read by as many threads as the actor has workers.
+                let threads = c.threads.get(actor).copied().unwrap_or(1);
+                let (out, report) = crate::gpu_decoded::decoded_panel::<T>(
+                    dev,
+                    &c.operand,
+                    frames,
+                    &c.decode_permits[actor],
+                    residency,
+                    st.p,
+                    st.rows.clone(),
+                    job,
+                    measure,
+                    threads,
+                )?;
+                c.gpu_staged_bytes
+                    .fetch_add(report.device.staged_bytes, Ordering::Relaxed);
+                c.read.add(
+                    rankwise_sources::ReadStats {
+                        chunks: report.device.frames as u64 + report.host_chunks,
+                        stored_bytes: report.device.staged_bytes,
+                        decoded_bytes: st.rows.end.saturating_sub(st.rows.start) * c.n as u64,
+                    },
+                    report.read_seconds
+                        + report.device.pack_seconds
+                        + report.device.copy_seconds
+                        + report.device.decompress_seconds
+                        + report.device.unshuffle_seconds,
+                );
+                c.gpu_decode
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .add(&report);
+                Ok(out)
             }
         }
     }

@@ -803,6 +803,8 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         gpu_staged_bytes: ctx.gpu_staged_bytes.load(Ordering::Relaxed),
         gpu_qrs: ctx.gpu_qrs.load(Ordering::Relaxed),
         gpu_seconds: gpu_seconds_of(&ctx),
+        gpu_decode: gpu_decode_of(&ctx),
+        gpu_kept: gpu_kept_of(&ctx),
         collectives,
         gpu_note,
         s: s_k,
