@@ -284,9 +284,21 @@ for name, d in ((actor, zg), ("CPU actor", zc)):
     line = (f"- pca q = 0 f32 on a {name}: {d['seconds']:.2f} s, pass 1 {first:.2f} s, "
             f"{decoded / first / 1e9:.2f} GB/s of int8 decoded")
     staged = r.get("gpu_staged_bytes") or 0
-    if staged:
+    dec = r.get("gpu_decode")
+    if dec:
+        # The device decoded the chunks: what crossed PCIe is their compressed frames.
+        line += (f"; decoded on the device: {dec['device']['frames']} chunks, "
+                 f"{staged / 1e9:.2f} GB of frames staged, nvCOMP "
+                 f"{dec['device']['decompress_seconds']:.3f} s, file reads "
+                 f"{dec['read_seconds']:.3f} s, packing {dec['device']['pack_seconds']:.3f} s")
+        if dec.get("host_chunks"):
+            line += f"; {dec['host_chunks']} chunks decoded on the host ({dec['host_reason']})"
+    elif staged:
         line += (f", {staged / 1e9:.2f} GB staged 2-bit packed "
                  f"({staged / first / 1e9:.2f} GB/s over PCIe)")
+    if r.get("gpu_kept_passes"):
+        line += (f"; {r['gpu_kept_passes']} panel passes from codes kept on the device "
+                 f"({r['gpu_kept_bytes'] / 1e9:.2f} GB)")
     print(line + ".")
 
 sg, sc = load("svd-gpu"), load("svd-cpu")
@@ -530,8 +542,8 @@ for p in $PRECISIONS; do
         -k 10 --power-iters 0 --precision "$p" --device "$DEVICE"
 done
 
-# Zarr → device: a genotype store decoded on the host and staged to the GPU 2-bit packed,
-# against the host decode alone and a CPU actor.
+# Zarr → device: a genotype store decoded on the GPU (nvCOMP; on the host and staged 2-bit
+# packed where the device cannot), against the host decode alone and a CPU actor.
 if ((ZARR_ROWS > 0)); then
     store="$ZARR_DIR/genotypes-${ZARR_ROWS}x$COLS.zarr"
     if [[ ! -d $store ]]; then
