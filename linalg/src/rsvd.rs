@@ -2071,10 +2071,14 @@ mod tests {
     /// A Zarr v2 array of `m × n` values of `dtype` in row bands of `c` rows, every chunk
     /// missing (the fill value, as Zarr reads it): the plans read the metadata only.
     fn v2_store(dir: &Path, dtype: &str, (m, n, c): (u64, u64, u64)) {
+        v2_store_with(dir, dtype, (m, n, c), "null");
+    }
+
+    fn v2_store_with(dir: &Path, dtype: &str, (m, n, c): (u64, u64, u64), compressor: &str) {
         std::fs::create_dir_all(dir).unwrap();
         let meta = format!(
             r#"{{"zarr_format": 2, "shape": [{m}, {n}], "chunks": [{c}, {n}], "dtype": "{dtype}",
-            "compressor": null, "fill_value": 0, "order": "C", "filters": null}}"#
+            "compressor": {compressor}, "fill_value": 0, "order": "C", "filters": null}}"#
         );
         std::fs::write(dir.join(".zarray"), meta).unwrap();
     }
@@ -2089,9 +2093,11 @@ mod tests {
     }
 
     /// A GPU actor's plan holds, per worker thread, the two page-locked blocks through
-    /// which it stages a stored panel to its device; a CPU actor's holds none, and nor
-    /// does a GPU actor's for a generated matrix, which never leaves the device. Either
-    /// way the GPU actor keeps no panel on the host (it did plan them resident).
+    /// which it stages a stored panel to its device, or (an int8 Blosc genotype store that
+    /// the device decodes) its share of the batches of frames read for the device; a CPU
+    /// actor's holds none, and nor does a GPU actor's for a generated matrix, which never
+    /// leaves the device. Either way the GPU actor keeps no panel on the host (it did plan
+    /// them resident).
     #[test]
     fn gpu_actors_plan_their_staging_buffers() {
         let mut rng = Rng::fresh();
@@ -2114,6 +2120,13 @@ mod tests {
             let dosages = dir.join(format!("g{round}"));
             v2_store(&floats, "<f4", (m, n, c));
             v2_store(&dosages, "|i1", (m, n, c));
+            let blosc = dir.join(format!("b{round}"));
+            v2_store_with(
+                &blosc,
+                "|i1",
+                (m, n, c),
+                r#"{"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 2, "blocksize": 0}"#,
+            );
             let float_src: Arc<dyn PanelSource> =
                 Arc::new(ZarrMatrix::open(floats.to_str().unwrap()).unwrap());
             let operands = [
@@ -2122,8 +2135,14 @@ mod tests {
                     Arc::new(ZarrGenotypes::open(dosages.to_str().unwrap()).unwrap()),
                     VariantFilter::NONE,
                 ),
+                Operand::Genotypes(
+                    Arc::new(ZarrGenotypes::open(blosc.to_str().unwrap()).unwrap()),
+                    VariantFilter::NONE,
+                ),
                 Operand::Dense(Arc::new(Generated::new(m, n, 7, Dist::Uniform))),
             ];
+            let frames = operands[2].stored().unwrap().device_frames();
+            assert!(frames.is_ok(), "{what}: {frames:?}");
             // The same shapes on CPU actors and with the second one a GPU actor: the
             // placements are the same, the workspaces differ by the staging alone.
             let world = |second| World {
@@ -2153,16 +2172,23 @@ mod tests {
                         plan.memory[i]
                     };
                     let workspace = |world: &World| second(world).workspace;
-                    let staging = match operand.stored() {
+                    let plain = match operand.stored() {
                         Some(_) => staging_host_bytes(&operand, precision, c as usize),
                         None => 0,
                     };
+                    let decoded = match operand.stored().map(|s| (s, s.device_frames())) {
+                        Some((s, Ok(f))) => {
+                            crate::gpu_decoded::decoded_host_bytes(s, &f).div_ceil(threads as u64)
+                        }
+                        _ => 0,
+                    };
+                    let staging = plain.max(decoded);
                     let more = workspace(&gpu) - workspace(&cpus);
                     let what = format!("{what}: {} {precision:?}", operand.describe());
                     assert_eq!(more, threads as u64 * staging, "{what}");
                     // Every pass reaches the device from the source: nothing is kept.
                     assert_eq!(second(&gpu).residency, Residency::Regenerated, "{what}");
-                    if staging > 0 {
+                    if plain > 0 && decoded == 0 {
                         // Two blocks of at most the staging budget, or of one row block.
                         let one = (crate::tiles::TILE_ROWS * n as usize * precision.bytes())
                             .max(64 << 20) as u64;
