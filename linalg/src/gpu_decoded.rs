@@ -158,7 +158,7 @@ impl Residency {
     }
 
     /// Takes `bytes` of the room, when there is that much left.
-    pub(crate) fn reserve(&self, bytes: u64) -> bool {
+    fn reserve(&self, bytes: u64) -> bool {
         use std::sync::atomic::Ordering;
         let ok = self
             .room
@@ -170,6 +170,16 @@ impl Residency {
             self.kept.fetch_add(bytes, Ordering::Relaxed);
         }
         ok
+    }
+
+    /// Takes `bytes` of the room for codes on `dev`, when there is that much left and the
+    /// device has that much free beyond [`free_margin`] now: ranks that share a GPU (more
+    /// ranks on a node than GPUs) each measured the room when their run started, and see
+    /// each other's kept codes only here.
+    pub(crate) fn reserve_on(&self, dev: &GpuDevice, bytes: u64) -> bool {
+        let margin = free_margin(dev.memory_bytes());
+        let free = dev.free_memory().unwrap_or(0);
+        free >= bytes.saturating_add(margin) && self.reserve(bytes)
     }
 
     /// Bytes of codes kept (reserved) so far.
@@ -199,6 +209,12 @@ impl Residency {
 /// scratch, a tile and the products).
 pub(crate) fn residency_room(free: u64) -> u64 {
     (free / 2).saturating_sub(4 << 30)
+}
+
+/// What a device of `total` bytes keeps free whatever codes are kept: 4 GiB for a pass's
+/// buffers and an eighth of the device for the other processes sharing it.
+pub(crate) fn free_margin(total: u64) -> u64 {
+    (4u64 << 30).saturating_add(total / 8)
 }
 
 /// A batch of chunks as the host hands it to the device.
@@ -347,7 +363,7 @@ pub(crate) fn decoded_panel<T: GpuReal>(
         .alloc_zeros::<u8>((per_batch * cr) as usize * ld.max(n))
         .map_err(&alloc)?;
     // Kept: the whole panel's codes, each batch's at its rows.
-    let keep = residency.reserve((h * stride) as u64);
+    let keep = residency.reserve_on(dev, (h * stride) as u64);
     let mut packed = stream
         .alloc_zeros::<u8>(if keep { h } else { batch_rows } * stride.max(1))
         .map_err(&alloc)?;
@@ -529,5 +545,6 @@ mod tests {
         assert!(r.get(0).is_none());
         assert_eq!(residency_room(2 << 30), 0, "a small device keeps nothing");
         assert_eq!(residency_room(40 << 30), 16 << 30);
+        assert_eq!(free_margin(80 << 30), 14 << 30);
     }
 }

@@ -287,7 +287,7 @@ impl Gpu<'_> {
                 }
                 // Keep the codes for the later passes, where the device has room.
                 let h = (st.rows.end - st.rows.start) as usize;
-                let keep = residency.reserve((h * c.n.div_ceil(4)) as u64);
+                let keep = residency.reserve_on(dev, (h * c.n.div_ceil(4)) as u64);
                 let (out, kept) =
                     gpu::generated_panel::<T>(dev, src, st.rows.clone(), c.n, job, measure, keep)?;
                 if let Some(k) = kept {
