@@ -220,18 +220,8 @@ impl<'d> DeviceDecoder<'d> {
         frames: &[&[u8]],
         out: &mut CudaSlice<u8>,
     ) -> Result<DecodeStats, DeviceDecodeError> {
-        let _lane = self.dev.lock();
-        self.decode_held(frames, out)
-    }
-
-    /// [`DeviceDecoder::decode`] for a caller that holds the device's lane
-    /// ([`GpuDevice::lock`]) already.
-    pub(crate) fn decode_held(
-        &self,
-        frames: &[&[u8]],
-        out: &mut CudaSlice<u8>,
-    ) -> Result<DecodeStats, DeviceDecodeError> {
         let packed = self.prepare(frames)?;
+        let _lane = self.dev.lock();
         self.decode_packed(packed, out)
     }
 

@@ -84,8 +84,8 @@ pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rows::{LocalRows, RowCollector};
 pub use rsvd::{
     fused_condition_limit, rayleigh_ritz_seconds, rayleigh_ritz_threads, rsvd, Convergence,
-    ErrorEstimate, GenotypeSummary, Method, Projection, ProjectionReport, RsvdOptions, RsvdPlan,
-    RsvdProblem, RsvdResult, StepSeconds, DEFAULT_MAX_PASSES, DEFAULT_TOL,
+    ErrorEstimate, GenotypeSummary, GpuKept, Method, Projection, ProjectionReport, RsvdOptions,
+    RsvdPlan, RsvdProblem, RsvdResult, StepSeconds, DEFAULT_MAX_PASSES, DEFAULT_TOL,
 };
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,

@@ -612,9 +612,9 @@ pub struct RsvdResult {
     /// chunks the device decodes), and what fell back to the host; `None` when no GPU
     /// actor decoded on its device.
     pub gpu_decode: Option<crate::gpu_decoded::DeviceDecodeReport>,
-    /// Panel passes this rank's GPU actors computed from genotypes kept on their devices
-    /// as 2-bit codes (after the pass that generated or decoded them), and the bytes kept.
-    pub gpu_kept: (u64, u64),
+    /// What this rank's GPU actors computed from genotypes kept on their devices as 2-bit
+    /// codes, after the pass that generated or decoded them.
+    pub gpu_kept: GpuKept,
     /// What the projections' sums went through across ranks: `nccl`, or the transport's
     /// name with why NCCL was not used.
     pub collectives: String,
@@ -635,12 +635,21 @@ fn gpu_seconds_of(ctx: &Ctx) -> crate::gpu::GpuPanelSeconds {
     *ctx.gpu_seconds.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Genotype panels kept on GPU actors' devices ([`RsvdResult::gpu_kept`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GpuKept {
+    /// Panel passes computed from the kept codes.
+    pub passes: u64,
+    /// Bytes of codes kept.
+    pub bytes: u64,
+}
+
 /// Panel passes from codes kept on the GPUs so far, and the bytes kept.
-fn gpu_kept_of(ctx: &Ctx) -> (u64, u64) {
-    (
-        ctx.gpu_kept_passes.load(Ordering::Relaxed),
-        ctx.residency.iter().map(|r| r.kept_bytes()).sum(),
-    )
+fn gpu_kept_of(ctx: &Ctx) -> GpuKept {
+    GpuKept {
+        passes: ctx.gpu_kept_passes.load(Ordering::Relaxed),
+        bytes: ctx.residency.iter().map(|r| r.kept_bytes()).sum(),
+    }
 }
 
 /// What the GPU actors decoded on their devices so far, when any did.

@@ -321,8 +321,8 @@ impl RsvdWork {
             gpu_panel_qrs: r.gpu_qrs,
             gpu_seconds: r.gpu_seconds,
             gpu_decode: r.gpu_decode.clone(),
-            gpu_kept_passes: r.gpu_kept.0,
-            gpu_kept_bytes: r.gpu_kept.1,
+            gpu_kept_passes: r.gpu_kept.passes,
+            gpu_kept_bytes: r.gpu_kept.bytes,
             gpu_note: r.gpu_note.clone(),
         }
     }

@@ -1127,13 +1127,13 @@ fn summary_text(
         if r.gpu_qrs > 0 {
             let _ = writeln!(s, "  panel QRs by cuSOLVER: {}", r.gpu_qrs);
         }
-        if r.gpu_kept.0 > 0 {
+        if r.gpu_kept.passes > 0 {
             let _ = writeln!(
                 s,
                 "  panel passes from genotypes kept on the device as 2-bit codes: {} ({:.2} GB \
                  kept)",
-                r.gpu_kept.0,
-                r.gpu_kept.1 as f64 / 1e9
+                r.gpu_kept.passes,
+                r.gpu_kept.bytes as f64 / 1e9
             );
         }
         if let Some(d) = &r.gpu_decode {
