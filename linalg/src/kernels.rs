@@ -764,12 +764,13 @@ mod tests {
     }
 
     /// A factor of solves ([`Keep::Solves`]) makes, by replay, the bits of the factor kept
-    /// whole, for blocks factored by Cholesky QR, by shifted Cholesky QR (graded columns,
-    /// κ about 10¹⁰) and by Householder QR (a zero column), on fresh shapes.
+    /// whole, for blocks factored by one Cholesky QR step (normal values), by two (graded
+    /// columns, κ about 10³), by shifted Cholesky QR (κ about 10¹⁰) and by Householder QR (a
+    /// zero column), on fresh shapes.
     #[test]
     fn a_factor_of_solves_replays_the_kept_factors_bits() {
         let mut rng = crate::testing::Rng::fresh();
-        for case in 0..3 {
+        for case in 0..4 {
             let n = 2 + rng.below(30);
             let m = 2 * block_rows(n) + rng.below(3 * block_rows(n));
             let mut a = random(m, n, rng.next());
@@ -781,6 +782,12 @@ mod tests {
                     }
                 }
                 2 => a.column_mut(rng.below(n)).fill(0.0),
+                3 => {
+                    for j in 0..n {
+                        let scale = 10f64.powf(-3.0 * j as f64 / (n - 1) as f64);
+                        a.column_mut(j).mapv_inplace(|x| x * scale);
+                    }
+                }
                 _ => {}
             }
             let fill = |r: Range<usize>, mut out: ArrayViewMut2<'_, f64>| {
@@ -794,8 +801,9 @@ mod tests {
             let how = solves.replay.as_ref().unwrap();
             let path = |p: fn(&Replay) -> bool| how.iter().any(p);
             match case {
-                0 => assert!(path(|r| matches!(r, Replay::Solves(v) if v.len() == 1))),
+                0 => assert!(path(|r| matches!(r, Replay::Solves(v) if v.is_empty()))),
                 1 => assert!(path(|r| matches!(r, Replay::Solves(v) if v.len() == 2))),
+                3 => assert!(path(|r| matches!(r, Replay::Solves(v) if v.len() == 1))),
                 _ => assert!(path(|r| matches!(r, Replay::Householder))),
             }
             let bits = |x: &Array2<f64>| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();

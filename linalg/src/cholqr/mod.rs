@@ -3,7 +3,10 @@
 //! A row block `A` (`m × n`, column-major, `m ≥ n`) is factored as `A = Q·R` by Cholesky QR
 //! steps: `G = AᵀA` (`dsyrk`), `R₁ = chol(G)` (`dpotrf`), `Q₁ = A·R₁⁻¹` (`dtrsm`). One step
 //! loses orthogonality as `κ(A)²·u`; a second step on `Q₁` restores it to the unit roundoff
-//! (CholeskyQR2; Yamamoto et al., ETNA 44, 2015). When `A` is too ill-conditioned for that,
+//! (CholeskyQR2; Yamamoto et al., ETNA 44, 2015). A block so well conditioned that the
+//! first step's loss is already within the contract stops after that step's Cholesky
+//! factor, without touching `A` at all (see [`ONE_STEP_LOSS`]). When `A` is too
+//! ill-conditioned for CholeskyQR2,
 //! the first step factors `G + sI` with the shift `s = 11·(mn + n(n+1))·u·‖A‖_F²`, which
 //! leaves `Q₁` conditioned well enough for CholeskyQR2 to finish (shifted CholeskyQR3;
 //! Fukaya et al., SIAM J. Sci. Comput. 42, 2020). What decides is `dtrcon`'s estimate of
@@ -50,14 +53,38 @@ const KAPPA_MIDDLE: f64 = 1e9;
 /// `κ² · u`, within the contract of 10⁻¹³.
 const KAPPA_LAST: f64 = 4.0;
 
+/// Largest predicted loss of orthogonality, `κ̂² · √m · ε` (`ε = 2⁻⁵²`) for `dtrcon`'s estimate `κ̂` of
+/// `κ₁(R₁)`, with which the first step is the whole factorization.
+///
+/// One step loses orthogonality as the Gram matrix's rounding error seen through `R₁⁻¹`:
+/// about `κ(A)² · ε` times the growth of that error with the `m` terms of each sum, which is
+/// a random walk's `√m` rather than the worst case's `m`. Measured on 12,000 blocks of the
+/// kernels' shapes (`m = block_rows(n)` for `n` from 2 to 64; random orthonormal factors with
+/// singular values spread geometrically, or one large and the rest nearly equal, as a
+/// uniform matrix's mean gives them; `κ₂` from 6 to 24), the loss `‖QᵀQ − I‖_max` was at most
+/// `0.046 · κ̂² · √m · ε`. At this bound that is at most 5.5·10⁻¹⁴, within the contract of
+/// 10⁻¹³; the worst of the 1,924 blocks the bound admitted lost 2.2·10⁻¹⁴. A uniform
+/// matrix of 20 columns (`κ₂ ≈ 7.8`, estimates 9.1–10.4 in blocks of 1,638 rows; the bound
+/// admits 11.6 there) takes this path: `svd --rows 10000000 --cols 20` lost
+/// 1.8·10⁻¹⁵ where CholeskyQR2 lost 2.2·10⁻¹⁵, in 0.53 s instead of 0.85 s on the 2-core
+/// Intel Xeon guest (`benches/RESULTS.md`, exact SVD notes).
+const ONE_STEP_LOSS: f64 = 1.2e-12;
+
+/// Whether one Cholesky QR step with the factor's `κ₁` estimate `kappa` leaves an `m`-row
+/// block's `Q` orthonormal within the contract ([`ONE_STEP_LOSS`]).
+fn one_step(kappa: f64, m: usize) -> bool {
+    kappa * kappa * (m as f64).sqrt() * f64::EPSILON <= ONE_STEP_LOSS
+}
+
 /// Row blocks shorter than this many times their width go straight to Householder QR:
 /// their Gram matrix costs nearly as much as the QR itself.
 const MIN_ASPECT: usize = 4;
 
 /// One Cholesky QR step's Cholesky factor, or why it was refused.
 enum Step {
-    /// `R` (`n × n`, upper, column-major, lower triangle zero) with `κ₁(R)` within bounds.
-    Good(Vec<f64>),
+    /// `R` (`n × n`, upper, column-major, lower triangle zero) with `κ₁(R)` within bounds,
+    /// and `dtrcon`'s estimate of that `κ₁(R)`.
+    Good(Vec<f64>, f64),
     /// `dpotrf` failed or `R` is too ill-conditioned; `A` is untouched.
     Refused,
 }
@@ -161,7 +188,7 @@ fn cholesky(mut g: Vec<f64>, n: usize, kappa_max: f64) -> Step {
             g[r + c * n] = 0.0;
         }
     }
-    Step::Good(g)
+    Step::Good(g, 1.0 / rcond)
 }
 
 /// `B := op(T)·B` or `B := B·op(T)` for the upper triangular `t` (`tn × tn`, ld `tn`) and
@@ -229,7 +256,7 @@ fn multiply_right(a: &mut [f64], m: usize, n: usize, r: &[f64]) {
 /// untouched when `κ₁(R)` exceeds `kappa_max`.
 fn step(a: &mut [f64], m: usize, n: usize, kappa_max: f64) -> Option<Vec<f64>> {
     match cholesky(gram(a, m, n, 0.0), n, kappa_max) {
-        Step::Good(r) => {
+        Step::Good(r, _) => {
             solve_right(a, m, n, &r);
             Some(r)
         }
@@ -250,8 +277,9 @@ pub(crate) struct CholeskyQr {
     /// the tests check which blocks take which path.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) shifted: bool,
-    /// The triangular factors whose solves made `Q̃` from `A`, in order (one, or two after a
-    /// shifted step): [`replay`] makes the same `Q̃` bit for bit from the same values.
+    /// The triangular factors whose solves made `Q̃` from `A`, in order (none when one step
+    /// was enough, one, or two after a shifted step): [`replay`] makes the same `Q̃` bit for
+    /// bit from the same values.
     pub(crate) solves: Vec<Vec<f64>>,
 }
 
@@ -298,13 +326,28 @@ pub(crate) fn cholesky_qr(a: &mut [f64], m: usize, n: usize) -> Option<CholeskyQ
         return None;
     }
     let (mut r, shifted, solves) = match cholesky(g, n, KAPPA_FIRST) {
-        Step::Good(r1) => {
+        Step::Good(r1, kappa) if one_step(kappa, m) => {
+            // `Q = A·R₁⁻¹` is orthonormal within the contract already: `Q̃` is `A` itself
+            // and `T` the first step's solve, applied to the small matrices only.
+            let mut t = r1.clone();
+            if invert_upper(&mut t, n) {
+                return Some(CholeskyQr {
+                    r: Array2::from_shape_vec((n, n).f(), r1).expect("n × n"),
+                    t: Array2::from_shape_vec((n, n).f(), t).expect("n × n"),
+                    shifted: false,
+                    solves: Vec::new(),
+                });
+            }
+            solve_right(a, m, n, &r1);
+            (r1.clone(), false, vec![r1])
+        }
+        Step::Good(r1, _) => {
             solve_right(a, m, n, &r1);
             (r1.clone(), false, vec![r1])
         }
         Step::Refused => {
             let shift = 11.0 * ((m * n + n * (n + 1)) as f64) * f64::EPSILON * trace;
-            let Step::Good(r0) = cholesky(gram(a, m, n, shift), n, KAPPA_MIDDLE) else {
+            let Step::Good(r0, _) = cholesky(gram(a, m, n, shift), n, KAPPA_MIDDLE) else {
                 return None;
             };
             solve_right(a, m, n, &r0);
@@ -323,7 +366,7 @@ pub(crate) fn cholesky_qr(a: &mut [f64], m: usize, n: usize) -> Option<CholeskyQ
     };
     // The last step: its factor, but not its solve.
     let last = match cholesky(gram(a, m, n, 0.0), n, KAPPA_LAST) {
-        Step::Good(last) => {
+        Step::Good(last, _) => {
             let mut t = last.clone();
             invert_upper(&mut t, n).then(|| {
                 multiply_left(&last, &mut r, n);
@@ -396,7 +439,11 @@ mod tests {
                         .all(|(x, y)| x.to_bits() == y.to_bits()),
                     "{m} × {n}, κ {kappa:e}: the replayed Q̃ differs"
                 );
-                assert_eq!(solves.len(), if shifted { 2 } else { 1 });
+                if shifted {
+                    assert_eq!(solves.len(), 2);
+                } else {
+                    assert!(solves.len() <= 1);
+                }
                 let qv = view(&q, m, n).dot(&t);
                 let av = view(&a, m, n);
                 let back = qv.dot(&r);
@@ -423,6 +470,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Blocks of the kernels' shapes near the one-step bound: whichever path each takes,
+    /// `‖QᵀQ − I‖` stays within 10⁻¹³ (the measurement behind [`ONE_STEP_LOSS`], on fresh
+    /// blocks), and well-conditioned ones take one step and leave their values untouched.
+    #[test]
+    fn one_step_only_within_the_contract() {
+        let mut rng = crate::testing::Rng::fresh();
+        let mut one = 0;
+        for i in 0..160 {
+            let n = 2 + rng.below(63);
+            let m = crate::kernels::block_rows(n);
+            let kappa = [1.5, 4.0, 8.0, 12.0, 16.0][i % 5];
+            let (u, _) = crate::testing::normal(m, n, rng.next()).qr().unwrap();
+            let (v, _) = crate::testing::normal(n, n, rng.next()).qr().unwrap();
+            // Singular values spread geometrically, or one large and the rest nearly equal
+            // (a uniform matrix's mean makes such a spectrum).
+            let spike = rng.below(2) == 1;
+            let s = Array1::from_shape_fn(n, |j| match (spike, j) {
+                (true, 0) => kappa,
+                (true, _) => 1.0 + 0.01 * j as f64,
+                _ => f64::powf(kappa, -(j as f64) / (n - 1) as f64),
+            });
+            let a: Vec<f64> = (&u * &s).dot(&v.t()).t().iter().copied().collect();
+            let mut q = a.clone();
+            let f = cholesky_qr(&mut q, m, n).expect("factored");
+            if f.solves.is_empty() {
+                one += 1;
+                assert!(a.iter().zip(&q).all(|(x, y)| x.to_bits() == y.to_bits()));
+            }
+            let qv = view(&q, m, n).dot(&f.t);
+            let orth = (qv.t().dot(&qv) - Array2::<f64>::eye(n))
+                .iter()
+                .fold(0f64, |a, x| a.max(x.abs()));
+            let path = f.solves.len();
+            assert!(
+                orth <= 1e-13,
+                "{m} × {n}, κ₂ {kappa}, spike {spike}, {path} solves: orthogonality {orth:e}"
+            );
+            if kappa == 1.5 && n >= 8 {
+                assert!(f.solves.is_empty(), "{m} × {n}, κ₂ {kappa}: {path} solves");
+            }
+        }
+        assert!(one >= 32, "{one} of 160 blocks took one step");
     }
 
     /// Blocks no Cholesky QR can factor are refused and given back: untouched when refused
