@@ -310,8 +310,26 @@ def exact_svd(args):
     now = utc(out / "dask.json")  # the last measurement
     load_rows = loads(out)
     load_text = "; ".join(f"{s}: {l1} / {l5} / {l15}" for s, l1, l5, l15 in load_rows)
-    rank_phases = resident[len(resident) // 2]["per_rank"][0].get("timings", [])
-    phases = ", ".join(f"{t['phase']} {t['seconds']:.2f} s" for t in rank_phases if t["seconds"] >= 0.01)
+    median_run = sorted(resident, key=lambda r: r["seconds"])[len(resident) // 2]
+    rank_phases = median_run["per_rank"][0].get("timings", [])
+    shares = {p["phase"]: p for p in (median_run.get("machine_limit") or {}).get("passes", [])}
+
+    def phase_text(t):
+        p = shares.get(t["phase"])
+        at = f" (limit {p['limit_seconds']:.2f} s, {100 * p['share']:.0f} %)" if p else ""
+        return f"{t['phase']} {t['seconds']:.2f} s{at}"
+
+    phases = ", ".join(phase_text(t) for t in rank_phases if t["seconds"] >= 0.01)
+    limit = median_run.get("machine_limit")
+    if limit:
+        whole = sum(p["limit_seconds"] for p in limit["passes"])
+        phases += (
+            f"; the machine limit (`--machine-limit`: each pass's flops at the "
+            f"{limit['gemm_gflop_per_s']:.1f} GFLOP/s of a DGEMM on the run's threads, and its "
+            f"values at the {limit['production_gb_per_s']:.1f} GB/s they are generated at) is "
+            f"{whole:.2f} s for the run, {100 * whole / median_run['seconds']:.0f} % of its "
+            f"{median_run['seconds']:.2f} s"
+        )
     sig = lambda s: f"σ₁ {s[0]:.2f}, σ₂ {s[1]:.2f}, σ₂₀ {s[-1]:.2f}"  # noqa: E731
     pins = [p for p in freeze if p.split("==")[0].lower() in ("dask", "numpy")]
     others = [p for p in freeze if p not in pins]

@@ -179,7 +179,8 @@ SVD_ARGS=(svd --rows "$ROWS" --cols "$COLS" --chunk-rows "$CHUNK_ROWS")
 
 load_mark "rankwise svd (resident)"
 for ((i = 1; i <= RW_REPS; i++)); do
-    run "$RW" "${SVD_ARGS[@]}" --json >"$OUT/rankwise-resident-$i.json" 2>>"$OUT/stderr.log"
+    run "$RW" "${SVD_ARGS[@]}" --machine-limit --json >"$OUT/rankwise-resident-$i.json" \
+        2>>"$OUT/stderr.log"
 done
 
 load_mark "rankwise svd (regenerate, --memory-per-actor $REGEN_MEMORY)"

@@ -592,6 +592,93 @@ fn calibrate_then_plan_a_cluster_job() {
     assert!(err.contains("--nodes"), "{err}");
 }
 
+/// `svd --machine-limit`: both passes state their flops (one Cholesky QR step's Gram
+/// matrix, then `U = Q̃·c` and the checks' products) and the bytes every rank produced
+/// (every panel in pass 1; in pass 2 those made again: a uniform matrix's replayed panels,
+/// none of a kept normal one, all once more for the checks), and a limit that is those at
+/// the two probes' rates; on 2 Local ranks and fresh shapes.
+#[test]
+fn svd_machine_limit_counts_each_passs_flops_and_bytes_at_the_probes_rates() {
+    let mut draw = common::Draw::fresh();
+    for (dist, check) in [("uniform", false), ("normal", false), ("uniform", true)] {
+        let m = draw.range(20_000, 60_000);
+        let n = draw.range(2, 40);
+        let mut args = vec![
+            "svd".to_string(),
+            "--rows".into(),
+            m.to_string(),
+            "--cols".into(),
+            n.to_string(),
+            "--chunk-rows".into(),
+            draw.range(3_000, 9_000).to_string(),
+            "--dist".into(),
+            dist.into(),
+            "--local-ranks".into(),
+            "2".into(),
+            "--machine-limit".into(),
+            "--json".into(),
+        ];
+        if check {
+            args.push("--check".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stdout, stderr) = rankwise(&args);
+        assert_eq!(code, 0, "{stderr}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let limit = &report["machine_limit"];
+        let gemm = limit["gemm_gflop_per_s"].as_f64().unwrap() * 1e9;
+        let production = limit["production_gb_per_s"].as_f64().unwrap() * 1e9;
+        assert!(gemm > 1e8 && production > 1e7, "{limit}");
+        let passes = limit["passes"].as_array().unwrap();
+        assert_eq!(passes.len(), 2, "{limit}");
+        let (mf, nf) = (m as f64, n as f64);
+        let bytes = m * n * 8;
+        // Kept (normal values, a budget that holds them) or made again (uniform).
+        let kept = dist == "normal";
+        for plan in report["memory"].as_array().unwrap() {
+            assert_eq!(plan["residency"], "resident", "{plan}");
+        }
+        let want = [
+            (mf * nf * (nf + 1.0), bytes),
+            (
+                2.0 * mf * nf * nf + if check { 2.0 * mf * nf * 2.0 * nf } else { 0.0 },
+                if kept { 0 } else { bytes } + if check { bytes } else { 0 },
+            ),
+        ];
+        for (p, (flops, produced)) in passes.iter().zip(want) {
+            let got = p["flops"].as_f64().unwrap();
+            assert!(
+                (got - flops).abs() <= 1e-12 * flops,
+                "{p}: want {flops:e} flops"
+            );
+            assert_eq!(p["produced_bytes"].as_u64(), Some(produced), "{dist}: {p}");
+            let seconds = p["seconds"].as_f64().unwrap();
+            let at = flops / gemm + produced as f64 / production;
+            let limit_seconds = p["limit_seconds"].as_f64().unwrap();
+            assert!(
+                (limit_seconds - at).abs() <= 1e-9 * at,
+                "{p}: want {at:e} s"
+            );
+            let share = p["share"].as_f64().unwrap();
+            assert!((share - at / seconds).abs() <= 1e-9 * share, "{p}");
+        }
+    }
+    // Without the flag, no probe and no section.
+    let (code, stdout, stderr) = rankwise(&[
+        "svd",
+        "--rows",
+        "3000",
+        "--cols",
+        "5",
+        "--chunk-rows",
+        "1000",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(report.get("machine_limit").is_none(), "{report}");
+}
+
 /// `--machine-limit`: every pass's products are counted (their sum is the run's GEMM
 /// total, computed apart from the options), the GEMM probe runs on every rank at once
 /// (here 2 Local ranks), and each pass states a rate and a share of it.

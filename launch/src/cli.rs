@@ -26,7 +26,8 @@ use crate::launcher::LaunchInfo;
 use crate::report::seconds;
 use rankwise::output::group::{OutputError, OutputLayout, SvdOutput};
 use rankwise::output::report::{
-    peak_rss_bytes, Provenance, RankReport, ReportError, RunInfo, RunReport, SvdBody, SvdWork,
+    peak_rss_bytes, MachineLimit, Provenance, RankReport, ReportError, RunInfo, RunReport, SvdBody,
+    SvdWork,
 };
 
 // Compiled for the unit tests too, so that `make test` checks the parser.
@@ -231,6 +232,11 @@ struct SvdArgs {
     /// Check ‖A − UΣVᵀ‖/‖A‖ and the orthogonality of U and V (one more pass).
     #[arg(long)]
     check: bool,
+    /// Measure, after the run, the machine's GEMM rate and the rate at which it produces the
+    /// matrix (every rank's compute threads at once, about 0.2–0.5 s), and state each pass's
+    /// share of the limit they make in the summary and the report.
+    #[arg(long)]
+    machine_limit: bool,
     /// Print the run report as JSON on stdout instead of the text summary.
     #[arg(long)]
     json: bool,
@@ -1459,10 +1465,29 @@ fn run_svd(
     let result = svd(rt, p, &SvdOptions { check: a.check }, sink)?;
     injected_fault(rt, "after-svd")?;
     let elapsed = start.elapsed().as_secs_f64();
+    // Collective: every rank probes at once, before the figures gather on rank 0.
+    let rates = match a.machine_limit {
+        true => {
+            let gemm = rankwise::linalg::gemm_peak(rt, rankwise::linalg::Precision::F64)?;
+            let rows = p.grid.panel_rows(0);
+            let production = rankwise::linalg::production_peak(rt, p.source.as_ref(), rows)?;
+            Some((gemm, production))
+        }
+        false => None,
+    };
     let Some(ranks) = gather_rank_figures(rt, SvdWork::of(&result))? else {
         return Ok(None);
     };
-    let report = report_json(rt, launch, a, p, &result, ranks, (start, elapsed));
+    let limit = rates.map(|(gemm, production)| {
+        let produced = |phase: &str| -> u64 {
+            (ranks.iter())
+                .flat_map(|r| r.work.timings.iter().filter(|t| t.phase == phase))
+                .map(|t| t.produced_bytes)
+                .sum()
+        };
+        MachineLimit::with_production(&result.timings, produced, "f64", gemm, production)
+    });
+    let report = report_json(rt, launch, a, p, &result, ranks, (start, elapsed), limit);
     if let Some(o) = output {
         if p.transposed {
             o.write_u_rows(0, result.wt.t())?;
@@ -1478,7 +1503,8 @@ fn run_svd(
             serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         ));
     }
-    Ok(Some(summary_text(rt, a, p, &result, elapsed)))
+    let limit = report.body.machine_limit.as_ref();
+    Ok(Some(summary_text(rt, a, p, &result, elapsed, limit)))
 }
 
 fn report_json(
@@ -1489,6 +1515,7 @@ fn report_json(
     r: &SvdResult,
     ranks: Vec<RankReport<SvdWork>>,
     (start, elapsed): (Instant, f64),
+    machine_limit: Option<MachineLimit>,
 ) -> RunReport<SvdBody, SvdWork> {
     let (m, n) = user_shape(p.source.shape(), p.transposed);
     let matrix_bytes = m * n * 8;
@@ -1505,6 +1532,7 @@ fn report_json(
             check: r.check.clone(),
             matrix_bytes,
             matrix_gb_per_s: matrix_bytes as f64 / elapsed / 1e9,
+            machine_limit,
         },
         run: run_info(rt, launch, start),
         seconds: elapsed,
@@ -1512,7 +1540,14 @@ fn report_json(
     }
 }
 
-fn summary_text(rt: &Runtime, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, elapsed: f64) -> String {
+fn summary_text(
+    rt: &Runtime,
+    a: &SvdArgs,
+    p: &SvdProblem,
+    r: &SvdResult,
+    elapsed: f64,
+    limit: Option<&MachineLimit>,
+) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let g = r.plan.grid;
@@ -1543,7 +1578,25 @@ fn summary_text(rt: &Runtime, a: &SvdArgs, p: &SvdProblem, r: &SvdResult, elapse
     }
     let _ = writeln!(s, "phases (rank 0):");
     for t in &r.timings {
-        let _ = writeln!(s, "{}", crate::report::phase_line(t));
+        let mut line = crate::report::phase_line(t);
+        if let Some(p) = limit.and_then(|l| l.share_of(&t.phase)) {
+            let _ = write!(
+                line,
+                "   limit {}, {:.0} %",
+                seconds(p.limit_seconds),
+                100.0 * p.share
+            );
+        }
+        let _ = writeln!(s, "{line}");
+    }
+    if let Some(l) = limit {
+        let _ = writeln!(
+            s,
+            "machine limit: a pass's flops at the f64 GEMM rate of all ranks' compute threads \
+             at once, {:.1} GFLOP/s, and its values at the rate they produce them, {:.2} GB/s",
+            l.gemm_gflop_per_s,
+            l.production_gb_per_s.unwrap_or(0.0)
+        );
     }
     if r.gpu_qrs + r.gpu_node_qrs > 0 {
         let _ = writeln!(

@@ -8,13 +8,24 @@
 //! share the memory system and the clock limits as the pass did), and the ranks' rates
 //! are summed: ranks that share a node probe together, so the sum is that node's rate.
 //! It costs about 0.1–0.3 s per run, so it runs when asked.
+//!
+//! A pass of the exact SVD is different: it produces the matrix (generates it, or reads
+//! and decodes it) and multiplies it by as few columns as the matrix has, so producing the
+//! values costs as much as the products. Its limit is its flops at the GEMM rate plus its
+//! bytes at the rate [`production_peak`] measures: the same threads producing a panel's
+//! rows at once, in the row blocks the kernels use.
 
+use std::ops::Range;
 use std::sync::Barrier;
 use std::time::Instant;
+
+use ndarray::{ArrayViewMut2, ShapeBuilder};
+use rankwise_sources::PanelSource;
 
 use rankwise_exec::Runtime;
 
 use crate::blas::Blas;
+use crate::kernels::block_rows;
 use crate::tiles::Precision;
 use crate::LinalgError;
 
@@ -86,6 +97,82 @@ fn one_thread<T: Blas>(start: &Barrier, seed: usize) -> f64 {
     }
     std::hint::black_box(&c);
     2.0 * (n as f64).powi(3) / best
+}
+
+/// Values each thread of [`production_peak`] produces per repetition, at most: enough for a
+/// rate (about 30 MiB), few enough that the probe stays short.
+const PRODUCED_VALUES: usize = 1 << 22;
+
+/// The rate, in bytes of float64 values per second, at which the compute threads of this
+/// rank (every actor's) produce `source`'s values all at once, summed over all ranks: the
+/// generator's rate for a generated matrix, reading and decoding for a stored one (from
+/// the page cache when a run has just read it). Each thread produces rows from
+/// `rows.start` in the row blocks the panel kernels use, the way a pass produces them
+/// before it multiplies them. With [`gemm_peak`] it makes the machine limit of a pass
+/// that produces the matrix and multiplies it: its bytes at this rate and its flops at
+/// that one. Collective: every rank calls it.
+pub fn production_peak(
+    rt: &Runtime,
+    source: &dyn PanelSource,
+    rows: Range<u64>,
+) -> Result<f64, LinalgError> {
+    let threads: usize = rt.actors().iter().map(|a| a.threads().max(1)).sum();
+    let n = source.shape().1 as usize;
+    let take = (PRODUCED_VALUES / n.max(1)).max(1) as u64;
+    let rows = rows.start..rows.end.min(rows.start + take);
+    let local = if rows.is_empty() || n == 0 {
+        Ok(0.0)
+    } else {
+        let start = Barrier::new(threads.max(1));
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads.max(1))
+                .map(|_| {
+                    let (start, rows) = (&start, rows.clone());
+                    s.spawn(move || produce(start, source, rows))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(Ok(0.0)))
+                .sum::<Result<f64, LinalgError>>()
+        })
+    };
+    // Every rank joins the sum, also one whose probe failed, so that none waits.
+    let mut sum = [*local.as_ref().unwrap_or(&0.0)];
+    rt.comm().allreduce_sum_f64(&mut sum)?;
+    local?;
+    Ok(sum[0])
+}
+
+/// One thread's best rate over [`REPS`] productions of `rows`, in bytes per second.
+fn produce(
+    start: &Barrier,
+    source: &dyn PanelSource,
+    rows: Range<u64>,
+) -> Result<f64, LinalgError> {
+    let n = source.shape().1 as usize;
+    let b = block_rows(n);
+    let mut block = vec![0.0f64; b * n];
+    let mut fill = crate::svd::fill_from(source, 0, rows.clone(), None);
+    let h = (rows.end - rows.start) as usize;
+    start.wait();
+    let mut best = f64::INFINITY;
+    for rep in 0..=REPS {
+        let t = Instant::now();
+        let mut at = 0;
+        while at < h {
+            let end = (at + b).min(h);
+            let view = ArrayViewMut2::from_shape((end - at, n).f(), &mut block[..(end - at) * n])
+                .expect("a row block fits the buffer");
+            fill(at..end, view)?;
+            at = end;
+        }
+        if rep > 0 {
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+    }
+    std::hint::black_box(&block);
+    Ok((h * n * 8) as f64 / best)
 }
 
 #[cfg(test)]

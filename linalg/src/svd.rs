@@ -282,12 +282,23 @@ pub struct PhaseTiming {
     /// machine's GEMM rate ([`crate::gemm_peak`]) is its share of the machine limit.
     #[serde(default)]
     pub flops: f64,
+    /// Bytes of matrix values this rank produced in the phase (generated, or read and
+    /// decoded), as float64: with the machine's production rate
+    /// ([`crate::production_peak`]), the rest of the phase's machine limit.
+    #[serde(default)]
+    pub produced_bytes: u64,
 }
 
 impl PhaseTiming {
     /// The phase with `flops` floating-point operations of products with the matrix.
     pub(crate) fn with_flops(mut self, flops: f64) -> PhaseTiming {
         self.flops = flops;
+        self
+    }
+
+    /// The phase with `bytes` of matrix values produced on this rank.
+    pub(crate) fn with_produced(mut self, bytes: u64) -> PhaseTiming {
+        self.produced_bytes = bytes;
         self
     }
 
@@ -330,6 +341,7 @@ impl<'a> Clock<'a> {
             seconds,
             comm,
             flops: 0.0,
+            produced_bytes: 0,
         }
     }
 }
@@ -416,7 +428,7 @@ struct Pass1 {
 
 /// Fills row blocks of panel `panel` (`rows`): from the read-ahead's decoded panel, from
 /// the whole panel read once here (storage-backed sources), or from the source directly.
-fn fill_from<'a>(
+pub(crate) fn fill_from<'a>(
     source: &'a dyn PanelSource,
     panel: usize,
     rows: Range<u64>,
@@ -599,12 +611,13 @@ impl<'a> SvdRun<'a> {
         )
     }
 
-    /// Bytes of this rank's panels: of all its actors, or of those that regenerate.
+    /// Bytes of this rank's panels: of all its actors, or of those that produce their
+    /// panels again in pass 2 (they regenerate, or kept only the solves to replay).
     fn panel_bytes(&self, only_regenerated: bool) -> u64 {
         let grid = self.problem.grid;
         self.my_actors
             .iter()
-            .filter(|a| !only_regenerated || a.2 == Residency::Regenerated)
+            .filter(|a| !only_regenerated || a.2 == Residency::Regenerated || a.3)
             .flat_map(|a| a.1.clone())
             .map(|p| {
                 let r = grid.panel_rows(p);
@@ -691,7 +704,14 @@ impl<'a> SvdRun<'a> {
                 }
             }
         }
-        timings.push(t.phase("pass 1: produce panels + panel QR"));
+        // The least a local factorization multiplies: one Cholesky QR step's Gram matrix
+        // (its upper triangle with the diagonal), of the whole matrix.
+        let (m, n) = self.problem.source.shape();
+        timings.push(
+            t.phase("pass 1: produce panels + panel QR")
+                .with_flops(m as f64 * n as f64 * (n + 1) as f64)
+                .with_produced(self.panel_bytes(false)),
+        );
         Ok((leaves, kept))
     }
 
@@ -890,11 +910,20 @@ impl<'a> SvdRun<'a> {
                 sums.insert(p, r?);
             }
         }
-        timings.push(t.phase(if check {
-            "pass 2: form U + checks"
-        } else {
-            "pass 2: form U"
-        }));
+        // U = Q̃·c, and with the checks the panel's A·V and UᵀU besides.
+        let (m, n) = self.problem.source.shape();
+        let (m, n, kf) = (m as f64, n as f64, k as f64);
+        let flops = 2.0 * m * n * kf + if check { 2.0 * m * kf * (n + kf) } else { 0.0 };
+        let produced = self.panel_bytes(true) + if check { self.panel_bytes(false) } else { 0 };
+        timings.push(
+            t.phase(if check {
+                "pass 2: form U + checks"
+            } else {
+                "pass 2: form U"
+            })
+            .with_flops(flops)
+            .with_produced(produced),
+        );
         Ok(check.then_some(sums))
     }
 }

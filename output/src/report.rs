@@ -223,13 +223,20 @@ pub struct RsvdBody {
 }
 
 /// The machine limit of a run's passes: the GEMM rate every rank's compute threads reach
-/// together (`rankwise_linalg::gemm_peak`), and each pass's share of it.
+/// together (`rankwise_linalg::gemm_peak`), for the exact SVD also the rate at which they
+/// produce the matrix's values (`rankwise_linalg::production_peak`), and each pass's share
+/// of the limit those rates make.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MachineLimit {
     /// The precision of the probe's GEMM (the run's tiles').
     pub precision: String,
     /// The probe's rate, all ranks together, in GFLOP/s.
     pub gemm_gflop_per_s: f64,
+    /// The production probe's rate, all ranks together, in GB/s of float64 values, where
+    /// the limit counts producing the matrix (`svd`: a pass is the matrix produced and then
+    /// multiplied by a few columns, and producing it costs as much as the products).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub production_gb_per_s: Option<f64>,
     /// Rank 0's phases that multiply the matrix, with their rates.
     pub passes: Vec<PassShare>,
 }
@@ -245,7 +252,16 @@ pub struct PassShare {
     pub flops: f64,
     /// Their rate, in GFLOP/s.
     pub gflop_per_s: f64,
-    /// The rate over the machine's GEMM rate (0–1).
+    /// Bytes of matrix values the phase produced, all ranks together, where the limit
+    /// counts them ([`MachineLimit::production_gb_per_s`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub produced_bytes: Option<u64>,
+    /// The phase's time at the machine's rates: its flops at the GEMM rate, and its bytes
+    /// at the production rate where they count.
+    #[serde(default)]
+    pub limit_seconds: f64,
+    /// The limit's time over the phase's (0–1); without production, the phase's GEMM rate
+    /// over the machine's.
     pub share: f64,
 }
 
@@ -261,6 +277,8 @@ impl MachineLimit {
                     seconds: t.seconds,
                     flops: t.flops,
                     gflop_per_s: rate / 1e9,
+                    produced_bytes: None,
+                    limit_seconds: t.flops / peak_flops,
                     share: rate / peak_flops,
                 })
             })
@@ -268,6 +286,43 @@ impl MachineLimit {
         MachineLimit {
             precision: precision.to_string(),
             gemm_gflop_per_s: peak_flops / 1e9,
+            production_gb_per_s: None,
+            passes,
+        }
+    }
+
+    /// The limit for the phases `timings` (rank 0's) that multiply or produce the matrix,
+    /// at a GEMM rate of `peak_flops` floating-point operations per second and a
+    /// production rate of `production` bytes per second; `produced` gives a phase's bytes
+    /// produced on all ranks together.
+    pub fn with_production(
+        timings: &[PhaseTiming],
+        produced: impl Fn(&str) -> u64,
+        precision: &str,
+        peak_flops: f64,
+        production: f64,
+    ) -> MachineLimit {
+        let passes = timings
+            .iter()
+            .filter(|t| t.seconds > 0.0 && (t.flops > 0.0 || t.produced_bytes > 0))
+            .map(|t| {
+                let bytes = produced(&t.phase);
+                let limit = t.flops / peak_flops + bytes as f64 / production;
+                PassShare {
+                    phase: t.phase.clone(),
+                    seconds: t.seconds,
+                    flops: t.flops,
+                    gflop_per_s: t.flops / t.seconds / 1e9,
+                    produced_bytes: Some(bytes),
+                    limit_seconds: limit,
+                    share: limit / t.seconds,
+                }
+            })
+            .collect();
+        MachineLimit {
+            precision: precision.to_string(),
+            gemm_gflop_per_s: peak_flops / 1e9,
+            production_gb_per_s: Some(production / 1e9),
             passes,
         }
     }
@@ -351,6 +406,9 @@ pub struct SvdBody {
     pub matrix_bytes: u64,
     /// The same per second of the run, in GB/s.
     pub matrix_gb_per_s: f64,
+    /// Each pass's share of the machine limit (`--machine-limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_limit: Option<MachineLimit>,
 }
 
 /// One rank's work in an exact SVD.

@@ -743,6 +743,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             seconds: gram_time,
             comm: gram_comm,
             flops: gram_flops,
+            produced_bytes: 0,
         },
     );
     timings.push(PhaseTiming {
@@ -750,6 +751,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         seconds: root_time,
         comm: root_comm,
         flops: 0.0,
+        produced_bytes: 0,
     });
 
     // The result: σ, U_R, Vᵀ, VᵀW, the residuals, why it stopped, the history.
