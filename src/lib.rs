@@ -430,6 +430,31 @@ pub fn svd(
     Ok((result, rows.finish()))
 }
 
+/// The rate, in bytes of float64 values per second, at which the compute threads of every
+/// rank produce `input`'s values (generate them, or read and decode them), summed over the
+/// ranks: [`linalg::production_peak`] on this rank's first panel. With
+/// [`linalg::gemm_peak`] it makes the machine limit of an exact SVD's passes
+/// ([`output::report::MachineLimit::with_production`], with the `produced_bytes` and
+/// `flops` of [`svd`]'s phases). Collective: every rank calls it, after the run.
+pub fn production_peak(rt: &Runtime, input: &Input) -> Result<f64, Error> {
+    let (source, _) = input.matrix()?;
+    let (m, n) = source.shape();
+    let (panel_rows, rank_panels) = panels_of(input, source.as_ref());
+    let grid = exec::ChunkGrid::new(m, n, panel_rows)?;
+    // A matrix in memory holds each rank's own panels only; any other source gives every
+    // panel to any rank.
+    let first = match &rank_panels {
+        Some(counts) => counts[..rt.rank().min(counts.len())].iter().sum(),
+        None => 0,
+    };
+    let rows = match rank_panels.as_ref().map(|c| c.get(rt.rank()).copied()) {
+        Some(Some(0)) | Some(None) => 0..0,
+        _ if first < grid.panels() => grid.panel_rows(first),
+        _ => 0..0,
+    };
+    Ok(linalg::production_peak(rt, source.as_ref(), rows)?)
+}
+
 /// The panel rows of `input`, and how many panels each rank holds: what a matrix in memory
 /// was given (its rows stay on the rank that holds them), else the source's own panels.
 fn panels_of(input: &Input, source: &dyn sources::PanelSource) -> (u64, Option<Vec<usize>>) {

@@ -553,7 +553,7 @@ def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
         memory_per_actor=None, pin: Optional[bool] = None, device: Optional[str] = None,
         endpoint_url: Optional[str] = None,
         io_concurrency: Optional[int] = None, io_retries: Optional[int] = None,
-        progress=None) -> SVDResult:
+        progress=None, machine_limit: bool = False) -> SVDResult:
     """The exact SVD of ``a`` by TSQR: every singular value, ``U`` and ``Vᵀ``.
 
     Args:
@@ -562,11 +562,17 @@ def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
         check: also measure ``‖A − UΣVᵀ‖/‖A‖`` and the factors' orthogonality (one more
             pass), in ``report``.
         panel_rows: rows per panel (default: the stored chunks; 8 MiB panels in memory).
+        machine_limit: after the run, measure the machine's GEMM rate and the rate at
+            which it produces the matrix (every rank's compute threads at once) into
+            ``report["gemm_peak_flops"]`` and ``report["production_peak_bytes_per_s"]``:
+            a phase's ``flops`` and ``produced_bytes`` (``report["phases"]``) at those
+            rates are its machine limit (``rankwise svd --machine-limit``).
     """
     world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
                    endpoint_url, io_concurrency, io_retries)
     with _matrix_input(a, comm) as inp:
-        options = {"check": check, "panel_rows": inp.panel_rows(panel_rows, comm)}
+        options = {"check": check, "panel_rows": inp.panel_rows(panel_rows, comm),
+                   "machine_limit": machine_limit}
         out = _call("svd", inp.source, options, world, None, progress)
         return _unpack_svd(out, inp.transposed)
 

@@ -183,6 +183,11 @@ enum Outcome {
         wt: ndarray::Array2<f64>,
         local: rankwise::LocalRows,
         transposed: bool,
+        /// Rank 0's phases, each with its flops and the bytes it produced.
+        timings: Vec<rankwise::linalg::PhaseTiming>,
+        /// The machine's GEMM rate (FLOP/s) and production rate (bytes/s), all ranks
+        /// together (`machine_limit`).
+        peaks: Option<(f64, f64)>,
     },
     Rsvd {
         result: Box<rankwise::RsvdResult>,
@@ -504,11 +509,23 @@ fn work(
         Command::Svd => {
             let (r, local) =
                 rankwise::svd(&rt, &input, &SvdOptions { check: job.check }).map_err(fail)?;
+            // Collective: every rank probes at once.
+            let peaks = match job.machine_limit {
+                true => {
+                    let gemm = rankwise::linalg::gemm_peak(&rt, rankwise::Precision::F64)
+                        .map_err(|e| fail(e.into()))?;
+                    let production = rankwise::production_peak(&rt, &input).map_err(fail)?;
+                    Some((gemm, production))
+                }
+                false => None,
+            };
             Outcome::Svd {
                 s: r.s,
                 wt: r.wt,
                 local,
                 transposed: r.transposed,
+                timings: r.timings,
+                peaks,
             }
         }
         Command::Rsvd => {
@@ -690,12 +707,28 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             wt,
             local,
             transposed,
+            timings,
+            peaks,
         } => {
             d.set_item("s", s.into_pyarray(py))?;
             d.set_item("wt", wt.into_pyarray(py))?;
             d.set_item("factor", local.values.into_pyarray(py))?;
             d.set_item("factor_rows", local.rows.into_pyarray(py))?;
             d.set_item("transposed", transposed)?;
+            // Rank 0's phases, each with its flops and the bytes it produced: at the two
+            // probes' rates, a pass's machine limit (`rankwise svd --machine-limit`).
+            let phases = PyList::empty(py);
+            for t in &timings {
+                let p = PyDict::new(py);
+                p.set_item("phase", &t.phase)?;
+                p.set_item("seconds", t.seconds)?;
+                p.set_item("flops", t.flops)?;
+                p.set_item("produced_bytes", t.produced_bytes)?;
+                phases.append(p)?;
+            }
+            d.set_item("phases", phases)?;
+            d.set_item("gemm_peak_flops", peaks.map(|p| p.0))?;
+            d.set_item("production_peak_bytes_per_s", peaks.map(|p| p.1))?;
         }
         Outcome::Rsvd {
             result,

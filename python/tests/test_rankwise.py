@@ -162,6 +162,31 @@ def test_the_report_gives_each_pass_its_products_flops():
             assert 0 < share < 10, (p, peak)
 
 
+def test_the_exact_svd_reports_each_passs_flops_bytes_and_machine_limit():
+    r = rng(36)
+    m, n = int(r.integers(20000, 60000)), int(r.integers(2, 30))
+    a = r.standard_normal((m, n))
+    res = rankwise.svd(a, panel_rows=int(r.integers(2000, 8000)))
+    assert res.report["gemm_peak_flops"] is None
+    assert res.report["production_peak_bytes_per_s"] is None
+    limited = rankwise.svd(a, panel_rows=4096, machine_limit=True)
+    np.testing.assert_allclose(limited.s, res.s, rtol=1e-13)
+    gemm = limited.report["gemm_peak_flops"]
+    production = limited.report["production_peak_bytes_per_s"]
+    assert np.isfinite(gemm) and gemm > 1e8, gemm
+    assert np.isfinite(production) and production > 1e7, production
+    phases = {p["phase"]: p for p in limited.report["phases"]}
+    first = phases["pass 1: produce panels + panel QR"]
+    # One Cholesky QR step's Gram matrix, of every value of the matrix, all produced.
+    assert first["flops"] == m * n * (n + 1.0), first
+    assert first["produced_bytes"] == m * n * 8, first
+    second = phases["pass 2: form U"]
+    assert second["flops"] == 2.0 * m * n * n, second
+    for p in (first, second):
+        limit = p["flops"] / gemm + p["produced_bytes"] / production
+        assert 0 < limit / p["seconds"] < 10, (p, gemm, production)
+
+
 def test_pca_matches_scikit_learn_on_standardized_dosages():
     from sklearn.decomposition import PCA
 
