@@ -131,10 +131,21 @@ pub fn production_peak(
                     s.spawn(move || produce(start, source, rows))
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or(Ok(0.0)))
-                .sum::<Result<f64, LinalgError>>()
+            // A probe thread that panicked is this rank's failure, as in any pass. Every
+            // thread is joined before the first failure counts (the scope would panic
+            // over one left unjoined).
+            let joined: Vec<_> = (handles.into_iter().enumerate())
+                .map(|(i, h)| {
+                    h.join().unwrap_or_else(|p| {
+                        Err(LinalgError::Runtime(rankwise_exec::RuntimeError::Panic {
+                            rank: rt.rank(),
+                            actor: i,
+                            message: panic_text(p.as_ref()),
+                        }))
+                    })
+                })
+                .collect();
+            joined.into_iter().sum::<Result<f64, LinalgError>>()
         })
     };
     // Every rank joins the sum, also one whose probe failed, so that none waits.
@@ -153,12 +164,14 @@ fn produce(
     let n = source.shape().1 as usize;
     let b = block_rows(n);
     let mut block = vec![0.0f64; b * n];
-    let mut fill = crate::svd::fill_from(source, 0, rows.clone(), None);
     let h = (rows.end - rows.start) as usize;
     start.wait();
     let mut best = f64::INFINITY;
     for rep in 0..=REPS {
         let t = Instant::now();
+        // A fresh reader each time: a stored panel is read and decoded again, not tiled
+        // from the one the last repetition decoded.
+        let mut fill = crate::svd::fill_from(source, 0, rows.clone(), None);
         let mut at = 0;
         while at < h {
             let end = (at + b).min(h);
@@ -175,9 +188,71 @@ fn produce(
     Ok((h * n * 8) as f64 / best)
 }
 
+/// A panic's message, where it has one.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    (p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A runtime of one Local rank with `actors` actors of one thread each.
+    fn runtime(actors: usize) -> Runtime {
+        let comm = rankwise_transports::LocalWorld::create(1).remove(0);
+        let spec = rankwise_exec::ActorSpec {
+            domain: 0,
+            cores: vec![0],
+            memory: 1 << 30,
+            pin: false,
+            gpu: None,
+        };
+        Runtime::new(Box::new(comm), vec![spec; actors]).unwrap()
+    }
+
+    /// A source whose values cannot be made: the probe's thread panics.
+    struct Broken;
+
+    impl PanelSource for Broken {
+        fn shape(&self) -> (u64, u64) {
+            (1000, 4)
+        }
+        fn fill(
+            &self,
+            _: Range<u64>,
+            _: ArrayViewMut2<'_, f64>,
+        ) -> Result<(), rankwise_sources::SourceError> {
+            panic!("no values here")
+        }
+        fn describe(&self) -> String {
+            "broken".into()
+        }
+    }
+
+    /// The production probe measures a generated matrix's rate on every actor's thread,
+    /// over at most the rows asked for; an empty range gives 0 (a rank without panels);
+    /// a thread that panics is the rank's error, not a rate.
+    #[test]
+    fn the_production_probe_measures_generation_and_reports_a_panic() {
+        let mut rng = crate::testing::Rng::fresh();
+        let rt = runtime(1 + rng.below(2));
+        let n = 1 + rng.below(40) as u64;
+        let g = rankwise_sources::Generated::new(
+            50_000,
+            n,
+            rng.next(),
+            rankwise_sources::Dist::Uniform,
+        );
+        let rate = production_peak(&rt, &g, 0..50_000).unwrap();
+        assert!(rate.is_finite() && rate > 1e7, "{rate} bytes/s");
+        assert_eq!(production_peak(&rt, &g, 7..7).unwrap(), 0.0);
+        let err = production_peak(&rt, &Broken, 0..1000)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("panicked: no values here"), "{err}");
+    }
 
     #[test]
     fn the_probe_measures_a_positive_finite_rate_in_both_precisions() {
