@@ -441,16 +441,15 @@ pub fn production_peak(rt: &Runtime, input: &Input) -> Result<f64, Error> {
     let (m, n) = source.shape();
     let (panel_rows, rank_panels) = panels_of(input, source.as_ref());
     let grid = exec::ChunkGrid::new(m, n, panel_rows)?;
-    // A matrix in memory holds each rank's own panels only; any other source gives every
-    // panel to any rank.
-    let first = match &rank_panels {
-        Some(counts) => counts[..rt.rank().min(counts.len())].iter().sum(),
-        None => 0,
-    };
-    let rows = match rank_panels.as_ref().map(|c| c.get(rt.rank()).copied()) {
-        Some(Some(0)) | Some(None) => 0..0,
-        _ if first < grid.panels() => grid.panel_rows(first),
-        _ => 0..0,
+    // A matrix in memory holds each rank's own panels only (a rank without any probes
+    // nothing but still joins the sum); any other source gives every panel to any rank.
+    let rank = rt.rank();
+    let rows = match rank_panels {
+        Some(counts) if counts.get(rank).is_some_and(|&c| c > 0) => {
+            grid.panel_rows(counts[..rank].iter().sum())
+        }
+        Some(_) => 0..0,
+        None => grid.panel_rows(0),
     };
     Ok(linalg::production_peak(rt, source.as_ref(), rows)?)
 }

@@ -664,7 +664,7 @@ fn svd_machine_limit_counts_each_passs_flops_and_bytes_at_the_probes_rates() {
         }
     }
     // Without the flag, no probe and no section.
-    let (code, stdout, stderr) = rankwise(&[
+    no_machine_limit(&[
         "svd",
         "--rows",
         "3000",
@@ -672,8 +672,13 @@ fn svd_machine_limit_counts_each_passs_flops_and_bytes_at_the_probes_rates() {
         "5",
         "--chunk-rows",
         "1000",
-        "--json",
     ]);
+}
+
+/// A run of `args` without `--machine-limit` reports no machine limit.
+fn no_machine_limit(args: &[&str]) {
+    let args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let (code, stdout, stderr) = rankwise(&args);
     assert_eq!(code, 0, "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert!(report.get("machine_limit").is_none(), "{report}");
@@ -740,7 +745,7 @@ fn machine_limit_states_each_passs_rate_and_share_of_the_gemm_probe() {
         );
     }
     // Without the flag, no probe and no section.
-    let (code, stdout, stderr) = rankwise(&[
+    no_machine_limit(&[
         "rsvd",
         "--rows",
         "3000",
@@ -750,9 +755,5 @@ fn machine_limit_states_each_passs_rate_and_share_of_the_gemm_probe() {
         "1000",
         "-k",
         "3",
-        "--json",
     ]);
-    assert_eq!(code, 0, "{stderr}");
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert!(report.get("machine_limit").is_none(), "{report}");
 }

@@ -326,22 +326,20 @@ pub(crate) fn cholesky_qr(a: &mut [f64], m: usize, n: usize) -> Option<CholeskyQ
         return None;
     }
     let (mut r, shifted, solves) = match cholesky(g, n, KAPPA_FIRST) {
-        Step::Good(r1, kappa) if one_step(kappa, m) => {
-            // `Q = A·R₁⁻¹` is orthonormal within the contract already: `Q̃` is `A` itself
-            // and `T` the first step's solve, applied to the small matrices only.
-            let mut t = r1.clone();
-            if invert_upper(&mut t, n) {
-                return Some(CholeskyQr {
-                    r: Array2::from_shape_vec((n, n).f(), r1).expect("n × n"),
-                    t: Array2::from_shape_vec((n, n).f(), t).expect("n × n"),
-                    shifted: false,
-                    solves: Vec::new(),
-                });
+        Step::Good(r1, kappa) => {
+            if one_step(kappa, m) {
+                // `Q = A·R₁⁻¹` is orthonormal within the contract already: `Q̃` is `A`
+                // itself and `T` the first step's solve, applied to the small matrices only.
+                let mut t = r1.clone();
+                if invert_upper(&mut t, n) {
+                    return Some(CholeskyQr {
+                        r: Array2::from_shape_vec((n, n).f(), r1).expect("n × n"),
+                        t: Array2::from_shape_vec((n, n).f(), t).expect("n × n"),
+                        shifted: false,
+                        solves: Vec::new(),
+                    });
+                }
             }
-            solve_right(a, m, n, &r1);
-            (r1.clone(), false, vec![r1])
-        }
-        Step::Good(r1, _) => {
             solve_right(a, m, n, &r1);
             (r1.clone(), false, vec![r1])
         }
