@@ -454,6 +454,30 @@ pub fn production_peak(rt: &Runtime, input: &Input) -> Result<f64, Error> {
     Ok(linalg::production_peak(rt, source.as_ref(), rows)?)
 }
 
+/// The rate, in bytes per second at 8 bytes a value, at which the compute threads of every
+/// rank produce `input`'s tiles in `precision` as a randomized SVD's passes do (generate
+/// them, or read, decode and convert them), summed over the ranks:
+/// [`linalg::tile_production_peak`] on this rank's first panel of `plan` (the run's,
+/// [`RsvdResult::plan`]). With [`linalg::gemm_peak`] of the same precision it makes the
+/// machine limit of [`rsvd_with_factor`]'s passes over a float matrix
+/// ([`output::report::MachineLimit::with_production`], with its phases' `produced_bytes`
+/// and `flops`). Collective: every rank calls it, after the run.
+pub fn tile_production_peak(
+    rt: &Runtime,
+    input: &Input,
+    plan: &linalg::RsvdPlan,
+    precision: Precision,
+) -> Result<f64, Error> {
+    let problem = rsvd_problem(input)?;
+    let panel = plan.first_panel(rt.rank());
+    Ok(linalg::tile_production_peak(
+        rt,
+        &problem.operand,
+        panel,
+        precision,
+    )?)
+}
+
 /// The panel rows of `input`, and how many panels each rank holds: what a matrix in memory
 /// was given (its rows stay on the rank that holds them), else the source's own panels.
 fn panels_of(input: &Input, source: &dyn sources::PanelSource) -> (u64, Option<Vec<usize>>) {

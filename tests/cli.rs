@@ -685,12 +685,16 @@ fn no_machine_limit(args: &[&str]) {
 }
 
 /// `--machine-limit`: every pass's products are counted (their sum is the run's GEMM
-/// total, computed apart from the options), the GEMM probe runs on every rank at once
-/// (here 2 Local ranks), and each pass states a rate and a share of it.
+/// total, computed apart from the options), the probes run on every rank at once (here 2
+/// Local ranks), and each pass states its rate, the values it produced (every panel in the
+/// first pass, in a later one those not resident), and a limit that is those at the
+/// probes' rates, in f64 and f32 tiles. The GEMM rate is the best of the kernels the CPU
+/// can run, never below the pinned ones'.
 #[test]
 fn machine_limit_states_each_passs_rate_and_share_of_the_gemm_probe() {
     let mut draw = common::Draw::fresh();
     for power_iters in 0..3u64 {
+        let precision = if power_iters == 1 { "f32" } else { "f64" };
         let m = draw.range(8_000, 30_000);
         let n = draw.range(500, 3_000);
         let k = draw.range(2, 8);
@@ -706,6 +710,8 @@ fn machine_limit_states_each_passs_rate_and_share_of_the_gemm_probe() {
             &k.to_string(),
             "--power-iters",
             &power_iters.to_string(),
+            "--precision",
+            precision,
             "--local-ranks",
             "2",
             "--machine-limit",
@@ -716,12 +722,44 @@ fn machine_limit_states_each_passs_rate_and_share_of_the_gemm_probe() {
         let limit = &report["machine_limit"];
         let peak = limit["gemm_gflop_per_s"].as_f64().unwrap();
         assert!(peak.is_finite() && peak > 0.1, "{limit}");
-        assert_eq!(limit["precision"], "f64");
+        assert!(
+            limit["gemm_kernels"]
+                .as_str()
+                .is_some_and(|k| !k.is_empty()),
+            "{limit}"
+        );
+        if let Some(pinned) = limit["pinned_gemm_gflop_per_s"].as_f64() {
+            assert!(pinned > 0.0 && pinned < peak, "{limit}");
+        }
+        let production = limit["production_gb_per_s"].as_f64().unwrap();
+        assert!(production.is_finite() && production > 0.01, "{limit}");
+        assert_eq!(limit["precision"], precision);
         let passes = limit["passes"].as_array().unwrap();
         // The range pass, q more, and the residual check's A·V (projections fused or not).
         assert!(passes.len() >= 2 + power_iters as usize, "{limit}");
+        let residency: Vec<_> = (report["memory"].as_array().unwrap().iter())
+            .map(|p| p["residency"].as_str().unwrap().to_string())
+            .collect();
+        let bytes = m * n * 8;
         let mut sum = 0.0;
-        for p in passes {
+        for (i, p) in passes.iter().enumerate() {
+            let produced = p["produced_bytes"].as_u64().unwrap();
+            if i == 0 {
+                assert_eq!(produced, bytes, "{p}");
+            } else if residency.iter().all(|r| r == "resident") {
+                assert_eq!(produced, 0, "{p}");
+            } else if residency.iter().all(|r| r == "regenerated") {
+                assert_eq!(produced, bytes, "{p}");
+            } else {
+                assert!(produced < bytes, "{p}");
+            }
+            let at =
+                p["flops"].as_f64().unwrap() / (peak * 1e9) + produced as f64 / (production * 1e9);
+            let limit_seconds = p["limit_seconds"].as_f64().unwrap();
+            assert!(
+                (limit_seconds - at).abs() <= 1e-9 * at,
+                "{p}: want {at:e} s"
+            );
             let flops = p["flops"].as_f64().unwrap();
             let columns = flops / (2.0 * m as f64 * n as f64);
             assert!(
@@ -732,8 +770,9 @@ fn machine_limit_states_each_passs_rate_and_share_of_the_gemm_probe() {
                 p["gflop_per_s"].as_f64().unwrap(),
                 p["share"].as_f64().unwrap(),
             );
+            let seconds = p["seconds"].as_f64().unwrap();
             assert!(
-                rate > 0.0 && (share - rate / peak).abs() < 1e-9 * share,
+                rate > 0.0 && (share - at / seconds).abs() < 1e-9 * share,
                 "{p}"
             );
             sum += flops;

@@ -26,8 +26,8 @@ use crate::launcher::LaunchInfo;
 use crate::report::seconds;
 use rankwise::output::group::{OutputError, OutputLayout, SvdOutput};
 use rankwise::output::report::{
-    peak_rss_bytes, MachineLimit, Provenance, RankReport, ReportError, RunInfo, RunReport, SvdBody,
-    SvdWork,
+    peak_rss_bytes, produced_on_all_ranks, MachineLimit, Provenance, RankReport, ReportError,
+    RunInfo, RunReport, SvdBody, SvdWork,
 };
 
 // Compiled for the unit tests too, so that `make test` checks the parser.
@@ -380,6 +380,104 @@ fn keep_results_independent_of_layout() {
     );
 }
 
+/// The variable that makes this binary a GEMM probe, `f64:THREADS` or `f32:THREADS`
+/// ([`machine_gemm_peak`]): it prints the rate of the kernels OpenBLAS chose by itself and
+/// exits, before the restart that pins them.
+const GEMM_PROBE: &str = "RANKWISE_GEMM_PROBE";
+
+/// The process [`GEMM_PROBE`] asks for: the GEMM rate in FLOP/s and the name of the
+/// kernels OpenBLAS loaded, on stdout.
+fn gemm_probe(spec: &str) -> i32 {
+    let parsed = spec.split_once(':').and_then(|(p, t)| {
+        let precision = match p {
+            "f64" => rankwise::linalg::Precision::F64,
+            "f32" => rankwise::linalg::Precision::F32,
+            _ => return None,
+        };
+        Some((precision, t.parse::<usize>().ok()?))
+    });
+    let Some((precision, threads)) = parsed else {
+        eprintln!("rankwise: {GEMM_PROBE}={spec}: expected f64:THREADS or f32:THREADS");
+        return 2;
+    };
+    rankwise::linalg::init_blas_threads();
+    let rate = rankwise::linalg::gemm_rate(precision, threads);
+    println!("{rate} {}", rankwise::linalg::openblas_core());
+    0
+}
+
+/// The GEMM rate of the machine for a run's machine limit, all ranks together, with the
+/// kernels that reach it: the best of the kernels this process runs and of OpenBLAS's
+/// others that this CPU can run (the ones it chooses by itself, Haswell's with AVX2 and
+/// SkylakeX's with AVX-512), each measured in a process started with them
+/// ([`GEMM_PROBE`]) on as many threads at once. The third figure is the rate of the
+/// kernels this process runs, where it is lower. `rankwise` pins them to layout-independent
+/// ones ([`keep_results_independent_of_layout`]), and OpenBLAS 0.3.21 chooses its generic
+/// SSE3 kernels for a CPU model it does not know: on the Intel Xeon model 207 guest the
+/// pinned Haswell kernels run DGEMM of order 1024 at 79 GFLOP/s on 2 threads, the ones it
+/// chooses (Prescott) at 28 and SkylakeX's at 142. A limit from the pinned kernels alone
+/// would overstate every pass's share. Collective: every rank calls it; a rank whose
+/// probe processes all fail counts the pinned rate.
+pub(crate) fn machine_gemm_peak(
+    rt: &Runtime,
+    precision: rankwise::linalg::Precision,
+) -> Result<(f64, String, Option<f64>), CliError> {
+    let pinned = rankwise::linalg::gemm_peak(rt, precision)?;
+    let threads: usize = rt.actors().iter().map(|a| a.threads().max(1)).sum();
+    let mut candidates = vec![None];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx2") && has!("fma") {
+            candidates.push(Some("Haswell"));
+        }
+        if has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl") {
+            candidates.push(Some("SkylakeX"));
+        }
+    }
+    let probe = |core: Option<&str>| -> Option<(f64, String)> {
+        let mut c = std::process::Command::new("/proc/self/exe");
+        c.env(GEMM_PROBE, format!("{}:{threads}", precision.name()))
+            .env("OPENBLAS_NUM_THREADS", "1")
+            .stderr(std::process::Stdio::null());
+        match core {
+            Some(core) => c.env("OPENBLAS_CORETYPE", core),
+            None => c.env_remove("OPENBLAS_CORETYPE"),
+        };
+        let out = c.output().ok().filter(|o| o.status.success())?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (rate, name) = text.trim().split_once(' ')?;
+        let rate = rate
+            .parse::<f64>()
+            .ok()
+            .filter(|r| r.is_finite() && *r > 0.0)?;
+        Some((rate, name.to_string()))
+    };
+    // The kernels this process runs were measured in it already.
+    let own_core = std::env::var("OPENBLAS_CORETYPE").ok();
+    let best = (candidates.into_iter())
+        .filter(|c| c.is_none() || c.map(str::to_string) != own_core)
+        .filter_map(probe)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    // This rank's best (or its share of the pinned rate where no probe ran), summed like
+    // the pinned rate.
+    let threads_all = {
+        let mut t = [threads as f64];
+        rt.comm().allreduce_sum_f64(&mut t)?;
+        t[0]
+    };
+    let own = best
+        .as_ref()
+        .map_or(pinned * threads as f64 / threads_all, |b| b.0);
+    let mut sum = [own];
+    rt.comm().allreduce_sum_f64(&mut sum)?;
+    let pinned_name = rankwise::linalg::openblas_core();
+    Ok(match best {
+        Some((_, name)) if sum[0] > pinned => (sum[0], name, Some(pinned)),
+        _ => (pinned, pinned_name, None),
+    })
+}
+
 /// Runs the command line; returns the process exit status. `RANKWISE_FAULT` (the failure
 /// tests' hook, read only by the `rankwise-fault` binary) is refused rather than ignored: a
 /// job that sets it expects a failure, and must not read a success as one.
@@ -412,6 +510,9 @@ pub fn main_with_phase_hook(hook: PhaseHook) -> i32 {
 }
 
 fn run_command_line() -> i32 {
+    if let Some(spec) = std::env::var_os(GEMM_PROBE) {
+        return gemm_probe(&spec.to_string_lossy());
+    }
     keep_results_independent_of_layout();
     hold_large_blocks_in_mmap();
     let cli = match Cli::try_parse() {
@@ -1468,7 +1569,7 @@ fn run_svd(
     // Collective: every rank probes at once, before the figures gather on rank 0.
     let rates = match a.machine_limit {
         true => {
-            let gemm = rankwise::linalg::gemm_peak(rt, rankwise::linalg::Precision::F64)?;
+            let gemm = machine_gemm_peak(rt, rankwise::linalg::Precision::F64)?;
             let rows = p.grid.panel_rows(0);
             let production = rankwise::linalg::production_peak(rt, p.source.as_ref(), rows)?;
             Some((gemm, production))
@@ -1479,13 +1580,10 @@ fn run_svd(
         return Ok(None);
     };
     let limit = rates.map(|(gemm, production)| {
-        let produced = |phase: &str| -> u64 {
-            (ranks.iter())
-                .flat_map(|r| r.work.timings.iter().filter(|t| t.phase == phase))
-                .map(|t| t.produced_bytes)
-                .sum()
-        };
-        MachineLimit::with_production(&result.timings, produced, "f64", gemm, production)
+        let all: Vec<_> = ranks.iter().map(|r| &r.work.timings[..]).collect();
+        let produced = |phase: &str| produced_on_all_ranks(&all, phase);
+        MachineLimit::with_production(&result.timings, produced, "f64", gemm.0, production)
+            .with_kernels(gemm.1, gemm.2)
     });
     let report = report_json(rt, launch, a, p, &result, ranks, (start, elapsed), limit);
     if let Some(o) = output {
@@ -1590,13 +1688,7 @@ fn summary_text(
         let _ = writeln!(s, "{line}");
     }
     if let Some(l) = limit {
-        let _ = writeln!(
-            s,
-            "machine limit: a pass's flops at the f64 GEMM rate of all ranks' compute threads \
-             at once, {:.1} GFLOP/s, and its values at the rate they produce them, {:.2} GB/s",
-            l.gemm_gflop_per_s,
-            l.production_gb_per_s.unwrap_or(0.0)
-        );
+        let _ = writeln!(s, "{}", crate::report::machine_limit_line(l));
     }
     if r.gpu_qrs + r.gpu_node_qrs > 0 {
         let _ = writeln!(

@@ -31,6 +31,30 @@ pub fn phase_line(t: &rankwise::linalg::PhaseTiming) -> String {
     line
 }
 
+/// The summary's line about the machine limit: the GEMM rate (and the pinned kernels',
+/// where lower) and, where the limit counts it, the rate the values are produced at.
+pub fn machine_limit_line(l: &rankwise::output::report::MachineLimit) -> String {
+    let kernels = l.gemm_kernels.as_deref().unwrap_or("the BLAS's");
+    let pinned = match l.pinned_gemm_gflop_per_s {
+        Some(p) => format!(
+            " with OpenBLAS's {kernels} kernels ({p:.1} with the layout-independent ones \
+             rankwise's own BLAS calls run)"
+        ),
+        None => format!(" with OpenBLAS's {kernels} kernels"),
+    };
+    let gemm = format!(
+        "{} GEMM of all ranks' compute threads at once, {:.1} GFLOP/s{pinned}",
+        l.precision, l.gemm_gflop_per_s
+    );
+    match l.production_gb_per_s {
+        Some(gb) => format!(
+            "machine limit: a pass's flops at the {gemm}, and then the values it produced at \
+             the rate the same threads produce them, {gb:.2} GB/s (8 bytes a value)"
+        ),
+        None => format!("machine limit: {gemm}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -63,7 +63,7 @@ pub fn init_blas_threads() {
 
 /// The name of the kernels OpenBLAS chose for this CPU at load time (e.g. `Haswell`,
 /// `SkylakeX`).
-pub(crate) fn openblas_core() -> String {
+pub fn openblas_core() -> String {
     extern "C" {
         fn openblas_get_corename() -> *const std::os::raw::c_char;
     }

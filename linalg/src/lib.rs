@@ -77,8 +77,10 @@ mod variants;
 
 pub use gpu::GpuPanelSeconds;
 pub use gpu_decoded::DeviceDecodeReport;
-pub use kernels::{blas_library, init_blas_threads, openblas_preferred_core, PanelFactor};
-pub use peak::{gemm_peak, production_peak};
+pub use kernels::{
+    blas_library, init_blas_threads, openblas_core, openblas_preferred_core, PanelFactor,
+};
+pub use peak::{gemm_peak, gemm_rate, production_peak, tile_production_peak};
 pub use reads::{read_stored, ReadTotals, StoredRead, DEFAULT_SEGMENT_BYTES};
 pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rows::{LocalRows, RowCollector};

@@ -26,7 +26,7 @@ use rankwise_exec::Runtime;
 
 use crate::blas::Blas;
 use crate::kernels::block_rows;
-use crate::tiles::Precision;
+use crate::tiles::{Operand, Precision, Tile, TileProducer, TileReal};
 use crate::LinalgError;
 
 /// Order of the square GEMM each thread runs: large enough for BLAS's full rate, small
@@ -41,13 +41,20 @@ const REPS: usize = 2;
 /// rank calls it.
 pub fn gemm_peak(rt: &Runtime, precision: Precision) -> Result<f64, LinalgError> {
     let threads: usize = rt.actors().iter().map(|a| a.threads().max(1)).sum();
-    let local = match precision {
-        Precision::F64 => probe::<f64>(threads.max(1)),
-        Precision::F32 => probe::<f32>(threads.max(1)),
-    };
-    let mut sum = [local];
+    let mut sum = [gemm_rate(precision, threads)];
     rt.comm().allreduce_sum_f64(&mut sum)?;
     Ok(sum[0])
+}
+
+/// The GEMM rate of [`gemm_peak`] on this process alone: `threads` threads started
+/// together, each running square GEMMs of order 1024 in `precision` on the BLAS kernels
+/// this process loaded, their rates summed. Not collective: a process started only to
+/// measure the kernels the BLAS would choose by itself calls it.
+pub fn gemm_rate(precision: Precision, threads: usize) -> f64 {
+    match precision {
+        Precision::F64 => probe::<f64>(threads.max(1)),
+        Precision::F32 => probe::<f32>(threads.max(1)),
+    }
 }
 
 /// Runs the probe on `threads` threads started together; the sum of their rates.
@@ -116,19 +123,60 @@ pub fn production_peak(
     source: &dyn PanelSource,
     rows: Range<u64>,
 ) -> Result<f64, LinalgError> {
-    let threads: usize = rt.actors().iter().map(|a| a.threads().max(1)).sum();
     let n = source.shape().1 as usize;
+    let rows = probe_rows(rows, n);
+    on_every_thread(rt, !rows.is_empty() && n > 0, |start| {
+        produce(start, source, rows.clone())
+    })
+}
+
+/// The rate, in bytes per second at 8 bytes a value whatever the precision, at which the
+/// compute threads of this rank (every actor's) produce `operand`'s tiles in `precision`
+/// all at once, summed over all ranks: each thread produces the rows of `panel` (this
+/// rank's first: its index and rows; `None` for a rank without any) tile by tile, as a randomized pass does before it multiplies them (generated in the tiles'
+/// precision, or read, decoded and converted). With [`gemm_peak`] of the same precision
+/// it makes the machine limit of a randomized pass over panels that are not resident: its
+/// bytes at this rate and its flops at that one. For a genotype operand the passes'
+/// products read packed codes, not the values this measures; the limit of its passes is
+/// the GEMM rate's alone. Collective: every rank calls it.
+pub fn tile_production_peak(
+    rt: &Runtime,
+    operand: &Operand,
+    panel: Option<(usize, Range<u64>)>,
+    precision: Precision,
+) -> Result<f64, LinalgError> {
+    let n = operand.shape().1 as usize;
+    let (panel, rows) = panel.unwrap_or((0, 0..0));
+    let rows = probe_rows(rows, n);
+    on_every_thread(rt, !rows.is_empty() && n > 0, |start| match precision {
+        Precision::F64 => produce_tiles::<f64>(start, operand, panel, rows.clone()),
+        Precision::F32 => produce_tiles::<f32>(start, operand, panel, rows.clone()),
+    })
+}
+
+/// The first rows of `rows` that make at most [`PRODUCED_VALUES`] values of `n` columns.
+fn probe_rows(rows: Range<u64>, n: usize) -> Range<u64> {
     let take = (PRODUCED_VALUES / n.max(1)).max(1) as u64;
-    let rows = rows.start..rows.end.min(rows.start + take);
-    let local = if rows.is_empty() || n == 0 {
+    rows.start..rows.end.min(rows.start + take)
+}
+
+/// Runs `probe` on every compute thread of this rank at once (when `any`: a rank with
+/// nothing to probe measures 0) and sums their rates over the threads and the ranks.
+fn on_every_thread(
+    rt: &Runtime,
+    any: bool,
+    probe: impl Fn(&Barrier) -> Result<f64, LinalgError> + Sync,
+) -> Result<f64, LinalgError> {
+    let threads: usize = rt.actors().iter().map(|a| a.threads().max(1)).sum();
+    let local = if !any {
         Ok(0.0)
     } else {
         let start = Barrier::new(threads.max(1));
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads.max(1))
                 .map(|_| {
-                    let (start, rows) = (&start, rows.clone());
-                    s.spawn(move || produce(start, source, rows))
+                    let (start, probe) = (&start, &probe);
+                    s.spawn(move || probe(start))
                 })
                 .collect();
             // A probe thread that panicked is this rank's failure, as in any pass. Every
@@ -153,6 +201,43 @@ pub fn production_peak(
     rt.comm().allreduce_sum_f64(&mut sum)?;
     local?;
     Ok(sum[0])
+}
+
+/// One thread's best rate over [`REPS`] productions of `rows`' tiles, in bytes per second
+/// at 8 bytes a value.
+fn produce_tiles<T: TileReal>(
+    start: &Barrier,
+    operand: &Operand,
+    panel: usize,
+    rows: Range<u64>,
+) -> Result<f64, LinalgError> {
+    let n = operand.shape().1 as usize;
+    let h = (rows.end - rows.start) as usize;
+    let mut tile_buf = Vec::new();
+    start.wait();
+    let mut best = f64::INFINITY;
+    for rep in 0..=REPS {
+        let t = Instant::now();
+        // A fresh producer each time, holding nothing: a stored panel is read and decoded
+        // again, and nothing is kept.
+        let mut sum = 0.0f64;
+        TileProducer::new(operand, panel, rows.clone()).for_each::<T>(
+            None,
+            false,
+            &mut tile_buf,
+            |_, _, tile| {
+                // One value a tile, so that producing it cannot be left out.
+                if let Tile::Dense(v) = tile {
+                    sum += v.first().map_or(0.0, |x| x.to_f64());
+                }
+            },
+        )?;
+        std::hint::black_box(sum);
+        if rep > 0 {
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+    }
+    Ok((h * n * 8) as f64 / best)
 }
 
 /// One thread's best rate over [`REPS`] productions of `rows`, in bytes per second.
@@ -252,6 +337,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("panicked: no values here"), "{err}");
+    }
+
+    /// The tile probe measures a generated matrix's tiles in both precisions, from a panel
+    /// other than the first; a rank without a panel measures 0.
+    #[test]
+    fn the_tile_production_probe_measures_generated_tiles_in_both_precisions() {
+        let mut rng = crate::testing::Rng::fresh();
+        let rt = runtime(1 + rng.below(2));
+        let (m, n) = (20_000 + rng.below(20_000) as u64, 1 + rng.below(700) as u64);
+        let g = rankwise_sources::Generated::new(m, n, rng.next(), rankwise_sources::Dist::Normal);
+        let operand = Operand::Dense(std::sync::Arc::new(g));
+        for precision in [Precision::F64, Precision::F32] {
+            let rate = tile_production_peak(&rt, &operand, Some((3, 0..m)), precision).unwrap();
+            assert!(
+                rate.is_finite() && rate > 1e7,
+                "{precision:?}: {rate} bytes/s"
+            );
+        }
+        assert_eq!(
+            tile_production_peak(&rt, &operand, None, Precision::F64).unwrap(),
+            0.0
+        );
     }
 
     #[test]

@@ -391,6 +391,15 @@ pub struct RsvdPlan {
 }
 
 impl RsvdPlan {
+    /// The first panel `rank` holds, with its rows; `None` when it holds none.
+    pub fn first_panel(&self, rank: usize) -> Option<(usize, Range<u64>)> {
+        (self.placement.assignments.iter())
+            .filter(|a| a.rank == rank && !a.panels.is_empty())
+            .map(|a| a.panels.start)
+            .min()
+            .map(|p| (p, self.grid.panel_rows(p)))
+    }
+
     /// Validates the options and plans the grid over the world. Pure: every rank computes
     /// the same plan.
     pub fn new(
@@ -1360,6 +1369,16 @@ fn fixed_result(
         t.phase("residual check: A·V against U·Σ")
             .with_flops(2.0 * rows as f64 * cols as f64 * k as f64),
     );
+    // The phases that multiply the matrix are its passes: the first produced every panel
+    // of this rank, each later one those that are not resident.
+    let mut first = true;
+    for t in timings.iter_mut().filter(|t| t.flops > 0.0) {
+        let rows = match std::mem::take(&mut first) {
+            true => run.my_rows,
+            false => run.regenerated_rows,
+        };
+        t.produced_bytes = rows * cols * 8;
+    }
     let convergence = Convergence::measured(
         options.tol,
         residuals,

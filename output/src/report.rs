@@ -223,18 +223,29 @@ pub struct RsvdBody {
 }
 
 /// The machine limit of a run's passes: the GEMM rate every rank's compute threads reach
-/// together (`rankwise_linalg::gemm_peak`), for the exact SVD also the rate at which they
-/// produce the matrix's values (`rankwise_linalg::production_peak`), and each pass's share
-/// of the limit those rates make.
+/// together (`rankwise_linalg::gemm_peak`), for the exact SVD and the randomized SVD of a
+/// float matrix also the rate at which they produce the matrix's values
+/// (`rankwise_linalg::production_peak`, `tile_production_peak`), and each pass's share of
+/// the limit those rates make.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MachineLimit {
     /// The precision of the probe's GEMM (the run's tiles').
     pub precision: String,
-    /// The probe's rate, all ranks together, in GFLOP/s.
+    /// The probe's rate, all ranks together, in GFLOP/s: the machine's best, of the
+    /// kernels the run's BLAS calls use and the others it can run.
     pub gemm_gflop_per_s: f64,
-    /// The production probe's rate, all ranks together, in GB/s of float64 values, where
-    /// the limit counts producing the matrix (`svd`: a pass is the matrix produced and then
-    /// multiplied by a few columns, and producing it costs as much as the products).
+    /// The BLAS kernels that reached that rate (OpenBLAS's core name), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_kernels: Option<String>,
+    /// The rate of the kernels the run's BLAS calls use, in GFLOP/s, where it is lower
+    /// (`rankwise` pins OpenBLAS to layout-independent kernels on AVX-512 Intel CPUs, for
+    /// results that do not depend on the rank count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_gemm_gflop_per_s: Option<f64>,
+    /// The production probe's rate, all ranks together, in GB/s at 8 bytes a value, where
+    /// the limit counts producing the matrix (`svd`, and `rsvd` of a float matrix: a pass
+    /// produces the panels that are not resident and multiplies them by a few columns, and
+    /// producing them costs about as much as the products).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub production_gb_per_s: Option<f64>,
     /// Rank 0's phases that multiply the matrix, with their rates.
@@ -287,6 +298,8 @@ impl MachineLimit {
             precision: precision.to_string(),
             gemm_gflop_per_s: peak_flops / 1e9,
             production_gb_per_s: None,
+            gemm_kernels: None,
+            pinned_gemm_gflop_per_s: None,
             passes,
         }
     }
@@ -323,14 +336,33 @@ impl MachineLimit {
             precision: precision.to_string(),
             gemm_gflop_per_s: peak_flops / 1e9,
             production_gb_per_s: Some(production / 1e9),
+            gemm_kernels: None,
+            pinned_gemm_gflop_per_s: None,
             passes,
         }
+    }
+
+    /// The limit with the name of the GEMM kernels that reached its rate and, where lower,
+    /// the rate `pinned` (FLOP/s) of the kernels the run's BLAS calls use.
+    pub fn with_kernels(mut self, kernels: String, pinned: Option<f64>) -> MachineLimit {
+        self.gemm_kernels = Some(kernels);
+        self.pinned_gemm_gflop_per_s = pinned.map(|p| p / 1e9);
+        self
     }
 
     /// A phase's share, if it has one.
     pub fn share_of(&self, phase: &str) -> Option<&PassShare> {
         self.passes.iter().find(|p| p.phase == phase)
     }
+}
+
+/// The bytes of matrix values that phase `phase` produced on all ranks together, from
+/// each rank's phases (what [`MachineLimit::with_production`] takes).
+pub fn produced_on_all_ranks(ranks: &[&[PhaseTiming]], phase: &str) -> u64 {
+    (ranks.iter())
+        .flat_map(|r| r.iter().filter(|t| t.phase == phase))
+        .map(|t| t.produced_bytes)
+        .sum()
 }
 
 /// One rank's work in a randomized SVD or PCA.

@@ -82,8 +82,9 @@ class SVDResult:
         converged: whether every component met the tolerance (always True for the
             exact SVD).
         report: the rest: the convergence report, passes, bytes read, and `phases`
-            (rank 0's phases: name, seconds, and `flops`, the floating-point operations
-            of its products with the whole matrix).
+            (this rank's phases: name, seconds, `flops`, the floating-point operations
+            of its products with the whole matrix, and `produced_bytes`, the matrix
+            values this rank produced in it at 8 bytes a value).
     """
 
     u: np.ndarray
@@ -606,10 +607,12 @@ def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = N
         precision: "auto" (f32 passes while they improve, then f64), "f32" or "f64".
         seed: seed of the random test matrix (``rankwise rsvd --sketch-seed``).
         probes: Gaussian probes of the error estimate (0: none).
-        machine_limit: after the run, measure the machine's GEMM rate (every rank's
-            compute threads at once, about 0.1–0.3 s) into ``report["gemm_peak_flops"]``;
-            a phase's ``flops / seconds`` over it is its share of the machine limit
-            (``rankwise rsvd --machine-limit``).
+        machine_limit: after the run, measure the machine's GEMM rate and the rate at
+            which it produces the matrix's tiles in the run's precision (every rank's
+            compute threads at once, about 0.1–0.3 s) into ``report["gemm_peak_flops"]``
+            and ``report["production_peak_bytes_per_s"]`` (8 bytes a value): a phase's
+            ``flops`` and ``produced_bytes`` (``report["phases"]``, this rank's bytes) at
+            those rates are its machine limit (``rankwise rsvd --machine-limit``).
     """
     world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
                    endpoint_url, io_concurrency, io_retries)

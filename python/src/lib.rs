@@ -183,7 +183,7 @@ enum Outcome {
         wt: ndarray::Array2<f64>,
         local: rankwise::LocalRows,
         transposed: bool,
-        /// Rank 0's phases, each with its flops and the bytes it produced.
+        /// This rank's phases, each with its flops and the bytes it produced.
         timings: Vec<rankwise::linalg::PhaseTiming>,
         /// The machine's GEMM rate (FLOP/s) and production rate (bytes/s), all ranks
         /// together (`machine_limit`).
@@ -192,8 +192,9 @@ enum Outcome {
     Rsvd {
         result: Box<rankwise::RsvdResult>,
         local: rankwise::LocalRows,
-        /// The machine's GEMM rate (`machine_limit`), FLOP/s, all ranks together.
-        peak: Option<f64>,
+        /// The machine's GEMM rate (FLOP/s) and, for a float matrix, the rate its tiles
+        /// are produced at (bytes/s, 8 a value), all ranks together (`machine_limit`).
+        peaks: Option<(f64, Option<f64>)>,
     },
     Pca(Box<rankwise::genomics::Pca>),
     Project(Box<rankwise::genomics::projection::Projection>),
@@ -542,18 +543,27 @@ fn work(
                     &result.convergence,
                 ))));
             }
-            // Collective: every rank probes at once.
-            let peak = match job.machine_limit {
-                true => Some(
-                    rankwise::linalg::gemm_peak(&rt, options.precision)
-                        .map_err(|e| fail(e.into()))?,
-                ),
+            // Collective: every rank probes at once. A randomized SVD's input is a float
+            // matrix: its passes produce the tiles they multiply.
+            let peaks = match job.machine_limit {
+                true => {
+                    let gemm = rankwise::linalg::gemm_peak(&rt, options.precision)
+                        .map_err(|e| fail(e.into()))?;
+                    let production = rankwise::tile_production_peak(
+                        &rt,
+                        &input,
+                        &result.plan,
+                        options.precision,
+                    )
+                    .map_err(fail)?;
+                    Some((gemm, Some(production)))
+                }
                 false => None,
             };
             Outcome::Rsvd {
                 result: Box::new(result),
                 local,
-                peak,
+                peaks,
             }
         }
         Command::Pca => {
@@ -699,6 +709,24 @@ fn convergence_dict<'py>(
     Ok(d)
 }
 
+/// Phases as dicts: name, seconds, flops of the products with the whole matrix, and the
+/// bytes of matrix values this rank produced (8 a value).
+fn phases_list<'py>(
+    py: Python<'py>,
+    timings: &[rankwise::linalg::PhaseTiming],
+) -> PyResult<Bound<'py, PyList>> {
+    let phases = PyList::empty(py);
+    for t in timings {
+        let p = PyDict::new(py);
+        p.set_item("phase", &t.phase)?;
+        p.set_item("seconds", t.seconds)?;
+        p.set_item("flops", t.flops)?;
+        p.set_item("produced_bytes", t.produced_bytes)?;
+        phases.append(p)?;
+    }
+    Ok(phases)
+}
+
 fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     match o {
@@ -715,25 +743,16 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             d.set_item("factor", local.values.into_pyarray(py))?;
             d.set_item("factor_rows", local.rows.into_pyarray(py))?;
             d.set_item("transposed", transposed)?;
-            // Rank 0's phases, each with its flops and the bytes it produced: at the two
+            // This rank's phases, each with its flops and the bytes it produced: at the two
             // probes' rates, a pass's machine limit (`rankwise svd --machine-limit`).
-            let phases = PyList::empty(py);
-            for t in &timings {
-                let p = PyDict::new(py);
-                p.set_item("phase", &t.phase)?;
-                p.set_item("seconds", t.seconds)?;
-                p.set_item("flops", t.flops)?;
-                p.set_item("produced_bytes", t.produced_bytes)?;
-                phases.append(p)?;
-            }
-            d.set_item("phases", phases)?;
+            d.set_item("phases", phases_list(py, &timings)?)?;
             d.set_item("gemm_peak_flops", peaks.map(|p| p.0))?;
             d.set_item("production_peak_bytes_per_s", peaks.map(|p| p.1))?;
         }
         Outcome::Rsvd {
             result,
             local,
-            peak,
+            peaks,
         } => {
             let r = *result;
             d.set_item("s", r.s.into_pyarray(py))?;
@@ -746,18 +765,12 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             d.set_item("total_sum_squares", r.total_sum_squares)?;
             d.set_item("estimate", r.estimate.map(|e| e.relative_frobenius))?;
             d.set_item("bytes_read", r.read.stored_bytes)?;
-            // Rank 0's phases, each with its products' flops with the whole matrix (their
-            // rate against `rankwise::linalg::gemm_peak` is the pass's share of the machine).
-            let phases = PyList::empty(py);
-            for t in &r.timings {
-                let p = PyDict::new(py);
-                p.set_item("phase", &t.phase)?;
-                p.set_item("seconds", t.seconds)?;
-                p.set_item("flops", t.flops)?;
-                phases.append(p)?;
-            }
-            d.set_item("phases", phases)?;
-            d.set_item("gemm_peak_flops", peak)?;
+            // This rank's phases, each with its products' flops with the whole matrix and
+            // the bytes it produced: at the two probes' rates, a pass's machine limit
+            // (`rankwise rsvd --machine-limit`).
+            d.set_item("phases", phases_list(py, &r.timings)?)?;
+            d.set_item("gemm_peak_flops", peaks.map(|p| p.0))?;
+            d.set_item("production_peak_bytes_per_s", peaks.and_then(|p| p.1))?;
         }
         Outcome::Pca(p) => {
             let p = *p;

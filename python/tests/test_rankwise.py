@@ -151,15 +151,22 @@ def test_the_report_gives_each_pass_its_products_flops():
     # The residual check multiplies by V: k columns.
     assert passes[-1]["flops"] == 2.0 * m * n * k, passes[-1]
     assert res.report["gemm_peak_flops"] is None
-    # With the machine's GEMM rate, each pass's share of it.
+    assert res.report["production_peak_bytes_per_s"] is None
+    # The first pass produced every value of the matrix (8 bytes each); the others only
+    # those of panels not kept, and this one is kept.
+    assert passes[0]["produced_bytes"] == m * n * 8, passes[0]
+    assert all(p["produced_bytes"] == 0 for p in passes[1:]), passes
+    # With the machine's GEMM rate and the rate it produces tiles at, each pass's limit.
     limited = rankwise.rsvd(a, k, power_iters=q, seed=4, machine_limit=True)
     peak = limited.report["gemm_peak_flops"]
+    production = limited.report["production_peak_bytes_per_s"]
     assert np.isfinite(peak) and peak > 1e8, peak
+    assert np.isfinite(production) and production > 1e7, production
     np.testing.assert_array_equal(limited.s, res.s)
     for p in limited.report["phases"]:
         if p["flops"] > 0:
-            share = p["flops"] / p["seconds"] / peak
-            assert 0 < share < 10, (p, peak)
+            limit = p["flops"] / peak + p["produced_bytes"] / production
+            assert 0 < limit / p["seconds"] < 10, (p, peak, production)
 
 
 def test_the_exact_svd_reports_each_passs_flops_bytes_and_machine_limit():

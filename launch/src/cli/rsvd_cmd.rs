@@ -26,7 +26,7 @@ use crate::plot::{plot_pcs, Groups};
 use crate::report::seconds;
 use rankwise::output::group::{SvdOutput, ZarrFormat};
 use rankwise::output::report::{
-    peak_rss_bytes, MachineLimit, RankReport, RsvdBody, RsvdWork, RunReport,
+    peak_rss_bytes, produced_on_all_ranks, MachineLimit, RankReport, RsvdBody, RsvdWork, RunReport,
 };
 use rankwise::pca_group::{result_layout, write_factors, CallerError, PcaFiles, PcaGroup};
 
@@ -648,12 +648,23 @@ fn compute(
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
-    // Collective: every rank probes at once, before the figures gather on rank 0.
-    let limit = match job.machine_limit {
+    // Collective: every rank probes at once, before the figures gather on rank 0. A
+    // dense operand's passes produce its values before they multiply them, so producing
+    // them is part of the limit; a genotype operand's products read packed codes, and its
+    // limit is the GEMM rate's alone.
+    let rates = match job.machine_limit {
         true => {
-            let peak = rankwise::linalg::gemm_peak(rt, options.precision)?;
-            let name = options.precision.name();
-            Some(MachineLimit::of(&result.timings, name, peak))
+            let gemm = super::machine_gemm_peak(rt, options.precision)?;
+            let production = match &problem.operand {
+                Operand::Dense(_) => Some(rankwise::linalg::tile_production_peak(
+                    rt,
+                    &problem.operand,
+                    result.plan.first_panel(rt.rank()),
+                    options.precision,
+                )?),
+                Operand::Genotypes(..) => None,
+            };
+            Some((gemm, production))
         }
         false => None,
     };
@@ -663,6 +674,18 @@ fn compute(
             plot: None,
         });
     };
+    let limit = rates.map(|(gemm, production)| {
+        let name = options.precision.name();
+        let limit = match production {
+            Some(rate) => {
+                let all: Vec<_> = ranks.iter().map(|r| &r.work.timings[..]).collect();
+                let produced = |phase: &str| produced_on_all_ranks(&all, phase);
+                MachineLimit::with_production(&result.timings, produced, name, gemm.0, rate)
+            }
+            None => MachineLimit::of(&result.timings, name, gemm.0),
+        };
+        limit.with_kernels(gemm.1, gemm.2)
+    });
     let pca = job.is_pca().then(|| pca_figures(&result));
     let report = report_json(
         rt,
@@ -1165,22 +1188,30 @@ fn summary_text(
     let _ = writeln!(s, "phases (rank 0):");
     for t in &r.timings {
         let mut line = crate::report::phase_line(t);
-        if let Some(p) = limit.and_then(|l| l.share_of(&t.phase)) {
-            let _ = write!(
-                line,
-                "   {:.1} GFLOP/s, {:.0} % of the machine's GEMM",
-                p.gflop_per_s,
-                100.0 * p.share
-            );
+        match limit.map(|l| (l.share_of(&t.phase), l.production_gb_per_s)) {
+            Some((Some(p), Some(_))) => {
+                let _ = write!(
+                    line,
+                    "   {:.1} GFLOP/s, limit {}, {:.0} %",
+                    p.gflop_per_s,
+                    seconds(p.limit_seconds),
+                    100.0 * p.share
+                );
+            }
+            Some((Some(p), None)) => {
+                let _ = write!(
+                    line,
+                    "   {:.1} GFLOP/s, {:.0} % of the machine's GEMM",
+                    p.gflop_per_s,
+                    100.0 * p.share
+                );
+            }
+            _ => {}
         }
         let _ = writeln!(s, "{line}");
     }
     if let Some(l) = limit {
-        let _ = writeln!(
-            s,
-            "machine limit: {} GEMM of all ranks' compute threads at once, {:.1} GFLOP/s",
-            l.precision, l.gemm_gflop_per_s
-        );
+        let _ = writeln!(s, "{}", crate::report::machine_limit_line(l));
     }
     let (m, n) = problem.operand.shape();
     let flops = gemm_flops(m, n, options, r.passes);

@@ -601,6 +601,8 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
     let mut gram_passes = 0;
     // The passes' products with the matrix: `A·S` and `Aᵀ(A·S)`, `2mn` each per column.
     let mut gram_flops = 0.0;
+    // Bytes of matrix values the Gram passes produced on this rank (8 a value).
+    let mut gram_produced = 0u64;
     let bad = || LinalgError::Message { peer: root };
     let mut after_check = false;
     let done = loop {
@@ -637,6 +639,8 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
         let operand = decode(root, &cmd[2..])?;
         pass_precisions.push(precision);
         let first = stats.is_none();
+        // A first pass produces every panel of this rank, a later one those not resident.
+        let produced = if first { my_rows } else { regenerated_rows } * n as u64 * 8;
         let t = Clock::start(rt);
         let sums = Arc::new(PartialSums::new(tree.owners().to_vec(), comm.rank()));
         let check = kind == CHECK;
@@ -684,6 +688,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             gram_comm.add(&dc);
             gram_passes += 1;
             gram_flops += 4.0 * m as f64 * n as f64 * width as f64;
+            gram_produced += produced;
             let t = Clock::start(rt);
             cmd = match (&mut it, gs) {
                 // A float32 pass whose sums overflowed (values beyond about 1e18 square
@@ -718,14 +723,20 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             continue;
         }
         let root_r = orthonormalize(rt, &ctx, tree, &mut states, false)?;
-        timings.push(t.phase(&format!(
-            "check pass: A·X, AᵀA·X ({}) + TSQR",
-            if precision == Precision::F32 {
-                "f32"
-            } else {
-                "f64"
-            }
-        )));
+        // `A·[X W]` and `Aᵀ(A·X)`: `2mn` per column of each.
+        let flops = 2.0 * m as f64 * n as f64 * (2 * width + r) as f64;
+        timings.push(
+            t.phase(&format!(
+                "check pass: A·X, AᵀA·X ({}) + TSQR",
+                if precision == Precision::F32 {
+                    "f32"
+                } else {
+                    "f64"
+                }
+            ))
+            .with_flops(flops)
+            .with_produced(produced),
+        );
         let t = Clock::start(rt);
         cmd = match (&mut it, gs, root_r) {
             (Some(it), Some(gx), Some(r)) => it.checked(gx, r, &w)?,
@@ -743,7 +754,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             seconds: gram_time,
             comm: gram_comm,
             flops: gram_flops,
-            produced_bytes: 0,
+            produced_bytes: gram_produced,
         },
     );
     timings.push(PhaseTiming {
