@@ -343,39 +343,71 @@ fn bad_arguments_return_codes_and_never_abort() {
     }
 }
 
-/// From C as from `rankwise rsvd --machine-limit`: every phase of a randomized SVD with
-/// its seconds and its products' flops (rankwise_last_phases), and the GEMM rate of every
-/// rank's threads (rankwise_gemm_peak), so each pass's share of the machine limit.
+/// From C as from `rankwise rsvd --machine-limit` and `rankwise svd --machine-limit`:
+/// every phase of a randomized and of an exact SVD with its seconds, its products' flops
+/// and the bytes each rank read (rankwise_last_phases), the GEMM rate of every rank's
+/// threads (rankwise_gemm_peak) and the rate they read the caller's rows at
+/// (rankwise_production_peak), so each pass's share of the GEMM rate and its machine limit.
 #[test]
 fn the_c_library_gives_each_pass_its_share_of_the_machine_limit() {
     let b = built();
-    let args = ["40000", "300", "5000", "3", "10", "10", "1"];
-    let run = mpirun(2, &b.bin.join("machine_limit"), &args, LIMIT);
-    run.assert_success();
-    let mut peaks = Vec::new();
-    let mut shares = Vec::new();
-    for line in run.stdout.lines().filter(|l| l.starts_with("phase ")) {
-        // phase NAME: S s, R GFLOP/s, P % of K GFLOP/s
-        let (name, rest) = line["phase ".len()..].rsplit_once(": ").unwrap();
-        let words: Vec<&str> = rest.split_whitespace().collect();
-        let seconds: f64 = words[0].parse().unwrap();
-        assert!(seconds >= 0.0, "{line}");
-        peaks.push(words[words.len() - 2].to_string());
-        if words[2] != "-" {
-            let share: f64 = words[4].parse().unwrap();
-            assert!(share > 0.0 && share < 150.0, "{line}");
-            shares.push((name.to_string(), share));
+    let (rows, cols) = (40_000u64, 300u64);
+    for exact in [false, true] {
+        let mut args = vec!["40000", "300", "5000", "3", "10", "10", "1"];
+        if exact {
+            args.push("svd");
         }
+        let run = mpirun(2, &b.bin.join("machine_limit"), &args, LIMIT);
+        run.assert_success();
+        let mut peaks = Vec::new();
+        let mut shares = Vec::new();
+        let mut bytes = Vec::new();
+        for line in run.stdout.lines().filter(|l| l.starts_with("phase ")) {
+            // phase NAME: S s, R GFLOP/s, P % of K GFLOP/s; limit L s, Q % (B bytes at G GB/s)
+            let (name, rest) = line["phase ".len()..].rsplit_once(": ").unwrap();
+            let (gemm, limit) = rest.split_once("; limit ").unwrap();
+            let words: Vec<&str> = gemm.split_whitespace().collect();
+            let seconds: f64 = words[0].parse().unwrap();
+            assert!(seconds >= 0.0, "{line}");
+            peaks.push(words[words.len() - 2].to_string());
+            let limit: Vec<&str> = limit.split_whitespace().collect();
+            if limit[0] != "-" {
+                let at: f64 = limit[0].parse().unwrap();
+                let share: f64 = limit[2].parse().unwrap();
+                assert!(at > 0.0 && share > 0.0 && share < 1000.0, "{line}");
+                bytes.push((
+                    name.to_string(),
+                    limit[4].trim_start_matches('(').parse::<u64>().unwrap(),
+                ));
+            }
+            if words[2] != "-" {
+                let share: f64 = words[4].parse().unwrap();
+                assert!(share > 0.0 && share < 400.0, "{line}");
+                shares.push((name.to_string(), share));
+            }
+        }
+        assert!(
+            shares.iter().any(|(n, _)| n.starts_with("pass 1")),
+            "no share for pass 1:\n{}",
+            run.describe()
+        );
+        assert!(
+            shares.len() >= if exact { 2 } else { 3 },
+            "{}",
+            run.describe()
+        );
+        // The first pass read every value of the matrix, on the two ranks together.
+        let first = bytes.iter().find(|(n, _)| n.starts_with("pass 1"));
+        assert_eq!(
+            first.map(|b| b.1),
+            Some(rows * cols * 8),
+            "{}",
+            run.describe()
+        );
+        let peak: f64 = peaks[0].parse().unwrap();
+        assert!(peak > 0.1, "{}", run.describe());
+        assert!(peaks.iter().all(|p| *p == peaks[0]), "{}", run.describe());
     }
-    assert!(
-        shares.iter().any(|(n, _)| n.starts_with("pass 1")),
-        "no share for pass 1:\n{}",
-        run.describe()
-    );
-    assert!(shares.len() >= 3, "{}", run.describe());
-    let peak: f64 = peaks[0].parse().unwrap();
-    assert!(peak > 0.1, "{}", run.describe());
-    assert!(peaks.iter().all(|p| *p == peaks[0]), "{}", run.describe());
 }
 
 #[test]

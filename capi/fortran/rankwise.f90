@@ -43,8 +43,9 @@ module rankwise
   ! The C functions themselves, for callers that pass leading dimensions or row-major data.
   public :: rankwise_tsqr_svd, rankwise_rsvd, rankwise_rsvd_tol, rankwise_generate, rankwise_last_error
   public :: rankwise_tsqr_svd_query, rankwise_rsvd_query
-  ! The machine limit: the last call's phases and the GEMM rate of rankwise's threads.
-  public :: rankwise_last_phases, rankwise_gemm_peak, rankwise_phase_name
+  ! The machine limit: the last call's phases, the GEMM rate of rankwise's threads and the
+  ! rate they read the caller's matrix at.
+  public :: rankwise_last_phases, rankwise_gemm_peak, rankwise_production_peak, rankwise_phase_name
 
   !> The options of rankwise_pca (rankwise_pca_options of rankwise.h): fill them with
   !> rankwise_pca_options_init; the strings are c_loc of NUL-terminated character arrays, or
@@ -67,11 +68,13 @@ module rankwise
             rankwise_pca_free
 
   !> One phase of this thread's last decomposition (rankwise_phase of rankwise.h): its name
-  !> (rankwise_phase_name), wall seconds on this rank, and the flops of its products over
-  !> the whole matrix (0 when not counted).
+  !> (rankwise_phase_name), wall seconds on this rank, the flops of its products over the
+  !> whole matrix (0 when not counted), and the bytes of matrix values this rank read into
+  !> the kernels' blocks in it.
   type, bind(C), public :: rankwise_phase
     type(c_ptr) :: name
     real(c_double) :: seconds, flops
+    integer(c_int64_t) :: produced_bytes
   end type
 
   interface
@@ -167,6 +170,17 @@ module rankwise
       integer(c_int), value :: comm
       integer(c_int32_t), value :: precision
       real(c_double), intent(out) :: flops_per_second
+      integer(c_int32_t) :: status
+    end function
+
+    function rankwise_production_peak(comm, a, rows_local, cols, lda, layout, bytes_per_second) &
+                                      result(status) bind(C, name="rankwise_production_peak")
+      import :: c_int, c_int32_t, c_int64_t, c_double
+      integer(c_int), value :: comm
+      real(c_double), intent(in) :: a(*)
+      integer(c_int64_t), value :: rows_local, cols, lda
+      integer(c_int32_t), value :: layout
+      real(c_double), intent(out) :: bytes_per_second
       integer(c_int32_t) :: status
     end function
 

@@ -110,9 +110,15 @@ typedef struct {
   /**
    * Floating-point operations of its matrix products over the whole matrix (all
    * ranks); 0 for a phase whose work is not counted. `flops / seconds` against
-   * `rankwise_gemm_peak` is the phase's share of the machine limit.
+   * `rankwise_gemm_peak` is the phase's share of the GEMM rate.
    */
   double flops;
+  /**
+   * Bytes of matrix values this rank read into the kernels' blocks in the phase (8 a
+   * value); summed over the ranks and divided by `rankwise_production_peak`, the rest
+   * of the phase's machine limit.
+   */
+  int64_t produced_bytes;
 } rankwise_phase;
 
 /**
@@ -447,8 +453,10 @@ rankwise_status rankwise_last_phases(const rankwise_phase **phases, int64_t *cou
 /**
  * The machine limit: the GEMM rate, in floating-point operations per second, of the
  * threads rankwise runs on every rank of `comm` (each rank's compute threads multiply
- * square matrices of order 1024 at once, the best of two runs each), summed over the
- * ranks, into `*flops_per_second` on every rank. Collective: every rank passes the same
+ * square matrices of order 1024 at once, the best of two runs each, with the BLAS kernels
+ * this process loaded: `OPENBLAS_CORETYPE` chooses them, and `rankwise … --machine-limit`
+ * also measures the others the CPU can run), summed over the ranks, into
+ * `*flops_per_second` on every rank. Collective: every rank passes the same
  * `precision` (`RANKWISE_F64` or `RANKWISE_F32`). A phase's `flops / seconds` divided
  * by it is the phase's share of the limit, as `rankwise rsvd --machine-limit` prints.
  * Takes about a second.
@@ -456,6 +464,24 @@ rankwise_status rankwise_last_phases(const rankwise_phase **phases, int64_t *cou
 rankwise_status rankwise_gemm_peak(MPI_Fint comm,
                                    rankwise_precision precision,
                                    double *flops_per_second);
+
+/**
+ * The rest of the machine limit: the rate, in bytes per second (8 a value), at which the
+ * threads rankwise runs on every rank of `comm` read the caller's matrix into the blocks
+ * its kernels work on (each rank's compute threads read up to 4 Mi values of its own
+ * rows at once, the best of two runs each), summed over the ranks, into
+ * `*bytes_per_second` on every rank. Collective: each rank passes its own rows, as to
+ * `rankwise_tsqr_svd` (`rows_local` may be 0). A phase's limit is its `flops` at
+ * `rankwise_gemm_peak`'s rate plus its `produced_bytes`, summed over the ranks, at this
+ * one, as `rankwise svd --machine-limit` prints. Takes well under a second.
+ */
+rankwise_status rankwise_production_peak(MPI_Fint comm,
+                                         const double *a,
+                                         int64_t rows_local,
+                                         int64_t cols,
+                                         int64_t lda,
+                                         rankwise_layout layout,
+                                         double *bytes_per_second);
 
 /**
  * Fills `out` (`rows × cols` in `layout`, leading dimension `ld`) with rows

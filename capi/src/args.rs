@@ -300,6 +300,34 @@ fn check_rank(k: i64, oversample: i64, cols: i64) -> Result<i64, CapiError> {
     Ok(k)
 }
 
+/// A caller's row block, as `rankwise_production_peak` takes it.
+pub(crate) struct RowsArg {
+    pub a: *const f64,
+    pub rows_local: i64,
+    pub cols: i64,
+    pub lda: i64,
+    pub layout: rankwise_layout,
+}
+
+impl RowsArg {
+    /// Checks what one rank can check alone; returns the layout.
+    pub(crate) fn check(&self) -> Result<Layout, CapiError> {
+        check_size("rows_local", self.rows_local)?;
+        if self.cols < 1 {
+            return Err(invalid(
+                "cols",
+                format!("{}: the matrix needs a column", self.cols),
+            ));
+        }
+        let layout = Layout::parse(self.layout)?;
+        if self.rows_local > 0 && self.a.is_null() {
+            return Err(CapiError::NullPointer { arg: "a" });
+        }
+        check_ld("lda", self.rows_local, self.cols, self.lda, layout)?;
+        Ok(layout)
+    }
+}
+
 /// Checks everything one rank can check alone; returns the layout and k (the columns of
 /// the outputs).
 pub(crate) fn check_local(c: &Call) -> Result<(Layout, i64), CapiError> {

@@ -436,6 +436,51 @@ pub(crate) fn runtime(dup: SimpleCommunicator) -> Result<rankwise::exec::Runtime
     rankwise::from_mpi_communicator(dup, &config).map_err(|e| CapiError::Compute(e.to_string()))
 }
 
+/// `rankwise_production_peak`: the ranks agree that every one's arguments are good (a rank
+/// with a bad one, or with `bad_output`, makes every rank return an error rather than
+/// wait in the probe), then probe their own rows together.
+pub(crate) fn production_peak(
+    fint: MPI_Fint,
+    rows: &crate::args::RowsArg,
+    bad_output: Option<rankwise_status>,
+) -> Result<f64, CapiError> {
+    let local = rows.check();
+    let (dup, local) = open_comm(fint, local)?;
+    let status = match (&local, bad_output) {
+        (Err(e), _) => e.status(),
+        (Ok(_), Some(s)) => s,
+        (Ok(_), None) => RANKWISE_OK,
+    };
+    let agreed = agree(
+        &dup,
+        Agreed {
+            names: &["status"],
+            mine: &[status as i64],
+            shown: &|_, v| Some(v.to_string()),
+        },
+    );
+    let layout = local?;
+    agreed?;
+    let rt = runtime(dup)?;
+    let (rs, cs) = layout.strides(rows.lda as usize);
+    let n = rows.rows_local as usize;
+    // SAFETY: RowsArg::check checked a, lda and layout for rows_local × cols; the buffer
+    // is the caller's until this call returns, and the lease ends before that.
+    let (source, _lease) = unsafe {
+        RowsInPlace::new(
+            rows.a,
+            n,
+            rows.cols as usize,
+            (rs as isize, cs as isize),
+            0,
+            n as u64,
+        )
+    }
+    .map_err(|e| CapiError::Internal(e.to_string()))?;
+    rankwise::linalg::production_peak(&rt, &source, 0..n as u64)
+        .map_err(|e| CapiError::Compute(e.to_string()))
+}
+
 /// `rankwise_gemm_peak`: the ranks agree on `precision` first (a rank with a bad one makes
 /// every rank return an error rather than wait in the probe), then probe together.
 pub(crate) fn gemm_peak(fint: MPI_Fint, precision: i32) -> Result<f64, CapiError> {

@@ -135,8 +135,12 @@ pub struct rankwise_phase {
     pub seconds: f64,
     /// Floating-point operations of its matrix products over the whole matrix (all
     /// ranks); 0 for a phase whose work is not counted. `flops / seconds` against
-    /// `rankwise_gemm_peak` is the phase's share of the machine limit.
+    /// `rankwise_gemm_peak` is the phase's share of the GEMM rate.
     pub flops: f64,
+    /// Bytes of matrix values this rank read into the kernels' blocks in the phase (8 a
+    /// value); summed over the ranks and divided by `rankwise_production_peak`, the rest
+    /// of the phase's machine limit.
+    pub produced_bytes: i64,
 }
 
 thread_local! {
@@ -162,6 +166,7 @@ fn set_last_phases(timings: &[rankwise::linalg::PhaseTiming]) {
                 name: name.as_ptr(),
                 seconds: t.seconds,
                 flops: t.flops,
+                produced_bytes: i64::try_from(t.produced_bytes).unwrap_or(i64::MAX),
             })
             .collect();
         *l = (names, phases);
@@ -451,8 +456,10 @@ pub extern "C" fn rankwise_last_phases(
 
 /// The machine limit: the GEMM rate, in floating-point operations per second, of the
 /// threads rankwise runs on every rank of `comm` (each rank's compute threads multiply
-/// square matrices of order 1024 at once, the best of two runs each), summed over the
-/// ranks, into `*flops_per_second` on every rank. Collective: every rank passes the same
+/// square matrices of order 1024 at once, the best of two runs each, with the BLAS kernels
+/// this process loaded: `OPENBLAS_CORETYPE` chooses them, and `rankwise … --machine-limit`
+/// also measures the others the CPU can run), summed over the ranks, into
+/// `*flops_per_second` on every rank. Collective: every rank passes the same
 /// `precision` (`RANKWISE_F64` or `RANKWISE_F32`). A phase's `flops / seconds` divided
 /// by it is the phase's share of the limit, as `rankwise rsvd --machine-limit` prints.
 /// Takes about a second.
@@ -466,6 +473,42 @@ pub extern "C" fn rankwise_gemm_peak(
         let out = args::non_null_mut(flops_per_second, "flops_per_second");
         // A NULL output still takes part in the agreement, so that no rank waits.
         let peak = comm::gemm_peak(comm, if out.is_ok() { precision } else { -1 });
+        let out = out?;
+        // SAFETY: checked non-null; the caller passes a writable double.
+        unsafe { *out = peak? };
+        Ok(())
+    })
+}
+
+/// The rest of the machine limit: the rate, in bytes per second (8 a value), at which the
+/// threads rankwise runs on every rank of `comm` read the caller's matrix into the blocks
+/// its kernels work on (each rank's compute threads read up to 4 Mi values of its own
+/// rows at once, the best of two runs each), summed over the ranks, into
+/// `*bytes_per_second` on every rank. Collective: each rank passes its own rows, as to
+/// `rankwise_tsqr_svd` (`rows_local` may be 0). A phase's limit is its `flops` at
+/// `rankwise_gemm_peak`'s rate plus its `produced_bytes`, summed over the ranks, at this
+/// one, as `rankwise svd --machine-limit` prints. Takes well under a second.
+#[no_mangle]
+pub extern "C" fn rankwise_production_peak(
+    comm: MPI_Fint,
+    a: *const f64,
+    rows_local: i64,
+    cols: i64,
+    lda: i64,
+    layout: rankwise_layout,
+    bytes_per_second: *mut f64,
+) -> rankwise_status {
+    guarded(|| {
+        let out = args::non_null_mut(bytes_per_second, "bytes_per_second");
+        let rows = args::RowsArg {
+            a,
+            rows_local,
+            cols,
+            lda,
+            layout,
+        };
+        // A NULL output still takes part in the agreement, so that no rank waits.
+        let peak = comm::production_peak(comm, &rows, out.as_ref().err().map(|e| e.status()));
         let out = out?;
         // SAFETY: checked non-null; the caller passes a writable double.
         unsafe { *out = peak? };

@@ -1,20 +1,25 @@
 /*
- * How close a randomized SVD comes to the machine: each phase's rate against the GEMM
- * rate of the threads rankwise runs on (what `rankwise rsvd --machine-limit` prints).
+ * How close a randomized or exact SVD comes to the machine: each phase's rate against the
+ * GEMM rate of the threads rankwise runs on, and its machine limit, its flops at that rate
+ * plus the matrix bytes it read at the rate the same threads read them (what `rankwise
+ * rsvd --machine-limit` and `rankwise svd --machine-limit` print).
  *
- *   mpirun -np 2 ./machine_limit ROWS COLS PANEL SEED K OVERSAMPLE POWER
+ *   mpirun -np 2 ./machine_limit ROWS COLS PANEL SEED K OVERSAMPLE POWER [svd]
  *
  * Each rank fills its whole panels of the matrix `rankwise rsvd --seed SEED` generates,
- * calls rankwise_rsvd, then reads the call's phases (rankwise_last_phases) and measures
- * the machine limit (rankwise_gemm_peak, collective). Rank 0 prints one line per phase:
+ * calls rankwise_rsvd (or, with `svd`, rankwise_tsqr_svd), then reads the call's phases
+ * (rankwise_last_phases) and measures the machine's rates (rankwise_gemm_peak and
+ * rankwise_production_peak, collective). Rank 0 prints one line per phase:
  *
- *   phase <name>: <seconds> s, <GFLOP/s> GFLOP/s, <share> % of <peak> GFLOP/s
+ *   phase <name>: <seconds> s, <GFLOP/s> GFLOP/s, <share> % of <peak> GFLOP/s; limit
+ *   <limit> s, <share> % (<bytes> bytes at <GB/s> GB/s)
  *
- * (rate and share "-" for a phase whose work is not counted).
+ * (rate and shares "-" for a phase whose work is not counted).
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <mpi.h>
 #include <rankwise.h>
@@ -30,9 +35,10 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (argc != 8) {
+    int exact = argc == 9 && strcmp(argv[8], "svd") == 0;
+    if (argc != 8 && !exact) {
         if (rank == 0)
-            fprintf(stderr, "usage: machine_limit ROWS COLS PANEL SEED K OVERSAMPLE POWER\n");
+            fprintf(stderr, "usage: machine_limit ROWS COLS PANEL SEED K OVERSAMPLE POWER [svd]\n");
         MPI_Finalize();
         return 2;
     }
@@ -53,8 +59,10 @@ int main(int argc, char **argv) {
     }
 
     rankwise_sizes sz;
-    if (check(rank, "rankwise_rsvd_query",
-              rankwise_rsvd_query(rows_local, cols, k, RANKWISE_ROW_MAJOR, &sz)))
+    if (exact ? check(rank, "rankwise_tsqr_svd_query",
+                      rankwise_tsqr_svd_query(rows_local, cols, RANKWISE_ROW_MAJOR, &sz))
+              : check(rank, "rankwise_rsvd_query",
+                      rankwise_rsvd_query(rows_local, cols, k, RANKWISE_ROW_MAJOR, &sz)))
         MPI_Abort(MPI_COMM_WORLD, 1);
     double *a = malloc(sizeof(double) * (size_t)(rows_local * cols + 1));
     double *s = malloc(sizeof(double) * (size_t)sz.s_len);
@@ -64,27 +72,46 @@ int main(int argc, char **argv) {
     int failed = check(rank, "rankwise_generate",
                        rankwise_generate(seed, RANKWISE_DIST_UNIFORM, row0, rows_local, cols, a, cols,
                                          RANKWISE_ROW_MAJOR));
-    failed = failed || check(rank, "rankwise_rsvd",
-                             rankwise_rsvd(comm, a, rows_local, cols, cols, RANKWISE_ROW_MAJOR, panel, k,
-                                           strtoll(argv[6], NULL, 10), strtoll(argv[7], NULL, 10), 1,
-                                           s, u, sz.min_ldu, vt, sz.min_ldvt));
-    double peak = 0;
+    if (exact)
+        failed = failed || check(rank, "rankwise_tsqr_svd",
+                                 rankwise_tsqr_svd(comm, a, rows_local, cols, cols, RANKWISE_ROW_MAJOR,
+                                                   panel, s, u, sz.min_ldu, vt, sz.min_ldvt));
+    else
+        failed = failed || check(rank, "rankwise_rsvd",
+                                 rankwise_rsvd(comm, a, rows_local, cols, cols, RANKWISE_ROW_MAJOR, panel,
+                                               k, strtoll(argv[6], NULL, 10), strtoll(argv[7], NULL, 10),
+                                               1, s, u, sz.min_ldu, vt, sz.min_ldvt));
+    double peak = 0, production = 0;
     failed = failed || check(rank, "rankwise_last_phases", rankwise_last_phases(&phases, &count));
     /* Collective: every rank measures its threads at once. */
     failed = failed || check(rank, "rankwise_gemm_peak", rankwise_gemm_peak(comm, RANKWISE_F64, &peak));
-    if (!failed && rank == 0) {
+    failed = failed || check(rank, "rankwise_production_peak",
+                             rankwise_production_peak(comm, a, rows_local, cols, cols,
+                                                      RANKWISE_ROW_MAJOR, &production));
+    if (failed)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    /* Each phase's bytes on all ranks together (every rank has the same phases). */
+    int64_t *bytes = malloc(sizeof(int64_t) * (size_t)(count + 1));
+    for (int64_t i = 0; i < count; i++)
+        bytes[i] = phases[i].produced_bytes;
+    MPI_Allreduce(MPI_IN_PLACE, bytes, (int)count, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) {
         for (int64_t i = 0; i < count; i++) {
             const rankwise_phase *p = &phases[i];
-            if (p->flops > 0 && p->seconds > 0) {
+            if ((p->flops > 0 || bytes[i] > 0) && p->seconds > 0) {
                 double rate = p->flops / p->seconds;
-                printf("phase %s: %.4f s, %.2f GFLOP/s, %.1f %% of %.2f GFLOP/s\n", p->name,
-                       p->seconds, rate / 1e9, 100 * rate / peak, peak / 1e9);
+                double limit = p->flops / peak + (double)bytes[i] / production;
+                printf("phase %s: %.4f s, %.2f GFLOP/s, %.1f %% of %.2f GFLOP/s; limit %.4f s, "
+                       "%.1f %% (%" PRId64 " bytes at %.2f GB/s)\n",
+                       p->name, p->seconds, rate / 1e9, 100 * rate / peak, peak / 1e9, limit,
+                       100 * limit / p->seconds, bytes[i], production / 1e9);
             } else {
-                printf("phase %s: %.4f s, - GFLOP/s, - %% of %.2f GFLOP/s\n", p->name, p->seconds,
-                       peak / 1e9);
+                printf("phase %s: %.4f s, - GFLOP/s, - %% of %.2f GFLOP/s; limit - s, - %%\n",
+                       p->name, p->seconds, peak / 1e9);
             }
         }
     }
+    free(bytes);
     free(a);
     free(s);
     free(u);
