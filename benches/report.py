@@ -206,6 +206,7 @@ def exact_svd(args):
     membw1 = key_values(out / "membw-1thread.txt")
     dgemm = key_values(out / "dgemm.txt")
     dgemm_np = load_json(out / "dgemm-numpy.json")
+    dgemm_avx = key_values(out / "dgemm-avx512.txt") if (out / "dgemm-avx512.txt").exists() else None
     resident = [load_json(p) for p in sorted(out.glob("rankwise-resident-*.json"))]
     regen = [load_json(p) for p in sorted(out.glob("rankwise-regenerate-*.json"))]
     check = load_json(out / "rankwise-check.json")
@@ -325,7 +326,11 @@ def exact_svd(args):
         whole = sum(p["limit_seconds"] for p in limit["passes"])
         phases += (
             f"; the machine limit (`--machine-limit`: each pass's flops at the "
-            f"{limit['gemm_gflop_per_s']:.1f} GFLOP/s of a DGEMM on the run's threads, and its "
+            f"{limit['gemm_gflop_per_s']:.1f} GFLOP/s of a DGEMM on the run's threads"
+            + (f" with OpenBLAS's {limit['gemm_kernels']} kernels" if limit.get("gemm_kernels") else "")
+            + (f", {limit['pinned_gemm_gflop_per_s']:.1f} with the ones rankwise pins"
+               if limit.get("pinned_gemm_gflop_per_s") else "")
+            + ", and its "
             f"values at the {limit['production_gb_per_s']:.1f} GB/s they are generated at) is "
             f"{whole:.2f} s for the run, {100 * whole / median_run['seconds']:.0f} % of its "
             f"{median_run['seconds']:.2f} s"
@@ -361,7 +366,9 @@ def exact_svd(args):
             f"copy {membw1['copy_gbs']} GB/s, triad {membw1['triad_gbs']} GB/s with 1 thread. The "
             f"\"of copy bandwidth\" column divides by the better copy figure, {copy_bw:.2f} GB/s. "
             f"DGEMM {dgemm['n']}³ (best of {args.dgemm_reps}): {dgemm['gflops']} GFLOP/s with the system "
-            f"OpenBLAS (`tools/dgemm.c`, {dgemm['threads']} threads, {dgemm.get('core', 'its own')} kernels as rankwise runs them), {dgemm_np['gflops']:.1f} GFLOP/s "
+            f"OpenBLAS (`tools/dgemm.c`, {dgemm['threads']} threads, {dgemm.get('core', 'its own')} kernels as rankwise runs them), "
+            + (f"{dgemm_avx['gflops']} GFLOP/s with its AVX-512 (SkylakeX) kernels, " if dgemm_avx else "")
+            + f"{dgemm_np['gflops']:.1f} GFLOP/s "
             f"with NumPy's bundled OpenBLAS (`np.dot`, OPENBLAS_NUM_THREADS={args.threads})."
         ),
         para(

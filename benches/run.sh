@@ -170,6 +170,14 @@ run env ${CORE:+OPENBLAS_CORETYPE="$CORE"} "$TOOLS/dgemm" "$DGEMM_N" "$THREADS" 
     >"$OUT/dgemm.txt" 2>>"$OUT/stderr.log"
 run env OPENBLAS_NUM_THREADS="$THREADS" "$PY" benches/reference.py dgemm --n "$DGEMM_N" \
     --reps "$DGEMM_REPS" >"$OUT/dgemm-numpy.json" 2>>"$OUT/stderr.log"
+# The machine's widest kernels in the same OpenBLAS, where the CPU has AVX-512: the system
+# OpenBLAS chooses its SSE3 ones for a model it does not know (Intel model 207), and
+# rankwise pins the AVX2 ones; the machine's limit is the best of these DGEMMs.
+if grep -qw avx512f /proc/cpuinfo; then
+    run env OPENBLAS_CORETYPE=SkylakeX "$TOOLS/dgemm" "$DGEMM_N" "$THREADS" "$DGEMM_REPS" \
+        >"$OUT/dgemm-avx512.txt" 2>>"$OUT/stderr.log"
+    cat "$OUT/dgemm-avx512.txt" >&2
+fi
 cat "$OUT/dgemm.txt" "$OUT/dgemm-numpy.json" >&2
 
 # ---------------------------------------------------------------------------------------

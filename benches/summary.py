@@ -171,13 +171,17 @@ def rows_text(shape, dtype="float64"):
 
 
 def machine_limits(runs):
-    """Copy bandwidth (GB/s) and DGEMM rate (GFLOP/s) of the newest benches/run.sh run."""
+    """Copy bandwidth (GB/s) and the machine's DGEMM rate (GFLOP/s) of the newest
+    benches/run.sh run: the best of the system OpenBLAS with the kernels rankwise pins,
+    with its AVX-512 kernels, and NumPy's bundled OpenBLAS, all measured in that run."""
     d = newest(runs, "[0-9]" * 8 + "-" + "[0-9]" * 6)
     if d is None:
         return None, None, None
     bw = key_values(d / "membw.txt").get("copy_gbs")
-    gf = key_values(d / "dgemm.txt").get("gflops")
-    return d, float(bw) if bw else None, float(gf) if gf else None
+    rates = [key_values(d / f).get("gflops") for f in ("dgemm.txt", "dgemm-avx512.txt")]
+    rates.append((load(d / "dgemm-numpy.json") or {}).get("gflops"))
+    rates = [float(r) for r in rates if r]
+    return d, float(bw) if bw else None, max(rates) if rates else None
 
 
 def exact_svd(runs, copy_bw):
@@ -226,6 +230,24 @@ def exact_svd(runs, copy_bw):
     ]
 
 
+def gemm_limit(r, dgemm):
+    """The limit column of a randomized run: its share of the machine limit its own report
+    measured (`--machine-limit`: flops at the machine's best GEMM rate, and for a float
+    matrix the values at the rate its threads produce them), with its GEMMs' share of that
+    rate; for runs without one, its GEMM rate against the run.sh DGEMM."""
+    rep = (r or {}).get("report", {})
+    gflops = rep.get("gemm_gflop_per_s")
+    ml = rep.get("machine_limit")
+    if ml and rep.get("seconds"):
+        whole = sum(p["limit_seconds"] for p in ml["passes"])
+        values = ", values at the rate they are produced at" if ml.get("production_gb_per_s") else ""
+        kernels = f" ({ml['gemm_kernels']} kernels)" if ml.get("gemm_kernels") else ""
+        return (f"{pct(whole / rep['seconds'])} of the machine limit (`--machine-limit`: flops at "
+                f"the best GEMM's {ml['gemm_gflop_per_s']:.0f} GFLOP/s{kernels}{values}); "
+                f"GEMMs at {pct(gflops / ml['gemm_gflop_per_s'])} of that GEMM")
+    return f"{pct(gflops / dgemm)} of DGEMM (GEMM GFLOP/s)" if gflops and dgemm else "—"
+
+
 def rsvd(runs, dgemm):
     d = newest(runs, "rsvd-*")
     out = []
@@ -235,7 +257,6 @@ def rsvd(runs, dgemm):
         p = peer(d, dname) if dname else None
         shape = (r or {}).get("report", {}).get("shape") or (p or {}).get("shape") or full
         est = ((r or {}).get("report", {}).get("error_estimate") or {}).get("relative_frobenius")
-        gflops = (r or {}).get("report", {}).get("gemm_gflop_per_s")
         out.append(
             {
                 "workload": label,
@@ -247,9 +268,7 @@ def rsvd(runs, dgemm):
                 "rwhy": failure(d, rname),
                 "pacc": f"residual {p['relative_residual']:.4f}" if p else "—",
                 "racc": f"residual est. {est:.4f}" if est is not None else "—",
-                "limit": f"{pct(gflops / dgemm)} of DGEMM (GEMM GFLOP/s)"
-                if gflops and dgemm
-                else "—",
+                "limit": gemm_limit(r, dgemm),
                 "dir": d,
             }
         )
@@ -410,7 +429,6 @@ def zarr(runs, copy_bw, dgemm):
     r = rankwise(d, "rw-rsvd-q0-v3.[0-9]*.json")
     p = peer(d, "dask-svd-q0-v3")
     est = ((r or {}).get("report", {}).get("error_estimate") or {}).get("relative_frobenius")
-    gflops = (r or {}).get("report", {}).get("gemm_gflop_per_s")
     out.append(
         {
             "workload": "(5) `svd_compressed(k=10)` of a zarr-python store, q = 0",
@@ -422,9 +440,7 @@ def zarr(runs, copy_bw, dgemm):
             "rwhy": failure(d, "rw-rsvd-q0-v3"),
             "pacc": f"residual {p['relative_residual']:.4f}" if p else "—",
             "racc": f"residual est. {est:.4f}" if est is not None else "—",
-            "limit": f"{pct(gflops / dgemm)} of DGEMM (GEMM GFLOP/s)"
-            if gflops and dgemm
-            else "—",
+            "limit": gemm_limit(r, dgemm),
             "dir": d,
         }
     )
@@ -568,7 +584,9 @@ def main():
     limits = []
     if copy_bw:
         limits.append(
-            f"copy bandwidth {copy_bw:.2f} GB/s and DGEMM {dgemm} GFLOP/s from `{limits_dir}`"
+            f"copy bandwidth {copy_bw:.2f} GB/s and DGEMM {dgemm:.1f} GFLOP/s (the best of "
+            f"the system OpenBLAS with the kernels rankwise pins, with its AVX-512 kernels "
+            f"where the CPU has them, and NumPy's) from `{limits_dir}`"
         )
     if reduce_bw:
         limits.append(f"copy bandwidth {reduce_bw:.2f} GB/s for (4) from `{reduce_dir}`")

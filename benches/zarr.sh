@@ -129,7 +129,7 @@ for v in 3 2; do
     S=$(store "$v")
     rw "rw-read-v$v" read --zarr "$S"
     dask "dask-read-v$v" read --store "$S" --reps "$REPS" --workers "$WORKERS" --blas-threads 1
-    rw "rw-rsvd-q0-v$v" rsvd --zarr "$S" -k 10 --power-iters 0
+    rw "rw-rsvd-q0-v$v" rsvd --zarr "$S" -k 10 --power-iters 0 --machine-limit
     dask "dask-svd-q0-v$v" svd --store "$S" -k 10 --power-iters 0 --reps "$REPS" --workers "$WORKERS" \
         --blas-threads 1
 done
