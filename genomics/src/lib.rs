@@ -503,6 +503,12 @@ pub struct Pca {
     /// their global index among the variants given (after selection); a variant that a
     /// filter excluded has a row of zeros.
     pub loadings: Option<rankwise_linalg::LocalRows>,
+    /// Passes over the genotype matrix.
+    pub passes: usize,
+    /// This rank's phases, each with its products' flops with the whole matrix: at the
+    /// machine's GEMM rate (`rankwise_linalg::gemm_peak` of `solver.precision`), each
+    /// pass's share of the machine limit.
+    pub timings: Vec<rankwise_linalg::PhaseTiming>,
 }
 
 impl Pca {
@@ -744,6 +750,8 @@ impl Pca {
             convergence: result.convergence.clone(),
             variants_used,
             loadings: None,
+            passes: result.passes,
+            timings: result.timings.clone(),
         }
     }
 }
@@ -817,6 +825,8 @@ mod tests {
             },
             variants_used: 10,
             loadings: None,
+            passes: 2,
+            timings: Vec::new(),
         }
     }
 

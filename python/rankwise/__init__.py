@@ -114,7 +114,9 @@ class PCAResult:
         residuals: each component's residual against the tolerance.
         converged: whether every component met it.
         variants_used: variants after selection and filters.
-        report: the convergence report.
+        report: the convergence report, the passes, this rank's ``phases`` (name,
+            seconds, ``flops`` of the products with the whole matrix) and, with
+            ``machine_limit``, ``gemm_peak_flops``.
         loadings: sgkit's ``sample_pca_loading`` rows that this rank holds (all of them
             in one process): variants × k, ``U`` scaled by ``√(explained variance)``.
         loading_rows: the variant index of each row of ``loadings``.
@@ -643,7 +645,7 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         memory_per_actor=None, pin: Optional[bool] = None, device: Optional[str] = None,
         endpoint_url: Optional[str] = None,
         io_concurrency: Optional[int] = None, io_retries: Optional[int] = None,
-        progress=None) -> PCAResult:
+        progress=None, machine_limit: bool = False) -> PCAResult:
     """The genotype PCA of ``source``, as ``plink2 --pca`` computes it: each variant
     standardized by its allele frequency, missing calls mean-imputed, eigenvalues of
     the genetic relationship matrix on PLINK 2's scale.
@@ -670,6 +672,12 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
             and ``OUT.afreq`` for :func:`project` (instead of ``weights``). Existing
             results are never overwritten.
         zarr_format: the group's Zarr format, 3 or 2 (sgkit 0.10 reads only 2).
+        machine_limit: after the run, measure the machine's GEMM rate in the solver's
+            precision (every rank's compute threads at once) into
+            ``report["gemm_peak_flops"]``: a phase's ``flops / seconds``
+            (``report["phases"]``) over it is its share of the machine limit, as
+            ``rankwise pca --machine-limit`` prints (a genotype pass's products read packed
+            codes, so the GEMM rate alone is its limit).
     """
     world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
                    endpoint_url, io_concurrency, io_retries)
@@ -689,7 +697,7 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         "require_converged": require_converged, "panel_rows": panel_rows,
         "weights": None if weights is None else os.fspath(weights),
         "out": None if out is None else os.fspath(out),
-        "zarr_format": zarr_format,
+        "zarr_format": zarr_format, "machine_limit": machine_limit,
     }
     mask = None
     if isinstance(src, tuple):
@@ -706,7 +714,8 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         residuals=np.asarray(conv["residuals"]),
         converged=bool(conv["converged"]),
         variants_used=int(out["variants_used"]),
-        report={"convergence": conv},
+        report={"convergence": conv, "passes": out["passes"], "phases": out["phases"],
+                "gemm_peak_flops": out["gemm_peak_flops"]},
         loadings=out.get("loadings"),
         loading_rows=out.get("loading_rows"),
     )

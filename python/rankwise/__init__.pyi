@@ -66,6 +66,7 @@ def svd(
     io_concurrency: Optional[int] = ...,
     io_retries: Optional[int] = ...,
     progress: Progress = ...,
+    machine_limit: bool = ...,
 ) -> SVDResult: ...
 def rsvd(
     a: Any,
@@ -132,6 +133,7 @@ def pca(
     io_concurrency: Optional[int] = ...,
     io_retries: Optional[int] = ...,
     progress: Progress = ...,
+    machine_limit: bool = ...,
 ) -> PCAResult: ...
 def project(
     source: Any,

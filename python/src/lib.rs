@@ -154,7 +154,7 @@ struct Job {
     command: Command,
     solver: SolverChoice,
     require_converged: bool,
-    /// `rsvd`: measure the machine's GEMM rate after the run (`machine_limit`).
+    /// `svd`, `rsvd`, `pca`: measure the machine's rates after the run (`machine_limit`).
     machine_limit: bool,
     check: bool,
     filter: VariantFilter,
@@ -196,7 +196,12 @@ enum Outcome {
         /// are produced at (bytes/s, 8 a value), all ranks together (`machine_limit`).
         peaks: Option<(f64, Option<f64>)>,
     },
-    Pca(Box<rankwise::genomics::Pca>),
+    Pca {
+        pca: Box<rankwise::genomics::Pca>,
+        /// The machine's GEMM rate in the solver's precision (`machine_limit`), FLOP/s,
+        /// all ranks together.
+        peak: Option<f64>,
+    },
     Project(Box<rankwise::genomics::projection::Projection>),
 }
 
@@ -594,7 +599,20 @@ fn work(
                 }
                 None => rankwise::pca(&rt, &input, &params),
             };
-            Outcome::Pca(Box::new(pca.map_err(fail)?))
+            let pca = pca.map_err(fail)?;
+            // Collective: every rank probes at once. A genotype pass's products read
+            // packed codes: its limit is the GEMM rate's alone.
+            let peak = match job.machine_limit {
+                true => Some(
+                    rankwise::linalg::gemm_peak(&rt, params.solver.precision)
+                        .map_err(|e| fail(e.into()))?,
+                ),
+                false => None,
+            };
+            Outcome::Pca {
+                pca: Box::new(pca),
+                peak,
+            }
         }
         Command::Project => {
             let Some(pca) = job.weights else {
@@ -772,8 +790,11 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             d.set_item("gemm_peak_flops", peaks.map(|p| p.0))?;
             d.set_item("production_peak_bytes_per_s", peaks.and_then(|p| p.1))?;
         }
-        Outcome::Pca(p) => {
-            let p = *p;
+        Outcome::Pca { pca, peak } => {
+            let p = *pca;
+            d.set_item("passes", p.passes)?;
+            d.set_item("phases", phases_list(py, &p.timings)?)?;
+            d.set_item("gemm_peak_flops", peak)?;
             d.set_item("pcs", p.pcs.into_pyarray(py))?;
             d.set_item("eigenvalues", p.eigenvalues.into_pyarray(py))?;
             d.set_item(

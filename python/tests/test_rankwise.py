@@ -194,6 +194,30 @@ def test_the_exact_svd_reports_each_passs_flops_bytes_and_machine_limit():
         assert 0 < limit / p["seconds"] < 10, (p, gemm, production)
 
 
+def test_the_pca_reports_its_phases_and_the_machine_limit():
+    r = rng(41)
+    variants, samples = int(r.integers(2000, 6000)), int(r.integers(60, 300))
+    dosages = r.binomial(2, r.uniform(0.05, 0.95, size=(variants, 1)),
+                         size=(variants, samples)).astype(np.int8)
+    q = int(r.integers(0, 3))
+    res = rankwise.pca(dosages, 3, power_iters=q, precision="f64", seed=3)
+    assert res.report["gemm_peak_flops"] is None
+    passes = [p for p in res.report["phases"] if p["flops"] > 0]
+    # The first pass, q iterations and the residual check multiply the whole matrix.
+    assert res.report["passes"] >= 2 + q and len(passes) >= 2 + q, res.report
+    for p in passes:
+        columns = p["flops"] / (2.0 * variants * samples)
+        assert columns >= 1 and abs(columns - round(columns)) < 1e-9, p
+    limited = rankwise.pca(dosages, 3, power_iters=q, precision="f64", seed=3,
+                           machine_limit=True)
+    np.testing.assert_array_equal(limited.eigenvalues, res.eigenvalues)
+    peak = limited.report["gemm_peak_flops"]
+    assert np.isfinite(peak) and peak > 1e8, peak
+    for p in limited.report["phases"]:
+        if p["flops"] > 0:
+            assert 0 < p["flops"] / p["seconds"] / peak < 10, (p, peak)
+
+
 def test_pca_matches_scikit_learn_on_standardized_dosages():
     from sklearn.decomposition import PCA
 
