@@ -381,8 +381,9 @@ fn keep_results_independent_of_layout() {
 }
 
 /// The variable that makes this binary a GEMM probe, `f64:THREADS` or `f32:THREADS`
-/// ([`machine_gemm_peak`]): it prints the rate of the kernels OpenBLAS chose by itself and
-/// exits, before the restart that pins them.
+/// ([`machine_gemm_peak`]): it prints the rate of the kernels OpenBLAS loaded (those
+/// `OPENBLAS_CORETYPE` names, else its own choice) and exits, before the restart that
+/// would pin them.
 const GEMM_PROBE: &str = "RANKWISE_GEMM_PROBE";
 
 /// The process [`GEMM_PROBE`] asks for: the GEMM rate in FLOP/s and the name of the
