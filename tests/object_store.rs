@@ -82,9 +82,11 @@ fn stores(name: &str) -> Stores {
         .arg(dir.join("local"))
         .output()
         .unwrap();
+    // The status says whether it exited or was killed by a signal, which leaves stderr empty.
     assert!(
         out.status.success(),
-        "s3_stores.py: {}",
+        "s3_stores.py: {}: {}",
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     let manifest = serde_json::from_slice(&out.stdout).unwrap();
