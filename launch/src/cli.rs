@@ -417,8 +417,8 @@ fn gemm_probe(spec: &str) -> i32 {
 /// SSE3 kernels for a CPU model it does not know: on the Intel Xeon model 207 guest the
 /// pinned Haswell kernels run DGEMM of order 1024 at 79 GFLOP/s on 2 threads, the ones it
 /// chooses (Prescott) at 28 and SkylakeX's at 142. A limit from the pinned kernels alone
-/// would overstate every pass's share. Collective: every rank calls it; a rank whose
-/// probe processes all fail counts the pinned rate.
+/// would overstate every pass's share. Collective: every rank calls it; where a rank's
+/// probe processes all fail, the limit is the pinned rate.
 pub(crate) fn machine_gemm_peak(
     rt: &Runtime,
     precision: rankwise::linalg::Precision,
@@ -460,21 +460,16 @@ pub(crate) fn machine_gemm_peak(
         .filter(|c| c.is_none() || c.map(str::to_string) != own_core)
         .filter_map(probe)
         .max_by(|a, b| a.0.total_cmp(&b.0));
-    // This rank's best (or its share of the pinned rate where no probe ran), summed like
+    // Summed like the pinned rate; where any rank's probes all failed, every rank keeps
     // the pinned rate.
-    let threads_all = {
-        let mut t = [threads as f64];
-        rt.comm().allreduce_sum_f64(&mut t)?;
-        t[0]
-    };
-    let own = best
-        .as_ref()
-        .map_or(pinned * threads as f64 / threads_all, |b| b.0);
-    let mut sum = [own];
-    rt.comm().allreduce_sum_f64(&mut sum)?;
+    let mut sums = [
+        best.as_ref().map_or(0.0, |b| b.0),
+        best.is_none() as u8 as f64,
+    ];
+    rt.comm().allreduce_sum_f64(&mut sums)?;
     let pinned_name = rankwise::linalg::openblas_core();
     Ok(match best {
-        Some((_, name)) if sum[0] > pinned => (sum[0], name, Some(pinned)),
+        Some((_, name)) if sums[1] == 0.0 && sums[0] > pinned => (sums[0], name, Some(pinned)),
         _ => (pinned, pinned_name, None),
     })
 }

@@ -192,9 +192,9 @@ enum Outcome {
     Rsvd {
         result: Box<rankwise::RsvdResult>,
         local: rankwise::LocalRows,
-        /// The machine's GEMM rate (FLOP/s) and, for a float matrix, the rate its tiles
-        /// are produced at (bytes/s, 8 a value), all ranks together (`machine_limit`).
-        peaks: Option<(f64, Option<f64>)>,
+        /// The machine's GEMM rate (FLOP/s) and the rate its tiles are produced at
+        /// (bytes/s, 8 a value), all ranks together (`machine_limit`).
+        peaks: Option<(f64, f64)>,
     },
     Pca {
         pca: Box<rankwise::genomics::Pca>,
@@ -561,7 +561,7 @@ fn work(
                         options.precision,
                     )
                     .map_err(fail)?;
-                    Some((gemm, Some(production)))
+                    Some((gemm, production))
                 }
                 false => None,
             };
@@ -788,7 +788,7 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             // (`rankwise rsvd --machine-limit`).
             d.set_item("phases", phases_list(py, &r.timings)?)?;
             d.set_item("gemm_peak_flops", peaks.map(|p| p.0))?;
-            d.set_item("production_peak_bytes_per_s", peaks.and_then(|p| p.1))?;
+            d.set_item("production_peak_bytes_per_s", peaks.map(|p| p.1))?;
         }
         Outcome::Pca { pca, peak } => {
             let p = *pca;
