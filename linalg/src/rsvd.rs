@@ -1769,10 +1769,17 @@ fn check_scale(stats: &PassFacts, precision: Precision) -> Result<(), LinalgErro
 /// kernels' read before their add, maps the shared zero page; the write after it faults
 /// again to copy the page and flushes the TLBs of every core the process runs on. Those
 /// faults (`do_wp_page`) took 2 % of the CPU time of `rsvd --zarr` at q = 0.
+///
+/// Written once: allocated without zeroing, then filled. Zeroed by the allocator and then
+/// filled (as this did), memory the allocator reuses is written twice, and a genotype PCA
+/// makes one `l × samples` sum a panel each pass (64 panels of 3.2 MB at 20,000 samples):
+/// the two writes were 6 % of the CPU time of `pca --bed` of 20,000 × 20,000 on a 2-core
+/// Xeon KVM guest (`perf`, 2026-11-30: `memset` 3.2 %, the fill 2.8 %).
 fn written_zeros(shape: (usize, usize)) -> Array2<f64> {
-    let mut a = Array2::<f64>::zeros(shape);
-    a.fill(0.0);
-    a
+    let len = shape.0 * shape.1;
+    let mut v = Vec::with_capacity(len);
+    v.resize(len, 0.0);
+    Array2::from_shape_vec(shape, v).expect("rows × columns values")
 }
 
 fn range_pass_t<T: GpuReal>(
