@@ -231,7 +231,8 @@ pub fn uniform_row_f32(key: u64, row: u64, col0: u64, out: &mut [f32]) {
     uniform_row_f32_auto(key, row, col0, out)
 }
 
-/// [`uniform_row`] as the compiler vectorizes [`map_row`] (CPUs without AVX2).
+/// [`uniform_row`] as the compiler vectorizes [`map_row`] (CPUs without AVX2, and AVX-512
+/// ones without AVX-512DQ).
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512dq+avx512vl+avx512bw+avx2+fma",
     "x86_64+avx2+fma"
