@@ -75,13 +75,33 @@ fn stores(name: &str) -> Stores {
     let python = zarr_python();
     let dir = scratch(name);
     let s3 = Server::start(&python, "s3_server.py", &[]);
-    let out = Command::new(&python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/s3_stores.py"))
-        .arg(s3.url())
-        .arg(BUCKET)
-        .arg(dir.join("local"))
-        .output()
-        .unwrap();
+    let write = || {
+        Command::new(&python)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/s3_stores.py"))
+            .arg(s3.url())
+            .arg(BUCKET)
+            .arg(dir.join("local"))
+            // A fatal error inside the interpreter or a native library (glibc reports heap
+            // corruption on the terminal, not on stderr) is then named on stderr.
+            .env("PYTHONFAULTHANDLER", "1")
+            .env("LIBC_FATAL_STDERR_", "1")
+            .output()
+            .unwrap()
+    };
+    let mut out = write();
+    // Three of the last seven clean-clone runs of `make test` saw this writer (zarr-python,
+    // numcodecs and obstore writing the test stores) die, once named as SIGABRT, with
+    // nothing on stderr; 32 runs by hand, four at a time, did not. The stores are the fixture, not what
+    // is tested: a writer killed by a signal is reported and run once more (it rewrites
+    // every object), one that exits with an error is not.
+    if out.status.code().is_none() {
+        eprintln!(
+            "s3_stores.py: {}, run again: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out = write();
+    }
     // The status says whether it exited or was killed by a signal, which leaves stderr empty.
     assert!(
         out.status.success(),
