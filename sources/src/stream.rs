@@ -409,10 +409,11 @@ mod avx2 {
 /// Measured on one core of a 2-core Xeon KVM guest (family 6, model 207, AVX-512),
 /// 2026-11-30, filling a 256 × 512 tile by rows (`Generated::fill_cols`, the fastest of
 /// 3,000 tiles): f64 49–58 µs with the compiler's form, 42–45 µs with one block at a time,
-/// 33–35 µs with two (23 → 31 GB/s); f32 48–54 → 37 µs. In `rsvd` of a generated 50,000 ×
-/// 20,000 matrix (k = 10, q = 0, two threads, eight runs alternating with the previous
-/// binary), the first pass's median went from 1.375 to 1.181 s and the residual check's
-/// from 0.458 to 0.411 s.
+/// 33–35 µs with two (23 → 31 GB/s); f32 48–54 → 37 µs, and 33.5 µs with its values
+/// converted from the words' integers (`units_f32`) rather than from the f64 values. In
+/// `rsvd` of a generated 50,000 × 20,000 matrix (k = 10, q = 0, two threads, eight runs
+/// alternating with the previous binary), the first pass's median went from 1.375 to
+/// 1.181 s and the residual check's from 0.458 to 0.411 s.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{blocks, straddle, BLOCK_COLS, GAMMA, LANES, MAX_GENERATED_COLS};
@@ -483,8 +484,19 @@ mod avx512 {
         _mm512_sub_pd(_mm512_castsi512_pd(bits), _mm512_set1_pd(1.0))
     }
 
-    /// The rows of [`super::uniform_row`] and [`super::uniform_row_f32`]: `put(at, v)`
-    /// stores a step's eight values at `out[at..at + 8]`; the values of a step that
+    /// [`super::unit`] of eight words rounded to f32: the word's top 52 bits `m` converted
+    /// to f32 (rounded to nearest, as `as f32` rounds the f64 `m·2⁻⁵²`), times 2⁻⁵²
+    /// (exact: a power of two, far from f32's limits). Two instructions fewer than the f64
+    /// values converted.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn units_f32(x: __m512i) -> __m256 {
+        let m = _mm512_cvtepu64_ps(_mm512_srli_epi64::<12>(x));
+        _mm256_mul_ps(m, _mm256_set1_ps(f32::from_bits((127 - 52) << 23)))
+    }
+
+    /// The rows of [`super::uniform_row`] and [`super::uniform_row_f32`]: `put(at, words)`
+    /// stores the values of a step's eight words at `out[at..at + 8]`; the values of a step that
     /// straddles the wanted columns go one at a time through `one`.
     ///
     /// # Safety
@@ -497,7 +509,7 @@ mod avx512 {
         row: u64,
         col0: u64,
         len: usize,
-        mut put: impl FnMut(usize, __m512d),
+        mut put: impl FnMut(usize, __m512i),
         mut one: impl FnMut(usize, f64),
     ) {
         let mut all = blocks(col0, len).peekable();
@@ -513,8 +525,8 @@ mod avx512 {
                 for w0 in (0..BLOCK_COLS).step_by(LANES) {
                     let x = step(&mut a0, &mut a1);
                     let y = step(&mut b0, &mut b1);
-                    put(range.start + w0, units(x));
-                    put(next + w0, units(y));
+                    put(range.start + w0, x);
+                    put(next + w0, y);
                 }
                 continue;
             }
@@ -524,7 +536,7 @@ mod avx512 {
             while w0 < end {
                 let x = step(&mut s0, &mut s1);
                 if w0 >= skip && w0 + LANES <= end {
-                    put(range.start + w0 - skip, units(x));
+                    put(range.start + w0 - skip, x);
                 } else {
                     let mut words = [0u64; LANES];
                     // SAFETY: eight words.
@@ -550,7 +562,7 @@ mod avx512 {
                 row,
                 col0,
                 len,
-                |at, v| _mm512_storeu_pd(p.add(at), v),
+                |at, x| _mm512_storeu_pd(p.add(at), units(x)),
                 |i, v| *p.add(i) = v,
             )
         }
@@ -571,7 +583,7 @@ mod avx512 {
                 row,
                 col0,
                 len,
-                |at, v| _mm256_storeu_ps(p.add(at), _mm512_cvtpd_ps(v)),
+                |at, x| _mm256_storeu_ps(p.add(at), units_f32(x)),
                 |i, v| *p.add(i) = v as f32,
             )
         }
