@@ -91,9 +91,9 @@ fn stores(name: &str) -> Stores {
     let mut out = write();
     // Three of the last seven clean-clone runs of `make test` saw this writer (zarr-python,
     // numcodecs and obstore writing the test stores) die, once named as SIGABRT, with
-    // nothing on stderr; 32 runs by hand, four at a time, did not. The stores are the fixture, not what
-    // is tested: a writer killed by a signal is reported and run once more (it rewrites
-    // every object), one that exits with an error is not.
+    // nothing on stderr; 32 runs by hand, four at a time, did not. The stores are the
+    // fixture, not what is tested: a writer killed by a signal is reported and run once
+    // more (it rewrites every object), one that exits with an error is not.
     if out.status.code().is_none() {
         eprintln!(
             "s3_stores.py: {}, run again: {}",

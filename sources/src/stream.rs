@@ -445,13 +445,24 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512dq")]
     fn seed(key: u64, row: u64, block: u64) -> (__m512i, __m512i) {
         let c = row * MAX_GENERATED_COLS + block * BLOCK_COLS as u64;
-        // key + (c + i)·γ for i = 2l (s0) and 2l + 1 (s1), in wrapping arithmetic.
-        let base = _mm512_set1_epi64(key.wrapping_add(c.wrapping_mul(GAMMA)) as i64);
-        let even = _mm512_mullo_epi64(
+        // Lane l's counter is 2l past c.
+        let apart = _mm512_mullo_epi64(
             _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0),
             _mm512_set1_epi64(GAMMA as i64),
         );
-        let s0 = _mm512_add_epi64(base, even);
+        states(key, c, apart)
+    }
+
+    /// The states of eight lanes whose counters are `c` plus the lanes of `apart`
+    /// (given times γ): `counter_bits` of each counter (s0) and of the next (s1).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn states(key: u64, c: u64, apart: __m512i) -> (__m512i, __m512i) {
+        // key + counter·γ, in wrapping arithmetic.
+        let s0 = _mm512_add_epi64(
+            _mm512_set1_epi64(key.wrapping_add(c.wrapping_mul(GAMMA)) as i64),
+            apart,
+        );
         let s1 = _mm512_add_epi64(s0, _mm512_set1_epi64(GAMMA as i64));
         (mix64(s0), mix64(s1))
     }
@@ -583,12 +594,7 @@ mod avx512 {
                 let end = skip + range.len();
                 for l in 0..LANES.min(end) {
                     let c = (row0 + i0 as u64) * MAX_GENERATED_COLS + first + 2 * l as u64;
-                    let base = _mm512_add_epi64(
-                        _mm512_set1_epi64(key.wrapping_add(c.wrapping_mul(GAMMA)) as i64),
-                        rows_apart,
-                    );
-                    let mut s0 = mix64(base);
-                    let mut s1 = mix64(_mm512_add_epi64(base, _mm512_set1_epi64(GAMMA as i64)));
+                    let (mut s0, mut s1) = states(key, c, rows_apart);
                     for t in 0..(end - l).div_ceil(LANES) {
                         let x = step(&mut s0, &mut s1);
                         let w = t * LANES + l;
