@@ -380,98 +380,20 @@ fn keep_results_independent_of_layout() {
     );
 }
 
-/// The variable that makes this binary a GEMM probe, `f64:THREADS` or `f32:THREADS`
-/// ([`machine_gemm_peak`]): it prints the rate of the kernels OpenBLAS loaded (those
-/// `OPENBLAS_CORETYPE` names, else its own choice) and exits, before the restart that
-/// would pin them.
-const GEMM_PROBE: &str = "RANKWISE_GEMM_PROBE";
-
-/// The process [`GEMM_PROBE`] asks for: the GEMM rate in FLOP/s and the name of the
-/// kernels OpenBLAS loaded, on stdout.
-fn gemm_probe(spec: &str) -> i32 {
-    let parsed = spec.split_once(':').and_then(|(p, t)| {
-        let precision = match p {
-            "f64" => rankwise::linalg::Precision::F64,
-            "f32" => rankwise::linalg::Precision::F32,
-            _ => return None,
-        };
-        Some((precision, t.parse::<usize>().ok()?))
-    });
-    let Some((precision, threads)) = parsed else {
-        eprintln!("rankwise: {GEMM_PROBE}={spec}: expected f64:THREADS or f32:THREADS");
-        return 2;
-    };
-    rankwise::linalg::init_blas_threads();
-    let rate = rankwise::linalg::gemm_rate(precision, threads);
-    println!("{rate} {}", rankwise::linalg::openblas_core());
-    0
-}
-
-/// The GEMM rate of the machine for a run's machine limit, all ranks together, with the
-/// kernels that reach it: the best of the kernels this process runs and of OpenBLAS's
-/// others that this CPU can run (the ones it chooses by itself, Haswell's with AVX2 and
-/// SkylakeX's with AVX-512), each measured in a process started with them
-/// ([`GEMM_PROBE`]) on as many threads at once. The third figure is the rate of the
-/// kernels this process runs, where it is lower. `rankwise` pins them to layout-independent
-/// ones ([`keep_results_independent_of_layout`]), and OpenBLAS 0.3.21 chooses its generic
-/// SSE3 kernels for a CPU model it does not know: on the Intel Xeon model 207 guest the
-/// pinned Haswell kernels run DGEMM of order 1024 at 79 GFLOP/s on 2 threads, the ones it
-/// chooses (Prescott) at 28 and SkylakeX's at 142. A limit from the pinned kernels alone
-/// would overstate every pass's share. Collective: every rank calls it; where a rank's
-/// probe processes all fail, the limit is the pinned rate.
+/// The GEMM rate of the machine for a run's machine limit, with the kernels that reach it
+/// ([`rankwise::linalg::machine_gemm_peak`]): this binary is its own probe process, which
+/// [`run_command_line`] answers before the restart that would pin the kernels.
+/// Collective.
 pub(crate) fn machine_gemm_peak(
     rt: &Runtime,
     precision: rankwise::linalg::Precision,
-) -> Result<(f64, String, Option<f64>), CliError> {
-    let pinned = rankwise::linalg::gemm_peak(rt, precision)?;
-    let threads: usize = rt.actors().iter().map(|a| a.threads().max(1)).sum();
-    let mut candidates = vec![None];
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        if has!("avx2") && has!("fma") {
-            candidates.push(Some("Haswell"));
-        }
-        if has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl") {
-            candidates.push(Some("SkylakeX"));
-        }
-    }
-    let probe = |core: Option<&str>| -> Option<(f64, String)> {
-        let mut c = std::process::Command::new("/proc/self/exe");
-        c.env(GEMM_PROBE, format!("{}:{threads}", precision.name()))
-            .env("OPENBLAS_NUM_THREADS", "1")
-            .stderr(std::process::Stdio::null());
-        match core {
-            Some(core) => c.env("OPENBLAS_CORETYPE", core),
-            None => c.env_remove("OPENBLAS_CORETYPE"),
-        };
-        let out = c.output().ok().filter(|o| o.status.success())?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (rate, name) = text.trim().split_once(' ')?;
-        let rate = rate
-            .parse::<f64>()
-            .ok()
-            .filter(|r| r.is_finite() && *r > 0.0)?;
-        Some((rate, name.to_string()))
-    };
-    // The kernels this process runs were measured in it already.
-    let own_core = std::env::var("OPENBLAS_CORETYPE").ok();
-    let best = (candidates.into_iter())
-        .filter(|c| c.is_none() || c.map(str::to_string) != own_core)
-        .filter_map(probe)
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    // Summed like the pinned rate; where any rank's probes all failed, every rank keeps
-    // the pinned rate.
-    let mut sums = [
-        best.as_ref().map_or(0.0, |b| b.0),
-        best.is_none() as u8 as f64,
-    ];
-    rt.comm().allreduce_sum_f64(&mut sums)?;
-    let pinned_name = rankwise::linalg::openblas_core();
-    Ok(match best {
-        Some((_, name)) if sums[1] == 0.0 && sums[0] > pinned => (sums[0], name, Some(pinned)),
-        _ => (pinned, pinned_name, None),
-    })
+) -> Result<rankwise::linalg::MachineGemm, CliError> {
+    let probe = rankwise::linalg::GemmProbe::this_executable();
+    Ok(rankwise::linalg::machine_gemm_peak(
+        rt,
+        precision,
+        Some(&probe),
+    )?)
 }
 
 /// Runs the command line; returns the process exit status. `RANKWISE_FAULT` (the failure
@@ -506,8 +428,8 @@ pub fn main_with_phase_hook(hook: PhaseHook) -> i32 {
 }
 
 fn run_command_line() -> i32 {
-    if let Some(spec) = std::env::var_os(GEMM_PROBE) {
-        return gemm_probe(&spec.to_string_lossy());
+    if let Some(status) = rankwise::linalg::serve_gemm_probe() {
+        return status;
     }
     keep_results_independent_of_layout();
     hold_large_blocks_in_mmap();
@@ -1578,8 +1500,8 @@ fn run_svd(
     let limit = rates.map(|(gemm, production)| {
         let all: Vec<_> = ranks.iter().map(|r| &r.work.timings[..]).collect();
         let produced = |phase: &str| produced_on_all_ranks(&all, phase);
-        MachineLimit::with_production(&result.timings, produced, "f64", gemm.0, production)
-            .with_kernels(gemm.1, gemm.2)
+        MachineLimit::with_production(&result.timings, produced, "f64", gemm.flops, production)
+            .with_kernels(gemm.kernels, gemm.loaded_flops)
     });
     let report = report_json(rt, launch, a, p, &result, ranks, (start, elapsed), limit);
     if let Some(o) = output {

@@ -80,7 +80,10 @@ pub use gpu_decoded::DeviceDecodeReport;
 pub use kernels::{
     blas_library, init_blas_threads, openblas_core, openblas_preferred_core, PanelFactor,
 };
-pub use peak::{gemm_peak, gemm_rate, production_peak, tile_production_peak};
+pub use peak::{
+    gemm_peak, gemm_rate, machine_gemm_peak, production_peak, serve_gemm_probe,
+    tile_production_peak, GemmProbe, MachineGemm, GEMM_PROBE_VAR,
+};
 pub use reads::{read_stored, ReadTotals, StoredRead, DEFAULT_SEGMENT_BYTES};
 pub use reduce::{strided_sum, StridedSum, StridedSumResult};
 pub use rows::{LocalRows, RowCollector};

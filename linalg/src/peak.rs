@@ -46,6 +46,173 @@ pub fn gemm_peak(rt: &Runtime, precision: Precision) -> Result<f64, LinalgError>
     Ok(sum[0])
 }
 
+/// The variable that makes a process a GEMM probe ([`serve_gemm_probe`]): `f64:THREADS` or
+/// `f32:THREADS`.
+pub const GEMM_PROBE_VAR: &str = "RANKWISE_GEMM_PROBE";
+
+/// What precedes a probe's answer on its line.
+const PROBE_MARKER: &str = "rankwise gemm probe: ";
+
+/// Answers a [`machine_gemm_peak`] probe, where this process was started as one
+/// ([`GEMM_PROBE_VAR`] set): prints the GEMM rate of the kernels the BLAS loaded ([`gemm_rate`],
+/// FLOP/s) and their name on stdout, and returns the status the process should exit with
+/// (2 for a value it cannot read). `None` in any other process. A program that names itself
+/// as the probe ([`GemmProbe::this_executable`]) calls it before anything else in `main`.
+pub fn serve_gemm_probe() -> Option<i32> {
+    let spec = std::env::var_os(GEMM_PROBE_VAR)?;
+    let spec = spec.to_string_lossy();
+    let parsed = spec.split_once(':').and_then(|(p, t)| {
+        let precision = match p {
+            "f64" => Precision::F64,
+            "f32" => Precision::F32,
+            _ => return None,
+        };
+        Some((precision, t.parse::<usize>().ok()?))
+    });
+    let Some((precision, threads)) = parsed else {
+        eprintln!("rankwise: {GEMM_PROBE_VAR}={spec}: expected f64:THREADS or f32:THREADS");
+        return Some(2);
+    };
+    crate::kernels::init_blas_threads();
+    // On a line of its own after a marker, so that a probe program that prints other
+    // things (a test harness) can still be read.
+    println!(
+        "\n{PROBE_MARKER}{} {}",
+        gemm_rate(precision, threads),
+        crate::kernels::openblas_core()
+    );
+    Some(0)
+}
+
+/// How [`machine_gemm_peak`] starts a process that measures other BLAS kernels: a program
+/// (with its arguments) that calls [`serve_gemm_probe`] first. OpenBLAS chooses its kernels
+/// once, when it is loaded, from `OPENBLAS_CORETYPE`; other kernels are measured only in a
+/// process started with another value.
+#[derive(Clone, Debug)]
+pub struct GemmProbe {
+    program: std::ffi::OsString,
+    args: Vec<std::ffi::OsString>,
+}
+
+impl GemmProbe {
+    /// `program` with `args`, for example a Python interpreter with `-c` and code that
+    /// loads the `rankwise` extension and calls its `serve_gemm_probe`.
+    pub fn new(
+        program: impl Into<std::ffi::OsString>,
+        args: impl IntoIterator<Item = impl Into<std::ffi::OsString>>,
+    ) -> GemmProbe {
+        GemmProbe {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// This executable again (Linux's `/proc/self/exe`), for a program whose `main` calls
+    /// [`serve_gemm_probe`] first, as the `rankwise` command line does.
+    pub fn this_executable() -> GemmProbe {
+        GemmProbe::new("/proc/self/exe", Vec::<std::ffi::OsString>::new())
+    }
+
+    /// The probe's rate and kernel name with `OPENBLAS_CORETYPE=core` (`None`: unset, the
+    /// kernels OpenBLAS chooses by itself); `None` where the process failed.
+    fn measure(
+        &self,
+        precision: Precision,
+        threads: usize,
+        core: Option<&str>,
+    ) -> Option<(f64, String)> {
+        let mut c = std::process::Command::new(&self.program);
+        c.args(&self.args)
+            .env(GEMM_PROBE_VAR, format!("{}:{threads}", precision.name()))
+            .env("OPENBLAS_NUM_THREADS", "1")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        match core {
+            Some(core) => c.env("OPENBLAS_CORETYPE", core),
+            None => c.env_remove("OPENBLAS_CORETYPE"),
+        };
+        let out = c.output().ok().filter(|o| o.status.success())?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let answer = text.lines().find_map(|l| l.split_once(PROBE_MARKER))?.1;
+        let (rate, name) = answer.trim().split_once(' ')?;
+        let rate = rate
+            .parse::<f64>()
+            .ok()
+            .filter(|r| r.is_finite() && *r > 0.0)?;
+        Some((rate, name.to_string()))
+    }
+}
+
+/// The machine's GEMM rate for a run's machine limit ([`machine_gemm_peak`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MachineGemm {
+    /// FLOP/s, all ranks together, with the best kernels measured.
+    pub flops: f64,
+    /// The name of those kernels (OpenBLAS's, e.g. `SkylakeX`).
+    pub kernels: String,
+    /// The rate of the kernels this process runs, where the best are others (and faster).
+    pub loaded_flops: Option<f64>,
+}
+
+/// The GEMM rate of the machine for a run's machine limit, all ranks together, with the
+/// kernels that reach it: the best of the kernels this process runs ([`gemm_peak`]) and,
+/// with `probe`, of OpenBLAS's others that this CPU can run (the ones it chooses by
+/// itself, Haswell's with AVX2 and SkylakeX's with AVX-512), each measured in a process
+/// `probe` starts with them, on as many threads at once. `rankwise` pins its kernels to
+/// layout-independent ones (see [`crate::openblas_preferred_core`]), and OpenBLAS 0.3.21
+/// chooses its generic SSE3 kernels for a CPU model it does not know: on the Intel Xeon
+/// model 207 guest the pinned Haswell kernels run DGEMM of order 1024 at 79 GFLOP/s on 2
+/// threads, the ones it chooses (Prescott) at 28 and SkylakeX's at 142. A limit from the
+/// pinned kernels alone would overstate every pass's share. Collective: every rank calls
+/// it; where any rank's probe processes all fail, the limit is the loaded kernels' rate.
+pub fn machine_gemm_peak(
+    rt: &Runtime,
+    precision: Precision,
+    probe: Option<&GemmProbe>,
+) -> Result<MachineGemm, LinalgError> {
+    let loaded = gemm_peak(rt, precision)?;
+    let threads: usize = rt.actors().iter().map(|a| a.threads().max(1)).sum();
+    let mut candidates = vec![None];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx2") && has!("fma") {
+            candidates.push(Some("Haswell"));
+        }
+        if has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl") {
+            candidates.push(Some("SkylakeX"));
+        }
+    }
+    // The kernels this process runs were measured in it already.
+    let own_core = std::env::var("OPENBLAS_CORETYPE").ok();
+    let best = probe.and_then(|probe| {
+        (candidates.into_iter())
+            .filter(|c| c.is_none() || c.map(str::to_string) != own_core)
+            .filter_map(|core| probe.measure(precision, threads, core))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+    });
+    // Summed like the loaded rate; where any rank's probes all failed (or it was given
+    // none), every rank keeps the loaded rate.
+    let mut sums = [
+        best.as_ref().map_or(0.0, |b| b.0),
+        best.is_none() as u8 as f64,
+    ];
+    rt.comm().allreduce_sum_f64(&mut sums)?;
+    let loaded_name = crate::kernels::openblas_core();
+    Ok(match best {
+        Some((_, name)) if sums[1] == 0.0 && sums[0] > loaded => MachineGemm {
+            flops: sums[0],
+            kernels: name,
+            loaded_flops: Some(loaded),
+        },
+        _ => MachineGemm {
+            flops: loaded,
+            kernels: loaded_name,
+            loaded_flops: None,
+        },
+    })
+}
+
 /// The GEMM rate of [`gemm_peak`] on this process alone: `threads` threads started
 /// together, each running square GEMMs of order 1024 in `precision` on the BLAS kernels
 /// this process loaded, their rates summed. Not collective: a process started only to
@@ -295,6 +462,49 @@ mod tests {
             gpu: None,
         };
         Runtime::new(Box::new(comm), vec![spec; actors]).unwrap()
+    }
+
+    /// Answers a probe when this test binary was started as one, by
+    /// `machine_gemm_peak_takes_the_best_kernels`; in a plain test run it does nothing.
+    #[test]
+    fn gemm_probe_process() {
+        if let Some(status) = serve_gemm_probe() {
+            assert_eq!(status, 0);
+        }
+    }
+
+    #[test]
+    fn machine_gemm_peak_takes_the_best_kernels() {
+        let rt = runtime(1);
+        let probe = GemmProbe::new(
+            "/proc/self/exe",
+            ["--exact", "peak::tests::gemm_probe_process", "--nocapture"],
+        );
+        let own = crate::kernels::openblas_core();
+        let best = machine_gemm_peak(&rt, Precision::F64, Some(&probe)).unwrap();
+        assert!(best.flops > 0.0 && !best.kernels.is_empty(), "{best:?}");
+        match best.loaded_flops {
+            // Other kernels won: measured in a process of their own, named, faster than
+            // the loaded ones were when measured in the same call.
+            Some(l) => {
+                assert!(best.flops > l, "{best:?}");
+                assert!(l > 0.0);
+            }
+            None => assert_eq!(best.kernels, own),
+        }
+        // A probe that cannot run leaves the loaded kernels' rate.
+        let none = GemmProbe::new("/nonexistent/rankwise-probe", ["x"]);
+        let fallback = machine_gemm_peak(&rt, Precision::F64, Some(&none)).unwrap();
+        assert_eq!(fallback.kernels, own);
+        assert_eq!(fallback.loaded_flops, None);
+        assert!(fallback.flops > 0.0);
+        // A probe process that answers nothing readable counts as failed.
+        let mute = GemmProbe::new("/bin/true", Vec::<String>::new());
+        let fallback = machine_gemm_peak(&rt, Precision::F64, Some(&mute)).unwrap();
+        assert_eq!(
+            (fallback.kernels.as_str(), fallback.loaded_flops),
+            (own.as_str(), None)
+        );
     }
 
     /// A source whose values cannot be made: the probe's thread panics.

@@ -31,7 +31,65 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from . import _rankwise
+
+def _blas_kernels_to_load() -> Optional[str]:
+    """The ``OPENBLAS_CORETYPE`` that the ``rankwise`` command line would run with here, or
+    None where OpenBLAS's own choice is kept.
+
+    OpenBLAS chooses its kernels once, when it is loaded, and the command line starts
+    itself again with layout-independent ones where OpenBLAS would choose AVX-512 kernels
+    (whose results depend on the operands' addresses, so that runs on different numbers
+    of ranks differ in the last bits) or its generic SSE3 ones (on a CPU model it does not
+    know). This package cannot start Python again: it asks a short process of this
+    interpreter, which loads the extension with OpenBLAS's own choice
+    (``_rankwise.blas_kernels``), before it loads the extension itself.
+    """
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return None
+    import importlib.machinery
+    import subprocess
+    import sys
+
+    spec = importlib.machinery.PathFinder.find_spec("_rankwise", __path__)
+    if spec is None or not spec.origin or not sys.executable:
+        return None
+    code = ("import importlib.machinery as m, importlib.util as u, sys\n"
+            "l = m.ExtensionFileLoader('rankwise._rankwise', sys.argv[1])\n"
+            "x = u.module_from_spec(u.spec_from_loader('rankwise._rankwise', l))\n"
+            "l.exec_module(x)\n"
+            "print(x.blas_kernels()[1] or '')\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", code, spec.origin], capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.split()
+    return lines[-1] if out.returncode == 0 and lines else None
+
+
+def _load_extension():
+    chosen_by_user = "OPENBLAS_CORETYPE" in os.environ
+    core = _blas_kernels_to_load()
+    if core is not None:
+        os.environ["OPENBLAS_CORETYPE"] = core
+    try:
+        from . import _rankwise as ext
+    finally:
+        # Only this load reads it: a library loaded later keeps its own choice.
+        if core is not None:
+            del os.environ["OPENBLAS_CORETYPE"]
+    loaded, wanted = ext.blas_kernels()
+    if wanted is not None and not chosen_by_user:
+        # OpenBLAS was loaded before (by another module linked to the same library), or
+        # the process that asks could not run.
+        logging.getLogger(__name__).warning(
+            "OpenBLAS runs its %s kernels in this process: results may differ in the last "
+            "bits between numbers of ranks and from the rankwise command line, which runs "
+            "%s; set OPENBLAS_CORETYPE=%s before Python starts", loaded, wanted, wanted)
+    return ext
+
+
+_rankwise = _load_extension()
 
 __all__ = [
     "svd",
@@ -116,7 +174,8 @@ class PCAResult:
         variants_used: variants after selection and filters.
         report: the convergence report, the passes, this rank's ``phases`` (name,
             seconds, ``flops`` of the products with the whole matrix) and, with
-            ``machine_limit``, ``gemm_peak_flops``.
+            ``machine_limit``, ``gemm_peak_flops`` (with ``gemm_kernels`` and
+            ``gemm_loaded_flops``, as for :func:`svd`).
         loadings: sgkit's ``sample_pca_loading`` rows that this rank holds (all of them
             in one process): variants × k, ``U`` scaled by ``√(explained variance)``.
         loading_rows: the variant index of each row of ``loadings``.
@@ -569,7 +628,11 @@ def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
             which it produces the matrix (every rank's compute threads at once) into
             ``report["gemm_peak_flops"]`` and ``report["production_peak_bytes_per_s"]``:
             a phase's ``flops`` and ``produced_bytes`` (``report["phases"]``) at those
-            rates are its machine limit (``rankwise svd --machine-limit``).
+            rates are its machine limit (``rankwise svd --machine-limit``). The GEMM rate
+            is that of the best BLAS kernels the CPU runs, each measured in a process of
+            this interpreter: ``report["gemm_kernels"]`` names them, and
+            ``report["gemm_loaded_flops"]`` is the rate of the kernels this process runs
+            where those are slower (else None).
     """
     world = _world(comm, actors, threads_per_actor, memory_per_actor, pin, device,
                    endpoint_url, io_concurrency, io_retries)
@@ -715,7 +778,9 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         converged=bool(conv["converged"]),
         variants_used=int(out["variants_used"]),
         report={"convergence": conv, "passes": out["passes"], "phases": out["phases"],
-                "gemm_peak_flops": out["gemm_peak_flops"]},
+                "gemm_peak_flops": out["gemm_peak_flops"],
+                "gemm_kernels": out["gemm_kernels"],
+                "gemm_loaded_flops": out["gemm_loaded_flops"]},
         loadings=out.get("loadings"),
         loading_rows=out.get("loading_rows"),
     )

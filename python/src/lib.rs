@@ -28,7 +28,7 @@ use pyo3::types::{PyDict, PyList};
 
 use rankwise::exec::{Interrupter, Progress, RuntimeError};
 use rankwise::genomics::{IdList, PcaParams, Selection};
-use rankwise::linalg::{HweP, LinalgError, SvdOptions, VariantFilter};
+use rankwise::linalg::{GemmProbe, HweP, LinalgError, MachineGemm, SvdOptions, VariantFilter};
 use rankwise::output::group::ZarrFormat;
 use rankwise::sources::RemoteOptions;
 use rankwise::{Error, Input, Method, Precision, Runtime, SolverChoice};
@@ -156,6 +156,9 @@ struct Job {
     require_converged: bool,
     /// `svd`, `rsvd`, `pca`: measure the machine's rates after the run (`machine_limit`).
     machine_limit: bool,
+    /// With `machine_limit`: this interpreter loading this module, as the process that
+    /// measures OpenBLAS's other kernels.
+    gemm_probe: Option<rankwise::linalg::GemmProbe>,
     check: bool,
     filter: VariantFilter,
     selection: Selection,
@@ -187,20 +190,20 @@ enum Outcome {
         timings: Vec<rankwise::linalg::PhaseTiming>,
         /// The machine's GEMM rate (FLOP/s) and production rate (bytes/s), all ranks
         /// together (`machine_limit`).
-        peaks: Option<(f64, f64)>,
+        peaks: Option<(MachineGemm, f64)>,
     },
     Rsvd {
         result: Box<rankwise::RsvdResult>,
         local: rankwise::LocalRows,
         /// The machine's GEMM rate (FLOP/s) and the rate its tiles are produced at
         /// (bytes/s, 8 a value), all ranks together (`machine_limit`).
-        peaks: Option<(f64, f64)>,
+        peaks: Option<(MachineGemm, f64)>,
     },
     Pca {
         pca: Box<rankwise::genomics::Pca>,
         /// The machine's GEMM rate in the solver's precision (`machine_limit`), FLOP/s,
         /// all ranks together.
-        peak: Option<f64>,
+        peak: Option<MachineGemm>,
     },
     Project(Box<rankwise::genomics::projection::Projection>),
 }
@@ -310,6 +313,7 @@ fn parse_job(command: &str, o: &Bound<'_, PyDict>) -> PyResult<Job> {
         solver,
         require_converged: get(o, "require_converged", &mut used)?.unwrap_or(false),
         machine_limit: get(o, "machine_limit", &mut used)?.unwrap_or(false),
+        gemm_probe: None,
         check: get(o, "check", &mut used)?.unwrap_or(false),
         filter,
         selection,
@@ -436,6 +440,56 @@ fn host_error(e: rankwise::host_mpi::HostMpiError) -> Error {
     }
 }
 
+/// The machine's GEMM rate for `machine_limit` (collective), with OpenBLAS's other kernels
+/// measured in processes of this interpreter ([`gemm_probe`]).
+fn machine_gemm(
+    rt: &Runtime,
+    precision: Precision,
+    probe: Option<&GemmProbe>,
+) -> Result<MachineGemm, Error> {
+    Ok(rankwise::linalg::machine_gemm_peak(rt, precision, probe)?)
+}
+
+/// The code a probe process runs: this module loaded from its file (`sys.argv[1]`) without
+/// the package, whose import would pin the kernels the probe is to measure, then
+/// `serve_gemm_probe`.
+const PROBE_CODE: &str = "import importlib.machinery as m, importlib.util as u, sys
+l = m.ExtensionFileLoader('rankwise._rankwise', sys.argv[1])
+x = u.module_from_spec(u.spec_from_loader('rankwise._rankwise', l))
+l.exec_module(x)
+sys.exit(x.serve_gemm_probe())
+";
+
+/// This interpreter, running [`PROBE_CODE`] on this module's file: how
+/// [`rankwise::linalg::machine_gemm_peak`] measures the kernels OpenBLAS would load with
+/// another `OPENBLAS_CORETYPE`. `None` where the interpreter or the file is unknown
+/// (an embedded interpreter), and the limit is then the loaded kernels' rate.
+fn gemm_probe(py: Python<'_>) -> Option<GemmProbe> {
+    let exe: String = py
+        .import("sys")
+        .ok()?
+        .getattr("executable")
+        .ok()?
+        .extract()
+        .ok()?;
+    let file: String = (py.import("rankwise._rankwise").ok()?)
+        .getattr("__file__")
+        .ok()?
+        .extract()
+        .ok()?;
+    (!exe.is_empty()).then(|| GemmProbe::new(exe, ["-c", PROBE_CODE, file.as_str()]))
+}
+
+/// `gemm_peak_flops` (the machine's GEMM rate), `gemm_kernels` (the kernels that reach it)
+/// and `gemm_loaded_flops` (the rate of the kernels this process runs, where the best are
+/// others) of a call with `machine_limit`; `None` each without.
+fn gemm_items(d: &Bound<'_, PyDict>, gemm: Option<MachineGemm>) -> PyResult<()> {
+    d.set_item("gemm_peak_flops", gemm.as_ref().map(|g| g.flops))?;
+    d.set_item("gemm_kernels", gemm.as_ref().map(|g| g.kernels.clone()))?;
+    d.set_item("gemm_loaded_flops", gemm.and_then(|g| g.loaded_flops))?;
+    Ok(())
+}
+
 fn work(
     source: Source,
     job: Job,
@@ -518,8 +572,8 @@ fn work(
             // Collective: every rank probes at once.
             let peaks = match job.machine_limit {
                 true => {
-                    let gemm = rankwise::linalg::gemm_peak(&rt, rankwise::Precision::F64)
-                        .map_err(|e| fail(e.into()))?;
+                    let gemm = machine_gemm(&rt, rankwise::Precision::F64, job.gemm_probe.as_ref())
+                        .map_err(fail)?;
                     let production = rankwise::production_peak(&rt, &input).map_err(fail)?;
                     Some((gemm, production))
                 }
@@ -552,8 +606,8 @@ fn work(
             // matrix: its passes produce the tiles they multiply.
             let peaks = match job.machine_limit {
                 true => {
-                    let gemm = rankwise::linalg::gemm_peak(&rt, options.precision)
-                        .map_err(|e| fail(e.into()))?;
+                    let gemm = machine_gemm(&rt, options.precision, job.gemm_probe.as_ref())
+                        .map_err(fail)?;
                     let production = rankwise::tile_production_peak(
                         &rt,
                         &input,
@@ -604,8 +658,8 @@ fn work(
             // packed codes: its limit is the GEMM rate's alone.
             let peak = match job.machine_limit {
                 true => Some(
-                    rankwise::linalg::gemm_peak(&rt, params.solver.precision)
-                        .map_err(|e| fail(e.into()))?,
+                    machine_gemm(&rt, params.solver.precision, job.gemm_probe.as_ref())
+                        .map_err(fail)?,
                 ),
                 false => None,
             };
@@ -764,8 +818,8 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             // This rank's phases, each with its flops and the bytes it produced: at the two
             // probes' rates, a pass's machine limit (`rankwise svd --machine-limit`).
             d.set_item("phases", phases_list(py, &timings)?)?;
-            d.set_item("gemm_peak_flops", peaks.map(|p| p.0))?;
-            d.set_item("production_peak_bytes_per_s", peaks.map(|p| p.1))?;
+            d.set_item("production_peak_bytes_per_s", peaks.as_ref().map(|p| p.1))?;
+            gemm_items(&d, peaks.map(|p| p.0))?;
         }
         Outcome::Rsvd {
             result,
@@ -787,14 +841,14 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
             // the bytes it produced: at the two probes' rates, a pass's machine limit
             // (`rankwise rsvd --machine-limit`).
             d.set_item("phases", phases_list(py, &r.timings)?)?;
-            d.set_item("gemm_peak_flops", peaks.map(|p| p.0))?;
-            d.set_item("production_peak_bytes_per_s", peaks.map(|p| p.1))?;
+            d.set_item("production_peak_bytes_per_s", peaks.as_ref().map(|p| p.1))?;
+            gemm_items(&d, peaks.map(|p| p.0))?;
         }
         Outcome::Pca { pca, peak } => {
             let p = *pca;
             d.set_item("passes", p.passes)?;
             d.set_item("phases", phases_list(py, &p.timings)?)?;
-            d.set_item("gemm_peak_flops", peak)?;
+            gemm_items(&d, peak)?;
             d.set_item("pcs", p.pcs.into_pyarray(py))?;
             d.set_item("eigenvalues", p.eigenvalues.into_pyarray(py))?;
             d.set_item(
@@ -848,7 +902,10 @@ fn run<'py>(
     progress: Option<Bound<'py, PyAny>>,
     mask: Option<Bound<'py, PyUntypedArray>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let job = parse_job(command, options)?;
+    let mut job = parse_job(command, options)?;
+    if job.machine_limit {
+        job.gemm_probe = gemm_probe(py);
+    }
     let world = parse_world(world)?;
     // The array stays borrowed for the whole call: numpy refuses a writable borrow of it
     // from Rust meanwhile, and the object lives at least as long.
@@ -993,6 +1050,25 @@ fn run<'py>(
     }
 }
 
+/// Answers a GEMM probe when this process was started as one
+/// ([`rankwise::linalg::serve_gemm_probe`]): the status to exit with, or `None`.
+#[pyfunction]
+fn serve_gemm_probe() -> Option<i32> {
+    rankwise::linalg::serve_gemm_probe()
+}
+
+/// The kernels OpenBLAS loaded in this process, and those `rankwise` runs where they differ
+/// ([`rankwise::linalg::openblas_preferred_core`]: layout-independent ones, so that results
+/// are the same bits for any number of ranks, and the AVX2 ones where OpenBLAS fell back to
+/// its generic kernels); `None` where they are the same.
+#[pyfunction]
+fn blas_kernels() -> (String, Option<&'static str>) {
+    (
+        rankwise::linalg::openblas_core(),
+        rankwise::linalg::openblas_preferred_core(),
+    )
+}
+
 /// The library's version.
 #[pyfunction]
 fn version() -> &'static str {
@@ -1004,5 +1080,7 @@ fn version() -> &'static str {
 fn _rankwise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(serve_gemm_probe, m)?)?;
+    m.add_function(wrap_pyfunction!(blas_kernels, m)?)?;
     Ok(())
 }

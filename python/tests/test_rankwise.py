@@ -191,6 +191,61 @@ def test_the_exact_svd_reports_each_passs_flops_bytes_and_machine_limit():
     for p in (first, second):
         limit = p["flops"] / gemm + p["produced_bytes"] / production
         assert 0 < limit / p["seconds"] < 10, (p, gemm, production)
+    # The best kernels the CPU runs, each measured in a process of this interpreter,
+    # named; where they are not this process's, its own rate is the lower one.
+    kernels, loaded = limited.report["gemm_kernels"], limited.report["gemm_loaded_flops"]
+    assert isinstance(kernels, str) and kernels, limited.report
+    if loaded is None:
+        assert kernels == rankwise._rankwise.blas_kernels()[0], limited.report
+    else:
+        assert 0 < loaded < gemm, limited.report
+
+
+def _blas_in_fresh_interpreter(code, **env):
+    """Runs `code` after `import rankwise` in a new interpreter without OPENBLAS_CORETYPE
+    (plus `env`); its stdout's last line, and its stderr."""
+    e = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    e.update(env)
+    out = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1], out.stderr
+
+
+def test_the_package_loads_the_kernels_the_command_line_runs():
+    # What OpenBLAS chooses by itself here, and what rankwise wants instead (None: the
+    # same), asked of the extension loaded without the package.
+    ext, _ = _blas_in_fresh_interpreter("import rankwise; print(rankwise._rankwise.__file__)")
+    own = textwrap.dedent(f"""
+        import importlib.machinery as m, importlib.util as u
+        l = m.ExtensionFileLoader("rankwise._rankwise", {ext!r})
+        x = u.module_from_spec(u.spec_from_loader("rankwise._rankwise", l))
+        l.exec_module(x)
+        print(repr(x.blas_kernels()))
+        """)
+    chosen, wanted = eval(_blas_in_fresh_interpreter(own)[0])
+    # Through the package: the kernels rankwise wants, and the variable left as it was.
+    after = textwrap.dedent("""
+        import os, rankwise
+        print(repr((rankwise._rankwise.blas_kernels(), "OPENBLAS_CORETYPE" in os.environ)))
+        """)
+    (loaded, still_wanted), env_left = eval(_blas_in_fresh_interpreter(after)[0])
+    assert still_wanted is None and not env_left, (loaded, still_wanted, env_left)
+    assert loaded == (wanted or chosen), (loaded, chosen, wanted)
+    # A value the user set is kept, without a warning.
+    user, err = _blas_in_fresh_interpreter(
+        "import rankwise; print(rankwise._rankwise.blas_kernels()[0])",
+        OPENBLAS_CORETYPE=chosen)
+    assert user == chosen and "OpenBLAS runs" not in err, (user, err)
+    if wanted is not None:
+        # OpenBLAS loaded before the package (by another module): it keeps its choice,
+        # and the package says what that costs.
+        early, err = _blas_in_fresh_interpreter(
+            "import ctypes; ctypes.CDLL('libopenblas.so.0'); import rankwise; "
+            "print(rankwise._rankwise.blas_kernels()[0])")
+        assert early == chosen, early
+        assert f"OpenBLAS runs its {chosen} kernels" in err, err
+        assert f"OPENBLAS_CORETYPE={wanted}" in err, err
 
 
 def test_the_pca_reports_its_phases_and_the_machine_limit():

@@ -680,11 +680,11 @@ fn compute(
             Some(rate) => {
                 let all: Vec<_> = ranks.iter().map(|r| &r.work.timings[..]).collect();
                 let produced = |phase: &str| produced_on_all_ranks(&all, phase);
-                MachineLimit::with_production(&result.timings, produced, name, gemm.0, rate)
+                MachineLimit::with_production(&result.timings, produced, name, gemm.flops, rate)
             }
-            None => MachineLimit::of(&result.timings, name, gemm.0),
+            None => MachineLimit::of(&result.timings, name, gemm.flops),
         };
-        limit.with_kernels(gemm.1, gemm.2)
+        limit.with_kernels(gemm.kernels, gemm.loaded_flops)
     });
     let pca = job.is_pca().then(|| pca_figures(&result));
     let report = report_json(
