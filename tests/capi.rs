@@ -346,7 +346,8 @@ fn bad_arguments_return_codes_and_never_abort() {
 /// From C as from `rankwise rsvd --machine-limit` and `rankwise svd --machine-limit`:
 /// every phase of a randomized and of an exact SVD with its seconds, its products' flops
 /// and the bytes each rank read (rankwise_last_phases), the GEMM rate of every rank's
-/// threads (rankwise_gemm_peak) and the rate they read the caller's rows at
+/// threads (rankwise_gemm_peak, and rankwise_machine_gemm_peak with the program as its own
+/// probe of OpenBLAS's other kernels) and the rate they read the caller's rows at
 /// (rankwise_production_peak), so each pass's share of the GEMM rate and its machine limit.
 #[test]
 fn the_c_library_gives_each_pass_its_share_of_the_machine_limit() {
@@ -407,6 +408,25 @@ fn the_c_library_gives_each_pass_its_share_of_the_machine_limit() {
         let peak: f64 = peaks[0].parse().unwrap();
         assert!(peak > 0.1, "{}", run.describe());
         assert!(peaks.iter().all(|p| *p == peaks[0]), "{}", run.describe());
+        // The best kernels, each measured in a process of the program itself
+        // (rankwise_serve_gemm_probe): the phases' shares are of that rate; where the
+        // loaded kernels are not the best, theirs is the lower one.
+        let gemm: Vec<f64> = (run.stdout.lines())
+            .find_map(|l| l.strip_prefix("gemm "))
+            .unwrap_or_else(|| panic!("no gemm line:\n{}", run.describe()))
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let [loaded, best, slower] = gemm[..] else {
+            panic!("{gemm:?}:\n{}", run.describe())
+        };
+        assert!(loaded > 0.0 && best > 0.0, "{}", run.describe());
+        assert_eq!(format!("{best:.2}"), peaks[0], "{}", run.describe());
+        assert!(
+            slower == 0.0 || (slower > 0.0 && slower < best),
+            "{}",
+            run.describe()
+        );
     }
 }
 

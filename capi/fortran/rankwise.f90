@@ -46,6 +46,9 @@ module rankwise
   ! The machine limit: the last call's phases, the GEMM rate of rankwise's threads and the
   ! rate they read the caller's matrix at.
   public :: rankwise_last_phases, rankwise_gemm_peak, rankwise_production_peak, rankwise_phase_name
+  ! The GEMM rate with OpenBLAS's best kernels, each measured in a process started as a
+  ! probe program (one that calls rankwise_serve_gemm_probe first, before MPI_Init).
+  public :: rankwise_machine_gemm_peak, rankwise_serve_gemm_probe
 
   !> The options of rankwise_pca (rankwise_pca_options of rankwise.h): fill them with
   !> rankwise_pca_options_init; the strings are c_loc of NUL-terminated character arrays, or
@@ -170,6 +173,24 @@ module rankwise
       integer(c_int), value :: comm
       integer(c_int32_t), value :: precision
       real(c_double), intent(out) :: flops_per_second
+      integer(c_int32_t) :: status
+    end function
+
+    !> -1, or the status to exit with when started as a probe.
+    function rankwise_serve_gemm_probe() result(status) bind(C, name="rankwise_serve_gemm_probe")
+      import :: c_int32_t
+      integer(c_int32_t) :: status
+    end function
+
+    !> probe: c_loc of a NUL-terminated path, or c_null_ptr for this program.
+    function rankwise_machine_gemm_peak(comm, precision, probe, flops_per_second, &
+                                        loaded_flops_per_second) result(status) &
+                                        bind(C, name="rankwise_machine_gemm_peak")
+      import :: c_int, c_int32_t, c_double, c_ptr
+      integer(c_int), value :: comm
+      integer(c_int32_t), value :: precision
+      type(c_ptr), value :: probe
+      real(c_double), intent(out) :: flops_per_second, loaded_flops_per_second
       integer(c_int32_t) :: status
     end function
 

@@ -466,6 +466,35 @@ rankwise_status rankwise_gemm_peak(MPI_Fint comm,
                                    double *flops_per_second);
 
 /**
+ * Answers `rankwise_machine_gemm_peak` when this process was started as its probe (the
+ * variable `RANKWISE_GEMM_PROBE` set): measures the GEMM rate of the BLAS kernels this
+ * process loaded, prints it on stdout and returns the status the process should exit
+ * with (0, or 2 for a request it cannot read). Returns -1 in any other process. A program
+ * that is its own probe calls it first in `main`, before `MPI_Init`.
+ */
+int32_t rankwise_serve_gemm_probe(void);
+
+/**
+ * `rankwise_gemm_peak` with the best BLAS kernels the CPU runs: OpenBLAS chooses its
+ * kernels once, when it is loaded (`OPENBLAS_CORETYPE`), so the others (its own choice,
+ * Haswell's with AVX2, SkylakeX's with AVX-512) are each measured in a process started as
+ * `probe`, a program that calls `rankwise_serve_gemm_probe` first (a NUL-terminated
+ * path; NULL: this program again, `/proc/self/exe`). `*flops_per_second` is the best rate,
+ * summed over the ranks; `*loaded_flops_per_second` (NULL: not wanted) that of the
+ * kernels this process runs where the best are others, else 0. Where a probe process
+ * fails on any rank, both are the loaded kernels' rate and 0. Collective, as
+ * `rankwise_gemm_peak`; takes a few seconds.
+ *
+ * # Safety
+ * `probe` is NULL or a NUL-terminated string.
+ */
+rankwise_status rankwise_machine_gemm_peak(MPI_Fint comm,
+                                           rankwise_precision precision,
+                                           const char *probe,
+                                           double *flops_per_second,
+                                           double *loaded_flops_per_second);
+
+/**
  * The rest of the machine limit: the rate, in bytes per second (8 a value), at which the
  * threads rankwise runs on every rank of `comm` read the caller's matrix into the blocks
  * its kernels work on (each rank's compute threads read up to 4 Mi values of its own

@@ -483,7 +483,11 @@ pub(crate) fn production_peak(
 
 /// `rankwise_gemm_peak`: the ranks agree on `precision` first (a rank with a bad one makes
 /// every rank return an error rather than wait in the probe), then probe together.
-pub(crate) fn gemm_peak(fint: MPI_Fint, precision: i32) -> Result<f64, CapiError> {
+pub(crate) fn gemm_peak(
+    fint: MPI_Fint,
+    precision: i32,
+    probe: Option<&rankwise::linalg::GemmProbe>,
+) -> Result<rankwise::linalg::MachineGemm, CapiError> {
     let local = match precision {
         crate::RANKWISE_F64 => Ok(Precision::F64),
         crate::RANKWISE_F32 => Ok(Precision::F32),
@@ -508,5 +512,6 @@ pub(crate) fn gemm_peak(fint: MPI_Fint, precision: i32) -> Result<f64, CapiError
     let precision = local?;
     agreed?;
     let rt = runtime(dup)?;
-    rankwise::linalg::gemm_peak(&rt, precision).map_err(|e| CapiError::Compute(e.to_string()))
+    rankwise::linalg::machine_gemm_peak(&rt, precision, probe)
+        .map_err(|e| CapiError::Compute(e.to_string()))
 }

@@ -472,10 +472,69 @@ pub extern "C" fn rankwise_gemm_peak(
     guarded(|| {
         let out = args::non_null_mut(flops_per_second, "flops_per_second");
         // A NULL output still takes part in the agreement, so that no rank waits.
-        let peak = comm::gemm_peak(comm, if out.is_ok() { precision } else { -1 });
+        let peak = comm::gemm_peak(comm, if out.is_ok() { precision } else { -1 }, None);
         let out = out?;
         // SAFETY: checked non-null; the caller passes a writable double.
-        unsafe { *out = peak? };
+        unsafe { *out = peak?.flops };
+        Ok(())
+    })
+}
+
+/// Answers `rankwise_machine_gemm_peak` when this process was started as its probe (the
+/// variable `RANKWISE_GEMM_PROBE` set): measures the GEMM rate of the BLAS kernels this
+/// process loaded, prints it on stdout and returns the status the process should exit
+/// with (0, or 2 for a request it cannot read). Returns -1 in any other process. A program
+/// that is its own probe calls it first in `main`, before `MPI_Init`.
+#[no_mangle]
+pub extern "C" fn rankwise_serve_gemm_probe() -> i32 {
+    std::panic::catch_unwind(rankwise::linalg::serve_gemm_probe)
+        .ok()
+        .map_or(1, |s| s.unwrap_or(-1))
+}
+
+/// `rankwise_gemm_peak` with the best BLAS kernels the CPU runs: OpenBLAS chooses its
+/// kernels once, when it is loaded (`OPENBLAS_CORETYPE`), so the others (its own choice,
+/// Haswell's with AVX2, SkylakeX's with AVX-512) are each measured in a process started as
+/// `probe`, a program that calls `rankwise_serve_gemm_probe` first (a NUL-terminated
+/// path; NULL: this program again, `/proc/self/exe`). `*flops_per_second` is the best rate,
+/// summed over the ranks; `*loaded_flops_per_second` (NULL: not wanted) that of the
+/// kernels this process runs where the best are others, else 0. Where a probe process
+/// fails on any rank, both are the loaded kernels' rate and 0. Collective, as
+/// `rankwise_gemm_peak`; takes a few seconds.
+///
+/// # Safety
+/// `probe` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn rankwise_machine_gemm_peak(
+    comm: MPI_Fint,
+    precision: rankwise_precision,
+    probe: *const std::os::raw::c_char,
+    flops_per_second: *mut f64,
+    loaded_flops_per_second: *mut f64,
+) -> rankwise_status {
+    guarded(|| {
+        let out = args::non_null_mut(flops_per_second, "flops_per_second");
+        let probe = if probe.is_null() {
+            rankwise::linalg::GemmProbe::this_executable()
+        } else {
+            use std::os::unix::ffi::OsStrExt;
+            // SAFETY: non-null and NUL-terminated, as documented.
+            let path = unsafe { std::ffi::CStr::from_ptr(probe) };
+            rankwise::linalg::GemmProbe::new(
+                std::ffi::OsStr::from_bytes(path.to_bytes()),
+                Vec::<std::ffi::OsString>::new(),
+            )
+        };
+        // A NULL output still takes part in the agreement, so that no rank waits.
+        let peak = comm::gemm_peak(comm, if out.is_ok() { precision } else { -1 }, Some(&probe));
+        let out = out?;
+        let peak = peak?;
+        // SAFETY: checked non-null; the caller passes a writable double.
+        unsafe { *out = peak.flops };
+        if !loaded_flops_per_second.is_null() {
+            // SAFETY: non-null; the caller passes a writable double.
+            unsafe { *loaded_flops_per_second = peak.loaded_flops.unwrap_or(0.0) };
+        }
         Ok(())
     })
 }

@@ -8,8 +8,13 @@
  *
  * Each rank fills its whole panels of the matrix `rankwise rsvd --seed SEED` generates,
  * calls rankwise_rsvd (or, with `svd`, rankwise_tsqr_svd), then reads the call's phases
- * (rankwise_last_phases) and measures the machine's rates (rankwise_gemm_peak and
- * rankwise_production_peak, collective). Rank 0 prints one line per phase:
+ * (rankwise_last_phases) and measures the machine's rates (rankwise_machine_gemm_peak and
+ * rankwise_production_peak, collective). The program is its own GEMM probe: started by
+ * rankwise_machine_gemm_peak to measure OpenBLAS's other kernels, it answers through
+ * rankwise_serve_gemm_probe before MPI_Init. Rank 0 prints the GEMM rates, then one line
+ * per phase:
+ *
+ *   gemm <loaded> GFLOP/s loaded, <best> GFLOP/s best, <slower> GFLOP/s loaded when slower
  *
  *   phase <name>: <seconds> s, <GFLOP/s> GFLOP/s, <share> % of <peak> GFLOP/s; limit
  *   <limit> s, <share> % (<bytes> bytes at <GB/s> GB/s)
@@ -31,6 +36,9 @@ static int check(int rank, const char *what, rankwise_status st) {
 }
 
 int main(int argc, char **argv) {
+    int probe = rankwise_serve_gemm_probe();
+    if (probe >= 0)
+        return probe;
     int provided, rank, size;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -81,10 +89,12 @@ int main(int argc, char **argv) {
                                  rankwise_rsvd(comm, a, rows_local, cols, cols, RANKWISE_ROW_MAJOR, panel,
                                                k, strtoll(argv[6], NULL, 10), strtoll(argv[7], NULL, 10),
                                                1, s, u, sz.min_ldu, vt, sz.min_ldvt));
-    double peak = 0, production = 0;
+    double loaded = 0, peak = 0, slower = 0, production = 0;
     failed = failed || check(rank, "rankwise_last_phases", rankwise_last_phases(&phases, &count));
     /* Collective: every rank measures its threads at once. */
-    failed = failed || check(rank, "rankwise_gemm_peak", rankwise_gemm_peak(comm, RANKWISE_F64, &peak));
+    failed = failed || check(rank, "rankwise_gemm_peak", rankwise_gemm_peak(comm, RANKWISE_F64, &loaded));
+    failed = failed || check(rank, "rankwise_machine_gemm_peak",
+                             rankwise_machine_gemm_peak(comm, RANKWISE_F64, NULL, &peak, &slower));
     failed = failed || check(rank, "rankwise_production_peak",
                              rankwise_production_peak(comm, a, rows_local, cols, cols,
                                                       RANKWISE_ROW_MAJOR, &production));
@@ -96,6 +106,8 @@ int main(int argc, char **argv) {
         bytes[i] = phases[i].produced_bytes;
     MPI_Allreduce(MPI_IN_PLACE, bytes, (int)count, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
+        printf("gemm %.2f GFLOP/s loaded, %.2f GFLOP/s best, %.2f GFLOP/s loaded when slower\n",
+               loaded / 1e9, peak / 1e9, slower / 1e9);
         for (int64_t i = 0; i < count; i++) {
             const rankwise_phase *p = &phases[i];
             if ((p->flops > 0 || bytes[i] > 0) && p->seconds > 0) {
