@@ -43,6 +43,7 @@ fn build_wheel() -> (PathBuf, String) {
 fn the_python_package_passes_its_tests() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (venv, wheel) = wheel();
+    let tmp = common::scratch("python-tmp");
     let mut pytest = Command::new(venv.join("bin").join("python"));
     pytest
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
@@ -53,9 +54,13 @@ fn the_python_package_passes_its_tests() {
             "RANKWISE_TEST_SEED",
             rankwise_testkit::test_seed().to_string(),
         )
+        // A temporary folder of its own: a test checks that a call leaves nothing behind
+        // in it, which the sgkit test writing its stores at the same time would upset.
+        .env("TMPDIR", &tmp)
         // The tests import the installed wheel, never the source folder.
-        .current_dir(std::env::temp_dir());
+        .current_dir(&tmp);
     let out = run_with_timeout(pytest, Duration::from_secs(900));
+    let _ = std::fs::remove_dir_all(&tmp);
     assert!(out.success(), "pytest failed:\n{}", out.describe());
 }
 
