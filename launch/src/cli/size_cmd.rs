@@ -236,15 +236,16 @@ fn text_of(p: &Prediction, c: &Cluster, rates: &Rates, job: JobKind) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<56} {:>11} {:>11} {:>11}",
-        "phase", "compute", "network", "bytes sent"
+        "{:<56} {:>11} {:>11} {:>11} {:>11}",
+        "phase", "compute", "storage", "network", "bytes sent"
     );
     for ph in &p.phases {
         let _ = writeln!(
             s,
-            "{:<56} {:>10.3}s {:>10.4}s {:>11}",
+            "{:<56} {:>10.3}s {:>10.3}s {:>10.4}s {:>11}",
             ph.phase,
             ph.compute_seconds,
+            ph.read_seconds,
             ph.comm_seconds,
             rankwise_exec::format_bytes(ph.bytes_sent)
         );
