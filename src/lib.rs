@@ -92,6 +92,7 @@ pub mod host_mpi;
 pub mod memory;
 mod open;
 pub mod pca_group;
+pub mod process;
 pub mod sizing;
 
 pub use error::Error;

@@ -336,50 +336,6 @@ impl CliError {
     }
 }
 
-/// Keeps every allocation of 4 MiB or more in its own mapping, returned to the system
-/// when freed. glibc's default threshold adapts upwards after large frees, after which
-/// freed chunk reads and panel buffers stay in the per-thread arenas, and the resident
-/// set grows past the memory budget the plan promised.
-fn hold_large_blocks_in_mmap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator parameters; called before any threads start.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
-    }
-}
-
-/// Regression (bit-identity across rank counts on AVX-512 Intel CPUs): OpenBLAS's SkylakeX
-/// kernels give results that depend on the operands' addresses, so the root rank's small QR
-/// and SVD differed in the last bits between `--local-ranks 1`, 2 and 3 (block Krylov with a
-/// 36-column basis, tests/rsvd_cli.rs). OpenBLAS picks its kernels when it is loaded, from
-/// `OPENBLAS_CORETYPE`, before `main` runs: so the process starts itself again with the
-/// Haswell (AVX2) kernels, which are layout-independent, unless the variable was set by the
-/// user (then it is respected). The skinny tile kernels keep AVX-512 either way. The same
-/// restart gives the AVX2 kernels to a CPU this OpenBLAS does not know by model, where it
-/// would run its generic SSE3 ones ([`rankwise_linalg::openblas_preferred_core`]).
-fn keep_results_independent_of_layout() {
-    const VAR: &str = "OPENBLAS_CORETYPE";
-    if std::env::var_os(VAR).is_some() {
-        return;
-    }
-    let Some(core) = rankwise_linalg::openblas_preferred_core() else {
-        return;
-    };
-    use std::os::unix::process::CommandExt;
-    let mut args = std::env::args_os();
-    let argv0 = args.next().unwrap_or_else(|| "rankwise".into());
-    let err = std::process::Command::new("/proc/self/exe")
-        .arg0(argv0)
-        .args(args)
-        .env(VAR, core)
-        .exec();
-    // exec returns only when it failed: carry on with the kernels OpenBLAS chose.
-    eprintln!(
-        "rankwise: could not restart with {VAR}={core} ({err}); results may differ in the \
-         last bits between rank counts, or run on slower kernels"
-    );
-}
-
 /// The GEMM rate of the machine for a run's machine limit, with the kernels that reach it
 /// ([`rankwise::linalg::machine_gemm_peak`]): this binary is its own probe process, which
 /// [`run_command_line`] answers before the restart that would pin the kernels.
@@ -431,8 +387,8 @@ fn run_command_line() -> i32 {
     if let Some(status) = rankwise::linalg::serve_gemm_probe() {
         return status;
     }
-    keep_results_independent_of_layout();
-    hold_large_blocks_in_mmap();
+    rankwise::process::restart_with_layout_independent_kernels();
+    rankwise::process::hold_large_blocks_in_mmap();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -106,7 +106,7 @@ pub fn blas_library() -> String {
 /// Whether OpenBLAS runs its AVX-512 kernels (SkylakeX and later), whose results depend on
 /// where the operands lie in memory: with them, the same small QR or SVD computed by
 /// another rank, at other addresses, can differ in the last bits, and runs with different
-/// rank counts stop being bit-identical (see `launch::cli::keep_results_independent_of_layout`).
+/// rank counts stop being bit-identical (see `rankwise::process::restart_with_layout_independent_kernels`).
 pub(crate) fn openblas_layout_dependent() -> bool {
     let core = openblas_core().to_ascii_lowercase();
     ["skylakex", "cooperlake", "sapphirerapids"]
