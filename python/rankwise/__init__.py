@@ -32,6 +32,15 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 
+# Code that loads the extension from its file (`sys.argv[1]`) as `x`, without this package,
+# whose import chooses the BLAS kernels: what a child interpreter runs to ask OpenBLAS's
+# own choice (below), or to measure other kernels (`machine_limit`, from the extension).
+_EXTENSION_ALONE = ("import importlib.machinery as m, importlib.util as u, sys\n"
+                    "l = m.ExtensionFileLoader('rankwise._rankwise', sys.argv[1])\n"
+                    "x = u.module_from_spec(u.spec_from_loader('rankwise._rankwise', l))\n"
+                    "l.exec_module(x)\n")
+
+
 def _blas_kernels_to_load() -> Optional[str]:
     """The ``OPENBLAS_CORETYPE`` that the ``rankwise`` command line would run with here, or
     None where OpenBLAS's own choice is kept.
@@ -53,11 +62,7 @@ def _blas_kernels_to_load() -> Optional[str]:
     spec = importlib.machinery.PathFinder.find_spec("_rankwise", __path__)
     if spec is None or not spec.origin or not sys.executable:
         return None
-    code = ("import importlib.machinery as m, importlib.util as u, sys\n"
-            "l = m.ExtensionFileLoader('rankwise._rankwise', sys.argv[1])\n"
-            "x = u.module_from_spec(u.spec_from_loader('rankwise._rankwise', l))\n"
-            "l.exec_module(x)\n"
-            "print(x.blas_kernels()[1] or '')\n")
+    code = _EXTENSION_ALONE + "print(x.blas_kernels()[1] or '')\n"
     try:
         out = subprocess.run([sys.executable, "-c", code, spec.origin], capture_output=True,
                              text=True, timeout=60, stdin=subprocess.DEVNULL)

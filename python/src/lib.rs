@@ -440,30 +440,12 @@ fn host_error(e: rankwise::host_mpi::HostMpiError) -> Error {
     }
 }
 
-/// The machine's GEMM rate for `machine_limit` (collective), with OpenBLAS's other kernels
-/// measured in processes of this interpreter ([`gemm_probe`]).
-fn machine_gemm(
-    rt: &Runtime,
-    precision: Precision,
-    probe: Option<&GemmProbe>,
-) -> Result<MachineGemm, Error> {
-    Ok(rankwise::linalg::machine_gemm_peak(rt, precision, probe)?)
-}
-
-/// The code a probe process runs: this module loaded from its file (`sys.argv[1]`) without
-/// the package, whose import would pin the kernels the probe is to measure, then
-/// `serve_gemm_probe`.
-const PROBE_CODE: &str = "import importlib.machinery as m, importlib.util as u, sys
-l = m.ExtensionFileLoader('rankwise._rankwise', sys.argv[1])
-x = u.module_from_spec(u.spec_from_loader('rankwise._rankwise', l))
-l.exec_module(x)
-sys.exit(x.serve_gemm_probe())
-";
-
-/// This interpreter, running [`PROBE_CODE`] on this module's file: how
-/// [`rankwise::linalg::machine_gemm_peak`] measures the kernels OpenBLAS would load with
-/// another `OPENBLAS_CORETYPE`. `None` where the interpreter or the file is unknown
-/// (an embedded interpreter), and the limit is then the loaded kernels' rate.
+/// This interpreter, loading this module from its file without the package (the
+/// package's `_EXTENSION_ALONE`, whose import would choose the kernels the probe is to
+/// measure) and calling `serve_gemm_probe`: how [`rankwise::linalg::machine_gemm_peak`]
+/// measures the kernels OpenBLAS would load with another `OPENBLAS_CORETYPE`. `None`
+/// where the interpreter or the file is unknown (an embedded interpreter), and the limit
+/// is then the loaded kernels' rate.
 fn gemm_probe(py: Python<'_>) -> Option<GemmProbe> {
     let exe: String = py
         .import("sys")
@@ -477,7 +459,13 @@ fn gemm_probe(py: Python<'_>) -> Option<GemmProbe> {
         .ok()?
         .extract()
         .ok()?;
-    (!exe.is_empty()).then(|| GemmProbe::new(exe, ["-c", PROBE_CODE, file.as_str()]))
+    let load: String = (py.import("rankwise").ok()?)
+        .getattr("_EXTENSION_ALONE")
+        .ok()?
+        .extract()
+        .ok()?;
+    let code = load + "sys.exit(x.serve_gemm_probe())\n";
+    (!exe.is_empty()).then(|| GemmProbe::new(exe, ["-c", code.as_str(), file.as_str()]))
 }
 
 /// `gemm_peak_flops` (the machine's GEMM rate), `gemm_kernels` (the kernels that reach it)
@@ -572,8 +560,12 @@ fn work(
             // Collective: every rank probes at once.
             let peaks = match job.machine_limit {
                 true => {
-                    let gemm = machine_gemm(&rt, rankwise::Precision::F64, job.gemm_probe.as_ref())
-                        .map_err(fail)?;
+                    let gemm = rankwise::linalg::machine_gemm_peak(
+                        &rt,
+                        rankwise::Precision::F64,
+                        job.gemm_probe.as_ref(),
+                    )
+                    .map_err(|e| fail(e.into()))?;
                     let production = rankwise::production_peak(&rt, &input).map_err(fail)?;
                     Some((gemm, production))
                 }
@@ -606,8 +598,12 @@ fn work(
             // matrix: its passes produce the tiles they multiply.
             let peaks = match job.machine_limit {
                 true => {
-                    let gemm = machine_gemm(&rt, options.precision, job.gemm_probe.as_ref())
-                        .map_err(fail)?;
+                    let gemm = rankwise::linalg::machine_gemm_peak(
+                        &rt,
+                        options.precision,
+                        job.gemm_probe.as_ref(),
+                    )
+                    .map_err(|e| fail(e.into()))?;
                     let production = rankwise::tile_production_peak(
                         &rt,
                         &input,
@@ -658,8 +654,12 @@ fn work(
             // packed codes: its limit is the GEMM rate's alone.
             let peak = match job.machine_limit {
                 true => Some(
-                    machine_gemm(&rt, params.solver.precision, job.gemm_probe.as_ref())
-                        .map_err(fail)?,
+                    rankwise::linalg::machine_gemm_peak(
+                        &rt,
+                        params.solver.precision,
+                        job.gemm_probe.as_ref(),
+                    )
+                    .map_err(|e| fail(e.into()))?,
                 ),
                 false => None,
             };
