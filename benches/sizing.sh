@@ -29,6 +29,9 @@ WORKLOADS=(
     "svd|svd --rows 400000 --cols 128 --chunk-rows 25000 --dist normal"
     "rsvd|rsvd --rows 200000 --cols 2000 --chunk-rows 25000 -k 10 --power-iters 2 --dist normal"
     "pca|pca --rows 200000 --cols 2000 --chunk-rows 25000 -k 10 --power-iters 2"
+    # Wide: the tree's merges of 400 × 400 R factors and the SVD of the root's are a
+    # tenth of the run.
+    "svd|svd --rows 200000 --cols 400 --chunk-rows 12500 --dist normal"
 )
 if [[ ${1:-} == --quick ]]; then
     WORKLOADS=("${WORKLOADS[0]}" "${WORKLOADS[2]}")
@@ -105,24 +108,37 @@ for w in "${WORKLOADS[@]}"; do
 done
 
 # Thirty-two ranks (a tree five levels deep), with panels a quarter as tall so that every
-# rank holds some.
+# rank holds some, and sixty-four (six levels) with panels an eighth as tall.
 WIDE=(
     "svd|svd --rows 4000000 --cols 20 --chunk-rows 125000 --dist normal"
     "rsvd|rsvd --rows 200000 --cols 2000 --chunk-rows 6250 -k 10 --power-iters 2 --dist normal"
     "pca|pca --rows 200000 --cols 2000 --chunk-rows 6250 -k 10 --power-iters 2"
 )
+WIDER=(
+    "svd|svd --rows 4000000 --cols 20 --chunk-rows 62500 --dist normal"
+    "rsvd|rsvd --rows 200000 --cols 2000 --chunk-rows 3125 -k 10 --power-iters 2 --dist normal"
+    "pca|pca --rows 200000 --cols 2000 --chunk-rows 3125 -k 10 --power-iters 2"
+)
 if [[ ${1:-} == --quick ]]; then
     WIDE=("${WIDE[0]}")
+    WIDER=()
 fi
-for w in "${WIDE[@]}"; do
-    job=${w%%|*}
-    opts=${w#*|}
-    read -r -a args <<<"$opts"
-    read -r -a shape <<<"$(shape_of "$opts")"
-    read -r secs passes < <(measure mpirun -np 32 --oversubscribe --bind-to none -- "${args[@]}" --transport mpi)
-    read -r pred dom < <(predict "$job" "${shape[@]}" -- 1 32 "$CORES" 100,1us "$passes")
-    row "one node, mpirun -np 32" "$job" "$opts" 32 1 "shared memory" "$secs" "$passes" "$pred" "$dom"
-done
+# many_ranks NP WORKLOADS…: one node, NP ranks.
+many_ranks() {
+    local np=$1 w job opts args shape secs passes pred dom
+    shift
+    for w in "$@"; do
+        job=${w%%|*}
+        opts=${w#*|}
+        read -r -a args <<<"$opts"
+        read -r -a shape <<<"$(shape_of "$opts")"
+        read -r secs passes < <(measure mpirun -np "$np" --oversubscribe --bind-to none -- "${args[@]}" --transport mpi)
+        read -r pred dom < <(predict "$job" "${shape[@]}" -- 1 "$np" "$CORES" 100,1us "$passes")
+        row "one node, mpirun -np $np" "$job" "$opts" "$np" 1 "shared memory" "$secs" "$passes" "$pred" "$dom"
+    done
+}
+many_ranks 32 "${WIDE[@]}"
+many_ranks 64 "${WIDER[@]}"
 
 # LOBPCG's Rayleigh–Ritz steps on the root: PCAs of n × n generated genotypes (n samples,
 # the step's size) stopped at 12 passes, under mpirun -np 1 and 2, the report's phase of
@@ -216,6 +232,11 @@ if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
     # Thirty-two: sixteen a node, with the finer panels.
     NODE_WORKLOADS=("${WIDE[@]}")
     namespace_rows rwz1:16,rwz2:16 32 16 1,50us "2 namespace nodes × 16 ranks, 1gbit"
+    # Sixty-four: thirty-two a node.
+    if [[ ${1:-} != --quick ]]; then
+        NODE_WORKLOADS=("${WIDER[@]}")
+        namespace_rows rwz1:32,rwz2:32 64 32 1,50us "2 namespace nodes × 32 ranks, 1gbit"
+    fi
     NODE_WORKLOADS=("${WORKLOADS[@]}")
     tools/netns-cluster.sh down >/dev/null
     # Links with a delay (tools/netdelay.py, as this kernel may lack sch_netem), two nodes of

@@ -28,6 +28,14 @@
 //! message over its bandwidth. Compute and communication do not overlap in the model
 //! (the tree waits for every panel of a pass), which is what the drivers do.
 //!
+//! The exact SVD's tree also computes: each merge is the QR of two stacked `n × n` R
+//! factors (and, on the way down, its products with the root's `U_R`), made on the rank
+//! of the node while the actors wait, and the root's rank ends with the SVD of an `n × n`
+//! R. The critical path is the root's rank's merges, those of its own panels' subtree and
+//! one a level above it, each at the calibrated seconds of a merge at that width, and the
+//! root's SVD. Both are `n³` work: negligible at tens of columns, a tenth of a run and
+//! more at hundreds.
+//!
 //! LOBPCG's Rayleigh–Ritz step runs on the root rank between passes while every actor
 //! waits: its products with `n × 3l` blocks (`n` the matrix's shorter side, the samples of
 //! a PCA) on the root's cores, one thread per chunk of rows
@@ -151,6 +159,15 @@ pub struct SvdRate {
     pub pass1: f64,
     /// Pass 2 (form `U`), core-seconds per value.
     pub pass2: f64,
+    /// Seconds of one merge of the reduction tree at this width, on the rank that makes
+    /// it: the QR of two stacked `n × n` R factors on the way up and its products with the
+    /// root's `U_R` on the way down. Files of older versions did not measure it.
+    #[serde(default)]
+    pub merge: Option<f64>,
+    /// Seconds of the SVD of the root's `n × n` R factor. Files of older versions did not
+    /// measure it.
+    #[serde(default)]
+    pub root: Option<f64>,
 }
 
 /// Core-seconds per matrix value of a randomized pass as `a + b·l` for a sketch of `l`
@@ -267,6 +284,51 @@ impl Rates {
         let f = n as f64 / last.cols as f64;
         (last.pass1 * f, last.pass2 * f)
     }
+
+    /// Seconds of one tree merge and of the root's SVD at `n` columns, where the
+    /// calibration measured them: both are `n³` work, so their coefficient per `n³` is
+    /// interpolated in log n between the calibrated widths and kept beyond the widest;
+    /// below the narrowest a merge costs what it cost there (its calls' own overhead).
+    fn svd_tree_at(&self, n: u64) -> Option<(f64, f64)> {
+        let measured: Vec<(u64, f64, f64)> = (self.svd.iter())
+            .filter_map(|r| Some((r.cols, r.merge?, r.root?)))
+            .collect();
+        let first = measured.first()?;
+        if n <= first.0 {
+            return Some((first.1, first.2));
+        }
+        let cube = |c: u64| (c as f64).powi(3);
+        let per = |w: &(u64, f64, f64)| (w.1 / cube(w.0), w.2 / cube(w.0));
+        let mut coefficient = per(measured.last().expect("not empty"));
+        for w in measured.windows(2) {
+            if n <= w[1].0 {
+                let t = ((n as f64).ln() - (w[0].0 as f64).ln())
+                    / ((w[1].0 as f64).ln() - (w[0].0 as f64).ln());
+                let (a, b) = (per(&w[0]), per(&w[1]));
+                coefficient = (a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1));
+                break;
+            }
+        }
+        Some((coefficient.0 * cube(n), coefficient.1 * cube(n)))
+    }
+}
+
+/// Merges of the reduction tree over panels owned as `owners` that the root's rank makes:
+/// those of the subtree over its own panels, then one a level above them. The other ranks
+/// merge their subtrees at the same time, so these are the merges on the critical path.
+fn root_merges(owners: &[usize]) -> u64 {
+    let root = owners.first().copied().unwrap_or(0);
+    let (mut merges, mut count, mut level) = (0u64, owners.len(), 0usize);
+    while count > 1 {
+        // Node (level + 1, j) has two children when 2j + 1 < count; it lives on the owner
+        // of its leftmost panel, j · 2^(level + 1).
+        merges += (0..count / 2)
+            .filter(|j| owners[j << (level + 1)] == root)
+            .count() as u64;
+        count = count.div_ceil(2);
+        level += 1;
+    }
+    merges
 }
 
 /// The job to size.
@@ -572,9 +634,23 @@ pub fn predict(
                 read_seconds: read,
                 bytes_sent: 0,
             });
+            // The tree's merges on the root's rank, and the SVD of its R, one after the
+            // other on one thread while every actor waits: uncounted, the model predicted
+            // `svd` of 100,000 × 512 in 16 panels 21–26 % low on one rank.
+            let tree_compute = match rates.svd_tree_at(n) {
+                Some((merge, root)) => root_merges(&plan.placement.owner) as f64 * merge + root,
+                None => {
+                    notes.push(
+                        "the calibration has no tree rates (an older file): the exact SVD's \
+                         merges of R factors and the SVD of the root's are not counted"
+                            .into(),
+                    );
+                    0.0
+                }
+            };
             phases.push(PredictedPhase {
                 phase: "tree: reduce R factors, SVD of R, broadcast, push down".into(),
-                compute_seconds: 0.0,
+                compute_seconds: tree_compute,
                 // Up, the broadcast of Σ and Vᵀ (n² values), and down.
                 comm_seconds: tree_seconds(ranks, per_node, up, &net)
                     + tree_seconds(ranks, per_node, bcast, &net)
@@ -804,7 +880,8 @@ pub fn predict(
 }
 
 /// Measures the per-core [`Rates`] on this runtime's actors (run it with one rank): the
-/// exact SVD at nine widths from 8 to 512 columns, the randomized passes of a float64
+/// exact SVD at nine widths from 8 to 512 columns (its two passes, its tree's merges and
+/// the SVD of the root's R factor), the randomized passes of a float64
 /// matrix and of genotypes at 20 and 60 sketch columns (the first pass, and the power
 /// iterations' passes), and LOBPCG's Rayleigh–Ritz step for 16,000 samples at 20 and 60
 /// sketch columns on one thread (the products the threads share, and the rest), each the
@@ -831,6 +908,9 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
         // The faster of two runs, pass by pass: a shared machine's interference only ever
         // adds time.
         let mut best = (f64::INFINITY, f64::INFINITY);
+        // One rank makes every merge of the tree over the panels, one less than them.
+        let merges = problem.grid.panels().saturating_sub(1).max(1) as f64;
+        let (mut merge, mut root) = (f64::INFINITY, f64::INFINITY);
         for _ in 0..2 {
             let options = SvdOptions { check: false };
             let r = rankwise_linalg::svd(rt, &problem, &options, Some(Arc::clone(&sink)))?;
@@ -843,11 +923,15 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
             };
             best.0 = best.0.min(phase("pass 1") * cores_f / v);
             best.1 = best.1.min(phase("pass 2") * cores_f / v);
+            merge = merge.min(phase("tree:") / merges);
+            root = root.min(phase("SVD of R"));
         }
         svd.push(SvdRate {
             cols: n,
             pass1: best.0,
             pass2: best.1,
+            merge: Some(merge),
+            root: Some(root),
         });
     }
     let passes =
@@ -1000,11 +1084,15 @@ mod tests {
                     cols: 8,
                     pass1: 1e-9,
                     pass2: 5e-10,
+                    merge: Some(1e-5),
+                    root: Some(2e-5),
                 },
                 SvdRate {
                     cols: 512,
                     pass1: 64e-9,
                     pass2: 32e-9,
+                    merge: Some(512f64.powi(3) * 1e-10),
+                    root: Some(512f64.powi(3) * 4e-10),
                 },
             ],
             dense: PassRates {
@@ -1110,7 +1198,13 @@ mod tests {
             cores_per_node: 2,
             ..cluster(1, 100.0)
         };
-        let compute = |p: &Prediction| p.phases.iter().map(|x| x.compute_seconds).sum::<f64>();
+        // The passes' compute (the tree's merges follow the panels' owners, not the cores).
+        let compute = |p: &Prediction| {
+            (p.phases.iter())
+                .filter(|x| x.phase.starts_with("pass"))
+                .map(|x| x.compute_seconds)
+                .sum::<f64>()
+        };
         let one = predict(80_000, 20, 10_000, &w, &node(1), &rates()).unwrap();
         let six = predict(80_000, 20, 10_000, &w, &node(6), &rates()).unwrap();
         // The node's two cores do the same work either way: the ranks with one panel leave
@@ -1177,6 +1271,58 @@ mod tests {
                 .unwrap_err()
                 .parameter(),
             Some("cluster")
+        );
+    }
+
+    #[test]
+    fn the_exact_svds_tree_counts_the_roots_merges_and_its_svd() {
+        // One rank merges all its panels; a root with half the panels merges its half,
+        // then once a level above it.
+        assert_eq!(root_merges(&[0]), 0);
+        assert_eq!(root_merges(&[0; 5]), 4);
+        assert_eq!(root_merges(&[0, 0, 1, 1]), 2);
+        assert_eq!(root_merges(&[0, 0, 0, 0, 1, 1, 1, 1]), 4);
+        assert_eq!(root_merges(&[0, 0, 1, 1, 2, 2, 3, 3]), 3);
+        let r = rates();
+        // Interpolated per n³ between the widths, the narrowest's seconds below them.
+        assert_eq!(r.svd_tree_at(4), Some((1e-5, 2e-5)));
+        let (merge, root) = r.svd_tree_at(1024).unwrap();
+        assert!((merge / (1024f64.powi(3) * 1e-10) - 1.0).abs() < 1e-12);
+        assert!((root / (1024f64.powi(3) * 4e-10) - 1.0).abs() < 1e-12);
+        let tree = |rows: u64, cols: u64, chunk: u64, nodes: usize, r: &Rates| {
+            let mut c = cluster(nodes, 1e6);
+            c.ranks_per_node = 1;
+            let p = predict(rows, cols, chunk, &Workload::Svd, &c, r).unwrap();
+            let t = p
+                .phases
+                .iter()
+                .find(|p| p.phase.starts_with("tree"))
+                .unwrap();
+            (t.compute_seconds, p.notes.clone())
+        };
+        // 8 panels on one node of one rank: 7 merges and the root's SVD.
+        let (one, _) = tree(8 * 1024, 512, 1024, 1, &r);
+        let m = 512f64.powi(3);
+        assert!(
+            (one - m * (7.0 * 1e-10 + 4e-10)).abs() < 1e-9 * one,
+            "{one}"
+        );
+        // On two nodes the root merges its 4 panels' subtree and once above it.
+        let (two, _) = tree(8 * 1024, 512, 1024, 2, &r);
+        assert!(
+            (two - m * (4.0 * 1e-10 + 4e-10)).abs() < 1e-9 * two,
+            "{two}"
+        );
+        // An older calibration file has no tree rates, and the prediction says so.
+        let mut old = r.clone();
+        for w in &mut old.svd {
+            (w.merge, w.root) = (None, None);
+        }
+        let (none, notes) = tree(8 * 1024, 512, 1024, 1, &old);
+        assert_eq!(none, 0.0);
+        assert!(
+            notes.iter().any(|n| n.contains("no tree rates")),
+            "{notes:?}"
         );
     }
 

@@ -465,6 +465,9 @@ fn calibrate_then_plan_a_cluster_job() {
     for v in r["svd"].as_array().unwrap() {
         assert!(v["pass1"].as_f64().unwrap() > 0.0, "{v}");
         assert!(v["pass2"].as_f64().unwrap() > 0.0, "{v}");
+        // The tree: a merge of two R factors, and the SVD of the root's.
+        assert!(v["merge"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["root"].as_f64().unwrap() > 0.0, "{v}");
     }
     assert!(r["genotypes"]["produce"].as_f64().unwrap() > 0.0);
     // LOBPCG's Rayleigh–Ritz step: a positive cost per sample at 20 sketch columns on one
@@ -558,6 +561,12 @@ fn calibrate_then_plan_a_cluster_job() {
     assert_eq!(code, 0, "{err}");
     let p: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(p["phases"].as_array().unwrap().len(), 3);
+    // The tree computes too: the root's merges of 100 × 100 R factors and the SVD of its R.
+    assert!(
+        p["phases"][1]["compute_seconds"].as_f64().unwrap() > 0.0,
+        "{}",
+        p["phases"][1]
+    );
 
     // Wrong options are named.
     let small = |extra: &[&str]| {
