@@ -319,6 +319,8 @@ fn bad_arguments_return_codes_and_never_abort() {
             "precision 7",
             "ranks disagree on precision",
             "null flops_per_second",
+            "null bytes_per_second (tiles)",
+            "lda < rows (tiles)",
             "null phases",
             "phases of a failed call",
             "pca null input",
@@ -347,8 +349,10 @@ fn bad_arguments_return_codes_and_never_abort() {
 /// every phase of a randomized and of an exact SVD with its seconds, its products' flops
 /// and the bytes each rank read (rankwise_last_phases), the GEMM rate of every rank's
 /// threads (rankwise_gemm_peak, and rankwise_machine_gemm_peak with the program as its own
-/// probe of OpenBLAS's other kernels) and the rate they read the caller's rows at
-/// (rankwise_production_peak), so each pass's share of the GEMM rate and its machine limit.
+/// probe of OpenBLAS's other kernels) and the rate they read the caller's rows at, into
+/// the randomized passes' tiles (rankwise_tile_production_peak) or the exact SVD's row
+/// blocks (rankwise_production_peak), so each pass's share of the GEMM rate and its machine
+/// limit.
 #[test]
 fn the_c_library_gives_each_pass_its_share_of_the_machine_limit() {
     let b = built();
@@ -424,6 +428,57 @@ fn the_c_library_gives_each_pass_its_share_of_the_machine_limit() {
         assert_eq!(format!("{best:.2}"), peaks[0], "{}", run.describe());
         assert!(
             slower == 0.0 || (slower > 0.0 && slower < best),
+            "{}",
+            run.describe()
+        );
+    }
+}
+
+/// The Fortran module's machine-limit calls on good arguments, under mpirun with two
+/// ranks: the last call's phases, the GEMM rate with the loaded kernels and with the best
+/// (rankwise_machine_gemm_peak, the program its own probe through
+/// rankwise_serve_gemm_probe), and the rate the threads read the caller's matrix at, into
+/// the exact SVD's row blocks or the randomized passes' tiles
+/// (rankwise_tile_production_peak).
+#[test]
+fn fortran_measures_the_machine_limit_as_c_does() {
+    let b = built();
+    let dir = scratch("capi-fortran-rates");
+    for (mode, extra) in [("svd", &[][..]), ("rsvd", &["4", "3", "2", "99"][..])] {
+        let out = dir.join(mode);
+        std::fs::create_dir_all(&out).unwrap();
+        let mut args = vec![
+            mode,
+            ROWS,
+            COLS,
+            PANEL,
+            "7",
+            "normal",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let mut cmd = mpirun::mpirun_command(2, &b.bin.join("svd_example_f"), &args);
+        cmd.env("RANKWISE_EXAMPLE_RATES", "1");
+        let run = run_with_timeout(cmd, LIMIT);
+        run.assert_success();
+        // rates: N phases, gemm L GFLOP/s loaded, B GFLOP/s best, reads R GB/s
+        let line = (run.stdout.lines())
+            .find_map(|l| l.strip_prefix("rates: "))
+            .unwrap_or_else(|| panic!("{mode}: no rates line:\n{}", run.describe()));
+        let numbers: Vec<f64> = (line.split([' ', ',']))
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let [phases, loaded, best, reads] = numbers[..] else {
+            panic!("{mode}: {line}");
+        };
+        // The exact SVD's five phases, and a randomized SVD's passes, orthonormalizations
+        // and forming of U.
+        assert!(phases >= 4.0, "{mode}: {line}");
+        assert!(loaded > 0.0 && best > 0.0 && reads > 0.0, "{mode}: {line}");
+        // Only rank 0 prints, and the probes it started answered without printing here.
+        assert_eq!(
+            run.stdout.matches("rates: ").count(),
+            1,
             "{}",
             run.describe()
         );

@@ -46,6 +46,8 @@ module rankwise
   ! The machine limit: the last call's phases, the GEMM rate of rankwise's threads and the
   ! rate they read the caller's matrix at.
   public :: rankwise_last_phases, rankwise_gemm_peak, rankwise_production_peak, rankwise_phase_name
+  ! The same read rate into the randomized passes' tiles (rankwise_rsvd, rankwise_rsvd_tol).
+  public :: rankwise_tile_production_peak
   ! The GEMM rate with OpenBLAS's best kernels, each measured in a process started as a
   ! probe program (one that calls rankwise_serve_gemm_probe first, before MPI_Init).
   public :: rankwise_machine_gemm_peak, rankwise_serve_gemm_probe
@@ -196,6 +198,18 @@ module rankwise
 
     function rankwise_production_peak(comm, a, rows_local, cols, lda, layout, bytes_per_second) &
                                       result(status) bind(C, name="rankwise_production_peak")
+      import :: c_int, c_int32_t, c_int64_t, c_double
+      integer(c_int), value :: comm
+      real(c_double), intent(in) :: a(*)
+      integer(c_int64_t), value :: rows_local, cols, lda
+      integer(c_int32_t), value :: layout
+      real(c_double), intent(out) :: bytes_per_second
+      integer(c_int32_t) :: status
+    end function
+
+    function rankwise_tile_production_peak(comm, a, rows_local, cols, lda, layout, &
+                                           bytes_per_second) &
+                                           result(status) bind(C, name="rankwise_tile_production_peak")
       import :: c_int, c_int32_t, c_int64_t, c_double
       integer(c_int), value :: comm
       real(c_double), intent(in) :: a(*)

@@ -115,8 +115,9 @@ typedef struct {
   double flops;
   /**
    * Bytes of matrix values this rank read into the kernels' blocks in the phase (8 a
-   * value); summed over the ranks and divided by `rankwise_production_peak`, the rest
-   * of the phase's machine limit.
+   * value); summed over the ranks and divided by `rankwise_production_peak` (the
+   * exact SVD's) or `rankwise_tile_production_peak` (a randomized SVD's), the rest of
+   * the phase's machine limit.
    */
   int64_t produced_bytes;
 } rankwise_phase;
@@ -511,6 +512,24 @@ rankwise_status rankwise_production_peak(MPI_Fint comm,
                                          int64_t lda,
                                          rankwise_layout layout,
                                          double *bytes_per_second);
+
+/**
+ * As `rankwise_production_peak`, for a randomized SVD (`rankwise_rsvd`,
+ * `rankwise_rsvd_tol`): the rate, in bytes per second (8 a value), at which the threads
+ * rankwise runs on every rank of `comm` read the caller's matrix into the float64 tiles
+ * its randomized passes multiply (each rank's compute threads read up to 4 Mi values of
+ * its own rows at once, the best of two runs each), summed over the ranks, into
+ * `*bytes_per_second` on every rank. The tiles are laid out for the sketch's products,
+ * not as the exact SVD's row blocks, so the two rates differ. Collective; takes well
+ * under a second.
+ */
+rankwise_status rankwise_tile_production_peak(MPI_Fint comm,
+                                              const double *a,
+                                              int64_t rows_local,
+                                              int64_t cols,
+                                              int64_t lda,
+                                              rankwise_layout layout,
+                                              double *bytes_per_second);
 
 /**
  * Fills `out` (`rows × cols` in `layout`, leading dimension `ld`) with rows

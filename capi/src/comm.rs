@@ -436,12 +436,23 @@ pub(crate) fn runtime(dup: SimpleCommunicator) -> Result<rankwise::exec::Runtime
     rankwise::from_mpi_communicator(dup, &config).map_err(|e| CapiError::Compute(e.to_string()))
 }
 
-/// `rankwise_production_peak`: the ranks agree that every one's arguments are good (a rank
-/// with a bad one, or with `bad_output`, makes every rank return an error rather than
-/// wait in the probe), then probe their own rows together.
+/// What a production probe reads the caller's rows into.
+#[derive(Clone, Copy)]
+pub(crate) enum Produced {
+    /// The exact SVD's row blocks (`rankwise_tsqr_svd`).
+    RowBlocks,
+    /// The float64 tiles of the randomized passes (`rankwise_rsvd`, `rankwise_rsvd_tol`).
+    Tiles,
+}
+
+/// `rankwise_production_peak` and `rankwise_tile_production_peak`: the ranks agree that
+/// every one's arguments are good (a rank with a bad one, or with `bad_output`, makes
+/// every rank return an error rather than wait in the probe), then probe their own rows
+/// together.
 pub(crate) fn production_peak(
     fint: MPI_Fint,
     rows: &crate::args::RowsArg,
+    produced: Produced,
     bad_output: Option<rankwise_status>,
 ) -> Result<f64, CapiError> {
     let local = rows.check();
@@ -477,8 +488,18 @@ pub(crate) fn production_peak(
         )
     }
     .map_err(|e| CapiError::Internal(e.to_string()))?;
-    rankwise::linalg::production_peak(&rt, &source, 0..n as u64)
-        .map_err(|e| CapiError::Compute(e.to_string()))
+    match produced {
+        Produced::RowBlocks => rankwise::linalg::production_peak(&rt, &source, 0..n as u64),
+        // The caller's values are float64, and so are the tiles of its randomized passes;
+        // its rows are one panel, as `run` places them.
+        Produced::Tiles => rankwise::linalg::tile_production_peak(
+            &rt,
+            &Operand::Dense(Arc::new(source)),
+            (n > 0).then_some((0, 0..n as u64)),
+            Precision::F64,
+        ),
+    }
+    .map_err(|e| CapiError::Compute(e.to_string()))
 }
 
 /// `rankwise_gemm_peak`: the ranks agree on `precision` first (a rank with a bad one makes

@@ -138,8 +138,9 @@ pub struct rankwise_phase {
     /// `rankwise_gemm_peak` is the phase's share of the GEMM rate.
     pub flops: f64,
     /// Bytes of matrix values this rank read into the kernels' blocks in the phase (8 a
-    /// value); summed over the ranks and divided by `rankwise_production_peak`, the rest
-    /// of the phase's machine limit.
+    /// value); summed over the ranks and divided by `rankwise_production_peak` (the
+    /// exact SVD's) or `rankwise_tile_production_peak` (a randomized SVD's), the rest of
+    /// the phase's machine limit.
     pub produced_bytes: i64,
 }
 
@@ -567,7 +568,44 @@ pub extern "C" fn rankwise_production_peak(
             layout,
         };
         // A NULL output still takes part in the agreement, so that no rank waits.
-        let peak = comm::production_peak(comm, &rows, out.as_ref().err().map(|e| e.status()));
+        let bad = out.as_ref().err().map(|e| e.status());
+        let peak = comm::production_peak(comm, &rows, comm::Produced::RowBlocks, bad);
+        let out = out?;
+        // SAFETY: checked non-null; the caller passes a writable double.
+        unsafe { *out = peak? };
+        Ok(())
+    })
+}
+
+/// As `rankwise_production_peak`, for a randomized SVD (`rankwise_rsvd`,
+/// `rankwise_rsvd_tol`): the rate, in bytes per second (8 a value), at which the threads
+/// rankwise runs on every rank of `comm` read the caller's matrix into the float64 tiles
+/// its randomized passes multiply (each rank's compute threads read up to 4 Mi values of
+/// its own rows at once, the best of two runs each), summed over the ranks, into
+/// `*bytes_per_second` on every rank. The tiles are laid out for the sketch's products,
+/// not as the exact SVD's row blocks, so the two rates differ. Collective; takes well
+/// under a second.
+#[no_mangle]
+pub extern "C" fn rankwise_tile_production_peak(
+    comm: MPI_Fint,
+    a: *const f64,
+    rows_local: i64,
+    cols: i64,
+    lda: i64,
+    layout: rankwise_layout,
+    bytes_per_second: *mut f64,
+) -> rankwise_status {
+    guarded(|| {
+        let out = args::non_null_mut(bytes_per_second, "bytes_per_second");
+        let rows = args::RowsArg {
+            a,
+            rows_local,
+            cols,
+            lda,
+            layout,
+        };
+        let bad = out.as_ref().err().map(|e| e.status());
+        let peak = comm::production_peak(comm, &rows, comm::Produced::Tiles, bad);
         let out = out?;
         // SAFETY: checked non-null; the caller passes a writable double.
         unsafe { *out = peak? };

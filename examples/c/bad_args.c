@@ -139,6 +139,12 @@ int main(int argc, char **argv) {
     expect("null flops_per_second", rankwise_gemm_peak(world, RANKWISE_F64, last ? NULL : &peak),
            last ? RANKWISE_ERROR_NULL_POINTER : (size > 1 ? RANKWISE_ERROR_OTHER_RANK : RANKWISE_OK),
            last ? "`flops_per_second`" : NULL);
+    expect("null bytes_per_second (tiles)",
+           rankwise_tile_production_peak(world, a, R, C, R, L, last ? NULL : &peak),
+           last ? RANKWISE_ERROR_NULL_POINTER : (size > 1 ? RANKWISE_ERROR_OTHER_RANK : RANKWISE_OK),
+           last ? "`bytes_per_second`" : NULL);
+    expect("lda < rows (tiles)", rankwise_tile_production_peak(world, a, R, C, R - 1, L, &peak),
+           RANKWISE_ERROR_INVALID_ARGUMENT, "`lda`");
     expect("null phases", rankwise_last_phases(NULL, &count), RANKWISE_ERROR_NULL_POINTER, "`phases`");
     expect("phases of a failed call", rankwise_last_phases(&phases, &count), RANKWISE_OK, NULL);
     if (count != 0) {

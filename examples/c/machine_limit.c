@@ -8,8 +8,8 @@
  *
  * Each rank fills its whole panels of the matrix `rankwise rsvd --seed SEED` generates,
  * calls rankwise_rsvd (or, with `svd`, rankwise_tsqr_svd), then reads the call's phases
- * (rankwise_last_phases) and measures the machine's rates (rankwise_machine_gemm_peak and
- * rankwise_production_peak, collective). The program is its own GEMM probe: started by
+ * (rankwise_last_phases) and measures the machine's rates (rankwise_machine_gemm_peak, and
+ * rankwise_tile_production_peak or, for `svd`, rankwise_production_peak; collective). The program is its own GEMM probe: started by
  * rankwise_machine_gemm_peak to measure OpenBLAS's other kernels, it answers through
  * rankwise_serve_gemm_probe before MPI_Init. Rank 0 prints the GEMM rates, then one line
  * per phase:
@@ -95,9 +95,16 @@ int main(int argc, char **argv) {
     failed = failed || check(rank, "rankwise_gemm_peak", rankwise_gemm_peak(comm, RANKWISE_F64, &loaded));
     failed = failed || check(rank, "rankwise_machine_gemm_peak",
                              rankwise_machine_gemm_peak(comm, RANKWISE_F64, NULL, &peak, &slower));
-    failed = failed || check(rank, "rankwise_production_peak",
-                             rankwise_production_peak(comm, a, rows_local, cols, cols,
-                                                      RANKWISE_ROW_MAJOR, &production));
+    /* Into the blocks the call's kernels read: the exact SVD's row blocks, or the
+     * randomized passes' tiles. */
+    if (exact)
+        failed = failed || check(rank, "rankwise_production_peak",
+                                 rankwise_production_peak(comm, a, rows_local, cols, cols,
+                                                          RANKWISE_ROW_MAJOR, &production));
+    else
+        failed = failed || check(rank, "rankwise_tile_production_peak",
+                                 rankwise_tile_production_peak(comm, a, rows_local, cols, cols,
+                                                               RANKWISE_ROW_MAJOR, &production));
     if (failed)
         MPI_Abort(MPI_COMM_WORLD, 1);
     /* Each phase's bytes on all ranks together (every rank has the same phases). */

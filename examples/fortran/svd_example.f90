@@ -9,6 +9,14 @@
 ! rankwise_svd, rankwise_randomized_svd or rankwise_rsvd_tol on MPI_COMM_WORLD. Rank 0 writes
 ! S.bin and Vt.bin (k x COLS, row-major), and for rsvd-tol the residuals (R.bin); rank r
 ! writes U.<r>.bin (its rows of U, row-major).
+!
+! With RANKWISE_EXAMPLE_RATES set, rank 0 also prints the call's phase count and the
+! machine's rates that make each phase's machine limit (as examples/c/machine_limit.c does):
+!
+!   rates: PHASES phases, gemm LOADED GFLOP/s loaded, BEST GFLOP/s best, reads R GB/s
+!
+! The program is then its own probe of OpenBLAS's other kernels: rankwise_machine_gemm_peak
+! starts it again, and it answers through rankwise_serve_gemm_probe before MPI_Init.
 program svd_example
   use mpi
   use, intrinsic :: iso_c_binding
@@ -23,6 +31,16 @@ program svd_example
   real(c_double), allocatable :: a(:, :), s(:), u(:, :), vt(:, :), residuals(:)
   logical :: randomized, to_tol
   type(rankwise_sizes) :: sizes
+  integer(c_int32_t) :: probe
+  integer(c_int64_t) :: phase_count
+  type(c_ptr) :: phases
+  real(c_double) :: loaded, best, slower, reads
+  integer :: rates
+
+  ! Started as rankwise_machine_gemm_peak's probe: answer, and end before MPI_Init.
+  probe = rankwise_serve_gemm_probe()
+  if (probe >= 0) call exit(int(probe))
+  call get_environment_variable('RANKWISE_EXAMPLE_RATES', status=rates)
 
   ! rankwise runs worker threads beside the MPI thread: FUNNELED at least.
   call MPI_Init_thread(MPI_THREAD_FUNNELED, provided, ierr)
@@ -102,6 +120,33 @@ program svd_example
       rankwise_error_message()
     call MPI_Finalize(ierr)
     stop 1
+  end if
+
+  if (rates == 0) then
+    ! Collective, on every rank: the phases of the call above, the GEMM rate of rankwise's
+    ! threads (loaded kernels, and the best OpenBLAS kernels) and the rate they read this
+    ! matrix into the blocks the call's kernels work on.
+    status = rankwise_last_phases(phases, phase_count)
+    if (status == RANKWISE_OK) status = rankwise_gemm_peak(MPI_COMM_WORLD, RANKWISE_F64, loaded)
+    if (status == RANKWISE_OK) status = rankwise_machine_gemm_peak(MPI_COMM_WORLD, RANKWISE_F64, &
+                                                                    c_null_ptr, best, slower)
+    if (status == RANKWISE_OK) then
+      if (randomized .or. to_tol) then
+        status = rankwise_tile_production_peak(MPI_COMM_WORLD, a, rows_local, cols, &
+                                               max(rows_local, 1_c_int64_t), RANKWISE_COL_MAJOR, reads)
+      else
+        status = rankwise_production_peak(MPI_COMM_WORLD, a, rows_local, cols, &
+                                          max(rows_local, 1_c_int64_t), RANKWISE_COL_MAJOR, reads)
+      end if
+    end if
+    if (status /= RANKWISE_OK) then
+      write (0, '(a,i0,a,a)') 'rank ', rank, ': rates failed: ', rankwise_error_message()
+      call MPI_Finalize(ierr)
+      stop 1
+    end if
+    if (rank == 0) write (*, '(a,i0,a,f0.2,a,f0.2,a,f0.2,a)') 'rates: ', phase_count, &
+      ' phases, gemm ', loaded / 1e9, ' GFLOP/s loaded, ', best / 1e9, ' GFLOP/s best, reads ', &
+      reads / 1e9, ' GB/s'
   end if
 
   write (arg, '(a,i0,a)') 'U.', rank, '.bin'
