@@ -558,18 +558,28 @@ pub extern "C" fn rankwise_production_peak(
     layout: rankwise_layout,
     bytes_per_second: *mut f64,
 ) -> rankwise_status {
+    let rows = args::RowsArg {
+        a,
+        rows_local,
+        cols,
+        lda,
+        layout,
+    };
+    production_peak(comm, rows, comm::Produced::RowBlocks, bytes_per_second)
+}
+
+/// The body of both production probes: the rate into `*bytes_per_second`.
+fn production_peak(
+    comm: MPI_Fint,
+    rows: args::RowsArg,
+    produced: comm::Produced,
+    bytes_per_second: *mut f64,
+) -> rankwise_status {
     guarded(|| {
         let out = args::non_null_mut(bytes_per_second, "bytes_per_second");
-        let rows = args::RowsArg {
-            a,
-            rows_local,
-            cols,
-            lda,
-            layout,
-        };
         // A NULL output still takes part in the agreement, so that no rank waits.
         let bad = out.as_ref().err().map(|e| e.status());
-        let peak = comm::production_peak(comm, &rows, comm::Produced::RowBlocks, bad);
+        let peak = comm::production_peak(comm, &rows, produced, bad);
         let out = out?;
         // SAFETY: checked non-null; the caller passes a writable double.
         unsafe { *out = peak? };
@@ -595,22 +605,14 @@ pub extern "C" fn rankwise_tile_production_peak(
     layout: rankwise_layout,
     bytes_per_second: *mut f64,
 ) -> rankwise_status {
-    guarded(|| {
-        let out = args::non_null_mut(bytes_per_second, "bytes_per_second");
-        let rows = args::RowsArg {
-            a,
-            rows_local,
-            cols,
-            lda,
-            layout,
-        };
-        let bad = out.as_ref().err().map(|e| e.status());
-        let peak = comm::production_peak(comm, &rows, comm::Produced::Tiles, bad);
-        let out = out?;
-        // SAFETY: checked non-null; the caller passes a writable double.
-        unsafe { *out = peak? };
-        Ok(())
-    })
+    let rows = args::RowsArg {
+        a,
+        rows_local,
+        cols,
+        lda,
+        layout,
+    };
+    production_peak(comm, rows, comm::Produced::Tiles, bytes_per_second)
 }
 
 /// Fills `out` (`rows × cols` in `layout`, leading dimension `ld`) with rows
