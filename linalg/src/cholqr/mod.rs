@@ -124,31 +124,29 @@ fn kappa2(r: &[f64], n: usize) -> f64 {
         CBLAS_DIAG::CblasNonUnit,
     );
     let (no, tr) = (CBLAS_TRANSPOSE::CblasNoTrans, CBLAS_TRANSPOSE::CblasTrans);
-    // σ_max²: the growth of x under RᵀR.
-    let mut x = start();
-    normalize(&mut x);
-    let mut big = 0.0;
-    for _ in 0..KAPPA2_STEPS {
-        // SAFETY: `r` holds n·n values, ld n, upper triangle read; `x` holds n.
-        unsafe {
-            cblas_dtrmv(lay, up, no, diag, ni, r.as_ptr(), ni, x.as_mut_ptr(), 1);
-            cblas_dtrmv(lay, up, tr, diag, ni, r.as_ptr(), ni, x.as_mut_ptr(), 1);
+    // The growth of a unit vector under `apply`, after KAPPA2_STEPS applications.
+    let growth = |apply: &dyn Fn(&mut [f64])| -> f64 {
+        let mut x = start();
+        normalize(&mut x);
+        let mut g = 0.0;
+        for _ in 0..KAPPA2_STEPS {
+            apply(&mut x);
+            g = normalize(&mut x);
         }
-        big = normalize(&mut x);
-    }
-    // σ_min⁻²: the growth of x under R⁻¹R⁻ᵀ.
-    let mut x = start();
-    normalize(&mut x);
-    let mut small = 0.0;
-    for _ in 0..KAPPA2_STEPS {
-        // SAFETY: as above; R is nonsingular (its Cholesky factorization succeeded with a
-        // bounded condition estimate).
-        unsafe {
-            cblas_dtrsv(lay, up, tr, diag, ni, r.as_ptr(), ni, x.as_mut_ptr(), 1);
-            cblas_dtrsv(lay, up, no, diag, ni, r.as_ptr(), ni, x.as_mut_ptr(), 1);
-        }
-        small = normalize(&mut x);
-    }
+        g
+    };
+    // σ_max²: under RᵀR.
+    // SAFETY (both): `r` holds n·n values, ld n, upper triangle read; `x` holds n; R is
+    // nonsingular (its Cholesky factorization succeeded with a bounded condition estimate).
+    let big = growth(&|x| unsafe {
+        cblas_dtrmv(lay, up, no, diag, ni, r.as_ptr(), ni, x.as_mut_ptr(), 1);
+        cblas_dtrmv(lay, up, tr, diag, ni, r.as_ptr(), ni, x.as_mut_ptr(), 1);
+    });
+    // σ_min⁻²: under R⁻¹R⁻ᵀ.
+    let small = growth(&|x| unsafe {
+        cblas_dtrsv(lay, up, tr, diag, ni, r.as_ptr(), ni, x.as_mut_ptr(), 1);
+        cblas_dtrsv(lay, up, no, diag, ni, r.as_ptr(), ni, x.as_mut_ptr(), 1);
+    });
     let kappa = (big * small).sqrt();
     if kappa.is_finite() {
         kappa
