@@ -263,26 +263,14 @@ impl Rates {
     /// calibrated column counts in log n (per value, the Gram and triangular work grows
     /// with n), extrapolated linearly in n beyond the widest.
     fn svd_at(&self, n: u64) -> (f64, f64) {
-        let r = &self.svd;
-        if r.is_empty() {
+        let points: Vec<_> = (self.svd.iter())
+            .map(|r| (r.cols, [r.pass1, r.pass2]))
+            .collect();
+        let Some(([p1, p2], widest)) = at_width(&points, n) else {
             return (0.0, 0.0);
-        }
-        if n <= r[0].cols {
-            return (r[0].pass1, r[0].pass2);
-        }
-        for w in r.windows(2) {
-            if n <= w[1].cols {
-                let t = ((n as f64).ln() - (w[0].cols as f64).ln())
-                    / ((w[1].cols as f64).ln() - (w[0].cols as f64).ln());
-                return (
-                    w[0].pass1 + t * (w[1].pass1 - w[0].pass1),
-                    w[0].pass2 + t * (w[1].pass2 - w[0].pass2),
-                );
-            }
-        }
-        let last = r.last().expect("not empty");
-        let f = n as f64 / last.cols as f64;
-        (last.pass1 * f, last.pass2 * f)
+        };
+        let f = (n as f64 / widest as f64).max(1.0);
+        (p1 * f, p2 * f)
     }
 
     /// Seconds of one tree merge and of the root's SVD at `n` columns, where the
@@ -290,45 +278,35 @@ impl Rates {
     /// interpolated in log n between the calibrated widths and kept beyond the widest;
     /// below the narrowest a merge costs what it cost there (its calls' own overhead).
     fn svd_tree_at(&self, n: u64) -> Option<(f64, f64)> {
-        let measured: Vec<(u64, f64, f64)> = (self.svd.iter())
-            .filter_map(|r| Some((r.cols, r.merge?, r.root?)))
-            .collect();
-        let first = measured.first()?;
-        if n <= first.0 {
-            return Some((first.1, first.2));
-        }
         let cube = |c: u64| (c as f64).powi(3);
-        let per = |w: &(u64, f64, f64)| (w.1 / cube(w.0), w.2 / cube(w.0));
-        let mut coefficient = per(measured.last().expect("not empty"));
-        for w in measured.windows(2) {
-            if n <= w[1].0 {
-                let t = ((n as f64).ln() - (w[0].0 as f64).ln())
-                    / ((w[1].0 as f64).ln() - (w[0].0 as f64).ln());
-                let (a, b) = (per(&w[0]), per(&w[1]));
-                coefficient = (a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1));
-                break;
-            }
-        }
-        Some((coefficient.0 * cube(n), coefficient.1 * cube(n)))
+        let points: Vec<_> = (self.svd.iter())
+            .filter_map(|r| Some((r.cols, [r.merge? / cube(r.cols), r.root? / cube(r.cols)])))
+            .collect();
+        let n = n.max(points.first()?.0);
+        let ([merge, root], _) = at_width(&points, n)?;
+        Some((merge * cube(n), root * cube(n)))
     }
 }
 
-/// Merges of the reduction tree over panels owned as `owners` that the root's rank makes:
-/// those of the subtree over its own panels, then one a level above them. The other ranks
-/// merge their subtrees at the same time, so these are the merges on the critical path.
-fn root_merges(owners: &[usize]) -> u64 {
-    let root = owners.first().copied().unwrap_or(0);
-    let (mut merges, mut count, mut level) = (0u64, owners.len(), 0usize);
-    while count > 1 {
-        // Node (level + 1, j) has two children when 2j + 1 < count; it lives on the owner
-        // of its leftmost panel, j · 2^(level + 1).
-        merges += (0..count / 2)
-            .filter(|j| owners[j << (level + 1)] == root)
-            .count() as u64;
-        count = count.div_ceil(2);
-        level += 1;
+/// Values measured at ascending widths, at width `n`: interpolated in log n between the
+/// two widths around it, the narrowest's below them and the widest's beyond them; with
+/// the widest width, for a caller that extrapolates. `None` without measurements.
+fn at_width<const K: usize>(points: &[(u64, [f64; K])], n: u64) -> Option<([f64; K], u64)> {
+    let (first, last) = (points.first()?, points.last()?);
+    if n <= first.0 {
+        return Some((first.1, last.0));
     }
-    merges
+    for w in points.windows(2) {
+        if n <= w[1].0 {
+            let ln = |c: u64| (c as f64).ln();
+            let t = (ln(n) - ln(w[0].0)) / (ln(w[1].0) - ln(w[0].0));
+            return Some((
+                std::array::from_fn(|i| w[0].1[i] + t * (w[1].1[i] - w[0].1[i])),
+                last.0,
+            ));
+        }
+    }
+    Some((last.1, last.0))
 }
 
 /// The job to size.
@@ -638,7 +616,10 @@ pub fn predict(
             // other on one thread while every actor waits: uncounted, the model predicted
             // `svd` of 100,000 × 512 in 16 panels 21–26 % low on one rank.
             let tree_compute = match rates.svd_tree_at(n) {
-                Some((merge, root)) => root_merges(&plan.placement.owner) as f64 * merge + root,
+                Some((merge, root)) => {
+                    let tree = rankwise_linalg::Tree::new(&plan.placement.owner);
+                    tree.merges_made_by(tree.root_owner()) as f64 * merge + root
+                }
                 None => {
                     notes.push(
                         "the calibration has no tree rates (an older file): the exact SVD's \
@@ -1278,6 +1259,8 @@ mod tests {
     fn the_exact_svds_tree_counts_the_roots_merges_and_its_svd() {
         // One rank merges all its panels; a root with half the panels merges its half,
         // then once a level above it.
+        let root_merges =
+            |owners: &[usize]| rankwise_linalg::Tree::new(owners).merges_made_by(owners[0]);
         assert_eq!(root_merges(&[0]), 0);
         assert_eq!(root_merges(&[0; 5]), 4);
         assert_eq!(root_merges(&[0, 0, 1, 1]), 2);

@@ -73,6 +73,19 @@ impl<'a> Tree<'a> {
         n
     }
 
+    /// Merges this rank makes in one sweep: one per node it owns that has two children. The
+    /// root's rank makes those of its own panels' subtree, then one a level above it; the
+    /// other ranks merge their subtrees meanwhile, so its count is the sweep's critical path.
+    pub fn merges_made_by(&self, rank: usize) -> usize {
+        (0..self.height())
+            .map(|level| {
+                (0..self.count(level) / 2)
+                    .filter(|&j| self.owner(level + 1, j) == rank)
+                    .count()
+            })
+            .sum()
+    }
+
     /// Combines leaf values up the tree. `combine(level, j, left, right)` forms node
     /// `(level, j)` from its two children; a node with one child takes its value unchanged.
     /// Returns the root's value on the root's owner, `None` elsewhere.
