@@ -494,6 +494,19 @@ mod tests {
         a.t().iter().copied().collect()
     }
 
+    /// `‖QᵀQ − I‖_max`.
+    fn orthogonality(q: &Array2<f64>) -> f64 {
+        (q.t().dot(q) - Array2::<f64>::eye(q.ncols()))
+            .iter()
+            .fold(0f64, |a, x| a.max(x.abs()))
+    }
+
+    /// `‖A − Q·R‖_F / ‖A‖_F`.
+    fn residual(q: &Array2<f64>, r: &Array2<f64>, a: &ArrayView2<'_, f64>) -> f64 {
+        let norm = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+        (&q.dot(r) - a).iter().map(|x| x * x).sum::<f64>().sqrt() / norm
+    }
+
     fn view(a: &[f64], m: usize, n: usize) -> ArrayView2<'_, f64> {
         ArrayView2::from_shape((m, n).f(), &a[..m * n]).unwrap()
     }
@@ -517,16 +530,8 @@ mod tests {
                     .unwrap_or_else(|| panic!("{m} × {n}, κ {kappa}: refused"));
                 let qv = view(&q, m, n).dot(&f.t);
                 let av = view(&a, m, n);
-                let norm = av.iter().map(|x| x * x).sum::<f64>().sqrt();
-                let res = (&qv.dot(&f.r) - &av)
-                    .iter()
-                    .map(|x| x * x)
-                    .sum::<f64>()
-                    .sqrt()
-                    / norm;
-                let orth = (qv.t().dot(&qv) - Array2::<f64>::eye(n))
-                    .iter()
-                    .fold(0f64, |a, x| a.max(x.abs()));
+                let res = residual(&qv, &f.r, &av);
+                let orth = orthogonality(&qv);
                 let one = f.solves.is_empty();
                 assert!(
                     res <= 1e-13,
@@ -586,12 +591,8 @@ mod tests {
                 }
                 let qv = view(&q, m, n).dot(&t);
                 let av = view(&a, m, n);
-                let back = qv.dot(&r);
-                let norm = av.iter().map(|x| x * x).sum::<f64>().sqrt();
-                let res = (&back - &av).iter().map(|x| x * x).sum::<f64>().sqrt() / norm;
-                let orth = (qv.t().dot(&qv) - Array2::<f64>::eye(n))
-                    .iter()
-                    .fold(0f64, |a, x| a.max(x.abs()));
+                let res = residual(&qv, &r, &av);
+                let orth = orthogonality(&qv);
                 assert!(res <= 1e-13, "{m} × {n}, κ {kappa:e}: residual {res:e}");
                 assert!(
                     orth <= 1e-13,
@@ -641,9 +642,7 @@ mod tests {
                 assert!(a.iter().zip(&q).all(|(x, y)| x.to_bits() == y.to_bits()));
             }
             let qv = view(&q, m, n).dot(&f.t);
-            let orth = (qv.t().dot(&qv) - Array2::<f64>::eye(n))
-                .iter()
-                .fold(0f64, |a, x| a.max(x.abs()));
+            let orth = orthogonality(&qv);
             let path = f.solves.len();
             assert!(
                 orth <= 1e-13,
