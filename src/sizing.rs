@@ -25,7 +25,10 @@
 //! ranks, `⌈log₂ P⌉` messages up and as many down. Levels inside a node (the first
 //! `⌈log₂ R⌉` with `R` ranks per node, ranks placed node by node as `mpirun` and `srun`
 //! place them) cost shared-memory time; the others cost the network's latency plus the
-//! message over its bandwidth. Compute and communication do not overlap in the model
+//! message over its bandwidth, and the round trips of the transport's protocol: past the
+//! MPI library's eager limit ([`Network::eager_bytes`]) a message waits for the
+//! receiver's clear-to-send, and over MPI a payload past [`MPI_INLINE_BYTES`] first waits
+//! for the receiver's go-ahead ([`Transport`]). Compute and communication do not overlap in the model
 //! (the tree waits for every panel of a pass), which is what the drivers do.
 //!
 //! The exact SVD's tree also computes: each merge is the QR of two stacked `n × n` R
@@ -56,43 +59,87 @@ use std::time::Instant;
 use rankwise_exec::{ActorKind, ActorShape, ChunkGrid, Runtime, World};
 use rankwise_linalg::{RsvdOptions, RsvdPlan, RsvdProblem, SvdOptions, SvdPlan, SvdProblem};
 use rankwise_sources::{Dist, Generated, GenotypeSource, PanelSource, SourceError};
+use rankwise_transports::MPI_INLINE_BYTES;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
 
-/// A link between nodes: bandwidth and latency.
+/// A link between nodes: bandwidth, latency, and the MPI library's eager limit.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Network {
     /// Gigabits per second one rank can use.
     pub gbps: f64,
     /// One-way latency of a message, seconds.
     pub latency: f64,
+    /// Messages longer than this wait for the receiver's clear-to-send before their data
+    /// goes (the rendezvous protocol): a round trip more. Open MPI's TCP transport starts
+    /// it past 64 KiB (`btl_tcp_eager_limit`, the default here), its shared memory past 4
+    /// KiB; UCX past its `UCX_RNDV_THRESH`.
+    #[serde(default = "default_eager_bytes")]
+    pub eager_bytes: u64,
 }
 
-/// Messages longer than this wait for the receiver's clear-to-send before their data goes
-/// (MPI's rendezvous protocol): a round trip more. Open MPI's TCP transport starts it at 64
-/// KiB (`btl_tcp_eager_limit`); UCX and InfiniBand transports at a few to tens of KiB.
-const EAGER_BYTES: f64 = 65_536.0;
+/// Open MPI's `btl_tcp_eager_limit`.
+const TCP_EAGER_BYTES: u64 = 64 << 10;
+
+fn default_eager_bytes() -> u64 {
+    TCP_EAGER_BYTES
+}
 
 impl Network {
-    /// Seconds to move `bytes` over the link: its latency, a round trip more for a message
-    /// past the eager limit, and the bytes at the link's rate.
-    fn seconds(&self, bytes: f64) -> f64 {
-        let handshake = if bytes > EAGER_BYTES {
-            2.0 * self.latency
-        } else {
-            0.0
+    /// A link of `gbps` Gb/s and `latency` seconds one way, with Open MPI's TCP eager limit.
+    pub fn new(gbps: f64, latency: f64) -> Network {
+        Network {
+            gbps,
+            latency,
+            eager_bytes: TCP_EAGER_BYTES,
+        }
+    }
+
+    /// Seconds to move a message of `bytes` over the link by `transport`: its latency, a
+    /// round trip more for a message past the eager limit, and the bytes at the link's
+    /// rate. Over MPI, a payload past [`MPI_INLINE_BYTES`] first sends its header and waits
+    /// for the receiver's go-ahead: another round trip (a payload within it travels with
+    /// its 8-byte header).
+    fn seconds(&self, bytes: f64, transport: Transport) -> f64 {
+        let handshake = |b: f64| {
+            if b > self.eager_bytes as f64 {
+                2.0 * self.latency
+            } else {
+                0.0
+            }
         };
-        self.latency + handshake + bytes * 8.0 / (self.gbps * 1e9)
+        let wire = bytes * 8.0 / (self.gbps * 1e9);
+        match transport {
+            Transport::Mpi if bytes > MPI_INLINE_BYTES as f64 => {
+                3.0 * self.latency + handshake(bytes) + wire
+            }
+            Transport::Mpi => self.latency + handshake(bytes + 8.0) + wire,
+            Transport::Ucx => self.latency + handshake(bytes) + wire,
+        }
     }
 }
 
 /// Shared memory between ranks of one node, as Open MPI's `vader` and UCX's `sysv`/`cma`
-/// carry a message of a few kilobytes to megabytes: about a microsecond and a memory copy.
+/// carry a message of a few kilobytes to megabytes: about a microsecond and a memory copy
+/// (`vader`'s eager limit is 4 KiB).
 pub const SHARED_MEMORY: Network = Network {
     gbps: 80.0,
     latency: 1e-6,
+    eager_bytes: 4 << 10,
 };
+
+/// The transport a job's ranks talk over (`--transport`): what a large message costs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// MPI: a payload past [`MPI_INLINE_BYTES`] waits for the receiver's go-ahead, then
+    /// goes as one MPI message.
+    #[default]
+    Mpi,
+    /// UCX's tagged messages: every payload in one message.
+    Ucx,
+}
 
 /// The cluster a job would run on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -112,6 +159,9 @@ pub struct Cluster {
     pub gpus_per_node: usize,
     /// The network between nodes.
     pub network: Network,
+    /// The transport between ranks.
+    #[serde(default)]
+    pub transport: Transport,
     /// Storage bandwidth per node for a stored input, GB/s (`None`: not a bound).
     pub read_gbps: Option<f64>,
 }
@@ -463,11 +513,13 @@ fn default_panel_rows(rows: u64, cols: u64, actors: usize, svd: bool) -> u64 {
 
 /// Communication on the critical path of one tree sweep over `ranks` ranks placed
 /// `per_node` to a node, each message `bytes` long.
-fn tree_seconds(ranks: usize, per_node: usize, bytes: f64, network: &Network) -> f64 {
+fn tree_seconds(ranks: usize, per_node: usize, bytes: f64, cluster: &Cluster) -> f64 {
     let levels = |p: usize| (p.max(1) as f64).log2().ceil() as usize;
     let inside = levels(per_node.min(ranks));
     let all = levels(ranks);
-    inside as f64 * SHARED_MEMORY.seconds(bytes) + (all - inside) as f64 * network.seconds(bytes)
+    let t = cluster.transport;
+    inside as f64 * SHARED_MEMORY.seconds(bytes, t)
+        + (all - inside) as f64 * cluster.network.seconds(bytes, t)
 }
 
 /// Predicts the time and memory per rank of `workload` on a `rows × cols` matrix (tall, or
@@ -584,7 +636,6 @@ pub fn predict(
             values * bytes_per_value * cluster.ranks_per_node as f64 / (gbps * 1e9)
         })
     };
-    let net = cluster.network;
     let levels = (ranks.max(1) as f64).log2().ceil() as u64;
     let per_node = cluster.ranks_per_node;
     let mut phases = Vec::new();
@@ -633,9 +684,9 @@ pub fn predict(
                 phase: "tree: reduce R factors, SVD of R, broadcast, push down".into(),
                 compute_seconds: tree_compute,
                 // Up, the broadcast of Σ and Vᵀ (n² values), and down.
-                comm_seconds: tree_seconds(ranks, per_node, up, &net)
-                    + tree_seconds(ranks, per_node, bcast, &net)
-                    + tree_seconds(ranks, per_node, down, &net),
+                comm_seconds: tree_seconds(ranks, per_node, up, cluster)
+                    + tree_seconds(ranks, per_node, bcast, cluster)
+                    + tree_seconds(ranks, per_node, down, cluster),
                 // The root sends the most: a C block and Σ, Vᵀ down each level.
                 bytes_sent: levels * (down + bcast) as u64,
                 read_seconds: 0.0,
@@ -723,16 +774,20 @@ pub fn predict(
             // as the sum of `AᵀA·S`, both `n × l`. Under `mpirun -np 2` on two namespace
             // nodes its rank 0 received one 297 KB message a pass and sent one 307 KB one
             // (the run's report, once the broadcast was counted), and a latency 8 ms longer
-            // cost it 12 latencies a pass (the two messages' handshakes, and TCP's window
-            // growing over each).
+            // cost it 12 latencies a pass. Each message waits for the transport's go-ahead
+            // and then for MPI's rendezvous: five one-way latencies, ten a pass, counted
+            // since; with the 44-pass PCA over 5 ms links this took the prediction from
+            // 37 % to 8–11 % low (`--mca btl_tcp_eager_limit 1048576` and `--network
+            // …,1M`: 12–15 % low). A ping-pong of 300 KB messages on those links put the
+            // rest in the transfer: about 9 ms more a message than the link's rate.
             let r_bytes = (l * l * 8) as f64;
             let b_bytes = (plan.words_b * 8) as f64;
             let comm = match solver {
                 Solver::PowerIters => {
-                    2.0 * tree_seconds(ranks, per_node, r_bytes, &net)
-                        + tree_seconds(ranks, per_node, b_bytes, &net)
+                    2.0 * tree_seconds(ranks, per_node, r_bytes, cluster)
+                        + tree_seconds(ranks, per_node, b_bytes, cluster)
                 }
-                Solver::Lobpcg => 2.0 * tree_seconds(ranks, per_node, b_bytes, &net),
+                Solver::Lobpcg => 2.0 * tree_seconds(ranks, per_node, b_bytes, cluster),
             };
             let passes = *passes;
             // Panels kept in memory are read once, in the first pass; the others in every
@@ -1112,10 +1167,8 @@ mod tests {
             cores_per_node: 4,
             memory_per_node: 64 << 30,
             gpus_per_node: 0,
-            network: Network {
-                gbps,
-                latency: 1e-5,
-            },
+            network: Network::new(gbps, 1e-5),
+            transport: Transport::Mpi,
             read_gbps: None,
         }
     }
@@ -1509,19 +1562,37 @@ mod tests {
         );
     }
 
+    /// Over UCX a message is one message: the latency, the bytes, and past the eager limit
+    /// the rendezvous's round trip. Over MPI a payload past 64 KiB also waits for the
+    /// go-ahead, and one within it carries its 8-byte header.
     #[test]
     fn a_message_past_the_eager_limit_waits_a_round_trip_more() {
-        let net = Network {
-            gbps: 8.0,
-            latency: 1e-3,
-        };
-        // 64 KiB: the latency and the bytes; one byte more: the handshake too.
-        let at = net.seconds(EAGER_BYTES);
-        assert!((at - (1e-3 + EAGER_BYTES / 1e9)).abs() < 1e-12, "{at}");
-        let past = net.seconds(EAGER_BYTES + 1.0);
-        assert!(
-            (past - (3e-3 + (EAGER_BYTES + 1.0) / 1e9)).abs() < 1e-12,
-            "{past}"
+        let net = Network::new(8.0, 1e-3);
+        let eager = TCP_EAGER_BYTES as f64;
+        let near = |got: f64, want: f64| assert!((got - want).abs() < 1e-12, "{got} != {want}");
+        near(net.seconds(eager, Transport::Ucx), 1e-3 + eager / 1e9);
+        near(
+            net.seconds(eager + 1.0, Transport::Ucx),
+            3e-3 + (eager + 1.0) / 1e9,
         );
+        // The header makes a 64 KiB payload one MPI message past the limit.
+        near(
+            net.seconds(eager - 8.0, Transport::Mpi),
+            1e-3 + (eager - 8.0) / 1e9,
+        );
+        near(net.seconds(eager, Transport::Mpi), 3e-3 + eager / 1e9);
+        // Past 64 KiB: header, go-ahead, then the rendezvous of the data.
+        near(
+            net.seconds(eager + 1.0, Transport::Mpi),
+            5e-3 + (eager + 1.0) / 1e9,
+        );
+        // With a larger eager limit only the go-ahead remains.
+        let big = Network {
+            eager_bytes: 1 << 20,
+            ..net
+        };
+        near(big.seconds(300e3, Transport::Mpi), 3e-3 + 300e3 / 1e9);
+        near(big.seconds(300e3, Transport::Ucx), 1e-3 + 300e3 / 1e9);
+        near(big.seconds(2e6, Transport::Ucx), 3e-3 + 2e6 / 1e9);
     }
 }

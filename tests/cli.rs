@@ -593,6 +593,63 @@ fn calibrate_then_plan_a_cluster_job() {
     let (code, _, err) = plan("2", &["--network", "fast"]);
     assert_ne!(code, 0);
     assert!(err.contains("--network"), "{err}");
+
+    // A LOBPCG pass's messages (100 × 20 doubles, 16 KB here; 1,000 samples' 160 KB)
+    // over long links: past the eager limit a round trip more, over MPI past 64 KiB the
+    // go-ahead's too; UCX has no go-ahead.
+    let network = |samples: &str, network: &str, extra: &[&str]| -> (i32, f64, String) {
+        let mut args = vec![
+            "plan",
+            "--rows",
+            "100000",
+            "--cols",
+            samples,
+            "--chunk-rows",
+            "0",
+            "--nodes",
+            "2",
+            "--job",
+            "pca",
+            "--passes",
+            "10",
+            "--network",
+            network,
+            "--calibration",
+            rates_s,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = rankwise(&args);
+        let comm = serde_json::from_str::<serde_json::Value>(&out).map_or(0.0, |p| {
+            p["phases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x["comm_seconds"].as_f64().unwrap())
+                .sum()
+        });
+        (code, comm, err)
+    };
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-3 * b;
+    let (_, small_msgs, _) = network("100", "1,5ms", &[]);
+    let (_, mpi, _) = network("1000", "1,5ms", &[]);
+    let (_, eager, _) = network("1000", "1,5ms,1M", &[]);
+    let (_, ucx, _) = network("1000", "1,5ms", &["--transport", "ucx"]);
+    let (_, ucx_eager, _) = network("1000", "1,5ms,1M", &["--transport", "ucx"]);
+    // Ten passes of two messages each: 5, 3, 3 and 1 latencies a message (the
+    // messages' bytes at 1 Gb/s besides).
+    let bytes = 2.0 * 10.0 * 1000.0 * 20.0 * 8.0 * 8.0 / 1e9;
+    assert!(near(mpi, 20.0 * 5.0 * 5e-3 + bytes), "{mpi}");
+    assert!(near(eager, 20.0 * 3.0 * 5e-3 + bytes), "{eager}");
+    assert!(near(ucx, 20.0 * 3.0 * 5e-3 + bytes), "{ucx}");
+    assert!(near(ucx_eager, 20.0 * 5e-3 + bytes), "{ucx_eager}");
+    assert!(near(small_msgs, 20.0 * 5e-3 + bytes / 10.0), "{small_msgs}");
+    let (code, _, err) = network("1000", "1,5ms,lots", &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--network") && err.contains("eager"), "{err}");
+    let (code, _, err) = network("1000", "1,5ms", &["--transport", "local"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--transport"), "{err}");
     let (code, _, err) = plan("2", &["--job", "pca", "--passes", "0"]);
     assert_ne!(code, 0);
     assert!(err.contains("--passes"), "{err}");

@@ -1098,7 +1098,22 @@ fn sizing(a: &PlanArgs) -> Result<String, CliError> {
             a.matrix.chunk_rows.unwrap_or(0),
         ),
     };
-    Ok(size_cmd::size_command(&a.sizing, shape, panel_rows, a.json)?.unwrap_or_default())
+    let transport = match a.run.transport {
+        None | Some(TransportChoice::Mpi) => rankwise::sizing::Transport::Mpi,
+        Some(TransportChoice::Ucx) => rankwise::sizing::Transport::Ucx,
+        Some(TransportChoice::Local) => {
+            return Err(CliError::Option {
+                option: "--transport",
+                message: "local runs ranks as threads of one process: size a cluster's job \
+                          with mpi (the default) or ucx"
+                    .into(),
+            })
+        }
+    };
+    Ok(
+        size_cmd::size_command(&a.sizing, shape, panel_rows, transport, a.json)?
+            .unwrap_or_default(),
+    )
 }
 
 fn plan(rt: &Runtime, a: &PlanArgs) -> Result<Option<String>, CliError> {

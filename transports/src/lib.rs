@@ -30,6 +30,11 @@ pub use mpi_comm::MpiComm;
 #[cfg(feature = "ucx")]
 pub use ucx_comm::UcxComm;
 
+/// The largest payload the MPI transport sends inline with its header, in one MPI message.
+/// A larger one waits for the receiver's go-ahead first (a round trip), then goes in pieces
+/// (`mpi_comm`'s wire format); the sizing model counts that round trip.
+pub const MPI_INLINE_BYTES: usize = 64 * 1024;
+
 /// A message tag. Tags at or above [`RESERVED_TAG_BASE`] belong to the transport itself.
 pub type Tag = u32;
 

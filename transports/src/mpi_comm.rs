@@ -75,7 +75,7 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
 pub const MIN_MAX_MESSAGE_BYTES: usize = 16;
 
 /// Payloads up to this size travel inside the header message (one MPI message in all).
-const INLINE_MAX: usize = 64 * 1024;
+const INLINE_MAX: usize = crate::MPI_INLINE_BYTES;
 
 /// Number of MPI tags at the top of the tag range that carry reserved tags.
 const RESERVED_MPI_TAGS: c_int = 1024;

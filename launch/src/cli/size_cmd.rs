@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use rankwise::sizing::{predict, Cluster, Network, Prediction, Rates, Solver, Workload};
+use rankwise::sizing::{predict, Cluster, Network, Prediction, Rates, Solver, Transport, Workload};
 use rankwise_exec::{parse_bytes, Runtime};
 
 use super::{CliError, LaunchInfo, RunArgs};
@@ -52,8 +52,10 @@ pub(crate) struct SizingArgs {
     #[arg(long, default_value_t = 0, requires = "nodes")]
     gpus_per_node: usize,
     /// The network between nodes: bandwidth in Gb/s and latency, e.g. `100,2us` or
-    /// `10,50us` (units: ns, us, ms, s).
-    #[arg(long, value_name = "GBPS,LATENCY", requires = "nodes")]
+    /// `10,50us` (units: ns, us, ms, s), and optionally the MPI library's eager limit
+    /// (default 64K, Open MPI's `btl_tcp_eager_limit`), e.g. `10,5ms,1M` for a job run
+    /// with `--mca btl_tcp_eager_limit 1048576`.
+    #[arg(long, value_name = "GBPS,LATENCY[,EAGER]", requires = "nodes")]
     network: Option<String>,
     /// Storage bandwidth per node in GB/s for a stored input (default: not counted).
     #[arg(long, requires = "nodes")]
@@ -86,15 +88,22 @@ fn option(option: &'static str, message: impl Into<String>) -> CliError {
     }
 }
 
-/// `100,2us` → a [`Network`].
+/// `100,2us` or `100,2us,1M` → a [`Network`].
 fn network(s: &str) -> Result<Network, CliError> {
     let bad = || {
         option(
             "--network",
-            format!("{s:?} is not GBPS,LATENCY (e.g. 100,2us or 10,50us)"),
+            format!("{s:?} is not GBPS,LATENCY[,EAGER] (e.g. 100,2us or 10,5ms,1M)"),
         )
     };
-    let (gbps, latency) = s.split_once(',').ok_or_else(bad)?;
+    let mut parts = s.split(',');
+    let (Some(gbps), Some(latency)) = (parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let eager = parts.next();
+    if parts.next().is_some() {
+        return Err(bad());
+    }
     let gbps: f64 = gbps.trim().parse().map_err(|_| bad())?;
     let latency = latency.trim();
     // The unit is the trailing letters (`1e-6` is a number in seconds).
@@ -111,7 +120,12 @@ fn network(s: &str) -> Result<Network, CliError> {
     if !(gbps > 0.0 && gbps.is_finite() && latency >= 0.0 && latency.is_finite()) {
         return Err(bad());
     }
-    Ok(Network { gbps, latency })
+    let mut net = Network::new(gbps, latency);
+    if let Some(e) = eager {
+        net.eager_bytes =
+            parse_bytes(e).map_err(|m| option("--network", format!("eager limit {m}")))?;
+    }
+    Ok(net)
 }
 
 fn this_machine_memory() -> u64 {
@@ -136,6 +150,7 @@ pub(crate) fn size_command(
     a: &SizingArgs,
     shape: (u64, u64),
     panel_rows: u64,
+    transport: Transport,
     json: bool,
 ) -> Result<Option<String>, CliError> {
     let text = std::fs::read_to_string(&a.calibration).map_err(|e| {
@@ -169,6 +184,7 @@ pub(crate) fn size_command(
         memory_per_node,
         gpus_per_node: a.gpus_per_node,
         network: network(a.network.as_deref().unwrap_or_default())?,
+        transport,
         read_gbps: a.read_gbps,
     };
     let solver = match a.solver {
@@ -218,7 +234,7 @@ fn text_of(p: &Prediction, c: &Cluster, rates: &Rates, job: JobKind) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:?} of {} × {} on {} node(s) × {} rank(s) ({} cores, {} per node; network {} Gb/s, {:.1} µs)",
+        "{:?} of {} × {} on {} node(s) × {} rank(s) ({} cores, {} per node; network {} Gb/s, {:.1} µs, eager limit {}; {:?})",
         job,
         p.shape.0,
         p.shape.1,
@@ -227,7 +243,9 @@ fn text_of(p: &Prediction, c: &Cluster, rates: &Rates, job: JobKind) -> String {
         c.cores_per_node,
         rankwise_exec::format_bytes(c.memory_per_node),
         c.network.gbps,
-        c.network.latency * 1e6
+        c.network.latency * 1e6,
+        rankwise_exec::format_bytes(c.network.eager_bytes),
+        c.transport
     );
     let _ = writeln!(
         s,
@@ -329,16 +347,23 @@ mod tests {
 
     #[test]
     fn network_options_parse_with_units_and_refuse_nonsense() {
-        assert_eq!(
-            network("100,2us").unwrap(),
-            Network {
-                gbps: 100.0,
-                latency: 2e-6
-            }
-        );
+        assert_eq!(network("100,2us").unwrap(), Network::new(100.0, 2e-6));
+        assert_eq!(network("100,2us").unwrap().eager_bytes, 64 << 10);
+        assert_eq!(network("1,5ms,1M").unwrap().eager_bytes, 1 << 20);
+        assert_eq!(network("1,5ms, 4096").unwrap().eager_bytes, 4096);
         assert_eq!(network("10, 0.5ms").unwrap().latency, 5e-4);
         assert_eq!(network("25,1e-6").unwrap().latency, 1e-6);
-        for bad in ["100", "0,1us", "x,1us", "10,1 parsec", "10,-1us", ""] {
+        for bad in [
+            "100",
+            "0,1us",
+            "x,1us",
+            "10,1 parsec",
+            "10,-1us",
+            "",
+            "10,1us,lots",
+            "10,1us,-4K",
+            "10,1us,1M,2",
+        ] {
             assert!(network(bad).is_err(), "{bad}");
         }
     }
