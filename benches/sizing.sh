@@ -22,7 +22,8 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_oob_tcp_if_include=lo \
     OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0
 CORES=$(nproc)
 
-"$BIN" calibrate --out "$OUT/rates.json" -q >/dev/null
+# CPU actors throughout (on a node with GPUs, `--device auto` would take those).
+"$BIN" calibrate --device cpu --out "$OUT/rates.json" -q >/dev/null
 # name | command options (the model's --job and shape are derived from them)
 WORKLOADS=(
     "svd|svd --rows 4000000 --cols 20 --chunk-rows 250000 --dist normal"
@@ -46,7 +47,7 @@ measure() {
         shift
     done
     shift
-    "${launch[@]}" "$BIN" "$@" --json -q 2>>"$OUT/stderr.log" |
+    "${launch[@]}" "$BIN" "$@" --device cpu --json -q 2>>"$OUT/stderr.log" |
         python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["seconds"], r.get("passes", 2))'
 }
 
@@ -152,7 +153,7 @@ for n in "${RR_SAMPLES[@]}"; do
     read -r -a args <<<"$opts"
     for np in 1 2; do
         read -r secs passes root < <(mpirun -np "$np" --oversubscribe --bind-to none "$BIN" \
-            "${args[@]}" --transport mpi --json -q 2>>"$OUT/stderr.log" |
+            "${args[@]}" --transport mpi --device cpu --json -q 2>>"$OUT/stderr.log" |
             python3 -c 'import json,sys; r=json.load(sys.stdin)
 print(r["seconds"], r["passes"], max(sum(t["seconds"] for t in p["timings"]
       if t["phase"].startswith("Rayleigh–Ritz")) for p in r["per_rank"]))')

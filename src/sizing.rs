@@ -181,9 +181,35 @@ impl Cluster {
         self.cores_per_node as f64 / self.ranks_per_node as f64
     }
 
+    /// Units of compute per rank and per node that a calibration of `unit` divides a
+    /// pass's values among: cores, or GPUs.
+    fn units(&self, unit: RateUnit) -> (f64, f64) {
+        match unit {
+            RateUnit::Core => (self.cores_per_rank(), self.cores_per_node as f64),
+            RateUnit::Gpu => (
+                (self.gpus_per_node / self.ranks_per_node) as f64,
+                self.gpus_per_node as f64,
+            ),
+        }
+    }
+
     /// The world the planners see: every rank's actors, each with its share of the node's
-    /// cores and memory.
-    fn world(&self) -> World {
+    /// cores and memory. With per-GPU rates, a rank's actors are its GPUs (one GPU actor
+    /// per GPU the rank is given, as a run makes them), each with its share of the cores.
+    fn world(&self, unit: RateUnit) -> World {
+        if unit == RateUnit::Gpu {
+            let gpus = (self.gpus_per_node / self.ranks_per_node).max(1);
+            let threads = (self.cores_per_node / self.gpus_per_node.max(1)).max(1);
+            let shape = ActorShape {
+                threads,
+                memory: self.memory_per_node / self.gpus_per_node.max(1) as u64,
+                device: "GPU".into(),
+                kind: ActorKind::Gpu,
+            };
+            return World {
+                ranks: vec![vec![shape; gpus]; self.ranks()],
+            };
+        }
         let actors = self.actors_per_rank.max(1);
         let per_actor = self.ranks_per_node * actors;
         let threads = (self.cores_per_node / per_actor).max(1);
@@ -265,10 +291,14 @@ pub struct PassRates {
 /// machine they were measured on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rates {
-    /// The machine: CPU model and cores used.
+    /// The machine: CPU model and cores used, or the GPUs.
     pub machine: String,
-    /// Cores of the actor the rates were measured on (each rate is per core).
+    /// Cores (or GPUs, see `unit`) of the actors the rates were measured on.
     pub cores: usize,
+    /// What each rate is per: a core of CPU actors, or a GPU of GPU actors. Files of
+    /// older versions were measured on CPU actors.
+    #[serde(default)]
+    pub unit: RateUnit,
     /// The exact SVD at several column counts, ascending (pass 2 over resident panels).
     pub svd: Vec<SvdRate>,
     /// Randomized passes over a generated float64 matrix.
@@ -286,6 +316,20 @@ pub struct Rates {
     /// did not measure it.
     #[serde(default)]
     pub rayleigh_ritz: Option<RayleighRitzRate>,
+}
+
+/// What a calibration's rates are per.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateUnit {
+    /// A core of CPU actors: a pass's values over the cores that compute them.
+    #[default]
+    Core,
+    /// A GPU (one GPU actor): its values over the GPUs. Producing a value is part of each
+    /// pass's rate (a GPU actor generates or stages its panels on every pass and keeps
+    /// none on the host), so `produce` is 0. LOBPCG's Rayleigh–Ritz step is the root
+    /// rank's CPU threads' as ever.
+    Gpu,
 }
 
 /// LOBPCG's Rayleigh–Ritz step for `n` samples (the matrix's shorter side) and a sketch of
@@ -524,7 +568,8 @@ fn tree_seconds(ranks: usize, per_node: usize, bytes: f64, cluster: &Cluster) ->
 
 /// Predicts the time and memory per rank of `workload` on a `rows × cols` matrix (tall, or
 /// its transpose is planned) in panels of `panel_rows` rows (0: the command line's default
-/// for a generated matrix) on `cluster`, with the per-core `rates` of a calibration.
+/// for a generated matrix) on `cluster`, with the per-core (or per-GPU) `rates` of a
+/// calibration.
 pub fn predict(
     rows: u64,
     cols: u64,
@@ -542,18 +587,21 @@ pub fn predict(
     }
     // The planners see every actor of the world (a list of them per rank): a world past
     // about a million actors is no cluster, and its lists would fill the memory.
+    // With per-GPU rates a rank's actors are its GPUs.
+    let per_rank = match rates.unit {
+        RateUnit::Core => cluster.actors_per_rank.max(1),
+        RateUnit::Gpu => (cluster.gpus_per_node / cluster.ranks_per_node).max(1),
+    };
     let actors = cluster
         .nodes
         .checked_mul(cluster.ranks_per_node)
-        .and_then(|r| r.checked_mul(cluster.actors_per_rank.max(1)));
+        .and_then(|r| r.checked_mul(per_rank));
     if actors.is_none_or(|a| a > MAX_WORLD_ACTORS) {
         return Err(bad(
             "cluster",
             format!(
-                "{} nodes × {} ranks × {} actors: at most {MAX_WORLD_ACTORS} actors in all",
-                cluster.nodes,
-                cluster.ranks_per_node,
-                cluster.actors_per_rank.max(1)
+                "{} nodes × {} ranks × {per_rank} actors: at most {MAX_WORLD_ACTORS} actors in all",
+                cluster.nodes, cluster.ranks_per_node,
             ),
         ));
     }
@@ -583,7 +631,29 @@ pub fn predict(
     } else {
         (cols, rows)
     };
-    let world = cluster.world();
+    match (rates.unit, cluster.gpus_per_node) {
+        (RateUnit::Gpu, 0) => {
+            return Err(bad(
+                "gpus_per_node",
+                format!(
+                    "the calibration's rates are per GPU ({}): give the GPUs per node",
+                    rates.machine
+                ),
+            ))
+        }
+        (RateUnit::Gpu, g) if g % cluster.ranks_per_node != 0 => {
+            return Err(bad(
+                "gpus_per_node",
+                format!(
+                    "{g} GPUs per node among {} ranks: each rank takes the same number of GPUs",
+                    cluster.ranks_per_node
+                ),
+            ))
+        }
+        _ => {}
+    }
+    let world = cluster.world(rates.unit);
+    let (units_per_rank, units_per_node) = cluster.units(rates.unit);
     let ranks = cluster.ranks();
     let chunk = if panel_rows > 0 {
         panel_rows
@@ -592,7 +662,7 @@ pub fn predict(
     };
     let grid = ChunkGrid::new(m, n, chunk).map_err(|e| bad("panel_rows", e.to_string()))?;
     let mut notes = Vec::new();
-    if cluster.gpus_per_node > 0 {
+    if cluster.gpus_per_node > 0 && rates.unit == RateUnit::Core {
         notes.push(
             "GPU actors: the rates are the CPU calibration's; a GPU pass is faster".to_string(),
         );
@@ -614,8 +684,7 @@ pub fn predict(
             .map(|c| c.iter().sum::<u64>())
             .max()
             .unwrap_or(0) as f64;
-        let per_core =
-            (busiest / cluster.cores_per_rank().max(1.0)).max(node / cluster.cores_per_node as f64);
+        let per_core = (busiest / units_per_rank.max(1.0)).max(node / units_per_node.max(1.0));
         (busiest, per_core)
     };
     let rank_memory = |memory: &[rankwise_exec::MemoryPlan],
@@ -923,7 +992,34 @@ pub fn predict(
 /// sketch columns on one thread (the products the threads share, and the rest), each the
 /// faster of two runs, and producing a value on one thread. Each measurement makes about `values` matrix values.
 pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
-    let cores = rt.world().ranks[0].iter().map(|a| a.threads).sum::<usize>();
+    let actors = &rt.world().ranks[0];
+    let gpus: Vec<&ActorShape> = actors.iter().filter(|a| a.kind == ActorKind::Gpu).collect();
+    // A pass's rate is per unit of one kind: a world of both would blend them.
+    if !gpus.is_empty() && gpus.len() < actors.len() {
+        return Err(Error::Parameter {
+            parameter: "device",
+            message: format!(
+                "{} GPU and {} CPU actors: calibrate one kind at a time",
+                gpus.len(),
+                actors.len() - gpus.len()
+            ),
+        });
+    }
+    let (unit, cores, machine) = if gpus.is_empty() {
+        let cores = actors.iter().map(|a| a.threads).sum::<usize>();
+        (
+            RateUnit::Core,
+            cores,
+            format!("{} ({cores} cores)", cpu_model()),
+        )
+    } else {
+        let names: Vec<&str> = gpus.iter().map(|a| a.device.as_str()).collect();
+        (
+            RateUnit::Gpu,
+            gpus.len(),
+            format!("{} GPU(s): {}", gpus.len(), names.join(", ")),
+        )
+    };
     let cores_f = cores as f64;
     let mut svd = Vec::new();
     // Widths close enough that the interpolation follows the cost between them: per value
@@ -981,27 +1077,31 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
                 Dist::Normal
             };
             let g = Generated::new(m, n, 3, dist);
-            // Producing: one thread fills panels as the passes do.
-            let t = Instant::now();
-            let rows = chunk.min(m);
-            if genotypes {
-                let mut out = ndarray::Array2::<i8>::zeros((rows as usize, n as usize));
-                for r0 in (0..m).step_by(rows as usize) {
-                    let r1 = (r0 + rows).min(m);
-                    g.fill_dosages(r0..r1, out.slice_mut(ndarray::s![..(r1 - r0) as usize, ..]))?;
+            // Producing: one thread fills panels as the passes do. A GPU actor makes its
+            // panels again on every pass, on its device: the passes' own rates hold it.
+            let produce = match unit {
+                RateUnit::Gpu => 0.0,
+                RateUnit::Core => {
+                    let t = Instant::now();
+                    let rows = chunk.min(m);
+                    if genotypes {
+                        let mut out = ndarray::Array2::<i8>::zeros((rows as usize, n as usize));
+                        for r0 in (0..m).step_by(rows as usize) {
+                            let r1 = (r0 + rows).min(m);
+                            let part = out.slice_mut(ndarray::s![..(r1 - r0) as usize, ..]);
+                            g.fill_dosages(r0..r1, part)?;
+                        }
+                    } else {
+                        let mut out = ndarray::Array2::<f64>::zeros((rows as usize, n as usize));
+                        for r0 in (0..m).step_by(rows as usize) {
+                            let r1 = (r0 + rows).min(m);
+                            let part = out.slice_mut(ndarray::s![..(r1 - r0) as usize, ..]);
+                            PanelSource::fill(&g, r0..r1, part)?;
+                        }
+                    }
+                    t.elapsed().as_secs_f64() / (m * n) as f64
                 }
-            } else {
-                let mut out = ndarray::Array2::<f64>::zeros((rows as usize, n as usize));
-                for r0 in (0..m).step_by(rows as usize) {
-                    let r1 = (r0 + rows).min(m);
-                    PanelSource::fill(
-                        &g,
-                        r0..r1,
-                        out.slice_mut(ndarray::s![..(r1 - r0) as usize, ..]),
-                    )?;
-                }
-            }
-            let produce = t.elapsed().as_secs_f64() / (m * n) as f64;
+            };
             let mut first = Vec::new();
             let mut later = Vec::new();
             for k in [10usize, 50] {
@@ -1083,8 +1183,9 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
     };
     use rankwise_linalg::Precision::{F32, F64};
     Ok(Rates {
-        machine: format!("{} ({cores} cores)", cpu_model()),
+        machine,
         cores,
+        unit,
         svd,
         dense: passes(false, F64)?,
         genotypes: passes(true, F64)?,
@@ -1115,6 +1216,7 @@ mod tests {
         Rates {
             machine: "test".into(),
             cores: 2,
+            unit: RateUnit::Core,
             svd: vec![
                 SvdRate {
                     cols: 8,
@@ -1285,6 +1387,82 @@ mod tests {
         assert_eq!(one.dominant, "compute");
         // The plan's memory: the rank holds at least its panels' sketch rows.
         assert!(eight.memory_per_rank > 0);
+    }
+
+    /// Per-GPU rates divide a pass's values among the node's GPUs, not its cores: the
+    /// planners see one GPU actor per GPU, and the compute follows the GPUs. A per-GPU
+    /// calibration without GPUs, or GPUs that the ranks cannot share evenly, are refused
+    /// naming the parameter; CPU rates on GPU nodes are applied with a note.
+    #[test]
+    fn gpu_rates_divide_the_values_among_the_gpus() {
+        let gpu = Rates {
+            unit: RateUnit::Gpu,
+            cores: 1,
+            ..rates()
+        };
+        let compute = |p: &Prediction| p.phases.iter().map(|x| x.compute_seconds).sum::<f64>();
+        for w in [
+            Workload::Svd,
+            Workload::Rsvd {
+                k: 10,
+                oversample: 10,
+                passes: 6,
+                solver: Solver::Lobpcg,
+            },
+            Workload::Pca {
+                k: 10,
+                oversample: 10,
+                passes: 6,
+                solver: Solver::PowerIters,
+            },
+        ] {
+            let on = |gpus: usize, r: &Rates| {
+                let c = Cluster {
+                    gpus_per_node: gpus,
+                    ..cluster(4, 100.0)
+                };
+                predict(2_000_000, 100, 62_500, &w, &c, r)
+            };
+            // Four cores a node (two ranks of two) with per-core rates, four GPUs a node
+            // (two a rank) with the same rates per GPU: the same compute.
+            let cpu = on(0, &rates()).unwrap();
+            let four = on(4, &gpu).unwrap();
+            let eight = on(8, &gpu).unwrap();
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+            let tree = |p: &Prediction| {
+                p.phases
+                    .iter()
+                    .filter(|x| x.phase.starts_with("tree") || x.phase.starts_with("Rayleigh"))
+                    .map(|x| x.compute_seconds)
+                    .sum::<f64>()
+            };
+            assert!(
+                close(compute(&four) - tree(&four), compute(&cpu) - tree(&cpu)),
+                "{w:?}: {} vs {}",
+                compute(&four),
+                compute(&cpu)
+            );
+            // Twice the GPUs: half the passes' compute (32 panels on 16 or 32 GPUs).
+            let passes = |p: &Prediction| compute(p) - tree(p);
+            assert!(
+                close(passes(&eight) * 2.0, passes(&four)),
+                "{w:?}: {} vs {}",
+                passes(&eight),
+                passes(&four)
+            );
+            assert!(four.notes.iter().all(|n| !n.contains("CPU calibration")));
+            // CPU rates on GPU nodes: applied, and said.
+            let said = on(4, &rates()).unwrap();
+            assert!(said.notes.iter().any(|n| n.contains("CPU calibration")));
+            for gpus in [0, 3] {
+                match on(gpus, &gpu) {
+                    Err(Error::Parameter { parameter, .. }) => {
+                        assert_eq!(parameter, "gpus_per_node")
+                    }
+                    other => panic!("{gpus} GPUs: {other:?}"),
+                }
+            }
+        }
     }
 
     #[test]

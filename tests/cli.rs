@@ -450,10 +450,21 @@ fn calibrate_then_plan_a_cluster_job() {
     std::fs::create_dir_all(&dir).unwrap();
     let rates = dir.join("rates.json");
     let rates_s = rates.to_str().unwrap();
-    let (code, _, err) = rankwise(&["calibrate", "--out", rates_s, "--values", "262144", "-q"]);
+    // CPU actors: where there are GPUs, `--device auto` would calibrate those.
+    let (code, _, err) = rankwise(&[
+        "calibrate",
+        "--out",
+        rates_s,
+        "--values",
+        "262144",
+        "--device",
+        "cpu",
+        "-q",
+    ]);
     assert_eq!(code, 0, "{err}");
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rates).unwrap())
         .expect("the rates are JSON");
+    assert_eq!(r["unit"], "core");
     // Nine widths, ascending, each with both passes timed.
     let widths: Vec<u64> = r["svd"]
         .as_array()
@@ -650,6 +661,54 @@ fn calibrate_then_plan_a_cluster_job() {
     let (code, _, err) = network("1000", "1,5ms", &["--transport", "local"]);
     assert_ne!(code, 0);
     assert!(err.contains("--transport"), "{err}");
+    // Rates per GPU (the file of a calibration on GPU actors, `"unit": "gpu"`): a node
+    // without GPUs, or GPUs the ranks cannot share evenly, is refused naming the option;
+    // with them, the values go to the GPUs, and no note says the rates are a CPU's.
+    let mut g = r.clone();
+    g["unit"] = "gpu".into();
+    let gpu_rates = dir.join("gpu-rates.json");
+    std::fs::write(&gpu_rates, g.to_string()).unwrap();
+    let gpu_plan = |extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "--rows",
+            "1000000",
+            "--cols",
+            "100",
+            "--chunk-rows",
+            "0",
+            "--nodes",
+            "2",
+            "--ranks-per-node",
+            "2",
+            "--network",
+            "25,5us",
+            "--job",
+            "rsvd",
+            "--passes",
+            "4",
+            "--calibration",
+            gpu_rates.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        rankwise(&args)
+    };
+    for bad in [&[][..], &["--gpus-per-node", "3"][..]] {
+        let (code, _, err) = gpu_plan(bad);
+        assert_ne!(code, 0);
+        assert!(err.contains("--gpus-per-node"), "{err}");
+    }
+    let (code, out, err) = gpu_plan(&["--gpus-per-node", "4"]);
+    assert_eq!(code, 0, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!p["notes"].to_string().contains("CPU calibration"), "{p}");
+    let (_, out, _) = plan(
+        "2",
+        &["--job", "rsvd", "--passes", "4", "--gpus-per-node", "4"],
+    );
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(p["notes"].to_string().contains("CPU calibration"), "{p}");
     let (code, _, err) = plan("2", &["--job", "pca", "--passes", "0"]);
     assert_ne!(code, 0);
     assert!(err.contains("--passes"), "{err}");

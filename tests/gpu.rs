@@ -394,6 +394,86 @@ fn assert_close(gpu: &[f64], cpu: &[f64], rel: f64, what: &str) {
 
 /// `rsvd` and `pca` on a GPU actor against CPU actors, same seed and grid: σ within 1e-10 of
 /// σ₁ (f64) or 1e-5 (f32), and the same singular subspaces (U and Vᵀ, f64).
+/// `calibrate --device gpu` measures per-GPU rates (every pass's rate positive, producing
+/// held in the passes), and `plan --gpus-per-node` divides a pass's values among the GPUs:
+/// twice the GPUs, half the passes' compute.
+#[test]
+fn calibrating_gpu_actors_gives_per_gpu_rates_for_plan() {
+    if gpu_or_skip("calibrating_gpu_actors_gives_per_gpu_rates_for_plan").is_none() {
+        return;
+    }
+    let dir = scratch("gpu-calibrate");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rates = dir.join("gpu-rates.json");
+    let rates_s = rates.to_str().unwrap();
+    let cmd = [
+        "calibrate",
+        "--device",
+        "gpu",
+        "--values",
+        "16777216",
+        "--out",
+        rates_s,
+        "-q",
+    ];
+    embedded(&strings(&cmd)).assert_success();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&rates).unwrap()).unwrap();
+    assert_eq!(r["unit"], "gpu", "{r}");
+    // One GPU actor per GPU: the rates are per GPU, and say which.
+    assert!(r["cores"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r["machine"].as_str().unwrap().contains("GPU"), "{r}");
+    for kind in ["dense", "genotypes", "dense_f32", "genotypes_f32"] {
+        assert_eq!(r[kind]["produce"], 0.0, "{kind}: {r}");
+        let at20 = |pass: &str| {
+            r[kind][pass]["per_value"].as_f64().unwrap()
+                + 20.0 * r[kind][pass]["per_value_column"].as_f64().unwrap()
+        };
+        assert!(at20("first") > 0.0 && at20("later") > 0.0, "{kind}: {r}");
+    }
+    for v in r["svd"].as_array().unwrap() {
+        assert!(v["pass1"].as_f64().unwrap() > 0.0, "{v}");
+    }
+    let plan = |gpus: &str| -> f64 {
+        let args = [
+            "plan",
+            "--rows",
+            "4000000",
+            "--cols",
+            "2000",
+            "--chunk-rows",
+            "15625",
+            "--nodes",
+            "2",
+            "--ranks-per-node",
+            "2",
+            "--gpus-per-node",
+            gpus,
+            "--network",
+            "100,2us",
+            "--job",
+            "pca",
+            "--passes",
+            "10",
+            "--calibration",
+            rates_s,
+            "--json",
+        ];
+        let run = embedded(&strings(&args));
+        run.assert_success();
+        let p: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        p["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["phase"].as_str().unwrap().starts_with("pass"))
+            .map(|x| x["compute_seconds"].as_f64().unwrap())
+            .sum()
+    };
+    let (two, four) = (plan("2"), plan("4"));
+    assert!((two / four - 2.0).abs() < 0.05, "{two} vs {four}");
+}
+
 #[test]
 fn rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors() {
     if gpu_or_skip("rsvd_and_pca_on_gpu_actors_agree_with_cpu_actors").is_none() {

@@ -402,7 +402,15 @@ fn the_sizing_models_messages_are_those_the_ranks_send() {
     std::fs::create_dir_all(&dir).unwrap();
     let rates = dir.join("rates.json");
     let out = Command::new(rankwise_bin())
-        .args(["calibrate", "-q", "--values", "262144", "--out"])
+        .args([
+            "calibrate",
+            "-q",
+            "--device",
+            "cpu",
+            "--values",
+            "262144",
+            "--out",
+        ])
         .arg(&rates)
         .output()
         .unwrap();

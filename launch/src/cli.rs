@@ -70,7 +70,9 @@ enum Command {
     /// Print the placement and memory plan of an SVD without computing it; with
     /// `--nodes`, size an svd, rsvd or pca job for a cluster (time and memory per rank).
     Plan(PlanArgs),
-    /// Measure this machine's per-core rates for `plan --nodes` (writes a JSON file).
+    /// Measure this machine's rates for `plan --nodes` (writes a JSON file): per core on
+    /// CPU actors, per GPU on GPU actors (`--device cpu` or `gpu`; `auto` takes the GPUs
+    /// where there are any).
     Calibrate(size_cmd::CalibrateArgs),
     /// Decode every chunk of a Zarr array once, on the actors that own it; report the
     /// throughput and a checksum.

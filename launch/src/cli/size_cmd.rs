@@ -48,7 +48,9 @@ pub(crate) struct SizingArgs {
     /// Memory per node the job may plan with, e.g. 256G (default: this machine's).
     #[arg(long, requires = "nodes")]
     memory_per_node: Option<String>,
-    /// GPUs per node (the rates stay the CPU calibration's: the prediction says so).
+    /// GPUs per node, each rank taking the same number. With rates calibrated on GPU
+    /// actors (`calibrate --device gpu`), a pass's values are divided among the GPUs;
+    /// with CPU rates those apply, and the prediction says so.
     #[arg(long, default_value_t = 0, requires = "nodes")]
     gpus_per_node: usize,
     /// The network between nodes: bandwidth in Gb/s and latency, e.g. `100,2us` or
@@ -211,6 +213,7 @@ pub(crate) fn size_command(
             .parameter()
         {
             Some("network") => option("--network", e.to_string()),
+            Some("gpus_per_node") => option("--gpus-per-node", e.to_string()),
             Some("cluster") => option("--nodes", e.to_string()),
             Some("read_gbps") => option("--read-gbps", e.to_string()),
             Some("passes") => option("--passes", e.to_string()),
