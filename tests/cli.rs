@@ -507,7 +507,8 @@ fn calibrate_then_plan_a_cluster_job() {
         before.elapsed()
     );
 
-    let plan = |nodes: &str, extra: &[&str]| {
+    // `plan --nodes N` of a 1,000,000 × 100 matrix with the rates of `calibration`.
+    let plan_with = |calibration: &str, nodes: &str, extra: &[&str]| {
         let mut args = vec![
             "plan",
             "--rows",
@@ -527,12 +528,13 @@ fn calibrate_then_plan_a_cluster_job() {
             "--network",
             "25,5us",
             "--calibration",
-            rates_s,
+            calibration,
             "--json",
         ];
         args.extend_from_slice(extra);
         rankwise(&args)
     };
+    let plan = |nodes: &str, extra: &[&str]| plan_with(rates_s, nodes, extra);
     let (code, out, err) = plan("4", &["--job", "rsvd", "--passes", "5"]);
     assert_eq!(code, 0, "{err}");
     let p: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -669,30 +671,9 @@ fn calibrate_then_plan_a_cluster_job() {
     let gpu_rates = dir.join("gpu-rates.json");
     std::fs::write(&gpu_rates, g.to_string()).unwrap();
     let gpu_plan = |extra: &[&str]| {
-        let mut args = vec![
-            "plan",
-            "--rows",
-            "1000000",
-            "--cols",
-            "100",
-            "--chunk-rows",
-            "0",
-            "--nodes",
-            "2",
-            "--ranks-per-node",
-            "2",
-            "--network",
-            "25,5us",
-            "--job",
-            "rsvd",
-            "--passes",
-            "4",
-            "--calibration",
-            gpu_rates.to_str().unwrap(),
-            "--json",
-        ];
+        let mut args = vec!["--job", "rsvd", "--passes", "4"];
         args.extend_from_slice(extra);
-        rankwise(&args)
+        plan_with(gpu_rates.to_str().unwrap(), "2", &args)
     };
     for bad in [&[][..], &["--gpus-per-node", "3"][..]] {
         let (code, _, err) = gpu_plan(bad);
