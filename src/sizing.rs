@@ -28,8 +28,11 @@
 //! message over its bandwidth, and the round trips of the transport's protocol: past the
 //! MPI library's eager limit ([`Network::eager_bytes`]) a message waits for the
 //! receiver's clear-to-send, and over MPI a payload past [`MPI_INLINE_BYTES`] first waits
-//! for the receiver's go-ahead ([`Transport`]). Compute and communication do not overlap in the model
-//! (the tree waits for every panel of a pass), which is what the drivers do.
+//! for the receiver's go-ahead ([`Transport`]). Compute and communication do not overlap
+//! in the model (the tree waits for every panel of a pass), which is what the drivers do.
+//!
+//! Rates measured on GPU actors are per GPU ([`RateUnit::Gpu`]): a pass's values are then
+//! divided among the GPUs of the busiest rank or node, one GPU actor per GPU.
 //!
 //! The exact SVD's tree also computes: each merge is the QR of two stacked `n × n` R
 //! factors (and, on the way down, its products with the root's `U_R`), made on the rank
@@ -154,8 +157,9 @@ pub struct Cluster {
     pub cores_per_node: usize,
     /// Memory per node that the ranks may plan with (bytes).
     pub memory_per_node: u64,
-    /// GPUs per node (0: CPU actors). With GPUs the model has no rates to apply and says
-    /// so; the plan's memory is still given.
+    /// GPUs per node (0: CPU actors), each rank taking the same number. With per-GPU rates
+    /// ([`RateUnit::Gpu`]) the passes' values are divided among them; with per-core rates
+    /// those apply, and the prediction says so.
     pub gpus_per_node: usize,
     /// The network between nodes.
     pub network: Network,
@@ -600,7 +604,8 @@ pub fn predict(
         return Err(bad(
             "cluster",
             format!(
-                "{} nodes × {} ranks × {per_rank} actors: at most {MAX_WORLD_ACTORS} actors in all",
+                "{} nodes × {} ranks × {per_rank} actors: at most {MAX_WORLD_ACTORS} actors \
+                 in all",
                 cluster.nodes, cluster.ranks_per_node,
             ),
         ));
@@ -984,13 +989,15 @@ pub fn predict(
     })
 }
 
-/// Measures the per-core [`Rates`] on this runtime's actors (run it with one rank): the
-/// exact SVD at nine widths from 8 to 512 columns (its two passes, its tree's merges and
-/// the SVD of the root's R factor), the randomized passes of a float64
-/// matrix and of genotypes at 20 and 60 sketch columns (the first pass, and the power
-/// iterations' passes), and LOBPCG's Rayleigh–Ritz step for 16,000 samples at 20 and 60
-/// sketch columns on one thread (the products the threads share, and the rest), each the
-/// faster of two runs, and producing a value on one thread. Each measurement makes about `values` matrix values.
+/// Measures the [`Rates`] on this runtime's actors (run it with one rank), per core on CPU
+/// actors and per GPU on GPU actors (a mix of both is refused, naming `device`): the exact
+/// SVD at nine widths from 8 to 512 columns (its two passes, its tree's merges and the SVD
+/// of the root's R factor), the randomized passes of a float64 matrix and of genotypes at
+/// 20 and 60 sketch columns (the first pass, and the power iterations' passes), and
+/// LOBPCG's Rayleigh–Ritz step for 16,000 samples at 20 and 60 sketch columns on one
+/// thread (the products the threads share, and the rest), each the faster of two runs,
+/// and, on CPU actors, producing a value on one thread. Each measurement makes about
+/// `values` matrix values.
 pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
     let actors = &rt.world().ranks[0];
     let gpus: Vec<&ActorShape> = actors.iter().filter(|a| a.kind == ActorKind::Gpu).collect();
