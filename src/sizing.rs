@@ -197,12 +197,20 @@ impl Cluster {
         }
     }
 
-    /// The world the planners see: every rank's actors, each with its share of the node's
-    /// cores and memory. With per-GPU rates, a rank's actors are its GPUs (one GPU actor
-    /// per GPU the rank is given, as a run makes them), each with its share of the cores.
+    /// A rank's actors for rates of `unit`: `actors_per_rank`, or with per-GPU rates its
+    /// GPUs (one GPU actor per GPU the rank is given, as a run makes them).
+    fn actors_of_rank(&self, unit: RateUnit) -> usize {
+        match unit {
+            RateUnit::Core => self.actors_per_rank.max(1),
+            RateUnit::Gpu => (self.gpus_per_node / self.ranks_per_node).max(1),
+        }
+    }
+
+    /// The world the planners see: every rank's actors ([`Cluster::actors_of_rank`]), each
+    /// with its share of the node's cores and memory.
     fn world(&self, unit: RateUnit) -> World {
         if unit == RateUnit::Gpu {
-            let gpus = (self.gpus_per_node / self.ranks_per_node).max(1);
+            let gpus = self.actors_of_rank(unit);
             let threads = (self.cores_per_node / self.gpus_per_node.max(1)).max(1);
             let shape = ActorShape {
                 threads,
@@ -214,7 +222,7 @@ impl Cluster {
                 ranks: vec![vec![shape; gpus]; self.ranks()],
             };
         }
-        let actors = self.actors_per_rank.max(1);
+        let actors = self.actors_of_rank(unit);
         let per_actor = self.ranks_per_node * actors;
         let threads = (self.cores_per_node / per_actor).max(1);
         let memory = self.memory_per_node / per_actor as u64;
@@ -591,11 +599,7 @@ pub fn predict(
     }
     // The planners see every actor of the world (a list of them per rank): a world past
     // about a million actors is no cluster, and its lists would fill the memory.
-    // With per-GPU rates a rank's actors are its GPUs.
-    let per_rank = match rates.unit {
-        RateUnit::Core => cluster.actors_per_rank.max(1),
-        RateUnit::Gpu => (cluster.gpus_per_node / cluster.ranks_per_node).max(1),
-    };
+    let per_rank = cluster.actors_of_rank(rates.unit);
     let actors = cluster
         .nodes
         .checked_mul(cluster.ranks_per_node)

@@ -279,29 +279,22 @@ fn column_norms(tall: Tall, a: &Array2<f64>) -> Vec<f64> {
             }
             m
         });
-    let sums = tall
-        .each(a.nrows(), |rows| {
-            let part = chunk(rows);
-            (0..c)
-                .map(|j| {
-                    let b = big[j];
-                    if b == 0.0 || !b.is_finite() {
-                        return 0.0;
-                    }
-                    part.column(j)
-                        .iter()
-                        .map(|&x| (x / b) * (x / b))
-                        .sum::<f64>()
-                })
-                .collect::<Vec<f64>>()
-        })
-        .into_iter()
-        .fold(vec![0.0f64; c], |mut acc, part| {
-            for (a, p) in acc.iter_mut().zip(part) {
-                *a += p;
-            }
-            acc
-        });
+    let sums = tall.each(a.nrows(), |rows| {
+        let part = chunk(rows);
+        (0..c)
+            .map(|j| {
+                let b = big[j];
+                if b == 0.0 || !b.is_finite() {
+                    return 0.0;
+                }
+                part.column(j)
+                    .iter()
+                    .map(|&x| (x / b) * (x / b))
+                    .sum::<f64>()
+            })
+            .collect::<Vec<f64>>()
+    });
+    let sums = add_in_chunk_order(sums, c);
     big.iter()
         .zip(sums)
         .map(|(&b, s)| {
@@ -318,14 +311,18 @@ fn column_norms(tall: Tall, a: &Array2<f64>) -> Vec<f64> {
 /// chunk order.
 fn column_dots(tall: Tall, x: &Array2<f64>, gx: &Array2<f64>) -> Vec<f64> {
     let c = x.ncols();
-    tall.each(x.nrows(), |rows| {
+    let parts = tall.each(x.nrows(), |rows| {
         let (xp, gp) = (x.slice(s![rows.clone(), ..]), gx.slice(s![rows, ..]));
         (0..c)
             .map(|j| xp.column(j).dot(&gp.column(j)))
             .collect::<Vec<f64>>()
-    })
-    .into_iter()
-    .fold(vec![0.0f64; c], |mut acc, part| {
+    });
+    add_in_chunk_order(parts, c)
+}
+
+/// The sums of `c` columns over the chunks' partial sums, added in chunk order.
+fn add_in_chunk_order(parts: Vec<Vec<f64>>, c: usize) -> Vec<f64> {
+    parts.into_iter().fold(vec![0.0f64; c], |mut acc, part| {
         for (a, p) in acc.iter_mut().zip(part) {
             *a += p;
         }
