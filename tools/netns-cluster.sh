@@ -27,6 +27,11 @@
 #                          nodes; none by default. tools/netdelay.py makes it (kernels may
 #                          lack tc's sch_netem): each link is then a pair of TAP devices
 #                          whose frames it copies after the delay, with a 9000-byte MTU
+#   RANKWISE_NETNS_CC      TCP congestion control inside the nodes [cubic], Linux's usual
+#                          default. Some kernels default to BBR, which paces each burst at
+#                          the bandwidth it has seen; MPI's request-and-reply traffic never
+#                          fills the link, so that estimate stays low and over 5 ms links a
+#                          300 KB message took 10-14 ms more than its bytes at the rate
 # Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2 and util-linux's unshare; python3
 # for a delay.
 set -euo pipefail
@@ -70,6 +75,7 @@ up() {
     ip -n "$prefix$i" addr add "$net.$((10 + i))/24" dev eth0
     ip -n "$prefix$i" link set eth0 up
     ip -n "$prefix$i" link set lo up
+    congestion_control "$prefix$i"
     shape "${prefix}v$i"
     [ -z "${RANKWISE_NETNS_RATE:-}" ] || shape_in "$prefix$i"
   done
@@ -93,6 +99,20 @@ delay_line() {
   why=$(tail -n 3 "$delay_log" 2>/dev/null)
   down >/dev/null 2>&1
   fail "the delay line did not start: $why"
+}
+
+# NODE's TCP congestion control (RANKWISE_NETNS_CC). A namespace other than the first may
+# choose only what the first's tcp_allowed_congestion_control lists: the algorithm is added
+# there when it is available but not allowed.
+congestion_control() {
+  local cc=${RANKWISE_NETNS_CC:-cubic} sys=/proc/sys/net/ipv4
+  ip netns exec "$1" sysctl -qw "net.ipv4.tcp_congestion_control=$cc" 2>/dev/null && return 0
+  if grep -qw -- "$cc" "$sys/tcp_available_congestion_control" &&
+    ! grep -qw -- "$cc" "$sys/tcp_allowed_congestion_control"; then
+    echo "$(cat "$sys/tcp_allowed_congestion_control") $cc" >"$sys/tcp_allowed_congestion_control"
+    ip netns exec "$1" sysctl -qw "net.ipv4.tcp_congestion_control=$cc" 2>/dev/null && return 0
+  fi
+  say "warning: TCP congestion control '$cc' cannot be set in $1 (available: $(cat "$sys/tcp_available_congestion_control")); it keeps $(ip netns exec "$1" cat "$sys/tcp_congestion_control")"
 }
 
 # The rate of a link (tc tbf), on the bridge's side (traffic towards the node).
