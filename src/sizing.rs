@@ -365,6 +365,84 @@ impl RayleighRitzRate {
 }
 
 impl Rates {
+    /// What is wrong with rates that no calibration writes (a file edited or damaged):
+    /// no cores, no exact-SVD widths or widths out of order, a rate that is not finite, or
+    /// one that makes work free or earn time back. Each would predict nonsense (a run of
+    /// 0 s, or of infinite or negative length) rather than fail.
+    fn check(&self) -> Result<(), String> {
+        if self.cores == 0 {
+            return Err("`cores` is 0: the rates were measured on at least one".into());
+        }
+        if self.svd.is_empty() {
+            return Err("`svd` lists no widths: the exact SVD's rates are missing".into());
+        }
+        let positive = |what: String, v: f64| {
+            if v > 0.0 && v.is_finite() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} is {v:?}: a rate must be positive and finite"
+                ))
+            }
+        };
+        for (i, r) in self.svd.iter().enumerate() {
+            if r.cols == 0 || (i > 0 && r.cols <= self.svd[i - 1].cols) {
+                return Err(format!(
+                    "`svd[{i}].cols` is {}: the widths must be at least 1 and ascending",
+                    r.cols
+                ));
+            }
+            positive(format!("`svd[{i}].pass1`"), r.pass1)?;
+            positive(format!("`svd[{i}].pass2`"), r.pass2)?;
+            if let Some(v) = r.merge {
+                positive(format!("`svd[{i}].merge`"), v)?;
+            }
+            if let Some(v) = r.root {
+                positive(format!("`svd[{i}].root`"), v)?;
+            }
+        }
+        // A line `a + b·l` may have a negative intercept (`PassRate::through`), but not a
+        // negative slope; a pass costs something at some width (a part of the
+        // Rayleigh–Ritz step may cost nothing).
+        let line = |what: &str, r: &PassRate, costs: bool| {
+            let (a, b) = (r.per_value, r.per_value_column);
+            if !(a.is_finite() && b.is_finite() && b >= 0.0 && (!costs || a > 0.0 || b > 0.0)) {
+                return Err(format!(
+                    "`{what}` is {a:?} + {b:?}·l: the slope must be finite and not negative{}",
+                    if costs {
+                        ", and the rate positive at some width"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            Ok(())
+        };
+        let passes = |what: &str, p: &PassRates| {
+            if !(p.produce >= 0.0 && p.produce.is_finite()) {
+                return Err(format!(
+                    "`{what}.produce` is {:?}: it must be finite and not negative",
+                    p.produce
+                ));
+            }
+            line(&format!("{what}.first"), &p.first, true)?;
+            line(&format!("{what}.later"), &p.later, true)
+        };
+        passes("dense", &self.dense)?;
+        passes("genotypes", &self.genotypes)?;
+        if let Some(p) = &self.dense_f32 {
+            passes("dense_f32", p)?;
+        }
+        if let Some(p) = &self.genotypes_f32 {
+            passes("genotypes_f32", p)?;
+        }
+        if let Some(r) = &self.rayleigh_ritz {
+            line("rayleigh_ritz.serial", &r.serial, false)?;
+            line("rayleigh_ritz.parallel", &r.parallel, false)?;
+        }
+        Ok(())
+    }
+
     /// Pass 1 and pass 2 core-seconds per value at `n` columns: interpolated between the
     /// calibrated column counts in log n (per value, the Gram and triangular work grows
     /// with n), extrapolated linearly in n beyond the widest.
@@ -578,6 +656,10 @@ fn tree_seconds(ranks: usize, per_node: usize, bytes: f64, cluster: &Cluster) ->
         + (all - inside) as f64 * cluster.network.seconds(bytes, t)
 }
 
+/// The longest run [`predict`] answers, a thousand years: longer ones come from rates no
+/// machine has (a calibration file edited or damaged).
+const MAX_PREDICTED_SECONDS: f64 = 1000.0 * 365.25 * 86_400.0;
+
 /// Predicts the time and memory per rank of `workload` on a `rows × cols` matrix (tall, or
 /// its transpose is planned) in panels of `panel_rows` rows (0: the command line's default
 /// for a generated matrix) on `cluster`, with the per-core (or per-GPU) `rates` of a
@@ -591,6 +673,7 @@ pub fn predict(
     rates: &Rates,
 ) -> Result<Prediction, Error> {
     let bad = |parameter: &'static str, message: String| Error::Parameter { parameter, message };
+    rates.check().map_err(|m| bad("rates", m))?;
     if cluster.nodes == 0 || cluster.ranks_per_node == 0 || cluster.cores_per_node == 0 {
         return Err(bad(
             "cluster",
@@ -976,6 +1059,17 @@ pub fn predict(
     }
     if cluster.read_gbps.is_none() {
         notes.push("storage reads are not counted (no read bandwidth given)".into());
+    }
+    // Finite rates can still be absurd (a core-second per value of 1e300): their products
+    // overflow. No machine the model describes takes longer than this.
+    if !(seconds.is_finite() && seconds < MAX_PREDICTED_SECONDS) {
+        return Err(bad(
+            "rates",
+            format!(
+                "the run would take {seconds:e} s: the rates ({}) are not a machine's",
+                rates.machine
+            ),
+        ));
     }
     Ok(Prediction {
         ranks,
@@ -1404,6 +1498,103 @@ mod tests {
     /// planners see one GPU actor per GPU, and the compute follows the GPUs. A per-GPU
     /// calibration without GPUs, or GPUs that the ranks cannot share evenly, are refused
     /// naming the parameter; CPU rates on GPU nodes are applied with a note.
+    /// Rates that no calibration writes are refused, naming the field, for every job:
+    /// each predicted a run of 0 s, or of infinite length, without a word.
+    #[test]
+    fn rates_no_calibration_writes_are_refused_naming_the_field() {
+        type Edit = fn(&mut Rates);
+        let cases: [(&str, Edit); 12] = [
+            ("`cores` is 0", |r| r.cores = 0),
+            ("`svd` lists no widths", |r| r.svd.clear()),
+            ("`svd[1].cols` is 8", |r| r.svd[1].cols = 8),
+            ("`svd[0].pass1` is -1", |r| r.svd[0].pass1 = -1.0),
+            ("`svd[1].pass2` is 0", |r| r.svd[1].pass2 = 0.0),
+            ("`svd[0].merge` is inf", |r| {
+                r.svd[0].merge = Some(f64::INFINITY)
+            }),
+            ("`svd[1].root` is NaN", |r| r.svd[1].root = Some(f64::NAN)),
+            ("`dense.produce` is -0.5", |r| r.dense.produce = -0.5),
+            ("`genotypes.first` is 0.0 + 0.0·l", |r| {
+                r.genotypes.first = PassRate {
+                    per_value: 0.0,
+                    per_value_column: 0.0,
+                }
+            }),
+            ("`dense.later` is 1.0 + -1.0·l", |r| {
+                r.dense.later = PassRate {
+                    per_value: 1.0,
+                    per_value_column: -1.0,
+                }
+            }),
+            ("`genotypes_f32.later` is 1e308 + inf·l", |r| {
+                let mut p = r.genotypes;
+                p.later.per_value = 1e308;
+                p.later.per_value_column = f64::INFINITY;
+                r.genotypes_f32 = Some(p);
+            }),
+            ("`rayleigh_ritz.parallel` is NaN", |r| {
+                let ok = PassRate {
+                    per_value: 1e-9,
+                    per_value_column: 1e-9,
+                };
+                r.rayleigh_ritz = Some(RayleighRitzRate {
+                    serial: ok,
+                    parallel: PassRate {
+                        per_value: f64::NAN,
+                        ..ok
+                    },
+                });
+            }),
+        ];
+        let jobs = [
+            Workload::Svd,
+            Workload::Rsvd {
+                k: 10,
+                oversample: 10,
+                passes: 4,
+                solver: Solver::PowerIters,
+            },
+            Workload::Pca {
+                k: 10,
+                oversample: 10,
+                passes: 20,
+                solver: Solver::Lobpcg,
+            },
+        ];
+        for w in &jobs {
+            assert!(predict(1_000_000, 100, 0, w, &cluster(2, 10.0), &rates()).is_ok());
+        }
+        // Finite but no machine's: the run would outlast any.
+        let mut huge = rates();
+        for r in &mut huge.svd {
+            (r.pass1, r.pass2) = (1e300, 1e300);
+        }
+        huge.dense.first.per_value = 1e300;
+        huge.genotypes.first.per_value = 1e300;
+        for w in &jobs {
+            match predict(1_000_000, 100, 0, w, &cluster(2, 10.0), &huge) {
+                Err(Error::Parameter { parameter, message }) => {
+                    assert_eq!(parameter, "rates", "{message}");
+                    assert!(message.contains("are not a machine's"), "{message}");
+                }
+                other => panic!("rates of 1e300 s a value, {w:?}: {other:?}"),
+            }
+        }
+        for (what, edit) in cases {
+            let mut r = rates();
+            edit(&mut r);
+            for w in &jobs {
+                match predict(1_000_000, 100, 0, w, &cluster(2, 10.0), &r) {
+                    Err(Error::Parameter { parameter, message }) => {
+                        assert_eq!(parameter, "rates", "{what}: {message}");
+                        assert!(message.starts_with(what), "{what}: {message}");
+                    }
+                    other => panic!("{what}, {w:?}: {other:?}"),
+                }
+            }
+        }
+    }
+
     #[test]
     fn gpu_rates_divide_the_values_among_the_gpus() {
         let gpu = Rates {

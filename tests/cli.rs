@@ -606,6 +606,31 @@ fn calibrate_then_plan_a_cluster_job() {
     let (code, _, err) = plan("2", &["--network", "fast"]);
     assert_ne!(code, 0);
     assert!(err.contains("--network"), "{err}");
+    // The calibration edited into rates no machine has: refused, naming the file and the
+    // field, where they predicted runs of 0 s.
+    let edited = dir.join("edited.json");
+    for (field, value) in [("cores", "0"), ("pass1", "-1e-9"), ("produce", "-1")] {
+        let text = std::fs::read_to_string(&rates).unwrap();
+        let key = format!("\"{field}\": ");
+        let at = text.find(&key).expect("the field is in the file") + key.len();
+        let end = at + text[at..].find([',', '\n']).unwrap();
+        std::fs::write(&edited, format!("{}{value}{}", &text[..at], &text[end..])).unwrap();
+        let (code, _, err) = small(&[
+            "--chunk-rows",
+            "0",
+            "--nodes",
+            "2",
+            "--network",
+            "10,1us",
+            "--calibration",
+            edited.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 2, "{field} {value}: {err}");
+        assert!(
+            err.contains("--calibration") && err.contains("edited.json") && err.contains(field),
+            "{field} {value}: {err}"
+        );
+    }
 
     // A LOBPCG pass's messages (100 × 20 doubles, 16 KB here; 1,000 samples' 160 KB)
     // over long links: past the eager limit a round trip more, over MPI past 64 KiB the

@@ -212,6 +212,13 @@ pub(crate) fn size_command(
         predict(shape.0, shape.1, panel_rows, &workload, &cluster, &rates).map_err(|e| match e
             .parameter()
         {
+            Some("rates") => option(
+                "--calibration",
+                format!(
+                    "{}: {e}; run `rankwise calibrate` again",
+                    a.calibration.display()
+                ),
+            ),
             Some("network") => option("--network", e.to_string()),
             Some("gpus_per_node") => option("--gpus-per-node", e.to_string()),
             Some("cluster") => option("--nodes", e.to_string()),
