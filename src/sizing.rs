@@ -123,6 +123,54 @@ impl Network {
     }
 }
 
+/// `GBPS,LATENCY[,EAGER]`, as `rankwise plan --network` takes it: `100,2us`, `10,5ms,1M`
+/// (latency units ns, us, ms, s; a bare number is seconds; the eager limit a size such
+/// as `64K`). A bad text is an [`Error::Parameter`] naming `network`.
+impl std::str::FromStr for Network {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Network, Error> {
+        let bad = |why: String| Error::Parameter {
+            parameter: "network",
+            message: why,
+        };
+        let form = || {
+            bad(format!(
+                "{s:?} is not GBPS,LATENCY[,EAGER] (e.g. 100,2us or 10,5ms,1M)"
+            ))
+        };
+        let mut parts = s.split(',');
+        let (Some(gbps), Some(latency)) = (parts.next(), parts.next()) else {
+            return Err(form());
+        };
+        let eager = parts.next();
+        if parts.next().is_some() {
+            return Err(form());
+        }
+        let gbps: f64 = gbps.trim().parse().map_err(|_| form())?;
+        let latency = latency.trim();
+        // The unit is the trailing letters (`1e-6` is a number in seconds).
+        let number = latency.trim_end_matches(|c: char| c.is_alphabetic());
+        let scale = match latency[number.len()..].trim() {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" | "" => 1.0,
+            _ => return Err(form()),
+        };
+        let latency = number.trim().parse::<f64>().map_err(|_| form())? * scale;
+        if !(gbps > 0.0 && gbps.is_finite() && latency >= 0.0 && latency.is_finite()) {
+            return Err(form());
+        }
+        let mut net = Network::new(gbps, latency);
+        if let Some(e) = eager {
+            net.eager_bytes =
+                rankwise_exec::parse_bytes(e).map_err(|m| bad(format!("eager limit {m}")))?;
+        }
+        Ok(net)
+    }
+}
+
 /// Shared memory between ranks of one node, as Open MPI's `vader` and UCX's `sysv`/`cma`
 /// carry a message of a few kilobytes to megabytes: about a microsecond and a memory copy
 /// (`vader`'s eager limit is 4 KiB).
@@ -177,6 +225,30 @@ const MAX_PASSES: usize = 10_000;
 const MAX_WORLD_ACTORS: usize = 1 << 20;
 
 impl Cluster {
+    /// `nodes` nodes like the one this runs on (its cores and memory), linked by
+    /// `network`: one rank of one actor a node, no GPUs, MPI between ranks, storage reads
+    /// not counted. Change the fields to describe another cluster.
+    pub fn like_this_node(nodes: usize, network: Network) -> Cluster {
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .map_or(16 << 30, |kib| kib << 10);
+        Cluster {
+            nodes,
+            ranks_per_node: 1,
+            actors_per_rank: 1,
+            cores_per_node: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory_per_node: memory,
+            gpus_per_node: 0,
+            network,
+            transport: Transport::Mpi,
+            read_gbps: None,
+        }
+    }
+
     fn ranks(&self) -> usize {
         self.nodes * self.ranks_per_node
     }
@@ -1498,6 +1570,35 @@ mod tests {
     /// planners see one GPU actor per GPU, and the compute follows the GPUs. A per-GPU
     /// calibration without GPUs, or GPUs that the ranks cannot share evenly, are refused
     /// naming the parameter; CPU rates on GPU nodes are applied with a note.
+    #[test]
+    fn network_texts_parse_with_units_and_refuse_nonsense() {
+        let network = |s: &str| s.parse::<Network>();
+        assert_eq!(network("100,2us").unwrap(), Network::new(100.0, 2e-6));
+        assert_eq!(network("100,2us").unwrap().eager_bytes, 64 << 10);
+        assert_eq!(network("1,5ms,1M").unwrap().eager_bytes, 1 << 20);
+        assert_eq!(network("1,5ms, 4096").unwrap().eager_bytes, 4096);
+        assert_eq!(network("10, 0.5ms").unwrap().latency, 5e-4);
+        assert_eq!(network("25,1e-6").unwrap().latency, 1e-6);
+        for bad in [
+            "100",
+            "0,1us",
+            "x,1us",
+            "10,1 parsec",
+            "10,-1us",
+            "",
+            "10,1us,lots",
+            "10,1us,-4K",
+            "10,1us,1M,2",
+            "inf,1us",
+            "10,NaNs",
+        ] {
+            match network(bad) {
+                Err(Error::Parameter { parameter, .. }) => assert_eq!(parameter, "network"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
     /// Rates that no calibration writes are refused, naming the field, for every job:
     /// each predicted a run of 0 s, or of infinite length, without a word.
     #[test]

@@ -1,13 +1,16 @@
 """rankwise: distributed SVD and PCA of matrices too large for one machine.
 
-Three calls, each a thin client of the rankwise library (the same code as the
+Its calls, each a thin client of the rankwise library (the same code as the
 ``rankwise`` command line and the C library):
 
 * :func:`svd` -- the exact SVD (TSQR) of a tall matrix;
 * :func:`rsvd` -- the rank-``k`` randomized SVD, iterated until every component has
   converged (LOBPCG) or for a fixed number of power iterations;
 * :func:`pca` -- the genotype PCA of a PLINK fileset, a VCF Zarr store, a Zarr array of
-  dosages, an sgkit/xarray Dataset or an int8 numpy array, on PLINK 2's scale.
+  dosages, an sgkit/xarray Dataset or an int8 numpy array, on PLINK 2's scale;
+* :func:`project` -- new samples on the axes of an earlier PCA;
+* :func:`plan` -- a job's predicted time and memory per rank on a cluster, from the
+  rates ``rankwise calibrate`` measured.
 
 Inputs are read where they lie: a float64 numpy array in place (no copy), a Zarr array
 or store by its path or URL (``s3://``, ``gs://``, ``http(s)://``), a zarr-python
@@ -22,6 +25,7 @@ actors have stopped. Errors are :class:`ValueError` (a bad argument),
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -101,6 +105,7 @@ __all__ = [
     "rsvd",
     "pca",
     "project",
+    "plan",
     "SVDResult",
     "PCAResult",
     "ProjectionResult",
@@ -490,7 +495,7 @@ def _genotype_input(source) -> tuple:
 # Settings
 
 
-def _bytes(v) -> Optional[int]:
+def _bytes(v, name: str = "memory_per_actor") -> Optional[int]:
     if v is None or isinstance(v, int):
         return v
     s = str(v).strip()
@@ -500,7 +505,7 @@ def _bytes(v) -> Optional[int]:
     num = s.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
     unit = s[len(num):].strip().lower()
     if unit not in units:
-        raise ValueError(f"`memory_per_actor`: {v!r} is not a size (e.g. 4GiB)")
+        raise ValueError(f"`{name}`: {v!r} is not a size (e.g. 4GiB)")
     return int(float(num) * units[unit])
 
 
@@ -826,6 +831,62 @@ def project(source, pca, *, panel_rows: Optional[int] = None,
         **{key: int(out[key]) for key in ("matched", "flipped", "absent",
                                           "allele_mismatches", "unnamed", "weighted")},
     )
+
+
+def plan(rows: int, cols: int, *, calibration, job: str = "pca", nodes: int = 1,
+         network: str = "100,2us", ranks_per_node: int = 1, actors_per_rank: int = 1,
+         cores_per_node: Optional[int] = None, memory_per_node=None, gpus_per_node: int = 0,
+         transport: str = "mpi", read_gbps: Optional[float] = None, k: int = 10,
+         oversample: int = 10, passes: int = 10, solver: str = "lobpcg",
+         panel_rows: Optional[int] = None) -> dict:
+    """The predicted time and memory per rank of a job on a cluster, as
+    ``rankwise plan --nodes`` prints them: the code's own planner run over the described
+    world (panels, residency, passes, message sizes), each phase's compute and network
+    time from the rates of a calibration. Nothing runs.
+
+    Args:
+        rows, cols: the matrix (variants × samples for a PCA).
+        calibration: the rates ``rankwise calibrate --out FILE`` wrote: that file's path,
+            or its contents as a dict.
+        job: ``"svd"``, ``"rsvd"`` or ``"pca"``.
+        nodes: nodes of the cluster.
+        network: the links between nodes, ``"GBPS,LATENCY[,EAGER]"``: ``"100,2us"``,
+            ``"10,5ms,1M"`` (the MPI library's eager limit, default 64K).
+        ranks_per_node, actors_per_rank: MPI ranks per node, actors per rank.
+        cores_per_node, memory_per_node: each node's (default: this machine's); memory
+            in bytes or as ``"256G"``.
+        gpus_per_node: GPUs per node, each rank taking the same number.
+        transport: ``"mpi"`` or ``"ucx"``.
+        read_gbps: storage bandwidth per node in GB/s (default: reads not counted).
+        k, oversample, passes, solver: the randomized job: components, extra sketch
+            columns, passes over the matrix (a run's report says how many LOBPCG made),
+            ``"lobpcg"`` or ``"power_iters"``.
+        panel_rows: rows per panel (default: the command line's for a generated matrix).
+
+    Returns:
+        A dict: ``seconds``, ``memory_per_rank`` (bytes), ``fits`` (within the node's
+        memory), ``dominant`` (the largest cost), ``phases`` (each with
+        ``compute_seconds``, ``comm_seconds``, ``read_seconds`` …), ``ranks``,
+        ``panels``, ``panel_rows``, ``passes``, ``resident`` and ``notes``.
+    """
+    if isinstance(calibration, dict):
+        text = json.dumps(calibration)
+    elif isinstance(calibration, (str, os.PathLike)):
+        with open(calibration, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        raise TypeError("calibration must be a path or a dict of rates, not "
+                        f"{type(calibration).__name__}")
+    options = {
+        "calibration": text, "job": job, "nodes": nodes, "network": network,
+        "ranks_per_node": ranks_per_node, "actors_per_rank": actors_per_rank,
+        "cores_per_node": cores_per_node,
+        "memory_per_node": _bytes(memory_per_node, "memory_per_node"),
+        "gpus_per_node": gpus_per_node, "transport": transport, "read_gbps": read_gbps,
+        "k": k, "oversample": oversample, "passes": passes, "solver": solver,
+        "panel_rows": panel_rows,
+    }
+    return json.loads(_rankwise.plan(rows, cols, options))
 
 
 for _f in (svd, rsvd, pca, project):

@@ -1069,6 +1069,103 @@ fn blas_kernels() -> (String, Option<&'static str>) {
     )
 }
 
+/// `rankwise.plan`: the predicted run of a job on a cluster ([`rankwise::sizing::predict`])
+/// as the JSON of its [`rankwise::sizing::Prediction`]. `options` names the job (`job`, `k`,
+/// `oversample`, `passes`, `solver`, `panel_rows`), the cluster (`nodes`, `network`,
+/// `ranks_per_node`, `actors_per_rank`, `cores_per_node`, `memory_per_node`,
+/// `gpus_per_node`, `transport`, `read_gbps`) and `calibration`, the rates' JSON text.
+#[pyfunction]
+fn plan(py: Python<'_>, rows: u64, cols: u64, options: &Bound<'_, PyDict>) -> PyResult<String> {
+    use rankwise::sizing::{predict, Cluster, Network, Rates, Solver, Transport, Workload};
+    let mut used = Vec::new();
+    let text: String = get(options, "calibration", &mut used)?
+        .ok_or_else(|| value_error("calibration", "the rates `calibrate` made are needed"))?;
+    let rates: Rates = serde_json::from_str(&text).map_err(|e| {
+        value_error(
+            "calibration",
+            format!("not the rates `rankwise.calibrate` makes: {e}"),
+        )
+    })?;
+    let network: Network = get::<String>(options, "network", &mut used)?
+        .unwrap_or_default()
+        .parse()
+        .map_err(|e| to_py(py, Failure { error: e, rank: 0 }))?;
+    let mut cluster =
+        Cluster::like_this_node(get(options, "nodes", &mut used)?.unwrap_or(1), network);
+    if let Some(v) = get(options, "ranks_per_node", &mut used)? {
+        cluster.ranks_per_node = v;
+    }
+    if let Some(v) = get(options, "actors_per_rank", &mut used)? {
+        cluster.actors_per_rank = v;
+    }
+    if let Some(v) = get(options, "cores_per_node", &mut used)? {
+        cluster.cores_per_node = v;
+    }
+    if let Some(v) = get(options, "memory_per_node", &mut used)? {
+        cluster.memory_per_node = v;
+    }
+    if let Some(v) = get(options, "gpus_per_node", &mut used)? {
+        cluster.gpus_per_node = v;
+    }
+    cluster.read_gbps = get(options, "read_gbps", &mut used)?;
+    cluster.transport = match get::<String>(options, "transport", &mut used)?.as_deref() {
+        None | Some("mpi") => Transport::Mpi,
+        Some("ucx") => Transport::Ucx,
+        Some(t) => return Err(value_error("transport", format!("{t:?} is not mpi or ucx"))),
+    };
+    let solver = match get::<String>(options, "solver", &mut used)?.as_deref() {
+        None | Some("lobpcg") => Solver::Lobpcg,
+        Some("power-iters") | Some("power_iters") => Solver::PowerIters,
+        Some(x) => {
+            return Err(value_error(
+                "solver",
+                format!("{x:?} is not lobpcg or power_iters"),
+            ))
+        }
+    };
+    let k = get(options, "k", &mut used)?.unwrap_or(10);
+    let oversample = get(options, "oversample", &mut used)?.unwrap_or(10);
+    let passes = get(options, "passes", &mut used)?.unwrap_or(10);
+    let workload = match get::<String>(options, "job", &mut used)?.as_deref() {
+        Some("svd") => Workload::Svd,
+        Some("rsvd") => Workload::Rsvd {
+            k,
+            oversample,
+            passes,
+            solver,
+        },
+        None | Some("pca") => Workload::Pca {
+            k,
+            oversample,
+            passes,
+            solver,
+        },
+        Some(j) => return Err(value_error("job", format!("{j:?} is not svd, rsvd or pca"))),
+    };
+    let panel_rows = get(options, "panel_rows", &mut used)?.unwrap_or(0);
+    for key in options.keys() {
+        let key: String = key.extract()?;
+        if !used.contains(&key) {
+            return Err(PyTypeError::new_err(format!(
+                "unexpected keyword argument {key:?}"
+            )));
+        }
+    }
+    let p = predict(rows, cols, panel_rows, &workload, &cluster, &rates).map_err(|e| {
+        // The library's names of the cluster's description, as this call's arguments.
+        let name = match e.parameter() {
+            Some("rates") => Some("calibration"),
+            Some("cluster") => Some("nodes"),
+            _ => None,
+        };
+        match (name, &e) {
+            (Some(n), Error::Parameter { message, .. }) => value_error(n, message),
+            _ => to_py(py, Failure { error: e, rank: 0 }),
+        }
+    })?;
+    serde_json::to_string(&p).map_err(|e| value_error("plan", e))
+}
+
 /// The library's version.
 #[pyfunction]
 fn version() -> &'static str {
@@ -1079,6 +1176,7 @@ fn version() -> &'static str {
 #[pymodule]
 fn _rankwise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(serve_gemm_probe, m)?)?;
     m.add_function(wrap_pyfunction!(blas_kernels, m)?)?;

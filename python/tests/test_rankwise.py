@@ -876,3 +876,46 @@ def test_mpi4py_under_mpirun_gives_the_embedded_bits(tmp_path):
     assert "ZeroDivisionError('chunk 3 of rank 2')" in lines[2], lines[2]
     for rank in range(3):
         assert "rank=2" in lines[rank] and "chunk 3 of rank 2" in lines[rank], lines[rank]
+
+
+def test_plan_predicts_what_the_command_line_does(tmp_path):
+    rates = tmp_path / "rates.json"
+    subprocess.run([BIN, "calibrate", "--out", str(rates), "--values", "262144",
+                    "--device", "cpu", "-q"], check=True, capture_output=True)
+    import json
+
+    for job, extra in (("svd", []), ("pca", ["-k", "20", "--passes", "30"]),
+                       ("rsvd", ["--solver", "power-iters", "--passes", "4"])):
+        cli = subprocess.run(
+            [BIN, "plan", "--rows", "2000000", "--cols", "500", "--chunk-rows", "0",
+             "--nodes", "8", "--ranks-per-node", "4", "--cores-per-node", "32",
+             "--memory-per-node", "64G", "--network", "25,5us,1M", "--transport", "ucx",
+             "--read-gbps", "2", "--job", job, "--calibration", str(rates), "--json",
+             *extra],
+            check=True, capture_output=True, text=True)
+        want = json.loads(cli.stdout)
+        kw = {"-k": "k", "--passes": "passes", "--solver": "solver"}
+        options = {kw[extra[i]]: (extra[i + 1] if extra[i] == "--solver" else int(extra[i + 1]))
+                   for i in range(0, len(extra), 2)}
+        for calibration in (rates, json.loads(rates.read_text())):
+            got = rankwise.plan(2_000_000, 500, calibration=calibration, job=job, nodes=8,
+                                ranks_per_node=4, cores_per_node=32, memory_per_node="64G",
+                                network="25,5us,1M", transport="ucx", read_gbps=2.0,
+                                **options)
+            assert got == want, job
+    assert want["seconds"] > 0 and want["dominant"]
+    with pytest.raises(ValueError, match="`network`"):
+        rankwise.plan(1000, 10, calibration=rates, nodes=2, network="fast")
+    with pytest.raises(ValueError, match="`nodes`"):
+        rankwise.plan(1000, 10, calibration=rates, nodes=0)
+    # Rates no calibration makes: named as this call names them.
+    edited = json.loads(rates.read_text())
+    edited["svd"][0]["pass1"] = -1.0
+    with pytest.raises(ValueError, match=r"`calibration`: `svd\[0\].pass1` is -1.0"):
+        rankwise.plan(1000, 10, calibration=edited, job="svd")
+    with pytest.raises(ValueError, match="`calibration`: not the rates"):
+        rankwise.plan(1000, 10, calibration={"cores": 2})
+    with pytest.raises(ValueError, match="`memory_per_node`"):
+        rankwise.plan(1000, 10, calibration=rates, memory_per_node="lots")
+    with pytest.raises(TypeError):
+        rankwise.plan(1000, 10, calibration=3)

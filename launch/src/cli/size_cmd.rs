@@ -90,62 +90,6 @@ fn option(option: &'static str, message: impl Into<String>) -> CliError {
     }
 }
 
-/// `100,2us` or `100,2us,1M` → a [`Network`].
-fn network(s: &str) -> Result<Network, CliError> {
-    let bad = || {
-        option(
-            "--network",
-            format!("{s:?} is not GBPS,LATENCY[,EAGER] (e.g. 100,2us or 10,5ms,1M)"),
-        )
-    };
-    let mut parts = s.split(',');
-    let (Some(gbps), Some(latency)) = (parts.next(), parts.next()) else {
-        return Err(bad());
-    };
-    let eager = parts.next();
-    if parts.next().is_some() {
-        return Err(bad());
-    }
-    let gbps: f64 = gbps.trim().parse().map_err(|_| bad())?;
-    let latency = latency.trim();
-    // The unit is the trailing letters (`1e-6` is a number in seconds).
-    let number = latency.trim_end_matches(|c: char| c.is_alphabetic());
-    let unit = latency[number.len()..].trim();
-    let scale = match unit {
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" | "" => 1.0,
-        _ => return Err(bad()),
-    };
-    let latency = number.trim().parse::<f64>().map_err(|_| bad())? * scale;
-    if !(gbps > 0.0 && gbps.is_finite() && latency >= 0.0 && latency.is_finite()) {
-        return Err(bad());
-    }
-    let mut net = Network::new(gbps, latency);
-    if let Some(e) = eager {
-        net.eager_bytes =
-            parse_bytes(e).map_err(|m| option("--network", format!("eager limit {m}")))?;
-    }
-    Ok(net)
-}
-
-fn this_machine_memory() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kib| kib.parse::<u64>().ok())
-        })
-        .map_or(16 << 30, |kib| kib << 10)
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// `plan --nodes …`: predicts the job on the cluster the options describe, for a matrix
 /// of `shape` (rows × cols as given) in panels of `panel_rows` (0: the default).
 pub(crate) fn size_command(
@@ -174,21 +118,27 @@ pub(crate) fn size_command(
             ),
         )
     })?;
-    let memory_per_node = match &a.memory_per_node {
-        Some(s) => parse_bytes(s).map_err(|m| option("--memory-per-node", m))?,
-        None => this_machine_memory(),
-    };
-    let cluster = Cluster {
-        nodes: a.nodes.unwrap_or(1),
-        ranks_per_node: a.ranks_per_node,
-        actors_per_rank: a.actors_per_rank,
-        cores_per_node: a.cores_per_node.unwrap_or_else(cores),
-        memory_per_node,
-        gpus_per_node: a.gpus_per_node,
-        network: network(a.network.as_deref().unwrap_or_default())?,
-        transport,
-        read_gbps: a.read_gbps,
-    };
+    let network: Network =
+        a.network
+            .as_deref()
+            .unwrap_or_default()
+            .parse()
+            .map_err(|e| match e {
+                rankwise::Error::Parameter { message, .. } => option("--network", message),
+                other => option("--network", other.to_string()),
+            })?;
+    let mut cluster = Cluster::like_this_node(a.nodes.unwrap_or(1), network);
+    if let Some(s) = &a.memory_per_node {
+        cluster.memory_per_node = parse_bytes(s).map_err(|m| option("--memory-per-node", m))?;
+    }
+    if let Some(c) = a.cores_per_node {
+        cluster.cores_per_node = c;
+    }
+    cluster.ranks_per_node = a.ranks_per_node;
+    cluster.actors_per_rank = a.actors_per_rank;
+    cluster.gpus_per_node = a.gpus_per_node;
+    cluster.transport = transport;
+    cluster.read_gbps = a.read_gbps;
     let solver = match a.solver {
         SolverKind::Lobpcg => Solver::Lobpcg,
         SolverKind::PowerIters => Solver::PowerIters,
@@ -349,32 +299,4 @@ pub(crate) fn calibrate_command(
         rates.machine,
         a.out.display()
     )))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn network_options_parse_with_units_and_refuse_nonsense() {
-        assert_eq!(network("100,2us").unwrap(), Network::new(100.0, 2e-6));
-        assert_eq!(network("100,2us").unwrap().eager_bytes, 64 << 10);
-        assert_eq!(network("1,5ms,1M").unwrap().eager_bytes, 1 << 20);
-        assert_eq!(network("1,5ms, 4096").unwrap().eager_bytes, 4096);
-        assert_eq!(network("10, 0.5ms").unwrap().latency, 5e-4);
-        assert_eq!(network("25,1e-6").unwrap().latency, 1e-6);
-        for bad in [
-            "100",
-            "0,1us",
-            "x,1us",
-            "10,1 parsec",
-            "10,-1us",
-            "",
-            "10,1us,lots",
-            "10,1us,-4K",
-            "10,1us,1M,2",
-        ] {
-            assert!(network(bad).is_err(), "{bad}");
-        }
-    }
 }
