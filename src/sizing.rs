@@ -1159,6 +1159,13 @@ pub fn predict(
     })
 }
 
+/// The fewest matrix values per measurement [`calibrate`] takes.
+pub const MIN_CALIBRATION_VALUES: u64 = 1 << 16;
+
+/// Matrix values per measurement of a calibration unless told: about a minute in all on 2
+/// cores.
+pub const DEFAULT_CALIBRATION_VALUES: u64 = 1 << 26;
+
 /// Measures the [`Rates`] on this runtime's actors (run it with one rank), per core on CPU
 /// actors and per GPU on GPU actors (a mix of both is refused, naming `device`): the exact
 /// SVD at nine widths from 8 to 512 columns (its two passes, its tree's merges and the SVD
@@ -1169,6 +1176,25 @@ pub fn predict(
 /// and, on CPU actors, producing a value on one thread. Each measurement makes about
 /// `values` matrix values.
 pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
+    if rt.comm().size() > 1 {
+        // Every rank would measure the machine at once, each slowed by the others.
+        return Err(Error::Parameter {
+            parameter: "world",
+            message: format!(
+                "{} ranks: calibrate measures one rank's actors (run it without mpirun)",
+                rt.comm().size()
+            ),
+        });
+    }
+    if values < MIN_CALIBRATION_VALUES {
+        return Err(Error::Parameter {
+            parameter: "values",
+            message: format!(
+                "{values}: at least {MIN_CALIBRATION_VALUES} values per measurement (fewer \
+                 time only the calls' overhead)"
+            ),
+        });
+    }
     let actors = &rt.world().ranks[0];
     let gpus: Vec<&ActorShape> = actors.iter().filter(|a| a.kind == ActorKind::Gpu).collect();
     // A pass's rate is per unit of one kind: a world of both would blend them.
@@ -1570,6 +1596,17 @@ mod tests {
     /// planners see one GPU actor per GPU, and the compute follows the GPUs. A per-GPU
     /// calibration without GPUs, or GPUs that the ranks cannot share evenly, are refused
     /// naming the parameter; CPU rates on GPU nodes are applied with a note.
+    #[test]
+    fn calibrate_refuses_too_few_values_naming_them() {
+        let rt = crate::World::embedded().actors(1).build().unwrap();
+        match calibrate(&rt, MIN_CALIBRATION_VALUES - 1) {
+            Err(Error::Parameter { parameter, message }) => {
+                assert_eq!(parameter, "values", "{message}")
+            }
+            other => panic!("{:?}", other.map(|r| r.machine)),
+        }
+    }
+
     #[test]
     fn network_texts_parse_with_units_and_refuse_nonsense() {
         let network = |s: &str| s.parse::<Network>();

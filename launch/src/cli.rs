@@ -1015,6 +1015,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("genotypes", "--vcf-zarr"),
     ("vcf_zarr", "--vcf-zarr"),
     ("spec", "--zarr"),
+    ("values", "--values"),
 ];
 
 /// The flag that sets a parameter of the library, for its errors; a parameter without a

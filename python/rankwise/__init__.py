@@ -9,8 +9,8 @@ Its calls, each a thin client of the rankwise library (the same code as the
 * :func:`pca` -- the genotype PCA of a PLINK fileset, a VCF Zarr store, a Zarr array of
   dosages, an sgkit/xarray Dataset or an int8 numpy array, on PLINK 2's scale;
 * :func:`project` -- new samples on the axes of an earlier PCA;
-* :func:`plan` -- a job's predicted time and memory per rank on a cluster, from the
-  rates ``rankwise calibrate`` measured.
+* :func:`calibrate` and :func:`plan` -- a job's predicted time and memory per rank on a
+  cluster, from the rates measured on one of its nodes.
 
 Inputs are read where they lie: a float64 numpy array in place (no copy), a Zarr array
 or store by its path or URL (``s3://``, ``gs://``, ``http(s)://``), a zarr-python
@@ -106,6 +106,7 @@ __all__ = [
     "pca",
     "project",
     "plan",
+    "calibrate",
     "SVDResult",
     "PCAResult",
     "ProjectionResult",
@@ -833,6 +834,44 @@ def project(source, pca, *, panel_rows: Optional[int] = None,
     )
 
 
+def calibrate(out=None, *, values: Optional[int] = None, actors: Optional[int] = None,
+              threads_per_actor: Optional[int] = None, memory_per_actor=None,
+              pin: Optional[bool] = None, device: Optional[str] = None) -> dict:
+    """Measures this machine's rates for :func:`plan`, as ``rankwise calibrate`` does: the
+    exact SVD at nine widths, the randomized passes of float64 matrices and of genotypes
+    in both precisions, LOBPCG's Rayleigh–Ritz step, per core of CPU actors (or per GPU
+    with ``device="gpu"``). About a minute on 2 cores at the default ``values``. Run it on
+    one node of the cluster to be sized, without MPI.
+
+    Args:
+        out: a path to write the rates to as ``rankwise calibrate --out`` does (a new
+            file, whole or not at all), or None.
+        values: matrix values per measurement (default 2**26; at least 65,536).
+
+    Returns:
+        The rates as a dict, which :func:`plan` takes as ``calibration``.
+    """
+    if out is not None:
+        out = os.fspath(out)
+        if os.path.lexists(out):
+            raise FileExistsError(f"`out`: {out} exists: the rates never replace a file")
+    world = _world(None, actors, threads_per_actor, memory_per_actor, pin, device, None,
+                   None, None)
+    text = _call("calibrate", "", {"values": values}, world, None, None)["rates"]
+    if out is not None:
+        tmp = f"{out}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "x", encoding="utf-8") as f:
+                f.write(text)
+            if os.path.lexists(out):
+                raise FileExistsError(f"`out`: {out} exists: the rates never replace a file")
+            os.rename(tmp, out)
+        finally:
+            if os.path.lexists(tmp):
+                os.remove(tmp)
+    return json.loads(text)
+
+
 def plan(rows: int, cols: int, *, calibration, job: str = "pca", nodes: int = 1,
          network: str = "100,2us", ranks_per_node: int = 1, actors_per_rank: int = 1,
          cores_per_node: Optional[int] = None, memory_per_node=None, gpus_per_node: int = 0,
@@ -846,8 +885,8 @@ def plan(rows: int, cols: int, *, calibration, job: str = "pca", nodes: int = 1,
 
     Args:
         rows, cols: the matrix (variants × samples for a PCA).
-        calibration: the rates ``rankwise calibrate --out FILE`` wrote: that file's path,
-            or its contents as a dict.
+        calibration: the rates :func:`calibrate` returned, or the path of a file it (or
+            ``rankwise calibrate --out FILE``) wrote.
         job: ``"svd"``, ``"rsvd"`` or ``"pca"``.
         nodes: nodes of the cluster.
         network: the links between nodes, ``"GBPS,LATENCY[,EAGER]"``: ``"100,2us"``,

@@ -173,3 +173,13 @@ def plan(
     solver: str = ...,
     panel_rows: Optional[int] = ...,
 ) -> dict[str, Any]: ...
+def calibrate(
+    out: Union[str, os.PathLike[str], None] = ...,
+    *,
+    values: Optional[int] = ...,
+    actors: Optional[int] = ...,
+    threads_per_actor: Optional[int] = ...,
+    memory_per_actor: Union[None, int, str] = ...,
+    pin: Optional[bool] = ...,
+    device: Optional[str] = ...,
+) -> dict[str, Any]: ...

@@ -1,5 +1,5 @@
-"""The native module: `run` does the work of rankwise.svd, rsvd, pca and project, `plan`
-that of rankwise.plan."""
+"""The native module: `run` does the work of rankwise.svd, rsvd, pca, project and
+calibrate, `plan` that of rankwise.plan."""
 
 from typing import Any, Callable, Optional, Sequence, Union
 

@@ -169,6 +169,8 @@ struct Job {
     out: Option<String>,
     /// Its Zarr format (3, or 2 for sgkit 0.10).
     zarr_format: Option<u8>,
+    /// `calibrate`: matrix values per measurement.
+    values: Option<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -177,6 +179,7 @@ enum Command {
     Rsvd,
     Pca,
     Project,
+    Calibrate,
 }
 
 /// The results of a call, as plain values (sent from the work thread).
@@ -206,6 +209,8 @@ enum Outcome {
         peak: Option<MachineGemm>,
     },
     Project(Box<rankwise::genomics::projection::Projection>),
+    /// The rates `calibrate` measured, as the JSON `rankwise calibrate` writes.
+    Calibrate(String),
 }
 
 /// A failure of the work, with what Python needs to pick its exception.
@@ -247,6 +252,7 @@ fn parse_job(command: &str, o: &Bound<'_, PyDict>) -> PyResult<Job> {
         "rsvd" => Command::Rsvd,
         "pca" => Command::Pca,
         "project" => Command::Project,
+        "calibrate" => Command::Calibrate,
         other => return Err(value_error("command", format!("unknown command {other:?}"))),
     };
     let mut used = Vec::new();
@@ -321,6 +327,7 @@ fn parse_job(command: &str, o: &Bound<'_, PyDict>) -> PyResult<Job> {
         weights: get(o, "weights", &mut used)?,
         out: get(o, "out", &mut used)?,
         zarr_format: get(o, "zarr_format", &mut used)?,
+        values: get(o, "values", &mut used)?,
     };
     for key in o.keys() {
         let key: String = key.extract()?;
@@ -500,6 +507,15 @@ fn work(
         let rank = error.peer_failure().map_or(rank, |(r, _)| r);
         Failure { error, rank }
     };
+    if job.command == Command::Calibrate {
+        let values = job
+            .values
+            .unwrap_or(rankwise::sizing::DEFAULT_CALIBRATION_VALUES);
+        let rates = rankwise::sizing::calibrate(&rt, values).map_err(fail)?;
+        return Ok(Outcome::Calibrate(
+            serde_json::to_string_pretty(&rates).unwrap_or_default() + "\n",
+        ));
+    }
     // The lease ends when this function returns, before the interpreter gets its arrays
     // back: no read can outlive the call.
     let (input, _lease) = match source {
@@ -668,6 +684,7 @@ fn work(
                 peak,
             }
         }
+        Command::Calibrate => unreachable!("answered before the input is opened"),
         Command::Project => {
             let Some(pca) = job.weights else {
                 return Err(fail(Error::Parameter {
@@ -864,6 +881,9 @@ fn outcome_dict<'py>(py: Python<'py>, o: Outcome) -> PyResult<Bound<'py, PyDict>
                 d.set_item("loadings", l.values.into_pyarray(py))?;
                 d.set_item("loading_rows", l.rows.into_pyarray(py))?;
             }
+        }
+        Outcome::Calibrate(json) => {
+            d.set_item("rates", json)?;
         }
         Outcome::Project(p) => {
             let p = *p;

@@ -919,3 +919,23 @@ def test_plan_predicts_what_the_command_line_does(tmp_path):
         rankwise.plan(1000, 10, calibration=rates, memory_per_node="lots")
     with pytest.raises(TypeError):
         rankwise.plan(1000, 10, calibration=3)
+
+
+def test_calibrate_measures_the_rates_plan_takes(tmp_path):
+    import json
+
+    out = tmp_path / "rates.json"
+    rates = rankwise.calibrate(out, values=262144, device="cpu")
+    assert rates == json.loads(out.read_text())
+    assert rates["unit"] == "core" and rates["cores"] >= 1
+    widths = [w["cols"] for w in rates["svd"]]
+    assert widths == sorted(widths) and len(widths) == 9
+    assert all(w["pass1"] > 0 and w["pass2"] > 0 for w in rates["svd"])
+    p = rankwise.plan(1_000_000, 2000, calibration=rates, nodes=4, network="10,5us")
+    assert p["seconds"] > 0 and p["ranks"] == 4
+    # Never over an existing file, checked before the measuring; nothing else left.
+    with pytest.raises(FileExistsError, match="`out`"):
+        rankwise.calibrate(out, values=65536)
+    with pytest.raises(ValueError, match="`values`"):
+        rankwise.calibrate(values=1000)
+    assert sorted(os.listdir(tmp_path)) == ["rates.json"]

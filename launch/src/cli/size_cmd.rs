@@ -253,7 +253,7 @@ pub(crate) struct CalibrateArgs {
     #[arg(long, default_value = "rankwise-rates.json")]
     out: PathBuf,
     /// Matrix values per measurement (about a minute in all at the default on 2 cores).
-    #[arg(long, default_value_t = 1 << 26)]
+    #[arg(long, default_value_t = rankwise::sizing::DEFAULT_CALIBRATION_VALUES)]
     values: u64,
     #[command(flatten)]
     pub(crate) run: RunArgs,
@@ -265,14 +265,21 @@ pub(crate) fn calibrate_command(
     _launch: &LaunchInfo,
     a: &CalibrateArgs,
 ) -> Result<Option<String>, CliError> {
+    // What the library would refuse after the checks of `--out` below, refused first.
     if rt.comm().size() > 1 {
         return Err(option(
             "--transport",
             "calibrate measures one rank's actors: run it without mpirun",
         ));
     }
-    if a.values < 1 << 16 {
-        return Err(option("--values", "at least 65536 values per measurement"));
+    if a.values < rankwise::sizing::MIN_CALIBRATION_VALUES {
+        return Err(option(
+            "--values",
+            format!(
+                "at least {} values per measurement",
+                rankwise::sizing::MIN_CALIBRATION_VALUES
+            ),
+        ));
     }
     // `--out` as every command takes it (not there yet, its parent a writable directory),
     // checked before the minute of measuring, and again before the rename: like every
