@@ -878,10 +878,16 @@ def test_mpi4py_under_mpirun_gives_the_embedded_bits(tmp_path):
         assert "rank=2" in lines[rank] and "chunk 3 of rank 2" in lines[rank], lines[rank]
 
 
-def test_plan_predicts_what_the_command_line_does(tmp_path):
-    rates = tmp_path / "rates.json"
-    subprocess.run([BIN, "calibrate", "--out", str(rates), "--values", "262144",
-                    "--device", "cpu", "-q"], check=True, capture_output=True)
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """Rates measured once for the sizing tests: the file ``calibrate`` wrote, and the
+    dict it returned."""
+    out = tmp_path_factory.mktemp("calibration") / "rates.json"
+    return out, rankwise.calibrate(out, values=262144, device="cpu")
+
+
+def test_plan_predicts_what_the_command_line_does(calibrated):
+    rates = calibrated[0]
     import json
 
     for job, extra in (("svd", []), ("pca", ["-k", "20", "--passes", "30"]),
@@ -921,11 +927,10 @@ def test_plan_predicts_what_the_command_line_does(tmp_path):
         rankwise.plan(1000, 10, calibration=3)
 
 
-def test_calibrate_measures_the_rates_plan_takes(tmp_path):
+def test_calibrate_measures_the_rates_plan_takes(calibrated):
     import json
 
-    out = tmp_path / "rates.json"
-    rates = rankwise.calibrate(out, values=262144, device="cpu")
+    out, rates = calibrated
     assert rates == json.loads(out.read_text())
     assert rates["unit"] == "core" and rates["cores"] >= 1
     widths = [w["cols"] for w in rates["svd"]]
@@ -938,4 +943,4 @@ def test_calibrate_measures_the_rates_plan_takes(tmp_path):
         rankwise.calibrate(out, values=65536)
     with pytest.raises(ValueError, match="`values`"):
         rankwise.calibrate(values=1000)
-    assert sorted(os.listdir(tmp_path)) == ["rates.json"]
+    assert sorted(os.listdir(out.parent)) == ["rates.json"]
