@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -582,22 +583,25 @@ fn calibrate_then_plan_a_cluster_job() {
     );
 
     // Wrong options are named.
-    let small = |extra: &[&str]| {
-        let mut args = vec!["plan", "--rows", "1000", "--cols", "10"];
-        args.extend_from_slice(extra);
-        rankwise(&args)
+    // A small job on two nodes, with the calibration at `rates`.
+    let small = |rates: &Path| {
+        rankwise(&[
+            "plan",
+            "--rows",
+            "1000",
+            "--cols",
+            "10",
+            "--chunk-rows",
+            "0",
+            "--nodes",
+            "2",
+            "--network",
+            "10,1us",
+            "--calibration",
+            rates.to_str().unwrap(),
+        ])
     };
-    let missing = dir.join("none.json");
-    let (code, _, err) = small(&[
-        "--chunk-rows",
-        "0",
-        "--nodes",
-        "2",
-        "--network",
-        "10,1us",
-        "--calibration",
-        missing.to_str().unwrap(),
-    ]);
+    let (code, _, err) = small(&dir.join("none.json"));
     assert_ne!(code, 0);
     assert!(
         err.contains("--calibration") && err.contains("rankwise calibrate"),
@@ -615,16 +619,7 @@ fn calibrate_then_plan_a_cluster_job() {
         let at = text.find(&key).expect("the field is in the file") + key.len();
         let end = at + text[at..].find([',', '\n']).unwrap();
         std::fs::write(&edited, format!("{}{value}{}", &text[..at], &text[end..])).unwrap();
-        let (code, _, err) = small(&[
-            "--chunk-rows",
-            "0",
-            "--nodes",
-            "2",
-            "--network",
-            "10,1us",
-            "--calibration",
-            edited.to_str().unwrap(),
-        ]);
+        let (code, _, err) = small(&edited);
         assert_eq!(code, 2, "{field} {value}: {err}");
         assert!(
             err.contains("--calibration") && err.contains("edited.json") && err.contains(field),
@@ -718,7 +713,17 @@ fn calibrate_then_plan_a_cluster_job() {
     let (code, _, err) = plan("2", &["--job", "pca", "--passes", "0"]);
     assert_ne!(code, 0);
     assert!(err.contains("--passes"), "{err}");
-    let (code, _, err) = small(&["--chunk-rows", "100", "--ranks-per-node", "2"]);
+    let (code, _, err) = rankwise(&[
+        "plan",
+        "--rows",
+        "1000",
+        "--cols",
+        "10",
+        "--chunk-rows",
+        "100",
+        "--ranks-per-node",
+        "2",
+    ]);
     assert_ne!(code, 0);
     assert!(err.contains("--nodes"), "{err}");
 }

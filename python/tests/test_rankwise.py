@@ -711,13 +711,14 @@ def test_progress_reaches_a_callback_and_the_log(caplog):
     r = rng(95)
     a = r.standard_normal((600_000, 40))
     seen = []
-    # Forty power iterations: a few seconds, several progress reports.
-    rankwise.rsvd(a, 10, power_iters=40, seed=1, progress=seen.append)
+    # Reports come every half second. Twenty power iterations: about 2.5 s on 2 cores,
+    # several reports; ten (about 1.3 s) for the calls that need one.
+    rankwise.rsvd(a, 10, power_iters=20, seed=1, progress=seen.append)
     assert len(seen) >= 2, seen
     assert {"pass", "max_passes", "jobs", "jobs_done", "residual", "tol"} <= set(seen[-1])
     assert 1 <= seen[0]["pass"] <= seen[-1]["pass"]
     with caplog.at_level(logging.INFO, logger="rankwise"):
-        rankwise.rsvd(a, 10, power_iters=40, seed=1)
+        rankwise.rsvd(a, 10, power_iters=10, seed=1)
     assert any(rec.getMessage().startswith("pass ") for rec in caplog.records)
     # A tqdm bar, drawn on stderr and closed when the call returns.
     import io
@@ -725,7 +726,7 @@ def test_progress_reaches_a_callback_and_the_log(caplog):
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        rankwise.rsvd(a, 10, power_iters=40, seed=1, progress=True)
+        rankwise.rsvd(a, 10, power_iters=10, seed=1, progress=True)
     assert "pass" in err.getvalue()
 
 
