@@ -746,11 +746,20 @@ pub fn predict(
 ) -> Result<Prediction, Error> {
     let bad = |parameter: &'static str, message: String| Error::Parameter { parameter, message };
     rates.check().map_err(|m| bad("rates", m))?;
-    if cluster.nodes == 0 || cluster.ranks_per_node == 0 || cluster.cores_per_node == 0 {
-        return Err(bad(
-            "cluster",
-            "nodes, ranks per node and cores per node must be at least 1".into(),
-        ));
+    for (parameter, count) in [("rows", rows), ("cols", cols)] {
+        if count == 0 {
+            return Err(bad(parameter, "0: the matrix needs at least one".into()));
+        }
+    }
+    for (parameter, count) in [
+        ("nodes", cluster.nodes),
+        ("ranks_per_node", cluster.ranks_per_node),
+        ("actors_per_rank", cluster.actors_per_rank),
+        ("cores_per_node", cluster.cores_per_node),
+    ] {
+        if count == 0 {
+            return Err(bad(parameter, "0: at least 1".into()));
+        }
     }
     // The planners see every actor of the world (a list of them per rank): a world past
     // about a million actors is no cluster, and its lists would fill the memory.
@@ -817,6 +826,29 @@ pub fn predict(
         _ => {}
     }
     let world = cluster.world(rates.unit);
+    // A plan the budget refuses: the node's memory, as this call describes it, is what to
+    // raise (the planner speaks of the memory per actor it was given).
+    let planned = |e: Error| {
+        let budget = matches!(
+            &e,
+            Error::Runtime(rankwise_exec::RuntimeError::Budget(_))
+                | Error::Linalg(rankwise_linalg::LinalgError::Runtime(
+                    rankwise_exec::RuntimeError::Budget(_)
+                ))
+        );
+        if !budget {
+            return e;
+        }
+        bad(
+            "memory_per_node",
+            format!(
+                "{} a node, {} ranks of {} actors each: {e}",
+                rankwise_exec::format_bytes(cluster.memory_per_node),
+                cluster.ranks_per_node,
+                cluster.actors_of_rank(rates.unit)
+            ),
+        )
+    };
     let (units_per_rank, units_per_node) = cluster.units(rates.unit);
     let ranks = cluster.ranks();
     let chunk = if panel_rows > 0 {
@@ -880,7 +912,7 @@ pub fn predict(
                 transposed: false,
                 rank_panels: None,
             };
-            let plan = SvdPlan::for_problem(&problem, &world)?;
+            let plan = SvdPlan::for_problem(&problem, &world).map_err(|e| planned(e.into()))?;
             let (values, per_core) = rank_values(&plan.placement);
             let (p1, p2) = rates.svd_at(n);
             let (mem, resident) = rank_memory(&plan.memory, &plan.placement);
@@ -969,7 +1001,7 @@ pub fn predict(
                 oversample: *oversample,
                 ..Default::default()
             };
-            let plan = RsvdPlan::new(&problem, &options, &world)?;
+            let plan = RsvdPlan::new(&problem, &options, &world).map_err(|e| planned(e.into()))?;
             let (values, per_core) = rank_values(&plan.placement);
             let l = plan.sketch;
             let rate = if genotypes {
@@ -1816,14 +1848,43 @@ mod tests {
         c.network.gbps = 0.0;
         let e = predict(1000, 10, 0, &Workload::Svd, &c, &r).unwrap_err();
         assert_eq!(e.parameter(), Some("network"));
-        let mut c = cluster(2, 10.0);
-        c.nodes = 0;
-        assert_eq!(
-            predict(1000, 10, 0, &Workload::Svd, &c, &r)
-                .unwrap_err()
-                .parameter(),
-            Some("cluster")
-        );
+        // Each count of the cluster named on its own.
+        type Edit = fn(&mut Cluster);
+        let zeros: [(&str, Edit); 4] = [
+            ("nodes", |c| c.nodes = 0),
+            ("ranks_per_node", |c| c.ranks_per_node = 0),
+            ("actors_per_rank", |c| c.actors_per_rank = 0),
+            ("cores_per_node", |c| c.cores_per_node = 0),
+        ];
+        for (rows, cols, name) in [(0, 10, "rows"), (1000, 0, "cols")] {
+            let e = predict(rows, cols, 0, &Workload::Svd, &cluster(2, 10.0), &r).unwrap_err();
+            assert_eq!(e.parameter(), Some(name), "{e}");
+        }
+        for (name, edit) in zeros {
+            let mut c = cluster(2, 10.0);
+            edit(&mut c);
+            let e = predict(1000, 10, 0, &Workload::Svd, &c, &r).unwrap_err();
+            assert_eq!(e.parameter(), Some(name), "{e}");
+        }
+        // A node whose memory cannot hold one panel's workspace: the node's memory is what
+        // to raise, whatever the job.
+        for w in [
+            Workload::Svd,
+            Workload::Pca {
+                k: 10,
+                oversample: 10,
+                passes: 10,
+                solver: Solver::Lobpcg,
+            },
+        ] {
+            let c = Cluster {
+                memory_per_node: 1 << 20,
+                ..cluster(2, 10.0)
+            };
+            let e = predict(10_000_000, 500, 0, &w, &c, &r).unwrap_err();
+            assert_eq!(e.parameter(), Some("memory_per_node"), "{e}");
+            assert!(e.to_string().contains("1.0 MiB a node, 2 ranks"), "{e}");
+        }
     }
 
     #[test]

@@ -908,6 +908,9 @@ def plan(rows: int, cols: int, *, calibration, job: str = "pca", nodes: int = 1,
         ``compute_seconds``, ``comm_seconds``, ``read_seconds`` …), ``ranks``,
         ``panels``, ``panel_rows``, ``passes``, ``resident`` and ``notes``.
     """
+    for name, v in (("rows", rows), ("cols", cols)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"`{name}`: {v!r}: the matrix needs at least one")
     if isinstance(calibration, dict):
         text = json.dumps(calibration)
     elif isinstance(calibration, (str, os.PathLike)):

@@ -915,6 +915,13 @@ def test_plan_predicts_what_the_command_line_does(calibrated):
         rankwise.plan(1000, 10, calibration=rates, nodes=2, network="fast")
     with pytest.raises(ValueError, match="`nodes`"):
         rankwise.plan(1000, 10, calibration=rates, nodes=0)
+    with pytest.raises(ValueError, match="`cores_per_node`"):
+        rankwise.plan(1000, 10, calibration=rates, cores_per_node=0)
+    with pytest.raises(ValueError, match="`rows`"):
+        rankwise.plan(-1, 10, calibration=rates)
+    # A node too small for one panel's workspace: its memory is what to raise.
+    with pytest.raises(ValueError, match="`memory_per_node`: 1.0 MiB a node"):
+        rankwise.plan(10_000_000, 500, calibration=rates, job="svd", memory_per_node="1M")
     # Rates no calibration makes: named as this call names them.
     edited = json.loads(rates.read_text())
     edited["svd"][0]["pass1"] = -1.0
