@@ -1227,6 +1227,30 @@ pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
             ),
         });
     }
+    measure(rt, values).map_err(|e| {
+        // A measurement too large for the generator or for the actors' memory: `values`
+        // is what to lower (the planner names the rows and the memory it was given).
+        let too_large = e.parameter() == Some("rows")
+            || matches!(
+                &e,
+                Error::Runtime(rankwise_exec::RuntimeError::Budget(_))
+                    | Error::Linalg(rankwise_linalg::LinalgError::Runtime(
+                        rankwise_exec::RuntimeError::Budget(_)
+                    ))
+            );
+        if too_large {
+            Error::Parameter {
+                parameter: "values",
+                message: format!("{values} values per measurement are too many here: {e}"),
+            }
+        } else {
+            e
+        }
+    })
+}
+
+/// [`calibrate`]'s measurements, once its arguments are checked.
+fn measure(rt: &Runtime, values: u64) -> Result<Rates, Error> {
     let actors = &rt.world().ranks[0];
     let gpus: Vec<&ActorShape> = actors.iter().filter(|a| a.kind == ActorKind::Gpu).collect();
     // A pass's rate is per unit of one kind: a world of both would blend them.
@@ -1629,11 +1653,24 @@ mod tests {
     /// calibration without GPUs, or GPUs that the ranks cannot share evenly, are refused
     /// naming the parameter; CPU rates on GPU nodes are applied with a note.
     #[test]
-    fn calibrate_refuses_too_few_values_naming_them() {
+    fn calibrate_refuses_too_few_or_too_many_values_naming_them() {
         let rt = crate::World::embedded().actors(1).build().unwrap();
         match calibrate(&rt, MIN_CALIBRATION_VALUES - 1) {
             Err(Error::Parameter { parameter, message }) => {
                 assert_eq!(parameter, "values", "{message}")
+            }
+            other => panic!("{:?}", other.map(|r| r.machine)),
+        }
+        // Measurements too large for the actors' memory: `values` is what to lower.
+        let small = crate::World::embedded()
+            .actors(1)
+            .memory_per_actor(1 << 20)
+            .build()
+            .unwrap();
+        match calibrate(&small, 1 << 26) {
+            Err(Error::Parameter { parameter, message }) => {
+                assert_eq!(parameter, "values", "{message}");
+                assert!(message.contains("cannot hold the workspace"), "{message}");
             }
             other => panic!("{:?}", other.map(|r| r.machine)),
         }
