@@ -583,9 +583,9 @@ fn calibrate_then_plan_a_cluster_job() {
     );
 
     // Wrong options are named.
-    // A small job on two nodes, with the calibration at `rates`.
-    let small = |rates: &Path| {
-        rankwise(&[
+    // A small job, with `extra`; on two nodes with the calibration at `rates`.
+    let small_with = |extra: &[&str]| {
+        let mut args = vec![
             "plan",
             "--rows",
             "1000",
@@ -593,6 +593,12 @@ fn calibrate_then_plan_a_cluster_job() {
             "10",
             "--chunk-rows",
             "0",
+        ];
+        args.extend_from_slice(extra);
+        rankwise(&args)
+    };
+    let small = |rates: &Path| {
+        small_with(&[
             "--nodes",
             "2",
             "--network",
@@ -713,17 +719,7 @@ fn calibrate_then_plan_a_cluster_job() {
     let (code, _, err) = plan("2", &["--job", "pca", "--passes", "0"]);
     assert_ne!(code, 0);
     assert!(err.contains("--passes"), "{err}");
-    let (code, _, err) = rankwise(&[
-        "plan",
-        "--rows",
-        "1000",
-        "--cols",
-        "10",
-        "--chunk-rows",
-        "100",
-        "--ranks-per-node",
-        "2",
-    ]);
+    let (code, _, err) = small_with(&["--ranks-per-node", "2"]);
     assert_ne!(code, 0);
     assert!(err.contains("--nodes"), "{err}");
 }
