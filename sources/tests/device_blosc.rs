@@ -305,7 +305,9 @@ fn stores_whose_chunks_the_device_decodes_hand_over_their_frames() {
     let dir = rankwise_testkit::scratch("device-frames");
     for case in 0..3 {
         let (m, n) = (d.range(50, 400) as usize, d.range(20, 300) as usize);
-        let c = d.range(8, 64) as usize;
+        // At least two chunks of rows: the second's file is removed below (with m ≤ c,
+        // one chunk held every row and the removal found no file).
+        let c = d.range(8, 64.min(m as u64 / 2)) as usize;
         // Chunks as wide as the array, or wider (fill values past its last sample).
         let cols = n + case * d.range(1, 9) as usize;
         let values: Vec<u8> = (0..m * n)
