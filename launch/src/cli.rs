@@ -1016,6 +1016,16 @@ const FLAGS: &[(&str, &str)] = &[
     ("vcf_zarr", "--vcf-zarr"),
     ("spec", "--zarr"),
     ("values", "--values"),
+    // `plan --nodes`'s description of a cluster.
+    ("nodes", "--nodes"),
+    ("ranks_per_node", "--ranks-per-node"),
+    ("actors_per_rank", "--actors-per-rank"),
+    ("cores_per_node", "--cores-per-node"),
+    ("memory_per_node", "--memory-per-node"),
+    ("gpus_per_node", "--gpus-per-node"),
+    ("network", "--network"),
+    ("read_gbps", "--read-gbps"),
+    ("passes", "--passes"),
 ];
 
 /// The flag that sets a parameter of the library, for its errors; a parameter without a

@@ -169,23 +169,10 @@ pub(crate) fn size_command(
                     a.calibration.display()
                 ),
             ),
-            Some("network") => option("--network", e.to_string()),
-            Some("gpus_per_node") => option("--gpus-per-node", e.to_string()),
-            Some("cluster") | Some("nodes") => option("--nodes", e.to_string()),
-            Some("ranks_per_node") => option("--ranks-per-node", e.to_string()),
-            Some("actors_per_rank") => option("--actors-per-rank", e.to_string()),
-            Some("cores_per_node") => option("--cores-per-node", e.to_string()),
-            Some("memory_per_node") => option("--memory-per-node", e.to_string()),
-            Some("read_gbps") => option("--read-gbps", e.to_string()),
-            Some("passes") => option("--passes", e.to_string()),
-            Some("panel_rows") => option("--chunk-rows", e.to_string()),
-            Some("rows") => option("--rows", e.to_string()),
-            Some("cols") => option("--cols", e.to_string()),
-            Some("oversample") | Some("k") => option("-k", e.to_string()),
-            _ => CliError::Option {
-                option: "--nodes",
-                message: e.to_string(),
-            },
+            // A count of the world as a whole: `--nodes` sets it.
+            Some("cluster") => option("--nodes", e.to_string()),
+            Some(p) => option(super::flag_of(p), e.to_string()),
+            None => option("--nodes", e.to_string()),
         })?;
     if json {
         return Ok(Some(
