@@ -988,7 +988,7 @@ mod tests {
                 power_iters: Some(2),
                 ..Default::default()
             };
-            let opts = choice.options(false).unwrap();
+            let opts = choice.options(crate::Values::Dense { f32: false }).unwrap();
             let (c, uc) = crate::rsvd_with_factor(&rt, &pulled, &opts).unwrap();
             let (d, ud) = crate::rsvd_with_factor(&rt, &in_place, &opts).unwrap();
             let rsvd_exact = (c.s == d.s, c.wt == d.wt, uc.values == ud.values);

@@ -602,6 +602,13 @@ pub enum Solver {
     /// result in float64) in float32 tiles; each pass sums `AᵀA·S` (`n × l`) up the tree and
     /// the root broadcasts the next search block (`n × l`) back down.
     Lobpcg,
+    /// Block Lanczos to a tolerance, the default of a genotype PCA: its passes are
+    /// [`rankwise_linalg::LANCZOS_BLOCK`] columns wide (the last, which measures the result
+    /// in float64, `l`), in float32 tiles but the last; each sums `AᵀA·S` (`n × 8`) up the
+    /// tree and the root broadcasts the next block back down. Its steps on the root are
+    /// counted at LOBPCG's calibrated rate (measured: 24 ms a step against LOBPCG's 43 ms
+    /// at 20,000 samples, so an overestimate).
+    Lanczos,
     /// A fixed number of power iterations (`power_iters`) in float64 tiles: each pass
     /// orthonormalizes the sketch (the TSQR's `l × l` factors up and down) and sums `B`'s
     /// panels up the tree.
@@ -999,6 +1006,10 @@ pub fn predict(
             let options = RsvdOptions {
                 k: *k,
                 oversample: *oversample,
+                method: match solver {
+                    Solver::Lanczos => rankwise_linalg::Method::Lanczos,
+                    _ => rankwise_linalg::Method::Lobpcg,
+                },
                 ..Default::default()
             };
             let plan = RsvdPlan::new(&problem, &options, &world).map_err(|e| planned(e.into()))?;
@@ -1015,11 +1026,11 @@ pub fn predict(
                 rates.dense_f32
             };
             let single = match (solver, single) {
-                (Solver::Lobpcg, Some(r)) => Some(r),
-                (Solver::Lobpcg, None) => {
+                (Solver::Lobpcg | Solver::Lanczos, Some(r)) => Some(r),
+                (Solver::Lobpcg | Solver::Lanczos, None) => {
                     notes.push(
-                        "the calibration has no float32 rates (an older file): LOBPCG's \
-                         float32 passes are counted at the float64 rates"
+                        "the calibration has no float32 rates (an older file): the float32 \
+                         passes are counted at the float64 rates"
                             .into(),
                     );
                     None
@@ -1046,13 +1057,23 @@ pub fn predict(
             // …,1M`: 12–15 % low). A ping-pong of 300 KB messages on those links put the
             // rest in the transfer: about 9 ms more a message than the link's rate.
             let r_bytes = (l * l * 8) as f64;
-            let b_bytes = (plan.words_b * 8) as f64;
-            let comm = match solver {
+            // Block Lanczos's passes but the last are a block wide, and so are its messages.
+            let width = |p: usize| match solver {
+                Solver::Lanczos if p < *passes => rankwise_linalg::LANCZOS_BLOCK.min(l),
+                _ => l,
+            };
+            let b_bytes = |p: usize| match solver {
+                Solver::Lanczos => (n as usize * width(p) * 8) as f64,
+                _ => (plan.words_b * 8) as f64,
+            };
+            let comm = |p: usize| match solver {
                 Solver::PowerIters => {
                     2.0 * tree_seconds(ranks, per_node, r_bytes, cluster)
-                        + tree_seconds(ranks, per_node, b_bytes, cluster)
+                        + tree_seconds(ranks, per_node, b_bytes(p), cluster)
                 }
-                Solver::Lobpcg => 2.0 * tree_seconds(ranks, per_node, b_bytes, cluster),
+                Solver::Lobpcg | Solver::Lanczos => {
+                    2.0 * tree_seconds(ranks, per_node, b_bytes(p), cluster)
+                }
             };
             let passes = *passes;
             // Panels kept in memory are read once, in the first pass; the others in every
@@ -1065,27 +1086,28 @@ pub fn predict(
                     Some(r) if p < passes => r,
                     _ => rate,
                 };
+                let w = width(p);
                 let per_value = if p == 1 {
-                    r.first.at(l)
+                    r.first.at(w)
                 } else if resident {
-                    r.later.at(l)
+                    r.later.at(w)
                 } else {
-                    r.later.at(l) + r.produce
+                    r.later.at(w) + r.produce
                 };
                 phases.push(PredictedPhase {
                     phase: format!("pass {p}"),
                     compute_seconds: per_core * per_value,
-                    comm_seconds: comm,
+                    comm_seconds: comm(p),
                     read_seconds: if p == 1 || !resident { read } else { 0.0 },
                     // The busiest rank sends an R factor and a B block per level, or
                     // (LOBPCG's root) the search block.
                     bytes_sent: match solver {
-                        Solver::PowerIters => levels * (r_bytes + b_bytes) as u64,
-                        Solver::Lobpcg => levels * b_bytes as u64,
+                        Solver::PowerIters => levels * (r_bytes + b_bytes(p)) as u64,
+                        Solver::Lobpcg | Solver::Lanczos => levels * b_bytes(p) as u64,
                     },
                 });
             }
-            if *solver == Solver::Lobpcg {
+            if matches!(solver, Solver::Lobpcg | Solver::Lanczos) {
                 // LOBPCG's Rayleigh–Ritz step, after every pass, on the root rank alone
                 // while every actor waits: its products with the `n × 3l` blocks run on
                 // the root's cores, one thread per chunk of rows. It grows with the
@@ -1570,7 +1592,7 @@ mod tests {
         assert!(predict(80_000, 20, 10_000, &w, &cluster(4096, 100.0), &rates()).is_ok());
         // Fewer passes than any randomized run makes, or more than a run may make.
         for passes in [0, 1, 10_001, usize::MAX] {
-            for solver in [Solver::Lobpcg, Solver::PowerIters] {
+            for solver in [Solver::Lobpcg, Solver::Lanczos, Solver::PowerIters] {
                 let job = Workload::Pca {
                     k: 10,
                     oversample: 10,
@@ -1581,6 +1603,45 @@ mod tests {
                 assert_eq!(e.parameter(), Some("passes"), "{passes}: {e}");
             }
         }
+    }
+
+    /// Block Lanczos's passes are a block wide but the last: less compute a pass than
+    /// LOBPCG's `l` columns, messages of `n × 8` values, its last pass as wide as
+    /// LOBPCG's, and the memory of its larger basis on the root.
+    #[test]
+    fn lanczos_passes_are_a_block_wide_but_the_last() {
+        let (n, passes) = (20_000u64, 12);
+        let job = |solver| Workload::Pca {
+            k: 10,
+            oversample: 10,
+            passes,
+            solver,
+        };
+        let c = cluster(4, 100.0);
+        let lob = predict(400_000, n, 0, &job(Solver::Lobpcg), &c, &rates()).unwrap();
+        let lan = predict(400_000, n, 0, &job(Solver::Lanczos), &c, &rates()).unwrap();
+        let pass = |p: &Prediction, i: usize| p.phases[i].clone();
+        for i in 0..passes - 1 {
+            let (a, b) = (pass(&lob, i), pass(&lan, i));
+            assert!(
+                b.compute_seconds < a.compute_seconds,
+                "pass {}: {b:?} {a:?}",
+                i + 1
+            );
+            assert!(b.comm_seconds < a.comm_seconds, "pass {}", i + 1);
+            assert_eq!(
+                b.bytes_sent,
+                3 * n * 8 * 8,
+                "pass {}: 8 ranks, 3 levels",
+                i + 1
+            );
+        }
+        let last = passes - 1;
+        assert_eq!(
+            pass(&lob, last).compute_seconds,
+            pass(&lan, last).compute_seconds
+        );
+        assert!(lan.memory_per_rank > lob.memory_per_rank);
     }
 
     #[test]

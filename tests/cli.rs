@@ -635,7 +635,8 @@ fn calibrate_then_plan_a_cluster_job() {
 
     // A LOBPCG pass's messages (100 × 20 doubles, 16 KB here; 1,000 samples' 160 KB)
     // over long links: past the eager limit a round trip more, over MPI past 64 KiB the
-    // go-ahead's too; UCX has no go-ahead.
+    // go-ahead's too; UCX has no go-ahead. (`--solver lobpcg`: a PCA's default is block
+    // Lanczos, whose messages are 8 columns wide.)
     let network = |samples: &str, network: &str, extra: &[&str]| -> (i32, f64, String) {
         let mut args = vec![
             "plan",
@@ -657,6 +658,9 @@ fn calibrate_then_plan_a_cluster_job() {
             rates_s,
             "--json",
         ];
+        if !extra.contains(&"--solver") {
+            args.extend_from_slice(&["--solver", "lobpcg"]);
+        }
         args.extend_from_slice(extra);
         let (code, out, err) = rankwise(&args);
         let comm = serde_json::from_str::<serde_json::Value>(&out).map_or(0.0, |p| {
@@ -683,6 +687,15 @@ fn calibrate_then_plan_a_cluster_job() {
     assert!(near(ucx, 20.0 * 3.0 * 5e-3 + bytes), "{ucx}");
     assert!(near(ucx_eager, 20.0 * 5e-3 + bytes), "{ucx_eager}");
     assert!(near(small_msgs, 20.0 * 5e-3 + bytes / 10.0), "{small_msgs}");
+    // Block Lanczos, the PCA's default: nine passes of 1000 × 8 doubles (64,000 bytes,
+    // within the 64 KiB a message carries inline and the eager limit: one latency) and the
+    // last of 20 columns (LOBPCG's five).
+    let (_, lanczos, _) = network("1000", "1,5ms", &["--solver", "lanczos"]);
+    let bytes = 2.0 * (9.0 * 8.0 + 20.0) * 1000.0 * 8.0 * 8.0 / 1e9;
+    assert!(
+        near(lanczos, 2.0 * (9.0 + 5.0) * 5e-3 + bytes),
+        "{lanczos}"
+    );
     let (code, _, err) = network("1000", "1,5ms,lots", &[]);
     assert_ne!(code, 0);
     assert!(err.contains("--network") && err.contains("eager"), "{err}");

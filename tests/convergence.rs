@@ -1,5 +1,5 @@
 //! Convergence control of the randomized SVD and the PCA:
-//! - LOBPCG (the default) on in-memory matrices with flat tails, clustered and
+//! - LOBPCG (the default) and block Lanczos on in-memory matrices with flat tails, clustered and
 //!   geometrically decaying singular values: every component within the tolerance, against
 //!   LAPACK, and the residuals it reports are the true ones of the triplets it returns;
 //! - the fixed-iteration methods' residuals are honest too, and `converged` says whether
@@ -88,9 +88,18 @@ fn true_residuals(a: &Array2<f64>, u: &Array2<f64>, r: &RsvdResult) -> (Vec<f64>
 
 #[test]
 fn lobpcg_meets_the_tolerance_against_lapack_and_reports_true_residuals() {
+    assert_eq!(
+        RsvdOptions::default().method,
+        Method::Lobpcg,
+        "the default solver"
+    );
     let mut draw = Draw(test_seed());
     let rt = runtime(2);
-    for profile in [Profile::FlatTail, Profile::Clustered, Profile::Geometric] {
+    let profiles = [Profile::FlatTail, Profile::Clustered, Profile::Geometric];
+    for (profile, method) in profiles
+        .into_iter()
+        .flat_map(|p| [(p, Method::Lobpcg), (p, Method::Lanczos)])
+    {
         let m = draw.range(400, 1500) as usize;
         let n = draw.range(60, 160) as usize;
         let k = draw.range(2, 12) as usize;
@@ -107,10 +116,10 @@ fn lobpcg_meets_the_tolerance_against_lapack_and_reports_true_residuals() {
             k,
             seed: draw.next(),
             tol,
+            method,
             ..RsvdOptions::default()
         };
-        assert_eq!(options.method, Method::Lobpcg, "the default solver");
-        let case = format!("{profile:?}: {m}×{n}, k {k}, chunk {chunk}, tol {tol:e}");
+        let case = format!("{method:?}, {profile:?}: {m}×{n}, k {k}, chunk {chunk}, tol {tol:e}");
         let (r, u) = run_rsvd(&rt, &problem, &options);
         let c = &r.convergence;
         assert!(c.converged, "{case}: {c:?}");
@@ -184,6 +193,48 @@ fn lobpcg_meets_the_tolerance_against_lapack_and_reports_true_residuals() {
         );
         assert!(r.passes <= options.max_passes, "{case}");
     }
+}
+
+/// Block Lanczos stopped by `max_passes` before its basis holds `k + oversample` columns
+/// still returns `k` orthonormal triplets, each with its true residual, and says that they
+/// did not converge.
+#[test]
+fn lanczos_stopped_early_returns_honest_unconverged_triplets() {
+    let mut draw = Draw(test_seed() ^ 5);
+    let rt = runtime(2);
+    let (m, n) = (draw.range(500, 900) as usize, draw.range(80, 140) as usize);
+    let sig = spectrum(Profile::FlatTail, n, &mut draw);
+    let a = orthonormal(m, n, draw.next())
+        .dot(&Array2::from_diag(&Array1::from(sig.clone())))
+        .dot(&orthonormal(n, n, draw.next()).t());
+    let problem =
+        RsvdProblem::dense(Arc::new(InMemoryMatrix::new(a.clone(), "drawn")), 128).unwrap();
+    let k = draw.range(9, 14) as usize;
+    let options = RsvdOptions {
+        k,
+        seed: draw.next(),
+        method: Method::Lanczos,
+        max_passes: 2,
+        ..RsvdOptions::default()
+    };
+    let case = format!("{m}×{n}, k {k}");
+    let (r, u) = run_rsvd(&rt, &problem, &options);
+    let c = &r.convergence;
+    assert!(!c.converged, "{case}: {c:?}");
+    assert_eq!(r.passes, 2, "{case}");
+    assert_eq!(c.residuals.len(), k, "{case}");
+    let (left, _) = true_residuals(&a, &u, &r);
+    for i in 0..k {
+        assert!(
+            (c.residuals[i] - left[i]).abs() <= 0.01 * left[i] + 1e-12,
+            "{case}: component {}: reported {:e}, true {:e}",
+            i + 1,
+            c.residuals[i],
+            left[i]
+        );
+    }
+    let d = u.t().dot(&u) - Array2::<f64>::eye(k);
+    assert!(d.iter().all(|x| x.abs() < 1e-12), "{case}: UᵀU");
 }
 
 #[test]

@@ -547,7 +547,7 @@ rankwise_status rankwise_generate(uint64_t seed,
                                   rankwise_layout layout);
 
 /**
- * Fills `options` with the defaults of `rankwise pca`: 10 components, LOBPCG to a
+ * Fills `options` with the defaults of `rankwise pca`: 10 components, block Lanczos to a
  * tolerance of 1e-6 in at most 100 passes, seed 0, no filters, every sample and variant,
  * the stored panels, no files published. Local.
  */
@@ -557,7 +557,8 @@ rankwise_status rankwise_pca_options_init(rankwise_pca_options *options);
  * The genotype PCA of `input`, as `rankwise pca` and `plink2 --pca` compute it: each
  * variant standardized by its allele frequency, missing calls mean-imputed, eigenvalues
  * of the genetic relationship matrix on PLINK 2's scale, every component iterated until
- * its residual meets `tol` (LOBPCG, f32 passes and a last one in f64). Collective: every
+ * its residual meets `tol` (block Lanczos in f32 passes, LOBPCG in f64 if f32 stalls, the last
+ * pass in f64). Collective: every
  * rank of `comm` calls it with the same arguments; the ranks read the variants' panels
  * where the placement puts them, so `input` must be reachable from every rank.
  *

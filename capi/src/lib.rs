@@ -633,7 +633,7 @@ pub extern "C" fn rankwise_generate(
     guarded(|| matrix::generate(seed, dist, row0, rows, cols, out, ld, layout))
 }
 
-/// Fills `options` with the defaults of `rankwise pca`: 10 components, LOBPCG to a
+/// Fills `options` with the defaults of `rankwise pca`: 10 components, block Lanczos to a
 /// tolerance of 1e-6 in at most 100 passes, seed 0, no filters, every sample and variant,
 /// the stored panels, no files published. Local.
 #[no_mangle]
@@ -649,7 +649,8 @@ pub extern "C" fn rankwise_pca_options_init(options: *mut rankwise_pca_options) 
 /// The genotype PCA of `input`, as `rankwise pca` and `plink2 --pca` compute it: each
 /// variant standardized by its allele frequency, missing calls mean-imputed, eigenvalues
 /// of the genetic relationship matrix on PLINK 2's scale, every component iterated until
-/// its residual meets `tol` (LOBPCG, f32 passes and a last one in f64). Collective: every
+/// its residual meets `tol` (block Lanczos in f32 passes, LOBPCG in f64 if f32 stalls, the last
+/// pass in f64). Collective: every
 /// rank of `comm` calls it with the same arguments; the ranks read the variants' panels
 /// where the placement puts them, so `input` must be reachable from every rank.
 ///

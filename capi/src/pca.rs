@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use rankwise::genomics::{IdList, PcaParams, Selection, VariantFilter};
 use rankwise::pca_group::PcaFiles;
-use rankwise::SolverChoice;
+use rankwise::{SolverChoice, Values};
 
 use crate::args::{check_ld, invalid, CapiError, Layout};
 use crate::comm::{agree, open_comm, runtime, Agreed};
@@ -187,7 +187,7 @@ fn check(
         ..SolverChoice::default()
     };
     let params = PcaParams {
-        solver: solver.options(false).map_err(capi_error)?,
+        solver: solver.options(Values::Genotypes).map_err(capi_error)?,
         filter: VariantFilter {
             min_maf: o.maf,
             max_missing: o.geno,

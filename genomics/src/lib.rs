@@ -437,8 +437,9 @@ fn biallelic_rows(source: &dyn GenotypeSource) -> Result<Option<RowSelection>, E
 /// The parameters of [`pca`].
 #[derive(Clone, Debug)]
 pub struct PcaParams {
-    /// The solver: `k` components (10), LOBPCG to `tol`, mixed precision (f32 passes while
-    /// they improve the residuals, the last in f64), as `rankwise pca` runs by default.
+    /// The solver: `k` components (10), block Lanczos to `tol`, mixed precision (f32
+    /// passes while they improve the residuals, then LOBPCG in f64, the last pass in f64),
+    /// as `rankwise pca` runs by default.
     pub solver: RsvdOptions,
     /// The QC filters (`maf`, `geno`, `hwe`); [`VariantFilter::NONE`] by default.
     pub filter: VariantFilter,
@@ -462,7 +463,7 @@ impl Default for PcaParams {
     fn default() -> Self {
         PcaParams {
             solver: RsvdOptions {
-                method: Method::Lobpcg,
+                method: Method::Lanczos,
                 mixed_precision: true,
                 ..RsvdOptions::default()
             },

@@ -90,7 +90,7 @@ pub use rows::{LocalRows, RowCollector};
 pub use rsvd::{
     fused_condition_limit, rayleigh_ritz_seconds, rayleigh_ritz_threads, rsvd, Convergence,
     ErrorEstimate, GenotypeSummary, GpuKept, Method, Projection, ProjectionReport, RsvdOptions,
-    RsvdPlan, RsvdProblem, RsvdResult, StepSeconds, DEFAULT_MAX_PASSES, DEFAULT_TOL,
+    RsvdPlan, RsvdProblem, RsvdResult, StepSeconds, DEFAULT_MAX_PASSES, DEFAULT_TOL, LANCZOS_BLOCK,
 };
 pub use svd::{
     svd, CheckReport, FactorSink, PhaseTiming, SvdOptions, SvdPlan, SvdProblem, SvdResult,

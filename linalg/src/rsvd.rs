@@ -70,7 +70,7 @@ mod lobpcg;
 mod tall;
 
 use backend::RangeJob;
-pub use lobpcg::{rayleigh_ritz_seconds, StepSeconds};
+pub use lobpcg::{rayleigh_ritz_seconds, StepSeconds, LANCZOS_BLOCK};
 pub use tall::rayleigh_ritz_threads;
 
 /// How the range is refined.
@@ -81,10 +81,23 @@ pub enum Method {
     /// [`RsvdOptions::tol`] or [`RsvdOptions::max_passes`] is spent; the result's
     /// [`Convergence`] says which. `power_iters` does not apply.
     Lobpcg,
+    /// Thick-restart block Lanczos on `AᵀA` (blocks of 8 columns, a basis of at most
+    /// `2l + 80`), iterated as [`Method::Lobpcg`] is: to [`RsvdOptions::tol`] or
+    /// [`RsvdOptions::max_passes`]. Its passes are narrower, and a flat spectrum's components
+    /// take fewer columns of products in all; see the module documentation of the solver.
+    Lanczos,
     /// Subspace (power) iteration, re-orthonormalized at every half-step.
     SubspaceIteration,
     /// Block Krylov: the basis spans every block `(AAᵀ)^j AΩ`, `j = 0 … q`.
     BlockKrylov,
+}
+
+impl Method {
+    /// Iterates until every component meets the tolerance ([`Method::Lobpcg`],
+    /// [`Method::Lanczos`]), rather than for a fixed number of power iterations.
+    pub fn iterates(self) -> bool {
+        matches!(self, Method::Lobpcg | Method::Lanczos)
+    }
 }
 
 /// Where the projections `AᵀQ` (of each power iteration, and `B = QᵀA` at the end) are
@@ -183,7 +196,7 @@ impl RsvdOptions {
     /// Columns of the final basis: `l`, or `(q + 1)·l` for block Krylov.
     pub fn basis(&self) -> usize {
         match self.method {
-            Method::SubspaceIteration | Method::Lobpcg => self.sketch(),
+            Method::SubspaceIteration | Method::Lobpcg | Method::Lanczos => self.sketch(),
             Method::BlockKrylov => self
                 .sketch()
                 .saturating_mul(self.power_iters.saturating_add(1)),
@@ -195,7 +208,7 @@ impl RsvdOptions {
     /// fused projection that is not.
     pub fn passes(&self) -> usize {
         let q = self.power_iters;
-        if self.method == Method::Lobpcg {
+        if self.method.iterates() {
             return self.max_passes;
         }
         // The last pass measures the returned components' residuals.
@@ -213,7 +226,7 @@ impl RsvdOptions {
         if self.k == 0 {
             return opt("k", "the rank must be at least 1".into());
         }
-        if self.method != Method::Lobpcg && self.power_iters > MAX_POWER_ITERS {
+        if !self.method.iterates() && self.power_iters > MAX_POWER_ITERS {
             return opt(
                 "power_iters",
                 format!(
@@ -223,7 +236,7 @@ impl RsvdOptions {
                 ),
             );
         }
-        if self.method == Method::Lobpcg && self.max_passes > MAX_POWER_ITERS {
+        if self.method.iterates() && self.max_passes > MAX_POWER_ITERS {
             return opt(
                 "max_passes",
                 format!("{}: at most {MAX_POWER_ITERS}", self.max_passes),
@@ -263,7 +276,7 @@ impl RsvdOptions {
                 ),
             );
         }
-        if self.method == Method::Lobpcg {
+        if self.method.iterates() {
             if !(self.tol.is_finite() && self.tol > 0.0 && self.tol < 1.0) {
                 return opt("tol", format!("{} is not a tolerance in (0, 1)", self.tol));
             }
@@ -470,6 +483,10 @@ impl RsvdPlan {
             // Krylov's whole basis beside its new Q.
             let (columns, iterates) = match options.method {
                 Method::Lobpcg => (2 * l + r, (96 * l as u64).saturating_mul(nn as u64)),
+                Method::Lanczos => (
+                    (2 * l + r).max(l + lobpcg::LANCZOS_BLOCK),
+                    lobpcg::lanczos_bytes(l, nn as u64),
+                ),
                 _ => ((2 * basis + r).max(2 * options.k), 0),
             };
             let kept = (rows * columns as u64 * 8).saturating_add(iterates);
@@ -931,7 +948,7 @@ pub fn rsvd(
     let owners = plan.placement.owner.clone();
     let tree = Tree::new(&owners);
     let mut run = Run::start(rt, problem, options, sink, plan, &tree)?;
-    if options.method == Method::Lobpcg {
+    if options.method.iterates() {
         return lobpcg::solve(run);
     }
     let mut timings = Vec::new();
@@ -1073,7 +1090,7 @@ impl<'a, 't> Run<'a, 't> {
             nccl,
             gpu_qrs: AtomicU64::new(0),
             gpu_seconds: Default::default(),
-            f32_overflow_to_root: options.method == Method::Lobpcg && options.mixed_precision,
+            f32_overflow_to_root: options.method.iterates() && options.mixed_precision,
         });
         let gpu_note = (ctx.gpus.iter().any(Option::is_some)
             && ctx.device_source.is_none()

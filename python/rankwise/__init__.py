@@ -5,7 +5,8 @@ Its calls, each a thin client of the rankwise library (the same code as the
 
 * :func:`svd` -- the exact SVD (TSQR) of a tall matrix;
 * :func:`rsvd` -- the rank-``k`` randomized SVD, iterated until every component has
-  converged (LOBPCG) or for a fixed number of power iterations;
+  converged (LOBPCG; block Lanczos for :func:`pca`) or for a fixed number of power
+  iterations;
 * :func:`pca` -- the genotype PCA of a PLINK fileset, a VCF Zarr store, a Zarr array of
   dosages, an sgkit/xarray Dataset or an int8 numpy array, on PLINK 2's scale;
 * :func:`project` -- new samples on the axes of an earlier PCA;
@@ -677,8 +678,8 @@ def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = N
         k: components.
         oversample: extra sketch columns.
         power_iters: a fixed iteration count instead of iterating to ``tol``.
-        method: "lobpcg", "subspace" or "block-krylov" (default: lobpcg, or subspace
-            with ``power_iters``).
+        method: "lobpcg", "lanczos", "subspace" or "block-krylov" (default: lobpcg, or
+            subspace with ``power_iters``).
         tol, max_passes: the tolerance and the most passes over the matrix.
         precision: "auto" (f32 passes while they improve, then f64), "f32" or "f64".
         seed: seed of the random test matrix (``rankwise rsvd --sketch-seed``).
@@ -876,7 +877,7 @@ def plan(rows: int, cols: int, *, calibration, job: str = "pca", nodes: int = 1,
          network: str = "100,2us", ranks_per_node: int = 1, actors_per_rank: int = 1,
          cores_per_node: Optional[int] = None, memory_per_node=None, gpus_per_node: int = 0,
          transport: str = "mpi", read_gbps: Optional[float] = None, k: int = 10,
-         oversample: int = 10, passes: int = 10, solver: str = "lobpcg",
+         oversample: int = 10, passes: int = 10, solver: Optional[str] = None,
          panel_rows: Optional[int] = None) -> dict:
     """The predicted time and memory per rank of a job on a cluster, as
     ``rankwise plan --nodes`` prints them: the code's own planner run over the described
@@ -898,8 +899,9 @@ def plan(rows: int, cols: int, *, calibration, job: str = "pca", nodes: int = 1,
         transport: ``"mpi"`` or ``"ucx"``.
         read_gbps: storage bandwidth per node in GB/s (default: reads not counted).
         k, oversample, passes, solver: the randomized job: components, extra sketch
-            columns, passes over the matrix (a run's report says how many LOBPCG made),
-            ``"lobpcg"`` or ``"power_iters"``.
+            columns, passes over the matrix (a run's report says how many it made),
+            ``"lanczos"``, ``"lobpcg"`` or ``"power_iters"`` (default: as the job runs,
+            ``"lanczos"`` for ``"pca"``, ``"lobpcg"`` for ``"rsvd"``).
         panel_rows: rows per panel (default: the command line's for a generated matrix).
 
     Returns:

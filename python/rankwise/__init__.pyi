@@ -170,7 +170,7 @@ def plan(
     k: int = ...,
     oversample: int = ...,
     passes: int = ...,
-    solver: str = ...,
+    solver: Optional[str] = ...,
     panel_rows: Optional[int] = ...,
 ) -> dict[str, Any]: ...
 def calibrate(

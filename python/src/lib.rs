@@ -31,7 +31,7 @@ use rankwise::genomics::{IdList, PcaParams, Selection};
 use rankwise::linalg::{GemmProbe, HweP, LinalgError, MachineGemm, SvdOptions, VariantFilter};
 use rankwise::output::group::ZarrFormat;
 use rankwise::sources::RemoteOptions;
-use rankwise::{Error, Input, Method, Precision, Runtime, SolverChoice};
+use rankwise::{Error, Input, Method, Precision, Runtime, SolverChoice, Values};
 
 /// How often the waiting interpreter looks for a signal and calls the progress callback.
 const POLL: Duration = Duration::from_millis(50);
@@ -260,12 +260,15 @@ fn parse_job(command: &str, o: &Bound<'_, PyDict>) -> PyResult<Job> {
     let method = match get::<String>(o, "method", &mut used)?.as_deref() {
         None | Some("auto") => None,
         Some("lobpcg") => Some(Method::Lobpcg),
+        Some("lanczos") => Some(Method::Lanczos),
         Some("subspace") => Some(Method::SubspaceIteration),
         Some("block-krylov") | Some("block_krylov") => Some(Method::BlockKrylov),
         Some(other) => {
             return Err(value_error(
                 "method",
-                format!("{other:?} is none of \"lobpcg\", \"subspace\", \"block-krylov\""),
+                format!(
+                    "{other:?} is none of \"lobpcg\", \"lanczos\", \"subspace\", \"block-krylov\""
+                ),
             ))
         }
     };
@@ -602,7 +605,10 @@ fn work(
                     s.stored()
                         .is_some_and(|s| s.element_type() == rankwise::sources::ElementType::F32)
                 });
-            let options = job.solver.options(stored_f32).map_err(fail)?;
+            let options = job
+                .solver
+                .options(Values::Dense { f32: stored_f32 })
+                .map_err(fail)?;
             let (result, local) =
                 rankwise::rsvd_with_factor(&rt, &input, &options).map_err(fail)?;
             if job.require_converged && !result.convergence.converged {
@@ -639,7 +645,7 @@ fn work(
         }
         Command::Pca => {
             let params = PcaParams {
-                solver: job.solver.options(false).map_err(fail)?,
+                solver: job.solver.options(Values::Genotypes).map_err(fail)?,
                 filter: job.filter,
                 selection: job.selection,
                 panel_rows: (job.panel_rows > 0).then_some(job.panel_rows),
@@ -1134,12 +1140,15 @@ fn plan(py: Python<'_>, rows: u64, cols: u64, options: &Bound<'_, PyDict>) -> Py
         Some(t) => return Err(value_error("transport", format!("{t:?} is not mpi or ucx"))),
     };
     let solver = match get::<String>(options, "solver", &mut used)?.as_deref() {
-        None | Some("lobpcg") => Solver::Lobpcg,
-        Some("power-iters") | Some("power_iters") => Solver::PowerIters,
+        // As the jobs run: block Lanczos for a PCA, LOBPCG for an rsvd.
+        None => None,
+        Some("lobpcg") => Some(Solver::Lobpcg),
+        Some("lanczos") => Some(Solver::Lanczos),
+        Some("power-iters") | Some("power_iters") => Some(Solver::PowerIters),
         Some(x) => {
             return Err(value_error(
                 "solver",
-                format!("{x:?} is not lobpcg or power_iters"),
+                format!("{x:?} is not lobpcg, lanczos or power_iters"),
             ))
         }
     };
@@ -1152,13 +1161,13 @@ fn plan(py: Python<'_>, rows: u64, cols: u64, options: &Bound<'_, PyDict>) -> Py
             k,
             oversample,
             passes,
-            solver,
+            solver: solver.unwrap_or(Solver::Lobpcg),
         },
         None | Some("pca") => Workload::Pca {
             k,
             oversample,
             passes,
-            solver,
+            solver: solver.unwrap_or(Solver::Lanczos),
         },
         Some(j) => return Err(value_error("job", format!("{j:?} is not svd, rsvd or pca"))),
     };

@@ -36,6 +36,9 @@ pub(super) enum MethodChoice {
     /// LOBPCG on AᵀA until every component meets --tol (one read of the matrix per
     /// iteration, memory independent of the iterations); the default.
     Lobpcg,
+    /// Thick-restart block Lanczos on AᵀA until every component meets --tol: blocks of 8
+    /// columns (narrower passes than LOBPCG's), a basis of at most 2(k + p) + 80 columns.
+    Lanczos,
     /// Subspace iteration with re-orthonormalization at every half-step, for
     /// --power-iters passes (Dask's `n_power_iter`); 2 unless given.
     Subspace,
@@ -126,16 +129,21 @@ pub(super) enum PrecisionChoice {
 impl SketchArgs {
     /// The options for `operand`, whose generated values (if any) use `matrix_seed`.
     fn options(&self, matrix_seed: u64, operand: &Operand) -> Result<RsvdOptions, CliError> {
-        let stored_f32 = matches!(operand, Operand::Dense(_))
-            && operand
-                .stored()
-                .is_some_and(|s| s.element_type() == ElementType::F32);
+        let values = match operand {
+            Operand::Genotypes(..) => rankwise::Values::Genotypes,
+            _ => rankwise::Values::Dense {
+                f32: operand
+                    .stored()
+                    .is_some_and(|s| s.element_type() == ElementType::F32),
+            },
+        };
         let choice = rankwise::SolverChoice {
             k: self.k,
             oversample: self.oversample,
             power_iters: self.power_iters,
             method: self.method.map(|m| match m {
                 MethodChoice::Lobpcg => Method::Lobpcg,
+                MethodChoice::Lanczos => Method::Lanczos,
                 MethodChoice::Subspace => Method::SubspaceIteration,
                 MethodChoice::BlockKrylov => Method::BlockKrylov,
             }),
@@ -151,7 +159,7 @@ impl SketchArgs {
                 .unwrap_or_else(|| matrix_seed.wrapping_add(1)),
             probes: self.probes,
         };
-        let options = choice.options(stored_f32).map_err(super::cli_error)?;
+        let options = choice.options(values).map_err(super::cli_error)?;
         Ok(RsvdOptions {
             projection: match self.projection {
                 ProjectionChoice::Fused => Projection::Fused,
@@ -787,9 +795,11 @@ fn plan_text(
         }
     );
     let solver = match options.method {
-        Method::Lobpcg => format!(
-            "LOBPCG to tol {:.0e}, at most {} passes",
-            options.tol, options.max_passes
+        Method::Lobpcg | Method::Lanczos => format!(
+            "{} to tol {:.0e}, at most {} passes",
+            solver_name(options.method),
+            options.tol,
+            options.max_passes
         ),
         m => format!("{m:?}, {} passes", plan.passes),
     };
@@ -906,8 +916,18 @@ fn unconverged_text(job: &Job, c: &rankwise_linalg::Convergence) -> String {
     super::with_flags(&c.describe(name))
 }
 
-/// Floating-point operations of the GEMMs with the thin matrices.
-fn gemm_flops(m: u64, n: u64, options: &RsvdOptions, passes: usize) -> f64 {
+/// Floating-point operations of the run's GEMMs with the thin matrices. The iterative
+/// solvers' passes are as wide as their search blocks were, which their phases count.
+fn run_flops(m: u64, n: u64, options: &RsvdOptions, r: &RsvdResult) -> f64 {
+    if options.method.iterates() {
+        r.timings.iter().map(|t| t.flops).sum()
+    } else {
+        gemm_flops(m, n, options)
+    }
+}
+
+/// Floating-point operations of the fixed-iteration methods' GEMMs with the thin matrices.
+fn gemm_flops(m: u64, n: u64, options: &RsvdOptions) -> f64 {
     let (l, r, b, k) = (
         options.sketch() as f64,
         options.probes as f64,
@@ -915,10 +935,6 @@ fn gemm_flops(m: u64, n: u64, options: &RsvdOptions, passes: usize) -> f64 {
         options.k as f64,
     );
     let mn = 2.0 * m as f64 * n as f64;
-    if options.method == Method::Lobpcg {
-        // Each pass: A·S and Aᵀ(A·S), S at most l wide; the last one with the probes.
-        return mn * (2.0 * l * passes as f64 + r);
-    }
     let q = options.power_iters as f64;
     // A·Ω with the probes, two products per iteration, the last projection with the
     // basis, in whichever passes they run, and the residual check's A·V.
@@ -939,7 +955,7 @@ fn report_json(
     machine_limit: Option<MachineLimit>,
 ) -> RunReport<RsvdBody, RsvdWork> {
     let (m, n) = problem.operand.shape();
-    let flops = gemm_flops(m, n, options, r.passes);
+    let flops = run_flops(m, n, options, r);
     RunReport {
         command: job.command.to_string(),
         body: RsvdBody {
@@ -1020,7 +1036,9 @@ fn summary_text(
         problem.operand.describe()
     );
     let solver = match options.method {
-        Method::Lobpcg => format!("LOBPCG to tol {:.0e}", options.tol),
+        Method::Lobpcg | Method::Lanczos => {
+            format!("{} to tol {:.0e}", solver_name(options.method), options.tol)
+        }
         m => format!("{} power iteration(s), {m:?}", options.power_iters),
     };
     let _ = writeln!(
@@ -1214,7 +1232,7 @@ fn summary_text(
         let _ = writeln!(s, "{}", crate::report::machine_limit_line(l));
     }
     let (m, n) = problem.operand.shape();
-    let flops = gemm_flops(m, n, options, r.passes);
+    let flops = run_flops(m, n, options, r);
     let _ = writeln!(
         s,
         "total {}; GEMMs {:.1} GFLOP/s; produced {} on rank 0; peak RSS rank 0 {}",
@@ -1234,4 +1252,12 @@ fn summary_text(
         }
     }
     s
+}
+
+/// The iterative solver's name in the summaries.
+fn solver_name(method: Method) -> &'static str {
+    match method {
+        Method::Lanczos => "block Lanczos",
+        _ => "LOBPCG",
+    }
 }

@@ -23,8 +23,11 @@ pub(crate) enum JobKind {
 /// How `plan --nodes` counts a randomized job's passes.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SolverKind {
-    /// LOBPCG to a tolerance (the default of `rsvd` and `pca`): float32 passes but the last.
+    /// LOBPCG to a tolerance (the default of `rsvd`): float32 passes but the last.
     Lobpcg,
+    /// Block Lanczos to a tolerance (the default of `pca`): float32 passes of 8 columns but
+    /// the last.
+    Lanczos,
     /// Fixed power iterations (`--power-iters`), float64 passes.
     PowerIters,
 }
@@ -79,8 +82,9 @@ pub(crate) struct SizingArgs {
     #[arg(long, default_value_t = 10, requires = "nodes")]
     passes: usize,
     /// How the job iterates (rsvd, pca): what each pass sends and its precision.
-    #[arg(long, value_enum, default_value = "lobpcg", requires = "nodes")]
-    solver: SolverKind,
+    /// [default: lanczos for pca, lobpcg for rsvd, as the jobs run]
+    #[arg(long, value_enum, requires = "nodes")]
+    solver: Option<SolverKind>,
 }
 
 fn option(option: &'static str, message: impl Into<String>) -> CliError {
@@ -139,8 +143,12 @@ pub(crate) fn size_command(
     cluster.gpus_per_node = a.gpus_per_node;
     cluster.transport = transport;
     cluster.read_gbps = a.read_gbps;
-    let solver = match a.solver {
+    let solver = match a.solver.unwrap_or(match a.job {
+        JobKind::Pca => SolverKind::Lanczos,
+        _ => SolverKind::Lobpcg,
+    }) {
         SolverKind::Lobpcg => Solver::Lobpcg,
+        SolverKind::Lanczos => Solver::Lanczos,
         SolverKind::PowerIters => Solver::PowerIters,
     };
     let workload = match a.job {

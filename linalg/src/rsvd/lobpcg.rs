@@ -64,7 +64,7 @@
 use super::tall::{Tall, CHUNK};
 use super::*;
 use crate::kernels::fix_signs;
-use ndarray::{ArrayView2, ShapeBuilder};
+use ndarray::{Array1, ArrayView2, ShapeBuilder};
 use ndarray_linalg::Eigh;
 use rankwise_transports::CommCounts;
 
@@ -138,8 +138,15 @@ struct Iterate {
     precision: Precision,
     x: Array2<f64>,
     gx: Array2<f64>,
-    /// `P` and `G·P`.
+    /// `P` and `G·P` (LOBPCG).
     p: Option<(Array2<f64>, Array2<f64>)>,
+    /// [`Method::Lanczos`] rather than LOBPCG.
+    lanczos: bool,
+    /// Its basis, from the first pass on.
+    krylov: Option<Krylov>,
+    /// The seed of the Gaussian block that pads `X` for a check pass made before the
+    /// block Lanczos basis holds `l` columns.
+    pad_seed: u64,
     /// The block whose product the pass under way computes.
     s: Array2<f64>,
     /// The pass under way computes `G·[X | S]` (`X` afresh) rather than `G·S`.
@@ -153,13 +160,164 @@ struct Iterate {
     tall: Tall,
 }
 
+/// Columns of a block of [`Method::Lanczos`]: the width of its passes. A genotype pass of
+/// 8 columns costs about what one of 6 does (the fused kernels' sweeps), and 45 % of one of
+/// 20 (a 50,000 × 20,000 fileset, f32 tiles, 2-core Xeon: 0.317 s against 0.707 s).
+pub const LANCZOS_BLOCK: usize = 8;
+
+/// The basis of [`Method::Lanczos`] for a sketch of `l` columns and `n` samples: the Ritz
+/// vectors a restart keeps, and the most columns it holds (`2l` kept, and ten blocks).
+pub(super) fn lanczos_basis(l: usize, n: usize) -> (usize, usize) {
+    let most = (2 * l + 10 * LANCZOS_BLOCK).min(n).max(l);
+    let keep = (2 * l).min(most.saturating_sub(LANCZOS_BLOCK)).max(l);
+    (keep, most)
+}
+
+/// The bytes the root holds for [`Method::Lanczos`]'s iterates: the basis and its
+/// products, `X`, `G·X`, the residuals, a restart's new basis and its products, and a block
+/// and its product, `n` values each column; LOBPCG's, after the hand-over, are fewer.
+pub(super) fn lanczos_bytes(l: usize, n: u64) -> u64 {
+    let (keep, most) = lanczos_basis(l, n.min(usize::MAX as u64) as usize);
+    let columns = 2 * most + 3 * l + 2 * keep + 2 * (l + LANCZOS_BLOCK);
+    (8 * columns as u64)
+        .saturating_mul(n)
+        .max((96 * l as u64).saturating_mul(n))
+}
+
+/// The thick-restart block Lanczos basis on `G = AᵀA`: orthonormal blocks `Q`, their
+/// products `G·Q` (kept, so that the Rayleigh–Ritz step needs no three-term recurrence to
+/// hold in f32), and `H = QᵀGQ`.
+struct Krylov {
+    q: Vec<Array2<f64>>,
+    gq: Vec<Array2<f64>>,
+    h: Array2<f64>,
+    /// The Ritz vectors' coordinates in `Q` (largest first) and their values, of the last
+    /// Rayleigh–Ritz step.
+    z: Array2<f64>,
+    theta: Vec<f64>,
+    keep: usize,
+    most: usize,
+}
+
+impl Krylov {
+    fn columns(&self) -> usize {
+        self.q.iter().map(|b| b.ncols()).sum()
+    }
+
+    /// The basis `[x]` (orthonormal), its products `[gx]`.
+    fn from(tall: Tall, x: &Array2<f64>, gx: &Array2<f64>, (keep, most): (usize, usize)) -> Krylov {
+        let h = tall.atb(x.view(), gx.view());
+        Krylov {
+            q: vec![x.clone()],
+            gq: vec![gx.clone()],
+            h: (&h + &h.t()) * 0.5,
+            z: Array2::zeros((0, 0)),
+            theta: Vec::new(),
+            keep,
+            most,
+        }
+    }
+
+    /// Appends the block `s` (orthonormal, and orthogonal to the basis) and its product.
+    fn append(&mut self, tall: Tall, s: Array2<f64>, gs: Array2<f64>) {
+        let j = self.columns();
+        let b = s.ncols();
+        self.q.push(s);
+        let views: Vec<_> = self.q.iter().map(|a| a.view()).collect();
+        // `[Q s]ᵀ·G·s`: the new columns of `H`, and by symmetry its new rows.
+        let hc = tall.atb_parts(&views, &[gs.view()]);
+        let mut h = Array2::zeros((j + b, j + b));
+        h.slice_mut(s![..j, ..j]).assign(&self.h);
+        h.slice_mut(s![.., j..]).assign(&hc);
+        h.slice_mut(s![j.., ..j]).assign(&hc.slice(s![..j, ..]).t());
+        let d = hc.slice(s![j.., ..]).to_owned();
+        h.slice_mut(s![j.., j..]).assign(&((&d + &d.t()) * 0.5));
+        self.h = h;
+        self.gq.push(gs);
+    }
+
+    /// The Rayleigh–Ritz step on the basis: its first `l` Ritz vectors (fewer while it
+    /// holds fewer columns) and their products.
+    fn ritz(&mut self, tall: Tall, l: usize) -> Result<(Array2<f64>, Array2<f64>), LinalgError> {
+        let (w, v) = self
+            .h
+            .eigh(UPLO::Lower)
+            .map_err(|e| LinalgError::Lapack(format!("Rayleigh–Ritz eigenproblem: {e}")))?;
+        let c = v.ncols();
+        self.theta = (0..c).rev().map(|i| w[i]).collect();
+        self.z = Array2::from_shape_fn((c, c), |(i, j)| v[[i, c - 1 - j]]);
+        let zl = self.z.slice(s![.., ..l.min(c)]);
+        let q: Vec<_> = self.q.iter().map(|a| a.view()).collect();
+        let gq: Vec<_> = self.gq.iter().map(|a| a.view()).collect();
+        Ok((tall.ab_parts(&q, zl), tall.ab_parts(&gq, zl)))
+    }
+
+    /// The thick restart: the basis becomes its first `keep` Ritz vectors. The next block
+    /// (the last block's continuation, made before) holds the residuals of every one of
+    /// them, so the basis stays a Krylov–Schur one.
+    fn restart(&mut self, tall: Tall) {
+        let keep = self.keep.min(self.z.ncols());
+        let zk = self.z.slice(s![.., ..keep]);
+        let q: Vec<_> = self.q.iter().map(|a| a.view()).collect();
+        let gq: Vec<_> = self.gq.iter().map(|a| a.view()).collect();
+        let (nq, ngq) = (tall.ab_parts(&q, zk), tall.ab_parts(&gq, zk));
+        self.q = vec![nq];
+        self.gq = vec![ngq];
+        self.h = Array2::from_diag(&Array1::from(self.theta[..keep].to_vec()));
+    }
+
+    /// The next block: the Krylov continuation `G·s` of the last block, made orthonormal
+    /// to the basis; where that has nothing new (the basis holds an invariant subspace),
+    /// the residuals `r` of the components `pick` names. The basis restarts first where
+    /// the block would not fit.
+    fn next_block(
+        &mut self,
+        tall: Tall,
+        r: &Array2<f64>,
+        pick: &[usize],
+    ) -> Result<Array2<f64>, LinalgError> {
+        let against: Vec<_> = self.q.iter().map(|a| a.view()).collect();
+        let last = self.gq.last().expect("a basis has a block").clone();
+        let mut s = orthonormal_rest(tall, last, &against)?;
+        if s.ncols() == 0 {
+            let mut rs = Array2::zeros((r.nrows(), pick.len()).f());
+            for (c, &j) in pick.iter().enumerate() {
+                rs.column_mut(c).assign(&r.column(j));
+            }
+            s = orthonormal_rest(tall, rs, &against)?;
+        }
+        if self.columns() + s.ncols() > self.most {
+            self.restart(tall);
+            s = orthonormal_rest(tall, s, &[self.q[0].view()])?;
+            let room = self.most.saturating_sub(self.columns());
+            if s.ncols() > room {
+                s = s.slice(s![.., ..room]).to_owned();
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// The components whose residuals start a [`Method::Lanczos`] block where the Krylov
+/// continuation has nothing new: those of the `k` still over `tol`, furthest first, then
+/// the guard vectors beyond `k`, furthest first, at most [`LANCZOS_BLOCK`].
+fn lanczos_pick(res: &[f64], k: usize, tol: f64) -> Vec<usize> {
+    let by_residual = |mut v: Vec<usize>| {
+        v.sort_by(|&a, &b| res[b].total_cmp(&res[a]).then(a.cmp(&b)));
+        v
+    };
+    let open = by_residual((0..k.min(res.len())).filter(|&j| res[j] > tol).collect());
+    let guards = by_residual((k.min(res.len())..res.len()).collect());
+    open.into_iter().chain(guards).take(LANCZOS_BLOCK).collect()
+}
+
 /// `a`'s columns made orthonormal to `against` (orthonormal columns each) and to each other;
 /// columns that fall below `1e-10` of the largest norm `a` had (dependent on the rest) are
 /// dropped.
 fn orthonormal_rest(
     tall: Tall,
     a: Array2<f64>,
-    against: &[&Array2<f64>],
+    against: &[ArrayView2<'_, f64>],
 ) -> Result<Array2<f64>, LinalgError> {
     let scale = column_norms(tall, &a).into_iter().fold(0.0f64, f64::max);
     let mut a = a;
@@ -336,12 +494,21 @@ impl Iterate {
     fn new(
         (k, l): (usize, usize),
         (tol, max_passes): (f64, usize),
-        mixed: bool,
-        precision: Precision,
+        (mixed, precision): (bool, Precision),
+        (lanczos, pad_seed): (bool, u64),
         x0: Array2<f64>,
         tall: Tall,
     ) -> Iterate {
+        // Block Lanczos starts from the first block of `X₀`.
+        let start = if lanczos {
+            x0.slice(s![.., ..LANCZOS_BLOCK.min(l)]).to_owned()
+        } else {
+            x0.clone()
+        };
         Iterate {
+            lanczos,
+            krylov: None,
+            pad_seed,
             k,
             l,
             tol,
@@ -349,7 +516,7 @@ impl Iterate {
             mixed,
             precision,
             gx: Array2::zeros((x0.nrows(), 0)),
-            s: x0.clone(),
+            s: start,
             x: x0,
             p: None,
             with_x: false,
@@ -364,54 +531,72 @@ impl Iterate {
     /// The command for the next pass, after a pass whose products are absorbed.
     fn next(&mut self) -> Result<Vec<f64>, LinalgError> {
         let (res, r) = residuals(self.tall, &self.x, &self.gx, &self.theta());
-        let worst = res[..self.k].iter().fold(0.0f64, |a, &b| a.max(b));
+        // (Block Lanczos's first passes have fewer Ritz vectors than `l`: none has met.)
+        let whole = res.len() == self.l;
+        let worst = res[..self.k.min(res.len())]
+            .iter()
+            .fold(0.0f64, |a, &b| a.max(b));
         self.history.push(worst);
         let h = &self.history;
         // LOBPCG's residuals plateau for a few passes and fall again (in f64 too: 1.4e-3,
         // 1.2e-3, 1.2e-3, 1.0e-3 on a 40,000 × 1,500 cohort), so a stall is eight passes
         // without a 5 % fall.
-        let stalled = h.len() >= 9 && worst > 0.95 * h[h.len() - 9];
+        // Block Lanczos's residuals plateau longer, through its restarts (4.4e-4 to 5.0e-4
+        // and back over 15 passes, in f64 as in f32, on a 50,000 × 20,000 cohort): twenty
+        // passes, two restarts' worth, without a 5 % fall.
+        let window = if self.lanczos { 20 } else { 8 };
+        let stalled = whole && h.len() > window && worst > 0.95 * h[h.len() - 1 - window];
         // No estimate of f32's floor decides the move to f64: the one tried (2·ε₃₂·σ₁/σₖ)
         // was 5–10× too pessimistic (f32 reached 8.5e-7 at σ₁/σ₁₀ = 8.6 and 8.9e-7 at 18.6,
         // where it predicted 2e-6 and 4.4e-6) and moved 19 of 54 passes of a 20,000 × 20,000
         // PCA to f64 for nothing (68.3 s against 56.6 s in f32 alone). f32 runs until it
         // stalls; the last pass, in f64, says whether it was enough.
-        let done = res[..self.k].iter().all(|&v| v <= self.tol);
+        let done = whole && res[..self.k].iter().all(|&v| v <= self.tol);
         if done || self.passes + 1 >= self.max_passes {
             if !done {
                 self.stop = Stop::MaxPasses;
             }
-            return Ok(self.check());
+            return self.check();
         }
         if stalled && self.precision == Precision::F32 {
             if self.mixed {
                 self.precision = Precision::F64;
                 self.with_x = true;
+                // Block Lanczos hands over to LOBPCG for the f64 passes: a Krylov basis
+                // restarted from `X` alone lacks the directions of `X`'s residuals that no
+                // block holds (a model of it stuck at 4.7e-4), where LOBPCG's search block
+                // is those residuals.
+                self.hand_over_to_lobpcg();
             } else {
                 self.stop = Stop::Stalled;
-                return Ok(self.check());
+                return self.check();
             }
         }
-        // The search block: residuals of the components still over `tol`, and of the
-        // guard vectors beyond `k`, which keep the gap to the rest of the spectrum open.
-        let active: Vec<usize> = (0..self.l)
-            .filter(|&j| j >= self.k || res[j] > self.tol)
-            .collect();
-        let mut rs = Array2::zeros((r.nrows(), active.len()));
-        for (c, &j) in active.iter().enumerate() {
-            rs.column_mut(c).assign(&r.column(j));
-        }
-        let mut against = vec![&self.x];
-        if let Some((p, _)) = &self.p {
-            against.push(p);
-        }
-        let s = orthonormal_rest(self.tall, rs, &against)?;
+        let s = if let Some(kr) = &mut self.krylov {
+            let pick = lanczos_pick(&res, self.k, self.tol);
+            kr.next_block(self.tall, &r, &pick)?
+        } else {
+            // The search block: residuals of the components still over `tol`, and of the
+            // guard vectors beyond `k`, which keep the gap to the rest of the spectrum open.
+            let active: Vec<usize> = (0..self.l)
+                .filter(|&j| j >= self.k || res[j] > self.tol)
+                .collect();
+            let mut rs = Array2::zeros((r.nrows(), active.len()));
+            for (c, &j) in active.iter().enumerate() {
+                rs.column_mut(c).assign(&r.column(j));
+            }
+            let mut against = vec![self.x.view()];
+            if let Some((p, _)) = &self.p {
+                against.push(p.view());
+            }
+            orthonormal_rest(self.tall, rs, &against)?
+        };
         if s.ncols() == 0 {
             // Nothing new to search: the basis is exhausted (n is small).
             if !done {
                 self.stop = Stop::Stalled;
             }
-            return Ok(self.check());
+            return self.check();
         }
         self.s = s;
         let operand = if self.with_x {
@@ -423,23 +608,45 @@ impl Iterate {
         Ok(command(GRAM, self.precision, &operand))
     }
 
+    /// From block Lanczos to LOBPCG, from the current `X` (no `P` yet).
+    fn hand_over_to_lobpcg(&mut self) {
+        self.lanczos = false;
+        self.krylov = None;
+        self.p = None;
+    }
+
     fn theta(&self) -> Vec<f64> {
         // `XᵀGX` is diagonal after Rayleigh–Ritz: its diagonal is Θ.
         column_dots(self.tall, &self.x, &self.gx)
     }
 
     /// The last pass: `A·X` and `G·X`, in f64 unless f32 was asked for.
-    fn check(&mut self) -> Vec<f64> {
+    fn check(&mut self) -> Result<Vec<f64>, LinalgError> {
+        if self.x.ncols() < self.l {
+            // Block Lanczos stopped before its basis held `l` columns: `X` is padded with
+            // Gaussian columns made orthonormal to it (its components stay unconverged).
+            let rest = gaussian(self.x.nrows(), self.l, self.pad_seed);
+            let rest = orthonormal_rest(self.tall, rest, &[self.x.view()])?;
+            let want = self.l - self.x.ncols();
+            self.x = ndarray::concatenate(
+                ndarray::Axis(1),
+                &[self.x.view(), rest.slice(s![.., ..want.min(rest.ncols())])],
+            )
+            .expect("same rows");
+        }
         let p = if self.mixed {
             Precision::F64
         } else {
             self.precision
         };
-        command(CHECK, p, &self.x)
+        Ok(command(CHECK, p, &self.x))
     }
 
     /// Takes `G·S` (or `G·[X | S]`, or `G·X₀`) from the pass just made.
     fn absorb(&mut self, gs: Array2<f64>) -> Result<(), LinalgError> {
+        if self.lanczos {
+            return self.absorb_krylov(gs);
+        }
         self.passes += 1;
         let l = self.l;
         // The first pass: the basis is `X` alone, its product the pass's.
@@ -478,7 +685,7 @@ impl Iterate {
             // `X` in the coordinates of the (orthonormal) basis.
             let mut pc = c1.clone();
             pc.slice_mut(s![..l, ..]).fill(0.0);
-            let pc = orthonormal_rest(tall, pc, &[&c1])?;
+            let pc = orthonormal_rest(tall, pc, &[c1.view()])?;
             (pc.ncols() > 0).then(|| {
                 (
                     tall.ab_parts(&parts, pc.view()),
@@ -492,6 +699,27 @@ impl Iterate {
         self.x = x;
         self.gx = gx;
         self.p = p;
+        Ok(())
+    }
+
+    /// [`Method::Lanczos`]'s step: the pass's block and its product join the basis, and `X`
+    /// becomes the basis's first `l` Ritz vectors (fewer while it holds fewer columns).
+    fn absorb_krylov(&mut self, gs: Array2<f64>) -> Result<(), LinalgError> {
+        self.passes += 1;
+        let (l, tall) = (self.l, self.tall);
+        let first = std::mem::replace(&mut self.initial, false);
+        let s = std::mem::replace(&mut self.s, Array2::zeros((0, 0)));
+        match &mut self.krylov {
+            Some(kr) if !first => kr.append(tall, s, gs),
+            _ => {
+                let sizes = lanczos_basis(l, s.nrows());
+                self.krylov = Some(Krylov::from(tall, &s, &gs, sizes));
+            }
+        }
+        let kr = self.krylov.as_mut().expect("made above");
+        let (x, gx) = kr.ritz(tall, l)?;
+        self.x = x;
+        self.gx = gx;
         Ok(())
     }
 
@@ -531,7 +759,8 @@ impl Iterate {
             out.extend(&self.history);
             return Ok(out);
         }
-        // Not met: go on in f64 from the measured triplets.
+        // Not met: go on in f64 from the measured triplets, by LOBPCG.
+        self.hand_over_to_lobpcg();
         self.x = v;
         self.gx = gv;
         self.p = None;
@@ -587,8 +816,8 @@ pub fn rayleigh_ritz_seconds(
     let mut it = Iterate::new(
         (k, l),
         (f64::MIN_POSITIVE, usize::MAX),
-        false,
-        Precision::F64,
+        (false, Precision::F64),
+        (false, 0),
         x0,
         tall,
     );
@@ -664,8 +893,11 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
             Some(Iterate::new(
                 (k, l),
                 (options.tol, options.max_passes),
-                options.mixed_precision,
-                start_precision,
+                (options.mixed_precision, start_precision),
+                (
+                    options.method == Method::Lanczos,
+                    options.seed.wrapping_add(0x9AD),
+                ),
                 x0,
                 tall,
             ))
@@ -834,7 +1066,14 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
     timings.insert(
         0,
         PhaseTiming {
-            phase: format!("LOBPCG: {gram_passes} passes of AᵀA·S"),
+            phase: format!(
+                "{}: {gram_passes} passes of AᵀA·S",
+                if options.method == Method::Lanczos {
+                    "block Lanczos"
+                } else {
+                    "LOBPCG"
+                }
+            ),
             seconds: gram_time,
             comm: gram_comm,
             flops: gram_flops,
