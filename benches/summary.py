@@ -618,7 +618,7 @@ def main():
                 "standard deviations (the two sides draw different random numbers) and "
                 "rankwise's rounding error against a compensated sum; for (6), cost per task; "
                 "for (7), the largest relative error of the ten eigenvalues (PLINK's scale) "
-                "against the section's reference run, `rankwise pca -k 20 --tol 1e-8` (both "
+                "against the section's reference run, `rankwise pca -k 20 --tol 1e-8 --method lobpcg` (both "
                 "sides read the same .bed; the section below has every PC's |corr| too).",
                 "Heat and Cubed (benches/peers.sh): \"2 MPI ranks each\" rows run both sides "
                 "as two MPI processes, with peak RSS every rank's added up; Heat holds the "

@@ -692,10 +692,7 @@ fn calibrate_then_plan_a_cluster_job() {
     // last of 20 columns (LOBPCG's five).
     let (_, lanczos, _) = network("1000", "1,5ms", &["--solver", "lanczos"]);
     let bytes = 2.0 * (9.0 * 8.0 + 20.0) * 1000.0 * 8.0 * 8.0 / 1e9;
-    assert!(
-        near(lanczos, 2.0 * (9.0 + 5.0) * 5e-3 + bytes),
-        "{lanczos}"
-    );
+    assert!(near(lanczos, 2.0 * (9.0 + 5.0) * 5e-3 + bytes), "{lanczos}");
     let (code, _, err) = network("1000", "1,5ms,lots", &[]);
     assert_ne!(code, 0);
     assert!(err.contains("--network") && err.contains("eager"), "{err}");

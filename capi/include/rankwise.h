@@ -147,7 +147,7 @@ typedef struct {
    */
   double tol;
   /**
-   * The most passes over the genotypes before the iteration stops unconverged (100).
+   * The most passes over the genotypes before the iteration stops unconverged (250).
    */
   int64_t max_passes;
   /**
@@ -548,7 +548,7 @@ rankwise_status rankwise_generate(uint64_t seed,
 
 /**
  * Fills `options` with the defaults of `rankwise pca`: 10 components, block Lanczos to a
- * tolerance of 1e-6 in at most 100 passes, seed 0, no filters, every sample and variant,
+ * tolerance of 1e-6 in at most 250 passes, seed 0, no filters, every sample and variant,
  * the stored panels, no files published. Local.
  */
 rankwise_status rankwise_pca_options_init(rankwise_pca_options *options);

@@ -634,7 +634,7 @@ pub extern "C" fn rankwise_generate(
 }
 
 /// Fills `options` with the defaults of `rankwise pca`: 10 components, block Lanczos to a
-/// tolerance of 1e-6 in at most 100 passes, seed 0, no filters, every sample and variant,
+/// tolerance of 1e-6 in at most 250 passes, seed 0, no filters, every sample and variant,
 /// the stored panels, no files published. Local.
 #[no_mangle]
 pub extern "C" fn rankwise_pca_options_init(options: *mut rankwise_pca_options) -> rankwise_status {

@@ -25,7 +25,7 @@ pub struct rankwise_pca_options {
     /// A component has converged when its residual `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` is at most `tol`
     /// (1e-6), as `rankwise pca --tol`.
     pub tol: f64,
-    /// The most passes over the genotypes before the iteration stops unconverged (100).
+    /// The most passes over the genotypes before the iteration stops unconverged (250).
     pub max_passes: i64,
     /// Seed of the starting block (0).
     pub seed: u64,
@@ -138,8 +138,9 @@ fn check(
         return Err(invalid(
             "max_passes",
             format!(
-                "{}: LOBPCG needs at least 2 passes; 100 is usual",
-                o.max_passes
+                "{}: the PCA needs at least 2 passes; {} is the default",
+                o.max_passes,
+                rankwise::linalg::DEFAULT_MAX_PASSES
             ),
         ));
     }

@@ -656,7 +656,7 @@ def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
 
 
 def rsvd(a, k: int = 10, *, oversample: int = 10, power_iters: Optional[int] = None,
-         method: Optional[str] = None, tol: float = 1e-6, max_passes: int = 100,
+         method: Optional[str] = None, tol: float = 1e-6, max_passes: int = 250,
          precision: str = "auto", seed: int = 0, probes: int = 4,
          require_converged: bool = False, panel_rows: Optional[int] = None, comm=None,
          actors: Optional[int] = None, threads_per_actor: Optional[int] = None,
@@ -712,7 +712,7 @@ def pca(source, k: int = 10, *, maf: Optional[float] = None, geno: Optional[floa
         chromosomes: Optional[str] = None, not_chromosomes: Optional[str] = None,
         autosome: bool = False, non_autosomes: bool = False,
         oversample: int = 10, power_iters: Optional[int] = None, method: Optional[str] = None,
-        tol: float = 1e-6, max_passes: int = 100, precision: str = "auto", seed: int = 0,
+        tol: float = 1e-6, max_passes: int = 250, precision: str = "auto", seed: int = 0,
         require_converged: bool = False, panel_rows: Optional[int] = None,
         sample_ids: Optional[Sequence[str]] = None, weights=None, out=None,
         zarr_format: int = 3, comm=None,

@@ -69,7 +69,8 @@ pub(super) struct SketchArgs {
     /// --power-iters, ‖Avᵢ − σᵢuᵢ‖₂/σ₁) is at most T.
     #[arg(long, value_name = "T", default_value_t = rankwise_linalg::DEFAULT_TOL)]
     tol: f64,
-    /// Most passes over the matrix LOBPCG makes before it stops unconverged (and says so).
+    /// Most passes over the matrix the iterative solvers make before they stop unconverged
+    /// (and say so).
     #[arg(long, value_name = "N", default_value_t = rankwise_linalg::DEFAULT_MAX_PASSES)]
     max_passes: usize,
     /// Fail (on every rank, non-zero exit, no output left) when a component did not meet
