@@ -375,7 +375,7 @@ pub(crate) fn check_local(c: &Call) -> Result<(Layout, i64), CapiError> {
                 return Err(invalid(
                     "max_passes",
                     format!(
-                        "{max_passes}: LOBPCG needs at least 2 passes; {} is usual",
+                        "{max_passes}: LOBPCG needs at least 2 passes; {} is the default",
                         rankwise::linalg::DEFAULT_MAX_PASSES
                     ),
                 ));

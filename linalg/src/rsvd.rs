@@ -143,13 +143,14 @@ pub struct RsvdOptions {
     /// Where the projections `AᵀQ` are formed.
     pub projection: Projection,
     /// Convergence tolerance: component `i` has converged when its residual
-    /// `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` is at most this ([`Convergence::residuals`]). [`Method::Lobpcg`]
-    /// iterates until every one of the `k` has; the fixed-iteration methods only report it.
+    /// `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` is at most this ([`Convergence::residuals`]). The iterative
+    /// methods ([`Method::iterates`]) go on until every one of the `k` has; the
+    /// fixed-iteration methods only report it.
     pub tol: f64,
-    /// Most passes over the matrix [`Method::Lobpcg`] makes, the pass that forms `U` and
+    /// Most passes over the matrix the iterative methods make, the pass that forms `U` and
     /// measures the returned components included. At least 2.
     pub max_passes: usize,
-    /// [`Method::Lobpcg`] only: start in f32 tiles and move to f64 when f32 stops
+    /// The iterative methods only: start in f32 tiles and move to f64 when f32 stops
     /// improving the residuals (or, at the end, f64 says they are not met); the pass that
     /// measures the returned components is always f64. `precision` is then ignored.
     pub mixed_precision: bool,
@@ -286,8 +287,8 @@ impl RsvdOptions {
                 return opt(
                     "max_passes",
                     format!(
-                        "{}: LOBPCG needs at least 2 passes (one to iterate, one to form U \
-                         and measure the residuals)",
+                        "{}: the iteration needs at least 2 passes (one to iterate, one to \
+                         form U and measure the residuals)",
                         self.max_passes
                     ),
                 );
@@ -697,7 +698,7 @@ fn gpu_decode_of(ctx: &Ctx) -> Option<crate::gpu_decoded::DeviceDecodeReport> {
 pub struct Convergence {
     /// The tolerance ([`RsvdOptions::tol`]).
     pub tol: f64,
-    /// Per component, `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` ([`Method::Lobpcg`]) or `‖Avᵢ − σᵢuᵢ‖₂ / σ₁`
+    /// Per component, `‖Aᵀuᵢ − σᵢvᵢ‖₂ / σ₁` (the iterative methods) or `‖Avᵢ − σᵢuᵢ‖₂ / σ₁`
     /// (the fixed-iteration methods, whose `Aᵀuᵢ = σᵢvᵢ` by construction), measured in f64
     /// sums from the returned `U`, `Σ`, `V` (or `V` and `AᵀAV` formed in the same pass).
     pub residuals: Vec<f64>,
@@ -707,7 +708,7 @@ pub struct Convergence {
     pub converged: bool,
     /// Per component, whether its residual is at most `tol`.
     pub met: Vec<bool>,
-    /// [`Method::Lobpcg`]: the largest residual of the `k` after each iteration's pass, as
+    /// The iterative methods: the largest residual of the `k` after each iteration's pass, as
     /// the iteration saw it (in that pass's precision).
     pub history: Vec<f64>,
     /// The tiles' precision of each pass, in order.
@@ -938,7 +939,7 @@ fn device_frames(
 /// it with the same problem and options. `sink` receives this rank's rows of `U`.
 ///
 /// Three stages: the plan (every rank refuses the same bad options or budget before any
-/// pass), the passes ([`Method::Lobpcg`]'s iteration to the tolerance, or the fixed passes
+/// pass), the passes (the iterative methods' iteration to the tolerance, or the fixed passes
 /// of [`Method::SubspaceIteration`] and [`Method::BlockKrylov`]), and the result they assemble.
 pub fn rsvd(
     rt: &Runtime,
