@@ -582,11 +582,7 @@ impl SolverChoice {
                         "a fixed iteration count applies to the subspace and block Krylov \
                          methods; {} iterates until `tol` is met (bound it with \
                          `max_passes`)",
-                        if m == Method::Lanczos {
-                            "block Lanczos"
-                        } else {
-                            "LOBPCG"
-                        }
+                        m.name()
                     ),
                 })
             }

@@ -98,6 +98,16 @@ impl Method {
     pub fn iterates(self) -> bool {
         matches!(self, Method::Lobpcg | Method::Lanczos)
     }
+
+    /// The method's name in summaries, phases and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Lobpcg => "LOBPCG",
+            Method::Lanczos => "block Lanczos",
+            Method::SubspaceIteration => "subspace iteration",
+            Method::BlockKrylov => "block Krylov",
+        }
+    }
 }
 
 /// Where the projections `AᵀQ` (of each power iteration, and `B = QᵀA` at the end) are

@@ -798,7 +798,7 @@ fn plan_text(
     let solver = match options.method {
         Method::Lobpcg | Method::Lanczos => format!(
             "{} to tol {:.0e}, at most {} passes",
-            solver_name(options.method),
+            options.method.name(),
             options.tol,
             options.max_passes
         ),
@@ -1038,7 +1038,7 @@ fn summary_text(
     );
     let solver = match options.method {
         Method::Lobpcg | Method::Lanczos => {
-            format!("{} to tol {:.0e}", solver_name(options.method), options.tol)
+            format!("{} to tol {:.0e}", options.method.name(), options.tol)
         }
         m => format!("{} power iteration(s), {m:?}", options.power_iters),
     };
@@ -1253,12 +1253,4 @@ fn summary_text(
         }
     }
     s
-}
-
-/// The iterative solver's name in the summaries.
-fn solver_name(method: Method) -> &'static str {
-    match method {
-        Method::Lanczos => "block Lanczos",
-        _ => "LOBPCG",
-    }
 }

@@ -1088,14 +1088,7 @@ pub(super) fn solve(run: Run<'_, '_>) -> Result<RsvdResult, LinalgError> {
     timings.insert(
         0,
         PhaseTiming {
-            phase: format!(
-                "{}: {gram_passes} passes of AᵀA·S",
-                if options.method == Method::Lanczos {
-                    "block Lanczos"
-                } else {
-                    "LOBPCG"
-                }
-            ),
+            phase: format!("{}: {gram_passes} passes of AᵀA·S", options.method.name()),
             seconds: gram_time,
             comm: gram_comm,
             flops: gram_flops,
