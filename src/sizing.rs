@@ -400,6 +400,10 @@ pub struct Rates {
     /// did not measure it.
     #[serde(default)]
     pub rayleigh_ritz: Option<RayleighRitzRate>,
+    /// Block Lanczos's step on the root rank, once a pass, over whole restart cycles. Files
+    /// of older versions did not measure it (their predictions count LOBPCG's step).
+    #[serde(default)]
+    pub lanczos_step: Option<RayleighRitzRate>,
 }
 
 /// What a calibration's rates are per.
@@ -511,6 +515,10 @@ impl Rates {
         if let Some(r) = &self.rayleigh_ritz {
             line("rayleigh_ritz.serial", &r.serial, false)?;
             line("rayleigh_ritz.parallel", &r.parallel, false)?;
+        }
+        if let Some(r) = &self.lanczos_step {
+            line("lanczos_step.serial", &r.serial, false)?;
+            line("lanczos_step.parallel", &r.parallel, false)?;
         }
         Ok(())
     }
@@ -1111,8 +1119,23 @@ pub fn predict(
                 // LOBPCG's Rayleigh–Ritz step, after every pass, on the root rank alone
                 // while every actor waits: its products with the `n × 3l` blocks run on
                 // the root's cores, one thread per chunk of rows. It grows with the
-                // samples, not with the variants or the nodes.
-                match rates.rayleigh_ritz {
+                // samples, not with the variants or the nodes. Block Lanczos's own step
+                // where the calibration measured it, LOBPCG's (more work a step) where not.
+                let step_rate = match (solver, rates.lanczos_step) {
+                    (Solver::Lanczos, Some(r)) => Some(r),
+                    (Solver::Lanczos, None) => {
+                        if rates.rayleigh_ritz.is_some() {
+                            notes.push(
+                                "the calibration has no block Lanczos step (an older file): \
+                                 its steps on the root are counted at LOBPCG's rate"
+                                    .into(),
+                            );
+                        }
+                        rates.rayleigh_ritz
+                    }
+                    _ => rates.rayleigh_ritz,
+                };
+                match step_rate {
                     Some(rr) => {
                         let root_threads: usize = world.ranks[0].iter().map(|a| a.threads).sum();
                         let used = rankwise_linalg::rayleigh_ritz_threads(n, root_threads);
@@ -1224,11 +1247,11 @@ pub const DEFAULT_CALIBRATION_VALUES: u64 = 1 << 26;
 /// actors and per GPU on GPU actors (a mix of both is refused, naming `device`): the exact
 /// SVD at nine widths from 8 to 512 columns (its two passes, its tree's merges and the SVD
 /// of the root's R factor), the randomized passes of a float64 matrix and of genotypes at
-/// 20 and 60 sketch columns (the first pass, and the power iterations' passes), and
-/// LOBPCG's Rayleigh–Ritz step for 16,000 samples at 20 and 60 sketch columns on one
-/// thread (the products the threads share, and the rest), each the faster of two runs,
-/// and, on CPU actors, producing a value on one thread. Each measurement makes about
-/// `values` matrix values.
+/// 8 and 20 sketch columns (the first pass, and the power iterations' passes), and the
+/// Rayleigh–Ritz steps of LOBPCG and of block Lanczos for 16,000 samples at 20 and 60
+/// sketch columns on one thread (the products the threads share, and the rest), each the
+/// faster of two runs, and, on CPU actors, producing a value on one thread. Each
+/// measurement makes about `values` matrix values.
 pub fn calibrate(rt: &Runtime, values: u64) -> Result<Rates, Error> {
     if rt.comm().size() > 1 {
         // Every rank would measure the machine at once, each slowed by the others.
@@ -1385,7 +1408,13 @@ fn measure(rt: &Runtime, values: u64) -> Result<Rates, Error> {
             };
             let mut first = Vec::new();
             let mut later = Vec::new();
-            for k in [10usize, 50] {
+            // Sketches of 8 columns (block Lanczos's passes, the PCA's default) and 20
+            // (k = 10's sketch); wider ones are extrapolated. Genotype passes cost more at
+            // narrow widths than a line through 20 and 60 columns says: it put a block
+            // Lanczos pass of 50,000 × 20,000 at 0.13 s where it took 0.23 s (float32
+            // tiles, 2-core Intel Xeon guest), and a line through 8 and 60 put LOBPCG's
+            // 20-column pass at 0.68 s where it took 0.49 s.
+            for (k, oversample) in [(4usize, 4usize), (10, 10)] {
                 let g = Arc::new(Generated::new(m, n, 3, dist));
                 let problem = if genotypes {
                     RsvdProblem::genotypes(g, chunk)?
@@ -1394,7 +1423,7 @@ fn measure(rt: &Runtime, values: u64) -> Result<Rates, Error> {
                 };
                 let options = RsvdOptions {
                     k,
-                    oversample: 10,
+                    oversample,
                     power_iters: 2,
                     method: rankwise_linalg::Method::SubspaceIteration,
                     probes: 0,
@@ -1424,7 +1453,7 @@ fn measure(rt: &Runtime, values: u64) -> Result<Rates, Error> {
                     let mean = iterations.iter().sum::<f64>() / iterations.len().max(1) as f64;
                     best = (best.0.min(first_pass), best.1.min(mean));
                 }
-                let l = (k + 10) as f64;
+                let l = (k + oversample) as f64;
                 first.push((l, best.0));
                 later.push((l, best.1));
             }
@@ -1442,13 +1471,14 @@ fn measure(rt: &Runtime, values: u64) -> Result<Rates, Error> {
     // on the 2-core guest two threads ran the shared products only 1.2–1.5× faster (the
     // host's memory and its other guests), and that fit put up to four fifths of the step
     // in the serial part, where timing the parts finds a quarter to a third.
-    let rayleigh_ritz = {
+    // Block Lanczos's step likewise, over whole restart cycles of its basis.
+    let step_rate = |method: rankwise_linalg::Method| -> Result<RayleighRitzRate, Error> {
         const SAMPLES: usize = 16_000;
         let (mut serial, mut parallel) = (Vec::new(), Vec::new());
         for k in [10usize, 50] {
             let (mut s, mut p) = (f64::INFINITY, f64::INFINITY);
             for _ in 0..2 {
-                let t = rankwise_linalg::rayleigh_ritz_seconds(SAMPLES, k, 10, 1, 4)?;
+                let t = rankwise_linalg::rayleigh_ritz_seconds(SAMPLES, k, 10, method, 1, 4)?;
                 let per = (SAMPLES * (k + 10)) as f64;
                 s = s.min((t.seconds - t.shared).max(0.0) / per);
                 p = p.min(t.shared / per);
@@ -1457,10 +1487,10 @@ fn measure(rt: &Runtime, values: u64) -> Result<Rates, Error> {
             serial.push((l, s));
             parallel.push((l, p));
         }
-        RayleighRitzRate {
+        Ok(RayleighRitzRate {
             serial: PassRate::through(serial[0], serial[1]),
             parallel: PassRate::through(parallel[0], parallel[1]),
-        }
+        })
     };
     use rankwise_linalg::Precision::{F32, F64};
     Ok(Rates {
@@ -1472,7 +1502,8 @@ fn measure(rt: &Runtime, values: u64) -> Result<Rates, Error> {
         genotypes: passes(true, F64)?,
         dense_f32: Some(passes(false, F32)?),
         genotypes_f32: Some(passes(true, F32)?),
-        rayleigh_ritz: Some(rayleigh_ritz),
+        rayleigh_ritz: Some(step_rate(rankwise_linalg::Method::Lobpcg)?),
+        lanczos_step: Some(step_rate(rankwise_linalg::Method::Lanczos)?),
     })
 }
 
@@ -1539,6 +1570,7 @@ mod tests {
             dense_f32: None,
             genotypes_f32: None,
             rayleigh_ritz: None,
+            lanczos_step: None,
         }
     }
 
@@ -1771,7 +1803,7 @@ mod tests {
     #[test]
     fn rates_no_calibration_writes_are_refused_naming_the_field() {
         type Edit = fn(&mut Rates);
-        let cases: [(&str, Edit); 12] = [
+        let cases: [(&str, Edit); 13] = [
             ("`cores` is 0", |r| r.cores = 0),
             ("`svd` lists no widths", |r| r.svd.clear()),
             ("`svd[1].cols` is 8", |r| r.svd[1].cols = 8),
@@ -1811,6 +1843,19 @@ mod tests {
                         per_value: f64::NAN,
                         ..ok
                     },
+                });
+            }),
+            ("`lanczos_step.serial` is 0.0 + -1.0·l", |r| {
+                let ok = PassRate {
+                    per_value: 1e-9,
+                    per_value_column: 1e-9,
+                };
+                r.lanczos_step = Some(RayleighRitzRate {
+                    serial: PassRate {
+                        per_value: 0.0,
+                        per_value_column: -1.0,
+                    },
+                    parallel: ok,
                 });
             }),
         ];
@@ -2189,6 +2234,7 @@ mod tests {
         let want = 5.0 * 100_000.0 * 20.0 * 21e-6 / 2.0;
         let got = steps(&p).expect("a Rayleigh–Ritz phase");
         assert!((got - want).abs() < 1e-9 * want, "{got} against {want}");
+        let got_lobpcg = got;
         // Twice the variants, or twice the nodes: the same steps.
         let more = predict(2_000_000, 100_000, 0, &job(Solver::Lobpcg), &c, &r).unwrap();
         let wider = predict(
@@ -2237,6 +2283,43 @@ mod tests {
             "{:?}",
             old.notes
         );
+        // Block Lanczos: its own step where the calibration measured one (a tenth of
+        // LOBPCG's here), and LOBPCG's, with a note, where it did not.
+        let lanczos =
+            |r: &Rates| predict(1_000_000, 100_000, 0, &job(Solver::Lanczos), &c, r).unwrap();
+        let lobpcg_rate = lanczos(&r);
+        assert_eq!(steps(&lobpcg_rate), Some(got_lobpcg));
+        assert!(
+            lobpcg_rate
+                .notes
+                .iter()
+                .any(|n| n.contains("no block Lanczos step")),
+            "{:?}",
+            lobpcg_rate.notes
+        );
+        let mut r3 = r.clone();
+        r3.lanczos_step = Some(RayleighRitzRate {
+            serial: PassRate {
+                per_value: 0.0,
+                per_value_column: 0.0,
+            },
+            parallel: PassRate {
+                per_value: 1e-7,
+                per_value_column: 1e-7,
+            },
+        });
+        let own = lanczos(&r3);
+        let want = 5.0 * 100_000.0 * 20.0 * 21e-7 / 2.0;
+        let got = steps(&own).unwrap();
+        assert!((got - want).abs() < 1e-9 * want, "{got} against {want}");
+        assert!(
+            !own.notes.iter().any(|n| n.contains("block Lanczos step")),
+            "{:?}",
+            own.notes
+        );
+        // LOBPCG keeps its own.
+        let lob = predict(1_000_000, 100_000, 0, &job(Solver::Lobpcg), &c, &r3).unwrap();
+        assert_eq!(steps(&lob), Some(got_lobpcg));
     }
 
     /// Over UCX a message is one message: the latency, the bytes, and past the eager limit

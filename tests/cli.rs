@@ -482,15 +482,24 @@ fn calibrate_then_plan_a_cluster_job() {
         assert!(v["root"].as_f64().unwrap() > 0.0, "{v}");
     }
     assert!(r["genotypes"]["produce"].as_f64().unwrap() > 0.0);
-    // LOBPCG's Rayleigh–Ritz step: a positive cost per sample at 20 sketch columns on one
-    // thread, the part that runs on one thread and the part the threads share.
-    let rr = &r["rayleigh_ritz"];
-    let at20 = |part: &str| {
-        (rr[part]["per_value"].as_f64().unwrap()
-            + 20.0 * rr[part]["per_value_column"].as_f64().unwrap())
-        .max(0.0)
-    };
-    assert!(at20("serial") + at20("parallel") > 0.0, "{rr}");
+    // The Rayleigh–Ritz steps of LOBPCG and of block Lanczos: a positive cost per sample at
+    // 20 sketch columns on one thread, the part that runs on one thread and the part the
+    // threads share.
+    for step in ["rayleigh_ritz", "lanczos_step"] {
+        let rr = &r[step];
+        let at20 = |part: &str| {
+            (rr[part]["per_value"].as_f64().unwrap()
+                + 20.0 * rr[part]["per_value_column"].as_f64().unwrap())
+            .max(0.0)
+        };
+        assert!(at20("serial") + at20("parallel") > 0.0, "{step}: {rr}");
+    }
+    // The genotype passes in float32 tiles (block Lanczos's) cost something at 8 columns.
+    let g = &r["genotypes_f32"]["later"];
+    assert!(
+        g["per_value"].as_f64().unwrap() + 8.0 * g["per_value_column"].as_f64().unwrap() > 0.0,
+        "{g}"
+    );
     // Nothing half-written beside the rates.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
     // Like every output, the rates never replace a file, and `--out` is checked before the

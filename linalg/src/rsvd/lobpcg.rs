@@ -804,53 +804,86 @@ pub struct StepSeconds {
     pub shared: f64,
 }
 
-/// The time of one Rayleigh–Ritz step of the iteration above (the root's work between two
+/// The time of one Rayleigh–Ritz step of `method`'s iteration (the root's work between two
 /// passes: absorbing `G·S`, the residuals, and the next search block, encoded as the
 /// command every rank is sent) for `n` samples and a sketch of `k + oversample` columns,
-/// on `threads` threads: the mean of `steps` steps after two (by then `P` is part of the
-/// basis, as in every later pass). `G` is the Gram matrix of a Gaussian `n × 8l` block,
-/// whose flat spectrum keeps the iteration going as a genotype matrix's bulk does; its
-/// products are not timed. What `rankwise calibrate` measures for the sizing model.
+/// on `threads` threads. `G` is the Gram matrix of a Gaussian block of `n` rows (`8l`
+/// columns, or twice block Lanczos's largest basis where that is more), whose flat
+/// spectrum keeps the iteration going as a genotype matrix's bulk does; its products are
+/// not timed. What `rankwise calibrate` measures for the sizing model.
+///
+/// For [`Method::Lobpcg`], the mean of `steps` steps after two (by then `P` is part of the
+/// basis, as in every later pass). For [`Method::Lanczos`], whose step grows with its basis
+/// and shrinks at each restart, the mean over whole restart cycles, at least `steps` steps,
+/// once the basis has first filled. Any other method is refused (its steps are not
+/// Rayleigh–Ritz steps).
 pub fn rayleigh_ritz_seconds(
     n: usize,
     k: usize,
     oversample: usize,
+    method: Method,
     threads: usize,
     steps: usize,
 ) -> Result<StepSeconds, LinalgError> {
     let l = k + oversample;
+    if !method.iterates() {
+        return Err(LinalgError::Option {
+            parameter: "method",
+            message: format!("{} makes no Rayleigh–Ritz steps", method.name()),
+        });
+    }
     if k == 0 {
         return Err(LinalgError::Option {
             parameter: "k",
             message: "the rank must be at least 1".into(),
         });
     }
-    if 8 * l > n {
+    let lanczos = method == Method::Lanczos;
+    // `G`'s rank: more than block Lanczos's largest basis, which would otherwise run out of
+    // directions and stop.
+    let rank = if lanczos {
+        (8 * l).max(2 * (2 * l + 10 * LANCZOS_BLOCK))
+    } else {
+        8 * l
+    };
+    if rank > n {
         return Err(LinalgError::Option {
             parameter: "n",
-            message: format!("{n} samples: at least 8(k + oversample) = {}", 8 * l),
+            message: format!("{n} samples: at least {rank} for k + oversample = {l}"),
         });
     }
     let tall = Tall::new(threads);
-    let b = gaussian(n, 8 * l, 0x5EED);
+    let b = gaussian(n, rank, 0x5EED);
     let x0 = orthonormal_rest(tall, gaussian(n, l, 0x5EED + 1), &[])?;
+    // Block Lanczos: untimed until the basis first fills (its first block is the first
+    // pass's), then whole cycles of restart and refill.
+    let (warm, steps) = if lanczos {
+        let (keep, most) = lanczos_basis(l, n);
+        let cycle = (most - keep).div_ceil(LANCZOS_BLOCK).max(1);
+        (
+            most.div_ceil(LANCZOS_BLOCK),
+            steps.max(1).div_ceil(cycle) * cycle,
+        )
+    } else {
+        (2, steps)
+    };
     // A tolerance no residual meets, and no pass limit: every step is a full one.
     let mut it = Iterate::new(
         (k, l),
         (f64::MIN_POSITIVE, usize::MAX),
         (false, Precision::F64),
-        (false, 0),
+        (lanczos, 0x5EED + 2),
         x0,
         tall,
     );
     let (mut seconds, mut shared, mut timed) = (0.0, 0.0, 0);
-    for step in 0..steps + 2 {
+    for step in 0..steps + warm {
         let gs = b.dot(&b.t().dot(&it.s));
         let (start, before) = (std::time::Instant::now(), tall::shared_seconds());
         it.absorb(gs)?;
         let command = it.next()?;
         let dt = start.elapsed().as_secs_f64();
-        if step >= 2 {
+        if step >= warm {
             seconds += dt;
             shared += tall::shared_seconds() - before;
             timed += 1;
@@ -1183,21 +1216,34 @@ mod tests {
     /// on several, and a refusal naming `n` for fewer samples than its Gram matrix needs.
     #[test]
     fn rayleigh_ritz_steps_are_timed_and_too_few_samples_refused() {
-        for threads in [1, 3] {
-            let t = rayleigh_ritz_seconds(3 * tall::CHUNK, 4, 4, threads, 2).unwrap();
+        for method in [Method::Lobpcg, Method::Lanczos] {
+            for threads in [1, 3] {
+                let t = rayleigh_ritz_seconds(3 * tall::CHUNK, 4, 4, method, threads, 2).unwrap();
+                assert!(
+                    t.seconds > 0.0 && t.seconds < 60.0,
+                    "{method:?}, {threads} threads: {t:?}"
+                );
+                assert!(
+                    t.shared > 0.0 && t.shared < t.seconds,
+                    "{method:?}, {threads} threads: {t:?}"
+                );
+            }
+            let e = rayleigh_ritz_seconds(100, 10, 10, method, 1, 2).unwrap_err();
             assert!(
-                t.seconds > 0.0 && t.seconds < 60.0,
-                "{threads} threads: {t:?}"
-            );
-            assert!(
-                t.shared > 0.0 && t.shared < t.seconds,
-                "{threads} threads: {t:?}"
+                matches!(e, LinalgError::Option { parameter: "n", .. }),
+                "{e}"
             );
         }
-        let e = rayleigh_ritz_seconds(100, 10, 10, 1, 2).unwrap_err();
+        let e = rayleigh_ritz_seconds(10_000, 10, 10, Method::SubspaceIteration, 1, 2);
         assert!(
-            matches!(e, LinalgError::Option { parameter: "n", .. }),
-            "{e}"
+            matches!(
+                e,
+                Err(LinalgError::Option {
+                    parameter: "method",
+                    ..
+                })
+            ),
+            "{e:?}"
         );
     }
 
