@@ -160,6 +160,8 @@ struct Iterate {
     precision: Precision,
     x: Array2<f64>,
     gx: Array2<f64>,
+    /// The last step's residuals, whose storage the next step's are written over.
+    r: Array2<f64>,
     /// `P` and `G·P` (LOBPCG).
     p: Option<(Array2<f64>, Array2<f64>)>,
     /// [`Method::Lanczos`] rather than LOBPCG.
@@ -259,8 +261,14 @@ impl Krylov {
     }
 
     /// The Rayleigh–Ritz step on the basis: its first `l` Ritz vectors (fewer while it
-    /// holds fewer columns) and their products.
-    fn ritz(&mut self, tall: Tall, l: usize) -> Result<(Array2<f64>, Array2<f64>), LinalgError> {
+    /// holds fewer columns) and their products, written over `reuse` where it has their
+    /// shape.
+    fn ritz(
+        &mut self,
+        tall: Tall,
+        l: usize,
+        reuse: (Array2<f64>, Array2<f64>),
+    ) -> Result<(Array2<f64>, Array2<f64>), LinalgError> {
         let (w, v) = self
             .h
             .eigh(UPLO::Lower)
@@ -271,7 +279,10 @@ impl Krylov {
         let zl = self.z.slice(s![.., ..l.min(c)]);
         let q: Vec<_> = self.q.iter().map(|a| a.view()).collect();
         let gq: Vec<_> = self.gq.iter().map(|a| a.view()).collect();
-        Ok((tall.ab_parts(&q, zl), tall.ab_parts(&gq, zl)))
+        Ok((
+            tall.ab_parts_into(&q, zl, reuse.0),
+            tall.ab_parts_into(&gq, zl, reuse.1),
+        ))
     }
 
     /// The thick restart: the basis becomes its first `keep` Ritz vectors. The next block
@@ -406,10 +417,12 @@ fn residuals(
     x: &Array2<f64>,
     gx: &Array2<f64>,
     theta: &[f64],
+    reuse: Array2<f64>,
 ) -> (Vec<f64>, Array2<f64>) {
     let s1 = theta.first().copied().unwrap_or(0.0).max(0.0).sqrt();
-    // Column-major, as the step's other blocks: its columns are read one at a time.
-    let mut r = Array2::<f64>::zeros(gx.raw_dim().f());
+    // Column-major, as the step's other blocks: its columns are read one at a time. Written
+    // over `reuse` (the last step's) where it has the shape.
+    let mut r = tall::reused(reuse, gx.dim());
     tall.each_rows_mut(&mut r, |i, mut part| {
         let rows = i * CHUNK..i * CHUNK + part.nrows();
         part.assign(&gx.slice(s![rows.clone(), ..]));
@@ -538,6 +551,7 @@ impl Iterate {
             mixed,
             precision,
             gx: Array2::zeros((x0.nrows(), 0)),
+            r: Array2::zeros((0, 0)),
             s: start,
             x: x0,
             p: None,
@@ -552,7 +566,9 @@ impl Iterate {
 
     /// The command for the next pass, after a pass whose products are absorbed.
     fn next(&mut self) -> Result<Vec<f64>, LinalgError> {
-        let (res, r) = residuals(self.tall, &self.x, &self.gx, &self.theta());
+        let theta = self.theta();
+        let reuse = std::mem::replace(&mut self.r, Array2::zeros((0, 0)));
+        let (res, r) = residuals(self.tall, &self.x, &self.gx, &theta, reuse);
         // (Block Lanczos's first passes have fewer Ritz vectors than `l`: none has met.)
         let whole = res.len() == self.l;
         let worst = res[..self.k.min(res.len())]
@@ -613,6 +629,7 @@ impl Iterate {
             }
             orthonormal_rest(self.tall, rs, &against)?
         };
+        self.r = r;
         if s.ncols() == 0 {
             // Nothing new to search: the basis is exhausted (n is small).
             if !done {
@@ -739,7 +756,12 @@ impl Iterate {
             }
         }
         let kr = self.krylov.as_mut().expect("made above");
-        let (x, gx) = kr.ritz(tall, l)?;
+        // The last step's `X` and `G·X` are written over: nothing reads them any more.
+        let reuse = (
+            std::mem::replace(&mut self.x, Array2::zeros((0, 0))),
+            std::mem::replace(&mut self.gx, Array2::zeros((0, 0))),
+        );
+        let (x, gx) = kr.ritz(tall, l, reuse)?;
         self.x = x;
         self.gx = gx;
         Ok(())
@@ -761,7 +783,7 @@ impl Iterate {
         let v = vt.t().to_owned();
         let gv = gx.dot(&v_coords(&self.x, &v));
         let theta: Vec<f64> = sv.iter().map(|s| s * s).collect();
-        let (res, _) = residuals(self.tall, &v, &gv, &theta);
+        let (res, _) = residuals(self.tall, &v, &gv, &theta, Array2::zeros((0, 0)));
         let met = res[..k].iter().all(|&x| x <= self.tol);
         if met || self.passes >= self.max_passes || self.stop != Stop::None {
             if !met && self.stop == Stop::None {
@@ -1279,8 +1301,8 @@ mod tests {
             let dots = column_dots(Tall::new(1), &x, &gx);
             assert_eq!(dots, column_dots(Tall::new(3), &x, &gx));
             let theta: Vec<f64> = (0..c).map(|j| (j + 1) as f64 * scale).collect();
-            let (res1, r1) = residuals(Tall::new(1), &x, &gx, &theta);
-            let (res3, r3) = residuals(Tall::new(3), &x, &gx, &theta);
+            let (res1, r1) = residuals(Tall::new(1), &x, &gx, &theta, Array2::zeros((0, 0)));
+            let (res3, r3) = residuals(Tall::new(3), &x, &gx, &theta, r1.clone());
             assert_eq!(res1, res3);
             assert_eq!(r1, r3);
             for j in 0..c {

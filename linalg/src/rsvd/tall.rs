@@ -264,8 +264,25 @@ impl Tall {
         a: &[ArrayView2<'_, f64>],
         c: ArrayView2<'_, f64>,
     ) -> Array2<f64> {
+        self.ab_parts_into(a, c, Array2::zeros((0, 0)))
+    }
+
+    /// [`Tall::ab_parts`] written over `reuse` where it has the product's shape and
+    /// column-major layout (the same products, the same bits), a new block otherwise. A
+    /// block of `n × l` values at biobank sample counts (80 MB at 500,000 × 20) is past the
+    /// allocator's largest reused size: each new one is mapped afresh and its pages
+    /// zeroed by the kernel on first touch, a fifth of a block Lanczos step there.
+    pub(super) fn ab_parts_into(
+        &self,
+        a: &[ArrayView2<'_, f64>],
+        c: ArrayView2<'_, f64>,
+        reuse: Array2<f64>,
+    ) -> Array2<f64> {
         let n = a.first().map_or(0, |x| x.nrows());
-        let mut out = Array2::zeros((n, c.ncols()).f());
+        let mut out = reused(reuse, (n, c.ncols()));
+        if a.is_empty() {
+            out.fill(0.0);
+        }
         self.each_rows_mut(&mut out, |i, mut part| {
             let rows = i * CHUNK..i * CHUNK + part.nrows();
             let mut k0 = 0;
@@ -325,6 +342,16 @@ impl Tall {
             part.assign(&factors[j].apply(cs.slice(s![offsets[j]..offsets[j] + kj, ..])));
         });
         Ok((u, s, vt))
+    }
+}
+
+/// `reuse` where it is an `n × c` column-major block (its values to be overwritten), a new
+/// zeroed one otherwise.
+pub(super) fn reused(reuse: Array2<f64>, (n, c): (usize, usize)) -> Array2<f64> {
+    if reuse.dim() == (n, c) && reuse.t().is_standard_layout() {
+        reuse
+    } else {
+        Array2::zeros((n, c).f())
     }
 }
 
