@@ -9,8 +9,10 @@
 //! * `rsvd_tiles/*`: the randomized passes' tile kernels: a 256 × 512 uniform tile from the
 //!   generator (f64 and f32), 256 rows × 20,000 genotype dosages generated, a 256 × 512
 //!   tile standardized from 2-bit codes (f64 and f32), and the tile GEMM `tile · Ω` with a
-//!   25-column Ω (DGEMM and SGEMM), and a fused range pass (`Y = T·Ω`, then `Yᵀ·T`) over
-//!   float32 row blocks of 256 × 5,000 read from memory, with either kernel for `T·Ω`;
+//!   25-column Ω (DGEMM and SGEMM), the fused products of 2-bit packed genotypes at a PCA's
+//!   widths (24 and 20 columns, LOBPCG's; 8, block Lanczos's), and a fused range pass
+//!   (`Y = T·Ω`, then `Yᵀ·T`) over float32 row blocks of 256 × 5,000 read from memory, with
+//!   either kernel for `T·Ω`;
 //! * `skinny_widths/*`: the tile products `T·Ω` (`ab`) and `Qᵀ·T` (`atb`) in f64 and f32
 //!   at the sketch widths the passes use (10, 20, 24 and 44 columns), on a 256 × 512 tile
 //!   whose rows are 520 values apart (as generated tiles are) and on one whose rows are
@@ -397,6 +399,49 @@ fn rsvd_tiles(c: &mut Criterion) {
             })
         },
     );
+    // Block Lanczos's passes (a genotype PCA's default): 8 columns each way.
+    {
+        let c = 8usize;
+        let omega8 = Array2::<f32>::from_shape_fn((n, c), |(i, j)| ((i * 7 + j) % 11) as f32 - 5.0);
+        let layout8 = fused::OmegaLayout::new(omega8.view());
+        let basis8 = Array2::<f32>::from_shape_fn((b, c), |(i, j)| ((i * 5 + j) % 13) as f32 - 6.0);
+        let mut y8 = Array2::<f64>::zeros((b, c));
+        let mut b8 = Array2::<f64>::zeros((c, n));
+        group.throughput(Throughput::Elements((2 * b * n * c) as u64));
+        if fused::available() {
+            group.bench_function(
+                BenchmarkId::new("fused_packed_omega_flops", format!("{b}x{n}x{c}")),
+                |bn| {
+                    bn.iter(|| {
+                        for c0 in (0..n).step_by(w) {
+                            let t = tile(c0);
+                            assert!(
+                                fused::ab(&t, &layout8, c0, y8.view_mut()),
+                                "the fused kernels run"
+                            );
+                        }
+                        std::hint::black_box(y8[[0, 0]])
+                    })
+                },
+            );
+        }
+        group.bench_function(
+            BenchmarkId::new("fused_qt_packed_flops", format!("{b}x{n}x{c}")),
+            |bn| {
+                bn.iter(|| {
+                    for c0 in (0..n).step_by(w) {
+                        let t = tile(c0);
+                        let out = b8.slice_mut(ndarray::s![.., c0..c0 + t.cols]);
+                        assert!(
+                            fused::atb(&t, basis8.view(), out),
+                            "the fused kernels run here"
+                        );
+                    }
+                    std::hint::black_box(b8[[0, 0]])
+                })
+            },
+        );
+    }
     // The same two products by what runs without the fused kernels (each tile standardized
     // into scratch, the skinny kernel, an f64 addition), for an A/B in one run.
     let (mut scratch, mut values) = (Vec::new(), Vec::new());

@@ -67,21 +67,31 @@ predict() {
 }
 
 # The shape options of a workload (what `plan` takes), and how it iterates: fixed power
-# iterations in float64, or LOBPCG (float32 passes but the last).
+# iterations in float64, or LOBPCG or block Lanczos (float32 passes but the last); by
+# default as the command does (`pca`: block Lanczos, `rsvd`: LOBPCG).
 shape_of() {
-    local args keep=() i solver=lobpcg
+    local args keep=() i solver=
     read -r -a args <<<"$1"
     for ((i = 1; i < ${#args[@]}; i++)); do
         case ${args[i]} in
         --rows | --cols | --chunk-rows | -k) keep+=("${args[i]}" "${args[i + 1]}") ;;
         --power-iters) solver=power-iters ;;
+        --method)
+            case ${args[i + 1]} in
+            lobpcg | lanczos) solver=${args[i + 1]} ;;
+            *) solver=power-iters ;;
+            esac
+            ;;
         esac
     done
+    if [[ -z $solver ]]; then
+        if [[ ${args[0]} == pca ]]; then solver=lanczos; else solver=lobpcg; fi
+    fi
     echo "${keep[*]} --solver $solver"
 }
 
 # row WHERE JOB OPTIONS NP NODES NETWORK MEASURED PASSES PREDICTED DOMINANT [ROOT_MEASURED
-# ROOT_PREDICTED]: one row of rows.jsonl, with LOBPCG's Rayleigh–Ritz steps where given.
+# ROOT_PREDICTED]: one row of rows.jsonl, with the Rayleigh–Ritz steps where given.
 row() {
     python3 -c 'import json,sys
 w,job,opts,np_,nodes,net,meas,passes,pred,dom=sys.argv[1:11]
@@ -141,15 +151,17 @@ many_ranks() {
 many_ranks 32 "${WIDE[@]}"
 many_ranks 64 "${WIDER[@]}"
 
-# LOBPCG's Rayleigh–Ritz steps on the root: PCAs of n × n generated genotypes (n samples,
-# the step's size) stopped at 12 passes, under mpirun -np 1 and 2, the report's phase of
-# the steps against the model's, and the whole run against the model.
+# The Rayleigh–Ritz steps on the root, of LOBPCG and of block Lanczos: PCAs of n × n
+# generated genotypes (n samples, the step's size) stopped at 12 passes (block Lanczos: 24,
+# two restarts of its basis), under mpirun -np 1 and 2, the report's phase of the steps
+# against the model's, and the whole run against the model.
 RR_SAMPLES=(4000 12000 24000)
 if [[ ${1:-} == --quick ]]; then
     RR_SAMPLES=(12000)
 fi
 for n in "${RR_SAMPLES[@]}"; do
-    opts="pca --rows $n --cols $n --chunk-rows $((n / 8)) -k 10 --max-passes 12"
+  for method in lobpcg:12 lanczos:24; do
+    opts="pca --rows $n --cols $n --chunk-rows $((n / 8)) -k 10 --method ${method%:*} --max-passes ${method#*:}"
     read -r -a args <<<"$opts"
     for np in 1 2; do
         read -r secs passes root < <(mpirun -np "$np" --oversubscribe --bind-to none "$BIN" \
@@ -158,13 +170,14 @@ for n in "${RR_SAMPLES[@]}"; do
 print(r["seconds"], r["passes"], max(sum(t["seconds"] for t in p["timings"]
       if t["phase"].startswith("Rayleigh–Ritz")) for p in r["per_rank"]))')
         read -r pred dom proot < <("$BIN" plan --rows "$n" --cols "$n" --chunk-rows $((n / 8)) -k 10 \
-            --solver lobpcg --nodes 1 --ranks-per-node "$np" --cores-per-node "$CORES" \
+            --solver "${method%:*}" --nodes 1 --ranks-per-node "$np" --cores-per-node "$CORES" \
             --network 100,1us --job pca --passes "$passes" --calibration "$OUT/rates.json" --json |
             python3 -c 'import json,sys; r=json.load(sys.stdin)
 print(r["seconds"], r["dominant"].replace(" ", "_"), sum(p["compute_seconds"]
       for p in r["phases"] if p["phase"].startswith("Rayleigh–Ritz")))')
         row "one node, mpirun -np $np" pca "$opts" "$np" 1 "shared memory" "$secs" "$passes" "$pred" "$dom" "$root" "$proot"
     done
+  done
 done
 
 # one_way NODE_A NODE_B ADDRESS_B: the one-way latency between two namespace nodes, half
@@ -243,9 +256,10 @@ if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
     NODE_WORKLOADS=("${WORKLOADS[@]}")
     tools/netns-cluster.sh down >/dev/null
     # Links with a delay (tools/netdelay.py, as this kernel may lack sch_netem), two nodes of
-    # one rank at 1 Gbit/s, with a PCA to the default tolerance besides: its 40-odd LOBPCG
-    # passes each wait for the tree's messages, so the latency shows. The model is given
-    # the latency measured between the nodes (the delay line's copying included).
+    # one rank at 1 Gbit/s, with a PCA to the default tolerance besides (block Lanczos, the
+    # default): its 50-odd passes each wait for the tree's messages, so the latency shows.
+    # The model is given the latency measured between the nodes (the delay line's copying
+    # included).
     NODE_WORKLOADS=("${WORKLOADS[@]}" "pca|pca --rows 40000 --cols 2000 --chunk-rows 5000 -k 10")
     if [[ ${1:-} == --quick ]]; then
         NODE_WORKLOADS=("${WORKLOADS[0]}" "${NODE_WORKLOADS[-1]}")
@@ -280,7 +294,7 @@ errs = [abs(r["error"]) for r in rows]
 print(f"median |error| {100*sorted(errs)[len(errs)//2]:.0f}%, largest {100*max(errs):.0f}%")
 steps = [r for r in rows if "root_measured" in r]
 if steps:
-    print("LOBPCG's Rayleigh–Ritz steps on the root (the report's phase against the model's):")
+    print("The Rayleigh–Ritz steps on the root (the report's phase against the model's):")
     for r in steps:
         print(f"  {r['options'][:60]:60} -np {r['ranks']} {r['passes']:>3} passes "
               f"{r['root_measured']:6.2f}s {r['root_predicted']:6.2f}s {100*r['root_error']:+4.0f}%")
