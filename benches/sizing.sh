@@ -286,9 +286,9 @@ fi
 python3 - "$OUT/rows.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print(f"{'where':34} {'job':5} {'options':62} {'passes':>6} {'measured':>9} {'predicted':>9} {'error':>7}")
+print(f"{'where':34} {'job':5} {'options':90} {'passes':>6} {'measured':>9} {'predicted':>9} {'error':>7}")
 for r in rows:
-    print(f"{r['where']:34} {r['job']:5} {r['options'][:62]:62} {r['passes']:>6} "
+    print(f"{r['where']:34} {r['job']:5} {r['options'][:90]:90} {r['passes']:>6} "
           f"{r['measured']:8.2f}s {r['predicted']:8.2f}s {100*r['error']:+6.0f}%")
 errs = [abs(r["error"]) for r in rows]
 print(f"median |error| {100*sorted(errs)[len(errs)//2]:.0f}%, largest {100*max(errs):.0f}%")
@@ -296,7 +296,7 @@ steps = [r for r in rows if "root_measured" in r]
 if steps:
     print("The Rayleigh–Ritz steps on the root (the report's phase against the model's):")
     for r in steps:
-        print(f"  {r['options'][:60]:60} -np {r['ranks']} {r['passes']:>3} passes "
+        print(f"  {r['options'][:90]:90} -np {r['ranks']} {r['passes']:>3} passes "
               f"{r['root_measured']:6.2f}s {r['root_predicted']:6.2f}s {100*r['root_error']:+4.0f}%")
 PY
 echo "rows: $OUT/rows.jsonl"
