@@ -357,91 +357,59 @@ fn rsvd_tiles(c: &mut Criterion) {
         tables: &tables,
         scales: &scales,
     };
-    // `pca -k 10`: l = 20 basis columns, plus 4 probe columns in the first pass.
-    let (lw, lq) = (24usize, 20usize);
-    let omega_n = Array2::<f32>::from_shape_fn((n, lw), |(i, j)| ((i * 7 + j) % 11) as f32 - 5.0);
-    let layout = fused::OmegaLayout::new(omega_n.view());
-    let basis = Array2::<f32>::from_shape_fn((b, lq), |(i, j)| ((i * 5 + j) % 13) as f32 - 6.0);
-    let mut yb = Array2::<f64>::zeros((b, lw));
-    let mut bb = Array2::<f64>::zeros((lq, n));
-    group.throughput(Throughput::Elements((2 * b * n * lw) as u64));
-    if fused::available() {
-        group.bench_function(
-            BenchmarkId::new("fused_packed_omega_flops", format!("{b}x{n}x{lw}")),
-            |bn| {
-                bn.iter(|| {
-                    for c0 in (0..n).step_by(w) {
-                        let t = tile(c0);
-                        assert!(
-                            fused::ab(&t, &layout, c0, yb.view_mut()),
-                            "the fused kernels run"
-                        );
-                    }
-                    std::hint::black_box(yb[[0, 0]])
-                })
-            },
-        );
-    }
-    group.throughput(Throughput::Elements((2 * b * n * lq) as u64));
-    group.bench_function(
-        BenchmarkId::new("fused_qt_packed_flops", format!("{b}x{n}x{lq}")),
-        |bn| {
-            bn.iter(|| {
-                for c0 in (0..n).step_by(w) {
-                    let t = tile(c0);
-                    let out = bb.slice_mut(ndarray::s![.., c0..c0 + t.cols]);
-                    assert!(
-                        fused::atb(&t, basis.view(), out),
-                        "the fused kernels run here"
-                    );
-                }
-                std::hint::black_box(bb[[0, 0]])
-            })
-        },
-    );
-    // Block Lanczos's passes (a genotype PCA's default): 8 columns each way.
-    {
-        let c = 8usize;
-        let omega8 = Array2::<f32>::from_shape_fn((n, c), |(i, j)| ((i * 7 + j) % 11) as f32 - 5.0);
-        let layout8 = fused::OmegaLayout::new(omega8.view());
-        let basis8 = Array2::<f32>::from_shape_fn((b, c), |(i, j)| ((i * 5 + j) % 13) as f32 - 6.0);
-        let mut y8 = Array2::<f64>::zeros((b, c));
-        let mut b8 = Array2::<f64>::zeros((c, n));
-        group.throughput(Throughput::Elements((2 * b * n * c) as u64));
+    // `pca -k 10`: l = 20 basis columns, plus 4 probe columns in the first pass (LOBPCG);
+    // block Lanczos's passes, 8 columns each way.
+    let omega_of =
+        |c: usize| Array2::<f32>::from_shape_fn((n, c), |(i, j)| ((i * 7 + j) % 11) as f32 - 5.0);
+    let basis_of =
+        |c: usize| Array2::<f32>::from_shape_fn((b, c), |(i, j)| ((i * 5 + j) % 13) as f32 - 6.0);
+    for (lw, lq) in [(24usize, 20usize), (8, 8)] {
+        let omega_n = omega_of(lw);
+        let layout = fused::OmegaLayout::new(omega_n.view());
+        let basis = basis_of(lq);
+        let mut yb = Array2::<f64>::zeros((b, lw));
+        let mut bb = Array2::<f64>::zeros((lq, n));
+        group.throughput(Throughput::Elements((2 * b * n * lw) as u64));
         if fused::available() {
             group.bench_function(
-                BenchmarkId::new("fused_packed_omega_flops", format!("{b}x{n}x{c}")),
+                BenchmarkId::new("fused_packed_omega_flops", format!("{b}x{n}x{lw}")),
                 |bn| {
                     bn.iter(|| {
                         for c0 in (0..n).step_by(w) {
                             let t = tile(c0);
                             assert!(
-                                fused::ab(&t, &layout8, c0, y8.view_mut()),
+                                fused::ab(&t, &layout, c0, yb.view_mut()),
                                 "the fused kernels run"
                             );
                         }
-                        std::hint::black_box(y8[[0, 0]])
+                        std::hint::black_box(yb[[0, 0]])
                     })
                 },
             );
         }
+        group.throughput(Throughput::Elements((2 * b * n * lq) as u64));
         group.bench_function(
-            BenchmarkId::new("fused_qt_packed_flops", format!("{b}x{n}x{c}")),
+            BenchmarkId::new("fused_qt_packed_flops", format!("{b}x{n}x{lq}")),
             |bn| {
                 bn.iter(|| {
                     for c0 in (0..n).step_by(w) {
                         let t = tile(c0);
-                        let out = b8.slice_mut(ndarray::s![.., c0..c0 + t.cols]);
+                        let out = bb.slice_mut(ndarray::s![.., c0..c0 + t.cols]);
                         assert!(
-                            fused::atb(&t, basis8.view(), out),
+                            fused::atb(&t, basis.view(), out),
                             "the fused kernels run here"
                         );
                     }
-                    std::hint::black_box(b8[[0, 0]])
+                    std::hint::black_box(bb[[0, 0]])
                 })
             },
         );
     }
+    let (lw, lq) = (24usize, 20usize);
+    let omega_n = omega_of(lw);
+    let basis = basis_of(lq);
+    let mut yb = Array2::<f64>::zeros((b, lw));
+    let mut bb = Array2::<f64>::zeros((lq, n));
     // The same two products by what runs without the fused kernels (each tile standardized
     // into scratch, the skinny kernel, an f64 addition), for an A/B in one run.
     let (mut scratch, mut values) = (Vec::new(), Vec::new());
