@@ -512,13 +512,14 @@ impl Rates {
         if let Some(p) = &self.genotypes_f32 {
             passes("genotypes_f32", p)?;
         }
-        if let Some(r) = &self.rayleigh_ritz {
-            line("rayleigh_ritz.serial", &r.serial, false)?;
-            line("rayleigh_ritz.parallel", &r.parallel, false)?;
-        }
-        if let Some(r) = &self.lanczos_step {
-            line("lanczos_step.serial", &r.serial, false)?;
-            line("lanczos_step.parallel", &r.parallel, false)?;
+        for (what, step) in [
+            ("rayleigh_ritz", &self.rayleigh_ritz),
+            ("lanczos_step", &self.lanczos_step),
+        ] {
+            if let Some(r) = step {
+                line(&format!("{what}.serial"), &r.serial, false)?;
+                line(&format!("{what}.parallel"), &r.parallel, false)?;
+            }
         }
         Ok(())
     }

@@ -870,7 +870,7 @@ pub fn rayleigh_ritz_seconds(
     // `G`'s rank: more than block Lanczos's largest basis, which would otherwise run out of
     // directions and stop.
     let rank = if lanczos {
-        (8 * l).max(2 * (2 * l + 10 * LANCZOS_BLOCK))
+        (8 * l).max(2 * lanczos_basis(l, usize::MAX).1)
     } else {
         8 * l
     };

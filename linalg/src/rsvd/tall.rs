@@ -280,9 +280,6 @@ impl Tall {
     ) -> Array2<f64> {
         let n = a.first().map_or(0, |x| x.nrows());
         let mut out = reused(reuse, (n, c.ncols()));
-        if a.is_empty() {
-            out.fill(0.0);
-        }
         self.each_rows_mut(&mut out, |i, mut part| {
             let rows = i * CHUNK..i * CHUNK + part.nrows();
             let mut k0 = 0;
