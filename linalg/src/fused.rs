@@ -51,6 +51,23 @@
 //! Measured (criterion, `rsvd_tiles/fused_*`, a row block of 256 variants × 20,000 samples
 //! on one core of an Ice Lake Xeon): `Y = T·Ω` (24 columns) at 50–80 GFLOP/s and `Qᵀ·T`
 //! (20 rows) at 55–65 GFLOP/s, against 118 GFLOP/s for OpenBLAS's SGEMM of 3000 × 3000.
+//!
+//! # Lookup tables tried instead
+//!
+//! The form ProPCA multiplies genotypes in (the "Mailman" or four-Russians product) needs
+//! no expansion: a row's product is `t₀·ΣΩ + s·(Σ_lo + 2·Σ_hi)` less its missing calls,
+//! where `Σ_lo` and `Σ_hi` add, for each byte of the row's low and high code bits (8
+//! samples), a precomputed sum of the matching rows of `Ω` (a table of 256 × `w` values a
+//! byte position); `Qᵀ·T` takes tables of `Q`'s rows per 8 variants, indexed by the
+//! bit-transposed planes. A standalone prototype with only the two plane sums (no `t₀`
+//! term, no missing calls: a bound in its favour) on a row block of 256 × 20,000 and 8
+//! columns, one core of the 2-core AMD EPYC (Zen 4) guest, 2026-12-01, against this
+//! module's kernels on the same core (criterion, `fused_*/256x20000x8`): `T·Ω` 0.79–1.34 ms
+//! with tables of 16 entries a 4 samples (those of a 256-sample slice fit L1, 32 KiB) and
+//! 3.0 ms with byte tables (512 KiB a 512-sample tile: misses), against 0.83 ms; `Qᵀ·T`
+//! 1.41 ms with byte tables and the bit transposes, against 0.88 ms. The lookups are loads
+//! whose addresses depend on the codes, one per 4 to 8 values; the fused kernels' FMAs are
+//! one per 16 values and column, and at 8 columns they were no slower. Not kept.
 
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
 
