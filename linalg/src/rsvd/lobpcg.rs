@@ -170,12 +170,12 @@ struct Iterate {
     r: Array2<f64>,
     /// `P` and `G·P` (LOBPCG).
     p: Option<(Array2<f64>, Array2<f64>)>,
-    /// LOBPCG's `X` and `G·X` of the step before last, whose storage the next step's are
-    /// written over: at biobank sample counts each is past the allocator's largest reused
+    /// LOBPCG's `X` and `G·X` that the last step replaced, whose storage the next step's
+    /// are written over (empty blocks before there are any): at biobank sample counts each is past the allocator's largest reused
     /// size, and a fresh one is mapped and its pages zeroed by the kernel (`rayleigh_ritz_step
     /// 2 500000 10 lobpcg` on the 2-core AMD EPYC guest, alternating: 835–887 against
     /// 878–1,015 ms a step).
-    spare: Vec<Array2<f64>>,
+    spare: (Array2<f64>, Array2<f64>),
     /// [`Method::Lanczos`] rather than LOBPCG.
     lanczos: bool,
     /// Its basis, from the first pass on.
@@ -569,7 +569,7 @@ impl Iterate {
             s: start,
             x: x0,
             p: None,
-            spare: Vec::new(),
+            spare: Default::default(),
             with_x: false,
             initial: true,
             history: Vec::new(),
@@ -617,7 +617,7 @@ impl Iterate {
                 self.with_x = true;
                 // The pass of `G·[X | S]` is twice as wide: its blocks take the room the
                 // spares held (the root's plan counts twelve blocks of `n × l`).
-                self.spare.clear();
+                self.spare = Default::default();
                 // Block Lanczos hands over to LOBPCG for the f64 passes: a Krylov basis
                 // restarted from `X` alone lacks the directions of `X`'s residuals that no
                 // block holds (a model of it stuck at 4.7e-4), where LOBPCG's search block
@@ -735,10 +735,9 @@ impl Iterate {
         let c1 = c.slice(s![.., ..l]).to_owned();
         let cols = c.nrows();
         // `X` and `G·X` are written over the spares (the same products, the same bits).
-        let mut spare = std::mem::take(&mut self.spare).into_iter();
-        let mut over = || spare.next().unwrap_or_else(|| Array2::zeros((0, 0)));
-        let x = tall.ab_parts_into(&parts, c1.view(), over());
-        let gx = tall.ab_parts_into(&gparts, c1.view(), over());
+        let (sx, sgx) = std::mem::take(&mut self.spare);
+        let x = tall.ab_parts_into(&parts, c1.view(), sx);
+        let gx = tall.ab_parts_into(&gparts, c1.view(), sgx);
         let p = if cols > l {
             // `P`: the part of the new `X` from `S` and the old `P`, made orthonormal to
             // `X` in the coordinates of the (orthonormal) basis.
@@ -758,12 +757,11 @@ impl Iterate {
         // replaced are the next step's spares. `P` and `G·P` are not kept so: their width
         // changes from step to step, and holding them too would take the root past the
         // twelve blocks its plan counts.
-        let old = [
+        self.spare = (
             std::mem::replace(&mut self.x, x),
             std::mem::replace(&mut self.gx, gx),
-        ];
+        );
         self.p = p;
-        self.spare = old.into_iter().filter(|b| !b.is_empty()).collect();
         // `S` is read no more: its room is the next search block's. With it, and no copy
         // of the search block for the pass's command, the root holds at most ten blocks of
         // `n × l` while the next one is made (`X`, `G·X`, `R`, `P`, `G·P`, two spares, and
