@@ -196,6 +196,63 @@ impl PanelSource for RowsInPlace {
         Ok(())
     }
 
+    /// Rounded as it is copied: the default would fill an f64 tile first, allocated and
+    /// zeroed for every tile.
+    fn fill_cols_f32(
+        &self,
+        rows: Range<u64>,
+        cols: Range<u64>,
+        mut out: ArrayViewMut2<'_, f32>,
+    ) -> Result<(), SourceError> {
+        let fits = cols.start <= cols.end
+            && cols.end <= self.buf.cols as u64
+            && rows.start <= rows.end
+            && out.dim()
+                == (
+                    (rows.end - rows.start) as usize,
+                    (cols.end - cols.start) as usize,
+                );
+        let Some(all) = fits.then(|| self.rows_in_memory(rows.clone())).flatten() else {
+            // Rows of another layout, outside the loan or of another shape: through an f64
+            // tile, whose fill names what is wrong.
+            let mut tile = ndarray::Array2::<f64>::zeros(out.dim());
+            self.fill_cols(rows, cols, tile.view_mut())?;
+            out.zip_mut_with(&tile, |o, &v| *o = v as f32);
+            return Ok(());
+        };
+        let tile = all.slice(s![.., cols.start as usize..cols.end as usize]);
+        for (mut o, t) in out.rows_mut().into_iter().zip(tile.rows()) {
+            match (o.as_slice_mut(), t.as_slice()) {
+                (Some(o), Some(t)) => o.iter_mut().zip(t).for_each(|(o, &v)| *o = v as f32),
+                _ => o.zip_mut_with(&t, |o, &v| *o = v as f32),
+            }
+        }
+        Ok(())
+    }
+
+    /// The caller's rows where they lie, when each is contiguous (a C-ordered array): the
+    /// passes then multiply them in place, where copying every tile out first cost as much
+    /// as the multiplication.
+    fn rows_in_memory(&self, rows: Range<u64>) -> Option<ArrayView2<'_, f64>> {
+        let mine = self.row0..self.row0 + self.buf.rows as u64;
+        let contiguous = self.buf.strides.1 == 1 || self.buf.cols <= 1;
+        if !contiguous
+            || !self.live.load(Ordering::Acquire)
+            || rows.start < mine.start
+            || rows.end > mine.end
+            || rows.start > rows.end
+        {
+            return None;
+        }
+        // SAFETY: the buffer holds this rank's rows (in_place) and is lent (live); the view
+        // is borrowed from the source, which the call holding the loan keeps.
+        let all = unsafe { self.buf.view::<f64>() };
+        Some(all.slice_move(s![
+            (rows.start - self.row0) as usize..(rows.end - self.row0) as usize,
+            ..
+        ]))
+    }
+
     /// The caller's rows are in memory already: reading them again is a copy at memory
     /// speed, where keeping a copy doubles the matrix's memory and costs its fresh pages
     /// (the C library's `rankwise_rsvd` of a row-major 200,000 × 2,000 matrix on 2 ranks,
@@ -1024,5 +1081,76 @@ mod tests {
                 assert!(err.contains("rank 1"), "rank {rank}: {err}");
             }
         }
+    }
+
+    #[test]
+    fn rows_multiplied_in_place_give_the_copied_tiles_bits() {
+        // Fresh shape and values each run, crossing tile rows (256) and columns (512); the
+        // passes need a tall matrix.
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos() as u64;
+        let cols = 513 + (seed / 7 % 400) as usize;
+        let rows = cols + (seed % 300) as usize;
+        let value = |r: usize, c: usize| {
+            let x =
+                (r as u64 * 1_000_003 + c as u64 * 7919 + seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+                + if c.is_multiple_of(3) {
+                    r as f64 * 1e-3
+                } else {
+                    0.0
+                }
+        };
+        let c_order: Vec<f64> = (0..rows)
+            .flat_map(|r| (0..cols).map(move |c| (r, c)))
+            .map(|(r, c)| value(r, c))
+            .collect();
+        let f_order: Vec<f64> = (0..cols)
+            .flat_map(|c| (0..rows).map(move |r| (r, c)))
+            .map(|(r, c)| value(r, c))
+            .collect();
+        let rt = crate::World::embedded().actors(2).build().unwrap();
+        // SAFETY: both vectors are `rows × cols` at these strides and outlive the leases;
+        // panels of 300 rows.
+        let (held_input, lease) =
+            unsafe { rows_in_place(&rt, c_order.as_ptr(), rows, cols, (cols as isize, 1), 300) }
+                .unwrap();
+        let (strided_input, _f_lease) =
+            unsafe { rows_in_place(&rt, f_order.as_ptr(), rows, cols, (1, rows as isize), 300) }
+                .unwrap();
+        let (held, _) = held_input.matrix().unwrap();
+        let (strided, _) = strided_input.matrix().unwrap();
+        // Only contiguous rows of this block, while lent, are offered as a view.
+        assert_eq!(held.rows_in_memory(5..9).unwrap()[[3, 4]], value(8, 4));
+        assert!(held.rows_in_memory(0..rows as u64 + 1).is_none());
+        assert!(strided.rows_in_memory(0..4).is_none());
+        // The f32 copy rounds each value as the f64 tile would.
+        let mut t32 = ndarray::Array2::<f32>::zeros((3, 5));
+        held.fill_cols_f32(2..5, 510..515, t32.view_mut()).unwrap();
+        assert_eq!(t32[[2, 4]], value(4, 514) as f32);
+        for (r0, r1) in [(0, 3), (rows as u64 - 3, rows as u64)] {
+            let (mut a, mut b) = (t32.clone(), t32.clone());
+            held.fill_cols_f32(r0..r1, 0..5, a.view_mut()).unwrap();
+            strided.fill_cols_f32(r0..r1, 0..5, b.view_mut()).unwrap();
+            assert_eq!(a, b);
+        }
+        for f32 in [false, true] {
+            let choice = crate::SolverChoice {
+                k: 4,
+                oversample: 6,
+                power_iters: Some(2),
+                ..Default::default()
+            };
+            let opts = choice.options(crate::Values::Dense { f32 }).unwrap();
+            let (a, ua) = crate::rsvd_with_factor(&rt, &held_input, &opts).unwrap();
+            let (b, ub) = crate::rsvd_with_factor(&rt, &strided_input, &opts).unwrap();
+            assert_eq!(a.s, b.s, "f32 {f32}: {rows} × {cols}, seed {seed}");
+            assert_eq!(a.wt, b.wt, "f32 {f32}");
+            assert_eq!(ua.values, ub.values, "f32 {f32}");
+        }
+        drop(lease);
+        assert!(held.rows_in_memory(0..1).is_none());
     }
 }

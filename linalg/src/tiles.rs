@@ -190,6 +190,12 @@ pub trait TileReal: Blas {
     /// The values of a decoded panel, when they are stored in this type (tiles are then
     /// views into the panel, not copies).
     fn values_of(buf: &PanelBuffer) -> Option<&[Self]>;
+    /// Rows of a source that holds them in memory in this type
+    /// ([`PanelSource::rows_in_memory`]): tiles are then views of them, not copies.
+    fn in_memory(src: &dyn PanelSource, rows: Range<u64>) -> Option<ArrayView2<'_, Self>> {
+        let _ = (src, rows);
+        None
+    }
     /// Standardizes `out.len()` packed dosages starting at the first code of `bytes`.
     fn standardize_packed(bytes: &[u8], s: RowScale, out: &mut [Self]);
     /// The fused kernels' layout of `Ω` (`n × w`), where they run for this type; made once
@@ -246,6 +252,9 @@ impl TileReal for f64 {
         out: ArrayViewMut2<'_, f64>,
     ) {
         buf.tile_f64(rows, cols, out)
+    }
+    fn in_memory(src: &dyn PanelSource, rows: Range<u64>) -> Option<ArrayView2<'_, f64>> {
+        src.rows_in_memory(rows)
     }
     fn values_of(buf: &PanelBuffer) -> Option<&[f64]> {
         match &buf.values {
@@ -953,6 +962,13 @@ impl<'a> TileProducer<'a> {
                 // 64 of them a register at a time, must copy each block first (criterion
                 // `skinny_widths`, one Zen 3 core, f64 with 20 rows of C: 26.4 GFLOP/s at
                 // 512 values a row, 31.6 at 520).
+                // Rows the source holds in memory in the tiles' type are multiplied where
+                // they lie: copying each tile out first cost as much as its products
+                // (`examples/c/machine_limit.c`, see `benches/RESULTS.md`).
+                let in_memory = match (&kept, reads) {
+                    (None, false) => T::in_memory(src.as_ref(), self.rows.clone()),
+                    _ => None,
+                };
                 let ld = TILE_COLS + 64 / std::mem::size_of::<T>();
                 let tile_buf = aligned_tile(tile_buf, TILE_ROWS * ld);
                 for r0 in (0..h).step_by(TILE_ROWS) {
@@ -971,6 +987,16 @@ impl<'a> TileProducer<'a> {
                     {
                         let c1 = (c0 + TILE_COLS).min(n);
                         let first = sweep == Sweep::First;
+                        if let Some(a) = &in_memory {
+                            let t = a.slice(s![r0..r1, c0..c1]);
+                            // Measured after the GEMM has pulled the tile into cache, as
+                            // below.
+                            f(sweep, r0, c0, Tile::Dense(t));
+                            if self.measure && first {
+                                facts.sum_squares += sum_squares_view(t);
+                            }
+                            continue;
+                        }
                         let same_type = block.and_then(|(b, i, _)| Some((T::values_of(b)?, i)));
                         if let Some((v, i)) = same_type {
                             // The same tiles, as views of the decoded rows.

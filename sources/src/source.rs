@@ -24,7 +24,7 @@
 use std::convert::Infallible;
 use std::ops::Range;
 
-use ndarray::ArrayViewMut2;
+use ndarray::{ArrayView2, ArrayViewMut2};
 use rand_distr::{Beta, Distribution, StandardNormal};
 
 use crate::error::SourceError;
@@ -119,6 +119,14 @@ pub trait PanelSource: Send + Sync {
         self.fill_cols(rows, cols, tile.view_mut())?;
         out.zip_mut_with(&tile, |o, &v| *o = v as f32);
         Ok(())
+    }
+    /// Rows `rows` (all columns) as a view of values this source already holds in memory,
+    /// each row contiguous, for the passes to multiply where they lie instead of copying
+    /// them into tiles first; `None` (the default) for a source that produces its values,
+    /// or holds them in another layout.
+    fn rows_in_memory(&self, rows: Range<u64>) -> Option<ArrayView2<'_, f64>> {
+        let _ = rows;
+        None
     }
     /// Short description for reports and errors.
     fn describe(&self) -> String;
