@@ -346,7 +346,15 @@ impl RowBlocks {
 /// The rows of a panel, by the rule of the C library's header: the greatest common divisor
 /// of the row counts of every rank but the last (so that no panel spans two ranks), or its
 /// largest divisor whose panel fits [`DEFAULT_PANEL_BYTES`] but is not shorter than the
-/// matrix is wide. `requested` > 0 is taken as it is.
+/// matrix is wide; where none fits, its smallest divisor that is that tall, so that a
+/// rank's actors still share its rows. Where only the last rank holds rows, any count
+/// divides them (its last panel may be shorter): the fewest equal panels that fit, or
+/// else the most that stay that tall. `requested` > 0 is taken as it is.
+///
+/// Wide rows outgrow the byte budget: one rank's 50,000 × 20,000 matrix, which has no
+/// divisor that both fits and is tall, was one panel, so one actor multiplied it while the
+/// other waited (`rankwise.rsvd`, f64, q = 2, on 2 cores: 9.7 s in one panel, 5.2–5.4 s in
+/// two of 25,000 rows; `benches/RESULTS.md`).
 pub fn panel_rows(requested: u64, rows_per_rank: &[u64], cols: u64) -> u64 {
     if requested > 0 {
         return requested;
@@ -360,25 +368,36 @@ pub fn panel_rows(requested: u64, rows_per_rank: &[u64], cols: u64) -> u64 {
     let Some((last, rest)) = rows_per_rank.split_last() else {
         return 1;
     };
-    let g = rest.iter().fold(0, |g, &r| gcd(g, r));
-    let g = if g == 0 { (*last).max(1) } else { g };
     let fits = |d: u64| d.saturating_mul(cols.saturating_mul(8)) <= DEFAULT_PANEL_BYTES;
+    let g = rest.iter().fold(0, |g, &r| gcd(g, r));
+    if g == 0 {
+        // Only the last rank holds rows: panels of equal size, as many as the budget asks
+        // for, but no more than keep every one at least `cols` tall.
+        let rows = (*last).max(1);
+        if fits(rows) || rows < cols.saturating_mul(2) {
+            return rows;
+        }
+        let fitting = (DEFAULT_PANEL_BYTES / cols.saturating_mul(8).max(1)).max(1);
+        let count = if fitting >= cols {
+            rows.div_ceil(fitting)
+        } else {
+            rows / cols.max(1)
+        };
+        return rows.div_ceil(count.max(1));
+    }
     if fits(g) {
         return g;
     }
-    let mut best = g;
-    let mut d = 1;
-    while d * d <= g {
-        if g % d == 0 {
-            for c in [d, g / d] {
-                if c >= cols && fits(c) && (best == g || c > best) {
-                    best = c;
-                }
-            }
-        }
-        d += 1;
-    }
-    best
+    let divisors = (1u64..)
+        .take_while(|d: &u64| d * d <= g)
+        .filter(|d| g % d == 0)
+        .flat_map(|d| [d, g / d]);
+    let tall = || divisors.clone().filter(|&c| c >= cols);
+    tall()
+        .filter(|&c| fits(c))
+        .max()
+        .or_else(|| tall().min())
+        .unwrap_or(g)
 }
 
 /// The matrix whose row blocks the ranks of `rt` hold, each rank passing its own block
@@ -929,6 +948,16 @@ mod tests {
         assert_eq!(p, 50_000);
         // A block with no divisor that fits stays whole (a prime row count).
         assert_eq!(panel_rows(0, &[1_000_003, 1], 20), 1_000_003);
+        // Wide rows: the smallest tall divisor, where none fits.
+        assert_eq!(panel_rows(0, &[60_000, 60_000, 7], 20_000), 20_000);
+        assert_eq!(panel_rows(0, &[50_000, 3], 20_000), 25_000);
+        // One rank: equal panels that fit, or the most that stay tall.
+        assert_eq!(panel_rows(0, &[1_000_000], 20), 1_000_000 / 20);
+        assert_eq!(panel_rows(0, &[1_000_001], 20), 50_001);
+        assert_eq!(panel_rows(0, &[50_000], 20_000), 25_000);
+        assert_eq!(panel_rows(0, &[0, 50_000], 20_000), 25_000);
+        assert_eq!(panel_rows(0, &[39_999], 20_000), 39_999);
+        assert_eq!(panel_rows(0, &[99_999], 20_000), 25_000);
     }
 
     #[test]

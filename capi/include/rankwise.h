@@ -352,7 +352,9 @@ rankwise_status rankwise_rsvd_query(int64_t rows_local,
  *   (the sum over ranks) must be at least `cols`.
  * * `panel_rows`: rows per panel; the rows of every rank but the last must be a
  *   multiple of it. 0 chooses it: the greatest common divisor of the row counts of all
- *   ranks but the last, split further while a panel exceeds 8 MiB.
+ *   ranks but the last, split further while a panel exceeds 8 MiB into panels no
+ *   shorter than `cols` where it can (where only the last rank holds rows, into equal
+ *   panels).
  * * `s`: `cols` singular values, descending, on every rank.
  * * `u_local`, `ldu`: this rank's `rows_local × cols` rows of U, in `layout` (NULL
  *   allowed when `rows_local` is 0).

@@ -635,7 +635,8 @@ def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
             array, or a path or URL of a Zarr array (``PATH[:ARRAY]``).
         check: also measure ``‖A − UΣVᵀ‖/‖A‖`` and the factors' orthogonality (one more
             pass), in ``report``.
-        panel_rows: rows per panel (default: the stored chunks; 8 MiB panels in memory).
+        panel_rows: rows per panel (default: the stored chunks; in memory, panels of at
+            most 8 MiB where they can be no shorter than the array is wide).
         machine_limit: after the run, measure the machine's GEMM rate and the rate at
             which it produces the matrix (every rank's compute threads at once) into
             ``report["gemm_peak_flops"]`` and ``report["production_peak_bytes_per_s"]``:
