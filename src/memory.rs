@@ -111,9 +111,33 @@ fn check_strides(
 #[derive(Debug)]
 pub struct RowsInPlace {
     buf: Strided,
+    /// The caller's values are f32 (else f64).
+    f32: bool,
     row0: u64,
     m: u64,
     live: Arc<AtomicBool>,
+}
+
+/// The float types a caller's matrix may hold to be read in place: `f64`, and `f32`,
+/// whose values the passes multiply as f32 tiles or widen exactly to f64 ones.
+pub trait InPlaceFloat: Copy + private::Sealed {
+    /// Whether this is `f32`.
+    #[doc(hidden)]
+    const F32: bool;
+}
+
+impl InPlaceFloat for f64 {
+    const F32: bool = false;
+}
+
+impl InPlaceFloat for f32 {
+    const F32: bool = true;
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for f64 {}
+    impl Sealed for f32 {}
 }
 
 impl RowsInPlace {
@@ -124,15 +148,15 @@ impl RowsInPlace {
     ///
     /// # Safety
     /// As [`rows_in_place`].
-    pub unsafe fn new(
-        ptr: *const f64,
+    pub unsafe fn new<T: InPlaceFloat>(
+        ptr: *const T,
         rows: usize,
         cols: usize,
         strides: (isize, isize),
         row0: u64,
         m: u64,
     ) -> Result<(RowsInPlace, Lease), Error> {
-        let strides = check_strides("a", rows, cols, strides, 8)?;
+        let strides = check_strides("a", rows, cols, strides, std::mem::size_of::<T>())?;
         let (lease, live) = Lease::new();
         Ok((
             RowsInPlace {
@@ -142,12 +166,38 @@ impl RowsInPlace {
                     cols,
                     strides,
                 },
+                f32: T::F32,
                 row0,
                 m,
                 live,
             },
             lease,
         ))
+    }
+}
+
+impl RowsInPlace {
+    /// Rows `rows` as a view of the caller's values, when they are `T`, each row is
+    /// contiguous, the loan is live and the rows are this rank's.
+    fn contiguous<T: InPlaceFloat>(&self, rows: Range<u64>) -> Option<ArrayView2<'_, T>> {
+        let mine = self.row0..self.row0 + self.buf.rows as u64;
+        let contiguous = self.buf.strides.1 == 1 || self.buf.cols <= 1;
+        if T::F32 != self.f32
+            || !contiguous
+            || !self.live.load(Ordering::Acquire)
+            || rows.start < mine.start
+            || rows.end > mine.end
+            || rows.start > rows.end
+        {
+            return None;
+        }
+        // SAFETY: the buffer holds this rank's rows of `T` (in_place) and is lent (live);
+        // the view is borrowed from the source, which the call holding the loan keeps.
+        let all = unsafe { self.buf.view::<T>() };
+        Some(all.slice_move(s![
+            (rows.start - self.row0) as usize..(rows.end - self.row0) as usize,
+            ..
+        ]))
     }
 }
 
@@ -186,13 +236,20 @@ impl PanelSource for RowsInPlace {
                 what: self.describe(),
             });
         }
-        // SAFETY: the buffer holds this rank's rows (in_place) and is lent (live).
-        let all = unsafe { self.buf.view::<f64>() };
         let (r0, r1) = (
             (rows.start - self.row0) as usize,
             (rows.end - self.row0) as usize,
         );
-        out.assign(&all.slice(s![r0..r1, cols.start as usize..cols.end as usize]));
+        let cols = cols.start as usize..cols.end as usize;
+        if self.f32 {
+            // SAFETY: the buffer holds this rank's rows (in_place) and is lent (live).
+            let all = unsafe { self.buf.view::<f32>() };
+            out.zip_mut_with(&all.slice(s![r0..r1, cols]), |o, &v| *o = f64::from(v));
+            return Ok(());
+        }
+        // SAFETY: the buffer holds this rank's rows (in_place) and is lent (live).
+        let all = unsafe { self.buf.view::<f64>() };
+        out.assign(&all.slice(s![r0..r1, cols]));
         Ok(())
     }
 
@@ -212,6 +269,12 @@ impl PanelSource for RowsInPlace {
                     (rows.end - rows.start) as usize,
                     (cols.end - cols.start) as usize,
                 );
+        if fits && self.f32 {
+            if let Some(all) = self.rows_in_memory_f32(rows.clone()) {
+                out.assign(&all.slice(s![.., cols.start as usize..cols.end as usize]));
+                return Ok(());
+            }
+        }
         let Some(all) = fits.then(|| self.rows_in_memory(rows.clone())).flatten() else {
             // Rows of another layout, outside the loan or of another shape: through an f64
             // tile, whose fill names what is wrong.
@@ -234,23 +297,12 @@ impl PanelSource for RowsInPlace {
     /// passes then multiply them in place, where copying every tile out first cost as much
     /// as the multiplication.
     fn rows_in_memory(&self, rows: Range<u64>) -> Option<ArrayView2<'_, f64>> {
-        let mine = self.row0..self.row0 + self.buf.rows as u64;
-        let contiguous = self.buf.strides.1 == 1 || self.buf.cols <= 1;
-        if !contiguous
-            || !self.live.load(Ordering::Acquire)
-            || rows.start < mine.start
-            || rows.end > mine.end
-            || rows.start > rows.end
-        {
-            return None;
-        }
-        // SAFETY: the buffer holds this rank's rows (in_place) and is lent (live); the view
-        // is borrowed from the source, which the call holding the loan keeps.
-        let all = unsafe { self.buf.view::<f64>() };
-        Some(all.slice_move(s![
-            (rows.start - self.row0) as usize..(rows.end - self.row0) as usize,
-            ..
-        ]))
+        self.contiguous::<f64>(rows)
+    }
+
+    /// As [`Self::rows_in_memory`], for a caller's f32 rows.
+    fn rows_in_memory_f32(&self, rows: Range<u64>) -> Option<ArrayView2<'_, f32>> {
+        self.contiguous::<f32>(rows)
     }
 
     /// The caller's rows are in memory already: reading them again is a copy at memory
@@ -401,23 +453,25 @@ pub fn panel_rows(requested: u64, rows_per_rank: &[u64], cols: u64) -> u64 {
 }
 
 /// The matrix whose row blocks the ranks of `rt` hold, each rank passing its own block
-/// (`rows × cols` f64 values at element `strides`): a collective call. The ranks' blocks
-/// stack in rank order; panels of `panel_rows` rows (0: [`panel_rows`]'s default) stay on
-/// the rank that holds them. Returns the input and the [`Lease`] of the buffer: keep it
-/// alive for every call on the input.
+/// (`rows × cols` values of `T`, f64 or f32, at element `strides`): a collective call.
+/// The ranks' blocks stack in rank order; panels of `panel_rows` rows (0:
+/// [`panel_rows`]'s default) stay on the rank that holds them. Returns the input and the
+/// [`Lease`] of the buffer: keep it alive for every call on the input. f32 values are
+/// read as they are, never copied to f64 first: f32 tiles multiply them where they lie
+/// and f64 tiles widen them exactly.
 ///
 /// # Safety
-/// `ptr` must point to `rows × cols` f64 values at `strides` (in elements), readable and
-/// not written until the lease is dropped.
-pub unsafe fn rows_in_place(
+/// `ptr` must point to `rows × cols` values of `T` at `strides` (in elements), readable
+/// and not written until the lease is dropped.
+pub unsafe fn rows_in_place<T: InPlaceFloat>(
     rt: &Runtime,
-    ptr: *const f64,
+    ptr: *const T,
     rows: usize,
     cols: usize,
     strides: (isize, isize),
     panel_rows_requested: u64,
 ) -> Result<(Input, Lease), Error> {
-    let local = check_strides("a", rows, cols, strides, 8).map(|_| strides);
+    let local = check_strides("a", rows, cols, strides, std::mem::size_of::<T>()).map(|_| strides);
     let blocks = agree_blocks(
         rt,
         local.is_ok(),
@@ -1181,5 +1235,76 @@ mod tests {
         }
         drop(lease);
         assert!(held.rows_in_memory(0..1).is_none());
+    }
+
+    #[test]
+    fn float32_rows_are_read_in_place_with_the_bits_of_their_widened_copy() {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos() as u64;
+        let cols = 520 + (seed / 11 % 300) as usize;
+        let rows = cols + 200 + (seed % 500) as usize;
+        let value = |r: usize, c: usize| {
+            let x =
+                (r as u64 * 999_983 + c as u64 * 7907 + seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            ((x >> 40) as f32 / (1u32 << 24) as f32 - 0.5)
+                + c.is_multiple_of(4) as u8 as f32 * r as f32 * 1e-3
+        };
+        let narrow: Vec<f32> = (0..rows * cols)
+            .map(|i| value(i / cols, i % cols))
+            .collect();
+        let wide: Vec<f64> = narrow.iter().map(|&v| f64::from(v)).collect();
+        let rt = crate::World::embedded().actors(2).build().unwrap();
+        // SAFETY: both are `rows × cols` row-major and outlive the leases.
+        let (f32_input, _l32) =
+            unsafe { rows_in_place(&rt, narrow.as_ptr(), rows, cols, (cols as isize, 1), 0) }
+                .unwrap();
+        let (f64_input, _l64) =
+            unsafe { rows_in_place(&rt, wide.as_ptr(), rows, cols, (cols as isize, 1), 0) }
+                .unwrap();
+        let (source, _) = f32_input.matrix().unwrap();
+        assert!(source.rows_in_memory(0..2).is_none());
+        assert_eq!(
+            source.rows_in_memory_f32(0..2).unwrap()[[1, 3]],
+            value(1, 3)
+        );
+        let mut t = ndarray::Array2::<f64>::zeros((2, 3));
+        source.fill_cols(4..6, 1..4, t.view_mut()).unwrap();
+        assert_eq!(t[[1, 2]], f64::from(value(5, 3)));
+        // Strides of 4-byte elements: column-major f32 reads the same values.
+        let by_cols: Vec<f32> = (0..rows * cols)
+            .map(|i| value(i % rows, i / rows))
+            .collect();
+        // SAFETY: `by_cols` is `rows × cols` column-major and outlives the lease.
+        let (strided, _ls) =
+            unsafe { rows_in_place(&rt, by_cols.as_ptr(), rows, cols, (1, rows as isize), 0) }
+                .unwrap();
+        let mut u = ndarray::Array2::<f64>::zeros((2, 3));
+        strided
+            .matrix()
+            .unwrap()
+            .0
+            .fill_cols(4..6, 1..4, u.view_mut())
+            .unwrap();
+        assert_eq!(t, u);
+        for f32 in [true, false] {
+            let choice = crate::SolverChoice {
+                k: 5,
+                oversample: 5,
+                power_iters: Some(1),
+                ..Default::default()
+            };
+            let opts = choice.options(crate::Values::Dense { f32 }).unwrap();
+            let (a, ua) = crate::rsvd_with_factor(&rt, &f32_input, &opts).unwrap();
+            let (b, ub) = crate::rsvd_with_factor(&rt, &f64_input, &opts).unwrap();
+            assert_eq!(a.s, b.s, "f32 tiles {f32}: {rows} × {cols}, seed {seed}");
+            assert_eq!(a.wt, b.wt, "f32 tiles {f32}");
+            assert_eq!(ua.values, ub.values, "f32 tiles {f32}");
+        }
+        let options = crate::linalg::SvdOptions { check: false };
+        let (a, _) = crate::svd(&rt, &f32_input, &options).unwrap();
+        let (b, _) = crate::svd(&rt, &f64_input, &options).unwrap();
+        assert_eq!(a.s, b.s, "exact SVD: {rows} × {cols}, seed {seed}");
     }
 }

@@ -304,6 +304,9 @@ impl TileReal for f32 {
     ) {
         buf.tile_f32(rows, cols, out)
     }
+    fn in_memory(src: &dyn PanelSource, rows: Range<u64>) -> Option<ArrayView2<'_, f32>> {
+        src.rows_in_memory_f32(rows)
+    }
     fn values_of(buf: &PanelBuffer) -> Option<&[f32]> {
         match &buf.values {
             PanelValues::F32(v) => Some(v),

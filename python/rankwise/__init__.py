@@ -13,9 +13,9 @@ Its calls, each a thin client of the rankwise library (the same code as the
 * :func:`calibrate` and :func:`plan` -- a job's predicted time and memory per rank on a
   cluster, from the rates measured on one of its nodes.
 
-Inputs are read where they lie: a float64 numpy array in place (no copy), a Zarr array
-or store by its path or URL (``s3://``, ``gs://``, ``http(s)://``), a zarr-python
-``Array`` and a dask array from Zarr by their store. With ``comm=`` (an mpi4py
+Inputs are read where they lie: a float64 or float32 numpy array in place (no copy), a
+Zarr array or store by its path or URL (``s3://``, ``gs://``, ``http(s)://``), a
+zarr-python ``Array`` and a dask array from Zarr by their store. With ``comm=`` (an mpi4py
 communicator) every rank of a ``mpirun``/``srun`` job takes part, each holding its own
 row block of a numpy matrix.
 
@@ -435,7 +435,7 @@ def _matrix_input(a, comm) -> _Input:
         )
     if a.ndim != 2:
         raise ValueError(f"`a`: {a.ndim} dimensions, not 2")
-    if a.dtype != np.float64:
+    if a.dtype not in (np.float64, np.float32):
         # Read as float64, as the library computes; the one copy a conversion needs.
         a = a.astype(np.float64)
     if comm is None and a.shape[0] < a.shape[1]:
@@ -631,8 +631,8 @@ def svd(a, *, check: bool = False, panel_rows: Optional[int] = None, comm=None,
     """The exact SVD of ``a`` by TSQR: every singular value, ``U`` and ``Vᵀ``.
 
     Args:
-        a: a 2-D numpy array (read in place when float64), a zarr-python Array, a dask
-            array, or a path or URL of a Zarr array (``PATH[:ARRAY]``).
+        a: a 2-D numpy array (read in place when float64 or float32), a zarr-python
+            Array, a dask array, or a path or URL of a Zarr array (``PATH[:ARRAY]``).
         check: also measure ``‖A − UΣVᵀ‖/‖A‖`` and the factors' orthogonality (one more
             pass), in ``report``.
         panel_rows: rows per panel (default: the stored chunks; in memory, panels of at

@@ -4,7 +4,7 @@
 //!
 //! * a specification string (a Zarr array or store path or URL, a VCF Zarr store, a PLINK
 //!   prefix), opened by [`rankwise::open`];
-//! * a float64 numpy array, read in place ([`rankwise::memory::rows_in_place`]);
+//! * a float64 or float32 numpy array, read in place ([`rankwise::memory::rows_in_place`]);
 //! * an int8 numpy array of dosages ([`rankwise::memory::dosages_in_place`]);
 //! * a function that computes rows of a float matrix on demand, one panel at a time
 //!   ([`rankwise::memory::rows_pulled`]): a dask array with no Zarr origin.
@@ -147,6 +147,8 @@ struct Buffer {
     rows: usize,
     cols: usize,
     strides: (isize, isize),
+    /// The values are float32 (a matrix; else float64) or int8 (dosages).
+    elem: usize,
 }
 
 /// The options of a call, read from the keyword dictionary.
@@ -421,6 +423,7 @@ fn buffer(a: &Bound<'_, PyUntypedArray>, elem: usize) -> PyResult<Buffer> {
         rows: shape[0],
         cols: shape[1],
         strides: (el[0], el[1]),
+        elem,
     })
 }
 
@@ -521,20 +524,33 @@ fn work(
     }
     // The lease ends when this function returns, before the interpreter gets its arrays
     // back: no read can outlive the call.
+    // A float32 array is stored f32, as a float32 Zarr array is.
+    let matrix_f32 = matches!(&source, Source::Matrix(b) if b.elem == 4);
     let (input, _lease) = match source {
         Source::Spec(spec) => (rankwise::open(&spec).map_err(fail)?, None),
         Source::Matrix(b) => {
             // SAFETY: the interpreter's thread holds the array (borrowed read-only) until
-            // this thread has ended; `buffer` checked its shape and strides.
+            // this thread has ended; `buffer` checked its shape and strides, and its
+            // element size says its type.
             let (input, lease) = unsafe {
-                rankwise::memory::rows_in_place(
-                    &rt,
-                    b.ptr as *const f64,
-                    b.rows,
-                    b.cols,
-                    b.strides,
-                    job.panel_rows,
-                )
+                match b.elem {
+                    4 => rankwise::memory::rows_in_place(
+                        &rt,
+                        b.ptr as *const f32,
+                        b.rows,
+                        b.cols,
+                        b.strides,
+                        job.panel_rows,
+                    ),
+                    _ => rankwise::memory::rows_in_place(
+                        &rt,
+                        b.ptr as *const f64,
+                        b.rows,
+                        b.cols,
+                        b.strides,
+                        job.panel_rows,
+                    ),
+                }
             }
             .map_err(fail)?;
             (input, Some(lease))
@@ -600,11 +616,13 @@ fn work(
             }
         }
         Command::Rsvd => {
-            let stored_f32 = matches!(&input, Input::Zarr(_))
-                && input.matrix().ok().is_some_and(|(s, _)| {
-                    s.stored()
-                        .is_some_and(|s| s.element_type() == rankwise::sources::ElementType::F32)
-                });
+            let stored_f32 = matrix_f32
+                || matches!(&input, Input::Zarr(_))
+                    && input.matrix().ok().is_some_and(|(s, _)| {
+                        s.stored().is_some_and(|s| {
+                            s.element_type() == rankwise::sources::ElementType::F32
+                        })
+                    });
             let options = job
                 .solver
                 .options(Values::Dense { f32: stored_f32 })
@@ -969,12 +987,13 @@ fn run<'py>(
                 Source::Calls(buffer3(a, "call_genotype")?, m, sample_ids)
             }
             (b'f', 8) => Source::Matrix(buffer(a, 8)?),
+            (b'f', 4) => Source::Matrix(buffer(a, 4)?),
             (b'i', 1) => Source::Dosages(buffer(a, 1)?, sample_ids),
             _ => {
                 return Err(value_error(
                     "a",
                     format!(
-                        "dtype {} is neither float64 (a matrix) nor int8 (dosages)",
+                        "dtype {} is neither float64 or float32 (a matrix) nor int8 (dosages)",
                         a.dtype()
                     ),
                 ))

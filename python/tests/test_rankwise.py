@@ -116,10 +116,37 @@ def test_rsvd_converges_to_lapack_and_says_so(case):
     np.testing.assert_allclose(res.s, s[:k], rtol=1e-8)
     assert same_subspace(res.u, u[:, :k]) < 1e-8
     assert same_subspace(res.vt.T, vt[:k].T) < 1e-8
-    # float32 input: read as float64 (one conversion), the same answer.
-    res32 = rankwise.rsvd(a.astype(np.float32), k, seed=1)
-    s32 = np.linalg.svd(a.astype(np.float32).astype(np.float64), compute_uv=False)
+    # float32 input: read in place, the same answer.
+    a32 = a.astype(np.float32)
+    res32 = rankwise.rsvd(a32, k, seed=1)
+    s32 = np.linalg.svd(a32.astype(np.float64), compute_uv=False)
     np.testing.assert_allclose(res32.s, s32[:k], rtol=1e-6)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_float32_arrays_are_read_in_place_with_their_widened_copys_bits(order):
+    r = rng(40 + (order == "F"))
+    m, n = int(r.integers(3000, 9000)), int(r.integers(520, 900))
+    a32 = np.asarray(low_rank(r, m, n, k=15) + 0.01 * r.standard_normal((m, n)),
+                     dtype=np.float32, order=order)
+    a64 = a32.astype(np.float64)
+    # Fixed iterations take f32 tiles for stored f32 values, as for a float32 Zarr array;
+    # the array is not copied (a float64 copy would be twice its bytes).
+    x, peak = traced_peak(lambda: rankwise.rsvd(a32, 6, power_iters=1, seed=5))
+    assert peak < a32.nbytes / 4, (peak, a32.nbytes)
+    y = rankwise.rsvd(a64, 6, power_iters=1, seed=5, precision="f32")
+    assert x.report["convergence"]["pass_precisions"] == ["f32"] * len(
+        x.report["convergence"]["pass_precisions"])
+    for f in ("s", "u", "vt"):
+        np.testing.assert_array_equal(getattr(x, f), getattr(y, f), err_msg=f)
+    # Iterating to the tolerance: the same bits as the widened copy, and converged.
+    x = rankwise.rsvd(a32, 6, seed=5)
+    y = rankwise.rsvd(a64, 6, seed=5)
+    assert x.converged
+    for f in ("s", "u", "vt"):
+        np.testing.assert_array_equal(getattr(x, f), getattr(y, f), err_msg=f)
+    s = np.linalg.svd(a64, compute_uv=False)
+    np.testing.assert_allclose(x.s, s[:6], rtol=1e-6)
 
 
 def test_a_fixed_iteration_count_reports_unconverged_components():

@@ -128,6 +128,11 @@ pub trait PanelSource: Send + Sync {
         let _ = rows;
         None
     }
+    /// As [`PanelSource::rows_in_memory`], for a source that holds f32 values.
+    fn rows_in_memory_f32(&self, rows: Range<u64>) -> Option<ArrayView2<'_, f32>> {
+        let _ = rows;
+        None
+    }
     /// Short description for reports and errors.
     fn describe(&self) -> String;
     /// Where the value at (`row`, `col`) is stored, for errors about that value: the
