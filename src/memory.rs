@@ -142,7 +142,7 @@ mod private {
 
 impl RowsInPlace {
     /// Global rows `row0 .. row0 + rows` of an `m × cols` matrix, this rank's block, in the
-    /// caller's buffer (`rows × cols` f64 values at element `strides`), for a caller that
+    /// caller's buffer (`rows × cols` values of `T` at element `strides`), for a caller that
     /// has agreed on `row0` and `m` with the other ranks itself (the C library);
     /// [`rows_in_place`] does that agreement. Returns the source and its [`Lease`].
     ///
@@ -180,10 +180,15 @@ impl RowsInPlace {
     /// Rows `rows` as a view of the caller's values, when they are `T`, each row is
     /// contiguous, the loan is live and the rows are this rank's.
     fn contiguous<T: InPlaceFloat>(&self, rows: Range<u64>) -> Option<ArrayView2<'_, T>> {
-        let mine = self.row0..self.row0 + self.buf.rows as u64;
         let contiguous = self.buf.strides.1 == 1 || self.buf.cols <= 1;
+        contiguous.then(|| self.strided(rows)).flatten()
+    }
+
+    /// Rows `rows` as a view of the caller's values at their strides, when they are `T`,
+    /// the loan is live and the rows are this rank's.
+    fn strided<T: InPlaceFloat>(&self, rows: Range<u64>) -> Option<ArrayView2<'_, T>> {
+        let mine = self.row0..self.row0 + self.buf.rows as u64;
         if T::F32 != self.f32
-            || !contiguous
             || !self.live.load(Ordering::Acquire)
             || rows.start < mine.start
             || rows.end > mine.end
@@ -269,21 +274,20 @@ impl PanelSource for RowsInPlace {
                     (rows.end - rows.start) as usize,
                     (cols.end - cols.start) as usize,
                 );
-        if fits && self.f32 {
-            if let Some(all) = self.rows_in_memory_f32(rows.clone()) {
-                out.assign(&all.slice(s![.., cols.start as usize..cols.end as usize]));
-                return Ok(());
-            }
+        let c = cols.start as usize..cols.end as usize;
+        if let Some(all) = fits.then(|| self.strided::<f32>(rows.clone())).flatten() {
+            out.assign(&all.slice(s![.., c]));
+            return Ok(());
         }
         let Some(all) = fits.then(|| self.rows_in_memory(rows.clone())).flatten() else {
-            // Rows of another layout, outside the loan or of another shape: through an f64
-            // tile, whose fill names what is wrong.
+            // f64 rows of another layout, rows outside the loan or of another shape:
+            // through an f64 tile, whose fill names what is wrong.
             let mut tile = ndarray::Array2::<f64>::zeros(out.dim());
             self.fill_cols(rows, cols, tile.view_mut())?;
             out.zip_mut_with(&tile, |o, &v| *o = v as f32);
             return Ok(());
         };
-        let tile = all.slice(s![.., cols.start as usize..cols.end as usize]);
+        let tile = all.slice(s![.., c]);
         for (mut o, t) in out.rows_mut().into_iter().zip(tile.rows()) {
             match (o.as_slice_mut(), t.as_slice()) {
                 (Some(o), Some(t)) => o.iter_mut().zip(t).for_each(|(o, &v)| *o = v as f32),
@@ -1288,6 +1292,18 @@ mod tests {
             .fill_cols(4..6, 1..4, u.view_mut())
             .unwrap();
         assert_eq!(t, u);
+        let (mut v, mut w) = (
+            ndarray::Array2::<f32>::zeros((3, 4)),
+            ndarray::Array2::<f32>::zeros((3, 4)),
+        );
+        source.fill_cols_f32(7..10, 2..6, v.view_mut()).unwrap();
+        strided
+            .matrix()
+            .unwrap()
+            .0
+            .fill_cols_f32(7..10, 2..6, w.view_mut())
+            .unwrap();
+        assert_eq!((v[[2, 3]], &v), (value(9, 5), &w));
         for f32 in [true, false] {
             let choice = crate::SolverChoice {
                 k: 5,
