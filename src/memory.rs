@@ -13,8 +13,8 @@ use std::sync::Arc;
 use ndarray::{s, ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rankwise_exec::Runtime;
 use rankwise_sources::{
-    dosage_of_call, ElementType, GenotypeSource, PanelBuffer, PanelSource, PanelValues, ReadStats,
-    SourceError, StoredPanels,
+    dosage_of_call, fill_cols_f32_rounded, ElementType, GenotypeSource, PanelBuffer, PanelSource,
+    PanelValues, ReadStats, SourceError, StoredPanels,
 };
 
 use crate::{Error, Input};
@@ -282,10 +282,7 @@ impl PanelSource for RowsInPlace {
         let Some(all) = fits.then(|| self.rows_in_memory(rows.clone())).flatten() else {
             // f64 rows of another layout, rows outside the loan or of another shape:
             // through an f64 tile, whose fill names what is wrong.
-            let mut tile = ndarray::Array2::<f64>::zeros(out.dim());
-            self.fill_cols(rows, cols, tile.view_mut())?;
-            out.zip_mut_with(&tile, |o, &v| *o = v as f32);
-            return Ok(());
+            return fill_cols_f32_rounded(self, rows, cols, out);
         };
         let tile = all.slice(s![.., c]);
         for (mut o, t) in out.rows_mut().into_iter().zip(tile.rows()) {
@@ -1170,14 +1167,44 @@ mod tests {
         }
     }
 
+    /// The seconds' nanoseconds: a fresh shape and values each run.
+    fn fresh_seed() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos() as u64
+    }
+
+    /// Asserts that `a` and `b` give the same rsvd bits (k, oversample, q) in f64 and f32
+    /// tiles.
+    fn same_rsvd_bits(
+        rt: &Runtime,
+        a: &Input,
+        b: &Input,
+        (k, oversample, q): (usize, usize, usize),
+        context: &str,
+    ) {
+        for f32 in [false, true] {
+            let choice = crate::SolverChoice {
+                k,
+                oversample,
+                power_iters: Some(q),
+                ..Default::default()
+            };
+            let opts = choice.options(crate::Values::Dense { f32 }).unwrap();
+            let (x, ux) = crate::rsvd_with_factor(rt, a, &opts).unwrap();
+            let (y, uy) = crate::rsvd_with_factor(rt, b, &opts).unwrap();
+            assert_eq!(x.s, y.s, "f32 tiles {f32}: {context}");
+            assert_eq!(x.wt, y.wt, "f32 tiles {f32}: {context}");
+            assert_eq!(ux.values, uy.values, "f32 tiles {f32}: {context}");
+        }
+    }
+
     #[test]
     fn rows_multiplied_in_place_give_the_copied_tiles_bits() {
         // Fresh shape and values each run, crossing tile rows (256) and columns (512); the
         // passes need a tall matrix.
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos() as u64;
+        let seed = fresh_seed();
         let cols = 513 + (seed / 7 % 400) as usize;
         let rows = cols + (seed % 300) as usize;
         let value = |r: usize, c: usize| {
@@ -1223,30 +1250,15 @@ mod tests {
             strided.fill_cols_f32(r0..r1, 0..5, b.view_mut()).unwrap();
             assert_eq!(a, b);
         }
-        for f32 in [false, true] {
-            let choice = crate::SolverChoice {
-                k: 4,
-                oversample: 6,
-                power_iters: Some(2),
-                ..Default::default()
-            };
-            let opts = choice.options(crate::Values::Dense { f32 }).unwrap();
-            let (a, ua) = crate::rsvd_with_factor(&rt, &held_input, &opts).unwrap();
-            let (b, ub) = crate::rsvd_with_factor(&rt, &strided_input, &opts).unwrap();
-            assert_eq!(a.s, b.s, "f32 {f32}: {rows} × {cols}, seed {seed}");
-            assert_eq!(a.wt, b.wt, "f32 {f32}");
-            assert_eq!(ua.values, ub.values, "f32 {f32}");
-        }
+        let context = format!("{rows} × {cols}, seed {seed}");
+        same_rsvd_bits(&rt, &held_input, &strided_input, (4, 6, 2), &context);
         drop(lease);
         assert!(held.rows_in_memory(0..1).is_none());
     }
 
     #[test]
     fn float32_rows_are_read_in_place_with_the_bits_of_their_widened_copy() {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos() as u64;
+        let seed = fresh_seed();
         let cols = 520 + (seed / 11 % 300) as usize;
         let rows = cols + 200 + (seed % 500) as usize;
         let value = |r: usize, c: usize| {
@@ -1304,20 +1316,8 @@ mod tests {
             .fill_cols_f32(7..10, 2..6, w.view_mut())
             .unwrap();
         assert_eq!((v[[2, 3]], &v), (value(9, 5), &w));
-        for f32 in [true, false] {
-            let choice = crate::SolverChoice {
-                k: 5,
-                oversample: 5,
-                power_iters: Some(1),
-                ..Default::default()
-            };
-            let opts = choice.options(crate::Values::Dense { f32 }).unwrap();
-            let (a, ua) = crate::rsvd_with_factor(&rt, &f32_input, &opts).unwrap();
-            let (b, ub) = crate::rsvd_with_factor(&rt, &f64_input, &opts).unwrap();
-            assert_eq!(a.s, b.s, "f32 tiles {f32}: {rows} × {cols}, seed {seed}");
-            assert_eq!(a.wt, b.wt, "f32 tiles {f32}");
-            assert_eq!(ua.values, ub.values, "f32 tiles {f32}");
-        }
+        let context = format!("{rows} × {cols}, seed {seed}");
+        same_rsvd_bits(&rt, &f32_input, &f64_input, (5, 5, 1), &context);
         let options = crate::linalg::SvdOptions { check: false };
         let (a, _) = crate::svd(&rt, &f32_input, &options).unwrap();
         let (b, _) = crate::svd(&rt, &f64_input, &options).unwrap();

@@ -40,7 +40,8 @@ pub use panel::{
 pub use readahead::{BufferPool, FetchAhead, PanelLease, ReadAhead, ReadFn};
 pub use remote::{is_url, RemoteOptions};
 pub use source::{
-    Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix, PanelSource, DEFAULT_FST,
+    fill_cols_f32_rounded, Dist, Generated, GenotypeSource, InMemoryGenotypes, InMemoryMatrix,
+    PanelSource, DEFAULT_FST,
 };
 pub use stream::{MAX_GENERATED_COLS, MAX_GENERATED_ROWS};
 pub use subset::SampleSubset;

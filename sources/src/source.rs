@@ -113,12 +113,9 @@ pub trait PanelSource: Send + Sync {
         &self,
         rows: Range<u64>,
         cols: Range<u64>,
-        mut out: ArrayViewMut2<'_, f32>,
+        out: ArrayViewMut2<'_, f32>,
     ) -> Result<(), SourceError> {
-        let mut tile = ndarray::Array2::<f64>::zeros(out.dim());
-        self.fill_cols(rows, cols, tile.view_mut())?;
-        out.zip_mut_with(&tile, |o, &v| *o = v as f32);
-        Ok(())
+        fill_cols_f32_rounded(self, rows, cols, out)
     }
     /// Rows `rows` (all columns) as a view of values this source already holds in memory,
     /// each row contiguous, for the passes to multiply where they lie instead of copying
@@ -163,6 +160,21 @@ pub trait PanelSource: Send + Sync {
     fn generated(&self) -> Option<&Generated> {
         None
     }
+}
+
+/// [`PanelSource::fill_cols_f32`] through an f64 tile: `src.fill_cols` (whose errors name
+/// what is wrong), each value then rounded. The default, and the fallback of sources that
+/// round directly only in some layouts.
+pub fn fill_cols_f32_rounded<S: PanelSource + ?Sized>(
+    src: &S,
+    rows: Range<u64>,
+    cols: Range<u64>,
+    mut out: ArrayViewMut2<'_, f32>,
+) -> Result<(), SourceError> {
+    let mut tile = ndarray::Array2::<f64>::zeros(out.dim());
+    src.fill_cols(rows, cols, tile.view_mut())?;
+    out.zip_mut_with(&tile, |o, &v| *o = v as f32);
+    Ok(())
 }
 
 /// A genotype matrix: variants (rows) × samples (columns) of dosages 0, 1, 2, with −1 for a
