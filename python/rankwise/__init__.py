@@ -438,6 +438,9 @@ def _matrix_input(a, comm) -> _Input:
     if a.dtype not in (np.float64, np.float32):
         # Read as float64, as the library computes; the one copy a conversion needs.
         a = a.astype(np.float64)
+    elif not a.flags.aligned:
+        # Values read in place must be aligned to their size (a buffer at an odd offset).
+        a = a.copy()
     if comm is None and a.shape[0] < a.shape[1]:
         # A short-and-fat matrix is factored through its transpose (a view: no copy).
         return _Input(a.T, transposed=True, keep=a)

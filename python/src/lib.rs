@@ -418,6 +418,13 @@ fn buffer(a: &Bound<'_, PyUntypedArray>, elem: usize) -> PyResult<Buffer> {
     }
     // SAFETY: reading the array object's data pointer field.
     let ptr = unsafe { (*a.as_array_ptr()).fields.data } as usize;
+    if !ptr.is_multiple_of(elem) {
+        // The values are read as `elem`-byte numbers in place, which needs them aligned.
+        return Err(value_error(
+            "a",
+            format!("its data is not aligned to its {elem}-byte elements: pass a copy"),
+        ));
+    }
     Ok(Buffer {
         ptr,
         rows: shape[0],

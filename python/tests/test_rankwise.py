@@ -147,6 +147,14 @@ def test_float32_arrays_are_read_in_place_with_their_widened_copys_bits(order):
         np.testing.assert_array_equal(getattr(x, f), getattr(y, f), err_msg=f)
     s = np.linalg.svd(a64, compute_uv=False)
     np.testing.assert_allclose(x.s, s[:6], rtol=1e-6)
+    # Values at an odd byte offset are not aligned: read from an aligned copy.
+    raw = np.zeros(a32.nbytes + 1, dtype=np.uint8)
+    odd = np.frombuffer(raw.data, dtype=np.float32, count=a32.size, offset=1).reshape(a32.shape)
+    odd[...] = a32
+    assert not odd.flags.aligned
+    z = rankwise.rsvd(odd, 6, power_iters=1, seed=5)
+    x = rankwise.rsvd(a32, 6, power_iters=1, seed=5)
+    np.testing.assert_array_equal(z.s, x.s)
 
 
 def test_a_fixed_iteration_count_reports_unconverged_components():
