@@ -306,6 +306,10 @@ impl PanelSource for RowsInPlace {
         self.contiguous::<f32>(rows)
     }
 
+    fn holds_f32(&self) -> bool {
+        self.f32
+    }
+
     /// The caller's rows are in memory already: reading them again is a copy at memory
     /// speed, where keeping a copy doubles the matrix's memory and costs its fresh pages
     /// (the C library's `rankwise_rsvd` of a row-major 200,000 × 2,000 matrix on 2 ranks,
@@ -1280,6 +1284,7 @@ mod tests {
             unsafe { rows_in_place(&rt, wide.as_ptr(), rows, cols, (cols as isize, 1), 0) }
                 .unwrap();
         let (source, _) = f32_input.matrix().unwrap();
+        assert!(source.holds_f32() && !f64_input.matrix().unwrap().0.holds_f32());
         assert!(source.rows_in_memory(0..2).is_none());
         assert_eq!(
             source.rows_in_memory_f32(0..2).unwrap()[[1, 3]],

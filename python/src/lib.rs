@@ -31,7 +31,7 @@ use rankwise::genomics::{IdList, PcaParams, Selection};
 use rankwise::linalg::{GemmProbe, HweP, LinalgError, MachineGemm, SvdOptions, VariantFilter};
 use rankwise::output::group::ZarrFormat;
 use rankwise::sources::RemoteOptions;
-use rankwise::{Error, Input, Method, Precision, Runtime, SolverChoice, Values};
+use rankwise::{Error, Method, Precision, Runtime, SolverChoice, Values};
 
 /// How often the waiting interpreter looks for a signal and calls the progress callback.
 const POLL: Duration = Duration::from_millis(50);
@@ -531,8 +531,6 @@ fn work(
     }
     // The lease ends when this function returns, before the interpreter gets its arrays
     // back: no read can outlive the call.
-    // A float32 array is stored f32, as a float32 Zarr array is.
-    let matrix_f32 = matches!(&source, Source::Matrix(b) if b.elem == 4);
     let (input, _lease) = match source {
         Source::Spec(spec) => (rankwise::open(&spec).map_err(fail)?, None),
         Source::Matrix(b) => {
@@ -623,13 +621,8 @@ fn work(
             }
         }
         Command::Rsvd => {
-            let stored_f32 = matrix_f32
-                || matches!(&input, Input::Zarr(_))
-                    && input.matrix().ok().is_some_and(|(s, _)| {
-                        s.stored().is_some_and(|s| {
-                            s.element_type() == rankwise::sources::ElementType::F32
-                        })
-                    });
+            // A float32 array or Zarr array holds f32 values.
+            let stored_f32 = input.matrix().ok().is_some_and(|(s, _)| s.holds_f32());
             let options = job
                 .solver
                 .options(Values::Dense { f32: stored_f32 })

@@ -148,6 +148,12 @@ pub trait PanelSource: Send + Sync {
     fn stored(&self) -> Option<&dyn StoredPanels> {
         None
     }
+    /// Whether the values are held as f32 (a float32 store, or a caller's f32 array):
+    /// the passes then default to f32 tiles.
+    fn holds_f32(&self) -> bool {
+        self.stored()
+            .is_some_and(|s| s.element_type() == crate::ElementType::F32)
+    }
     /// Panel rows when the caller gives none: one band of stored chunks
     /// ([`StoredPanels::default_panel_rows`]), or every row for a source that produces
     /// any rows on demand (the plan splits them to fit the budget).

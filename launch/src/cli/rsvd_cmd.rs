@@ -14,7 +14,7 @@ use rankwise_linalg::{
     rsvd, HweP, Method, Operand, Precision, Projection, RsvdOptions, RsvdPlan, RsvdProblem,
     RsvdResult, VariantFilter,
 };
-use rankwise_sources::{Dist, ElementType, Generated, GenotypeSource};
+use rankwise_sources::{Dist, Generated, GenotypeSource};
 use serde_json::json;
 
 use super::{
@@ -132,11 +132,7 @@ impl SketchArgs {
     fn options(&self, matrix_seed: u64, operand: &Operand) -> Result<RsvdOptions, CliError> {
         let values = match operand {
             Operand::Genotypes(..) => rankwise::Values::Genotypes,
-            _ => rankwise::Values::Dense {
-                f32: operand
-                    .stored()
-                    .is_some_and(|s| s.element_type() == ElementType::F32),
-            },
+            Operand::Dense(s) => rankwise::Values::Dense { f32: s.holds_f32() },
         };
         let choice = rankwise::SolverChoice {
             k: self.k,
